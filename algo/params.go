@@ -1,0 +1,148 @@
+package algo
+
+import (
+	"fmt"
+	"math"
+)
+
+// Kind names an algorithm. The zero value is FixedWindow, the default of
+// envoyproxy/ratelimit, so that a rule that names no algorithm keeps the
+// meaning it has there.
+type Kind uint8
+
+const (
+	FixedWindow   Kind = iota // epoch-aligned windows; count per window
+	TokenBucket               // capacity Burst; smooth refill, or discrete with Interval
+	LeakyBucket               // meter form: level leaks at the rate; fits if level+n <= capacity
+	GCRA                      // generic cell rate algorithm: one theoretical arrival time
+	SlidingWindow             // weighted two-window counter estimate
+	SlidingLog                // exact rolling window of timestamps
+	Sketch                    // count-min sketch per limit, sliding over two windows
+	numKinds
+)
+
+var kindNames = [numKinds]string{
+	FixedWindow:   "fixed_window",
+	TokenBucket:   "token_bucket",
+	LeakyBucket:   "leaky_bucket",
+	GCRA:          "gcra",
+	SlidingWindow: "sliding_window",
+	SlidingLog:    "sliding_log",
+	Sketch:        "sketch",
+}
+
+// String returns the name used in rules files, e.g. "token_bucket".
+func (k Kind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("algo.Kind(%d)", uint8(k))
+}
+
+// ParseKind returns the Kind with the given rules-file name.
+func ParseKind(s string) (Kind, error) {
+	for k, name := range kindNames {
+		if name == s {
+			return Kind(k), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, KindNames())
+}
+
+// KindNames lists the algorithm names, comma separated, for error messages.
+func KindNames() string {
+	s := ""
+	for i, name := range kindNames {
+		if i > 0 {
+			s += ", "
+		}
+		s += name
+	}
+	return s
+}
+
+// Kinds returns every algorithm, in declaration order.
+func Kinds() []Kind {
+	ks := make([]Kind, numKinds)
+	for i := range ks {
+		ks[i] = Kind(i)
+	}
+	return ks
+}
+
+// HasState reports whether the algorithm keeps one fixed-size State per key
+// and is evaluated by Step.
+func (k Kind) HasState() bool { return k <= SlidingWindow }
+
+// Never is the RetryAfter (and ResetAfter) of a request that can never be
+// allowed: a cost above the capacity, or a zero limit.
+const Never int64 = math.MaxInt64
+
+// Params is a compiled limit, in integers: counts and nanoseconds.
+//
+// Rate is the number of requests per Period. For the window algorithms
+// (fixed window, sliding window, sliding log, sketch) Capacity is the number
+// admitted per window; for the bucket algorithms (token bucket, leaky bucket,
+// GCRA) Capacity is the burst, the size of the bucket, and Rate/Period its
+// refill or leak rate. Capacity may exceed the configured limit when a soft or
+// elastic margin applies: the algorithm enforces Capacity and knows nothing of
+// margins.
+type Params struct {
+	Kind     Kind
+	Rate     int64 // requests per Period, >= 0
+	Period   int64 // nanoseconds, > 0
+	Capacity int64 // enforced capacity, >= 0
+	Interval int64 // token bucket only: discrete refill every Interval ns; 0 = smooth
+}
+
+// Validate reports what is wrong with p, or nil.
+func (p *Params) Validate() error {
+	switch {
+	case p.Kind >= numKinds:
+		return fmt.Errorf("unknown algorithm %d", p.Kind)
+	case p.Period <= 0:
+		return fmt.Errorf("period must be positive, got %dns", p.Period)
+	case p.Rate < 0:
+		return fmt.Errorf("rate must not be negative, got %d", p.Rate)
+	case p.Capacity < 0:
+		return fmt.Errorf("capacity must not be negative, got %d", p.Capacity)
+	case p.Interval < 0:
+		return fmt.Errorf("refill interval must not be negative, got %dns", p.Interval)
+	case p.Interval > 0 && p.Kind != TokenBucket:
+		return fmt.Errorf("a refill interval applies only to token_bucket, not %s", p.Kind)
+	}
+	if p.Interval > 0 {
+		hi, lo := mul64(p.Rate, p.Interval)
+		if hi != 0 || lo%uint64(p.Period) != 0 || lo == 0 {
+			return fmt.Errorf("discrete refill needs a whole number of tokens per interval: rate %d per %dns over an interval of %dns is not", p.Rate, p.Period, p.Interval)
+		}
+	}
+	if (p.Kind == SlidingWindow) && p.Capacity > MaxSlidingWindowCapacity {
+		return fmt.Errorf("sliding_window counts at most %d requests per window, got %d (use gcra or token_bucket for larger rates)", MaxSlidingWindowCapacity, p.Capacity)
+	}
+	return nil
+}
+
+// MaxSlidingWindowCapacity is the largest capacity of a sliding window
+// counter: its state packs the previous and current counts into 32 bits each.
+const MaxSlidingWindowCapacity = math.MaxUint32 - 1
+
+// State is the fixed-size state of one key for the algorithms evaluated by
+// Step. Its zero value is a fresh key.
+//
+// A is always the idle-at time, in nanoseconds since the Unix epoch: at or
+// after A the state is equivalent to the zero State, so a store may forget it.
+// The meaning of B depends on the algorithm.
+type State struct {
+	A, B int64
+}
+
+// Result is the outcome of one step. Remaining is counted against Capacity.
+// Durations are in nanoseconds; RetryAfter is 0 when Allowed and Never when
+// the request can never be allowed.
+type Result struct {
+	Allowed    bool
+	Remaining  int64
+	ResetAfter int64 // until the state is fully replenished / the window ends
+	RetryAfter int64 // until the same request would be allowed
+}

@@ -1,0 +1,57 @@
+package sluice
+
+import "time"
+
+// Decision is the answer for one limit, or for a whole request.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+
+	// Limit is the configured limit of the deciding limit: its burst for a
+	// bucket algorithm, its rate per period for a window algorithm.
+	Limit int64
+
+	// Remaining is how many more hits the deciding limit would admit now,
+	// never negative.
+	Remaining int64
+
+	// ResetAfter is the time until the limit is fully replenished (bucket
+	// algorithms) or its window ends (window algorithms).
+	ResetAfter time.Duration
+
+	// RetryAfter is zero when allowed; otherwise the time until the same
+	// request would be allowed, or Never.
+	RetryAfter time.Duration
+
+	// Index is the position, in the request's hits, of the limit that
+	// decided: the denying limit with the longest RetryAfter, or when
+	// allowed the one with the least Remaining. -1 for a request with no
+	// hits.
+	Index int
+
+	// Shadow reports that a shadow-mode limit would have denied this
+	// request (on a per-hit decision: that this limit would have).
+	Shadow bool
+
+	// Over reports that the request was admitted beyond the configured
+	// limit, within a soft or elastic margin.
+	Over bool
+
+	// Blocked reports that the key is serving a block_for penalty.
+	Blocked bool
+}
+
+// Hit is one limit applied to one key with a cost.
+type Hit struct {
+	// Key identifies the counter. Keys of different limits must differ:
+	// the caller includes the limit's identity (the rules do).
+	Key string
+
+	// Limit is what to enforce. It must be valid (Limit.Validate) and must
+	// not change while it is in use.
+	Limit *Limit
+
+	// Cost is the number of hits to apply, 0 <= Cost <= MaxCost.
+	// Zero is a peek: it consumes nothing and reports the state.
+	Cost int64
+}

@@ -1,0 +1,123 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Limiter decides requests against a Store. It validates its input, so
+// that a store never sees a negative cost or an oversized key. It is safe for
+// concurrent use.
+type Limiter struct {
+	store Store
+}
+
+// NewLimiter returns a Limiter over store.
+func NewLimiter(store Store) *Limiter { return &Limiter{store: store} }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Allow is shorthand for AllowN(ctx, key, limit, 1). Most callers want it.
+func (l *Limiter) Allow(ctx context.Context, key string, limit *Limit) (Decision, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN applies cost n of limit to key and returns the decision. n = 0
+// peeks without consuming.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
+	hits := [1]Hit{{Key: key, Limit: limit, Cost: n}}
+	var out [1]Decision
+	return l.DecideInto(ctx, hits[:], out[:])
+}
+
+// Decide applies all hits together, all-or-nothing, and returns the overall
+// decision and the decision of each hit.
+func (l *Limiter) Decide(ctx context.Context, hits []Hit) (Decision, []Decision, error) {
+	out := make([]Decision, len(hits))
+	d, err := l.DecideInto(ctx, hits, out)
+	return d, out, err
+}
+
+// DecideInto is Decide writing the per-hit decisions into out, which must
+// have at least len(hits) elements; it does not allocate.
+func (l *Limiter) DecideInto(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
+	if err := ValidateHits(hits); err != nil {
+		return Decision{}, err
+	}
+	if len(out) < len(hits) {
+		return Decision{}, fmt.Errorf("sluice: %d decisions for %d hits", len(out), len(hits))
+	}
+	if len(hits) == 0 {
+		return Decision{Allowed: true, Index: -1}, nil
+	}
+	out = out[:len(hits)]
+	if err := l.store.Take(ctx, hits, out); err != nil {
+		return Decision{}, err
+	}
+	return Overall(hits, out), nil
+}
+
+// ErrInvalid wraps every input error of ValidateHits, so that transports can
+// tell bad requests (errors.Is(err, ErrInvalid)) from store failures.
+var ErrInvalid = errors.New("invalid request")
+
+// ValidateHits reports the first problem with hits, wrapping ErrInvalid.
+func ValidateHits(hits []Hit) error {
+	if len(hits) > MaxHits {
+		return fmt.Errorf("%w: %d limits in one request (at most %d)", ErrInvalid, len(hits), MaxHits)
+	}
+	for i := range hits {
+		h := &hits[i]
+		switch {
+		case h.Limit == nil:
+			return fmt.Errorf("%w: hit %d has no limit", ErrInvalid, i)
+		case len(h.Key) > MaxKeyLen:
+			return fmt.Errorf("%w: key of %d bytes (at most %d)", ErrInvalid, len(h.Key), MaxKeyLen)
+		case h.Cost < 0:
+			return fmt.Errorf("%w: negative cost %d", ErrInvalid, h.Cost)
+		case h.Cost > MaxCost:
+			return fmt.Errorf("%w: cost %d is too large (at most %d)", ErrInvalid, h.Cost, int64(MaxCost))
+		}
+		if err := h.Limit.Validate(); err != nil {
+			return fmt.Errorf("%w: limit %q: %v", ErrInvalid, h.Limit.Name, err)
+		}
+	}
+	return nil
+}
+
+// Overall combines per-hit decisions into the decision of the request: the
+// denying (non-shadow) hit with the longest RetryAfter, or when every hit
+// allows, the hit with the least Remaining. Shadow is set when any shadow
+// hit would have denied.
+func Overall(hits []Hit, out []Decision) Decision {
+	best := -1
+	allowed := true
+	shadow := false
+	for i := range out[:len(hits)] {
+		d := &out[i]
+		d.Index = i
+		if !d.Allowed && hits[i].Limit.Shadow {
+			shadow = true
+			d.Shadow = true
+			continue
+		}
+		switch {
+		case !d.Allowed:
+			if allowed || d.RetryAfter > out[best].RetryAfter {
+				best = i
+			}
+			allowed = false
+		case allowed && (best < 0 || d.Remaining < out[best].Remaining):
+			best = i
+		}
+	}
+	if best < 0 {
+		// Only shadow hits, all of which would deny: the request passes.
+		return Decision{Allowed: true, Index: -1, Shadow: shadow, Limit: out[0].Limit, ResetAfter: out[0].ResetAfter}
+	}
+	d := out[best]
+	d.Shadow = shadow
+	return d
+}

@@ -1,0 +1,27 @@
+package sluice
+
+import "context"
+
+// Store applies hits to their keys atomically. It is the one seam between
+// the limiter and where state lives (memstore, redisstore).
+//
+// Take decides hits together and writes the decision of hits[i] to out[i]
+// (len(out) >= len(hits)). The contract, which storetest checks for every
+// store:
+//
+//   - The request is allowed when every hit whose limit is not in shadow
+//     mode allows it.
+//   - If the request is allowed, every hit that allows is consumed (a
+//     shadow hit that would deny is not); if it is denied, no hit is
+//     consumed, except that a denying limit with BlockFor starts its block.
+//   - Hits of cost 0 consume nothing.
+//   - Hits on the same key are applied in order, each seeing the previous.
+//   - The store owns the clock: memstore reads its Now field, redisstore
+//     asks Redis.
+//
+// An error means the store failed and says nothing of the limits; out is
+// then undefined. Callers validate hits first (Limiter does); a store may
+// assume valid input.
+type Store interface {
+	Take(ctx context.Context, hits []Hit, out []Decision) error
+}
