@@ -1,0 +1,19 @@
+# Thin wrappers: the scripts are the source of truth (they work without make).
+.PHONY: test bench lint fuzz build
+
+build:
+	go build -o bin/sluice ./cmd/sluice
+
+test:
+	scripts/test
+
+bench:
+	scripts/bench
+
+lint:
+	gofmt -l $$(git ls-files '*.go')
+	go vet ./...
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+fuzz:
+	scripts/fuzz
