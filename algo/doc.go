@@ -8,9 +8,9 @@
 //
 // Five algorithms keep one fixed-size [State] per key (fixed window, token
 // bucket, leaky bucket, GCRA, sliding window counter) and are evaluated by
-// [Step]. The sliding log keeps a list of timestamps per key ([Log]); the
-// count-min sketch keeps one table per limit, shared by all its keys
-// ([Sketch]).
+// [Step]. The sliding log keeps a list of timestamped entries per key
+// ([LogStep], [LogAppend]); the count-min sketch keeps one table per limit,
+// shared by all its keys ([CMSketch]).
 //
 // All arithmetic saturates instead of overflowing; a result that can never
 // become true (a cost above the capacity, a zero limit) has RetryAfter equal

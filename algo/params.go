@@ -117,14 +117,15 @@ func (p *Params) Validate() error {
 			return fmt.Errorf("discrete refill needs a whole number of tokens per interval: rate %d per %dns over an interval of %dns is not", p.Rate, p.Period, p.Interval)
 		}
 	}
-	if (p.Kind == SlidingWindow) && p.Capacity > MaxSlidingWindowCapacity {
-		return fmt.Errorf("sliding_window counts at most %d requests per window, got %d (use gcra or token_bucket for larger rates)", MaxSlidingWindowCapacity, p.Capacity)
+	if (p.Kind == SlidingWindow || p.Kind == Sketch) && p.Capacity > MaxSlidingWindowCapacity {
+		return fmt.Errorf("%s counts at most %d requests per window, got %d (use gcra or token_bucket for larger rates)", p.Kind, MaxSlidingWindowCapacity, p.Capacity)
 	}
 	return nil
 }
 
 // MaxSlidingWindowCapacity is the largest capacity of a sliding window
-// counter: its state packs the previous and current counts into 32 bits each.
+// counter and of a sketch: the sliding window's state packs the previous and
+// current counts into 32 bits each, and the sketch's counters are 32-bit.
 const MaxSlidingWindowCapacity = math.MaxUint32 - 1
 
 // State is the fixed-size state of one key for the algorithms evaluated by
