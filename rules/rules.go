@@ -1,0 +1,87 @@
+package rules
+
+import (
+	"github.com/sluicehq/sluice"
+)
+
+// Domain is the parsed rules of one domain: one rules file. It is immutable
+// once parsed.
+type Domain struct {
+	// Name is the domain, as in the file's `domain:` key.
+	Name string
+
+	// File is the name the rules were parsed under.
+	File string
+
+	// Capacity is the domain-wide limit applied once to every request of
+	// the domain (the `capacity:` extension), or nil.
+	Capacity *sluice.Limit
+
+	// Rules lists every descriptor of the file, nested ones included, in
+	// file order (depth first).
+	Rules []*Rule
+
+	// Warnings lists what the file says that has no effect, but loads in
+	// envoyproxy/ratelimit and therefore loads here too: keys that Envoy
+	// accepts anywhere and ignores where they stand, a requests_per_unit
+	// next to unlimited, a replaces that names no limit of the domain.
+	Warnings []Problem
+
+	root  Rule
+	names map[string]bool // every rate_limit name of the domain
+	sum   [32]byte        // sha256 of the source
+}
+
+// Rule is one descriptor of a rules file: a key, an optional value, and
+// optionally the limits that apply to requests reaching it.
+type Rule struct {
+	// Key and Value as written; Value is empty for a value-less rule,
+	// which gives every distinct request value its own counter. A Value
+	// ending in '*' is a wildcard: it matches any value with that prefix.
+	Key, Value string
+
+	// Parent is the enclosing descriptor, nil at the top level.
+	Parent *Rule
+
+	// StatKey is Envoy's stats key of the rule: the domain and the
+	// key_value (or key) of every descriptor on the path, joined by dots,
+	// e.g. "messaging.message_type_marketing.to_number".
+	StatKey string
+
+	// Name is the rate_limit name that `replaces` refers to; empty if none.
+	Name string
+
+	// Replaces lists the names of the limits this rule's limits replace.
+	Replaces []string
+
+	// Limits are the compiled limits of the rule, all enforced together;
+	// empty when the rule has no rate_limit or is unlimited.
+	Limits []*sluice.Limit
+
+	// Unlimited reports `unlimited: true`: the request matches but no limit
+	// is enforced.
+	Unlimited bool
+
+	// The descriptor flags, with Envoy's meaning.
+	ShadowMode     bool // shadow_mode: evaluate and report, never deny
+	DetailedMetric bool // detailed_metric: stats key carries request values
+	ValueToMetric  bool // value_to_metric: this level's request value in the stats key
+	ShareThreshold bool // share_threshold: all values matching this wildcard share a counter
+
+	// Position of the descriptor in its file.
+	File         string
+	Line, Column int
+
+	composite string           // key, or key_value: Envoy's map key
+	children  map[string]*Rule // by composite
+	wildcards []*Rule          // children whose composite ends in '*', in file order
+	limited   bool             // has a rate_limit block (limits or unlimited)
+	depth     int              // 1 at the top level
+	ident     string           // length-prefixed path, part of counter keys
+	tags      []string         // per limit: index, algorithm and period, part of counter keys
+}
+
+// HasRateLimit reports whether the rule has a rate_limit (or rate_limits)
+// block, unlimited included: a request whose last entry reaches a rule
+// without one matches nothing.
+func (r *Rule) HasRateLimit() bool { return r.limited }
