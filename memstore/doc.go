@@ -1,0 +1,60 @@
+// Package memstore is the embedded, in-memory [sluice.Store]: one process,
+// no servers. Most callers want
+//
+//	lim := sluice.NewLimiter(memstore.New(memstore.Config{}))
+//
+// # Layout
+//
+// Keys are not stored: a key is the 64-bit xxh3 hash of its string, seeded
+// with a random per-store seed (so that clients cannot aim keys at one slot,
+// hash flooding) and mixed with the limit's parameters (algorithm, rate,
+// period, capacity, refill interval), so that two limits given the same key
+// string keep separate state. Two distinct keys collide with probability
+// 2^-64; among k live keys the chance that any two collide is about
+// k²/2^65, 3·10^-8 at a billion keys. A collision makes two clients share
+// one counter; it never corrupts the store.
+//
+// The five algorithms with one fixed-size state per key (fixed window, token
+// bucket, leaky bucket, GCRA, sliding window counter) live in sharded
+// open-addressing tables of 24-byte inline entries with no pointers:
+// linear probing with Robin Hood insertion and backward-shift deletion, at a
+// load of up to 92%, growing by 1.2x, so a table holds at most about 31
+// bytes per key. A decision on an existing key, or on a new key that fits,
+// does not allocate. Sliding logs are per-key lists in a map per shard.
+// Sketches are one count-min sketch per sketch limit (name, rate, period,
+// capacity, width, depth), shared by all its keys.
+//
+// # Expiry
+//
+// Every state records when it becomes equivalent to a fresh key (its idle-at
+// time, algo.State.A). Idle entries are dropped by a background sweep every
+// Config.SweepInterval, when a table is resized, and when a lookup meets
+// them. Sliding logs expire a period after their newest entry, sketches two
+// periods after their last hit, block_for penalties when they end.
+//
+// # Memory cap and eviction
+//
+// Config.MaxBytes caps the estimate reported by [Store.Bytes]. The budget is
+// split evenly across the shards, after the fixed size of the sketches. When
+// a new key would take a shard over its share, the shard first drops its
+// idle entries; if that is not enough it evicts, among 8 entries sampled
+// from a random slot, the one with the earliest idle-at time: the client
+// whose counter would have been forgotten soonest anyway. Sliding logs are
+// evicted the same way, by sampling the shard's logs. Evicting a key hands
+// that client a fresh quota (and ends a block_for penalty early): the cap
+// trades exactness for bounded memory, so size it for the keys you expect
+// and watch [Store.Len]. Sketches are never evicted; their memory is fixed
+// per sketch limit.
+//
+// # Snapshots
+//
+// [Store.WriteFile] (or [Store.Snapshot]) saves every live state, the seed,
+// the sliding logs, the sketches and the block_for penalties in a versioned
+// binary format with a CRC-32C checksum; [Store.LoadFile] (or
+// [Store.Restore]) loads it, so that a restart does not hand every client a
+// fresh quota. States hold absolute times, so a snapshot restored after
+// downtime is still exact: whatever expired in between is dropped.
+//
+// This package imports the sluice root package, algo, xxh3 and the standard
+// library; nothing imports it but callers and the command.
+package memstore

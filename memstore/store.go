@@ -1,0 +1,697 @@
+package memstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// Config configures a Store. The zero value is ready to use: every field's
+// zero value means the default written in its comment.
+type Config struct {
+	// Now returns the current time. Nil means time.Now. The store owns the
+	// clock: each Take reads it once and decides every hit at that time.
+	Now func() time.Time
+
+	// Shards is the number of independently locked parts of the store,
+	// rounded up to a power of two, at most 1024. Zero means 16 per
+	// GOMAXPROCS.
+	Shards int
+
+	// MaxBytes caps the memory estimate of the store (Bytes). When a new
+	// key would exceed it, the store evicts as the package documentation
+	// says, handing the evicted client a fresh quota. Zero means no cap.
+	MaxBytes int64
+
+	// SweepInterval is how often a background goroutine drops idle keys.
+	// Zero means one minute; negative means no background sweep (call
+	// Sweep yourself, or rely on resizing and lookups to reclaim them).
+	SweepInterval time.Duration
+
+	// Seed seeds the hash of the keys. Zero means a random seed, which is
+	// what you want: a known seed lets clients choose keys that collide.
+	// Restoring a snapshot replaces the seed with the snapshot's.
+	Seed uint64
+}
+
+// Defaults of Config.
+const (
+	DefaultSweepInterval = time.Minute
+	MaxShards            = 1024
+)
+
+// Store is the in-memory sluice.Store. It is safe for concurrent use. Create
+// it with New and stop its background sweep with Close.
+type Store struct {
+	now      func() time.Time
+	seed     atomic.Uint64
+	shards   []shard
+	mask     uint64
+	maxBytes int64
+	sketches sketchSet
+	evicted  atomic.Int64
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// shard is one independently locked part of the store: a table of the
+// one-state algorithms (and block_for penalties) and the sliding logs whose
+// key hashes fall in it. It is padded to two cache lines so that the
+// mutexes of neighbouring shards never share one.
+type shard struct {
+	mu       sync.Mutex
+	t        table
+	logs     map[uint64]logList
+	logBytes int64  // estimate of the memory held by logs
+	rng      uint64 // state of the eviction sampler
+	_        [64]byte
+}
+
+// logList is the sliding log of one key.
+type logList struct {
+	idle int64 // the list is empty at and after idle
+	e    []algo.LogEntry
+}
+
+// Estimates of the memory held by a sliding log: per key (map slot, list
+// header, bookkeeping) and per entry.
+const (
+	logKeyBytes   = 64
+	logEntryBytes = 16
+	shardBytes    = 128
+)
+
+// New returns a Store configured by cfg and starts its background sweep.
+func New(cfg Config) *Store {
+	n := cfg.Shards
+	if n <= 0 {
+		n = 16 * runtime.GOMAXPROCS(0)
+	}
+	n = min(n, MaxShards)
+	n = 1 << bits.Len(uint(n-1))
+	s := &Store{
+		now:      cfg.Now,
+		shards:   make([]shard, n),
+		mask:     uint64(n - 1),
+		maxBytes: max(cfg.MaxBytes, 0),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	seed := cfg.Seed
+	for seed == 0 {
+		var b [8]byte
+		rand.Read(b[:])
+		seed = binary.LittleEndian.Uint64(b[:])
+	}
+	s.seed.Store(seed)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.logs = make(map[uint64]logList)
+		sh.rng = mix64(seed + uint64(i))
+	}
+	s.sketches.m = make(map[sketchID]*sketchSlot)
+	every := cfg.SweepInterval
+	if every == 0 {
+		every = DefaultSweepInterval
+	}
+	if every > 0 {
+		go s.sweepLoop(every)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the background sweep. The store remains usable. Close is
+// idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+func (s *Store) sweepLoop(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+// mix64 is a bijective 64-bit finalizer (the one of MurmurHash3).
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
+}
+
+// paramsMix folds a limit's parameters into the key seed, so that two
+// limits given the same key string keep separate state.
+func paramsMix(p *algo.Params) uint64 {
+	x := uint64(p.Kind)<<56 ^
+		uint64(p.Rate)*0x9e3779b97f4a7c15 ^
+		uint64(p.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(p.Capacity)*0x165667b19e3779f9 ^
+		uint64(p.Interval)*0xd6e8feb86659fd93
+	return mix64(x)
+}
+
+// keyHash returns the 64-bit identity of key under limit parameters p,
+// never 0 (the empty slot).
+func (s *Store) keyHash(key string, p *algo.Params) uint64 {
+	h := xxh3.HashStringSeed(key, s.seed.Load()^paramsMix(p))
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// blockKey derives the key of the block_for penalty of key k.
+func blockKey(k uint64) uint64 {
+	b := mix64(k ^ 0x5bd1e9955bd1e995)
+	if b == 0 {
+		b = 1
+	}
+	return b
+}
+
+func (s *Store) shardOf(k uint64) int { return int(k & s.mask) }
+
+// addSat returns a+b for b >= 0, saturated at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// Take implements sluice.Store; see its documentation for the contract.
+func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(out) < len(hits) {
+		return fmt.Errorf("memstore: %d decisions for %d hits", len(out), len(hits))
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	now := s.now().UnixNano()
+	if h := &hits[0]; len(hits) == 1 && h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
+		s.takeOne(h, &out[0], now)
+		return nil
+	}
+	s.takeMany(hits, out, now)
+	return nil
+}
+
+// takeOne is Take for the common request: one hit of a one-state algorithm
+// without block_for.
+func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64) {
+	p := h.Limit.Params()
+	k := s.keyHash(h.Key, &p)
+	sh := &s.shards[s.shardOf(k)]
+	sh.mu.Lock()
+	var st algo.State
+	i := sh.t.find(k)
+	if i >= 0 {
+		st = sh.t.slots[i].st
+		if st.A <= now {
+			sh.t.remove(i)
+			i, st = -1, algo.State{}
+		}
+	}
+	next, r := algo.Step(&p, st, now, h.Cost)
+	if r.Allowed && h.Cost > 0 {
+		s.putAt(sh, i, k, next, now)
+	}
+	sh.mu.Unlock()
+	*out = h.Limit.Decide(r, &p)
+}
+
+// Where the state of a hit lives.
+const (
+	inTable = iota
+	inLog
+	inSketch
+)
+
+// op is the working state of one hit in takeMany.
+type op struct {
+	p       algo.Params
+	k       uint64 // key hash
+	bk      uint64 // key of the block_for penalty, 0 without BlockFor
+	until   int64  // end of an active block_for penalty, 0 if none
+	where   uint8
+	sk      *sketchSlot
+	prev    int             // the previous hit on the same state, or -1
+	base    algo.State      // inTable: the state the hit saw
+	next    algo.State      // inTable: the state if committed
+	log     []algo.LogEntry // inLog: the list the hit saw
+	expired int             // inLog: expired prefix of log
+	pend    int64           // inSketch: cost of earlier hits on the same key
+	r       algo.Result
+}
+
+// commits reports whether a hit consumes if its request is allowed.
+func (o *op) commits(cost int64) bool { return o.r.Allowed && cost > 0 && o.until == 0 }
+
+const smallOps = 4
+
+var opPool = sync.Pool{New: func() any { return new([sluice.MaxHits]op) }}
+
+func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
+	var small [smallOps]op
+	var ops []op
+	switch {
+	case len(hits) <= smallOps:
+		ops = small[:len(hits)]
+	case len(hits) <= sluice.MaxHits:
+		big := opPool.Get().(*[sluice.MaxHits]op)
+		defer opPool.Put(big)
+		ops = big[:len(hits)]
+	default:
+		ops = make([]op, len(hits))
+	}
+	for i := range hits {
+		h := &hits[i]
+		o := &ops[i]
+		*o = op{p: h.Limit.Params(), prev: -1}
+		o.k = s.keyHash(h.Key, &o.p)
+		if h.Limit.BlockFor > 0 {
+			o.bk = blockKey(o.k)
+		}
+		switch h.Limit.Algorithm {
+		case algo.SlidingLog:
+			o.where = inLog
+		case algo.Sketch:
+			o.where = inSketch
+			o.sk = s.sketches.get(h.Limit, &o.p)
+		default:
+			o.where = inTable
+		}
+		for j := i - 1; j >= 0; j-- {
+			if q := &ops[j]; q.k == o.k && q.where == o.where && q.sk == o.sk {
+				o.prev = j
+				break
+			}
+		}
+	}
+
+	var locked [MaxShards / 64]uint64
+	for i := range ops {
+		o := &ops[i]
+		if o.where != inSketch {
+			sh := s.shardOf(o.k)
+			locked[sh/64] |= 1 << (sh % 64)
+		}
+		if o.bk != 0 {
+			sh := s.shardOf(o.bk)
+			locked[sh/64] |= 1 << (sh % 64)
+		}
+	}
+	for {
+		s.lockShards(&locked)
+		if lockSketches(ops) {
+			break
+		}
+		// A sketch was dropped by a sweep or a restore between lookup and
+		// lock: look it up again.
+		unlockSketches(ops)
+		s.unlockShards(&locked)
+		for i := range ops {
+			if o := &ops[i]; o.where == inSketch {
+				o.sk = s.sketches.get(hits[i].Limit, &o.p)
+			}
+		}
+	}
+
+	allowed := true
+	for i := range ops {
+		s.evaluate(hits, ops, i, now)
+		if !ops[i].r.Allowed && !hits[i].Limit.Shadow {
+			allowed = false
+		}
+	}
+	for i := range ops {
+		o, h := &ops[i], &hits[i]
+		switch {
+		case allowed && o.commits(h.Cost):
+			s.commit(o, h, now)
+		case !o.r.Allowed && o.until == 0 && o.bk != 0 && h.Cost > 0:
+			// A denial (by an enforced limit, or by a shadow limit that
+			// reports what enforcing it would do) starts a block_for penalty.
+			o.until = addSat(now, int64(h.Limit.BlockFor))
+			s.put(&s.shards[s.shardOf(o.bk)], o.bk, algo.State{A: o.until}, now)
+		}
+	}
+	unlockSketches(ops)
+	s.unlockShards(&locked)
+
+	for i := range ops {
+		o, l := &ops[i], hits[i].Limit
+		if o.until == 0 {
+			out[i] = l.Decide(o.r, &o.p)
+			continue
+		}
+		left := time.Duration(o.until - now)
+		d := l.Decide(o.r, &o.p)
+		d.Allowed = false
+		d.Remaining = 0
+		d.Blocked = true
+		d.RetryAfter = max(d.RetryAfter, left)
+		d.ResetAfter = max(d.ResetAfter, left)
+		out[i] = d
+	}
+}
+
+// evaluate decides hit i on the state it would see: the stored state, or
+// the pending state of the previous hit on the same key.
+func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
+	o, h := &ops[i], &hits[i]
+	if o.bk != 0 {
+		sh := &s.shards[s.shardOf(o.bk)]
+		if j := sh.t.find(o.bk); j >= 0 {
+			if until := sh.t.slots[j].st.A; until > now {
+				o.until = until
+			} else {
+				sh.t.remove(j)
+			}
+		}
+	}
+	var q *op
+	if o.prev >= 0 {
+		q = &ops[o.prev]
+	}
+	switch o.where {
+	case inTable:
+		switch {
+		case q != nil && q.commits(hits[o.prev].Cost):
+			o.base = q.next
+		case q != nil:
+			o.base = q.base
+		default:
+			sh := &s.shards[s.shardOf(o.k)]
+			if j := sh.t.find(o.k); j >= 0 {
+				if st := sh.t.slots[j].st; st.A > now {
+					o.base = st
+				} else {
+					sh.t.remove(j)
+				}
+			}
+		}
+		if o.until == 0 {
+			o.next, o.r = algo.Step(&o.p, o.base, now, h.Cost)
+		}
+	case inLog:
+		switch {
+		case q != nil && q.commits(hits[o.prev].Cost):
+			// The list as the previous hit would leave it, copied so that
+			// the stored list stays untouched until commit.
+			pending := make([]algo.LogEntry, len(q.log), len(q.log)+1)
+			copy(pending, q.log)
+			o.log = algo.LogAppend(pending, q.expired, now, hits[o.prev].Cost)
+		case q != nil:
+			o.log = q.log
+		default:
+			o.log = s.shards[s.shardOf(o.k)].logs[o.k].e
+		}
+		if o.until == 0 {
+			o.expired, o.r = algo.LogStep(&o.p, o.log, now, h.Cost)
+		}
+	case inSketch:
+		if q != nil {
+			o.pend = q.pend
+			if q.commits(hits[o.prev].Cost) {
+				o.pend += hits[o.prev].Cost
+			}
+		}
+		if o.until == 0 {
+			o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
+		}
+	}
+}
+
+// commit consumes an allowed hit.
+func (s *Store) commit(o *op, h *sluice.Hit, now int64) {
+	switch o.where {
+	case inTable:
+		s.put(&s.shards[s.shardOf(o.k)], o.k, o.next, now)
+	case inLog:
+		sh := &s.shards[s.shardOf(o.k)]
+		ll, ok := sh.logs[o.k]
+		if !ok {
+			sh.logBytes += logKeyBytes
+		}
+		c := cap(ll.e)
+		ll.e = algo.LogAppend(ll.e, o.expired, now, h.Cost)
+		ll.idle = max(ll.idle, addSat(now, o.p.Period))
+		sh.logs[o.k] = ll
+		sh.logBytes += int64(cap(ll.e)-c) * logEntryBytes
+		s.trimLogs(sh, o.k)
+	case inSketch:
+		o.sk.s.Add(o.k, now, h.Cost)
+		o.sk.idle = max(o.sk.idle, addSat(now, addSat(o.p.Period, o.p.Period)))
+	}
+}
+
+// put stores st under k in sh, or deletes k if st is idle at now.
+func (s *Store) put(sh *shard, k uint64, st algo.State, now int64) {
+	s.putAt(sh, sh.t.find(k), k, st, now)
+}
+
+// putAt is put with i the slot of k in sh's table, or -1 if absent.
+func (s *Store) putAt(sh *shard, i int, k uint64, st algo.State, now int64) {
+	switch {
+	case i >= 0 && st.A > now:
+		sh.t.slots[i].st = st
+	case i >= 0:
+		sh.t.remove(i)
+	case st.A > now:
+		s.insert(sh, k, st, now)
+	}
+}
+
+func (s *Store) lockShards(set *[MaxShards / 64]uint64) {
+	for w, bitsSet := range set {
+		for b := bitsSet; b != 0; b &= b - 1 {
+			s.shards[w*64+bits.TrailingZeros64(b)].mu.Lock()
+		}
+	}
+}
+
+func (s *Store) unlockShards(set *[MaxShards / 64]uint64) {
+	for w, bitsSet := range set {
+		for b := bitsSet; b != 0; b &= b - 1 {
+			s.shards[w*64+bits.TrailingZeros64(b)].mu.Unlock()
+		}
+	}
+}
+
+// insert adds k, absent from sh, making room first if the table is full.
+func (s *Store) insert(sh *shard, k uint64, st algo.State, now int64) {
+	if sh.t.n >= limitFor(len(sh.t.slots)) {
+		s.makeRoom(sh, now, s.budget())
+	}
+	sh.t.insert(k, st)
+}
+
+// budget returns the bytes each shard may hold, or 0 for no cap.
+func (s *Store) budget() int64 {
+	if s.maxBytes == 0 {
+		return 0
+	}
+	return max((s.maxBytes-s.sketches.bytes.Load())/int64(len(s.shards))-shardBytes, 1)
+}
+
+// makeRoom makes room for one more entry in the full table of sh: it grows
+// the table (dropping idle entries) if the shard's budget of b bytes allows
+// (b = 0: no cap), and otherwise evicts one entry.
+func (s *Store) makeRoom(sh *shard, now int64, b int64) {
+	t := &sh.t
+	if len(t.slots) == 0 {
+		t.rebuild(minCap, now)
+		return
+	}
+	if b > 0 && int64(capFor(t.n+1))*entryBytes+sh.logBytes > b {
+		if c := int((b - sh.logBytes) / entryBytes); c > len(t.slots) {
+			t.rebuild(c, now)
+			if t.n < limitFor(len(t.slots)) {
+				return
+			}
+		}
+		s.evict(sh, now)
+		return
+	}
+	t.rebuild(capFor(t.live(now)+1), now)
+}
+
+// evictSample is how many entries (or logs) eviction compares.
+const evictSample = 8
+
+func (sh *shard) rand() uint64 {
+	sh.rng += 0x9e3779b97f4a7c15
+	return mix64(sh.rng)
+}
+
+// evict removes, among evictSample entries from a random slot of sh's
+// table, the one with the earliest idle-at time.
+func (s *Store) evict(sh *shard, now int64) {
+	t := &sh.t
+	c := len(t.slots)
+	hi, _ := bits.Mul64(sh.rand(), uint64(c))
+	i := int(hi)
+	best, bestA := -1, int64(0)
+	for seen, probes := 0, 0; seen < evictSample && probes < c; probes++ {
+		if e := &t.slots[i]; e.key != 0 {
+			if best < 0 || e.st.A < bestA {
+				best, bestA = i, e.st.A
+			}
+			seen++
+		}
+		if i++; i == c {
+			i = 0
+		}
+	}
+	if best >= 0 {
+		if bestA > now {
+			s.evicted.Add(1)
+		}
+		t.remove(best)
+	}
+}
+
+// trimLogs evicts sliding logs of sh other than keep while sh is over its
+// share of the memory cap.
+func (s *Store) trimLogs(sh *shard, keep uint64) {
+	if b := s.budget(); b > 0 {
+		trimLogsBudget(sh, keep, b, &s.evicted)
+	}
+}
+
+// trimLogsBudget evicts sliding logs of sh other than keep while sh holds
+// more than b bytes: each time, among evictSample logs, the one that goes
+// idle first.
+func trimLogsBudget(sh *shard, keep uint64, b int64, evicted *atomic.Int64) {
+	for sh.t.bytes()+sh.logBytes > b {
+		var victim uint64
+		var victimIdle int64
+		seen := 0
+		for k, ll := range sh.logs {
+			if k == keep {
+				continue
+			}
+			if seen == 0 || ll.idle < victimIdle {
+				victim, victimIdle = k, ll.idle
+			}
+			if seen++; seen == evictSample {
+				break
+			}
+		}
+		if seen == 0 {
+			return
+		}
+		dropLog(sh, victim)
+		evicted.Add(1)
+	}
+}
+
+func dropLog(sh *shard, k uint64) {
+	sh.logBytes -= logKeyBytes + int64(cap(sh.logs[k].e))*logEntryBytes
+	delete(sh.logs, k)
+}
+
+// sweepChunk is how many table slots Sweep examines per lock.
+const sweepChunk = 4096
+
+// Sweep drops every idle key, log, sketch and expired penalty, shrinks
+// tables that have emptied, and returns how many entries it dropped. The
+// background sweep calls it every Config.SweepInterval; it holds each
+// shard's lock only briefly.
+func (s *Store) Sweep() int {
+	removed := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		for from := 0; ; from += sweepChunk {
+			now := s.now().UnixNano()
+			sh.mu.Lock()
+			if from >= len(sh.t.slots) {
+				sh.mu.Unlock()
+				break
+			}
+			removed += sh.t.sweep(from, from+sweepChunk, now)
+			sh.mu.Unlock()
+		}
+		now := s.now().UnixNano()
+		sh.mu.Lock()
+		for k, ll := range sh.logs {
+			if ll.idle <= now {
+				dropLog(sh, k)
+				removed++
+			}
+		}
+		if c := capFor(sh.t.n); float64(len(sh.t.slots)) > float64(c)*growth*growth {
+			sh.t.rebuild(c, now)
+		}
+		sh.mu.Unlock()
+	}
+	removed += s.sketches.sweep(s.now().UnixNano())
+	return removed
+}
+
+// Len returns the number of keys the store holds state for: one-state keys,
+// sliding logs and active block_for penalties. Keys of sketch limits have no
+// state of their own and are not counted.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.t.n + len(sh.logs)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Bytes returns an estimate of the memory the store holds: its tables,
+// sliding logs and sketches. Config.MaxBytes caps it.
+func (s *Store) Bytes() int64 {
+	n := s.sketches.bytes.Load()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += shardBytes + sh.t.bytes() + sh.logBytes
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evictions returns how many live keys the memory cap has evicted since the
+// store was created.
+func (s *Store) Evictions() int64 { return s.evicted.Load() }
