@@ -1,0 +1,455 @@
+package rules
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Entry is one key/value pair of a request descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Override is a limit carried by the request itself, as Envoy's
+// RateLimitDescriptor.limit: it replaces the rules for its descriptor with
+// a fixed window of RequestsPerUnit per Unit (times UnitMultiplier).
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            Unit
+	UnitMultiplier  uint32 // 0 means 1
+}
+
+// Descriptor is one descriptor of a request: ordered entries, the cost of
+// the request for it, and optionally its own limit.
+type Descriptor struct {
+	Entries []Entry
+
+	// Cost is the number of hits to apply (Envoy's hits_addend, resolved
+	// by the caller); 0 peeks.
+	Cost int64
+
+	// Override, when set, applies instead of the rules.
+	Override *Override
+}
+
+// MaxEntryLen bounds the key and the value of a request entry, in bytes.
+const MaxEntryLen = 1024
+
+// Status says what a request descriptor matched.
+type Status uint8
+
+const (
+	// NoMatch: no rule applies (the domain is unknown, the walk stopped
+	// short, or the rule reached has no rate_limit). The descriptor is
+	// allowed, as in Envoy.
+	NoMatch Status = iota
+	// Limited: the rule's limits are among the plan's hits.
+	Limited
+	// Unlimited: the rule reached is `unlimited: true`.
+	Unlimited
+	// Replaced: the rule's named limit is replaced by another matched
+	// limit of the request (`replaces`) and is not enforced.
+	Replaced
+	// Overridden: the descriptor's own Override is enforced.
+	Overridden
+)
+
+var statusNames = [...]string{"no_match", "limited", "unlimited", "replaced", "overridden"}
+
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "rules.Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Match is the outcome for one request descriptor.
+type Match struct {
+	Status Status
+
+	// Rule is the rule reached (Limited, Unlimited, Replaced), else nil.
+	Rule *Rule
+
+	// First and Count locate the descriptor's hits: Plan.Hits[First :
+	// First+Count]. Count is zero unless Status is Limited or Overridden.
+	First, Count int
+
+	// StatKey is the Envoy stats key of the match: the rule's StatKey, or
+	// with detailed_metric or value_to_metric the request values where
+	// Envoy puts them; for an override, the domain and the descriptor's
+	// entries. Empty for NoMatch.
+	StatKey string
+
+	lv                 int // first level in Plan.levels
+	statStart, statEnd int // StatKey span in the plan's buffer, statStart < 0 if none
+}
+
+// Plan is the matching of one request: the hits to decide together and,
+// per request descriptor, what it matched. Reuse a Plan across requests to
+// avoid allocation; its contents are valid until the next Config.Plan
+// call with it. The zero value is ready to use.
+type Plan struct {
+	// Domain is the request's domain, nil when the Config has no such
+	// domain (every descriptor then matches nothing).
+	Domain *Domain
+
+	// Hits are the limits to decide together, all-or-nothing, in the order
+	// of the descriptors; the domain capacity last.
+	Hits []sluice.Hit
+
+	// Matches has one element per request descriptor.
+	Matches []Match
+
+	// Capacity is the index in Hits of the domain capacity hit, -1 if none.
+	Capacity int
+
+	buf       []byte
+	scratch   []byte
+	levels    []level
+	spans     []int // per hit: end of its key in buf; starts at the previous end or at keyStart
+	starts    []int
+	replacing []string
+}
+
+type level struct {
+	rule   *Rule
+	how    uint8
+	shared bool
+}
+
+const (
+	howNone uint8 = iota
+	howExact
+	howWildcard
+	howDefault
+)
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sluice.ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// Plan matches the descriptors of a request for domain and fills p with the
+// hits to decide and what each descriptor matched. An error (wrapping
+// sluice.ErrInvalid) means the request itself is invalid; an unknown domain
+// is not an error but matches nothing.
+func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
+	p.Domain = nil
+	p.Hits = p.Hits[:0]
+	p.Matches = p.Matches[:0]
+	p.Capacity = -1
+	p.buf = p.buf[:0]
+	p.levels = p.levels[:0]
+	p.spans = p.spans[:0]
+	p.starts = p.starts[:0]
+	p.replacing = p.replacing[:0]
+
+	if domain == "" {
+		return invalid("rate limit domain must not be empty")
+	}
+	if len(descs) == 0 {
+		return invalid("rate limit descriptor list must not be empty")
+	}
+	for i := range descs {
+		if err := checkDescriptor(i, &descs[i]); err != nil {
+			return err
+		}
+	}
+	for range descs {
+		p.Matches = append(p.Matches, Match{statStart: -1})
+	}
+	d := c.domains[domain]
+	if d == nil {
+		return nil
+	}
+	p.Domain = d
+
+	// Match every descriptor, collecting the names replaced.
+	for i := range descs {
+		m := &p.Matches[i]
+		if descs[i].Override != nil {
+			m.Status = Overridden
+			continue
+		}
+		m.lv = len(p.levels)
+		r := p.walk(d, descs[i].Entries)
+		if r == nil {
+			continue
+		}
+		m.Rule = r
+		m.Status = Limited
+		if r.Unlimited {
+			m.Status = Unlimited
+		}
+		p.replacing = append(p.replacing, r.Replaces...)
+	}
+	// Envoy drops every matched limit whose name a matched limit replaces.
+	if len(p.replacing) > 0 {
+		for i := range p.Matches {
+			m := &p.Matches[i]
+			if m.Status == Limited && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
+				m.Status = Replaced
+			}
+		}
+	}
+
+	// Keys.
+	var capCost int64
+	for i := range descs {
+		desc := &descs[i]
+		m := &p.Matches[i]
+		capCost = max(capCost, desc.Cost)
+		switch m.Status {
+		case Limited:
+			lv := p.levels[m.lv : m.lv+len(desc.Entries)]
+			m.First = len(p.Hits)
+			m.Count = len(m.Rule.Limits)
+			for j, l := range m.Rule.Limits {
+				start := len(p.buf)
+				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, j, desc.Entries, lv)
+				if err := p.addHit(start, l, desc.Cost); err != nil {
+					return err
+				}
+			}
+			p.stat(m, d.Name, desc.Entries, lv)
+		case Unlimited, Replaced:
+			p.stat(m, d.Name, desc.Entries, p.levels[m.lv:m.lv+len(desc.Entries)])
+		case Overridden:
+			o := desc.Override
+			l := c.overrideLimit(o.RequestsPerUnit, o.Unit, o.UnitMultiplier)
+			m.First = len(p.Hits)
+			m.Count = 1
+			start := len(p.buf)
+			p.buf = append(p.buf, 'o')
+			p.buf = appendField(p.buf, d.Name)
+			p.buf = append(p.buf, '/')
+			p.buf = strconv.AppendInt(p.buf, int64(l.Period), 10)
+			for _, e := range desc.Entries {
+				p.buf = append(p.buf, 'v')
+				p.buf = appendField(p.buf, e.Key)
+				p.buf = appendField(p.buf, e.Value)
+			}
+			if err := p.addHit(start, l, desc.Cost); err != nil {
+				return err
+			}
+			m.statStart = len(p.buf)
+			p.buf = append(p.buf, d.Name...)
+			for _, e := range desc.Entries {
+				p.buf = append(p.buf, '.')
+				p.buf = append(p.buf, e.Key...)
+				if e.Value != "" {
+					p.buf = append(p.buf, '_')
+					p.buf = append(p.buf, e.Value...)
+				}
+			}
+			m.statEnd = len(p.buf)
+		}
+	}
+	if d.Capacity != nil {
+		start := len(p.buf)
+		p.buf = append(p.buf, 'c')
+		p.buf = appendField(p.buf, d.Name)
+		p.buf = append(p.buf, '/')
+		p.buf = append(p.buf, d.Capacity.Algorithm.String()...)
+		p.buf = append(p.buf, '/')
+		p.buf = strconv.AppendInt(p.buf, int64(d.Capacity.Period), 10)
+		p.Capacity = len(p.Hits)
+		if err := p.addHit(start, d.Capacity, capCost); err != nil {
+			return err
+		}
+	}
+	if len(p.Hits) > sluice.MaxHits {
+		return invalid("%d limits in one request (at most %d)", len(p.Hits), sluice.MaxHits)
+	}
+
+	// One string for every key of the request.
+	all := string(p.buf)
+	for i := range p.Hits {
+		p.Hits[i].Key = all[p.starts[i]:p.spans[i]]
+	}
+	for i := range p.Matches {
+		m := &p.Matches[i]
+		if m.statStart >= 0 {
+			m.StatKey = all[m.statStart:m.statEnd]
+		}
+	}
+	return nil
+}
+
+func (p *Plan) addHit(start int, l *sluice.Limit, cost int64) error {
+	if n := len(p.buf) - start; n > sluice.MaxKeyLen {
+		return invalid("counter key of %d bytes (at most %d): too many or too long descriptor entries", n, sluice.MaxKeyLen)
+	}
+	p.Hits = append(p.Hits, sluice.Hit{Limit: l, Cost: cost})
+	p.starts = append(p.starts, start)
+	p.spans = append(p.spans, len(p.buf))
+	return nil
+}
+
+func checkDescriptor(i int, d *Descriptor) error {
+	if len(d.Entries) == 0 {
+		return invalid("descriptor %d has no entries", i)
+	}
+	for j, e := range d.Entries {
+		if e.Key == "" {
+			return invalid("descriptor %d entry %d has an empty key", i, j)
+		}
+		if len(e.Key) > MaxEntryLen || len(e.Value) > MaxEntryLen {
+			return invalid("descriptor %d entry %d: key or value longer than %d bytes", i, j, MaxEntryLen)
+		}
+	}
+	if d.Cost < 0 || d.Cost > sluice.MaxCost {
+		return invalid("descriptor %d: cost %d out of range (0 to %d)", i, d.Cost, int64(sluice.MaxCost))
+	}
+	if o := d.Override; o != nil {
+		u := o.Unit.Duration()
+		if u == 0 {
+			return invalid("descriptor %d: limit override has unit %s", i, o.Unit)
+		}
+		if time.Duration(o.UnitMultiplier) > MaxPeriod/u {
+			return invalid("descriptor %d: limit override period of %d %ss is too long", i, o.UnitMultiplier, o.Unit)
+		}
+	}
+	return nil
+}
+
+// walk follows Envoy's lookup for one descriptor, recording one level per
+// entry visited, and returns the rule reached by the last entry if it has a
+// rate_limit.
+func (p *Plan) walk(d *Domain, entries []Entry) *Rule {
+	node := &d.root
+	last := len(entries) - 1
+	var matched *Rule
+	for i, e := range entries {
+		p.scratch = append(p.scratch[:0], e.Key...)
+		p.scratch = append(p.scratch, '_')
+		p.scratch = append(p.scratch, e.Value...)
+		how := howExact
+		next := node.children[string(p.scratch)]
+		if next == nil {
+			for _, w := range node.wildcards {
+				prefix := w.composite[:len(w.composite)-1]
+				if len(p.scratch) >= len(prefix) && string(p.scratch[:len(prefix)]) == prefix {
+					next, how = w, howWildcard
+					break
+				}
+			}
+		}
+		if next == nil {
+			next, how = node.children[e.Key], howDefault
+		}
+		if next == nil {
+			how = howNone
+		}
+		p.levels = append(p.levels, level{rule: next, how: how, shared: how == howWildcard && next.ShareThreshold})
+		if next != nil && next.limited && i == last {
+			matched = next
+		}
+		if next == nil || len(next.children) == 0 {
+			break
+		}
+		node = next
+	}
+	return matched
+}
+
+// appendRuleKey appends the counter key of limit j of rule r for the
+// request entries: the domain, the rule's path, the limit's index,
+// algorithm, period and refill interval, and every entry's key and value —
+// or, where a share_threshold wildcard matched, its pattern. Every variable
+// part is length-prefixed, so no two distinct requests share a key.
+func appendRuleKey(b []byte, domain string, r *Rule, j int, entries []Entry, lv []level) []byte {
+	b = append(b, 'r')
+	b = appendField(b, domain)
+	b = appendField(b, r.ident)
+	b = append(b, r.tags[j]...)
+	for i, e := range entries {
+		if lv[i].shared {
+			b = append(b, 's')
+			b = appendField(b, e.Key)
+			b = appendField(b, pattern(lv[i].rule.composite, e.Key))
+			continue
+		}
+		b = append(b, 'v')
+		b = appendField(b, e.Key)
+		b = appendField(b, e.Value)
+	}
+	return b
+}
+
+// stat sets m's stats key as envoyproxy/ratelimit computes it.
+func (p *Plan) stat(m *Match, domain string, entries []Entry, lv []level) {
+	r := m.Rule
+	start := len(p.buf)
+	b := append(p.buf, domain...)
+	if r.DetailedMetric {
+		shared := false
+		for i := range lv {
+			shared = shared || lv[i].shared
+		}
+		for i, e := range entries {
+			b = append(b, '.')
+			b = append(b, e.Key...)
+			switch {
+			case lv[i].shared:
+				b = append(b, '_')
+				b = append(b, pattern(lv[i].rule.composite, e.Key)...)
+			case !shared || e.Value != "":
+				b = append(b, '_')
+				b = append(b, e.Value...)
+			}
+		}
+	} else {
+		for i, e := range entries {
+			b = append(b, '.')
+			b = append(b, e.Key...)
+			l := lv[i]
+			switch {
+			case l.how == howWildcard && l.shared:
+				b = append(b, '_')
+				b = append(b, pattern(l.rule.composite, e.Key)...)
+			case l.how == howWildcard && !l.rule.ValueToMetric:
+				b = append(b, '_')
+				b = append(b, pattern(l.rule.composite, e.Key)...)
+			case l.how == howExact, l.rule.ValueToMetric:
+				if e.Value != "" {
+					b = append(b, '_')
+					b = append(b, e.Value...)
+				}
+			}
+		}
+	}
+	if string(b[start:]) == r.StatKey {
+		p.buf = b[:start]
+		m.StatKey = r.StatKey
+		return
+	}
+	p.buf = b
+	m.statStart, m.statEnd = start, len(b)
+}
+
+// pattern is Envoy's wildcard value for stats and shared counters: the
+// wildcard's composite key without the request key and underscore.
+func pattern(composite, key string) string {
+	if len(composite) > len(key) && composite[:len(key)] == key && composite[len(key)] == '_' {
+		return composite[len(key)+1:]
+	}
+	return composite
+}
+
+func appendField(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
