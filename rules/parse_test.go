@@ -39,6 +39,31 @@ func oneLimit(t *testing.T, r *rules.Rule) *sluice.Limit {
 	return r.Limits[0]
 }
 
+// example7 is Example 7 of envoyproxy/ratelimit's README: replaces.
+const example7 = `
+domain: example7
+descriptors:
+  - key: key_1
+    value: value_1
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          name: specific_limit
+          requests_per_unit: 5
+          unit: second
+  - key: key_2
+    value: value_2
+    descriptors:
+      - key: user
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: specific_limit
+          requests_per_unit: 10
+          unit: second
+`
+
 // The examples of envoyproxy/ratelimit's README.
 func TestEnvoyReadmeExamples(t *testing.T) {
 	t.Run("database", func(t *testing.T) {
@@ -164,29 +189,7 @@ descriptors:
 		}
 	})
 	t.Run("replaces", func(t *testing.T) {
-		d := mustParse(t, `
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          name: specific_limit
-          requests_per_unit: 5
-          unit: second
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces:
-            - name: specific_limit
-          requests_per_unit: 10
-          unit: second
-`)
+		d := mustParse(t, example7)
 		if r := rule(t, d, "example7.key_1_value_1.user_bkthomps"); r.Name != "specific_limit" || oneLimit(t, r).Name != "specific_limit" {
 			t.Errorf("name %q", r.Name)
 		}

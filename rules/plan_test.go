@@ -288,28 +288,7 @@ descriptors:
 
 // Example 7 of Envoy's README, and unlimited rules replacing too.
 func TestReplaces(t *testing.T) {
-	c := mustConfig(t, `
-domain: example7
-descriptors:
-  - key: key_1
-    value: value_1
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          name: specific_limit
-          requests_per_unit: 5
-          unit: second
-  - key: key_2
-    value: value_2
-    descriptors:
-      - key: user
-        value: bkthomps
-        rate_limit:
-          replaces:
-            - name: specific_limit
-          requests_per_unit: 10
-          unit: second
+	c := mustConfig(t, example7+`
   - key: vip
     rate_limit:
       unlimited: true
@@ -418,9 +397,7 @@ func TestOverride(t *testing.T) {
 	}
 }
 
-// Stats keys exactly as envoyproxy/ratelimit names them.
-func TestStatKeys(t *testing.T) {
-	c := mustConfig(t, `
+const statKeysConfig = `
 domain: st
 descriptors:
   - key: key1
@@ -463,7 +440,11 @@ descriptors:
         rate_limit: {unit: minute, requests_per_unit: 60}
   - key: odd*
     rate_limit: {unit: second, requests_per_unit: 7}
-`)
+`
+
+// Stats keys exactly as envoyproxy/ratelimit names them.
+func TestStatKeys(t *testing.T) {
+	c := mustConfig(t, statKeysConfig)
 	for _, tc := range []struct {
 		entries []string
 		want    string
