@@ -90,7 +90,8 @@ func ValidateHits(hits []Hit) error {
 // Overall combines per-hit decisions into the decision of the request: the
 // denying (non-shadow) hit with the longest RetryAfter, or when every hit
 // allows, the hit with the least Remaining. Shadow is set when any shadow
-// hit would have denied.
+// hit would have denied. When every hit is a shadow hit that would deny, the
+// request is allowed and reported against the first hit.
 func Overall(hits []Hit, out []Decision) Decision {
 	best := -1
 	allowed := true
@@ -113,9 +114,15 @@ func Overall(hits []Hit, out []Decision) Decision {
 			best = i
 		}
 	}
+	if len(hits) == 0 {
+		return Decision{Allowed: true, Index: -1}
+	}
 	if best < 0 {
-		// Only shadow hits, all of which would deny: the request passes.
-		return Decision{Allowed: true, Index: -1, Shadow: shadow, Limit: out[0].Limit, ResetAfter: out[0].ResetAfter}
+		// Only shadow hits, all of which would deny: the request passes,
+		// reported against the first of them.
+		d := out[0]
+		d.Allowed, d.RetryAfter = true, 0
+		return d
 	}
 	d := out[best]
 	d.Shadow = shadow

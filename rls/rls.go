@@ -1,0 +1,286 @@
+// Package rls answers Envoy rate limit service (RLS v3) requests: it turns a
+// RateLimitRequest into rules.Descriptors, matches them against the rules,
+// decides every matched limit together with a sluice.Limiter, and builds the
+// RateLimitResponse with envoyproxy/ratelimit's conventions.
+//
+// It is the shared core of every front door that speaks RLS (the gRPC
+// service, the HTTP JSON API, sluice simulate). It does no networking and
+// must not import the transports; it imports the root package, rules and
+// the Envoy protos.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Decider answers RLS requests with the current rules and a limiter. It is
+// safe for concurrent use; SetRules swaps the rules atomically.
+type Decider struct {
+	limiter *sluice.Limiter
+	mu      sync.RWMutex
+	rules   *rules.Config
+	plans   sync.Pool
+}
+
+// NewDecider returns a Decider over lim with the rules cfg.
+func NewDecider(lim *sluice.Limiter, cfg *rules.Config) *Decider {
+	d := &Decider{limiter: lim, rules: cfg}
+	d.plans.New = func() any { return new(scratch) }
+	return d
+}
+
+// Rules returns the rules in force.
+func (d *Decider) Rules() *rules.Config {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.rules
+}
+
+// SetRules replaces the rules in force.
+func (d *Decider) SetRules(cfg *rules.Config) {
+	d.mu.Lock()
+	d.rules = cfg
+	d.mu.Unlock()
+}
+
+// DescriptorOutcome is what became of one request descriptor.
+type DescriptorOutcome struct {
+	// Match is what the descriptor matched in the rules.
+	Status  rules.Status
+	StatKey string // the rule's stats key; empty when nothing matched
+	Rule    *rules.Rule
+
+	// Limited reports that the descriptor had limits to decide (Status
+	// Limited or Overridden); the rest are meaningful only then.
+	Limited bool
+
+	// Over reports that a limit of the descriptor denied the request,
+	// shadow limits included.
+	Over bool
+
+	// ShadowOver reports that the denial came only from shadow-mode
+	// limits: the descriptor's response code is OK.
+	ShadowOver bool
+
+	// Decision is the deciding limit of the descriptor.
+	Decision sluice.Decision
+	Limit    *sluice.Limit
+}
+
+// Outcome is the full answer to one request, for callers that count or log
+// (metrics, the simulator's summary).
+type Outcome struct {
+	Response    *rlsv3.RateLimitResponse
+	Overall     sluice.Decision
+	Descriptors []DescriptorOutcome
+}
+
+type scratch struct {
+	descs   []rules.Descriptor
+	entries []rules.Entry
+	ovs     []rules.Override
+	plan    rules.Plan
+	out     []sluice.Decision
+}
+
+// ErrInvalid is wrapped by every error about the request itself (as opposed
+// to a store failure); it is sluice.ErrInvalid.
+var ErrInvalid = sluice.ErrInvalid
+
+// Decide answers req. An error wrapping ErrInvalid means the request is
+// malformed (gRPC InvalidArgument, HTTP 400) and nothing was consumed; any
+// other error is a store failure.
+func (d *Decider) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*Outcome, error) {
+	s := d.plans.Get().(*scratch)
+	defer d.plans.Put(s)
+
+	if err := s.convert(req); err != nil {
+		return nil, err
+	}
+	cfg := d.Rules()
+	if cfg == nil {
+		return nil, errors.New("no rules loaded")
+	}
+	if err := cfg.Plan(req.GetDomain(), s.descs, &s.plan); err != nil {
+		return nil, err
+	}
+	p := &s.plan
+	if cap(s.out) < len(p.Hits) {
+		s.out = make([]sluice.Decision, len(p.Hits))
+	}
+	out := s.out[:len(p.Hits)]
+	overall, err := d.limiter.DecideInto(ctx, p.Hits, out)
+	if err != nil {
+		return nil, err
+	}
+
+	o := &Outcome{
+		Overall:     overall,
+		Descriptors: make([]DescriptorOutcome, len(p.Matches)),
+		Response: &rlsv3.RateLimitResponse{
+			OverallCode: rlsv3.RateLimitResponse_OK,
+			Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Matches)),
+		},
+	}
+	for i := range p.Matches {
+		m := &p.Matches[i]
+		do := &o.Descriptors[i]
+		do.Status, do.StatKey, do.Rule = m.Status, m.StatKey, m.Rule
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		o.Response.Statuses[i] = st
+		if m.Count == 0 {
+			continue
+		}
+		do.Limited = true
+		hits := p.Hits[m.First : m.First+m.Count]
+		dd := sluice.Overall(hits, out[m.First:m.First+m.Count])
+		lim := hits[dd.Index].Limit
+		do.Decision, do.Limit = dd, lim
+		do.Over = !dd.Allowed || dd.Shadow
+		do.ShadowOver = dd.Allowed && dd.Shadow
+		if !dd.Allowed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		st.CurrentLimit = currentLimit(lim)
+		st.LimitRemaining = clampUint32(dd.Remaining)
+		st.DurationUntilReset = durationpb.New(max(0, dd.ResetAfter))
+	}
+	// The domain capacity belongs to no descriptor: when it denies, the
+	// request is over limit although every descriptor's own limits allow.
+	if !overall.Allowed {
+		o.Response.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return o, nil
+}
+
+// Check reports whether req is well formed for the rules in force, without
+// deciding anything: the errors Decide would return for the request itself.
+func (d *Decider) Check(req *rlsv3.RateLimitRequest) error {
+	s := d.plans.Get().(*scratch)
+	defer d.plans.Put(s)
+	if err := s.convert(req); err != nil {
+		return err
+	}
+	cfg := d.Rules()
+	if cfg == nil {
+		return errors.New("no rules loaded")
+	}
+	return cfg.Plan(req.GetDomain(), s.descs, &s.plan)
+}
+
+// convert resolves the descriptors of req into s.descs: the cost of each
+// (Envoy: the descriptor's hits_addend if set, else the request's, where 0
+// means 1) and its override.
+func (s *scratch) convert(req *rlsv3.RateLimitRequest) error {
+	if req == nil {
+		return fmt.Errorf("%w: no request", ErrInvalid)
+	}
+	reqCost := int64(req.GetHitsAddend())
+	if reqCost == 0 {
+		reqCost = 1
+	}
+	descs := req.GetDescriptors()
+	n := 0
+	for _, pd := range descs {
+		n += len(pd.GetEntries())
+	}
+	s.descs = s.descs[:0]
+	s.entries = s.entries[:0]
+	s.ovs = s.ovs[:0]
+	if cap(s.entries) < n {
+		s.entries = make([]rules.Entry, 0, n)
+	}
+	if cap(s.ovs) < len(descs) {
+		s.ovs = make([]rules.Override, 0, len(descs))
+	}
+	for i, pd := range descs {
+		if pd == nil {
+			return fmt.Errorf("%w: descriptor %d is null", ErrInvalid, i)
+		}
+		if pd.GetIsNegativeHits() {
+			return fmt.Errorf("%w: descriptor %d: is_negative_hits is not supported", ErrInvalid, i)
+		}
+		start := len(s.entries)
+		for _, e := range pd.GetEntries() {
+			s.entries = append(s.entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		desc := rules.Descriptor{Entries: s.entries[start:len(s.entries):len(s.entries)], Cost: reqCost}
+		if h := pd.GetHitsAddend(); h != nil {
+			if h.GetValue() > sluice.MaxCost {
+				return fmt.Errorf("%w: descriptor %d: hits_addend %d is too large (at most %d)", ErrInvalid, i, h.GetValue(), int64(sluice.MaxCost))
+			}
+			desc.Cost = int64(h.GetValue())
+		}
+		if o := pd.GetLimit(); o != nil {
+			mult := uint32(1)
+			if m := o.GetUnitMultiplier(); m != nil {
+				mult = m.GetValue()
+				if mult == 0 {
+					return fmt.Errorf("%w: descriptor %d: limit override unit_multiplier must be positive", ErrInvalid, i)
+				}
+			}
+			s.ovs = append(s.ovs, rules.Override{
+				RequestsPerUnit: o.GetRequestsPerUnit(),
+				Unit:            rules.Unit(o.GetUnit()),
+				UnitMultiplier:  mult,
+			})
+			desc.Override = &s.ovs[len(s.ovs)-1]
+		}
+		s.descs = append(s.descs, desc)
+	}
+	return nil
+}
+
+// currentLimit describes l as Envoy's RateLimit: requests per unit, with
+// the unit and multiplier that spell its period exactly (a 90 s period is
+// 90 SECOND).
+func currentLimit(l *sluice.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{
+		Name:            l.Name,
+		RequestsPerUnit: clampUint32(l.Rate),
+	}
+	unit, mult := UnitOf(l.Period)
+	rl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(unit)
+	if mult != 1 {
+		rl.UnitMultiplier = wrapperspb.UInt32(mult)
+	}
+	return rl
+}
+
+// UnitOf spells a period as the largest Envoy unit that divides it and a
+// multiplier: 1 minute is (Minute, 1), 90 s is (Second, 90). A period that
+// no unit divides, or whose multiplier overflows 32 bits, is UnitUnknown.
+func UnitOf(period time.Duration) (rules.Unit, uint32) {
+	units := [...]rules.Unit{rules.Year, rules.Month, rules.Week, rules.Day, rules.Hour, rules.Minute, rules.Second}
+	for _, u := range units {
+		ud := u.Duration()
+		if period >= ud && period%ud == 0 {
+			if m := period / ud; m <= math.MaxUint32 {
+				return u, uint32(m)
+			}
+		}
+	}
+	return rules.UnitUnknown, 0
+}
+
+func clampUint32(v int64) uint32 {
+	if v < 0 {
+		return 0
+	}
+	if v > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
