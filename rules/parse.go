@@ -879,9 +879,12 @@ func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limi
 	}
 	if s.burst != nil {
 		if b, ok := p.integer(s.burst, "burst", 1, sluice.MaxCost); ok {
-			l.Burst = b
-			if l.Algorithm != sluice.TokenBucket && l.Algorithm != sluice.LeakyBucket && l.Algorithm != sluice.GCRA {
-				p.errf(p.deref(s.burst), "burst applies only to token_bucket, leaky_bucket and gcra, not %s", l.Algorithm)
+			// DESIGN.md's own example sets a burst on a sliding window:
+			// it loads, with a warning.
+			if l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyBucket || l.Algorithm == sluice.GCRA {
+				l.Burst = b
+			} else {
+				p.warnf(p.deref(s.burst), "burst has no effect on %s (only on token_bucket, leaky_bucket and gcra) and is ignored", l.Algorithm)
 			}
 		}
 	}

@@ -333,6 +333,62 @@ descriptors:
 	}
 }
 
+// designExample is the extension example of DESIGN.md, verbatim: the
+// extension keys are a contract.
+const designExample = `
+domain: api
+capacity:                         # domain-wide limit over all requests (server-level)
+  unit: second
+  requests_per_unit: 5000
+descriptors:
+  - key: user                     # plain Envoy form: fixed_window by default
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: user
+    value: premium
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1000
+      algorithm: sliding_window   # token_bucket | leaky_bucket | gcra | fixed_window
+                                  # | sliding_log | sliding_window | sketch
+      burst: 200                  # capacity of token_bucket, leaky_bucket, gcra (default: requests_per_unit)
+      soft_percent: 10            # soft limit: admit up to 10% over
+      elastic_ceiling: 2000       # may exceed the limit up to this while the domain capacity has room
+  - key: login
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1        # refill rate: 1 per hour ...
+      burst: 10                   # ... into a bucket of 10
+      algorithm: token_bucket
+      refill_interval: 1h         # discrete refill (rate x interval tokens per step); absent = smooth
+      block_for: 15m              # after a denial, deny this key for 15 minutes
+  - key: post
+    rate_limits:                  # several limits; all must pass; decided together
+      - {unit: second, requests_per_unit: 1}
+      - {unit: day, requests_per_unit: 150}
+  - key: report
+    rate_limit: {period: 90s, requests_per_unit: 3}   # any period (or unit + unit_multiplier)
+  - key: remote_address
+    rate_limit:
+      unit: minute
+      requests_per_unit: 600
+      algorithm: sketch
+      sketch: {width: 4096, depth: 4}
+`
+
+func TestDesignExample(t *testing.T) {
+	d := mustParse(t, designExample)
+	if len(d.Rules) != 6 || d.Capacity == nil {
+		t.Fatalf("%d rules, capacity %v", len(d.Rules), d.Capacity)
+	}
+	premium := oneLimit(t, rule(t, d, "api.user_premium"))
+	if premium.Burst != 0 || premium.Algorithm != sluice.SlidingWindow {
+		t.Errorf("premium %+v", premium)
+	}
+	if len(d.Warnings) != 1 || d.Warnings[0].Line != 16 || !strings.Contains(d.Warnings[0].Msg, "burst has no effect on sliding_window") {
+		t.Errorf("warnings %v", d.Warnings)
+	}
+}
+
 // What yaml.v2, and so Envoy, accepts: YAML 1.1 booleans, numbers in other
 // bases, scalars of any type as strings, anchors and merge keys.
 func TestYAMLCompat(t *testing.T) {
@@ -459,7 +515,6 @@ func TestErrors(t *testing.T) {
 		{"zero multiplier", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, unit_multiplier: 0, requests_per_unit: 1}\n", []string{"4:49: unit_multiplier must be between 1 and"}},
 		{"absurd multiplier", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, unit_multiplier: 1000, requests_per_unit: 1}\n", []string{"4:47: unit_multiplier must be between 1 and 100,"}},
 		{"zero burst", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 0}\n", []string{"4:78: burst must be between 1 and"}},
-		{"burst on window", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n", []string{"4:61: burst applies only to token_bucket, leaky_bucket and gcra, not fixed_window"}},
 		{"refill on window", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1, refill_interval: 1h}\n", []string{"4:69: refill_interval needs algorithm: token_bucket"}},
 		{"refill fraction", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, refill_interval: 1m}\n", []string{"4:17: rate_limit: discrete refill needs a whole number of tokens"}},
 		{"refill amount without interval", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {algorithm: token_bucket, refill_amount: 2}\n", []string{"4:58: refill_amount needs refill_interval"}},
