@@ -246,46 +246,11 @@ func TestUnits(t *testing.T) {
 	}
 }
 
-// The sluice extensions, as in DESIGN.md.
+// The sluice extensions: DESIGN.md's example and more.
 func TestExtensions(t *testing.T) {
-	d := mustParse(t, `
-domain: api
-capacity:                         # domain-wide limit over all requests (server-level)
-  unit: second
-  requests_per_unit: 5000
-descriptors:
-  - key: user                     # plain Envoy form: fixed_window by default
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: user
-    value: premium
-    rate_limit:
-      unit: minute
-      requests_per_unit: 1000
-      algorithm: sliding_window
-      soft_percent: 10            # soft limit: admit up to 10% over
-      elastic_ceiling: 2000       # may exceed the limit up to this while the domain capacity has room
-  - key: login
-    rate_limit:
-      unit: hour
-      requests_per_unit: 1        # refill rate: 1 per hour ...
-      burst: 10                   # ... into a bucket of 10
-      algorithm: token_bucket
-      refill_interval: 1h         # discrete refill
-      block_for: 15m              # after a denial, deny this key for 15 minutes
-  - key: post
-    rate_limits:                  # several limits; all must pass; decided together
-      - {unit: second, requests_per_unit: 1}
-      - {unit: day, requests_per_unit: 150}
-  - key: report
-    rate_limit: {period: 90s, requests_per_unit: 3}
+	d := mustParse(t, designExample+`
   - key: report2
     rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 3}
-  - key: remote_address
-    rate_limit:
-      unit: minute
-      requests_per_unit: 600
-      algorithm: sketch
-      sketch: {width: 4096, depth: 4}
   - key: otp
     rate_limit:
       algorithm: token_bucket
