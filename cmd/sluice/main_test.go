@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestCheck(t *testing.T) {
+	code, out, _ := runCmd(t, "", "check", "--config", "../../examples/rules.yaml")
+	if code != 0 || !strings.Contains(out, "OK") {
+		t.Fatalf("example rules: exit %d, %q", code, out)
+	}
+	bad := writeFile(t, "bad.yaml", `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: -4}
+    colour: blue
+`)
+	code, _, errOut := runCmd(t, "", "check", "--config", bad)
+	if code != 1 {
+		t.Fatalf("bad rules: exit %d", code)
+	}
+	for _, want := range []string{"bad.yaml:4:", "fortnight", "bad.yaml:6:", "bad.yaml:7:", "colour"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if code, _, _ := runCmd(t, "", "check"); code != 2 {
+		t.Errorf("no --config: exit %d, want 2", code)
+	}
+	if code, _, _ := runCmd(t, "", "check", "--config", filepath.Join(t.TempDir(), "missing.yaml")); code != 1 {
+		t.Errorf("missing file: exit %d, want 1", code)
+	}
+}
+
+func TestSimulateFromStdin(t *testing.T) {
+	rules := writeFile(t, "r.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	trace := `{"at":0,"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}
+{"at":10,"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}
+`
+	code, out, errOut := runCmd(t, trace, "simulate", "--config", rules, "--trace", "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"overallCode":"OK"`) || !strings.Contains(lines[1], `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("stdout:\n%s", out)
+	}
+	if !strings.Contains(errOut, "2 requests: 1 allowed, 1 denied") || !strings.Contains(errOut, "d.k") {
+		t.Errorf("summary:\n%s", errOut)
+	}
+
+	code, out, errOut = runCmd(t, trace+"{oops\n", "simulate", "--config", rules, "--trace", "-")
+	if code != 1 || out != "" || !strings.Contains(errOut, "line 3") {
+		t.Errorf("malformed trace: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func TestSimulateExample(t *testing.T) {
+	code, out, errOut := runCmd(t, "", "simulate", "--config", "../../examples/rules.yaml", "--trace", "../../examples/trace.jsonl")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if n := strings.Count(out, "\n"); n != 11 {
+		t.Errorf("%d output lines, want 11", n)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if code, _, _ := runCmd(t, ""); code != 2 {
+		t.Errorf("no command: exit %d", code)
+	}
+	if code, _, _ := runCmd(t, "", "frobnicate"); code != 2 {
+		t.Errorf("unknown command: exit %d", code)
+	}
+	if code, _, _ := runCmd(t, "", "simulate", "--help"); code != 0 {
+		t.Errorf("--help: exit %d", code)
+	}
+	if code, _, _ := runCmd(t, "", "simulate", "--config", "x", "--trace", "y", "extra"); code != 2 {
+		t.Errorf("extra argument: exit %d", code)
+	}
+}
