@@ -91,18 +91,23 @@ func LogStep(p *Params, entries []LogEntry, now, n int64) (expired int, r Result
 	}
 }
 
-// LogAppend drops the first expired entries and appends n hits at now,
-// merged into the last entry when it has the same time, reusing the slice's
-// capacity. If the last entry is newer than now (time went backwards), the
-// hits are merged into it, so that the log stays sorted and nothing expires
-// earlier than it would have. n <= 0 appends nothing.
+// LogAppend records an allowed request of cost n > 0 at now: it drops the
+// first expired entries (as returned by LogStep for the same now and n) and
+// appends the hits, merged into the last entry when it has the same time,
+// reusing the slice's capacity. If the last entry is newer than now (time
+// went backwards), the hits are merged into it, so that the log stays sorted
+// and nothing expires earlier than it would have.
+//
+// n <= 0 returns entries unchanged: a peek drops nothing, because entries
+// expired at the peek's now may still be in the window of a later request
+// whose now is earlier (time going backwards).
 func LogAppend(entries []LogEntry, expired int, now, n int64) []LogEntry {
+	if n <= 0 {
+		return entries
+	}
 	expired = min(max(expired, 0), len(entries))
 	if expired > 0 {
 		entries = entries[:copy(entries, entries[expired:])]
-	}
-	if n <= 0 {
-		return entries
 	}
 	now = clampNow(now)
 	if k := len(entries); k > 0 && entries[k-1].At >= now {

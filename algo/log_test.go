@@ -107,9 +107,13 @@ func TestLogAppend(t *testing.T) {
 	}
 	p := &log[0]
 	log = LogAppend(log, 1, 30, 1)
-	log = LogAppend(log, 5, 40, 0) // expired beyond the length: drops all
-	log = LogAppend(log, -1, 50, 1)
-	if want := []LogEntry{{50, 1}}; !slices.Equal(log, want) || &log[0] != p {
+	log = LogAppend(log, 1, 40, 0) // a peek drops nothing
+	if want := []LogEntry{{20, 2}, {30, 1}}; !slices.Equal(log, want) {
+		t.Fatalf("got %v, want %v", log, want)
+	}
+	log = LogAppend(log, 5, 50, 1) // expired beyond the length: drops all
+	log = LogAppend(log, -1, 40, 1)
+	if want := []LogEntry{{50, 2}}; !slices.Equal(log, want) || &log[0] != p {
 		t.Fatalf("got %v, want %v in the same array", log, want)
 	}
 	if n := testing.AllocsPerRun(100, func() {

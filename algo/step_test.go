@@ -387,6 +387,9 @@ func checkBounds(t *testing.T, p *Params, s, next State, now, n int64, r Result)
 	if (p.Rate == 0 || n > p.Capacity) && n > 0 && r.RetryAfter != Never {
 		bad("want Never")
 	}
+	if !p.Kind.HasState() {
+		return
+	}
 	if !r.Allowed || n <= 0 {
 		if next != s {
 			bad("state changed")
