@@ -10,10 +10,9 @@ package algo
 import (
 	"math"
 	"math/big"
-	"slices"
 )
 
-func rat(x int64) *big.Rat    { return new(big.Rat).SetInt64(x) }
+func rat(x int64) *big.Rat     { return new(big.Rat).SetInt64(x) }
 func frac(a, b int64) *big.Rat { return big.NewRat(a, b) }
 
 func add(a, b *big.Rat) *big.Rat { return new(big.Rat).Add(a, b) }
@@ -30,8 +29,7 @@ func ratMax(a, b *big.Rat) *big.Rat {
 
 // floorRat and ceilRat round to an int64 (the tests keep them in range).
 func floorRat(x *big.Rat) int64 {
-	q, m := new(big.Int).DivMod(x.Num(), x.Denom(), new(big.Int))
-	_ = m
+	q, _ := new(big.Int).DivMod(x.Num(), x.Denom(), new(big.Int))
 	return q.Int64()
 }
 
@@ -289,4 +287,3 @@ func expand(entries []LogEntry) []int64 {
 	return out
 }
 
-var _ = slices.Equal[[]int64]
