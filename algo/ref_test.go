@@ -286,4 +286,3 @@ func expand(entries []LogEntry) []int64 {
 	}
 	return out
 }
-
