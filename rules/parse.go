@@ -106,12 +106,14 @@ func (p *parser) parse(data []byte) {
 		p.yamlError(err)
 		return
 	}
+	// Envoy reads the first document only; so does sluice, with a warning.
 	var next yaml.Node
-	if err := dec.Decode(&next); err == nil {
-		p.warnf(&next, "a second YAML document is ignored (one domain per file)")
-	} else if !errors.Is(err, io.EOF) {
-		p.yamlError(err)
-		return
+	if err := dec.Decode(&next); err == nil || !errors.Is(err, io.EOF) {
+		line := next.Line
+		if m := yamlLine.FindStringSubmatch(fmt.Sprint(err)); err != nil && m != nil {
+			line, _ = strconv.Atoi(m[1])
+		}
+		p.warns = append(p.warns, Problem{File: p.file, Line: line, Msg: "a second YAML document is ignored (one domain per file)"})
 	}
 	root := &doc
 	if root.Kind == yaml.DocumentNode {

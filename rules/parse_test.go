@@ -562,6 +562,16 @@ descriptors:
 	}
 }
 
+// Envoy reads only the first YAML document of a file.
+func TestSecondDocument(t *testing.T) {
+	for _, src := range []string{"domain: a\n---\ndomain: b\n", "domain: a\n---\n[broken\n"} {
+		d := mustParse(t, src)
+		if d.Name != "a" || len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0].String(), "test.yaml:2: a second YAML document is ignored") {
+			t.Errorf("%q: domain %q warnings %v", src, d.Name, d.Warnings)
+		}
+	}
+}
+
 func TestProblemString(t *testing.T) {
 	for _, tc := range []struct {
 		p    rules.Problem

@@ -5,7 +5,8 @@ import (
 )
 
 // Domain is the parsed rules of one domain: one rules file. It is immutable
-// once parsed.
+// once parsed and shared by concurrent requests: callers must not modify it,
+// its rules or their limits.
 type Domain struct {
 	// Name is the domain, as in the file's `domain:` key.
 	Name string
