@@ -90,7 +90,7 @@ type logList struct {
 // Estimates of the memory held by a sliding log: per key (map slot, list
 // header, bookkeeping) and per entry.
 const (
-	logKeyBytes   = 64
+	logKeyBytes   = 96
 	logEntryBytes = 16
 	shardBytes    = 128
 )
@@ -530,26 +530,35 @@ func (s *Store) budget() int64 {
 	return max((s.maxBytes-s.sketches.bytes.Load())/int64(len(s.shards))-shardBytes, 1)
 }
 
-// makeRoom makes room for one more entry in the full table of sh: it grows
-// the table (dropping idle entries) if the shard's budget of b bytes allows
-// (b = 0: no cap), and otherwise evicts one entry.
+// makeRoom makes room for one more entry in the full table of sh, whose
+// budget is b bytes (0: no cap). A table at its budget evicts one entry.
+// Otherwise idle entries are dropped in place; if that frees less than an
+// eighth of the table, it grows (up to its budget). Tables shrink only in
+// Sweep, so that keys touched less often than their period do not make a
+// table shrink and grow again.
 func (s *Store) makeRoom(sh *shard, now int64, b int64) {
 	t := &sh.t
-	if len(t.slots) == 0 {
+	c := len(t.slots)
+	if c == 0 {
 		t.rebuild(minCap, now)
 		return
 	}
-	if b > 0 && int64(capFor(t.n+1))*entryBytes+sh.logBytes > b {
-		if c := int((b - sh.logBytes) / entryBytes); c > len(t.slots) {
-			t.rebuild(c, now)
-			if t.n < limitFor(len(t.slots)) {
-				return
-			}
-		}
+	maxC := math.MaxInt
+	if b > 0 {
+		maxC = max(int((b-sh.logBytes)/entryBytes), minCap)
+	}
+	if c >= maxC {
 		s.evict(sh, now)
 		return
 	}
-	t.rebuild(capFor(t.live(now)+1), now)
+	lim := limitFor(c)
+	if t.sweep(0, c, now) > 0 && t.n < lim-lim/8 {
+		return
+	}
+	t.rebuild(min(capFor(t.n+1), maxC), now)
+	if t.n >= limitFor(len(t.slots)) {
+		s.evict(sh, now)
+	}
 }
 
 // evictSample is how many entries (or logs) eviction compares.
