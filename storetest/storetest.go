@@ -32,11 +32,9 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-// NewStore returns a new, empty store that reads clock for the time. It is
-// called once per subtest; the store should be closed through t.Cleanup.
-type NewStore func(t *testing.T, clock *Clock) sluice.Store
-
-// Run runs the whole suite against the stores newStore makes.
+// Run runs the whole suite against the stores newStore makes. newStore
+// returns a new, empty store that reads clock for the time; it is called
+// once per subtest, and should close the store through t.Cleanup.
 func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) sluice.Store) {
 	s := suite{newStore: newStore}
 	tests := []struct {
