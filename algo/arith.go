@@ -24,23 +24,6 @@ func mulDiv(a, b, c int64) int64 {
 	return int64(q)
 }
 
-// mulDivCeil returns a*b/c rounded up, saturated at math.MaxInt64.
-// a, b >= 0 and c > 0.
-func mulDivCeil(a, b, c int64) int64 {
-	hi, lo := mul64(a, b)
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, r := bits.Div64(hi, lo, uint64(c))
-	if r != 0 {
-		q++
-	}
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(q)
-}
-
 // addSat returns a+b saturated to the int64 range.
 func addSat(a, b int64) int64 {
 	s := a + b
@@ -51,15 +34,4 @@ func addSat(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return math.MinInt64
-}
-
-// subSat returns a-b saturated to the int64 range.
-func subSat(a, b int64) int64 {
-	if b == math.MinInt64 {
-		if a >= 0 {
-			return math.MaxInt64
-		}
-		return a - b
-	}
-	return addSat(a, -b)
 }

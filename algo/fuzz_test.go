@@ -27,9 +27,9 @@ func fuzzParams(k Kind, rate uint16, period uint32, capacity uint16) Params {
 
 // trace decodes data into requests starting in 2023, three bytes each: a
 // time step (mostly forward, sometimes backward, in 256ths of unit) and a
-// cost (up to maxN). It stops before the year 2096.
+// cost (up to maxN). It stops before 1970 and after the year 2096.
 func trace(data []byte, unit, maxN int64) []event {
-	now := int64(1.7e18) + int64(len(data))*unit/3
+	now := addSat(1.7e18, mulDiv(int64(len(data)%97), unit, 3))
 	var out []event
 	for len(data) >= 3 {
 		v := int64(data[0])<<8 | int64(data[1])
@@ -37,8 +37,8 @@ func trace(data []byte, unit, maxN int64) []event {
 		if v&3 == 3 {
 			step = -mulDiv(v>>2%1024, unit, 256) // back up to 4 units
 		}
-		now += step
-		if now > 4e18 {
+		now = addSat(now, step)
+		if now < 0 || now > 4e18 {
 			break
 		}
 		out = append(out, event{now, int64(data[2]) % (maxN + 1)})

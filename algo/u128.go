@@ -46,9 +46,6 @@ func (x u128) less(y u128) bool {
 	return x.hi < y.hi || (x.hi == y.hi && x.lo < y.lo)
 }
 
-// isZero reports whether x == 0.
-func (x u128) isZero() bool { return x.hi == 0 && x.lo == 0 }
-
 // div returns x/d rounded down and the remainder. d > 0.
 func (x u128) div(d uint64) (u128, uint64) {
 	qhi, r := x.hi/d, x.hi%d
