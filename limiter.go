@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Limiter decides requests against a Store. It validates its input, so
@@ -27,10 +28,22 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit *Limit) (Decision
 // AllowN applies cost n of limit to key and returns the decision. n = 0
 // peeks without consuming.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
-	hits := [1]Hit{{Key: key, Limit: limit, Cost: n}}
-	var out [1]Decision
-	return l.DecideInto(ctx, hits[:], out[:])
+	// The one-element slices escape through the Store interface; pooling
+	// them keeps Allow free of allocations.
+	b := oneHitPool.Get().(*oneHit)
+	b.hits[0] = Hit{Key: key, Limit: limit, Cost: n}
+	d, err := l.DecideInto(ctx, b.hits[:], b.out[:])
+	b.hits[0] = Hit{}
+	oneHitPool.Put(b)
+	return d, err
 }
+
+type oneHit struct {
+	hits [1]Hit
+	out  [1]Decision
+}
+
+var oneHitPool = sync.Pool{New: func() any { return new(oneHit) }}
 
 // Decide applies all hits together, all-or-nothing, and returns the overall
 // decision and the decision of each hit.

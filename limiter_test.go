@@ -187,6 +187,6 @@ func ExampleLimiter_Decide() {
 	post()
 	// Output:
 	// 10:00:00.000 allowed=true day-remaining=2 retry-after=0s
-	// 10:00:00.200 allowed=false day-remaining=1 retry-after=800ms
+	// 10:00:00.200 allowed=false day-remaining=2 retry-after=800ms
 	// 10:00:01.000 allowed=true day-remaining=1 retry-after=0s
 }

@@ -14,7 +14,11 @@ import "context"
 //   - If the request is allowed, every hit that allows is consumed (a
 //     shadow hit that would deny is not); if it is denied, no hit is
 //     consumed, except that a denying limit with BlockFor starts its block.
+//   - Each decision describes the state after the request: in a denied
+//     request, a hit that would have allowed reports its Remaining as it
+//     stands, since nothing was consumed.
 //   - Hits of cost 0 consume nothing.
+//   - Different limits given the same key string keep separate state.
 //   - Hits on the same key are applied in order, each seeing the previous.
 //   - The store owns the clock: memstore reads its Now field, redisstore
 //     asks Redis.

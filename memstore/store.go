@@ -371,6 +371,15 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 			s.put(&s.shards[s.shardOf(o.bk)], o.bk, algo.State{A: o.until}, now)
 		}
 	}
+	if !allowed {
+		// Nothing was consumed: a hit that would have allowed reports the
+		// state as it stands, as a peek.
+		for i := range ops {
+			if o := &ops[i]; o.r.Allowed && o.until == 0 && hits[i].Cost > 0 {
+				s.peekStored(ops, i, now)
+			}
+		}
+	}
 	unlockSketches(ops)
 	s.unlockShards(&locked)
 
@@ -455,6 +464,23 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
 		if o.until == 0 {
 			o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
 		}
+	}
+}
+
+// peekStored replaces the result of hit i with a peek at the stored state:
+// that of the first hit on the same key, since none was committed.
+func (s *Store) peekStored(ops []op, i int, now int64) {
+	o, first := &ops[i], &ops[i]
+	for first.prev >= 0 {
+		first = &ops[first.prev]
+	}
+	switch o.where {
+	case inTable:
+		_, o.r = algo.Step(&o.p, first.base, now, 0)
+	case inLog:
+		_, o.r = algo.LogStep(&o.p, first.log, now, 0)
+	case inSketch:
+		o.r = o.sk.s.Check(&o.p, o.k, now, 0)
 	}
 }
 

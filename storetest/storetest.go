@@ -254,6 +254,9 @@ func (s suite) allOrNothing(t *testing.T) {
 		if d.Allowed || d.Index != 1 || !per[0].Allowed || per[1].Allowed {
 			t.Fatalf("second request: %+v %+v, want denied by the per-second limit (index 1)", d, per)
 		}
+		// Nothing was consumed, and the limit that would have allowed says
+		// so: its Remaining is the state as it stands, not as if consumed.
+		want(t, "per-day limit in a denied request", per[0], true, 99)
 		if d, _ := e.take(hit("u:sec", sec, 1), hit("u:day", day, 1)); d.Allowed || d.Index != 0 {
 			t.Fatalf("third request: %+v, want denied by the per-second limit (index 0)", d)
 		}
@@ -383,8 +386,10 @@ func (s suite) sameKeyTwice(t *testing.T) {
 			t.Fatalf("first request: %+v %+v, want remaining 2 then 1", d, per)
 		}
 		d, per = e.take(hit("k", l, 1), hit("k", l, 1))
-		if d.Allowed || !per[0].Allowed || per[0].Remaining != 0 || per[1].Allowed {
-			t.Fatalf("second request: %+v %+v, want the second hit to deny", d, per)
+		// The first hit would fit, the second not; the request is denied,
+		// so the first reports the stored state: 1 remaining.
+		if d.Allowed || !per[0].Allowed || per[0].Remaining != 1 || per[1].Allowed {
+			t.Fatalf("second request: %+v %+v, want the second hit to deny and the first to report 1 remaining", d, per)
 		}
 		want(t, "after the denied request", e.allow("k", l, 0), true, 1)
 		want(t, "last hit", e.allow("k", l, 1), true, 0)
