@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,15 @@ import (
 
 	"github.com/sluicehq/sluice/rules"
 )
+
+func init() {
+	commands["check"] = command{
+		summary: "validate rules and list every problem with its line",
+		run: func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+			return cmdCheck(args, stdout, stderr)
+		},
+	}
+}
 
 func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)

@@ -1,8 +1,5 @@
-// Command sluice is the one binary of the sluice rate limiter.
-//
-//	sluice simulate --config FILE --trace FILE   replay a trace through rules
-//	sluice check --config FILE                   validate rules
-//	sluice version                               print the version
+// Command sluice is the one binary of the sluice rate limiter: "sluice help"
+// lists its commands, each in a file of its own.
 //
 // It wires the packages together and is the only place that reads flags and
 // the environment.
@@ -15,18 +12,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 )
-
-const usage = `sluice: a rate limiter
-
-Usage:
-  sluice simulate --config FILE --trace FILE   replay a trace of requests through rules
-  sluice check --config FILE                   validate rules and list every problem
-  sluice version                               print the version
-
-Run "sluice COMMAND --help" for the flags of a command.
-`
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
@@ -45,26 +34,52 @@ var (
 	errHelp  = errors.New("help")
 )
 
+// command is one subcommand. Each lives in its own file and registers
+// itself in commands from an init function.
+type command struct {
+	summary string // one line for the usage
+	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+}
+
+var commands = map[string]command{}
+
+// usage lists the commands.
+func usage() string {
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("sluice: a rate limiter\n\nUsage:\n")
+	for _, name := range names {
+		fmt.Fprintf(&b, "  sluice %-10s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintf(&b, "  sluice %-10s %s\n", "version", "print the version")
+	b.WriteString("\nRun \"sluice COMMAND --help\" for the flags of a command.\n")
+	return b.String()
+}
+
 // run executes one command and returns the exit status: 0 on success, 1 when
 // the command failed, 2 for a usage error.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return 2
 	}
 	var err error
-	switch args[0] {
-	case "simulate":
-		err = cmdSimulate(ctx, args[1:], stdin, stdout, stderr)
-	case "check":
-		err = cmdCheck(args[1:], stdout, stderr)
+	switch name := args[0]; name {
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "sluice", version)
 	case "help", "--help", "-help", "-h":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage())
 	default:
-		fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
-		return 2
+		cmd, ok := commands[name]
+		if !ok {
+			fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", name, usage())
+			return 2
+		}
+		err = cmd.run(ctx, args[1:], stdin, stdout, stderr)
 	}
 	switch {
 	case err == nil, errors.Is(err, errHelp):

@@ -10,6 +10,13 @@ import (
 	"github.com/sluicehq/sluice/simulate"
 )
 
+func init() {
+	commands["simulate"] = command{
+		summary: "replay a trace of requests through rules on a virtual clock",
+		run:     cmdSimulate,
+	}
+}
+
 func cmdSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
