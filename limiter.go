@@ -12,10 +12,14 @@ import (
 // concurrent use.
 type Limiter struct {
 	store Store
+	one   OneTaker // the store, if it takes single hits directly
 }
 
 // NewLimiter returns a Limiter over store.
-func NewLimiter(store Store) *Limiter { return &Limiter{store: store} }
+func NewLimiter(store Store) *Limiter {
+	one, _ := store.(OneTaker)
+	return &Limiter{store: store, one: one}
+}
 
 // Store returns the limiter's store.
 func (l *Limiter) Store() Store { return l.store }
@@ -28,14 +32,38 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit *Limit) (Decision
 // AllowN applies cost n of limit to key and returns the decision. n = 0
 // peeks without consuming.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
+	h := Hit{Key: key, Limit: limit, Cost: n}
+	if err := validateHit(0, &h); err != nil {
+		return Decision{}, err
+	}
+	if l.one != nil {
+		d, err := l.one.TakeOne(ctx, h)
+		if err != nil {
+			return Decision{}, err
+		}
+		return overallOne(limit, d), nil
+	}
 	// The one-element slices escape through the Store interface; pooling
 	// them keeps Allow free of allocations.
 	b := oneHitPool.Get().(*oneHit)
-	b.hits[0] = Hit{Key: key, Limit: limit, Cost: n}
-	d, err := l.DecideInto(ctx, b.hits[:], b.out[:])
+	b.hits[0] = h
+	err := l.store.Take(ctx, b.hits[:], b.out[:])
+	d := b.out[0]
 	b.hits[0] = Hit{}
 	oneHitPool.Put(b)
-	return d, err
+	if err != nil {
+		return Decision{}, err
+	}
+	return overallOne(limit, d), nil
+}
+
+// overallOne is Overall for a single hit.
+func overallOne(limit *Limit, d Decision) Decision {
+	d.Index = 0
+	if !d.Allowed && limit.Shadow {
+		d.Allowed, d.RetryAfter, d.Shadow = true, 0, true
+	}
+	return d
 }
 
 type oneHit struct {
@@ -82,20 +110,26 @@ func ValidateHits(hits []Hit) error {
 		return fmt.Errorf("%w: %d limits in one request (at most %d)", ErrInvalid, len(hits), MaxHits)
 	}
 	for i := range hits {
-		h := &hits[i]
-		switch {
-		case h.Limit == nil:
-			return fmt.Errorf("%w: hit %d has no limit", ErrInvalid, i)
-		case len(h.Key) > MaxKeyLen:
-			return fmt.Errorf("%w: key of %d bytes (at most %d)", ErrInvalid, len(h.Key), MaxKeyLen)
-		case h.Cost < 0:
-			return fmt.Errorf("%w: negative cost %d", ErrInvalid, h.Cost)
-		case h.Cost > MaxCost:
-			return fmt.Errorf("%w: cost %d is too large (at most %d)", ErrInvalid, h.Cost, int64(MaxCost))
+		if err := validateHit(i, &hits[i]); err != nil {
+			return err
 		}
-		if err := h.Limit.Validate(); err != nil {
-			return fmt.Errorf("%w: limit %q: %v", ErrInvalid, h.Limit.Name, err)
-		}
+	}
+	return nil
+}
+
+func validateHit(i int, h *Hit) error {
+	switch {
+	case h.Limit == nil:
+		return fmt.Errorf("%w: hit %d has no limit", ErrInvalid, i)
+	case len(h.Key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes (at most %d)", ErrInvalid, len(h.Key), MaxKeyLen)
+	case h.Cost < 0:
+		return fmt.Errorf("%w: negative cost %d", ErrInvalid, h.Cost)
+	case h.Cost > MaxCost:
+		return fmt.Errorf("%w: cost %d is too large (at most %d)", ErrInvalid, h.Cost, int64(MaxCost))
+	}
+	if err := h.Limit.Validate(); err != nil {
+		return fmt.Errorf("%w: limit %q: %v", ErrInvalid, h.Limit.Name, err)
 	}
 	return nil
 }

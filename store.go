@@ -29,3 +29,11 @@ import "context"
 type Store interface {
 	Take(ctx context.Context, hits []Hit, out []Decision) error
 }
+
+// OneTaker is an optional interface of a Store: Take for a single hit.
+// Limiter.Allow and AllowN use it when the store has it, which spares them
+// the one-element slices that would escape to the heap through Take. It must
+// behave exactly as Take with one hit.
+type OneTaker interface {
+	TakeOne(ctx context.Context, hit Hit) (Decision, error)
+}

@@ -231,6 +231,23 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return nil
 }
 
+// TakeOne is Take for a single hit: the sluice.OneTaker fast path that
+// Limiter.Allow uses.
+func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return sluice.Decision{}, err
+	}
+	now := s.now().UnixNano()
+	var out [1]sluice.Decision
+	if h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
+		s.takeOne(&h, &out[0], now)
+		return out[0], nil
+	}
+	hits := [1]sluice.Hit{h}
+	s.takeMany(hits[:], out[:], now)
+	return out[0], nil
+}
+
 // takeOne is Take for the common request: one hit of a one-state algorithm
 // without block_for.
 func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64) {

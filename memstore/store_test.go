@@ -172,10 +172,13 @@ func TestNoAllocs(t *testing.T) {
 			lim.Allow(ctx, "warm"+key, l)
 		}
 		s.Sweep()
-		// Through DecideInto: Limiter.AllowN's own one-element arrays
-		// escape through the Store interface, which is not the store's
-		// doing.
 		i := 0
+		if a := testing.AllocsPerRun(500, func() {
+			lim.Allow(ctx, keys[i%len(keys)], l)
+			i++
+		}); a != 0 {
+			t.Errorf("%s: %.1f allocs per Allow", k, a)
+		}
 		one := []sluice.Hit{{Limit: l, Cost: 1}}
 		out1 := make([]sluice.Decision, 1)
 		if a := testing.AllocsPerRun(500, func() {
