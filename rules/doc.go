@@ -8,10 +8,12 @@
 // limits that apply ([Config.Plan]), with the counter keys the store uses.
 // docs/rules.md describes the format and where sluice differs from Envoy.
 //
-// Matching follows envoyproxy/ratelimit exactly: each descriptor walks the
-// rule tree entry by entry, trying at every level the exact key and value,
-// then the wildcard values (a trailing '*', in file order), then the
+// Matching follows envoyproxy/ratelimit: each descriptor walks the rule
+// tree entry by entry, trying at every level the exact key and value, then
+// the wildcard values (in file order, the first that matches), then the
 // value-less rule for the key; the rule reached by the last entry applies.
+// A wildcard value has '*' anywhere, each matching any run of characters;
+// Envoy only knows the trailing '*' (a prefix), which sluice matches alike.
 //
 // This package imports the root package, the algo package, go.yaml.in/yaml/v3
 // and the standard library. It must not import stores or transports: the

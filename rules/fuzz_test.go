@@ -13,7 +13,7 @@ import (
 // matched against; an invalid one lists its problems.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
-		matching, statKeysConfig, example7, "", "domain: a", "domain: a\ndescriptors: [{key: k}]",
+		matching, statKeysConfig, example7, globs, "", "domain: a", "domain: a\ndescriptors: [{key: k}]",
 		"domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 		"domain: a\ncapacity: {unit: second, requests_per_unit: 9}\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, elastic_ceiling: 3}\n",
 		"domain: a\ndescriptors:\n  - key: k\n    rate_limits: [{period: 90s, requests_per_unit: 3}, {unit: day, requests_per_unit: 9, algorithm: gcra, burst: 3}]\n",
@@ -61,7 +61,7 @@ func FuzzParse(f *testing.F) {
 			// other than on its size.
 			var entries []rules.Entry
 			for x := r; x != nil; x = x.Parent {
-				entries = append([]rules.Entry{{Key: x.Key, Value: strings.TrimSuffix(x.Value, "*")}}, entries...)
+				entries = append([]rules.Entry{{Key: x.Key, Value: strings.ReplaceAll(x.Value, "*", "")}}, entries...)
 			}
 			err := c.Plan(d.Name, []rules.Descriptor{{Entries: entries, Cost: 1}}, &p)
 			if err != nil && !errors.Is(err, sluice.ErrInvalid) {
@@ -76,6 +76,37 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// FuzzGlob compares the wildcard matcher with the reference, on patterns
+// and values over a small alphabet (so that they match often) or any bytes.
+func FuzzGlob(f *testing.F) {
+	for _, s := range [][4]string{
+		{"k", "a*a*a*a*b", "k", "aaaab"}, {"k", "*", "k", ""}, {"k", "ab*ba", "k", "aba"}, {"odd*", "", "oddity", "x"},
+		{"a", "b_c*", "a_b", "c1"}, {"k*", "v*w", "kk", "vw"}, {"k", "x**y", "k", "x*y"}, {"k", ".*", "k", "a"},
+		{"k", "*_*", "k_", "_"}, {"h", "api.*.example.com", "h", "api.example.com"},
+	} {
+		f.Add(s[0], s[1], s[2], s[3], false)
+		f.Add(s[0], s[1], s[2], s[3], true)
+	}
+	f.Fuzz(func(t *testing.T, rkey, rvalue, key, value string, small bool) {
+		if len(rvalue) > 64 || len(value) > 4096 {
+			return
+		}
+		if small {
+			rvalue, value = alphabet(rvalue, "ab*"), alphabet(value, "ab_*")
+		}
+		g := rules.CompileGlob(rkey, rvalue)
+		if (g != nil) != (strings.Contains(rvalue, "*") || rvalue == "" && strings.HasSuffix(rkey, "*")) {
+			t.Fatalf("rule %q=%q: wildcard %v", rkey, rvalue, g != nil)
+		}
+		if g == nil {
+			return
+		}
+		if got, want := g([]byte(key+"_"+value)), refGlob(rkey, rvalue, key, value); got != want {
+			t.Fatalf("rule %q=%q, entry %q=%q: match %v, reference %v", rkey, rvalue, key, value, got, want)
+		}
+	})
+}
+
 // FuzzPlan compares the matching with a naive reference of Envoy's lookup
 // and checks the hits and keys of random requests.
 func FuzzPlan(f *testing.F) {
@@ -84,13 +115,16 @@ func FuzzPlan(f *testing.F) {
     value: files/*
     share_threshold: true
     rate_limit: {unit: hour, requests_per_unit: 100}
-`, statKeysConfig, example7)
+`, statKeysConfig, example7, globs)
 	for _, s := range []string{
+		"host=api.v1.example.com\nhost=api.example.com\nhost=www.example.com", "route=/v1/users/2/posts\nroute=/v1/users/2/x&user=u",
+		"glob=aaaab\nglob=aaab", "stars=x*y", "meta=a.b+(c)?[d]{2}^$|\\z", "k*=vw", "shared=img-1.png\nshared=img-2.png",
+		"tenant=a-prod&user=u\ntenant=b-dev-1&user=u", "any=a*b", "ip=10.*",
 		"ip=1.2.3.4", "ip=10.0.0.1\nip=10.0.0.2", "path=/api/x&user=u", "message_type=marketing&to_number=1\nto_number=1",
 		"key=value&subkey=v", "any=", "oddity=1", "files=files/a\nfiles=files/b", "route=/a&http_method=GET&user_id=7",
 		"key_1=value_1&user=bkthomps\nkey_2=value_2&user=bkthomps", "a=b=c&=x", "k\x00=\xff",
 	} {
-		for _, dom := range []string{"m", "st", "example7", "none"} {
+		for _, dom := range []string{"m", "st", "example7", "g", "none"} {
 			f.Add(dom, s, uint8(0))
 			f.Add(dom, s, uint8(3))
 		}
@@ -173,7 +207,7 @@ func counted(r *rules.Rule, entries []rules.Entry) string {
 	var b strings.Builder
 	for i, e := range entries {
 		v := e.Value
-		if x := path[i]; x.ShareThreshold && strings.HasSuffix(x.Key+"_"+x.Value, "*") && e.Key+"_"+e.Value != x.Key+"_"+x.Value {
+		if x := path[i]; x.ShareThreshold && wildcard(x) && e.Key+"_"+e.Value != x.Key+"_"+x.Value {
 			v = "\x00shared"
 		}
 		b.WriteString(strings.ReplaceAll(e.Key, "\\", "\\\\") + "\\=" + strings.ReplaceAll(v, "\\", "\\\\") + "\\&")
@@ -189,7 +223,7 @@ func name(r *rules.Rule) string {
 }
 
 // refMatch is envoyproxy/ratelimit's GetLimit written naively over the
-// parsed rules.
+// parsed rules, with wildcards anywhere in a value.
 func refMatch(d *rules.Domain, entries []rules.Entry) *rules.Rule {
 	composite := func(r *rules.Rule) string {
 		if r.Value == "" {
@@ -218,7 +252,7 @@ func refMatch(d *rules.Domain, entries []rules.Entry) *rules.Rule {
 		}
 		if next == nil {
 			for _, r := range level {
-				if c := composite(r); strings.HasSuffix(c, "*") && strings.HasPrefix(full, strings.TrimSuffix(c, "*")) {
+				if wildcard(r) && refGlob(r.Key, r.Value, e.Key, e.Value) {
 					next = r
 					break
 				}
@@ -243,4 +277,56 @@ func refMatch(d *rules.Domain, entries []rules.Entry) *rules.Rule {
 		}
 	}
 	return matched
+}
+
+// globRef is a plain dynamic-programming wildcard match of a whole string,
+// quadratic but obviously right: the reference for the wildcard matcher.
+func globRef(pattern, s string, wild func(i int) bool) bool {
+	// ok[j]: pattern[:i] matches s[:j].
+	ok := make([]bool, len(s)+1)
+	ok[0] = true
+	for i := 0; i < len(pattern); i++ {
+		next := make([]bool, len(s)+1)
+		if wild(i) {
+			seen := false
+			for j := range ok {
+				seen = seen || ok[j]
+				next[j] = seen
+			}
+		} else {
+			for j := 1; j <= len(s); j++ {
+				next[j] = ok[j-1] && s[j-1] == pattern[i]
+			}
+		}
+		ok = next
+	}
+	return ok[len(s)]
+}
+
+// refGlob matches the request entry (key, value) against the rule (rkey,
+// rvalue) with globRef: every '*' of the value is wild, and the trailing
+// '*' of a value-less key.
+func refGlob(rkey, rvalue, key, value string) bool {
+	pattern, stars := rkey, len(rkey)-1 // wild from this index on
+	if rvalue != "" {
+		pattern, stars = rkey+"_"+rvalue, len(rkey)+1
+	}
+	return globRef(pattern, key+"_"+value, func(i int) bool {
+		return pattern[i] == '*' && i >= stars
+	})
+}
+
+// wildcard reports whether r is a wildcard rule: a '*' in its value, or a
+// value-less key ending in '*' (Envoy's key prefix).
+func wildcard(r *rules.Rule) bool {
+	return strings.Contains(r.Value, "*") || r.Value == "" && strings.HasSuffix(r.Key, "*")
+}
+
+// alphabet maps every byte of s to one of the bytes of abc.
+func alphabet(s, abc string) string {
+	b := []byte(s)
+	for i, c := range b {
+		b[i] = abc[int(c)%len(abc)]
+	}
+	return string(b)
 }

@@ -536,17 +536,18 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
 		p.errf(n, "duplicate descriptor composite key '%s' (first at line %d)", r.StatKey, first.Line)
 		valid = false
 	}
-	if r.ShareThreshold && !strings.HasSuffix(r.composite, "*") {
+	r.glob = compileGlob(r.Key, r.Value)
+	if r.ShareThreshold && r.glob == nil {
 		at := valueNode
 		if at == nil {
 			at = n
 		}
-		p.errf(at, "share_threshold can only be used with wildcard values (ending with '*'), but found key '%s'", r.composite)
+		p.errf(at, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", r.composite)
 	}
 	r.children = map[string]*Rule{}
 	if valid {
 		parent.children[r.composite] = r
-		if strings.HasSuffix(r.composite, "*") {
+		if r.glob != nil {
 			parent.wildcards = append(parent.wildcards, r)
 		}
 		p.d.Rules = append(p.d.Rules, r)

@@ -330,8 +330,7 @@ func (p *Plan) walk(d *Domain, entries []Entry) *Rule {
 		next := node.children[string(p.scratch)]
 		if next == nil {
 			for _, w := range node.wildcards {
-				prefix := w.composite[:len(w.composite)-1]
-				if len(p.scratch) >= len(prefix) && string(p.scratch[:len(prefix)]) == prefix {
+				if w.glob.match(p.scratch) {
 					next, how = w, howWildcard
 					break
 				}

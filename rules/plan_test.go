@@ -58,6 +58,57 @@ func matched(t *testing.T, c *rules.Config, domain string, d rules.Descriptor) s
 	return m.Rule.StatKey
 }
 
+// A request (one descriptor, as "k=v" entries) and what it should give.
+type reqCase struct {
+	entries []string
+	want    string
+}
+
+// checkMatches checks the rule each request reaches (its stats key, or the
+// status when it reaches none).
+func checkMatches(t *testing.T, c *rules.Config, domain string, cases []reqCase) {
+	t.Helper()
+	for _, tc := range cases {
+		if got := matched(t, c, domain, desc(tc.entries...)); got != tc.want {
+			t.Errorf("%v matched %s, want %s", tc.entries, got, tc.want)
+		}
+	}
+}
+
+// checkStatKeys checks the stats key each request reports.
+func checkStatKeys(t *testing.T, c *rules.Config, domain string, cases []reqCase) {
+	t.Helper()
+	for _, tc := range cases {
+		p := plan(t, c, domain, desc(tc.entries...))
+		if got := p.Matches[0].StatKey; got != tc.want {
+			t.Errorf("%v: stat key %q, want %q", tc.entries, got, tc.want)
+		}
+	}
+}
+
+// hitKey returns the counter key of a request that matches one limit.
+func hitKey(t *testing.T, c *rules.Config, domain string, entries ...string) string {
+	t.Helper()
+	p := plan(t, c, domain, desc(entries...))
+	if len(p.Hits) != 1 {
+		t.Fatalf("%v: %d hits", entries, len(p.Hits))
+	}
+	return p.Hits[0].Key
+}
+
+// checkDistinct checks that no two of the requests share a counter.
+func checkDistinct(t *testing.T, c *rules.Config, domain string, reqs [][]string) {
+	t.Helper()
+	seen := map[string][]string{}
+	for _, e := range reqs {
+		k := hitKey(t, c, domain, e...)
+		if prev, dup := seen[k]; dup {
+			t.Errorf("%v and %v share key %q", e, prev, k)
+		}
+		seen[k] = e
+	}
+}
+
 const matching = `
 domain: m
 descriptors:
@@ -108,11 +159,7 @@ descriptors:
 // value-less rule; the rule of the last entry applies, with no
 // backtracking.
 func TestMatching(t *testing.T) {
-	c := mustConfig(t, matching)
-	for _, tc := range []struct {
-		entries []string
-		want    string
-	}{
+	checkMatches(t, mustConfig(t, matching), "m", []reqCase{
 		{[]string{"ip=1.2.3.4"}, "m.ip"},
 		{[]string{"ip=10.0.0.1"}, "m.ip_10.0.0.1"},
 		{[]string{"ip=10.0.0.2"}, "m.ip_10.0.*"},
@@ -137,11 +184,7 @@ func TestMatching(t *testing.T) {
 		{[]string{"ip=1.2.3.4", "extra=1"}, "no_match"},
 		{[]string{"nothing=here"}, "no_match"},
 		{[]string{"oddity=x"}, "m.odd*"}, // a trailing '*' on a value-less key is a key prefix, as in Envoy
-	} {
-		if got := matched(t, c, "m", desc(tc.entries...)); got != tc.want {
-			t.Errorf("%v matched %s, want %s", tc.entries, got, tc.want)
-		}
-	}
+	})
 }
 
 func TestUnknownDomain(t *testing.T) {
@@ -166,29 +209,15 @@ func TestCounters(t *testing.T) {
     share_threshold: true
     rate_limit: {unit: hour, requests_per_unit: 100}
 `)
-	key := func(entries ...string) string {
-		p := plan(t, c, "m", desc(entries...))
-		if len(p.Hits) != 1 {
-			t.Fatalf("%v: %d hits", entries, len(p.Hits))
-		}
-		return p.Hits[0].Key
-	}
-	distinct := [][]string{
+	key := func(entries ...string) string { return hitKey(t, c, "m", entries...) }
+	checkDistinct(t, c, "m", [][]string{
 		{"ip=1.2.3.4"}, {"ip=1.2.3.5"}, {"ip=10.0.0.2"}, {"ip=10.0.0.3"}, {"ip=10.9.0.1"},
 		{"to_number=1"}, {"to_number=2"},
 		{"message_type=marketing", "to_number=1"}, {"message_type=marketing", "to_number=2"},
 		{"files=files/a.pdf"}, {"any=x"}, {"any=y"},
-	}
-	seen := map[string][]string{}
-	for _, e := range distinct {
-		k := key(e...)
-		if prev, dup := seen[k]; dup {
-			t.Errorf("%v and %v share key %q", e, prev, k)
-		}
-		seen[k] = e
-	}
-	if key("ip=1.2.3.4") != key("ip=1.2.3.4") {
-		t.Error("same request, different keys")
+	})
+	if a, b := key("ip=1.2.3.4"), key("ip=1.2.3.4"); a != b {
+		t.Errorf("same request, different keys %q and %q", a, b)
 	}
 	if a, b := key("files=files/a.pdf"), key("files=files/b.csv"); a != b {
 		t.Errorf("share_threshold: %q != %q", a, b)
@@ -444,11 +473,7 @@ descriptors:
 
 // Stats keys exactly as envoyproxy/ratelimit names them.
 func TestStatKeys(t *testing.T) {
-	c := mustConfig(t, statKeysConfig)
-	for _, tc := range []struct {
-		entries []string
-		want    string
-	}{
+	checkStatKeys(t, mustConfig(t, statKeysConfig), "st", []reqCase{
 		{[]string{"key1=unspecified_value"}, "st.key1_unspecified_value"},
 		{[]string{"key1=value1"}, "st.key1_value1"},
 		{[]string{"key1="}, "st.key1_"},
@@ -459,12 +484,7 @@ func TestStatKeys(t *testing.T) {
 		{[]string{"route=/a", "http_method=GET", "user_id=7"}, "st.route_/a.http_method_GET.user_id"},
 		{[]string{"nested=n", "user=bob"}, "st.nested_n.user_bob"},
 		{[]string{"oddity=x"}, "st.oddity_odd*"},
-	} {
-		p := plan(t, c, "st", desc(tc.entries...))
-		if got := p.Matches[0].StatKey; got != tc.want {
-			t.Errorf("%v: stat key %q, want %q", tc.entries, got, tc.want)
-		}
-	}
+	})
 }
 
 func TestBadRequests(t *testing.T) {
@@ -513,18 +533,38 @@ func TestTooManyHits(t *testing.T) {
 	}
 }
 
-// A reused Plan allocates only the one string holding the request's keys.
+// A reused Plan allocates only the one string holding the request's keys,
+// wildcards anywhere in values included (long values against many-starred
+// patterns too).
 func TestPlanAllocs(t *testing.T) {
-	c := mustConfig(t, matching)
-	ds := []rules.Descriptor{desc("ip=1.2.3.4"), desc("message_type=marketing", "to_number=1"), desc("path=/api/x", "user=u")}
-	var p rules.Plan
-	allocs := testing.AllocsPerRun(100, func() {
-		if err := c.Plan("m", ds, &p); err != nil {
-			t.Fatal(err)
+	long := strings.Repeat("a", rules.MaxEntryLen)
+	for _, tc := range []struct {
+		c      *rules.Config
+		domain string
+		ds     []rules.Descriptor
+		want   []string // the rules matched
+	}{
+		{mustConfig(t, matching), "m",
+			[]rules.Descriptor{desc("ip=1.2.3.4"), desc("message_type=marketing", "to_number=1"), desc("path=/api/x", "user=u")},
+			[]string{"m.ip", "m.message_type_marketing.to_number", "m.path_/api/*.user"}},
+		{mustConfig(t, globs), "g",
+			[]rules.Descriptor{desc("glob=" + long), desc("host=" + long), desc("route=/v"+long[3:], "user=u"), desc("tenant="+long[5:]+"-prod", "user=u")},
+			[]string{"nothing", "g.host", "g.route_/v*.user", "g.tenant_*-prod.user"}},
+	} {
+		var p rules.Plan
+		allocs := testing.AllocsPerRun(100, func() {
+			if err := tc.c.Plan(tc.domain, tc.ds, &p); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 1 {
+			t.Errorf("%s: %v allocations per Plan, want at most 1", tc.domain, allocs)
 		}
-	})
-	if allocs > 1 {
-		t.Errorf("%v allocations per Plan, want at most 1", allocs)
+		for i, m := range p.Matches {
+			if got := name(m.Rule); got != tc.want[i] {
+				t.Errorf("%s: descriptor %d matched %s, want %s", tc.domain, i, got, tc.want[i])
+			}
+		}
 	}
 }
 
@@ -540,4 +580,128 @@ func BenchmarkPlan(b *testing.B) {
 			}
 		}
 	})
+}
+
+// Wildcards anywhere in a value: each '*' matches any run of characters.
+const globs = `
+domain: g
+descriptors:
+  - key: host
+    value: api.*.example.com
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: host
+    value: "*.example.com"
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: host
+    value: www.example.com
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: host
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: route
+    value: /v*/users/*/posts
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: route
+    value: /v*
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 6}
+  - key: route
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 7}
+  - key: glob
+    value: a*a*a*a*b
+    rate_limit: {unit: second, requests_per_unit: 8}
+  - key: stars
+    value: x**y
+    rate_limit: {unit: second, requests_per_unit: 9}
+  - key: meta
+    value: 'a.b+(c)?[d]{2}^$|\*'
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: k*
+    value: v*w
+    rate_limit: {unit: second, requests_per_unit: 11}
+  - key: shared
+    value: img-*.png
+    share_threshold: true
+    rate_limit: {unit: second, requests_per_unit: 12}
+  - key: tenant
+    value: "*-prod"
+    share_threshold: true
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 13}
+  - key: tenant
+    value: "*-dev*"
+    value_to_metric: true
+    descriptors:
+      - key: user
+        rate_limit: {unit: second, requests_per_unit: 14}
+`
+
+// Exact first, then wildcards in file order (the first that matches, not
+// the most specific), then the value-less rule.
+func TestInfixWildcards(t *testing.T) {
+	checkMatches(t, mustConfig(t, globs), "g", []reqCase{
+		{[]string{"host=www.example.com"}, "g.host_www.example.com"}, // exact beats the earlier wildcards
+		{[]string{"host=api.v1.example.com"}, "g.host_api.*.example.com"},
+		{[]string{"host=api..example.com"}, "g.host_api.*.example.com"}, // '*' matches the empty run
+		{[]string{"host=api.example.com"}, "g.host_*.example.com"},      // "api." and ".example.com" would overlap
+		{[]string{"host=cdn.example.com"}, "g.host_*.example.com"},
+		{[]string{"host=.example.com"}, "g.host_*.example.com"},
+		{[]string{"host=*.example.com"}, "g.host_*.example.com"}, // the literal value, matched exactly
+		{[]string{"host=example.com"}, "g.host"},
+		{[]string{"host=a.example.com.evil"}, "g.host"},
+		{[]string{"route=/v1/users/42/posts"}, "g.route_/v*/users/*/posts"},
+		{[]string{"route=/v/users//posts"}, "g.route_/v*/users/*/posts"},
+		{[]string{"route=/v1/users/42/posts", "user=u"}, "no_match"}, // that rule has no nested descriptors
+		{[]string{"route=/v1/users/42/comments", "user=u"}, "g.route_/v*.user"},
+		{[]string{"route=/v1/users/42/comments"}, "no_match"}, // the rule reached has no rate_limit
+		{[]string{"route=/x", "user=u"}, "g.route.user"},
+		{[]string{"glob=aaaab"}, "g.glob_a*a*a*a*b"},
+		{[]string{"glob=a-a-a-a-b"}, "g.glob_a*a*a*a*b"},
+		{[]string{"glob=aaab"}, "no_match"},
+		{[]string{"stars=xy"}, "g.stars_x**y"},
+		{[]string{"stars=x*y"}, "g.stars_x**y"},
+		{[]string{"stars=yx"}, "no_match"},
+		{[]string{`meta=a.b+(c)?[d]{2}^$|\`}, `g.meta_a.b+(c)?[d]{2}^$|\*`},
+		{[]string{`meta=a.b+(c)?[d]{2}^$|\anything`}, `g.meta_a.b+(c)?[d]{2}^$|\*`},
+		{[]string{`meta=aXb+(c)?[d]{2}^$|\`}, "no_match"},  // '.' is literal
+		{[]string{`meta=a.bb+(c)?[d]{2}^$|\`}, "no_match"}, // '+' too
+		{[]string{"k*=vXw"}, "g.k*_v*w"},
+		{[]string{"kk=vXw"}, "no_match"}, // a key's '*' is literal
+		{[]string{"shared=img-1.png"}, "g.shared_img-*.png"},
+		{[]string{"tenant=acme-prod", "user=bob"}, "g.tenant_*-prod.user"},
+		{[]string{"tenant=acme-dev-2", "user=bob"}, "g.tenant_*-dev*.user"},
+		{[]string{"tenant=acme-qa", "user=bob"}, "no_match"},
+	})
+}
+
+// Stats keys and counters of infix wildcards follow those of trailing ones:
+// the pattern in the stats key, one counter per request value unless
+// share_threshold.
+func TestInfixWildcardKeys(t *testing.T) {
+	c := mustConfig(t, globs)
+	checkStatKeys(t, c, "g", []reqCase{
+		{[]string{"host=cdn.example.com"}, "g.host_*.example.com"},
+		{[]string{"shared=img-1.png"}, "g.shared_img-*.png"},
+		{[]string{"tenant=acme-prod", "user=bob"}, "g.tenant_*-prod.user_bob"},
+		{[]string{"tenant=acme-dev-2", "user=bob"}, "g.tenant_acme-dev-2.user"},
+	})
+	checkDistinct(t, c, "g", [][]string{
+		{"host=a.example.com"}, {"host=b.example.com"}, {"host=api.a.example.com"}, {"host=api.b.example.com"},
+		{"route=/v1/users/1/posts"}, {"route=/v1/users/2/posts"}, {"glob=aaaab"}, {"glob=aaaaab"},
+		{"shared=img-1.png"}, {"shared=img-*.png"},
+		{"tenant=a-prod", "user=bob"}, {"tenant=a-prod", "user=eve"},
+		{"tenant=a-dev", "user=bob"}, {"tenant=b-dev", "user=bob"},
+	})
+	for _, same := range [][2][]string{
+		{{"shared=img-1.png"}, {"shared=img-.png"}},
+		{{"tenant=a-prod", "user=bob"}, {"tenant=b-prod", "user=bob"}},
+	} {
+		if a, b := hitKey(t, c, "g", same[0]...), hitKey(t, c, "g", same[1]...); a != b {
+			t.Errorf("share_threshold: %v and %v count apart (%q, %q)", same[0], same[1], a, b)
+		}
+	}
 }

@@ -38,7 +38,10 @@ type Domain struct {
 type Rule struct {
 	// Key and Value as written; Value is empty for a value-less rule,
 	// which gives every distinct request value its own counter. A Value
-	// ending in '*' is a wildcard: it matches any value with that prefix.
+	// containing '*' is a wildcard: each '*' matches any run of characters,
+	// the empty run included, and every other character is literal (a
+	// trailing '*' is Envoy's prefix wildcard). As in Envoy, a value-less
+	// rule whose Key ends in '*' matches any key with that prefix.
 	Key, Value string
 
 	// Parent is the enclosing descriptor, nil at the top level.
@@ -75,7 +78,8 @@ type Rule struct {
 
 	composite string           // key, or key_value: Envoy's map key
 	children  map[string]*Rule // by composite
-	wildcards []*Rule          // children whose composite ends in '*', in file order
+	wildcards []*Rule          // wildcard children, in file order
+	glob      glob             // the pattern of a wildcard rule, else nil
 	limited   bool             // has a rate_limit block (limits or unlimited)
 	depth     int              // 1 at the top level
 	ident     string           // length-prefixed path, part of counter keys
