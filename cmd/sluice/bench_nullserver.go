@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/loadgen"
+)
+
+func init() {
+	commands["nullserver"] = command{
+		summary: "a rate limit service that answers OK at once, to compare with",
+		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+			return cmdNullServer(ctx, args, stderr)
+		},
+	}
+}
+
+func cmdNullServer(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("nullserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:18081", "gRPC listen address (empty: no gRPC)")
+	httpAddr := fs.String("http-addr", "127.0.0.1:18080", "HTTP listen address for POST /json (empty: no HTTP)")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: sluice nullserver [--grpc-addr ADDR] [--http-addr ADDR]
+
+Serves envoy.service.ratelimit.v3.RateLimitService over gRPC and POST /json
+over HTTP, answering every request OK at once, with one status per descriptor
+shaped like a real answer. It decides nothing and keeps no state: run
+"sluice bench" against it and against sluice serve, with the same flags, and
+the difference is the work of sluice serve. Runs until interrupted.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *grpcAddr == "" && *httpAddr == "" {
+		fmt.Fprintln(stderr, "sluice nullserver: nothing to serve: both addresses are empty")
+		return errUsage
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	if *grpcAddr != "" {
+		lis, err := net.Listen("tcp", *grpcAddr)
+		if err != nil {
+			return err
+		}
+		s := grpc.NewServer()
+		loadgen.RegisterNullServer(s)
+		go func() { errc <- s.Serve(lis) }()
+		defer s.GracefulStop()
+		fmt.Fprintf(stderr, "nullserver: gRPC on %s\n", lis.Addr())
+	}
+	if *httpAddr != "" {
+		lis, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return err
+		}
+		hs := &http.Server{Handler: &loadgen.NullServer{}, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hs.Serve(lis) }()
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			hs.Shutdown(sctx)
+		}()
+		fmt.Fprintf(stderr, "nullserver: HTTP on %s\n", lis.Addr())
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}

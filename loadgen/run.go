@@ -1,0 +1,391 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mode is the protocol the generator speaks.
+type Mode string
+
+const (
+	GRPC Mode = "grpc" // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+	JSON Mode = "json" // HTTP POST /json with the request in protobuf JSON
+)
+
+// Config describes a run. Zero fields mean the default written in their
+// comment. A run stops by itself: at least one of Duration and Requests
+// must be set.
+type Config struct {
+	Target string // host:port of the server; required
+	Mode   Mode   // default GRPC
+
+	// Connections is the number of gRPC client connections, or of HTTP
+	// transports (each with its own pool of connections) in JSON mode.
+	// Default 1.
+	Connections int
+	// Concurrency is the number of requests in flight: the number of
+	// workers, each waiting for its answer before it sends again.
+	// Default 16.
+	Concurrency int
+
+	// Keys is the number of distinct descriptor values ("k0" … "k<Keys-1>"),
+	// chosen uniformly. Default 1000.
+	Keys int
+	// Hot is the share of requests (0..1) sent with the one hot value
+	// HotValue instead of a uniformly chosen key.
+	Hot float64
+	// Domain and DescriptorKey make the request
+	// {domain, descriptors: [{entries: [{key: DescriptorKey, value}]}]}.
+	// Defaults "bench" and "key".
+	Domain        string
+	DescriptorKey string
+
+	// Fill sends one request for every key (and the hot key) before the
+	// warm-up, so that the server holds every key when the measurement
+	// starts. Fill requests are counted in Result.Filled only.
+	Fill bool
+	// Warmup is sent and not measured.
+	Warmup time.Duration
+	// Duration is the length of the measurement, after the warm-up.
+	Duration time.Duration
+	// Requests caps the number of measured requests; zero means no cap.
+	Requests int64
+	// Rate, when positive, makes the run open loop: requests are due at
+	// a fixed rate (per second, over all workers) whatever the answers,
+	// and the latency of a request that could not be sent when due,
+	// because every worker was waiting for an answer, runs from when it
+	// was due: a server that stalls is charged for the requests that
+	// queued behind it. Zero means
+	// closed loop: each worker sends as soon as it has its answer.
+	Rate float64
+	// Timeout bounds each request. Default 2s.
+	Timeout time.Duration
+	// Seed seeds the choice of keys; runs with the same seed send the same
+	// sequence of keys from each worker.
+	Seed uint64
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Target == "" {
+		return c, errors.New("no target")
+	}
+	if c.Mode == "" {
+		c.Mode = GRPC
+	}
+	if c.Mode != GRPC && c.Mode != JSON {
+		return c, fmt.Errorf("mode %q: want grpc or json", c.Mode)
+	}
+	if c.Connections == 0 {
+		c.Connections = 1
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.Keys == 0 {
+		c.Keys = 1000
+	}
+	if c.Domain == "" {
+		c.Domain = "bench"
+	}
+	if c.DescriptorKey == "" {
+		c.DescriptorKey = "key"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 2 * time.Second
+	}
+	switch {
+	case c.Connections < 0, c.Concurrency < 0, c.Keys < 0:
+		return c, errors.New("connections, concurrency and keys must be positive")
+	case c.Connections > c.Concurrency:
+		return c, fmt.Errorf("%d connections for %d requests in flight: some would stay idle", c.Connections, c.Concurrency)
+	case !(c.Hot >= 0 && c.Hot <= 1):
+		return c, fmt.Errorf("hot share %v: want 0..1", c.Hot)
+	case c.Warmup < 0, c.Duration < 0, c.Requests < 0, c.Timeout < 0:
+		return c, errors.New("warmup, duration, requests and timeout must not be negative")
+	case !(c.Rate >= 0) || math.IsInf(c.Rate, 0):
+		return c, fmt.Errorf("rate %v: want a finite rate >= 0", c.Rate)
+	case c.Duration == 0 && c.Requests == 0:
+		return c, errors.New("neither a duration nor a request cap: the run would not stop")
+	}
+	return c, nil
+}
+
+// Result is what a run measured. Requests = OK + OverLimit + Unknown +
+// Errors, counting the requests sent during the measurement; latency covers
+// the requests that got an answer (all but Errors).
+type Result struct {
+	Config Config
+
+	// Elapsed runs from the start of the measurement to the last answer
+	// counted.
+	Elapsed   time.Duration
+	Requests  int64
+	OK        int64 // overall code OK; HTTP 200
+	OverLimit int64 // overall code OVER_LIMIT; HTTP 429
+	Unknown   int64 // overall code UNKNOWN (or another value)
+	Errors    int64 // gRPC error status, HTTP status other than 200 and 429, transport errors
+	Hot       int64 // requests sent with the hot key
+	Filled    int64 // fill requests that got an answer
+	// ErrorKinds counts the errors by kind (a gRPC code such as
+	// "Unavailable", "http 500", "connection refused", …), with one
+	// message of each kind in ErrorSamples.
+	ErrorKinds   map[string]int64
+	ErrorSamples map[string]string
+
+	Latency Latency
+}
+
+// Latency summarises the latency of the answered requests.
+type Latency struct {
+	Min, Mean, P50, P90, P99, P999, Max time.Duration
+}
+
+// RPS returns the requests per second of the measurement.
+func (r *Result) RPS() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Requests) / r.Elapsed.Seconds()
+}
+
+// ErrorKindsSorted returns the kinds of error, most frequent first.
+func (r *Result) ErrorKindsSorted() []string {
+	kinds := make([]string, 0, len(r.ErrorKinds))
+	for k := range r.ErrorKinds {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if r.ErrorKinds[kinds[i]] != r.ErrorKinds[kinds[j]] {
+			return r.ErrorKinds[kinds[i]] > r.ErrorKinds[kinds[j]]
+		}
+		return kinds[i] < kinds[j]
+	})
+	return kinds
+}
+
+// worker is the state of one worker, read by Run only after it finished.
+type worker struct {
+	lane    int
+	rng     *rand.Rand
+	hist    *histogram
+	counts  [4]int64 // by outcome
+	hot     int64
+	filled  int64
+	last    time.Time // last answer counted
+	kinds   map[string]int64
+	samples map[string]string
+}
+
+func (w *worker) countError(kind string, err error) {
+	if w.kinds == nil {
+		w.kinds, w.samples = map[string]int64{}, map[string]string{}
+	}
+	if w.kinds[kind] == 0 {
+		w.samples[kind] = err.Error()
+	}
+	w.kinds[kind]++
+}
+
+// Run sends the load that cfg describes and returns what it measured. It
+// returns early, with what it measured so far, when ctx is done. An error
+// means the run could not start (a bad config); failed requests are
+// counted, not returned.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var b *bodies
+	var c client
+	switch cfg.Mode {
+	case GRPC:
+		if b, err = protoBodies(cfg.Domain, cfg.DescriptorKey, cfg.Keys); err != nil {
+			return nil, err
+		}
+		if c, err = newGRPCClient(cfg.Target, cfg.Connections, cfg.Concurrency); err != nil {
+			return nil, err
+		}
+	case JSON:
+		if b, err = jsonBodies(cfg.Domain, cfg.DescriptorKey, cfg.Keys); err != nil {
+			return nil, err
+		}
+		c = newJSONClient(cfg.Target, cfg.Connections, cfg.Concurrency, cfg.Timeout)
+	}
+	defer c.close()
+
+	workers := make([]*worker, cfg.Concurrency)
+	for i := range workers {
+		workers[i] = &worker{
+			lane: i,
+			rng:  rand.New(rand.NewPCG(cfg.Seed, uint64(i))),
+			hist: newHistogram(),
+		}
+	}
+	each := func(f func(w *worker)) {
+		var wg sync.WaitGroup
+		for _, w := range workers {
+			wg.Go(func() { f(w) })
+		}
+		wg.Wait()
+	}
+
+	if cfg.Fill {
+		var next atomic.Int64
+		each(func(w *worker) {
+			for {
+				i := next.Add(1) - 1
+				if i > int64(cfg.Keys) || ctx.Err() != nil {
+					return
+				}
+				rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+				o, _, _ := c.do(rctx, w.lane, b.body(int(i)))
+				cancel()
+				if o != outError {
+					w.filled++
+				}
+			}
+		})
+	}
+
+	r := &loop{cfg: cfg, c: c, b: b, start: time.Now()}
+	r.measureStart = r.start.Add(cfg.Warmup)
+	if cfg.Duration > 0 {
+		r.measureEnd = r.measureStart.Add(cfg.Duration)
+		// A backstop: every request has its own timeout, so the run is
+		// over by then anyway.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, r.measureEnd.Add(cfg.Timeout+time.Second))
+		defer cancel()
+	}
+	if cfg.Rate > 0 {
+		r.interval = float64(time.Second) / cfg.Rate
+	}
+	if cfg.Hot >= 1 {
+		r.hotBelow = math.MaxUint64
+	} else {
+		r.hotBelow = uint64(cfg.Hot * (1 << 64))
+	}
+	each(func(w *worker) { r.work(ctx, w) })
+
+	res := &Result{Config: cfg, ErrorKinds: map[string]int64{}, ErrorSamples: map[string]string{}}
+	h := newHistogram()
+	last := r.measureStart
+	for _, w := range workers {
+		h.merge(w.hist)
+		res.OK += w.counts[outOK]
+		res.OverLimit += w.counts[outOver]
+		res.Unknown += w.counts[outUnknown]
+		res.Errors += w.counts[outError]
+		res.Hot += w.hot
+		res.Filled += w.filled
+		if w.last.After(last) {
+			last = w.last
+		}
+		for k, n := range w.kinds {
+			res.ErrorKinds[k] += n
+			if _, ok := res.ErrorSamples[k]; !ok {
+				res.ErrorSamples[k] = w.samples[k]
+			}
+		}
+	}
+	res.Requests = res.OK + res.OverLimit + res.Unknown + res.Errors
+	res.Elapsed = last.Sub(r.measureStart)
+	res.Latency = Latency{
+		Min: time.Duration(h.min), Mean: h.mean(), Max: time.Duration(h.max),
+		P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), P999: h.quantile(0.999),
+	}
+	if h.n == 0 {
+		res.Latency.Min = 0
+	}
+	return res, nil
+}
+
+// loop is the shared state of the workers of one run.
+type loop struct {
+	cfg          Config
+	c            client
+	b            *bodies
+	start        time.Time
+	measureStart time.Time
+	measureEnd   time.Time // zero: no time limit
+	interval     float64   // open loop: nanoseconds between requests; 0 closed loop
+	hotBelow     uint64    // a request goes to the hot key when rng.Uint64() < hotBelow
+	issued       atomic.Int64
+	due          atomic.Int64 // open loop: sequence number of the next request
+}
+
+// work runs one worker until the measurement ends, the request cap is
+// reached or ctx is done.
+func (r *loop) work(ctx context.Context, w *worker) {
+	for ctx.Err() == nil {
+		var sent time.Time // when the request counts as sent
+		if r.interval > 0 {
+			seq := r.due.Add(1) - 1
+			sent = r.start.Add(time.Duration(float64(seq) * r.interval))
+			if !r.measureEnd.IsZero() && !sent.Before(r.measureEnd) {
+				return
+			}
+			if d := time.Until(sent); d > 0 {
+				// Idle until the request is due. The wake-up can be late
+				// (the runtime's timers have a granularity of about a
+				// millisecond when idle): that lateness is the
+				// generator's, so latency runs from the actual send. A
+				// request already overdue, because every worker was busy,
+				// keeps its due time: the server's slowness made it wait.
+				t := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				sent = time.Now()
+			}
+		} else {
+			sent = time.Now()
+			if !r.measureEnd.IsZero() && !sent.Before(r.measureEnd) {
+				return
+			}
+		}
+		measured := !sent.Before(r.measureStart)
+		if measured && r.cfg.Requests > 0 && r.issued.Add(1) > r.cfg.Requests {
+			return
+		}
+		key := r.cfg.Keys // the hot key
+		hot := r.hotBelow > 0 && w.rng.Uint64() < r.hotBelow
+		if !hot {
+			key = int(w.rng.Uint64N(uint64(r.cfg.Keys)))
+		}
+		if r.interval == 0 {
+			sent = time.Now()
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		o, kind, err := r.c.do(rctx, w.lane, r.b.body(key))
+		cancel()
+		done := time.Now()
+		if !measured {
+			continue
+		}
+		if o == outError && ctx.Err() != nil {
+			return // interrupted: not the server's failure
+		}
+		w.counts[o]++
+		if hot {
+			w.hot++
+		}
+		w.last = done
+		if o == outError {
+			w.countError(kind, err)
+			continue
+		}
+		w.hist.record(done.Sub(sent))
+	}
+}
