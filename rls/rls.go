@@ -62,6 +62,11 @@ type DescriptorOutcome struct {
 	StatKey string // the rule's stats key; empty when nothing matched
 	Rule    *rules.Rule
 
+	// Cost is the number of hits the descriptor applied (its hits_addend,
+	// else the request's, where 0 means 1); 0 is a check that consumed
+	// nothing.
+	Cost int64
+
 	// Limited reports that the descriptor had limits to decide (Status
 	// Limited or Overridden); the rest are meaningful only then.
 	Limited bool
@@ -79,12 +84,34 @@ type DescriptorOutcome struct {
 	Limit    *sluice.Limit
 }
 
+// LimitOutcome is one limit decided for a request and its decision.
+type LimitOutcome struct {
+	Limit    *sluice.Limit
+	Decision sluice.Decision
+
+	// Descriptor is the index of the request descriptor the limit belongs
+	// to, or -1 for the domain capacity.
+	Descriptor int
+}
+
 // Outcome is the full answer to one request, for callers that count or log
-// (metrics, the simulator's summary).
+// (metrics, response headers, the simulator's summary).
 type Outcome struct {
 	Response    *rlsv3.RateLimitResponse
 	Overall     sluice.Decision
 	Descriptors []DescriptorOutcome
+
+	// Limits lists every limit decided, in the order of the descriptors
+	// and the domain capacity last; Overall.Index indexes it.
+	Limits []LimitOutcome
+}
+
+// Reset empties o for reuse by DecideInto, keeping its slices' storage. It
+// drops the Response, which the caller may still hold.
+func (o *Outcome) Reset() {
+	clear(o.Descriptors)
+	clear(o.Limits)
+	*o = Outcome{Descriptors: o.Descriptors[:0], Limits: o.Limits[:0]}
 }
 
 type scratch struct {
@@ -99,22 +126,39 @@ type scratch struct {
 // to a store failure); it is sluice.ErrInvalid.
 var ErrInvalid = sluice.ErrInvalid
 
+// ErrNoRules is returned while no rules are loaded (a Decider made with nil
+// rules, before its first SetRules): the service is not ready.
+var ErrNoRules = errors.New("no rate limit configuration loaded")
+
 // Decide answers req. An error wrapping ErrInvalid means the request is
-// malformed (gRPC InvalidArgument, HTTP 400) and nothing was consumed; any
-// other error is a store failure.
+// malformed (gRPC InvalidArgument, HTTP 400) and nothing was consumed;
+// ErrNoRules that no rules are loaded; any other error is a store failure.
 func (d *Decider) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*Outcome, error) {
+	o := new(Outcome)
+	if err := d.DecideInto(ctx, req, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// DecideInto is Decide writing into o, whose Descriptors and Limits
+// storage it reuses: a server pools Outcomes to answer without allocating
+// them. It allocates a new o.Response, which the caller owns. On error o
+// is left reset.
+func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *Outcome) error {
+	o.Reset()
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
 
 	if err := s.convert(req); err != nil {
-		return nil, err
+		return err
 	}
 	cfg := d.Rules()
 	if cfg == nil {
-		return nil, errors.New("no rules loaded")
+		return ErrNoRules
 	}
 	if err := cfg.Plan(req.GetDomain(), s.descs, &s.plan); err != nil {
-		return nil, err
+		return err
 	}
 	p := &s.plan
 	if cap(s.out) < len(p.Hits) {
@@ -123,25 +167,36 @@ func (d *Decider) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*Out
 	out := s.out[:len(p.Hits)]
 	overall, err := d.limiter.DecideInto(ctx, p.Hits, out)
 	if err != nil {
-		return nil, err
+		return err
 	}
 
-	o := &Outcome{
-		Overall:     overall,
-		Descriptors: make([]DescriptorOutcome, len(p.Matches)),
-		Response: &rlsv3.RateLimitResponse{
-			OverallCode: rlsv3.RateLimitResponse_OK,
-			Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Matches)),
-		},
+	n := len(p.Matches)
+	o.Overall = overall
+	o.Descriptors = grow(o.Descriptors, n)
+	o.Limits = grow(o.Limits, len(p.Hits))
+	for i := range p.Hits {
+		o.Limits[i] = LimitOutcome{Limit: p.Hits[i].Limit, Decision: out[i], Descriptor: -1}
+	}
+	// One allocation holds every status of the response with its limit
+	// and duration.
+	blocks := make([]statusBlock, n)
+	o.Response = &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
 	for i := range p.Matches {
 		m := &p.Matches[i]
 		do := &o.Descriptors[i]
-		do.Status, do.StatKey, do.Rule = m.Status, m.StatKey, m.Rule
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		do.Status, do.StatKey, do.Rule, do.Cost = m.Status, m.StatKey, m.Rule, s.descs[i].Cost
+		b := &blocks[i]
+		st := &b.status
+		st.Code = rlsv3.RateLimitResponse_OK
 		o.Response.Statuses[i] = st
 		if m.Count == 0 {
 			continue
+		}
+		for j := m.First; j < m.First+m.Count; j++ {
+			o.Limits[j].Descriptor = i
 		}
 		do.Limited = true
 		hits := p.Hits[m.First : m.First+m.Count]
@@ -153,16 +208,36 @@ func (d *Decider) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*Out
 		if !dd.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		st.CurrentLimit = currentLimit(lim)
+		b.setCurrentLimit(lim)
+		st.CurrentLimit = &b.limit
 		st.LimitRemaining = clampUint32(dd.Remaining)
-		st.DurationUntilReset = durationpb.New(max(0, dd.ResetAfter))
+		reset := max(0, dd.ResetAfter)
+		b.reset.Seconds = int64(reset / time.Second)
+		b.reset.Nanos = int32(reset % time.Second)
+		st.DurationUntilReset = &b.reset
 	}
 	// The domain capacity belongs to no descriptor: when it denies, the
 	// request is over limit although every descriptor's own limits allow.
 	if !overall.Allowed {
 		o.Response.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	return o, nil
+	return nil
+}
+
+// statusBlock is one descriptor status of a response with the messages it
+// points to, allocated together.
+type statusBlock struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	limit  rlsv3.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+	mult   wrapperspb.UInt32Value
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // Check reports whether req is well formed for the rules in force, without
@@ -175,7 +250,7 @@ func (d *Decider) Check(req *rlsv3.RateLimitRequest) error {
 	}
 	cfg := d.Rules()
 	if cfg == nil {
-		return errors.New("no rules loaded")
+		return ErrNoRules
 	}
 	return cfg.Plan(req.GetDomain(), s.descs, &s.plan)
 }
@@ -243,20 +318,19 @@ func (s *scratch) convert(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// currentLimit describes l as Envoy's RateLimit: requests per unit, with
-// the unit and multiplier that spell its period exactly (a 90 s period is
-// 90 SECOND).
-func currentLimit(l *sluice.Limit) *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{
-		Name:            l.Name,
-		RequestsPerUnit: clampUint32(l.Rate),
-	}
+// setCurrentLimit describes l as Envoy's RateLimit in b.limit: requests
+// per unit, with the unit and multiplier that spell its period exactly (a
+// 90 s period is 90 SECOND).
+func (b *statusBlock) setCurrentLimit(l *sluice.Limit) {
+	rl := &b.limit
+	rl.Name = l.Name
+	rl.RequestsPerUnit = clampUint32(l.Rate)
 	unit, mult := UnitOf(l.Period)
 	rl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(unit)
 	if mult != 1 {
-		rl.UnitMultiplier = wrapperspb.UInt32(mult)
+		b.mult.Value = mult
+		rl.UnitMultiplier = &b.mult
 	}
-	return rl
 }
 
 // UnitOf spells a period as the largest Envoy unit that divides it and a
