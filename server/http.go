@@ -1,0 +1,167 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// MaxJSONBody bounds the body of a POST /json request, in bytes; a larger
+// one is answered 413.
+const MaxJSONBody = 1 << 20
+
+// Handler serves the HTTP API:
+//
+//	POST /json     a RateLimitRequest in protobuf JSON; 200 (OK) or 429
+//	               (OVER_LIMIT) with the RateLimitResponse in protobuf
+//	               JSON, as envoyproxy/ratelimit; 400 for a malformed or
+//	               invalid request, 413 for a body over MaxJSONBody, 503
+//	               without configuration or store; errors as
+//	               {"code":400,"error":"..."}
+//	GET /healthz   200 while the process is alive
+//	GET /readyz    200 when ready (a configuration loaded, Config.Ready
+//	               passing, not draining), else 503 with the reason
+//	GET /healthcheck  /readyz under envoyproxy/ratelimit's name
+//	GET /metrics   Prometheus metrics of Config.Registry
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/json", s.serveJSON)
+	mux.HandleFunc("/healthz", s.serveHealthz)
+	mux.HandleFunc("/readyz", s.serveReadyz)
+	mux.HandleFunc("/healthcheck", s.serveReadyz)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{
+		ErrorLog:          slogPrinter{s},
+		EnableOpenMetrics: true,
+	}))
+	return mux
+}
+
+// slogPrinter adapts the logger to promhttp's error log.
+type slogPrinter struct{ s *Server }
+
+func (p slogPrinter) Println(v ...any) {
+	if len(v) > 0 {
+		if err, ok := v[len(v)-1].(error); ok {
+			p.s.log.Warn("serving metrics", "err", err)
+			return
+		}
+	}
+	p.s.log.Warn("serving metrics", "detail", v)
+}
+
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed: POST a RateLimitRequest in protobuf JSON")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+	if err != nil {
+		s.m.requests[viaHTTP][resultInvalid].Inc()
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than "+strconv.Itoa(MaxJSONBody)+" bytes")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	req := new(rlsv3.RateLimitRequest)
+	if err := protojson.Unmarshal(body, req); err != nil {
+		s.m.requests[viaHTTP][resultInvalid].Inc()
+		writeError(w, http.StatusBadRequest, "malformed RateLimitRequest JSON: "+err.Error())
+		return
+	}
+	o, err := s.answer(r.Context(), req, viaHTTP)
+	if err != nil {
+		st := status.Convert(err)
+		writeError(w, httpStatus(st.Code()), st.Message())
+		return
+	}
+	resp := o.Response
+	s.release(o)
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		s.log.Error("encoding a RateLimitResponse", "err", err)
+		writeError(w, http.StatusInternalServerError, "encoding the response: "+err.Error())
+		return
+	}
+	h := w.Header()
+	for _, hv := range resp.ResponseHeadersToAdd {
+		h.Set(hv.Key, hv.Value)
+	}
+	h.Set("Content-Type", "application/json")
+	code := http.StatusOK
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		code = http.StatusTooManyRequests
+	}
+	w.WriteHeader(code)
+	w.Write(out)
+}
+
+// httpStatus maps the gRPC code of a failed request to an HTTP status.
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499 // client closed the request; nobody reads it
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// writeError answers with code and a JSON body {"code":…,"error":msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	body, _ := json.Marshal(struct {
+		Code  int    `json:"code"`
+		Error string `json:"error"`
+	}{code, msg})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(body, '\n'))
+}
+
+// allowGet answers 405 to a request that is neither GET nor HEAD.
+func allowGet(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed")
+	return false
+}
+
+func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	if !allowGet(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "OK\n")
+}
+
+func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	if !allowGet(w, r) {
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := s.readiness(r.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "not ready: "+err.Error()+"\n")
+		return
+	}
+	io.WriteString(w, "OK\n")
+}

@@ -1,0 +1,245 @@
+package server
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// The reserved values of the rule label. Stats keys always contain a dot
+// (the domain, then the descriptor path), so they never take these.
+const (
+	// labelOther gathers the stats keys of a domain beyond the label cap.
+	labelOther = "_other"
+	// labelOverride counts descriptors that carried their own limit
+	// (Envoy's per-descriptor override): their stats keys hold request
+	// values, which never become labels.
+	labelOverride = "_override"
+	// labelCapacity counts the domain-wide capacity limit.
+	labelCapacity = "_capacity"
+)
+
+// metrics are the server's Prometheus metrics.
+//
+// Per rule (labels domain and rule, the rule's Envoy stats key), in hits
+// (the cost of each descriptor, its hits_addend):
+//
+//	sluice_rule_hits_total          every hit decided
+//	sluice_rule_within_limit_total  hits the rule's limits admitted
+//	sluice_rule_over_limit_total    hits the rule's limits denied, or would
+//	                                have in shadow mode
+//	sluice_rule_near_limit_total    admitted hits beyond NearLimitRatio of
+//	                                the limit (Envoy's near_limit)
+//	sluice_rule_shadow_mode_total   over-limit hits let through by shadow
+//	                                mode (the rule's or the global one)
+//
+// The rule label takes stats keys, which hold request values only where a
+// rule asks for them (detailed_metric, value_to_metric); per-descriptor
+// overrides count under rule="_override" and the domain capacity under
+// rule="_capacity". At most MaxRuleLabels distinct stats keys become
+// labels over the server's life; later ones count under rule="_other" of
+// their domain.
+type metrics struct {
+	nearRatio float64
+	maxLabels int64
+	labels    atomic.Int64
+	domains   sync.Map // domain name -> *domainMetrics
+
+	hits, within, over, near, shadow *prometheus.CounterVec
+
+	latency     prometheus.Histogram
+	storeErrors prometheus.Counter
+	requests    [numTransports][numResults]prometheus.Counter
+	configLoads struct{ success, failure prometheus.Counter }
+	configInfo  *prometheus.GaugeVec
+	configTime  prometheus.Gauge
+	infoMu      sync.Mutex
+}
+
+// ruleCounters are the counters of one rule label, curried once.
+type ruleCounters struct {
+	hits, within, over, near, shadow prometheus.Counter
+}
+
+type domainMetrics struct {
+	name  string
+	rules sync.Map // rule label -> *ruleCounters
+}
+
+func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64) (*metrics, error) {
+	m := &metrics{nearRatio: nearRatio, maxLabels: int64(maxLabels)}
+	ruleVec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
+	}
+	m.hits = ruleVec("sluice_rule_hits_total", "Hits decided, by domain and rule (Envoy stats key).")
+	m.within = ruleVec("sluice_rule_within_limit_total", "Hits admitted by the rule's limits.")
+	m.over = ruleVec("sluice_rule_over_limit_total", "Hits denied by the rule's limits, shadow-mode denials included.")
+	m.near = ruleVec("sluice_rule_near_limit_total", "Admitted hits beyond the near-limit ratio of the limit.")
+	m.shadow = ruleVec("sluice_rule_shadow_mode_total", "Over-limit hits let through by shadow mode (the rule's or the global one).")
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_decision_duration_seconds",
+		Help:    "Time to decide one rate limit request: matching the rules and the store's decision.",
+		Buckets: prometheus.ExponentialBuckets(5e-6, 2.5, 12), // 5µs to 120ms
+	})
+	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sluice_store_errors_total",
+		Help: "Requests that failed because the store failed.",
+	})
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_requests_total",
+		Help: "Rate limit requests by transport (grpc, http) and result (ok, over_limit, shadow_over_limit, invalid, error).",
+	}, []string{"transport", "result"})
+	for t := range numTransports {
+		for r := range numResults {
+			m.requests[t][r] = requests.WithLabelValues(transportNames[t], resultNames[r])
+		}
+	}
+	loads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_config_loads_total",
+		Help: "Loads of the rate limit configuration by result (success, failure); a failure keeps the previous configuration.",
+	}, []string{"result"})
+	m.configLoads.success = loads.WithLabelValues("success")
+	m.configLoads.failure = loads.WithLabelValues("failure")
+	m.configInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_config_info",
+		Help: "The configuration in force: 1, labelled with its hash.",
+	}, []string{"hash"})
+	m.configTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_config_load_timestamp_seconds",
+		Help: "When the configuration in force was loaded, in Unix seconds.",
+	})
+
+	for _, c := range []prometheus.Collector{
+		m.hits, m.within, m.over, m.near, m.shadow, m.latency, m.storeErrors,
+		requests, loads, m.configInfo, m.configTime,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			if are := (prometheus.AlreadyRegisteredError{}); !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// setConfig records the configuration in force.
+func (m *metrics) setConfig(hash string, at time.Time) {
+	m.infoMu.Lock()
+	defer m.infoMu.Unlock()
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(hash).Set(1)
+	if !at.IsZero() {
+		m.configTime.Set(float64(at.UnixNano()) / 1e9)
+	}
+}
+
+// count adds the outcome of one request of domain to the per-rule
+// counters. shadow is the global shadow mode.
+func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
+	var capCost int64
+	var dm *domainMetrics
+	for i := range o.Descriptors {
+		d := &o.Descriptors[i]
+		capCost = max(capCost, d.Cost)
+		if !d.Limited {
+			continue
+		}
+		if dm == nil {
+			dm = m.domain(domain)
+		}
+		label, capped := d.StatKey, true
+		if d.Status == rules.Overridden {
+			label, capped = labelOverride, false
+		}
+		m.add(m.rule(dm, label, capped), d.Cost, &d.Decision, d.Over, d.ShadowOver || (d.Over && shadow), o.Overall.Allowed)
+	}
+	if n := len(o.Limits); n > 0 && o.Limits[n-1].Descriptor < 0 {
+		if dm == nil {
+			dm = m.domain(domain)
+		}
+		c := &o.Limits[n-1]
+		over := !c.Decision.Allowed
+		m.add(m.rule(dm, labelCapacity, false), capCost, &c.Decision, over, over && (c.Limit.Shadow || shadow), o.Overall.Allowed)
+	}
+}
+
+// add counts cost hits decided by d. Near-limit hits are counted only when
+// the request was admitted: a denied request consumed nothing.
+func (m *metrics) add(rc *ruleCounters, cost int64, d *sluice.Decision, over, shadow, consumed bool) {
+	c := float64(cost)
+	rc.hits.Add(c)
+	if over {
+		rc.over.Add(c)
+		if shadow {
+			rc.shadow.Add(c)
+		}
+		return
+	}
+	rc.within.Add(c)
+	// Envoy's arithmetic: of the hits that brought the use of the limit
+	// from before to after, those beyond floor(limit × ratio).
+	if d.Limit <= 0 || !consumed {
+		return
+	}
+	threshold := int64(math.Floor(float64(d.Limit) * m.nearRatio))
+	after := d.Limit - d.Remaining
+	if after > threshold {
+		before := after - cost
+		rc.near.Add(float64(after - max(before, threshold)))
+	}
+}
+
+// domain returns the metrics of a domain.
+func (m *metrics) domain(name string) *domainMetrics {
+	if v, ok := m.domains.Load(name); ok {
+		return v.(*domainMetrics)
+	}
+	name = strings.Clone(name)
+	v, _ := m.domains.LoadOrStore(name, &domainMetrics{name: name})
+	return v.(*domainMetrics)
+}
+
+// rule returns the counters of a rule label of dm. A capped label counts
+// against the cap and falls back to labelOther beyond it.
+func (m *metrics) rule(dm *domainMetrics, label string, capped bool) *ruleCounters {
+	if v, ok := dm.rules.Load(label); ok {
+		return v.(*ruleCounters)
+	}
+	if capped {
+		if m.labels.Add(1) > m.maxLabels {
+			m.labels.Add(-1)
+			return m.rule(dm, labelOther, false)
+		}
+	}
+	label = strings.Clone(label)
+	rc := &ruleCounters{
+		hits:   m.hits.WithLabelValues(dm.name, label),
+		within: m.within.WithLabelValues(dm.name, label),
+		over:   m.over.WithLabelValues(dm.name, label),
+		near:   m.near.WithLabelValues(dm.name, label),
+		shadow: m.shadow.WithLabelValues(dm.name, label),
+	}
+	v, loaded := dm.rules.LoadOrStore(label, rc)
+	if loaded && capped {
+		m.labels.Add(-1)
+	}
+	return v.(*ruleCounters)
+}

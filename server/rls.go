@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/rls"
+)
+
+// transport is where a request came from, a label of sluice_requests_total.
+type transport uint8
+
+const (
+	viaGRPC transport = iota
+	viaHTTP
+	numTransports
+)
+
+var transportNames = [numTransports]string{"grpc", "http"}
+
+// result is how a request ended, a label of sluice_requests_total.
+type result uint8
+
+const (
+	resultOK              result = iota // OK
+	resultOverLimit                     // OVER_LIMIT
+	resultShadowOverLimit               // OK, but enforcing every limit would have denied it
+	resultInvalid                       // InvalidArgument, HTTP 400 or 413
+	resultError                         // no configuration, store failure, canceled
+	numResults
+)
+
+var resultNames = [numResults]string{"ok", "over_limit", "shadow_over_limit", "invalid", "error"}
+
+// RegisterGRPC registers the Envoy rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) and the gRPC health service
+// (grpc.health.v1.Health) on g.
+func (s *Server) RegisterGRPC(g *grpc.Server) {
+	rlsv3.RegisterRateLimitServiceServer(g, s)
+	registerHealth(g, s)
+}
+
+// ShouldRateLimit answers one Envoy rate limit request: the
+// RateLimitService method. A malformed request is an InvalidArgument error
+// and changes nothing; an unloaded configuration or a store failure is
+// Unavailable; an unknown domain or descriptors that match no rule are OK.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	o, err := s.answer(ctx, req, viaGRPC)
+	if err != nil {
+		return nil, err
+	}
+	resp := o.Response
+	s.release(o)
+	return resp, nil
+}
+
+// answer decides req and applies what the server adds: global shadow mode,
+// metrics and response headers. The outcome goes back with release; on
+// error (a gRPC status error) there is none.
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport) (*rls.Outcome, error) {
+	o := s.outcomes.Get().(*rls.Outcome)
+	start := time.Now()
+	err := s.dec.DecideInto(ctx, req, o)
+	s.m.latency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.release(o)
+		return nil, s.fail(err, via)
+	}
+	resp := o.Response
+	res := resultOK
+	switch {
+	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
+		res = resultShadowOverLimit
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		for _, st := range resp.Statuses {
+			st.Code = rlsv3.RateLimitResponse_OK
+		}
+	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+		res = resultOverLimit
+	case o.Overall.Shadow:
+		res = resultShadowOverLimit
+	}
+	s.m.count(req.GetDomain(), o, s.shadow)
+	if s.headers != 0 {
+		resp.ResponseHeadersToAdd = s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+	}
+	s.m.requests[via][res].Inc()
+	return o, nil
+}
+
+// release returns o to the pool; its Response stays with the caller.
+func (s *Server) release(o *rls.Outcome) {
+	o.Reset()
+	s.outcomes.Put(o)
+}
+
+// fail turns a Decider error into a gRPC status error and counts it.
+func (s *Server) fail(err error, via transport) error {
+	switch {
+	case errors.Is(err, rls.ErrInvalid):
+		s.m.requests[via][resultInvalid].Inc()
+		s.log.Debug("invalid rate limit request", "transport", transportNames[via], "err", err)
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, rls.ErrNoRules):
+		s.m.requests[via][resultError].Inc()
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		s.m.requests[via][resultError].Inc()
+		return status.FromContextError(err).Err()
+	default:
+		s.m.requests[via][resultError].Inc()
+		s.m.storeErrors.Inc()
+		s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err)
+		return status.Error(codes.Unavailable, "rate limit store: "+err.Error())
+	}
+}

@@ -1,0 +1,229 @@
+// Package server is the network face of sluice serve: the Envoy rate limit
+// service (RLS v3) over gRPC with the gRPC health service, the HTTP JSON API
+// (POST /json), health and readiness (/healthz, /readyz), Prometheus
+// metrics (/metrics), and a debug handler (pprof and the loaded rules).
+//
+// It answers every request with an rls.Decider and owns what the transports
+// add to it: error codes, global shadow mode, rate limit response headers,
+// metrics and readiness. It does not listen, read flags or watch files: the
+// command wires listeners, configuration and lifecycle to it. It must not
+// import cmd/ or any store.
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Config configures a Server. Zero fields mean the documented default.
+type Config struct {
+	// Decider answers the requests; required. Its rules may be nil until
+	// the first ConfigLoaded: the server is then not ready and answers
+	// Unavailable (gRPC) or 503 (HTTP).
+	Decider *rls.Decider
+
+	// Logger receives request failures and configuration events. Nil
+	// discards them.
+	Logger *slog.Logger
+
+	// Registry receives the server's metrics and is served on /metrics.
+	// Nil means a new registry. The Go and process collectors are added
+	// unless already registered.
+	Registry *prometheus.Registry
+
+	// Headers selects the rate limit response headers; zero adds none,
+	// as Envoy's rate limit service by default.
+	Headers HeaderMode
+
+	// ShadowMode is the global shadow mode: every limit is decided and
+	// counted, but no request is answered OVER_LIMIT. Would-be denials
+	// count in sluice_rule_shadow_mode_total and as requests with result
+	// shadow_over_limit.
+	ShadowMode bool
+
+	// NearLimitRatio is the share of a limit beyond which admitted hits
+	// count as near the limit (Envoy's near_limit). Zero means 0.8.
+	NearLimitRatio float64
+
+	// Ready is an extra readiness check (the store is reachable), called by
+	// /readyz and the gRPC health service; nil means none.
+	Ready func(ctx context.Context) error
+
+	// Rules returns what the debug handler's /rules prints: a string (or
+	// fmt.Stringer) as text, anything else as JSON. Nil prints a summary
+	// of the decider's rules.
+	Rules func() any
+
+	// MaxRuleLabels caps the distinct values of the rule label of the
+	// per-rule metrics; beyond it, new stats keys count under
+	// rule="_other" of their domain. Zero means DefaultMaxRuleLabels.
+	MaxRuleLabels int
+}
+
+// DefaultMaxRuleLabels is the default cap on distinct rule label values.
+const DefaultMaxRuleLabels = 10000
+
+// DefaultNearLimitRatio is Envoy's near-limit ratio.
+const DefaultNearLimitRatio = 0.8
+
+// Server answers rate limit requests over gRPC and HTTP. Make one with New.
+// It is safe for concurrent use.
+type Server struct {
+	dec        *rls.Decider
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	headers    HeaderMode
+	shadow     bool
+	nearRatio  float64
+	ready      func(ctx context.Context) error
+	rulesDebug func() any
+
+	m *metrics
+
+	draining atomic.Bool
+	loaded   atomic.Pointer[loadInfo]
+
+	// Watchers of the health status, woken by a change of readiness.
+	mu      sync.Mutex
+	changed chan struct{}
+
+	outcomes sync.Pool // *rls.Outcome
+}
+
+// loadInfo is the configuration loaded last.
+type loadInfo struct {
+	cfg *rules.Config
+	at  time.Time
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Decider == nil {
+		return nil, errors.New("server: Config.Decider is required")
+	}
+	if cfg.NearLimitRatio < 0 || cfg.NearLimitRatio > 1 {
+		return nil, errors.New("server: NearLimitRatio must be between 0 and 1")
+	}
+	if cfg.MaxRuleLabels < 0 {
+		return nil, errors.New("server: MaxRuleLabels must not be negative")
+	}
+	if cfg.Headers&^HeadersAll != 0 {
+		return nil, errors.New("server: unknown bits in Headers")
+	}
+	s := &Server{
+		dec:        cfg.Decider,
+		log:        cfg.Logger,
+		reg:        cfg.Registry,
+		headers:    cfg.Headers,
+		shadow:     cfg.ShadowMode,
+		nearRatio:  cfg.NearLimitRatio,
+		ready:      cfg.Ready,
+		rulesDebug: cfg.Rules,
+		changed:    make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	if s.nearRatio == 0 {
+		s.nearRatio = DefaultNearLimitRatio
+	}
+	maxLabels := cfg.MaxRuleLabels
+	if maxLabels == 0 {
+		maxLabels = DefaultMaxRuleLabels
+	}
+	m, err := newMetrics(s.reg, maxLabels, s.nearRatio)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	s.outcomes.New = func() any { return new(rls.Outcome) }
+	if rc := s.dec.Rules(); rc != nil {
+		s.m.setConfig(rc.Hash(), time.Time{})
+	}
+	return s, nil
+}
+
+// ConfigLoaded puts cfg in force (the decider's rules) and records the load
+// at time at in the metrics: a successful load, the configuration's hash and
+// the load time. The first call makes the server ready.
+func (s *Server) ConfigLoaded(cfg *rules.Config, at time.Time) {
+	if cfg == nil {
+		s.ConfigRejected(errors.New("nil configuration"))
+		return
+	}
+	s.dec.SetRules(cfg)
+	s.loaded.Store(&loadInfo{cfg: cfg, at: at})
+	s.m.configLoads.success.Inc()
+	s.m.setConfig(cfg.Hash(), at)
+	s.log.Info("rate limit configuration loaded", "hash", cfg.Hash(), "domains", len(cfg.Domains()))
+	s.notify()
+}
+
+// ConfigRejected counts a failed load of the configuration; the rules in
+// force stay.
+func (s *Server) ConfigRejected(err error) {
+	s.m.configLoads.failure.Inc()
+	s.log.Error("rate limit configuration rejected; the previous one stays in force", "err", err)
+}
+
+// SetDraining makes the server report not ready (/readyz answers 503, the
+// gRPC health service NOT_SERVING) so that load balancers stop sending new
+// requests, while it keeps answering those that still arrive. It cannot be
+// undone.
+func (s *Server) SetDraining() {
+	if !s.draining.Swap(true) {
+		s.log.Info("draining: reporting not ready")
+		s.notify()
+	}
+}
+
+// notify wakes the health watchers.
+func (s *Server) notify() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// changes returns a channel closed at the next change of readiness.
+func (s *Server) changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// errDraining and errNoConfig are the reasons for not being ready.
+var (
+	errDraining = errors.New("draining")
+	errNoConfig = errors.New("no rate limit configuration loaded")
+)
+
+// readiness returns nil when the server is ready: a configuration is
+// loaded, it is not draining and the Ready check passes.
+func (s *Server) readiness(ctx context.Context) error {
+	if s.draining.Load() {
+		return errDraining
+	}
+	if s.dec.Rules() == nil {
+		return errNoConfig
+	}
+	if s.ready != nil {
+		if err := s.ready(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
