@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -274,9 +275,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 			var bytes, fill float64
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
+				before := settledHeap()
 				start := time.Now()
 				b.StartTimer()
 				allow, closeFn := im.new(b, l)
@@ -285,10 +284,9 @@ func BenchmarkBytesPerKey(b *testing.B) {
 				}
 				b.StopTimer()
 				fill += float64(time.Since(start).Nanoseconds())
-				runtime.GC()
-				runtime.ReadMemStats(&after)
+				after := settledHeap()
 				runtime.KeepAlive(allow)
-				bytes += float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				bytes += float64(after) - float64(before)
 				closeFn()
 				b.StartTimer()
 			}
@@ -296,4 +294,23 @@ func BenchmarkBytesPerKey(b *testing.B) {
 			b.ReportMetric(fill/float64(b.N)/n, "ns/insert")
 		})
 	}
+}
+
+// settledHeap returns the bytes of live heap objects once garbage collection
+// has settled. One runtime.GC is not enough: a limiter released earlier may
+// be held by a goroutine that only a finalizer stops (ulule's cleaner), and
+// it would then be freed in the middle of the next measurement.
+func settledHeap() uint64 {
+	var m runtime.MemStats
+	last := uint64(math.MaxUint64)
+	for range 10 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond) // let finalizers and what they stop run
+		runtime.ReadMemStats(&m)
+		if m.HeapAlloc+m.HeapAlloc/1000 >= last {
+			break
+		}
+		last = m.HeapAlloc
+	}
+	return m.HeapAlloc
 }

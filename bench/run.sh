@@ -32,7 +32,7 @@ command -v benchstat >/dev/null || go install golang.org/x/perf/cmd/benchstat@la
 	free -g
 	go version
 	uname -srm
-	echo "sluice: $(git -C .. rev-parse HEAD 2>/dev/null || echo unknown) $(git -C .. status --porcelain 2>/dev/null | grep -q . && echo "(dirty tree)")"
+	echo "sluice: $(git -C .. rev-parse HEAD 2>/dev/null || echo unknown) $(git -C .. status --porcelain --untracked-files=no 2>/dev/null | grep -q . && echo "(dirty tree)")"
 	go list -m golang.org/x/time github.com/sethvargo/go-limiter \
 		github.com/throttled/throttled/v2 github.com/ulule/limiter/v3
 } >"$out-machine.txt"
