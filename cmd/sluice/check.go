@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
+	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -52,17 +52,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// loadRules loads a rules file, or every rules file of a directory.
-func loadRules(path string) (*rules.Config, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if info.IsDir() {
-		return rules.LoadDir(path)
-	}
-	return rules.LoadFile(path)
-}
+// loadRules loads a rules file, or every rules file of a directory, as
+// sluice serve and its reloads do.
+func loadRules(path string) (*rules.Config, error) { return reload.Load(path) }
 
 // parseFlags parses args, rejecting positional arguments, and maps -help to
 // a clean exit.

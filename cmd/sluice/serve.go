@@ -1,0 +1,680 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/reload"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/server"
+)
+
+func init() {
+	commands["serve"] = command{
+		summary: "run the rate limit service: Envoy RLS v3 over gRPC, HTTP JSON, metrics",
+		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+			return cmdServe(ctx, args, os.LookupEnv, stderr)
+		},
+	}
+}
+
+// stores lists the values of --store.
+var stores = []string{"memory"}
+
+// serveSettings are the settings of sluice serve, from flags, then the
+// environment, then the defaults.
+type serveSettings struct {
+	config                string
+	grpcAddr              string
+	httpAddr              string
+	debugAddr             string
+	store                 string
+	stateFile             string
+	snapshotInterval      time.Duration
+	maxBytes              byteSize
+	responseHeaders       string
+	shadowMode            bool
+	nearLimitRatio        float64
+	logLevel              slog.Level
+	logFormat             string
+	shutdownTimeout       time.Duration
+	drainDelay            time.Duration
+	grpcMaxConnAge        time.Duration
+	grpcMaxConnAgeGrace   time.Duration
+	headers               server.HeaderMode
+	envoyIgnored, sources []string // for the startup log
+}
+
+// lookupEnv is os.LookupEnv, or a map in tests.
+type lookupEnv func(string) (string, bool)
+
+// envName is the environment variable of a flag: SLUICE_ and the flag's
+// name in capitals, dashes as underscores.
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// envoyVar maps variables of envoyproxy/ratelimit onto a flag's value.
+type envoyVar struct {
+	names []string
+	value func(env lookupEnv) (string, bool)
+}
+
+// envoyVars are the envoyproxy/ratelimit variables that map cleanly onto a
+// flag, consulted after the flag and its SLUICE_ variable.
+var envoyVars = map[string]envoyVar{
+	"config": {
+		names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"},
+		value: func(env lookupEnv) (string, bool) {
+			root, r := env("RUNTIME_ROOT")
+			sub, s := env("RUNTIME_SUBDIRECTORY")
+			app, a := env("RUNTIME_APPDIRECTORY")
+			if !r && !s && !a {
+				return "", false
+			}
+			if !r {
+				root = "/srv/runtime_data/current"
+			}
+			if !a {
+				app = "config"
+			}
+			return filepath.Join(root, sub, app), true
+		},
+	},
+	"grpc-addr":        hostPort("GRPC_HOST", "GRPC_PORT", "8081"),
+	"http-addr":        hostPort("HOST", "PORT", "8080"),
+	"debug-addr":       hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
+	"shadow-mode":      plain("SHADOW_MODE"),
+	"near-limit-ratio": plain("NEAR_LIMIT_RATIO"),
+	"log-format":       plain("LOG_FORMAT"),
+	"log-level": {
+		names: []string{"LOG_LEVEL"},
+		value: func(env lookupEnv) (string, bool) {
+			v, ok := env("LOG_LEVEL")
+			// logrus levels: trace, debug, info, warn(ing), error, fatal, panic.
+			switch strings.ToLower(v) {
+			case "trace":
+				v = "debug"
+			case "warning":
+				v = "warn"
+			case "fatal", "panic":
+				v = "error"
+			}
+			return v, ok
+		},
+	},
+	"grpc-max-connection-age":       plain("GRPC_MAX_CONNECTION_AGE"),
+	"grpc-max-connection-age-grace": plain("GRPC_MAX_CONNECTION_AGE_GRACE"),
+}
+
+func plain(name string) envoyVar {
+	return envoyVar{names: []string{name}, value: func(env lookupEnv) (string, bool) { return env(name) }}
+}
+
+// hostPort joins Envoy's HOST and PORT pairs into an address; an unset
+// host listens on every interface, as Envoy's 0.0.0.0 does.
+func hostPort(hostVar, portVar, defPort string) envoyVar {
+	return envoyVar{
+		names: []string{hostVar, portVar},
+		value: func(env lookupEnv) (string, bool) {
+			host, h := env(hostVar)
+			port, p := env(portVar)
+			if !h && !p {
+				return "", false
+			}
+			if !p {
+				port = defPort
+			}
+			return net.JoinHostPort(host, port), true
+		},
+	}
+}
+
+// envoyUnmapped are envoyproxy/ratelimit variables with no equivalent: a
+// startup warning names those that are set, with what to do instead.
+var envoyUnmapped = []struct{ name, hint string }{
+	{"BACKEND_TYPE", "--store (memory)"},
+	{"REDIS_URL", "--store (Redis is not supported yet)"},
+	{"MEMCACHE_HOST_PORT", "--store"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "--response-headers"},
+	{"USE_PROMETHEUS", "/metrics on --http-addr"},
+	{"MERGE_DOMAIN_CONFIG", "one file per domain"},
+	{"GRPC_UDS", "--grpc-addr (TCP only)"},
+	{"GRPC_SERVER_USE_TLS", "a TLS-terminating sidecar"},
+	{"CONFIG_TYPE", "--config (files only)"},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "nothing: the embedded store is local"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "nothing: denied requests never consume"},
+}
+
+// parseServe reads the settings from args, then env.
+func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings, error) {
+	s := &serveSettings{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&s.config, "config", "", "rules `path`: a file, or a directory of files (one domain each); required")
+	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health)")
+	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
+	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
+	fs.StringVar(&s.store, "store", "memory", "`name` of the store that keeps the counters: "+strings.Join(stores, ", "))
+	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
+	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", time.Minute, "how often to save usage to --state-file; 0 saves only on shutdown")
+	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
+	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
+	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
+	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
+	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
+	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
+	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
+	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+	fs.DurationVar(&s.grpcMaxConnAge, "grpc-max-connection-age", 24*time.Hour, "gRPC connections are asked to reconnect after this long, to spread clients over new instances")
+	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "then closed after this much longer")
+	fs.Usage = func() { serveUsage(fs, stderr) }
+
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || set[f.Name] {
+			return
+		}
+		from, v, ok := envName(f.Name), "", false
+		if v, ok = env(from); !ok {
+			if ev, known := envoyVars[f.Name]; known {
+				v, ok = ev.value(env)
+				from = strings.Join(ev.names, "+")
+			}
+		}
+		if !ok {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("%s=%q: %v", from, v, e)
+			return
+		}
+		s.sources = append(s.sources, f.Name+" from "+from)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range envoyUnmapped {
+		if _, ok := env(u.name); ok {
+			s.envoyIgnored = append(s.envoyIgnored, u.name+" (use "+u.hint+")")
+		}
+	}
+
+	if s.config == "" {
+		fmt.Fprintln(stderr, "sluice serve: --config (or SLUICE_CONFIG) is required")
+		fs.Usage()
+		return nil, errUsage
+	}
+	var probs []string
+	if !slices.Contains(stores, s.store) {
+		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(stores, ", ")))
+	}
+	if s.headers, err = server.ParseHeaderMode(s.responseHeaders); err != nil {
+		probs = append(probs, fmt.Sprintf("--response-headers: %v", err))
+	}
+	if s.logFormat != "text" && s.logFormat != "json" {
+		probs = append(probs, fmt.Sprintf("unknown log format %q (text or json)", s.logFormat))
+	}
+	if s.nearLimitRatio <= 0 || s.nearLimitRatio > 1 {
+		probs = append(probs, fmt.Sprintf("--near-limit-ratio %v is not in (0, 1]", s.nearLimitRatio))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"snapshot-interval", s.snapshotInterval}, {"shutdown-timeout", s.shutdownTimeout}, {"drain-delay", s.drainDelay}} {
+		if d.v < 0 {
+			probs = append(probs, fmt.Sprintf("--%s must not be negative, got %s", d.name, d.v))
+		}
+	}
+	for _, a := range []struct{ name, addr string }{{"grpc-addr", s.grpcAddr}, {"http-addr", s.httpAddr}, {"debug-addr", s.debugAddr}} {
+		if a.addr == "" && a.name == "debug-addr" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.addr); err != nil {
+			probs = append(probs, fmt.Sprintf("--%s %q: %v", a.name, a.addr, err))
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			probs = append(probs, fmt.Sprintf("--%s %q: bad port", a.name, a.addr))
+		}
+	}
+	if s.grpcMaxConnAge <= 0 || s.grpcMaxConnAgeGrace <= 0 {
+		probs = append(probs, "--grpc-max-connection-age and --grpc-max-connection-age-grace must be positive")
+	}
+	if len(probs) > 0 {
+		return nil, errors.New(strings.Join(probs, "; "))
+	}
+	return s, nil
+}
+
+// serveUsage prints every flag with its environment variables and default.
+func serveUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprint(w, `Usage: sluice serve --config PATH [flags]
+
+Runs the rate limit service: envoy.service.ratelimit.v3.RateLimitService and
+grpc.health.v1.Health over gRPC; POST /json, /healthz, /readyz and /metrics
+over HTTP; pprof and the loaded rules on the debug listener. Rules are
+reloaded when their files change (or on SIGHUP); a bad reload keeps the rules
+in force. SIGTERM or SIGINT fails readiness, waits --drain-delay, finishes
+in-flight requests, saves --state-file and exits 0.
+
+Every flag can be set by its environment variable (SLUICE_ and the flag name
+in capitals, dashes as underscores); a flag wins over its variable. Some
+variables of envoyproxy/ratelimit are read too, after the SLUICE_ ones.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if name != "" {
+			fmt.Fprintf(w, " %s", name)
+		}
+		fmt.Fprintf(w, "\n      %s", usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(w, "\n      env: %s", envName(f.Name))
+		if ev, ok := envoyVars[f.Name]; ok {
+			fmt.Fprintf(w, ", then Envoy's %s", strings.Join(ev.names, ", "))
+		}
+		fmt.Fprintln(w)
+	})
+	fmt.Fprint(w, `
+A corrupt --state-file is logged, renamed to FILE.corrupt, and the service
+starts with empty counters; a state file that cannot be read or written
+otherwise (permissions) is an error. docs/operations.md has the details.
+`)
+}
+
+func newLogger(s *serveSettings, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: s.logLevel}
+	if s.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Writer) error {
+	s, err := parseServe(args, env, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(s, stderr)
+	log.Info("starting sluice serve", "version", version, "config", s.config, "store", s.store,
+		"state_file", s.stateFile, "shadow_mode", s.shadowMode, "response_headers", s.responseHeaders)
+	for _, src := range s.sources {
+		log.Debug("setting from the environment", "setting", src)
+	}
+	for _, name := range s.envoyIgnored {
+		log.Warn("envoyproxy/ratelimit setting has no effect in sluice", "variable", name)
+	}
+
+	// Rules first: a bad initial config fails fast with every problem.
+	var srv *server.Server
+	watcher, err := reload.New(reload.Config{
+		Path:    s.config,
+		Logger:  log.With("component", "reload"),
+		OnLoad:  func(c *rules.Config) { srv.ConfigLoaded(c, time.Now()) },
+		OnError: func(err error) { srv.ConfigRejected(err) },
+	})
+	if err != nil {
+		var re *rules.Error
+		if errors.As(err, &re) {
+			for _, p := range re.Problems {
+				log.Error("rules problem", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+			}
+			return fmt.Errorf("%d problem(s) in %s:\n%s", len(re.Problems), s.config, re.Error())
+		}
+		return fmt.Errorf("rules: %w", err)
+	}
+	initial := watcher.Current()
+	for _, p := range initial.Warnings() {
+		log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+	}
+	if len(initial.Domains()) == 0 {
+		log.Warn("no domains in the rules: every request is allowed", "config", s.config)
+	}
+
+	store := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})
+	defer store.Close()
+	if err := restoreState(store, s.stateFile, log); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	snaps := newSnapshotMetrics(reg, store)
+	dec := rls.NewDecider(sluice.NewLimiter(store), nil)
+	srv, err = server.New(server.Config{
+		Decider:        dec,
+		Logger:         log.With("component", "server"),
+		Registry:       reg,
+		Headers:        s.headers,
+		ShadowMode:     s.shadowMode,
+		NearLimitRatio: s.nearLimitRatio,
+	})
+	if err != nil {
+		return err
+	}
+	srv.ConfigLoaded(initial, time.Now())
+
+	// Listen on every address before serving any, so that a taken port
+	// fails the start rather than half of the service.
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	listen := func(name, addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s listener: %w", name, err)
+		}
+		lns = append(lns, ln)
+		log.Info("listening", "listener", name, "addr", ln.Addr().String())
+		return ln, nil
+	}
+	grpcLn, err := listen("grpc", s.grpcAddr)
+	if err != nil {
+		return err
+	}
+	httpLn, err := listen("http", s.httpAddr)
+	if err != nil {
+		return err
+	}
+	var debugLn net.Listener
+	if s.debugAddr != "" {
+		if debugLn, err = listen("debug", s.debugAddr); err != nil {
+			return err
+		}
+	}
+
+	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
+		MaxConnectionAge:      s.grpcMaxConnAge,
+		MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace,
+	}))
+	srv.RegisterGRPC(gs)
+	httpSrv := newHTTPServer(srv.Handler(), log)
+	var debugSrv *http.Server
+	if debugLn != nil {
+		debugSrv = newHTTPServer(srv.DebugHandler(), log)
+	}
+
+	failed := make(chan error, 4)
+	var wg sync.WaitGroup
+	serve := func(name string, f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("%s listener: %w", name, err)
+			}
+		})
+	}
+	serve("grpc", func() error { return gs.Serve(grpcLn) })
+	serve("http", func() error { return httpSrv.Serve(httpLn) })
+	if debugSrv != nil {
+		serve("debug", func() error { return debugSrv.Serve(debugLn) })
+	}
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	wg.Go(func() {
+		if err := watcher.Run(watchCtx); err != nil {
+			log.Error("rules watcher stopped; rules are no longer reloaded", "err", err)
+		}
+	})
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	snapCtx, stopSnaps := context.WithCancel(context.Background())
+	var snapWG sync.WaitGroup
+	if s.stateFile != "" && s.snapshotInterval > 0 {
+		snapWG.Go(func() { snapshotLoop(snapCtx, store, s.stateFile, s.snapshotInterval, snaps, log) })
+	}
+	log.Info("ready", "domains", initial.Domains(), "hash", initial.Hash())
+
+	var runErr error
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down", "drain_delay", s.drainDelay, "shutdown_timeout", s.shutdownTimeout)
+			break wait
+		case err := <-failed:
+			log.Error("listener failed; shutting down", "err", err)
+			runErr = err
+			break wait
+		case <-hup:
+			log.Info("SIGHUP: reloading rules")
+			watcher.Reload()
+		}
+	}
+
+	srv.SetDraining()
+	if s.drainDelay > 0 {
+		time.Sleep(s.drainDelay)
+	}
+	stopWatch()
+	shutdown(gs, httpSrv, debugSrv, s.shutdownTimeout, log)
+	wg.Wait()
+	stopSnaps()
+	snapWG.Wait()
+
+	if s.stateFile != "" {
+		start := time.Now()
+		if err := store.WriteFile(s.stateFile); err != nil {
+			snaps.failure.Inc()
+			log.Error("saving state", "err", err)
+			return errors.Join(runErr, err)
+		}
+		log.Info("state saved", "file", s.stateFile, "keys", store.Len(), "took", time.Since(start))
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// shutdown stops the listeners and waits for in-flight requests, at most
+// timeout; then it closes what is left.
+func shutdown(gs *grpc.Server, httpSrv, debugSrv *http.Server, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		done := make(chan struct{})
+		go func() { gs.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			log.Warn("gRPC requests still running at the shutdown timeout; closing them")
+			gs.Stop()
+			<-done
+		}
+	})
+	for _, hs := range []*http.Server{httpSrv, debugSrv} {
+		if hs == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := hs.Shutdown(ctx); err != nil {
+				log.Warn("HTTP requests still running at the shutdown timeout; closing them", "err", err)
+				hs.Close()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// restoreState loads the state file into store. A missing file is a first
+// start. A corrupt one is moved aside to FILE.corrupt and the store starts
+// empty: a restart without state hands clients a fresh quota once, which
+// is less harm than a rate limit service that cannot start. Any other
+// failure (permissions, a directory where the file should be) would also
+// break the save on shutdown, and is an error now.
+func restoreState(store *memstore.Store, path string, log *slog.Logger) error {
+	if path == "" {
+		return nil
+	}
+	if err := checkWritable(path); err != nil {
+		return fmt.Errorf("--state-file: %w", err)
+	}
+	start := time.Now()
+	err := store.LoadFile(path)
+	switch {
+	case err == nil:
+		log.Info("state restored", "file", path, "keys", store.Len(), "took", time.Since(start))
+	case errors.Is(err, fs.ErrNotExist):
+		log.Info("no state file yet; starting with empty counters", "file", path)
+	case errors.Is(err, memstore.ErrSnapshot):
+		aside := path + ".corrupt"
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return fmt.Errorf("--state-file: %v; moving it aside: %w", err, rerr)
+		}
+		log.Error("state file is corrupt; starting with empty counters", "file", path, "moved_to", aside, "err", err)
+	default:
+		return fmt.Errorf("--state-file: %w", err)
+	}
+	return nil
+}
+
+// checkWritable reports whether a state file can be written at path, as
+// the snapshot does: a temporary file in its directory.
+func checkWritable(path string) error {
+	if info, err := os.Stat(path); err == nil && info.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".probe-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+type snapshotMetrics struct {
+	success, failure prometheus.Counter
+	last             prometheus.Gauge
+}
+
+// newSnapshotMetrics registers the metrics of the store and its snapshots.
+func newSnapshotMetrics(reg *prometheus.Registry, store *memstore.Store) *snapshotMetrics {
+	writes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_state_snapshots_total",
+		Help: "Snapshots of the store written to --state-file, by result.",
+	}, []string{"result"})
+	m := &snapshotMetrics{
+		success: writes.WithLabelValues("success"),
+		failure: writes.WithLabelValues("failure"),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_state_snapshot_timestamp_seconds",
+			Help: "Unix time of the last snapshot written to --state-file.",
+		}),
+	}
+	reg.MustRegister(writes, m.last,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_store_keys",
+			Help: "Keys the embedded store holds state for.",
+		}, func() float64 { return float64(store.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_store_bytes",
+			Help: "Estimated memory of the embedded store, which --max-bytes caps.",
+		}, func() float64 { return float64(store.Bytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_store_evictions_total",
+			Help: "Keys evicted to stay within --max-bytes.",
+		}, func() float64 { return float64(store.Evictions()) }),
+	)
+	return m
+}
+
+// snapshotLoop saves the store every interval until ctx is done.
+func snapshotLoop(ctx context.Context, store *memstore.Store, path string, every time.Duration, m *snapshotMetrics, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			start := time.Now()
+			if err := store.WriteFile(path); err != nil {
+				m.failure.Inc()
+				log.Error("saving state", "err", err)
+				continue
+			}
+			m.success.Inc()
+			m.last.SetToCurrentTime()
+			log.Debug("state saved", "file", path, "took", time.Since(start))
+		}
+	}
+}
+
+// byteSize is a flag of bytes with an optional unit: KB, MB, GB, TB are
+// powers of 1000, KiB, MiB, GiB, TiB (or Ki, Mi, Gi, Ti) of 1024.
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
+	{"B", 1},
+}
+
+func (b *byteSize) String() string { return fmt.Sprint(int64(*b)) }
+
+func (b *byteSize) Set(s string) error {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range byteUnits {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscan(num, &n); err != nil || n < 0 || fmt.Sprint(n) != num {
+		return fmt.Errorf("not a size in bytes: %q (e.g. 536870912, 512MiB, 2GB)", s)
+	}
+	if n > (1<<62)/mult {
+		return fmt.Errorf("size %q is too large", s)
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

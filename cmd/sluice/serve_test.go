@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/server"
+)
+
+func envMap(m map[string]string) lookupEnv {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestServeSettingsDefaults(t *testing.T) {
+	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := serveSettings{
+		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
+		store: "memory", snapshotInterval: time.Minute, responseHeaders: "off",
+		nearLimitRatio: 0.8, logLevel: slog.LevelInfo, logFormat: "text",
+		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
+	}
+	s.sources, s.envoyIgnored = nil, nil
+	if !reflect.DeepEqual(*s, want) {
+		t.Errorf("defaults\n got %+v\nwant %+v", *s, want)
+	}
+}
+
+func TestServeSettingsPrecedence(t *testing.T) {
+	env := map[string]string{
+		"SLUICE_CONFIG":      "from-env.yaml",
+		"SLUICE_GRPC_ADDR":   "127.0.0.1:9001",
+		"GRPC_PORT":          "9999", // SLUICE_GRPC_ADDR wins
+		"PORT":               "9002", // Envoy's, nothing else sets --http-addr
+		"DEBUG_HOST":         "127.0.0.1",
+		"SHADOW_MODE":        "true",
+		"LOG_LEVEL":          "WARN",
+		"LOG_FORMAT":         "json",
+		"NEAR_LIMIT_RATIO":   "0.5",
+		"SLUICE_MAX_BYTES":   "64MiB",
+		"SLUICE_DRAIN_DELAY": "3s",
+		"BACKEND_TYPE":       "redis",
+	}
+	s, err := parseServe([]string{"--config", "from-flag.yaml", "--drain-delay", "1s"}, envMap(env), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name     string
+		got, exp any
+	}{
+		{"config", s.config, "from-flag.yaml"},
+		{"drain-delay", s.drainDelay, time.Second},
+		{"grpc-addr", s.grpcAddr, "127.0.0.1:9001"},
+		{"http-addr", s.httpAddr, ":9002"},
+		{"debug-addr", s.debugAddr, "127.0.0.1:6070"},
+		{"shadow-mode", s.shadowMode, true},
+		{"log-level", s.logLevel, slog.LevelWarn},
+		{"log-format", s.logFormat, "json"},
+		{"near-limit-ratio", s.nearLimitRatio, 0.5},
+		{"max-bytes", s.maxBytes, byteSize(64 << 20)},
+	}
+	for _, c := range checks {
+		if c.got != c.exp {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.exp)
+		}
+	}
+	if len(s.envoyIgnored) != 1 || !strings.HasPrefix(s.envoyIgnored[0], "BACKEND_TYPE") {
+		t.Errorf("ignored Envoy variables %v", s.envoyIgnored)
+	}
+}
+
+func TestServeSettingsEnvoyRuntime(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"}, "/data/ratelimit/config"},
+		{map[string]string{"RUNTIME_SUBDIRECTORY": "rl", "RUNTIME_APPDIRECTORY": "rules"}, "/srv/runtime_data/current/rl/rules"},
+		{map[string]string{"RUNTIME_ROOT": "/data", "SLUICE_CONFIG": "/etc/sluice"}, "/etc/sluice"},
+	} {
+		s, err := parseServe(nil, envMap(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		if s.config != c.want {
+			t.Errorf("%v: config %q, want %q", c.env, s.config, c.want)
+		}
+	}
+	for _, c := range []struct{ level, want string }{{"trace", "DEBUG"}, {"warning", "WARN"}, {"fatal", "ERROR"}, {"Info", "INFO"}} {
+		s, err := parseServe([]string{"--config", "x"}, envMap(map[string]string{"LOG_LEVEL": c.level}), &bytes.Buffer{})
+		if err != nil || s.logLevel.String() != c.want {
+			t.Errorf("LOG_LEVEL=%s: %v %v, want %s", c.level, s, err, c.want)
+		}
+	}
+}
+
+func TestServeSettingsErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--store", "redis"}, nil, `unknown store "redis" (supported: memory)`},
+		{[]string{"--response-headers", "fancy"}, nil, "--response-headers"},
+		{[]string{"--log-format", "xml"}, nil, "unknown log format"},
+		{[]string{"--near-limit-ratio", "1.5"}, nil, "near-limit-ratio"},
+		{[]string{"--drain-delay", "-1s"}, nil, "drain-delay must not be negative"},
+		{nil, map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "soon"}, `SLUICE_SHUTDOWN_TIMEOUT="soon"`},
+		{nil, map[string]string{"GRPC_PORT": "x y"}, `--grpc-addr ":x y"`},
+		{[]string{"--http-addr", "localhost"}, nil, `--http-addr "localhost"`},
+		{nil, map[string]string{"SLUICE_MAX_BYTES": "12 parsecs"}, "not a size in bytes"},
+	} {
+		_, err := parseServe(append([]string{"--config", "r.yaml"}, c.args...), envMap(c.env), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: error %v, want %q", c.args, c.env, err, c.want)
+		}
+	}
+	var out bytes.Buffer
+	if _, err := parseServe(nil, envMap(nil), &out); !errors.Is(err, errUsage) || !strings.Contains(out.String(), "--config (or SLUICE_CONFIG) is required") {
+		t.Errorf("no config: %v\n%s", err, out.String())
+	}
+}
+
+func TestServeHelp(t *testing.T) {
+	code, _, errOut := runCmd(t, "", "serve", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{
+		"--config", "SLUICE_CONFIG", "RUNTIME_ROOT", "--grpc-addr", `(default ":8081")`, "GRPC_PORT",
+		"--http-addr", `(default ":8080")`, "--debug-addr", `(default ":6070")`, "--store", "--state-file",
+		"--snapshot-interval", "--max-bytes", "--response-headers", "--shadow-mode", "SHADOW_MODE",
+		"--log-level", "LOG_LEVEL", "--log-format", "--shutdown-timeout", "--drain-delay", ".corrupt",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "1234": 1234, "512MiB": 512 << 20, "2GB": 2e9, "1Gi": 1 << 30, "10 KB": 10000, "7B": 7,
+	} {
+		var b byteSize
+		if err := b.Set(in); err != nil || int64(b) != want {
+			t.Errorf("%q: %d, %v; want %d", in, b, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "1.5GB", "GB", "9000000TiB", "12 parsecs"} {
+		var b byteSize
+		if err := b.Set(in); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
+func TestRestoreState(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state")
+
+	// Missing: a first start.
+	st := memstore.New(memstore.Config{})
+	defer st.Close()
+	if err := restoreState(st, path, log); err != nil {
+		t.Fatalf("missing: %v", err)
+	}
+	// Corrupt: moved aside, empty start.
+	if err := os.WriteFile(path, []byte("SLUICEMS garbage that is long enough for a header"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := restoreState(st, path, log); err != nil {
+		t.Fatalf("corrupt: %v", err)
+	}
+	if _, err := os.Stat(path + ".corrupt"); err != nil {
+		t.Errorf("corrupt file not moved aside: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("corrupt file still in place: %v", err)
+	}
+	// A directory where the file should be, or no directory: errors.
+	if err := restoreState(st, dir, log); err == nil {
+		t.Error("directory: no error")
+	}
+	if err := restoreState(st, filepath.Join(dir, "missing", "state"), log); err == nil {
+		t.Error("missing directory: no error")
+	}
+	// A good one.
+	if err := st.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := restoreState(st, path, log); err != nil {
+		t.Errorf("good: %v", err)
+	}
+}
+
+// The header modes of --response-headers are the server's.
+func TestServeHeaderModes(t *testing.T) {
+	for _, v := range []string{"off", "ietf", "x-ratelimit", "retry-after", "all", "ietf,retry-after"} {
+		s, err := parseServe([]string{"--config", "r", "--response-headers", v}, envMap(nil), &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%s: %v", v, err)
+			continue
+		}
+		if want, _ := server.ParseHeaderMode(v); s.headers != want {
+			t.Errorf("%s: mode %v, want %v", v, s.headers, want)
+		}
+	}
+}
