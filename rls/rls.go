@@ -178,12 +178,18 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 		o.Limits[i] = LimitOutcome{Limit: p.Hits[i].Limit, Decision: out[i], Descriptor: -1}
 	}
 	// One allocation holds every status of the response with its limit
-	// and duration.
-	blocks := make([]statusBlock, n)
-	o.Response = &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	// and duration; with one descriptor, the response too.
+	var blocks []statusBlock
+	if n == 1 {
+		one := new(oneStatus)
+		one.resp.Statuses = one.ptr[:]
+		blocks = one.block[:]
+		o.Response = &one.resp
+	} else {
+		blocks = make([]statusBlock, n)
+		o.Response = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
 	}
+	o.Response.OverallCode = rlsv3.RateLimitResponse_OK
 	for i := range p.Matches {
 		m := &p.Matches[i]
 		do := &o.Descriptors[i]
@@ -231,6 +237,14 @@ type statusBlock struct {
 	limit  rlsv3.RateLimitResponse_RateLimit
 	reset  durationpb.Duration
 	mult   wrapperspb.UInt32Value
+}
+
+// oneStatus is the response to a request of one descriptor, allocated at
+// once.
+type oneStatus struct {
+	resp  rlsv3.RateLimitResponse
+	ptr   [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	block [1]statusBlock
 }
 
 func grow[T any](s []T, n int) []T {

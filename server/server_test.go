@@ -54,6 +54,7 @@ type env struct {
 	t      *testing.T
 	clock  *storetest.Clock
 	srv    *server.Server
+	cfg    *rules.Config // loaded at the start
 	reg    *prometheus.Registry
 	rls    rlsv3.RateLimitServiceClient
 	health healthpb.HealthClient
@@ -64,9 +65,18 @@ type env struct {
 // cfg's settings (its Decider and Registry are filled in).
 func newEnv(t *testing.T, yaml string, cfg server.Config) *env {
 	t.Helper()
-	e := &env{t: t, clock: storetest.NewClock(epoch)}
-	store := memstore.New(memstore.Config{Now: e.clock.Now, SweepInterval: -1})
+	clock := storetest.NewClock(epoch)
+	store := memstore.New(memstore.Config{Now: clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
+	e := newEnvStore(t, yaml, cfg, store)
+	e.clock = clock
+	return e
+}
+
+// newEnvStore is newEnv on store.
+func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Store) *env {
+	t.Helper()
+	e := &env{t: t}
 	cfg.Decider = rls.NewDecider(sluice.NewLimiter(store), nil)
 	e.reg = prometheus.NewRegistry()
 	cfg.Registry = e.reg
@@ -76,7 +86,8 @@ func newEnv(t *testing.T, yaml string, cfg server.Config) *env {
 	}
 	e.srv = srv
 	if yaml != "" {
-		srv.ConfigLoaded(mustRules(t, yaml), epoch)
+		e.cfg = mustRules(t, yaml)
+		srv.ConfigLoaded(e.cfg, epoch)
 	}
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

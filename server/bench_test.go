@@ -1,0 +1,149 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/server"
+)
+
+const benchRules = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: hot
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+func benchServer(b *testing.B, headers server.HeaderMode) *server.Server {
+	b.Helper()
+	store := memstore.New(memstore.Config{})
+	b.Cleanup(func() { store.Close() })
+	srv, err := server.New(server.Config{
+		Decider: rls.NewDecider(sluice.NewLimiter(store), mustRules(b, benchRules)),
+		Headers: headers,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv
+}
+
+// requests returns n requests of distinct keys (or n of one over-limit
+// key).
+func benchRequests(n int, key string) []*rlsv3.RateLimitRequest {
+	rs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range rs {
+		rs[i] = req("bench", d(fmt.Sprintf("%s=%d", key, i)))
+	}
+	return rs
+}
+
+// BenchmarkShouldRateLimit is the service method in process: rules,
+// memstore, metrics and (optionally) headers, without gRPC.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		keys    int
+		key     string
+		headers server.HeaderMode
+	}{
+		{"keys=1", 1, "user", 0},
+		{"keys=10k", 10_000, "user", 0},
+		{"keys=1M", 1_000_000, "user", 0},
+		{"hot-over-limit", 1, "hot", 0},
+		{"keys=10k/headers=all", 10_000, "user", server.HeadersAll},
+		{"no-match", 1, "other", 0},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := benchServer(b, bc.headers)
+			ctx := context.Background()
+			reqs := benchRequests(bc.keys, bc.key)
+			for _, r := range reqs { // every key in the store
+				if _, err := srv.ShouldRateLimit(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(1_000_003)
+				for pb.Next() {
+					i++
+					if _, err := srv.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// nullRLS answers OK to everything: the do-nothing server to compare with.
+type nullRLS struct{}
+
+func (nullRLS) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	st := make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(r.Descriptors))
+	for i := range st {
+		st[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: st}, nil
+}
+
+// BenchmarkGRPC drives the service over loopback gRPC with one connection,
+// side by side with a do-nothing server.
+func BenchmarkGRPC(b *testing.B) {
+	reqs := benchRequests(10_000, "user")
+	for _, bc := range []struct {
+		name     string
+		register func(*grpc.Server)
+	}{
+		{"null", func(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, nullRLS{}) }},
+		{"sluice", func(g *grpc.Server) { benchServer(b, 0).RegisterGRPC(g) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := grpc.NewServer()
+			bc.register(g)
+			go g.Serve(lis)
+			defer g.Stop()
+			conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			c := rlsv3.NewRateLimitServiceClient(conn)
+			ctx := context.Background()
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(16)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := next.Add(1_000_003)
+				for pb.Next() {
+					i++
+					if _, err := c.ShouldRateLimit(ctx, reqs[i%uint64(len(reqs))]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,81 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/server"
+)
+
+// On the real clock (a synctest bubble's): the reset counts down, Retry-After
+// is the true wait, and the quota is back once it has passed.
+func TestResetOnTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.Config{SweepInterval: -1})
+		defer store.Close()
+		srv, err := server.New(server.Config{
+			Decider: rls.NewDecider(sluice.NewLimiter(store), mustRules(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: login
+    rate_limit: {unit: hour, requests_per_unit: 1, burst: 2, algorithm: token_bucket}
+`)),
+			Headers: server.HeadersAll,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := srv.Handler()
+		post := func(key string) *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			body := `{"domain":"api","descriptors":[{"entries":[{"key":"` + key + `","value":"a"}]}]}`
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(body)))
+			return w
+		}
+		// The bubble's clock starts on a minute.
+		time.Sleep(15 * time.Second)
+		if w := post("user"); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Reset") != "45" {
+			t.Fatalf("first: %d %v", w.Code, w.Header())
+		}
+		time.Sleep(10 * time.Second)
+		if w := post("user"); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Remaining") != "0" || w.Header().Get("RateLimit") != `"api.user";r=0;t=35` {
+			t.Fatalf("second: %d %v", w.Code, w.Header())
+		}
+		w := post("user")
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "35" {
+			t.Fatalf("third: %d %v", w.Code, w.Header())
+		}
+		time.Sleep(35*time.Second - time.Nanosecond)
+		if w := post("user"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
+			t.Fatalf("a nanosecond early: %d %v", w.Code, w.Header())
+		}
+		time.Sleep(time.Nanosecond)
+		if w := post("user"); w.Code != http.StatusOK {
+			t.Fatalf("after the wait: %d %v", w.Code, w.Header())
+		}
+
+		// A token bucket of 2 refilled 1 per hour: the reset is the time
+		// to full, Retry-After the time to one token.
+		post("login")
+		post("login")
+		w = post("login")
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3600" || w.Header().Get("X-RateLimit-Reset") != "7200" {
+			t.Fatalf("login: %d %v", w.Code, w.Header())
+		}
+		time.Sleep(time.Hour)
+		resp, err := srv.ShouldRateLimit(context.Background(), req("api", d("login=a")))
+		if err != nil || codes(resp) != "OK: OK" {
+			t.Fatalf("login after an hour: %v %v", resp, err)
+		}
+	})
+}
