@@ -265,6 +265,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ctx, cancel = context.WithDeadline(ctx, r.measureEnd.Add(cfg.Timeout+time.Second))
 		defer cancel()
 	}
+	// Requests get a context that carries none of ctx's deadline and is
+	// canceled only after ctx is done: a request interrupted by the end of
+	// the run then always finds ctx.Err() set, and is not counted as a
+	// failure of the server.
+	var cancelReqs context.CancelFunc
+	r.reqCtx, cancelReqs = context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelReqs()
+	defer context.AfterFunc(ctx, cancelReqs)()
 	if cfg.Rate > 0 {
 		r.interval = float64(time.Second) / cfg.Rate
 	}
@@ -313,6 +321,7 @@ type loop struct {
 	cfg          Config
 	c            client
 	b            *bodies
+	reqCtx       context.Context // parent of every request's context
 	start        time.Time
 	measureStart time.Time
 	measureEnd   time.Time // zero: no time limit
@@ -326,14 +335,17 @@ type loop struct {
 // reached or ctx is done.
 func (r *loop) work(ctx context.Context, w *worker) {
 	for ctx.Err() == nil {
-		var sent time.Time // when the request counts as sent
+		// due decides whether the request is measured; latency runs
+		// from sent.
+		var due, sent time.Time
 		if r.interval > 0 {
 			seq := r.due.Add(1) - 1
-			sent = r.start.Add(time.Duration(float64(seq) * r.interval))
-			if !r.measureEnd.IsZero() && !sent.Before(r.measureEnd) {
+			due = r.start.Add(time.Duration(float64(seq) * r.interval))
+			if !r.measureEnd.IsZero() && !due.Before(r.measureEnd) {
 				return
 			}
-			if d := time.Until(sent); d > 0 {
+			sent = due
+			if d := time.Until(due); d > 0 {
 				// Idle until the request is due. The wake-up can be late
 				// (the runtime's timers have a granularity of about a
 				// millisecond when idle): that lateness is the
@@ -350,12 +362,12 @@ func (r *loop) work(ctx context.Context, w *worker) {
 				sent = time.Now()
 			}
 		} else {
-			sent = time.Now()
-			if !r.measureEnd.IsZero() && !sent.Before(r.measureEnd) {
+			due = time.Now()
+			if !r.measureEnd.IsZero() && !due.Before(r.measureEnd) {
 				return
 			}
 		}
-		measured := !sent.Before(r.measureStart)
+		measured := !due.Before(r.measureStart)
 		if measured && r.cfg.Requests > 0 && r.issued.Add(1) > r.cfg.Requests {
 			return
 		}
@@ -367,7 +379,7 @@ func (r *loop) work(ctx context.Context, w *worker) {
 		if r.interval == 0 {
 			sent = time.Now()
 		}
-		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		rctx, cancel := context.WithTimeout(r.reqCtx, r.cfg.Timeout)
 		o, kind, err := r.c.do(rctx, w.lane, r.b.body(key))
 		cancel()
 		done := time.Now()

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/sluicehq/sluice/loadgen"
@@ -39,6 +41,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Second, "timeout of each request")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the choice of keys")
 	asJSON := fs.Bool("json", false, "print the result as one line of JSON (latencies in microseconds)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator itself to this `file`")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: sluice bench --target HOST:PORT [flags]
 
@@ -64,6 +67,17 @@ when a request was due. The run always ends by itself, after --warmup plus
 		return err
 	}
 	cfg.Mode = loadgen.Mode(*mode)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice bench: %v\n", err)

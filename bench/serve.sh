@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# serve.sh reproduces "sluice serve vs a do-nothing RLS server" in
+# docs/benchmarks.md: the same load from sluice bench, on the same machine,
+# against sluice nullserver (answers OK at once, decides nothing) and
+# against sluice serve with the embedded store, in alternating rounds.
+#
+#   bench/serve.sh        # ROUNDS=5 DURATION=10s WARMUP=2s CONNECTIONS=2
+#                         # CONCURRENCY=32 MODE=grpc SCENARIOS="10k hot hot10 1m"
+#
+# Scenarios (every request one descriptor {key: <value>} in domain bench):
+#   10k    10,000 keys, chosen uniformly, all within their limit
+#   hot    every request on the one key "hot", which is over its limit
+#   hot10  10% of the requests on "hot", the rest over 10,000 keys
+#   1m     1,000,000 keys, all filled into the store before the rounds
+#
+# Each round runs every scenario against both servers, the null server
+# first in odd rounds and sluice first in even ones, so that a burst of
+# someone else's load on this shared machine spreads over both. The two
+# servers run side by side the whole time (one idle while the other is
+# measured). Both are built from this tree and listen on 127.0.0.1 only.
+#
+# Writes bench/results/DATE-serve.jsonl (one sluice bench --json line per
+# run, plus scenario, server and round), DATE-serve-machine.txt (machine,
+# load average, RSS of sluice serve) and DATE-serve.md (medians, ratios).
+# PROFILE=1 also takes a 10s CPU profile of sluice serve under the 10k
+# load after the rounds, into DATE-serve-cpu.pprof, summarised in
+# DATE-serve-cpu.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${ROUNDS:-5}
+duration=${DURATION:-10s}
+warmup=${WARMUP:-2s}
+connections=${CONNECTIONS:-2}
+concurrency=${CONCURRENCY:-32}
+mode=${MODE:-grpc}
+scenarios=${SCENARIOS:-10k hot hot10 1m}
+profile=${PROFILE:-0}
+
+null_grpc=127.0.0.1:${NULL_GRPC_PORT:-28081}
+null_http=127.0.0.1:${NULL_HTTP_PORT:-28080}
+sluice_grpc=127.0.0.1:${SLUICE_GRPC_PORT:-28091}
+sluice_http=127.0.0.1:${SLUICE_HTTP_PORT:-28090}
+sluice_debug=127.0.0.1:${SLUICE_DEBUG_PORT:-28070}
+
+out=bench/results/$(date -u +%F)-serve
+mkdir -p bench/results
+work=$(mktemp -d)
+bin=$work/sluice
+go build -o "$bin" ./cmd/sluice
+
+# Within the limit: one counter per key for a day, far above what a run
+# sends. Over the limit: the key "hot", 100 per second.
+cat >"$work/rules.yaml" <<'EOF'
+domain: bench
+descriptors:
+  - key: key
+    value: hot
+    rate_limit: {unit: second, requests_per_unit: 100}
+  - key: key
+    rate_limit: {unit: day, requests_per_unit: 1000000000}
+EOF
+"$bin" check --config "$work/rules.yaml"
+
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$bin" nullserver --grpc-addr "$null_grpc" --http-addr "$null_http" 2>"$work/null.log" &
+pids+=($!)
+"$bin" serve --config "$work/rules.yaml" --grpc-addr "$sluice_grpc" --http-addr "$sluice_http" \
+	--debug-addr "$sluice_debug" --log-format json 2>"$work/serve.log" &
+sluice_pid=$!
+pids+=("$sluice_pid")
+
+ready() { # url
+	for _ in $(seq 100); do
+		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "serve.sh: $1 not ready" >&2
+	cat "$work/null.log" "$work/serve.log" >&2
+	return 1
+}
+ready "http://$null_http/healthz"
+ready "http://$sluice_http/readyz"
+
+rss() { echo "$1: sluice serve VmRSS $(awk '/VmRSS/ {print $2, $3}' /proc/$sluice_pid/status), VmHWM $(awk '/VmHWM/ {print $2, $3}' /proc/$sluice_pid/status)"; }
+loadavg() { echo "$1: load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+
+{
+	echo "date: $(date -u +%FT%TZ)"
+	echo "nproc: $(nproc)"
+	lscpu | grep 'Model name'
+	free -g | head -2
+	go version
+	uname -srm
+	echo "sluice: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | grep -q . && echo "(dirty tree)")"
+	echo "mode $mode, $connections connection(s), $concurrency in flight, warmup $warmup, duration $duration, $rounds rounds"
+	rss "start"
+} >"$out-machine.txt"
+
+target() { # server
+	case "$1,$mode" in
+	null,grpc) echo "$null_grpc" ;;
+	null,json) echo "$null_http" ;;
+	sluice,grpc) echo "$sluice_grpc" ;;
+	sluice,json) echo "$sluice_http" ;;
+	esac
+}
+
+flags() { # scenario
+	case "$1" in
+	10k) echo "--keys 10000" ;;
+	hot) echo "--keys 10000 --hot 1" ;;
+	hot10) echo "--keys 10000 --hot 0.1" ;;
+	1m) echo "--keys 1000000" ;;
+	*)
+		echo "serve.sh: unknown scenario $1" >&2
+		exit 2
+		;;
+	esac
+}
+
+bench() { # server scenario round [extra flags]
+	local server=$1 scenario=$2 round=$3
+	shift 3
+	# shellcheck disable=SC2046
+	"$bin" bench --json --mode "$mode" --target "$(target "$server")" \
+		--connections "$connections" --concurrency "$concurrency" \
+		--warmup "$warmup" --duration "$duration" $(flags "$scenario") "$@" |
+		jq -c --arg scenario "$scenario" --arg server "$server" --argjson round "$round" \
+			'{scenario: $scenario, server: $server, round: $round} + .'
+}
+
+: >"$out.jsonl"
+for scenario in $scenarios; do
+	if [ "$scenario" = 1m ]; then
+		rss "before filling 1M keys" >>"$out-machine.txt"
+		"$bin" bench --mode "$mode" --target "$(target sluice)" --connections "$connections" \
+			--concurrency "$concurrency" --keys 1000000 --fill --warmup 0 --duration 0 --requests 1 \
+			>>"$out-machine.txt"
+		rss "after filling 1M keys" >>"$out-machine.txt"
+	fi
+	for round in $(seq "$rounds"); do
+		order="null sluice"
+		if [ $((round % 2)) = 0 ]; then
+			order="sluice null"
+		fi
+		for server in $order; do
+			loadavg "$scenario round $round $server" >>"$out-machine.txt"
+			bench "$server" "$scenario" "$round" | tee -a "$out.jsonl" |
+				jq -r '"\(.scenario) round \(.round) \(.server): \(.rps|floor) req/s p50 \(.p50_us)µs p99 \(.p99_us)µs p99.9 \(.p999_us)µs ok \(.ok) over \(.over_limit) errors \(.errors)"'
+		done
+	done
+	if [ "$scenario" = 1m ]; then
+		rss "after the 1M rounds" >>"$out-machine.txt"
+	fi
+done
+rss "end" >>"$out-machine.txt"
+
+if [ "$profile" = 1 ]; then
+	bench sluice 10k 0 --duration 14s >/dev/null &
+	bench_pid=$!
+	sleep 3
+	curl -fsS -o "$out-cpu.pprof" "http://$sluice_debug/debug/pprof/profile?seconds=10"
+	wait "$bench_pid"
+	go tool pprof -top -nodecount=40 "$bin" "$out-cpu.pprof" >"$out-cpu.txt" 2>&1
+	go tool pprof -top -cum -nodecount=40 "$bin" "$out-cpu.pprof" >>"$out-cpu.txt" 2>&1
+fi
+
+# Medians across rounds, and sluice over null.
+jq -s -r '
+	def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+	def r(n): . * n | round / n;
+	group_by(.scenario) | map(
+		(map(select(.server == "null"))) as $n | (map(select(.server == "sluice"))) as $s |
+		{scenario: .[0].scenario,
+		 null: {rps: ($n | map(.rps) | median), p50: ($n | map(.p50_us) | median), p99: ($n | map(.p99_us) | median), p999: ($n | map(.p999_us) | median)},
+		 sluice: {rps: ($s | map(.rps) | median), p50: ($s | map(.p50_us) | median), p99: ($s | map(.p99_us) | median), p999: ($s | map(.p999_us) | median),
+		          ok: ($s | map(.ok) | add), over: ($s | map(.over_limit) | add), errors: ($s | map(.errors) | add)},
+		 rounds: ($n | length)}) |
+	(["| scenario | server | req/s | p50 µs | p99 µs | p99.9 µs |", "|---|---|---:|---:|---:|---:|"] +
+	 map("| \(.scenario) | null | \(.null.rps | round) | \(.null.p50 | r(1)) | \(.null.p99 | r(1)) | \(.null.p999 | r(1)) |",
+	     "| \(.scenario) | sluice | \(.sluice.rps | round) | \(.sluice.p50 | r(1)) | \(.sluice.p99 | r(1)) | \(.sluice.p999 | r(1)) |") +
+	 ["", "| scenario | rounds | sluice/null req/s (target >= 0.90) | sluice/null p99 (target <= 1.5) | sluice ok / over / errors |", "|---|---:|---:|---:|---|"] +
+	 map("| \(.scenario) | \(.rounds) | \(.sluice.rps / .null.rps | r(100)) | \(.sluice.p99 / .null.p99 | r(100)) | \(.sluice.ok) / \(.sluice.over) / \(.sluice.errors) |")) |
+	.[]' "$out.jsonl" | tee "$out.md"
+echo
+cat "$out-machine.txt"
