@@ -147,3 +147,26 @@ func BenchmarkGRPC(b *testing.B) {
 		})
 	}
 }
+
+// The server adds no allocation to the decider's two (the response and the
+// counter keys): metrics are pre-curried, outcomes pooled, headers off.
+func TestShouldRateLimitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	store := memstore.New(memstore.Config{SweepInterval: -1})
+	defer store.Close()
+	srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), mustRules(t, benchRules))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r := req("bench", d("user=a"))
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := srv.ShouldRateLimit(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 2 {
+		t.Errorf("%v allocations per request, want at most 2", n)
+	}
+}

@@ -29,26 +29,8 @@ const (
 	labelCapacity = "_capacity"
 )
 
-// metrics are the server's Prometheus metrics.
-//
-// Per rule (labels domain and rule, the rule's Envoy stats key), in hits
-// (the cost of each descriptor, its hits_addend):
-//
-//	sluice_rule_hits_total          every hit decided
-//	sluice_rule_within_limit_total  hits the rule's limits admitted
-//	sluice_rule_over_limit_total    hits the rule's limits denied, or would
-//	                                have in shadow mode
-//	sluice_rule_near_limit_total    admitted hits beyond NearLimitRatio of
-//	                                the limit (Envoy's near_limit)
-//	sluice_rule_shadow_mode_total   over-limit hits let through by shadow
-//	                                mode (the rule's or the global one)
-//
-// The rule label takes stats keys, which hold request values only where a
-// rule asks for them (detailed_metric, value_to_metric); per-descriptor
-// overrides count under rule="_override" and the domain capacity under
-// rule="_capacity". At most MaxRuleLabels distinct stats keys become
-// labels over the server's life; later ones count under rule="_other" of
-// their domain.
+// metrics are the server's Prometheus metrics, described in the package
+// documentation.
 type metrics struct {
 	nearRatio float64
 	maxLabels int64

@@ -8,6 +8,50 @@
 // metrics and readiness. It does not listen, read flags or watch files: the
 // command wires listeners, configuration and lifecycle to it. It must not
 // import cmd/ or any store.
+//
+// # Metrics
+//
+// Per rule, labelled domain and rule (the rule's Envoy stats key, e.g.
+// "api.user" or "api.path_/v1/*"), counted in hits (each descriptor's
+// hits_addend) as envoyproxy/ratelimit counts them:
+//
+//	sluice_rule_hits_total          every hit decided
+//	sluice_rule_within_limit_total  hits the rule's limits admitted
+//	sluice_rule_over_limit_total    hits the rule's limits denied, shadow-mode
+//	                                denials included
+//	sluice_rule_near_limit_total    admitted hits beyond NearLimitRatio of the
+//	                                limit: of the hits that took the use from
+//	                                before to after, those above
+//	                                floor(limit × ratio)
+//	sluice_rule_shadow_mode_total   over-limit hits let through by shadow mode,
+//	                                the rule's or the global one
+//
+// Request values never become label values unless a rule asks for them
+// (detailed_metric, value_to_metric: the stats key then holds them), and
+// even then at most Config.MaxRuleLabels (10,000 by default) distinct
+// stats keys become labels over the server's life; later ones count under
+// rule="_other" of their domain. Per-descriptor limit overrides, whose
+// Envoy stats keys hold request values, count under rule="_override"; the
+// domain capacity under rule="_capacity". Unlimited, replaced and
+// unmatched descriptors are not counted, as in Envoy. When a request is
+// denied, nothing is consumed: the descriptors whose own limits admitted it
+// count as within the limit, and no hit counts as near the limit.
+//
+// Per server:
+//
+//	sluice_requests_total{transport,result}  transport grpc or http; result
+//	                       ok, over_limit, shadow_over_limit (answered OK
+//	                       because of shadow mode), invalid, error
+//	sluice_decision_duration_seconds  histogram of the time to decide one
+//	                       request (rules and store)
+//	sluice_store_errors_total        requests failed by the store
+//	sluice_config_loads_total{result}  configuration loads, success or
+//	                       failure (a failure keeps the previous one)
+//	sluice_config_info{hash}         1, labelled with the hash of the
+//	                       configuration in force
+//	sluice_config_load_timestamp_seconds  when it was loaded
+//
+// and the Go and process collectors.
 package server
 
 import (
