@@ -487,13 +487,9 @@ wait:
 	snapWG.Wait()
 
 	if s.stateFile != "" {
-		start := time.Now()
-		if err := store.WriteFile(s.stateFile); err != nil {
-			snaps.failure.Inc()
-			log.Error("saving state", "err", err)
+		if err := saveState(store, s.stateFile, snaps, log, slog.LevelInfo); err != nil {
 			return errors.Join(runErr, err)
 		}
-		log.Info("state saved", "file", s.stateFile, "keys", store.Len(), "took", time.Since(start))
 	}
 	log.Info("stopped")
 	return runErr
@@ -630,17 +626,25 @@ func snapshotLoop(ctx context.Context, store *memstore.Store, path string, every
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			start := time.Now()
-			if err := store.WriteFile(path); err != nil {
-				m.failure.Inc()
-				log.Error("saving state", "err", err)
-				continue
-			}
-			m.success.Inc()
-			m.last.SetToCurrentTime()
-			log.Debug("state saved", "file", path, "took", time.Since(start))
+			saveState(store, path, m, log, slog.LevelDebug)
 		}
 	}
+}
+
+// saveState writes a snapshot of store to path (atomically: memstore
+// writes a temporary file and renames it), counts it, and logs success at
+// level and failure as an error.
+func saveState(store *memstore.Store, path string, m *snapshotMetrics, log *slog.Logger, level slog.Level) error {
+	start := time.Now()
+	if err := store.WriteFile(path); err != nil {
+		m.failure.Inc()
+		log.Error("saving state", "file", path, "err", err)
+		return err
+	}
+	m.success.Inc()
+	m.last.SetToCurrentTime()
+	log.Log(context.Background(), level, "state saved", "file", path, "keys", store.Len(), "took", time.Since(start))
+	return nil
 }
 
 // byteSize is a flag of bytes with an optional unit: KB, MB, GB, TB are

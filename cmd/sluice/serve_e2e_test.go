@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -852,6 +853,34 @@ func TestServeE2EShutdownAndRestore(t *testing.T) {
 	}
 	if code := p2.stop(os.Interrupt); code != 0 {
 		t.Errorf("exit %d after SIGINT", code)
+	}
+}
+
+func TestServeE2EPeriodicSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	state := filepath.Join(dir, "sluice.state")
+	writeRules(t, rules, dayRule("c", "client", 1))
+	args := []string{"--config", rules, "--state-file", state, "--snapshot-interval", "50ms"}
+	p := startSluice(t, nil, args...)
+	if got := codesOf(p.must("c", desc("client", "c"))); got != "OK:OK" {
+		t.Fatal(got)
+	}
+	// Wait for a snapshot begun after the request (two more than when it
+	// was answered: one may have been under way), then crash: no shutdown
+	// snapshot.
+	snapshots := func() int {
+		n, _ := strconv.Atoi(p.metric(`sluice_state_snapshots_total{result="success"}`))
+		return n
+	}
+	before := snapshots()
+	poll(t, "a periodic snapshot", func() bool { return snapshots() >= before+2 })
+	p.cmd.Process.Kill()
+	p.wait()
+
+	p2 := startSluice(t, nil, args...)
+	if got := codesOf(p2.must("c", desc("client", "c"))); got != "OVER_LIMIT:OVER_LIMIT" {
+		t.Errorf("after a crash: %s, want OVER_LIMIT from the periodic snapshot", got)
 	}
 }
 
