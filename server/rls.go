@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -116,7 +117,31 @@ func (s *Server) fail(err error, via transport) error {
 	default:
 		s.m.requests[via][resultError].Inc()
 		s.m.storeErrors.Inc()
-		s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err)
+		if n, ok := s.storeLog.allow(time.Now()); ok {
+			s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err, "failures_not_logged", n)
+		}
 		return status.Error(codes.Unavailable, "rate limit store: "+err.Error())
 	}
+}
+
+// storeLogEvery spaces the log lines of store failures: a store that is down
+// fails every request, and the log must not grow with the request rate.
+const storeLogEvery = time.Second
+
+// sampler lets one event through per storeLogEvery and counts the others.
+type sampler struct {
+	last    atomic.Int64 // UnixNano of the last event let through
+	dropped atomic.Int64
+}
+
+// allow reports whether the event at now goes through, and how many were
+// dropped since the last that did.
+func (s *sampler) allow(now time.Time) (int64, bool) {
+	t := now.UnixNano()
+	last := s.last.Load()
+	if last != 0 && t-last < int64(storeLogEvery) || !s.last.CompareAndSwap(last, t) {
+		s.dropped.Add(1)
+		return 0, false
+	}
+	return s.dropped.Swap(0), true
 }

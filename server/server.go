@@ -142,6 +142,7 @@ type Server struct {
 	changed chan struct{}
 
 	outcomes sync.Pool // *rls.Outcome
+	storeLog sampler   // of the store failures logged
 }
 
 // loadInfo is the configuration loaded last.
