@@ -750,6 +750,10 @@ func TestServeE2EReload(t *testing.T) {
 	// A good config: the new limit takes effect.
 	writeRules(t, rules, limit(3))
 	poll(t, "new limit in force", func() bool { return limitNow() == 3 })
+	// A changed limit starts fresh counters (docs/operations.md).
+	if got := codesOf(p.must("r", desc("user", "a"))); got != "OK:OK" {
+		t.Errorf("user a under the new limit: %s", got)
+	}
 	for i, want := range []string{"OK:OK", "OK:OK", "OK:OK", "OVER_LIMIT:OVER_LIMIT"} {
 		if got := codesOf(p.must("r", desc("user", "b"))); got != want {
 			t.Errorf("request %d under the new limit: %s, want %s", i+1, got, want)
