@@ -902,6 +902,13 @@ func TestServeE2EInFlightRequestFinishes(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(e2eWait))
 	body := `{"domain":"f","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
 	fmt.Fprintf(conn, "POST /json HTTP/1.1\r\nHost: sluice\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
+	// Until the handler runs, the connection may not even be accepted, and
+	// shutdown would rightly drop it: wait for the handler in the
+	// goroutine dump of the debug listener.
+	poll(t, "request in the handler", func() bool {
+		_, dump, _ := httpDo(t, "GET", "http://"+p.dbg+"/debug/pprof/goroutine?debug=2", "")
+		return strings.Contains(dump, "serveJSON")
+	})
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
