@@ -285,12 +285,13 @@ func isRulesFile(name string) bool {
 }
 
 // dirs returns the directories to watch, symlinks resolved: for a
-// directory of rules, the directory, the one holding it if it is a
-// symlink, and those holding the targets of its symlinked rules files (a
-// ConfigMap's ..2006_01_02_15_04_05.000 directory); for a file, the
-// directory holding it and the one holding its target. A directory that
-// does not exist is replaced by its nearest existing ancestor, so that its
-// creation is seen.
+// directory of rules, the directory and those holding the targets of its
+// symlinked rules files (a ConfigMap's ..2006_01_02_15_04_05.000
+// directory); for a file, the directory holding it and the one holding its
+// target; and for either, the directory holding each symlink on the path
+// (an Envoy runtime root swapped by renaming a "current" symlink, say). A
+// directory that does not exist is replaced by its nearest existing
+// ancestor, so that its creation is seen.
 func (w *Watcher) dirs() []string {
 	p := w.abs
 	var want []string
@@ -302,12 +303,17 @@ func (w *Watcher) dirs() []string {
 			add(filepath.Dir(t))
 		}
 	}
+	for q := p; ; q = filepath.Dir(q) {
+		if li, err := os.Lstat(q); err == nil && li.Mode()&os.ModeSymlink != 0 {
+			add(filepath.Dir(q))
+		}
+		if filepath.Dir(q) == q {
+			break
+		}
+	}
 	if info, err := os.Stat(p); err == nil && info.IsDir() {
 		if t, err := filepath.EvalSymlinks(p); err == nil {
 			add(t)
-		}
-		if li, err := os.Lstat(p); err == nil && li.Mode()&os.ModeSymlink != 0 {
-			add(filepath.Dir(p))
 		}
 		ents, _ := os.ReadDir(p)
 		for _, e := range ents {

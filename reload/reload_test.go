@@ -295,6 +295,35 @@ func TestDirectorySymlinkSwap(t *testing.T) {
 	h.waitLoad(t, rate("d", 3))
 }
 
+func TestAncestorSymlinkSwap(t *testing.T) {
+	// Envoy's runtime layout: RUNTIME_ROOT is a "current" symlink that a
+	// deployment swaps to a new release; the rules sit below it.
+	for _, mode := range []string{"directory", "file"} {
+		t.Run(mode, func(t *testing.T) {
+			root := t.TempDir()
+			for i, v := range []string{"v1", "v2"} {
+				write(t, filepath.Join(root, v, "ratelimit", "config", "r.yaml"), rulesFor("d", i+1))
+			}
+			if err := os.Symlink("v1", filepath.Join(root, "current")); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(root, "current", "ratelimit", "config")
+			if mode == "file" {
+				path = filepath.Join(path, "r.yaml")
+			}
+			h := start(t, path, nil)
+			tmp := filepath.Join(root, "current.tmp")
+			if err := os.Symlink("v2", tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(root, "current")); err != nil {
+				t.Fatal(err)
+			}
+			h.waitLoad(t, rate("d", 2))
+		})
+	}
+}
+
 func TestDeleteAndRecreate(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "rules.yaml")
