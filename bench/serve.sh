@@ -22,9 +22,11 @@
 # Writes bench/results/DATE-serve.jsonl (one sluice bench --json line per
 # run, plus scenario, server and round), DATE-serve-machine.txt (machine,
 # load average, RSS of sluice serve) and DATE-serve.md (medians, ratios).
-# PROFILE=1 also takes a 10s CPU profile of sluice serve under the 10k
-# load after the rounds, into DATE-serve-cpu.pprof, summarised in
-# DATE-serve-cpu.txt.
+# Each line also has the server's CPU time per request (server_cpu_us_per_req,
+# from /proc/PID/stat), which other load on the machine disturbs less than
+# requests per second. PROFILE=1 also takes a 10s CPU profile of sluice
+# serve under each scenario's load after its rounds, into
+# DATE-serve-cpu-SCENARIO.pprof, summarised in DATE-serve-cpu-SCENARIO.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,7 +75,8 @@ cleanup() {
 trap cleanup EXIT
 
 "$bin" nullserver --grpc-addr "$null_grpc" --http-addr "$null_http" 2>"$work/null.log" &
-pids+=($!)
+null_pid=$!
+pids+=("$null_pid")
 "$bin" serve --config "$work/rules.yaml" --grpc-addr "$sluice_grpc" --http-addr "$sluice_http" \
 	--debug-addr "$sluice_debug" --log-format json 2>"$work/serve.log" &
 sluice_pid=$!
@@ -128,15 +131,30 @@ flags() { # scenario
 	esac
 }
 
+server_pid() { # server
+	if [ "$1" = null ]; then echo "$null_pid"; else echo "$sluice_pid"; fi
+}
+
+cpu_ticks() { # pid: user + system time in clock ticks
+	awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
 bench() { # server scenario round [extra flags]
-	local server=$1 scenario=$2 round=$3
+	local server=$1 scenario=$2 round=$3 pid before
 	shift 3
+	pid=$(server_pid "$server")
+	before=$(cpu_ticks "$pid")
 	# shellcheck disable=SC2046
 	"$bin" bench --json --mode "$mode" --target "$(target "$server")" \
 		--connections "$connections" --concurrency "$concurrency" \
-		--warmup "$warmup" --duration "$duration" $(flags "$scenario") "$@" |
-		jq -c --arg scenario "$scenario" --arg server "$server" --argjson round "$round" \
-			'{scenario: $scenario, server: $server, round: $round} + .'
+		--warmup "$warmup" --duration "$duration" $(flags "$scenario") "$@" >"$work/run.json"
+	# The server's CPU time over the whole run (warm-up included) per
+	# request it answered: less sensitive to other load on the machine
+	# than requests per second.
+	jq -c --arg scenario "$scenario" --arg server "$server" --argjson round "$round" \
+		--argjson ticks "$(($(cpu_ticks "$pid") - before))" --argjson hz "$(getconf CLK_TCK)" \
+		'{scenario: $scenario, server: $server, round: $round} + . +
+		 {server_cpu_us_per_req: ($ticks / $hz * 1e6 / (.requests + .warmup_requests))}' "$work/run.json"
 }
 
 : >"$out.jsonl"
@@ -156,24 +174,25 @@ for scenario in $scenarios; do
 		for server in $order; do
 			loadavg "$scenario round $round $server" >>"$out-machine.txt"
 			bench "$server" "$scenario" "$round" | tee -a "$out.jsonl" |
-				jq -r '"\(.scenario) round \(.round) \(.server): \(.rps|floor) req/s p50 \(.p50_us)µs p99 \(.p99_us)µs p99.9 \(.p999_us)µs ok \(.ok) over \(.over_limit) errors \(.errors)"'
+				jq -r '"\(.scenario) round \(.round) \(.server): \(.rps|floor) req/s p50 \(.p50_us)µs p99 \(.p99_us)µs p99.9 \(.p999_us)µs ok \(.ok) over \(.over_limit) errors \(.errors) server cpu \(.server_cpu_us_per_req|floor)µs/req"'
 		done
 	done
 	if [ "$scenario" = 1m ]; then
 		rss "after the 1M rounds" >>"$out-machine.txt"
 	fi
+	if [ "$profile" = 1 ]; then
+		bench sluice "$scenario" 0 --duration 14s >/dev/null &
+		bench_pid=$!
+		sleep 3
+		curl -fsS -o "$out-cpu-$scenario.pprof" "http://$sluice_debug/debug/pprof/profile?seconds=10"
+		wait "$bench_pid"
+		{
+			go tool pprof -top -nodecount=40 "$bin" "$out-cpu-$scenario.pprof"
+			go tool pprof -top -cum -nodecount=60 "$bin" "$out-cpu-$scenario.pprof"
+		} >"$out-cpu-$scenario.txt" 2>&1
+	fi
 done
 rss "end" >>"$out-machine.txt"
-
-if [ "$profile" = 1 ]; then
-	bench sluice 10k 0 --duration 14s >/dev/null &
-	bench_pid=$!
-	sleep 3
-	curl -fsS -o "$out-cpu.pprof" "http://$sluice_debug/debug/pprof/profile?seconds=10"
-	wait "$bench_pid"
-	go tool pprof -top -nodecount=40 "$bin" "$out-cpu.pprof" >"$out-cpu.txt" 2>&1
-	go tool pprof -top -cum -nodecount=40 "$bin" "$out-cpu.pprof" >>"$out-cpu.txt" 2>&1
-fi
 
 # Medians across rounds, and sluice over null.
 jq -s -r '
@@ -182,15 +201,15 @@ jq -s -r '
 	group_by(.scenario) | map(
 		(map(select(.server == "null"))) as $n | (map(select(.server == "sluice"))) as $s |
 		{scenario: .[0].scenario,
-		 null: {rps: ($n | map(.rps) | median), p50: ($n | map(.p50_us) | median), p99: ($n | map(.p99_us) | median), p999: ($n | map(.p999_us) | median)},
-		 sluice: {rps: ($s | map(.rps) | median), p50: ($s | map(.p50_us) | median), p99: ($s | map(.p99_us) | median), p999: ($s | map(.p999_us) | median),
+		 null: {rps: ($n | map(.rps) | median), p50: ($n | map(.p50_us) | median), p99: ($n | map(.p99_us) | median), p999: ($n | map(.p999_us) | median), cpu: ($n | map(.server_cpu_us_per_req) | median)},
+		 sluice: {rps: ($s | map(.rps) | median), p50: ($s | map(.p50_us) | median), p99: ($s | map(.p99_us) | median), p999: ($s | map(.p999_us) | median), cpu: ($s | map(.server_cpu_us_per_req) | median),
 		          ok: ($s | map(.ok) | add), over: ($s | map(.over_limit) | add), errors: ($s | map(.errors) | add)},
 		 rounds: ($n | length)}) |
-	(["| scenario | server | req/s | p50 µs | p99 µs | p99.9 µs |", "|---|---|---:|---:|---:|---:|"] +
-	 map("| \(.scenario) | null | \(.null.rps | round) | \(.null.p50 | r(1)) | \(.null.p99 | r(1)) | \(.null.p999 | r(1)) |",
-	     "| \(.scenario) | sluice | \(.sluice.rps | round) | \(.sluice.p50 | r(1)) | \(.sluice.p99 | r(1)) | \(.sluice.p999 | r(1)) |") +
-	 ["", "| scenario | rounds | sluice/null req/s (target >= 0.90) | sluice/null p99 (target <= 1.5) | sluice ok / over / errors |", "|---|---:|---:|---:|---|"] +
-	 map("| \(.scenario) | \(.rounds) | \(.sluice.rps / .null.rps | r(100)) | \(.sluice.p99 / .null.p99 | r(100)) | \(.sluice.ok) / \(.sluice.over) / \(.sluice.errors) |")) |
+	(["| scenario | server | req/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/req |", "|---|---|---:|---:|---:|---:|---:|"] +
+	 map("| \(.scenario) | null | \(.null.rps | round) | \(.null.p50 | r(1)) | \(.null.p99 | r(1)) | \(.null.p999 | r(1)) | \(.null.cpu | r(10)) |",
+	     "| \(.scenario) | sluice | \(.sluice.rps | round) | \(.sluice.p50 | r(1)) | \(.sluice.p99 | r(1)) | \(.sluice.p999 | r(1)) | \(.sluice.cpu | r(10)) |") +
+	 ["", "| scenario | rounds | sluice/null req/s (target >= 0.90) | sluice/null p99 (target <= 1.5) | sluice/null CPU per request | sluice ok / over / errors |", "|---|---:|---:|---:|---:|---|"] +
+	 map("| \(.scenario) | \(.rounds) | \(.sluice.rps / .null.rps | r(100)) | \(.sluice.p99 / .null.p99 | r(100)) | \(.sluice.cpu / .null.cpu | r(100)) | \(.sluice.ok) / \(.sluice.over) / \(.sluice.errors) |")) |
 	.[]' "$out.jsonl" | tee "$out.md"
 echo
 cat "$out-machine.txt"

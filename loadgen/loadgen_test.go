@@ -217,7 +217,7 @@ func TestRunNullServer(t *testing.T) {
 				Target: tc.target, Mode: tc.mode, Connections: 2, Concurrency: 4,
 				Keys: 100, Warmup: 50 * time.Millisecond, Duration: 400 * time.Millisecond,
 			})
-			if res.Requests == 0 || res.OK != res.Requests || res.Hot != 0 {
+			if res.Requests == 0 || res.OK != res.Requests || res.Hot != 0 || res.Warmup == 0 {
 				t.Errorf("null server: %+v", res)
 			}
 		})

@@ -27,6 +27,7 @@ type Report struct {
 	Errors    int64   `json:"errors"`
 	HotShare  float64 `json:"hot_share"`
 	Filled    int64   `json:"filled,omitempty"`
+	Warmup    int64   `json:"warmup_requests"`
 
 	MinUS  float64 `json:"min_us"`
 	MeanUS float64 `json:"mean_us"`
@@ -50,8 +51,8 @@ func (r *Result) Report() Report {
 		Keys: r.Config.Keys, Hot: r.Config.Hot, Rate: r.Config.Rate,
 		Seconds: r.Elapsed.Seconds(), Requests: r.Requests, RPS: r.RPS(),
 		OK: r.OK, OverLimit: r.OverLimit, Unknown: r.Unknown, Errors: r.Errors,
-		Filled: r.Filled,
-		MinUS:  us(r.Latency.Min), MeanUS: us(r.Latency.Mean),
+		Filled: r.Filled, Warmup: r.Warmup,
+		MinUS: us(r.Latency.Min), MeanUS: us(r.Latency.Mean),
 		P50US: us(r.Latency.P50), P90US: us(r.Latency.P90), P99US: us(r.Latency.P99),
 		P999US: us(r.Latency.P999), MaxUS: us(r.Latency.Max),
 	}

@@ -134,6 +134,7 @@ type Result struct {
 	Errors    int64 // gRPC error status, HTTP status other than 200 and 429, transport errors
 	Hot       int64 // requests sent with the hot key
 	Filled    int64 // fill requests that got an answer
+	Warmup    int64 // requests sent during the warm-up, answered or not
 	// ErrorKinds counts the errors by kind (a gRPC code such as
 	// "Unavailable", "http 500", "connection refused", …), with one
 	// message of each kind in ErrorSamples.
@@ -179,6 +180,7 @@ type worker struct {
 	counts  [4]int64 // by outcome
 	hot     int64
 	filled  int64
+	warmup  int64
 	last    time.Time // last answer counted
 	kinds   map[string]int64
 	samples map[string]string
@@ -294,6 +296,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Errors += w.counts[outError]
 		res.Hot += w.hot
 		res.Filled += w.filled
+		res.Warmup += w.warmup
 		if w.last.After(last) {
 			last = w.last
 		}
@@ -384,6 +387,7 @@ func (r *loop) work(ctx context.Context, w *worker) {
 		cancel()
 		done := time.Now()
 		if !measured {
+			w.warmup++
 			continue
 		}
 		if o == outError && ctx.Err() != nil {
