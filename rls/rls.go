@@ -150,14 +150,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
 
-	if err := s.convert(req); err != nil {
-		return err
-	}
-	cfg := d.Rules()
-	if cfg == nil {
-		return ErrNoRules
-	}
-	if err := cfg.Plan(req.GetDomain(), s.descs, &s.plan); err != nil {
+	if err := d.plan(s, req); err != nil {
 		return err
 	}
 	p := &s.plan
@@ -259,6 +252,11 @@ func grow[T any](s []T, n int) []T {
 func (d *Decider) Check(req *rlsv3.RateLimitRequest) error {
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
+	return d.plan(s, req)
+}
+
+// plan converts req and matches it against the rules in force into s.plan.
+func (d *Decider) plan(s *scratch, req *rlsv3.RateLimitRequest) error {
 	if err := s.convert(req); err != nil {
 		return err
 	}
