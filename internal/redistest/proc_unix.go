@@ -1,0 +1,18 @@
+//go:build unix && !linux
+
+package redistest
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// sysProcAttr puts the server in its own process group, so that killGroup
+// reaches any child it forks.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+func killGroup(cmd *exec.Cmd) {
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}

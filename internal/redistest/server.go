@@ -1,0 +1,359 @@
+package redistest
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// InstallHint is the command that installs what the package needs on
+// Debian and Ubuntu; scripts/test runs it when the programs are missing.
+const InstallHint = "apt-get install redis-server redis-tools redis-sentinel"
+
+// Require fails the test when redis-server, redis-cli or redis-sentinel is
+// not on PATH and the environment variable CI is true (CI must never skip
+// silently), and skips it with the install command otherwise. Standalone,
+// Cluster and Sentinel call it first.
+func Require(t testing.TB) {
+	t.Helper()
+	var missing []string
+	for _, name := range []string{"redis-server", "redis-cli", "redis-sentinel"} {
+		if _, err := binary(name); err != nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("redistest: %s not found on PATH; install with: %s (scripts/test does)",
+		strings.Join(missing, ", "), InstallHint)
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// An Option configures the servers of Standalone, Cluster and Sentinel.
+type Option func(*options)
+
+type options struct {
+	user     string
+	password string
+	tls      bool
+	config   [][]string
+	certs    *certs
+}
+
+// WithPassword protects the servers with requirepass: the default user
+// needs AUTH password.
+func WithPassword(password string) Option {
+	return func(o *options) { o.user, o.password = "", password }
+}
+
+// WithUser creates the ACL user name, allowed every command, key and
+// channel, with the password, and turns the default user off, so that a
+// client must AUTH name password.
+func WithUser(name, password string) Option {
+	return func(o *options) { o.user, o.password = name, password }
+}
+
+// WithTLS serves TLS only (no plain port), with a certificate for 127.0.0.1
+// signed by a throwaway CA; Server.TLS is a client configuration that
+// trusts it. Replication and the cluster bus use TLS too. The servers do
+// not ask clients for certificates.
+func WithTLS() Option {
+	return func(o *options) { o.tls = true }
+}
+
+// WithConfig adds one configuration directive, as its words, to every
+// data server (not to sentinels): WithConfig("maxmemory", "10mb"). It comes
+// last, so it overrides the package's own settings.
+func WithConfig(directive ...string) Option {
+	return func(o *options) { o.config = append(o.config, directive) }
+}
+
+func newOptions(t testing.TB, opts []Option) *options {
+	t.Helper()
+	o := &options{}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.tls {
+		c, err := newCerts(filepath.Join(t.TempDir(), "tls"))
+		if err != nil {
+			t.Fatalf("redistest: certificates: %v", err)
+		}
+		o.certs = c
+	}
+	return o
+}
+
+func (o *options) dialer() Dialer {
+	d := Dialer{Username: o.user, Password: o.password, Timeout: 2 * time.Second}
+	if o.certs != nil {
+		d.TLS = o.certs.clientConfig()
+	}
+	return d
+}
+
+// tlsLines are the TLS settings shared by data servers and sentinels.
+func (o *options) tlsLines(port int) [][]string {
+	if o.certs == nil {
+		return [][]string{{"port", strconv.Itoa(port)}}
+	}
+	return [][]string{
+		{"port", "0"},
+		{"tls-port", strconv.Itoa(port)},
+		{"tls-cert-file", o.certs.CertFile},
+		{"tls-key-file", o.certs.KeyFile},
+		{"tls-ca-cert-file", o.certs.CAFile},
+		{"tls-auth-clients", "no"},
+		{"tls-replication", "yes"},
+	}
+}
+
+// dataConfig is the configuration of a redis-server: loopback only, no
+// persistence, the DEBUG command allowed from loopback (DEBUG SLEEP makes a
+// slow server), auth and TLS as asked, then role (cluster or replica
+// settings), then the caller's directives.
+func (o *options) dataConfig(port int, dir string, role [][]string) [][]string {
+	l := [][]string{
+		{"bind", "127.0.0.1"},
+		{"daemonize", "no"},
+		{"dir", dir},
+		{"logfile", filepath.Join(dir, "redis.log")},
+		{"save", ""},
+		{"appendonly", "no"},
+		{"enable-debug-command", "local"},
+	}
+	l = append(l, o.tlsLines(port)...)
+	if o.certs != nil {
+		l = append(l, []string{"tls-cluster", "yes"})
+	}
+	switch {
+	case o.user != "":
+		l = append(l,
+			[]string{"user", o.user, "on", ">" + o.password, "~*", "&*", "+@all"},
+			[]string{"user", "default", "off"},
+			[]string{"masteruser", o.user},
+			[]string{"masterauth", o.password})
+	case o.password != "":
+		l = append(l, []string{"requirepass", o.password}, []string{"masterauth", o.password})
+	}
+	l = append(l, role...)
+	return append(l, o.config...)
+}
+
+// Server is one redis-server (or redis-sentinel) process started by this
+// package, stopped and its files removed when the test ends.
+type Server struct {
+	Username string      // ACL user clients must AUTH as; empty for the default user
+	Password string      // empty when the server needs no AUTH
+	TLS      *tls.Config // client configuration for a TLS server; nil for plain TCP
+	CAFile   string      // the CA certificate file of a TLS server
+
+	t      testing.TB
+	port   int
+	proc   *process
+	dialer Dialer
+}
+
+// Standalone starts a redis-server on a free loopback port with no
+// persistence and waits until it answers PING. It is shut down (SHUTDOWN
+// NOSAVE, then SIGKILL) and its files removed when the test ends; if the
+// test failed, the end of its log is logged first.
+func Standalone(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	Require(t)
+	o := newOptions(t, opts)
+	s, err := launch(t, o, "redis", "redis-server", func(port int, dir string) [][]string {
+		return o.dataConfig(port, dir, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// launch starts one server: a free port, a config file written by conf in
+// a new temporary directory, a wait for PING. It tries another port when
+// the one it picked was taken meanwhile.
+func launch(t testing.TB, o *options, name, program string, conf func(port int, dir string) [][]string) (*Server, error) {
+	t.Helper()
+	bin, err := binary(program)
+	if err != nil {
+		return nil, err
+	}
+	dir := t.TempDir()
+	confPath := filepath.Join(dir, program+".conf")
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if err := writeConfig(confPath, conf(port, dir)); err != nil {
+			return nil, err
+		}
+		s := &Server{
+			Username: o.user,
+			Password: o.password,
+			t:        t,
+			port:     port,
+			dialer:   o.dialer(),
+			proc: &process{
+				name:    fmt.Sprintf("%s :%d", name, port),
+				bin:     bin,
+				args:    []string{confPath},
+				dir:     dir,
+				logPath: filepath.Join(dir, "redis.log"),
+			},
+		}
+		if o.certs != nil {
+			s.TLS, s.CAFile = o.certs.clientConfig(), o.certs.CAFile
+		}
+		if err := s.proc.start(); err != nil {
+			return nil, err
+		}
+		err = s.waitReady()
+		if err == nil {
+			t.Cleanup(s.cleanup)
+			return s, nil
+		}
+		s.proc.kill()
+		if !s.proc.logContains("Address already in use") {
+			return nil, fmt.Errorf("redistest: %s: %w\n%s", s.proc.name, err, s.proc.logTail(30))
+		}
+		os.Remove(s.proc.logPath)
+	}
+	return nil, fmt.Errorf("redistest: %s: every port tried was taken", name)
+}
+
+func (s *Server) waitReady() error {
+	return waitUntil(startTimeout, s.proc.done(), func() error {
+		v, err := s.Do("PING")
+		if err != nil {
+			return err
+		}
+		if v != "PONG" {
+			return fmt.Errorf("PING answered %v", v)
+		}
+		return nil
+	})
+}
+
+func (s *Server) cleanup() {
+	if s.t.Failed() {
+		s.t.Logf("redistest: %s log (%s), last lines:\n%s", s.proc.name, s.proc.logPath, s.proc.logTail(40))
+	}
+	if err := s.proc.stop(s.shutdown); err != nil {
+		s.t.Error(err)
+	}
+}
+
+// shutdown sends SHUTDOWN NOSAVE NOW (NOW: do not wait for replicas),
+// ignoring the reply: the server closes the connection as it exits.
+func (s *Server) shutdown() {
+	c, err := s.dialer.Dial(s.Addr())
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.Do("CLIENT", "UNPAUSE")
+	c.Do("SHUTDOWN", "NOSAVE", "NOW")
+}
+
+// Addr is host:port, always on 127.0.0.1.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port is the server's port (its TLS port for a TLS server).
+func (s *Server) Port() int { return s.port }
+
+// URL is redis://[user:password@]127.0.0.1:port, or rediss:// for TLS.
+func (s *Server) URL() string {
+	u := url.URL{Scheme: "redis", Host: s.Addr()}
+	if s.TLS != nil {
+		u.Scheme = "rediss"
+	}
+	if s.Password != "" {
+		u.User = url.UserPassword(s.Username, s.Password)
+	}
+	return u.String()
+}
+
+// Dialer returns the settings that reach this server: its credentials and
+// TLS configuration.
+func (s *Server) Dialer() Dialer { return s.dialer }
+
+// Dial opens a connection, authenticated when the server needs it.
+func (s *Server) Dial() (*Conn, error) { return s.dialer.Dial(s.Addr()) }
+
+// Do runs one command on a new connection. See [Conn.Do] for the types of
+// arguments and replies.
+func (s *Server) Do(args ...any) (any, error) { return s.dialer.do(s.Addr(), args...) }
+
+// Cmd runs one command like Do and fails the test on any error, including
+// an error reply. Like t.Fatal, call it from the test's goroutine.
+func (s *Server) Cmd(args ...any) any {
+	s.t.Helper()
+	v, err := s.Do(args...)
+	if err != nil {
+		s.t.Fatalf("redistest: %s %v: %v", s.proc.name, args, err)
+	}
+	return v
+}
+
+// Kill ends the server with SIGKILL, as a crash would: no shutdown, open
+// connections reset. Restart brings it back on the same port.
+func (s *Server) Kill() {
+	s.t.Helper()
+	if err := s.proc.kill(); err != nil {
+		s.t.Error(err)
+	}
+}
+
+// Running reports whether the server process is alive.
+func (s *Server) Running() bool { return s.proc.running() }
+
+// Restart starts the server again on the same port, with the same
+// configuration and directory, after shutting it down if it is running,
+// and waits until it answers PING. Without persistence a restarted
+// standalone server is empty; a cluster node keeps its identity (its
+// nodes.conf). It fails the test if the server does not come back; call it
+// from the test's goroutine.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if err := s.proc.stop(s.shutdown); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.restart(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *Server) restart() error {
+	// The port was just freed by the old process; if something else took
+	// it meanwhile there is nothing to do but report it.
+	if err := s.proc.start(); err != nil {
+		return err
+	}
+	if err := s.waitReady(); err != nil {
+		s.proc.kill()
+		return fmt.Errorf("redistest: restarting %s: %w\n%s", s.proc.name, err, s.proc.logTail(30))
+	}
+	return nil
+}
+
+// Pause suspends the processing of every client's commands for d with
+// CLIENT PAUSE ALL, a server that stops answering without dropping
+// connections. It returns at once.
+func (s *Server) Pause(d time.Duration) {
+	s.t.Helper()
+	s.Cmd("CLIENT", "PAUSE", max(d.Milliseconds(), 1), "ALL")
+}
