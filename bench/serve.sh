@@ -19,7 +19,7 @@
 # servers run side by side the whole time (one idle while the other is
 # measured). Both are built from this tree and listen on 127.0.0.1 only.
 #
-# Writes bench/results/DATE-serve.jsonl (one sluice bench --json line per
+# Writes (with MODE=json, DATE-serve-json.*) bench/results/DATE-serve.jsonl (one sluice bench --json line per
 # run, plus scenario, server and round), DATE-serve-machine.txt (machine,
 # load average, RSS of sluice serve) and DATE-serve.md (medians, ratios).
 # Each line also has the server's CPU time per request (server_cpu_us_per_req,
@@ -46,6 +46,9 @@ sluice_http=127.0.0.1:${SLUICE_HTTP_PORT:-28090}
 sluice_debug=127.0.0.1:${SLUICE_DEBUG_PORT:-28070}
 
 out=bench/results/$(date -u +%F)-serve
+if [ "$mode" != grpc ]; then
+	out=$out-$mode
+fi
 mkdir -p bench/results
 work=$(mktemp -d)
 bin=$work/sluice
