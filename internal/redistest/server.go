@@ -132,6 +132,9 @@ func (o *options) dataConfig(port int, dir string, role [][]string) [][]string {
 		{"save", ""},
 		{"appendonly", "no"},
 		{"enable-debug-command", "local"},
+		// Replicas sync at once instead of after the default 5 s wait for
+		// more replicas to share the transfer.
+		{"repl-diskless-sync-delay", "0"},
 	}
 	l = append(l, o.tlsLines(port)...)
 	if o.certs != nil {
