@@ -67,6 +67,8 @@ run "$out-pool128.txt" "$side_rounds" -test.bench 'RedisClient/client=goredis$' 
 {
 	echo "== $out.txt"
 	benchstat -col /client "$out.txt"
+	echo "== $out.txt: the pipelining clients"
+	benchstat -filter '/client:(rueidis OR rueidis-flush20us OR goredis-autopipeline)' -col /client "$out.txt"
 	echo "== $out-pool128.txt: go-redis, PoolSize 128"
 	benchstat "$out-pool128.txt"
 } | tee "$out-benchstat.txt"

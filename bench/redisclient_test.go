@@ -97,10 +97,13 @@ type redisClient struct {
 func redisClients() []redisClient {
 	return []redisClient{
 		{name: "rueidis", open: func(tb testing.TB, addr string) (func(context.Context, string) (bool, error), func()) {
-			return openRueidis(tb, addr, false)
+			return openRueidis(tb, addr, false, 0)
+		}},
+		{name: "rueidis-flush20us", open: func(tb testing.TB, addr string) (func(context.Context, string) (bool, error), func()) {
+			return openRueidis(tb, addr, false, 20*time.Microsecond)
 		}},
 		{name: "rueidis-noauto", open: func(tb testing.TB, addr string) (func(context.Context, string) (bool, error), func()) {
-			return openRueidis(tb, addr, true)
+			return openRueidis(tb, addr, true, 0)
 		}},
 		{name: "goredis", open: func(tb testing.TB, addr string) (func(context.Context, string) (bool, error), func()) {
 			return openGoRedis(tb, addr, false)
@@ -112,12 +115,15 @@ func redisClients() []redisClient {
 }
 
 // openRueidis uses rueidis.Lua.Exec: EVALSHA, then EVAL on NOSCRIPT.
-// Concurrent calls share one pipelined connection unless noAuto.
-func openRueidis(tb testing.TB, addr string, noAuto bool) (func(context.Context, string) (bool, error), func()) {
+// Concurrent calls share one pipelined connection unless noAuto. flushDelay
+// is ClientOption.MaxFlushDelay: the pipeline's writer waits up to that long
+// after each flush to gather more commands into the next one.
+func openRueidis(tb testing.TB, addr string, noAuto bool, flushDelay time.Duration) (func(context.Context, string) (bool, error), func()) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{
 		InitAddress:           []string{addr},
 		DisableCache:          true,
 		DisableAutoPipelining: noAuto,
+		MaxFlushDelay:         flushDelay,
 	})
 	if err != nil {
 		tb.Fatal(err)
