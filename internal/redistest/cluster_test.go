@@ -86,10 +86,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	key := "hot"
 	old := c.Owner(key)
-	c.Cmd("SET", key, "v")
-	if got := old.Cmd("WAIT", 1, 5000); got != int64(1) {
-		t.Fatalf("WAIT = %v, want 1 replica", got)
-	}
+	setReplicated(t, old, key, "v")
 	i := indexOf(c.Nodes(), old)
 	c.Kill(i)
 	c.WaitHealthy()
@@ -147,3 +144,20 @@ func indexOf(nodes []*Server, s *Server) int {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// setReplicated sets key on master and waits until a replica has it. WAIT
+// counts the writes of its own connection, so both go on one.
+func setReplicated(t *testing.T, master *Server, key, value string) {
+	t.Helper()
+	conn, err := master.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Do("SET", key, value); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := conn.Do("WAIT", 1, 5000); err != nil || got != int64(1) {
+		t.Fatalf("WAIT = %v (%v), want 1 replica", got, err)
+	}
+}

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -227,4 +228,32 @@ func equal(a, b any) bool {
 		}
 	}
 	return true
+}
+
+// outcome records what Require did instead of ending the test.
+type outcome struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (o *outcome) Fatal(args ...any) { o.fatal = fmt.Sprint(args...) }
+func (o *outcome) Skip(args ...any)  { o.skip = fmt.Sprint(args...) }
+
+// TestRequire runs without the binaries on PATH: CI fails, elsewhere the
+// test skips, both with the install command. Not parallel: it sets
+// environment variables.
+func TestRequire(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for ci, want := range map[string]string{"true": "fatal", "1": "fatal", "": "skip", "false": "skip"} {
+		t.Setenv("CI", ci)
+		o := &outcome{TB: t}
+		Require(o)
+		got, msg := "skip", o.skip
+		if o.fatal != "" {
+			got, msg = "fatal", o.fatal
+		}
+		if got != want || o.fatal != "" && o.skip != "" || !strings.Contains(msg, InstallHint) {
+			t.Errorf("CI=%q: fatal %q, skip %q; want %s with the install command", ci, o.fatal, o.skip, want)
+		}
+	}
 }
