@@ -152,17 +152,6 @@ func (t *table) rebuild(c int, now int64) {
 	}
 }
 
-// live counts the entries still live at now.
-func (t *table) live(now int64) int {
-	n := 0
-	for i := range t.slots {
-		if e := &t.slots[i]; e.key != 0 && e.st.A > now {
-			n++
-		}
-	}
-	return n
-}
-
 // sweep deletes the entries idle at now among slots [from, to) and returns
 // how many it deleted. Entries shifted into the range from beyond it are
 // examined too; an entry shifted across the wrap-around is left for the next

@@ -128,11 +128,6 @@ func want(t *testing.T, what string, d sluice.Decision, allowed bool, remaining 
 	}
 }
 
-// isBucket reports whether k takes a Burst.
-func isBucket(k algo.Kind) bool {
-	return k == algo.TokenBucket || k == algo.LeakyBucket || k == algo.GCRA
-}
-
 // basic: admit up to the limit, deny the next with a finite RetryAfter,
 // deny a cost above the limit with Never, admit again once replenished.
 func (s suite) basic(t *testing.T) {
