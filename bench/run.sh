@@ -50,9 +50,9 @@ run() { # file, rounds, go test arguments...
 	loadavg "$file end"
 }
 
-run "$out.txt" "$rounds" -bench .
-run "$out-rate100.txt" "$side_rounds" -bench Allow -rate=100 -period=1s
-run "$out-hour.txt" "$side_rounds" -bench Allow -rate=10000 -period=1h
+run "$out.txt" "$rounds" -bench '^Benchmark(Allow|BytesPerKey)$'
+run "$out-rate100.txt" "$side_rounds" -bench '^BenchmarkAllow$' -rate=100 -period=1s
+run "$out-hour.txt" "$side_rounds" -bench '^BenchmarkAllow$' -rate=10000 -period=1h
 
 {
 	echo "== $out.txt"
