@@ -256,17 +256,22 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64) {
 	sh := &s.shards[s.shardOf(k)]
 	sh.mu.Lock()
 	var st algo.State
+	idle := false
 	i := sh.t.find(k)
 	if i >= 0 {
-		st = sh.t.slots[i].st
-		if st.A <= now {
-			sh.t.remove(i)
-			i, st = -1, algo.State{}
+		// An idle entry is a fresh key: read it as the zero State.
+		if st = sh.t.slots[i].st; st.A <= now {
+			st, idle = algo.State{}, true
 		}
 	}
 	next, r := algo.Step(&p, st, now, h.Cost)
-	if r.Allowed && h.Cost > 0 {
+	switch {
+	case r.Allowed && h.Cost > 0:
+		// An idle slot is overwritten in place, not removed and
+		// inserted again.
 		s.putAt(sh, i, k, next, now)
+	case idle:
+		sh.t.remove(i)
 	}
 	sh.mu.Unlock()
 	*out = h.Limit.Decide(r, &p)
@@ -445,10 +450,10 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
 		default:
 			sh := &s.shards[s.shardOf(o.k)]
 			if j := sh.t.find(o.k); j >= 0 {
+				// An idle entry reads as a fresh key; a commit
+				// overwrites it in place.
 				if st := sh.t.slots[j].st; st.A > now {
 					o.base = st
-				} else {
-					sh.t.remove(j)
 				}
 			}
 		}
