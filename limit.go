@@ -158,6 +158,17 @@ func (l *Limit) Validate() error {
 	return errors.Join(errs...)
 }
 
+// plain reports, cheaply and without building errors, that l is a valid
+// limit without extras: it implies Validate() == nil. Limiter checks it on
+// every call and runs the full Validate only when it is false.
+func (l *Limit) plain() bool {
+	return l.Algorithm <= Sketch && l.Period > 0 &&
+		l.Rate >= 0 && l.Rate <= algo.MaxSlidingWindowCapacity &&
+		l.Burst >= 0 && l.Burst <= algo.MaxSlidingWindowCapacity && (l.Burst == 0 || l.isBucket()) &&
+		l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 &&
+		l.BlockFor >= 0 && l.Sketch == SketchConfig{}
+}
+
 func (l *Limit) isBucket() bool {
 	return l.Algorithm == TokenBucket || l.Algorithm == LeakyBucket || l.Algorithm == GCRA
 }

@@ -128,6 +128,9 @@ func validateHit(i int, h *Hit) error {
 	case h.Cost > MaxCost:
 		return fmt.Errorf("%w: cost %d is too large (at most %d)", ErrInvalid, h.Cost, int64(MaxCost))
 	}
+	if h.Limit.plain() {
+		return nil
+	}
 	if err := h.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: limit %q: %v", ErrInvalid, h.Limit.Name, err)
 	}
