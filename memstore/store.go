@@ -21,8 +21,12 @@ import (
 // Config configures a Store. The zero value is ready to use: every field's
 // zero value means the default written in its comment.
 type Config struct {
-	// Now returns the current time. Nil means time.Now. The store owns the
-	// clock: each Take reads it once and decides every hit at that time.
+	// Now returns the current time. The store owns the clock: each Take
+	// reads it once and decides every hit at that time. Nil means the wall
+	// clock as read when the store was created plus the monotonic time
+	// elapsed since: one clock read per decision instead of time.Now's two,
+	// and immune to steps of the wall clock (a stepped wall clock is picked
+	// up when the store is created again).
 	Now func() time.Time
 
 	// Shards is the number of independently locked parts of the store,
@@ -95,6 +99,14 @@ const (
 	shardBytes    = 128
 )
 
+// monotonicClock returns the default clock: the wall clock at the call,
+// advanced by the monotonic clock. time.Since on a time with a monotonic
+// reading reads only the monotonic clock.
+func monotonicClock() func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base)) }
+}
+
 // New returns a Store configured by cfg and starts its background sweep.
 func New(cfg Config) *Store {
 	n := cfg.Shards
@@ -112,7 +124,7 @@ func New(cfg Config) *Store {
 		done:     make(chan struct{}),
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.now = monotonicClock()
 	}
 	seed := cfg.Seed
 	for seed == 0 {
