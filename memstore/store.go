@@ -235,8 +235,8 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		return nil
 	}
 	now := s.now().UnixNano()
-	if h := &hits[0]; len(hits) == 1 && h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
-		s.takeOne(h, &out[0], now)
+	if len(hits) == 1 {
+		s.takeSingle(hits, out, now)
 		return nil
 	}
 	s.takeMany(hits, out, now)
@@ -249,15 +249,20 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 	if err := ctx.Err(); err != nil {
 		return sluice.Decision{}, err
 	}
-	now := s.now().UnixNano()
-	var out [1]sluice.Decision
-	if h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
-		s.takeOne(&h, &out[0], now)
-		return out[0], nil
-	}
 	hits := [1]sluice.Hit{h}
-	s.takeMany(hits[:], out[:], now)
+	var out [1]sluice.Decision
+	s.takeSingle(hits[:], out[:], s.now().UnixNano())
 	return out[0], nil
+}
+
+// takeSingle decides a request of one hit: takeOne for a one-state
+// algorithm without block_for, takeMany for the rest.
+func (s *Store) takeSingle(hits []sluice.Hit, out []sluice.Decision, now int64) {
+	if h := &hits[0]; h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
+		s.takeOne(h, &out[0], now)
+		return
+	}
+	s.takeMany(hits, out, now)
 }
 
 // takeOne is Take for the common request: one hit of a one-state algorithm
