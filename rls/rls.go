@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -29,31 +30,23 @@ import (
 // safe for concurrent use; SetRules swaps the rules atomically.
 type Decider struct {
 	limiter *sluice.Limiter
-	mu      sync.RWMutex
-	rules   *rules.Config
+	rules   atomic.Pointer[rules.Config]
 	plans   sync.Pool
 }
 
 // NewDecider returns a Decider over lim with the rules cfg.
 func NewDecider(lim *sluice.Limiter, cfg *rules.Config) *Decider {
-	d := &Decider{limiter: lim, rules: cfg}
+	d := &Decider{limiter: lim}
+	d.rules.Store(cfg)
 	d.plans.New = func() any { return new(scratch) }
 	return d
 }
 
 // Rules returns the rules in force.
-func (d *Decider) Rules() *rules.Config {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return d.rules
-}
+func (d *Decider) Rules() *rules.Config { return d.rules.Load() }
 
 // SetRules replaces the rules in force.
-func (d *Decider) SetRules(cfg *rules.Config) {
-	d.mu.Lock()
-	d.rules = cfg
-	d.mu.Unlock()
-}
+func (d *Decider) SetRules(cfg *rules.Config) { d.rules.Store(cfg) }
 
 // DescriptorOutcome is what became of one request descriptor.
 type DescriptorOutcome struct {
