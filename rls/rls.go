@@ -81,6 +81,7 @@ type DescriptorOutcome struct {
 type LimitOutcome struct {
 	Limit    *sluice.Limit
 	Decision sluice.Decision
+	Cost     int64 // the hits applied (or, in a denied request, not applied)
 
 	// Descriptor is the index of the request descriptor the limit belongs
 	// to, or -1 for the domain capacity.
@@ -161,7 +162,7 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 	o.Descriptors = grow(o.Descriptors, n)
 	o.Limits = grow(o.Limits, len(p.Hits))
 	for i := range p.Hits {
-		o.Limits[i] = LimitOutcome{Limit: p.Hits[i].Limit, Decision: out[i], Descriptor: -1}
+		o.Limits[i] = LimitOutcome{Limit: p.Hits[i].Limit, Decision: out[i], Cost: p.Hits[i].Cost, Descriptor: -1}
 	}
 	// One allocation holds every status of the response with its limit
 	// and duration; with one descriptor, the response too.

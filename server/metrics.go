@@ -136,11 +136,9 @@ func (m *metrics) setConfig(hash string, at time.Time) {
 // count adds the outcome of one request of domain to the per-rule
 // counters. shadow is the global shadow mode.
 func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
-	var capCost int64
 	var dm *domainMetrics
 	for i := range o.Descriptors {
 		d := &o.Descriptors[i]
-		capCost = max(capCost, d.Cost)
 		if !d.Limited {
 			continue
 		}
@@ -159,7 +157,7 @@ func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
 		}
 		c := &o.Limits[n-1]
 		over := !c.Decision.Allowed
-		m.add(m.rule(dm, labelCapacity, false), capCost, &c.Decision, over, over && (c.Limit.Shadow || shadow), o.Overall.Allowed)
+		m.add(m.rule(dm, labelCapacity, false), c.Cost, &c.Decision, over, over && (c.Limit.Shadow || shadow), o.Overall.Allowed)
 	}
 }
 
