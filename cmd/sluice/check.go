@@ -36,7 +36,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	cfg, err := loadRules(*config)
+	cfg, err := reload.Load(*config) // as sluice serve and its reloads load rules
 	if err != nil {
 		var re *rules.Error
 		if errors.As(err, &re) {
@@ -51,10 +51,6 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "%s: OK (%d domain(s): %v)\n", *config, len(cfg.Domains()), cfg.Domains())
 	return nil
 }
-
-// loadRules loads a rules file, or every rules file of a directory, as
-// sluice serve and its reloads do.
-func loadRules(path string) (*rules.Config, error) { return reload.Load(path) }
 
 // parseFlags parses args, rejecting positional arguments, and maps -help to
 // a clean exit.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/simulate"
 )
 
@@ -47,7 +48,7 @@ line fails the run, with its line number, before any decision is printed.
 		fs.Usage()
 		return errUsage
 	}
-	cfg, err := loadRules(*config)
+	cfg, err := reload.Load(*config)
 	if err != nil {
 		return err
 	}
