@@ -19,6 +19,7 @@ func FuzzParse(f *testing.F) {
 		"domain: a\ndescriptors:\n  - key: k\n    rate_limits: [{period: 90s, requests_per_unit: 3}, {unit: day, requests_per_unit: 9, algorithm: gcra, burst: 3}]\n",
 		"domain: &a x\ndescriptors: &d\n  - key: *a\n    descriptors: *d\n",
 		"domain: a\ndescriptors:\n  - &k {key: k, rate_limit: {<<: {unit: hour}, requests_per_unit: 0o7}}\n  - *k\n",
+		"domain: a\nfailure_policy: local\n",
 		"domain: a\n\tb: c\n", "[1, 2", "domain: a\n---\ndomain: b\n",
 	} {
 		f.Add(s)

@@ -33,7 +33,7 @@ var envoyKeys = map[string]bool{
 
 // The keys each kind of mapping takes.
 var (
-	rootKeys       = []string{"domain", "descriptors", "capacity"}
+	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
@@ -399,6 +399,8 @@ func (p *parser) root(n *yaml.Node) {
 			descs = kv.v
 		case "capacity":
 			capacity = kv.v
+		case "failure_policy":
+			p.failurePolicy(kv.v)
 		default:
 			p.unknown(kv.k, "the file's top level", rootKeys, true)
 		}
@@ -422,6 +424,19 @@ func (p *parser) root(n *yaml.Node) {
 			p.warnf(r, "replaces names %q, which no rate_limit of domain %q has", r.Value, p.d.Name)
 		}
 	}
+}
+
+func (p *parser) failurePolicy(n *yaml.Node) {
+	name, ok := p.str(n, "failure_policy")
+	if !ok {
+		return
+	}
+	fp, err := ParseFailurePolicy(name)
+	if err != nil {
+		p.errf(p.deref(n), "%v", err)
+		return
+	}
+	p.d.FailurePolicy = fp
 }
 
 func (p *parser) capacity(n *yaml.Node) {

@@ -498,6 +498,12 @@ func TestErrors(t *testing.T) {
 		{"two names", "domain: a\ndescriptors:\n  - key: k\n    rate_limits:\n      - {name: x, unit: second, requests_per_unit: 1}\n      - {name: y, unit: day, requests_per_unit: 1}\n", []string{`6:16: the limits of one descriptor share one name: "x" and "y" differ`}},
 		{"capacity elastic", "domain: a\ncapacity: {unit: second, requests_per_unit: 1, elastic_ceiling: 3}\n", []string{`2:48: unknown key "elastic_ceiling" in capacity`}},
 		{"capacity envoy key", "domain: a\ncapacity: {unit: second, requests_per_unit: 1, name: x}\n", []string{`2:48: unknown key "name" in capacity`}},
+		{"unknown failure_policy", "domain: a\nfailure_policy: fail_sometimes\n", []string{`2:17: unknown failure_policy "fail_sometimes" (want one of fail_open, fail_closed, local)`}},
+		{"failure_policy case", "domain: a\nfailure_policy: Fail_Open\n", []string{`2:17: unknown failure_policy "Fail_Open"`}},
+		{"failure_policy default", "domain: a\nfailure_policy: default\n", []string{`2:17: unknown failure_policy "default"`}},
+		{"failure_policy empty", "domain: a\nfailure_policy:\n", []string{`2:16: unknown failure_policy ""`}},
+		{"failure_policy list", "domain: a\nfailure_policy: [local]\n", []string{"2:17: failure_policy must be a string, got a list"}},
+		{"failure_policy in descriptor", "domain: a\ndescriptors:\n  - key: k\n    failure_policy: local\n", []string{`4:5: unknown key "failure_policy" in a descriptor`}},
 		{"alias loop", "domain: a\ndescriptors: &x\n  - key: k\n    descriptors: *x\n", []string{"descriptors nested deeper than 64 levels"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -585,5 +591,43 @@ func TestProblemString(t *testing.T) {
 		if got := tc.p.String(); got != tc.want {
 			t.Errorf("%+v: %q, want %q", tc.p, got, tc.want)
 		}
+	}
+}
+
+func TestFailurePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		src  string
+		want rules.FailurePolicy
+	}{
+		{"domain: a\n", rules.FailDefault},
+		{"domain: a\nfailure_policy: fail_open\n", rules.FailOpen},
+		{"domain: a\nfailure_policy: fail_closed\n", rules.FailClosed},
+		{"domain: a\nfailure_policy: 'local'\ndescriptors: []\n", rules.FailLocal},
+	} {
+		d, err := rules.Parse("test.yaml", []byte(tc.src))
+		if err != nil {
+			t.Errorf("%q: %v", tc.src, err)
+			continue
+		}
+		if d.FailurePolicy != tc.want {
+			t.Errorf("%q: %v, want %v", tc.src, d.FailurePolicy, tc.want)
+		}
+	}
+	for _, p := range []rules.FailurePolicy{rules.FailOpen, rules.FailClosed, rules.FailLocal} {
+		got, err := rules.ParseFailurePolicy(p.String())
+		if err != nil || got != p {
+			t.Errorf("ParseFailurePolicy(%q) = %v, %v", p.String(), got, err)
+		}
+		var q rules.FailurePolicy
+		b, err := p.MarshalText()
+		if err != nil || q.UnmarshalText(b) != nil || q != p {
+			t.Errorf("%v: text round trip gave %v (%v)", p, q, err)
+		}
+	}
+	if s := rules.FailDefault.String(); s != "default" {
+		t.Errorf("FailDefault is %q", s)
+	}
+	if _, err := rules.FailurePolicy(9).MarshalText(); err == nil || rules.FailurePolicy(9).String() != "rules.FailurePolicy(9)" {
+		t.Errorf("FailurePolicy(9): %q, %v", rules.FailurePolicy(9), err)
 	}
 }

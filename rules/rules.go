@@ -18,6 +18,11 @@ type Domain struct {
 	// the domain (the `capacity:` extension), or nil.
 	Capacity *sluice.Limit
 
+	// FailurePolicy is how the domain's requests are answered when the
+	// store fails (the `failure_policy:` extension); FailDefault, when the
+	// file sets none, leaves it to the server.
+	FailurePolicy FailurePolicy
+
 	// Rules lists every descriptor of the file, nested ones included, in
 	// file order (depth first).
 	Rules []*Rule
