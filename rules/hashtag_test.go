@@ -1,0 +1,96 @@
+package rules_test
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// TestHashTag checks which keys share a tag in each mode, on keys built by
+// Plan from a real rules file.
+func TestHashTag(t *testing.T) {
+	c := mustConfig(t, `
+domain: api
+capacity: {unit: second, requests_per_unit: 1000}
+descriptors:
+  - key: user
+    rate_limits:
+      - {unit: second, requests_per_unit: 5}
+      - {unit: day, requests_per_unit: 500, algorithm: gcra}
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 50}
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 60}
+`, `
+domain: other
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 5}
+`)
+	p := plan(t, c, "api", desc("user=bob"), desc("user=bob", "path=/a"), desc("ip=1.2.3.4"), desc("user=alice"))
+	// Hits: bob/s, bob/day, bob+path, ip, alice/s, alice/day, capacity.
+	keys := make([]string, len(p.Hits))
+	for i, h := range p.Hits {
+		keys[i] = h.Key
+	}
+	if len(keys) != 7 || p.Capacity != 6 {
+		t.Fatalf("unexpected plan: %d hits, capacity at %d", len(keys), p.Capacity)
+	}
+	other := plan(t, c, "other", desc("user=bob")).Hits[0].Key
+
+	entry := rules.HashTag(rules.TagEntry)
+	same := func(tag func(string) string, a, b string) bool { return tag(a) == tag(b) }
+	for _, tc := range []struct {
+		name string
+		a, b string
+		want bool
+	}{
+		{"two limits of one descriptor", keys[0], keys[1], true},
+		{"user and user+path", keys[0], keys[2], true},
+		{"user and ip", keys[0], keys[3], false},
+		{"bob and alice", keys[0], keys[4], false},
+		{"alice's two limits", keys[4], keys[5], true},
+		{"user and capacity", keys[0], keys[6], false},
+	} {
+		if got := same(entry, tc.a, tc.b); got != tc.want {
+			t.Errorf("entry mode, %s: same tag %v, want %v (%q, %q)", tc.name, got, tc.want, entry(tc.a), entry(tc.b))
+		}
+	}
+	if entry(keys[6]) != keys[6] {
+		t.Errorf("entry mode: the capacity key's tag is %q, want the whole key", entry(keys[6]))
+	}
+
+	domain := rules.HashTag(rules.TagDomain)
+	for i, k := range keys {
+		if !same(domain, k, keys[0]) {
+			t.Errorf("domain mode: key %d has tag %q, key 0 %q", i, domain(k), domain(keys[0]))
+		}
+	}
+	if same(domain, keys[0], other) {
+		t.Error("domain mode: two domains share a tag")
+	}
+
+	whole := rules.HashTag(rules.TagKey)
+	for i, k := range keys {
+		if whole(k) != k {
+			t.Errorf("key mode: key %d is not its own tag", i)
+		}
+	}
+	for _, k := range []string{"", "x", "r", "r5:ab", "r3:api9:xx", "c", "user:42"} {
+		for _, m := range []rules.TagMode{rules.TagEntry, rules.TagKey, rules.TagDomain} {
+			if got := rules.HashTag(m)(k); got != k && len(got) == 0 {
+				t.Errorf("%s mode: foreign key %q gets an empty tag", m, k)
+			}
+		}
+	}
+	for _, s := range []string{"entry", "key", "domain"} {
+		m, err := rules.ParseTagMode(s)
+		if err != nil || m.String() != s {
+			t.Errorf("ParseTagMode(%q) = %v, %v", s, m, err)
+		}
+	}
+	if _, err := rules.ParseTagMode("slot"); err == nil {
+		t.Error("ParseTagMode accepted an unknown mode")
+	}
+}
