@@ -29,18 +29,25 @@ import (
 // Decider answers RLS requests with the current rules and a limiter. It is
 // safe for concurrent use; SetRules swaps the rules atomically.
 type Decider struct {
-	limiter *sluice.Limiter
-	rules   atomic.Pointer[rules.Config]
-	plans   sync.Pool
+	limiter  *sluice.Limiter
+	rules    atomic.Pointer[rules.Config]
+	failover atomic.Pointer[failover]
+	plans    sync.Pool
 }
 
-// NewDecider returns a Decider over lim with the rules cfg.
+// NewDecider returns a Decider over lim with the rules cfg. Until
+// SetFailover, a store failure is answered fail_open in every domain that
+// sets no failure_policy (see Failover).
 func NewDecider(lim *sluice.Limiter, cfg *rules.Config) *Decider {
 	d := &Decider{limiter: lim}
 	d.rules.Store(cfg)
+	d.failover.Store(&failover{Failover: Failover{Default: rules.FailOpen, Nodes: 1}})
 	d.plans.New = func() any { return new(scratch) }
 	return d
 }
+
+// Limiter returns the limiter the Decider decides with.
+func (d *Decider) Limiter() *sluice.Limiter { return d.limiter }
 
 // Rules returns the rules in force.
 func (d *Decider) Rules() *rules.Config { return d.rules.Load() }
@@ -72,14 +79,16 @@ type DescriptorOutcome struct {
 	// limits: the descriptor's response code is OK.
 	ShadowOver bool
 
-	// Decision is the deciding limit of the descriptor.
+	// Decision is the deciding limit of the descriptor. Under the local
+	// failure policy, Limit is the node's divided copy of the configured
+	// limit (see Failover).
 	Decision sluice.Decision
 	Limit    *sluice.Limit
 }
 
 // LimitOutcome is one limit decided for a request and its decision.
 type LimitOutcome struct {
-	Limit    *sluice.Limit
+	Limit    *sluice.Limit // as enforced: under the local failure policy, the node's copy
 	Decision sluice.Decision
 	Cost     int64 // the hits applied (or, in a denied request, not applied)
 
@@ -98,6 +107,14 @@ type Outcome struct {
 	// Limits lists every limit decided, in the order of the descriptors
 	// and the domain capacity last; Overall.Index indexes it.
 	Limits []LimitOutcome
+
+	// Degraded is the failure policy that answered the request because
+	// the store failed: FailOpen, FailClosed or FailLocal (see Failover).
+	// It is FailDefault, the zero value, when the store answered.
+	Degraded rules.FailurePolicy
+
+	// StoreErr is the store's error when Degraded is set, for logs.
+	StoreErr error
 }
 
 // Reset empties o for reuse by DecideInto, keeping its slices' storage. It
@@ -112,8 +129,14 @@ type scratch struct {
 	descs   []rules.Descriptor
 	entries []rules.Entry
 	ovs     []rules.Override
+	cfg     *rules.Config // the rules plan was matched against
 	plan    rules.Plan
 	out     []sluice.Decision
+
+	// The local policy's hits and their keys (see failover.go).
+	local     []sluice.Hit
+	localKeys []byte
+	localEnds []int
 }
 
 // ErrInvalid is wrapped by every error about the request itself (as opposed
@@ -126,7 +149,11 @@ var ErrNoRules = errors.New("no rate limit configuration loaded")
 
 // Decide answers req. An error wrapping ErrInvalid means the request is
 // malformed (gRPC InvalidArgument, HTTP 400) and nothing was consumed;
-// ErrNoRules that no rules are loaded; any other error is a store failure.
+// ErrNoRules that no rules are loaded. A store failure is answered by the
+// domain's failure policy (Outcome.Degraded says which), so that any other
+// error is the caller's context ending (context.Canceled or
+// DeadlineExceeded) or a store failure that no policy could answer (the
+// local policy without a local limiter, or the local limiter failing).
 func (d *Decider) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*Outcome, error) {
 	o := new(Outcome)
 	if err := d.DecideInto(ctx, req, o); err != nil {
@@ -152,17 +179,25 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 		s.out = make([]sluice.Decision, len(p.Hits))
 	}
 	out := s.out[:len(p.Hits)]
-	overall, err := d.limiter.DecideInto(ctx, p.Hits, out)
+	hits := p.Hits
+	overall, err := d.limiter.DecideInto(ctx, hits, out)
 	if err != nil {
-		return err
+		// The store failed: the domain's failure policy answers, with
+		// hits whose limits are those it enforced.
+		storeErr := err
+		var policy rules.FailurePolicy
+		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr); err != nil {
+			return err
+		}
+		o.Degraded, o.StoreErr = policy, storeErr
 	}
 
 	n := len(p.Matches)
 	o.Overall = overall
 	o.Descriptors = grow(o.Descriptors, n)
-	o.Limits = grow(o.Limits, len(p.Hits))
-	for i := range p.Hits {
-		o.Limits[i] = LimitOutcome{Limit: p.Hits[i].Limit, Decision: out[i], Cost: p.Hits[i].Cost, Descriptor: -1}
+	o.Limits = grow(o.Limits, len(hits))
+	for i := range hits {
+		o.Limits[i] = LimitOutcome{Limit: hits[i].Limit, Decision: out[i], Cost: hits[i].Cost, Descriptor: -1}
 	}
 	// One allocation holds every status of the response with its limit
 	// and duration; with one descriptor, the response too.
@@ -192,9 +227,9 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 			o.Limits[j].Descriptor = i
 		}
 		do.Limited = true
-		hits := p.Hits[m.First : m.First+m.Count]
-		dd := sluice.Overall(hits, out[m.First:m.First+m.Count])
-		lim := hits[dd.Index].Limit
+		dh := hits[m.First : m.First+m.Count]
+		dd := sluice.Overall(dh, out[m.First:m.First+m.Count])
+		lim := dh[dd.Index].Limit
 		do.Decision, do.Limit = dd, lim
 		do.Over = !dd.Allowed || dd.Shadow
 		do.ShadowOver = dd.Allowed && dd.Shadow
@@ -213,6 +248,9 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 	// request is over limit although every descriptor's own limits allow.
 	if !overall.Allowed {
 		o.Response.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if o.Degraded == rules.FailOpen {
+		forgetLimits(o.Response)
 	}
 	return nil
 }
@@ -258,6 +296,7 @@ func (d *Decider) plan(s *scratch, req *rlsv3.RateLimitRequest) error {
 	if cfg == nil {
 		return ErrNoRules
 	}
+	s.cfg = cfg
 	return cfg.Plan(req.GetDomain(), s.descs, &s.plan)
 }
 

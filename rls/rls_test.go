@@ -23,15 +23,22 @@ func newDecider(t *testing.T, yaml string) *rls.Decider {
 	t.Cleanup(func() { store.Close() })
 	var cfg *rules.Config
 	if yaml != "" {
-		d, err := rules.Parse("test.yaml", []byte(yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg, err = rules.NewConfig(d); err != nil {
-			t.Fatal(err)
-		}
+		cfg = mustRules(t, yaml)
 	}
 	return rls.NewDecider(sluice.NewLimiter(store), cfg)
+}
+
+func mustRules(t testing.TB, yaml string) *rules.Config {
+	t.Helper()
+	d, err := rules.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func desc(key, value string) *rlv3.RateLimitDescriptor {

@@ -213,17 +213,30 @@ func (failingStore) Take(context.Context, []sluice.Hit, []sluice.Decision) error
 }
 
 func TestStoreErrors(t *testing.T) {
+	// fail_open, the default: answered OK, and counted.
 	e := newEnvStore(t, hitsRules, server.Config{}, failingStore{})
-	_, err := e.rls.ShouldRateLimit(context.Background(), req("api", d("user=a")))
-	if status.Code(err) != grpccodes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
-		t.Errorf("gRPC: %v", err)
-	}
+	e.expect(req("api", d("user=a")), 1, "OK: OK")
 	resp, b := e.post(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`)
-	if resp.StatusCode != 503 || !strings.Contains(string(b), "connection refused") {
+	if resp.StatusCode != 200 {
 		t.Errorf("/json: %d %s", resp.StatusCode, b)
 	}
 	// A request that matches no limit needs no store.
 	e.expect(req("api", d("nothing=1")), 1, "OK: OK")
+	if got := metric(t, e.reg, "sluice_store_errors_total"); got != 2 {
+		t.Errorf("store errors %v, want 2", got)
+	}
+
+	// A store failure that no policy answers (the local policy without a
+	// local limiter) is Unavailable / 503.
+	e = newEnvStore(t, "failure_policy: local\n"+hitsRules, server.Config{}, failingStore{})
+	_, err := e.rls.ShouldRateLimit(context.Background(), req("api", d("user=a")))
+	if status.Code(err) != grpccodes.Unavailable || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("gRPC: %v", err)
+	}
+	resp, b = e.post(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`)
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "connection refused") {
+		t.Errorf("/json: %d %s", resp.StatusCode, b)
+	}
 	if got := metric(t, e.reg, "sluice_store_errors_total"); got != 2 {
 		t.Errorf("store errors %v, want 2", got)
 	}

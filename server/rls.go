@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // transport is where a request came from, a label of sluice_requests_total.
@@ -72,6 +73,9 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 	if err != nil {
 		s.release(o)
 		return nil, s.fail(err, via)
+	}
+	if o.Degraded != rules.FailDefault {
+		s.m.storeErrors.Inc()
 	}
 	resp := o.Response
 	res := resultOK
