@@ -37,3 +37,12 @@ type Store interface {
 type OneTaker interface {
 	TakeOne(ctx context.Context, hit Hit) (Decision, error)
 }
+
+// HealthReporter is an optional interface of a Store that can say whether it
+// is currently able to decide, for readiness and metrics: nil when it is,
+// else why not (the Redis store: its circuit breaker is open, its last
+// calls failed). Health must be cheap and do no I/O: it reports the store's
+// last known state. A store without it is taken to be always able.
+type HealthReporter interface {
+	Health() error
+}
