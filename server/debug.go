@@ -92,7 +92,10 @@ type DomainSummary struct {
 	Name     string        `json:"name"`
 	File     string        `json:"file"`
 	Capacity *LimitSummary `json:"capacity,omitempty"`
-	Rules    []RuleSummary `json:"rules"`
+	// FailurePolicy is the domain's failure_policy, empty when it sets
+	// none (the server's default applies).
+	FailurePolicy string        `json:"failure_policy,omitempty"`
+	Rules         []RuleSummary `json:"rules"`
 }
 
 // RuleSummary describes one rule (descriptor) of a domain.
@@ -135,6 +138,9 @@ func summarize(cfg *rules.Config, at time.Time) *RulesSummary {
 		if d.Capacity != nil {
 			ls := summarizeLimit(d.Capacity)
 			ds.Capacity = &ls
+		}
+		if d.FailurePolicy != rules.FailDefault {
+			ds.FailurePolicy = d.FailurePolicy.String()
 		}
 		for _, r := range d.Rules {
 			rs := RuleSummary{
@@ -180,6 +186,9 @@ func (sum *RulesSummary) writeText(w io.Writer) {
 		fmt.Fprintf(b, "\ndomain %s (%s)\n", d.Name, d.File)
 		if d.Capacity != nil {
 			fmt.Fprintf(b, "  capacity: %s\n", d.Capacity.text())
+		}
+		if d.FailurePolicy != "" {
+			fmt.Fprintf(b, "  failure_policy: %s\n", d.FailurePolicy)
 		}
 		for _, r := range d.Rules {
 			fmt.Fprintf(b, "  %s:%d: %s", d.File, r.Line, r.StatKey)

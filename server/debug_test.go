@@ -28,6 +28,7 @@ func debugGet(t *testing.T, h http.Handler, path string) (int, string, string) {
 const debugRules = `
 domain: api
 capacity: {unit: second, requests_per_unit: 500}
+failure_policy: local
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 100}
@@ -58,11 +59,11 @@ func TestDebugRules(t *testing.T) {
 		t.Fatalf("summary %+v", sum)
 	}
 	dom := sum.Domains[0]
-	if dom.Name != "api" || dom.Capacity == nil || dom.Capacity.Rate != 500 || len(dom.Rules) != 2 {
+	if dom.Name != "api" || dom.Capacity == nil || dom.Capacity.Rate != 500 || dom.FailurePolicy != "local" || len(dom.Rules) != 2 {
 		t.Fatalf("domain %+v", dom)
 	}
 	login := dom.Rules[1]
-	if login.StatKey != "api.login" || login.Line != 7 || !login.DetailedMetric || len(login.Limits) != 1 {
+	if login.StatKey != "api.login" || login.Line != 8 || !login.DetailedMetric || len(login.Limits) != 1 {
 		t.Errorf("rule %+v", login)
 	}
 	if l := login.Limits[0]; l.Algorithm != "token_bucket" || l.Burst != 10 || l.BlockFor != "15m0s" || l.Period != "1h0m0s" {
@@ -77,9 +78,10 @@ func TestDebugRules(t *testing.T) {
 		"config " + cfg.Hash() + " loaded 2026-03-01T12:00:00Z",
 		"domain api (test.yaml)",
 		"capacity: 500 per 1s fixed_window",
-		"test.yaml:5: api.user",
+		"failure_policy: local",
+		"test.yaml:6: api.user",
 		"100 per 1m0s fixed_window",
-		"test.yaml:7: api.login [detailed_metric]",
+		"test.yaml:8: api.login [detailed_metric]",
 		"1 per 1h0m0s token_bucket burst=10 block_for=15m0s",
 	} {
 		if !strings.Contains(body, want) {

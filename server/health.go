@@ -15,8 +15,9 @@ import (
 // envoyproxy/ratelimit reports under. All share the server's readiness.
 var healthServices = []string{"", "envoy.service.ratelimit.v3.RateLimitService", "ratelimit"}
 
-// healthPoll is how often a Watch re-runs the Config.Ready check; changes
-// of configuration and draining are sent at once.
+// healthPoll is how often a Watch re-runs the Config.Ready check and reads
+// the store's health; changes of configuration and draining are sent at
+// once.
 const healthPoll = 5 * time.Second
 
 // health is the grpc.health.v1 service: SERVING exactly when /readyz
@@ -74,7 +75,7 @@ func (h health) Watch(req *healthpb.HealthCheckRequest, stream grpc.ServerStream
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	var poll <-chan time.Time
-	if h.s.ready != nil {
+	if h.s.ready != nil || h.s.storeUp != nil {
 		t := time.NewTicker(healthPoll)
 		defer t.Stop()
 		poll = t.C

@@ -28,7 +28,10 @@ const MaxJSONBody = 1 << 20
 //	               {"code":400,"error":"..."}
 //	GET /healthz   200 while the process is alive
 //	GET /readyz    200 when ready (a configuration loaded, Config.Ready
-//	               passing, not draining), else 503 with the reason
+//	               passing, not draining, the store up or the default
+//	               failure policy not fail_closed), else 503 with the
+//	               reason; then a line with the store's state
+//	               ("store: up", "store: down: ...") when it reports one
 //	GET /healthcheck  /readyz under envoyproxy/ratelimit's name
 //	GET /metrics   Prometheus metrics of Config.Registry
 func (s *Server) Handler() http.Handler {
@@ -161,7 +164,15 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	if err := s.readiness(r.Context()); err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		io.WriteString(w, "not ready: "+err.Error()+"\n")
+	} else {
+		io.WriteString(w, "OK\n")
+	}
+	if s.storeUp == nil {
 		return
 	}
-	io.WriteString(w, "OK\n")
+	if err := s.storeUp(); err != nil {
+		io.WriteString(w, "store: down: "+err.Error()+" (requests are answered by the failure policies; the default is "+s.dec.Failover().Default.String()+")\n")
+		return
+	}
+	io.WriteString(w, "store: up\n")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -133,6 +134,46 @@ func TestHealthWatch(t *testing.T) {
 		cancel()
 		if err := <-done; err == nil {
 			t.Error("Watch ended without an error")
+		}
+	})
+}
+
+// Watch follows the store's health within healthPoll when the default
+// failure policy is fail_closed.
+func TestHealthWatchStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.Config{SweepInterval: -1})
+		defer store.Close()
+		var down atomic.Bool
+		dec := rls.NewDecider(sluice.NewLimiter(store), nil)
+		if err := dec.SetFailover(rls.Failover{Default: rules.FailClosed}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := New(Config{Decider: dec, StoreHealth: func() error {
+			if down.Load() {
+				return errors.New("store down")
+			}
+			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := rules.NewConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ConfigLoaded(cfg, time.Now())
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		stream := &watchStream{ctx: ctx}
+		go health{s: s}.Watch(&healthpb.HealthCheckRequest{}, stream)
+		synctest.Wait()
+		down.Store(true)
+		time.Sleep(healthPoll)
+		synctest.Wait()
+		got := stream.statuses()
+		if len(got) != 2 || got[0] != healthpb.HealthCheckResponse_SERVING || got[1] != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("sent %v", got)
 		}
 	})
 }

@@ -39,13 +39,14 @@ type metrics struct {
 
 	hits, within, over, near, shadow *prometheus.CounterVec
 
-	latency     prometheus.Histogram
-	storeErrors prometheus.Counter
-	requests    [numTransports][numResults]prometheus.Counter
-	configLoads struct{ success, failure prometheus.Counter }
-	configInfo  *prometheus.GaugeVec
-	configTime  prometheus.Gauge
-	infoMu      sync.Mutex
+	latency       prometheus.Histogram
+	storeErrors   prometheus.Counter
+	failurePolicy *prometheus.CounterVec
+	requests      [numTransports][numResults]prometheus.Counter
+	configLoads   struct{ success, failure prometheus.Counter }
+	configInfo    *prometheus.GaugeVec
+	configTime    prometheus.Gauge
+	infoMu        sync.Mutex
 }
 
 // ruleCounters are the counters of one rule label, curried once.
@@ -58,7 +59,7 @@ type domainMetrics struct {
 	rules sync.Map // rule label -> *ruleCounters
 }
 
-func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64) (*metrics, error) {
+func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, storeUp func() error) (*metrics, error) {
 	m := &metrics{nearRatio: nearRatio, maxLabels: int64(maxLabels)}
 	ruleVec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"domain", "rule"})
@@ -75,8 +76,12 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64) (*me
 	})
 	m.storeErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "sluice_store_errors_total",
-		Help: "Requests that failed because the store failed.",
+		Help: "Requests whose store decision failed, whether a failure policy answered them or they failed.",
 	})
+	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_failure_policy_total",
+		Help: "Requests answered by a failure policy (fail_open, fail_closed, local) because the store failed, by domain.",
+	}, []string{"domain", "policy"})
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_requests_total",
 		Help: "Rate limit requests by transport (grpc, http) and result (ok, over_limit, shadow_over_limit, invalid, error).",
@@ -101,10 +106,22 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64) (*me
 		Help: "When the configuration in force was loaded, in Unix seconds.",
 	})
 
-	for _, c := range []prometheus.Collector{
+	cs := []prometheus.Collector{
 		m.hits, m.within, m.over, m.near, m.shadow, m.latency, m.storeErrors,
-		requests, loads, m.configInfo, m.configTime,
-	} {
+		m.failurePolicy, requests, loads, m.configInfo, m.configTime,
+	}
+	if storeUp != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_store_up",
+			Help: "1 while the store reports that it can decide, 0 while it cannot (requests are then answered by the failure policies).",
+		}, func() float64 {
+			if storeUp() != nil {
+				return 0
+			}
+			return 1
+		}))
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -159,6 +176,14 @@ func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
 		over := !c.Decision.Allowed
 		m.add(m.rule(dm, labelCapacity, false), c.Cost, &c.Decision, over, over && (c.Limit.Shadow || shadow), o.Overall.Allowed)
 	}
+}
+
+// degraded counts a request of domain answered by a failure policy. The
+// domain has a limit, so it is one of the configuration's: the label is
+// bounded as the per-rule metrics' is.
+func (m *metrics) degraded(domain string, p rules.FailurePolicy) {
+	m.storeErrors.Inc()
+	m.failurePolicy.WithLabelValues(m.domain(domain).name, p.String()).Inc()
 }
 
 // add counts cost hits decided by d. Near-limit hits are counted only when

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -75,7 +76,7 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		return nil, s.fail(err, via)
 	}
 	if o.Degraded != rules.FailDefault {
-		s.m.storeErrors.Inc()
+		s.degraded(req.GetDomain(), o, via)
 	}
 	resp := o.Response
 	res := resultOK
@@ -92,7 +93,8 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		res = resultShadowOverLimit
 	}
 	s.m.count(req.GetDomain(), o, s.shadow)
-	if s.headers != 0 {
+	// A fail_open answer knows no quota to advertise.
+	if s.headers != 0 && o.Degraded != rules.FailOpen {
 		resp.ResponseHeadersToAdd = s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
 	}
 	s.m.requests[via][res].Inc()
@@ -125,6 +127,21 @@ func (s *Server) fail(err error, via transport) error {
 			s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err, "failures_not_logged", n)
 		}
 		return status.Error(codes.Unavailable, "rate limit store: "+err.Error())
+	}
+}
+
+// degraded counts and logs a request of domain that the failure policy
+// o.Degraded answered, logging at most once per storeLogEvery per domain.
+func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
+	s.m.degraded(domain, o.Degraded)
+	v, ok := s.policyLog.Load(domain)
+	if !ok {
+		// Bounded like the metrics' domain label: only configured
+		// domains have limits, and so store decisions.
+		v, _ = s.policyLog.LoadOrStore(strings.Clone(domain), new(sampler))
+	}
+	if n, ok := v.(*sampler).allow(time.Now()); ok {
+		s.log.Warn("rate limit store failed; answered by the failure policy", "domain", domain, "policy", o.Degraded.String(), "transport", transportNames[via], "err", o.StoreErr, "not_logged", n)
 	}
 }
 

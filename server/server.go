@@ -44,7 +44,15 @@
 //	                       because of shadow mode), invalid, error
 //	sluice_decision_duration_seconds  histogram of the time to decide one
 //	                       request (rules and store)
-//	sluice_store_errors_total        requests failed by the store
+//	sluice_store_errors_total        requests whose store decision failed,
+//	                       whether a failure policy answered them or not
+//	sluice_failure_policy_total{domain,policy}  requests answered by a
+//	                       failure policy (fail_open, fail_closed, local);
+//	                       only configured domains have limits, so the
+//	                       domain label is bounded by the configuration
+//	sluice_store_up                  1 while the store reports it can
+//	                       decide, else 0; only when there is a
+//	                       Config.StoreHealth or a sluice.HealthReporter
 //	sluice_config_loads_total{result}  configuration loads, success or
 //	                       failure (a failure keeps the previous one)
 //	sluice_config_info{hash}         1, labelled with the hash of the
@@ -52,11 +60,26 @@
 //	sluice_config_load_timestamp_seconds  when it was loaded
 //
 // and the Go and process collectors.
+//
+// # Store failures
+//
+// The decider answers a store failure with the domain's failure policy
+// (rls.Failover). The server counts those requests as above and logs them
+// at most once per second per domain; a fail_open answer carries no rate
+// limit headers, since it knows no quota.
+//
+// Readiness (/readyz, gRPC health) does not follow the store, except in one
+// case: it fails while the store reports itself down (Config.StoreHealth)
+// and the decider's default failure policy is fail_closed, when the node
+// could only deny. Otherwise the node still answers by its policy, and
+// taking every node out of the load balancer during a store outage would
+// turn fail_open into a full outage. /readyz always shows the store's state.
 package server
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -65,6 +88,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -99,9 +123,18 @@ type Config struct {
 	// count as near the limit (Envoy's near_limit). Zero means 0.8.
 	NearLimitRatio float64
 
-	// Ready is an extra readiness check (the store is reachable), called by
-	// /readyz and the gRPC health service; nil means none.
+	// Ready is an extra readiness check, called by /readyz and the gRPC
+	// health service; nil means none. The store's state is StoreHealth's.
 	Ready func(ctx context.Context) error
+
+	// StoreHealth reports whether the store can decide now: nil, or why
+	// not. It must be cheap (no I/O): it backs sluice_store_up and the
+	// store line of /readyz, which is 503 while it fails only when the
+	// decider's default failure policy is fail_closed (see Readiness in
+	// the package documentation). Nil means the Health method of the
+	// decider's store if it is a sluice.HealthReporter, else none: the
+	// store is taken to be always up and sluice_store_up is not exported.
+	StoreHealth func() error
 
 	// Rules returns what the debug handler's /rules prints: a string (or
 	// fmt.Stringer) as text, anything else as JSON. Nil prints a summary
@@ -130,6 +163,7 @@ type Server struct {
 	shadow     bool
 	nearRatio  float64
 	ready      func(ctx context.Context) error
+	storeUp    func() error // nil: no way to tell, taken as up
 	rulesDebug func() any
 
 	m *metrics
@@ -141,8 +175,9 @@ type Server struct {
 	mu      sync.Mutex
 	changed chan struct{}
 
-	outcomes sync.Pool // *rls.Outcome
-	storeLog sampler   // of the store failures logged
+	outcomes  sync.Pool // *rls.Outcome
+	storeLog  sampler   // of the store failures logged
+	policyLog sync.Map  // domain -> *sampler: requests answered by a failure policy
 }
 
 // loadInfo is the configuration loaded last.
@@ -173,8 +208,14 @@ func New(cfg Config) (*Server, error) {
 		shadow:     cfg.ShadowMode,
 		nearRatio:  cfg.NearLimitRatio,
 		ready:      cfg.Ready,
+		storeUp:    cfg.StoreHealth,
 		rulesDebug: cfg.Rules,
 		changed:    make(chan struct{}),
+	}
+	if s.storeUp == nil {
+		if hr, ok := s.dec.Limiter().Store().(sluice.HealthReporter); ok {
+			s.storeUp = hr.Health
+		}
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -189,7 +230,7 @@ func New(cfg Config) (*Server, error) {
 	if maxLabels == 0 {
 		maxLabels = DefaultMaxRuleLabels
 	}
-	m, err := newMetrics(s.reg, maxLabels, s.nearRatio)
+	m, err := newMetrics(s.reg, maxLabels, s.nearRatio, s.storeUp)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +298,9 @@ var (
 )
 
 // readiness returns nil when the server is ready: a configuration is
-// loaded, it is not draining and the Ready check passes.
+// loaded, it is not draining, the Ready check passes, and the store is up
+// or the default failure policy answers without it (anything but
+// fail_closed).
 func (s *Server) readiness(ctx context.Context) error {
 	if s.draining.Load() {
 		return errDraining
@@ -270,5 +313,18 @@ func (s *Server) readiness(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.storeHealth(); err != nil {
+		if p := s.dec.Failover().Default; p == rules.FailClosed {
+			return fmt.Errorf("store down (%v) and the default failure policy is %s", err, p)
+		}
+	}
 	return nil
+}
+
+// storeHealth is the store's state: nil when it is up or cannot tell.
+func (s *Server) storeHealth() error {
+	if s.storeUp == nil {
+		return nil
+	}
+	return s.storeUp()
 }

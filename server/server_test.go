@@ -73,11 +73,13 @@ func newEnv(t *testing.T, yaml string, cfg server.Config) *env {
 	return e
 }
 
-// newEnvStore is newEnv on store.
+// newEnvStore is newEnv on store, or on cfg.Decider if set.
 func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Store) *env {
 	t.Helper()
 	e := &env{t: t}
-	cfg.Decider = rls.NewDecider(sluice.NewLimiter(store), nil)
+	if cfg.Decider == nil {
+		cfg.Decider = rls.NewDecider(sluice.NewLimiter(store), nil)
+	}
 	e.reg = prometheus.NewRegistry()
 	cfg.Registry = e.reg
 	srv, err := server.New(cfg)
