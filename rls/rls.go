@@ -1,7 +1,8 @@
 // Package rls answers Envoy rate limit service (RLS v3) requests: it turns a
 // RateLimitRequest into rules.Descriptors, matches them against the rules,
 // decides every matched limit together with a sluice.Limiter, and builds the
-// RateLimitResponse with envoyproxy/ratelimit's conventions.
+// RateLimitResponse with envoyproxy/ratelimit's conventions. When the store
+// fails, it answers by the domain's failure policy (Failover).
 //
 // It is the shared core of every front door that speaks RLS (the gRPC
 // service, the HTTP JSON API, sluice simulate). It does no networking and
