@@ -1,0 +1,106 @@
+package localcache
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stats counts what the cache did since it was created.
+type Stats struct {
+	Hits      int64 // requests answered locally
+	Misses    int64 // requests passed to the wrapped store, peeks and shadow hits included
+	Inserts   int64 // denials learned, new or replacing an entry
+	Evictions int64 // live entries dropped to respect MaxEntries
+	Entries   int64 // entries held now, expired ones not yet dropped included
+}
+
+// Stats returns the cache's counters.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Hits:      s.hits.sum(),
+		Misses:    s.misses.sum(),
+		Inserts:   s.inserts.Load(),
+		Evictions: s.evictions.Load(),
+	}
+	for i := range s.shards {
+		st.Entries += s.shards[i].n.Load()
+	}
+	return st
+}
+
+// stripes is a counter split across cache lines: every request adds to
+// one, picked at random, so that cores counting at once rarely write to the
+// same line (one shared atomic would serialize a hot key's local answers).
+type stripes struct {
+	s    []stripe
+	mask uint32
+}
+
+type stripe struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
+func newStripes() stripes {
+	n := 1 << bits.Len(uint(4*runtime.GOMAXPROCS(0)-1))
+	n = min(n, 1024)
+	return stripes{s: make([]stripe, n), mask: uint32(n - 1)}
+}
+
+func (c *stripes) add() { c.s[rand.Uint32()&c.mask].n.Add(1) }
+
+func (c *stripes) sum() int64 {
+	var n int64
+	for i := range c.s {
+		n += c.s[i].n.Load()
+	}
+	return n
+}
+
+// Collector returns the cache's Prometheus metrics, named
+// NAMESPACE_local_cache_hits_total, _misses_total, _inserts_total,
+// _evictions_total (counters) and _entries (a gauge), as Stats reports
+// them. An empty namespace means "sluice".
+func (s *Store) Collector(namespace string) prometheus.Collector {
+	if namespace == "" {
+		namespace = "sluice"
+	}
+	name := func(n string) string { return prometheus.BuildFQName(namespace, "local_cache", n) }
+	return &collector{
+		s:         s,
+		hits:      prometheus.NewDesc(name("hits_total"), "Requests answered by the local cache of denied keys, without asking the store.", nil, nil),
+		misses:    prometheus.NewDesc(name("misses_total"), "Requests the local cache of denied keys passed to the store.", nil, nil),
+		inserts:   prometheus.NewDesc(name("inserts_total"), "Denials learned by the local cache, new or replacing an entry.", nil, nil),
+		evictions: prometheus.NewDesc(name("evictions_total"), "Live entries the local cache dropped to respect its size bound.", nil, nil),
+		entries:   prometheus.NewDesc(name("entries"), "Entries held by the local cache of denied keys.", nil, nil),
+	}
+}
+
+type collector struct {
+	s                                         *Store
+	hits, misses, inserts, evictions, entries *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.hits
+	ch <- c.misses
+	ch <- c.inserts
+	ch <- c.evictions
+	ch <- c.entries
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.Stats()
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(c.hits, st.Hits)
+	counter(c.misses, st.Misses)
+	counter(c.inserts, st.Inserts)
+	counter(c.evictions, st.Evictions)
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.Entries))
+}

@@ -1,0 +1,354 @@
+package localcache
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Config configures a Store. The zero value is ready to use: every field's
+// zero value means the default written in its comment.
+type Config struct {
+	// MaxEntries bounds the number of entries. Zero means
+	// DefaultMaxEntries. Beyond it entries are evicted, expired ones
+	// first, as the package documentation says.
+	MaxEntries int
+
+	// Now returns the cache's clock: a monotonic time, in any origin. Nil
+	// means the time since the cache was created (one monotonic clock
+	// read, which follows a testing/synctest bubble).
+	Now func() time.Duration
+}
+
+// DefaultMaxEntries is the size bound when Config.MaxEntries is 0.
+const DefaultMaxEntries = 100_000
+
+// Store is a sluice.Store that answers requests known to be denied without
+// asking the store it wraps. It is safe for concurrent use. Create it with
+// New.
+type Store struct {
+	next sluice.Store
+	one  sluice.OneTaker // next, if it takes single hits directly
+
+	now   func() time.Duration // nil: time since start
+	start time.Time
+	seed  uint64
+
+	shards     []shard
+	shardShift uint
+	shardMask  uint64
+	shardCap   int64 // entries per shard
+	maxBuckets int   // buckets of a shard's largest table
+
+	hits, misses       stripes
+	inserts, evictions atomic.Int64
+}
+
+// New returns a cache in front of next, configured by cfg.
+func New(next sluice.Store, cfg Config) *Store {
+	maxEntries := cfg.MaxEntries
+	if maxEntries <= 0 {
+		maxEntries = DefaultMaxEntries
+	}
+	// Writers (learning a denial) are what shards spread; readers take no
+	// lock. Keep at least 64 entries per shard so that small caches still
+	// hold what they are sized for.
+	n := min(4*runtime.GOMAXPROCS(0), 256, max(maxEntries/64, 1))
+	shardBits := bits.Len(uint(n)) - 1 // round down to a power of two
+	n = 1 << shardBits
+	s := &Store{
+		next:       next,
+		now:        cfg.Now,
+		start:      time.Now(),
+		shards:     make([]shard, n),
+		shardShift: uint(64 - shardBits),
+		shardMask:  uint64(n - 1),
+		shardCap:   int64(maxEntries / n),
+		hits:       newStripes(),
+		misses:     newStripes(),
+	}
+	s.one, _ = next.(sluice.OneTaker)
+	// A table grows up to at least 5/4 of its shard's entries in slots.
+	// With two buckets to choose from, an entry seldom finds both full
+	// below a load of 90%, so evictions wait for the shard to be full.
+	s.maxBuckets = 1 << bits.Len(uint((s.shardCap*5/4+ways-1)/ways-1))
+	var b [8]byte
+	crand.Read(b[:])
+	s.seed = binary.LittleEndian.Uint64(b[:])
+	for i := range s.shards {
+		s.shards[i].rng = s.seed + uint64(i)
+	}
+	return s
+}
+
+// Unwrap returns the store the cache wraps.
+func (s *Store) Unwrap() sluice.Store { return s.next }
+
+// Close closes the wrapped store if it has a Close method (memstore and
+// redisstore do) and returns its error; otherwise it does nothing.
+func (s *Store) Close() error {
+	if c, ok := s.next.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// Health returns the wrapped store's Health() if it has that method
+// (redisstore does), and nil otherwise.
+func (s *Store) Health() error {
+	if h, ok := s.next.(interface{ Health() error }); ok {
+		return h.Health()
+	}
+	return nil
+}
+
+// clock reads the cache's clock, in nanoseconds.
+func (s *Store) clock() int64 {
+	if s.now != nil {
+		return int64(s.now())
+	}
+	return int64(time.Since(s.start))
+}
+
+// Take implements sluice.Store; see its documentation for the contract, and
+// the package documentation for which requests are answered locally.
+func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(out) < len(hits) {
+		return fmt.Errorf("localcache: %d decisions for %d hits", len(out), len(hits))
+	}
+	var now int64
+	local := len(hits) > 0
+	if local {
+		now = s.clock()
+	}
+	for i := range hits {
+		h := &hits[i]
+		if !cacheable(h) {
+			local = false
+			break
+		}
+		if ok, _ := s.answer(s.identity(h), h, now, &out[i]); !ok {
+			local = false
+			break
+		}
+	}
+	if local {
+		s.hits.add()
+		return nil
+	}
+	s.misses.add()
+	if err := s.next.Take(ctx, hits, out); err != nil {
+		return err
+	}
+	allowed := true
+	for i := range hits {
+		h, d := &hits[i], &out[i]
+		if learnable(h, d) && !keyBefore(hits, i) {
+			s.learn(s.identity(h), h, d, now)
+		}
+		if !d.Allowed && !h.Limit.Shadow {
+			allowed = false
+		}
+	}
+	if allowed {
+		// The request consumed: what the cache reports of its keys
+		// (Remaining, ResetAfter) is out of date.
+		for i := range hits {
+			if h := &hits[i]; h.Cost > 0 {
+				s.forget(s.identity(h))
+			}
+		}
+	}
+	return nil
+}
+
+// TakeOne is Take for a single hit: the sluice.OneTaker fast path that
+// Limiter.Allow uses. A local answer allocates nothing; a request passed
+// to the store allocates what the store's TakeOne does.
+func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return sluice.Decision{}, err
+	}
+	var d sluice.Decision
+	var id ident
+	var now int64
+	held := false // an entry of id was seen
+	if cacheable(&h) {
+		now = s.clock()
+		id = s.identity(&h)
+		var ok bool
+		if ok, held = s.answer(id, &h, now, &d); ok {
+			s.hits.add()
+			return d, nil
+		}
+	}
+	s.misses.add()
+	d, err := s.takeOne(ctx, h)
+	switch {
+	case err != nil:
+		return d, err
+	case learnable(&h, &d):
+		s.learn(id, &h, &d, now)
+	case held && d.Allowed:
+		// The hit consumed: the entry's Remaining and ResetAfter are out
+		// of date.
+		s.forget(id)
+	}
+	return d, nil
+}
+
+// takeOne passes one hit to the wrapped store.
+func (s *Store) takeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
+	if s.one != nil {
+		return s.one.TakeOne(ctx, h)
+	}
+	// The one-element slices would escape to the heap through Take.
+	b := onePool.Get().(*oneHit)
+	b.hits[0] = h
+	err := s.next.Take(ctx, b.hits[:], b.out[:])
+	d := b.out[0]
+	*b = oneHit{}
+	onePool.Put(b)
+	return d, err
+}
+
+type oneHit struct {
+	hits [1]sluice.Hit
+	out  [1]sluice.Decision
+}
+
+var onePool = sync.Pool{New: func() any { return new(oneHit) }}
+
+// cacheable reports whether a hit can be answered from, and teach, the
+// cache: a peek or a shadow limit never is.
+func cacheable(h *sluice.Hit) bool { return h.Cost > 0 && !h.Limit.Shadow }
+
+// learnable reports whether the store's decision d of h is a denial to
+// remember. A limit with BlockFor is remembered only while its key is
+// blocked (see learn).
+func learnable(h *sluice.Hit, d *sluice.Decision) bool {
+	return cacheable(h) && !d.Allowed && d.RetryAfter > 0 && d.Blocked == (h.Limit.BlockFor > 0)
+}
+
+// keyBefore reports whether a hit before hits[i] has the same key. The
+// store decides such a hit on the state the earlier one would leave, so its
+// decision does not say how hits[i] alone would fare.
+func keyBefore(hits []sluice.Hit, i int) bool {
+	for j := range i {
+		if hits[j].Key == hits[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+// identity returns the identity of h's entry: its key, the limit's
+// compiled parameters and BlockFor, and for a sketch the sketch's name and
+// dimensions.
+func (s *Store) identity(h *sluice.Hit) ident {
+	l := h.Limit
+	p := l.Params()
+	x := uint64(p.Kind)<<56 ^
+		uint64(p.Rate)*0x9e3779b97f4a7c15 ^
+		uint64(p.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(p.Capacity)*0x165667b19e3779f9 ^
+		uint64(p.Interval)*0xd6e8feb86659fd93 ^
+		uint64(l.BlockFor)*0x27d4eb2f165667c5
+	if p.Kind == sluice.Sketch {
+		w, d := l.SketchDims()
+		x ^= mix(xxh3.HashString(l.Name) ^ uint64(w)<<32 ^ uint64(d))
+	}
+	u := xxh3.HashString128Seed(h.Key, s.seed^mix(x))
+	return ident{hi: u.Hi | 1, lo: u.Lo}
+}
+
+// answer writes to d the cached denial of h, whose identity is id, and
+// reports whether there was one (ok), and whether the cache held an entry
+// of id, live or not (held).
+func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision) (ok, held bool) {
+	e, held := s.lookup(id)
+	switch {
+	case !held:
+		return false, false
+	case now >= e.until:
+		s.expire(id, now)
+		return false, true
+	case h.Cost < e.minCost:
+		return false, true
+	}
+	*d = sluice.Decision{Limit: e.limit, Remaining: max(e.remaining, 0), Blocked: e.remaining < 0}
+	switch {
+	case e.until == never:
+		d.RetryAfter = sluice.Never
+	case h.Cost > e.minCost && !d.Blocked && h.Cost > h.Limit.Params().Capacity:
+		// Above the capacity, as the store would say.
+		d.RetryAfter = sluice.Never
+	default:
+		d.RetryAfter = time.Duration(e.until - now)
+	}
+	switch {
+	case e.reset == never:
+		d.ResetAfter = sluice.Never
+	case e.reset > now:
+		d.ResetAfter = time.Duration(e.reset - now)
+	case isWindow(h.Limit.Algorithm):
+		// The deadline was the end of a window, which the store has
+		// since moved on by whole periods. (A sliding window's
+		// RetryAfter can reach into the next window: its ResetAfter can
+		// be below its RetryAfter.)
+		p := int64(h.Limit.Period)
+		d.ResetAfter = time.Duration(p - (now-e.reset)%p)
+	}
+	return true, true
+}
+
+func isWindow(k sluice.Algorithm) bool {
+	return k == sluice.FixedWindow || k == sluice.SlidingWindow || k == sluice.Sketch
+}
+
+// learn remembers the denial d of h, whose identity is id; t0 is the
+// cache's clock read before the store was asked.
+func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64) {
+	e := entry{
+		until:     afterSat(t0, d.RetryAfter),
+		reset:     afterSat(t0, d.ResetAfter),
+		minCost:   h.Cost,
+		limit:     d.Limit,
+		remaining: d.Remaining,
+	}
+	if d.Blocked {
+		// The key is blocked until t0 + BlockFor at least (the store
+		// started the block at t0 or later, or reported the time left of
+		// an earlier one as RetryAfter). Beyond the block's end, a denial
+		// would start a new block: leave that to the store.
+		e.until = min(e.until, afterSat(t0, h.Limit.BlockFor))
+		e.minCost = 1
+		e.remaining = -1
+		// While a block lasts the store reports its end as ResetAfter.
+		e.reset = e.until
+	}
+	s.store(id, &e, t0)
+}
+
+// afterSat returns t + d on the cache's clock: never for sluice.Never,
+// saturated at never.
+func afterSat(t int64, d time.Duration) int64 {
+	if d == sluice.Never || t > never-int64(d) {
+		return never
+	}
+	return t + int64(d)
+}
