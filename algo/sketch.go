@@ -98,10 +98,27 @@ func (s *CMSketch) rotate(period, now int64) (ws, e int64) {
 }
 
 // cell returns the index of the key's counter in the given row.
-func (s *CMSketch) cell(h uint64, row int) int {
+func (s *CMSketch) cell(h uint64, row int) int { return cellIndex(h, row, s.width) }
+
+// SketchCells appends to dst, for each of the depth rows, the index
+// row*width + column of the counter that a CMSketch of that width and depth
+// uses for the key with hash h, and returns the extended slice: how a store
+// that keeps the counters itself (in Redis, say) addresses the same
+// counters. Width and depth below 1 are taken as 1, as by NewSketch.
+func SketchCells(h uint64, width, depth int, dst []uint32) []uint32 {
+	width, depth = max(width, 1), max(depth, 1)
+	for row := range depth {
+		dst = append(dst, uint32(cellIndex(h, row, width)))
+	}
+	return dst
+}
+
+// cellIndex is the one definition of a key's counter in a row, for cell
+// and SketchCells.
+func cellIndex(h uint64, row, width int) int {
 	x := mix64(h + uint64(row+1)*0x9e3779b97f4a7c15)
-	i, _ := bits.Mul64(x, uint64(s.width)) // uniform in [0, width)
-	return row*s.width + int(i)
+	i, _ := bits.Mul64(x, uint64(width)) // uniform in [0, width)
+	return row*width + int(i)
 }
 
 // mix64 is the finalizer of SplitMix64: a bijection of uint64 with good
