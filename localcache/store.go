@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -147,10 +148,13 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		}
 	}
 	if local {
-		s.hits.add()
+		s.hits.add(uint64(now))
 		return nil
 	}
-	s.misses.add()
+	if len(hits) == 0 {
+		now = int64(rand.Uint64())
+	}
+	s.misses.add(uint64(now))
 	if err := s.next.Take(ctx, hits, out); err != nil {
 		return err
 	}
@@ -192,11 +196,16 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 		id = s.identity(&h)
 		var ok bool
 		if ok, held = s.answer(id, &h, now, &d); ok {
-			s.hits.add()
+			s.hits.add(uint64(now))
 			return d, nil
 		}
 	}
-	s.misses.add()
+	if now == 0 {
+		// Not read: a peek or a shadow hit.
+		s.misses.add(rand.Uint64())
+	} else {
+		s.misses.add(uint64(now))
+	}
 	d, err := s.takeOne(ctx, h)
 	switch {
 	case err != nil:
@@ -256,19 +265,22 @@ func keyBefore(hits []sluice.Hit, i int) bool {
 	return false
 }
 
-// identity returns the identity of h's entry: its key, the limit's
-// compiled parameters and BlockFor, and for a sketch the sketch's name and
-// dimensions.
+// identity returns the identity of h's entry: its key, the fields of its
+// limit that make up the compiled parameters (Limit.Params: the capacity
+// comes from Burst, SoftPercent and ElasticCeiling) and BlockFor, and for a
+// sketch the sketch's name and dimensions. The raw fields are at least as
+// fine as the parameters, and cheaper to read.
 func (s *Store) identity(h *sluice.Hit) ident {
 	l := h.Limit
-	p := l.Params()
-	x := uint64(p.Kind)<<56 ^
-		uint64(p.Rate)*0x9e3779b97f4a7c15 ^
-		uint64(p.Period)*0xc2b2ae3d27d4eb4f ^
-		uint64(p.Capacity)*0x165667b19e3779f9 ^
-		uint64(p.Interval)*0xd6e8feb86659fd93 ^
+	x := uint64(l.Algorithm)<<56 ^
+		uint64(l.Rate)*0x9e3779b97f4a7c15 ^
+		uint64(l.Period)*0xc2b2ae3d27d4eb4f ^
+		uint64(l.Burst)*0x165667b19e3779f9 ^
+		uint64(l.RefillInterval)*0xd6e8feb86659fd93 ^
+		uint64(l.SoftPercent)*0xa0761d6478bd642f ^
+		uint64(l.ElasticCeiling)*0xe7037ed1a0b428db ^
 		uint64(l.BlockFor)*0x27d4eb2f165667c5
-	if p.Kind == sluice.Sketch {
+	if l.Algorithm == sluice.Sketch {
 		w, d := l.SketchDims()
 		x ^= mix(xxh3.HashString(l.Name) ^ uint64(w)<<32 ^ uint64(d))
 	}
@@ -280,7 +292,8 @@ func (s *Store) identity(h *sluice.Hit) ident {
 // reports whether there was one (ok), and whether the cache held an entry
 // of id, live or not (held).
 func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision) (ok, held bool) {
-	e, held := s.lookup(id)
+	var e entry
+	held = s.lookup(id, &e)
 	switch {
 	case !held:
 		return false, false

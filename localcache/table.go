@@ -76,17 +76,15 @@ func (t *table) buckets(id ident) (*bucket, *bucket) {
 	return &t.b[id.lo&t.mask], &t.b[id.hi>>32&t.mask]
 }
 
-// find returns the entry of id in t, read lock-free. ok is false when there
-// is none, or when a writer was changing its slot (a miss is always safe).
-func (t *table) find(id ident) (e entry, ok bool) {
+// find reads the entry of id in t into e, lock-free, and reports whether
+// there was one. It reports false too when a writer was changing the slot
+// (a miss is always safe).
+func (t *table) find(id ident, e *entry) bool {
 	b1, b2 := t.buckets(id)
-	if e, ok = b1.find(id); !ok && b2 != b1 {
-		e, ok = b2.find(id)
-	}
-	return e, ok
+	return b1.find(id, e) || b2 != b1 && b2.find(id, e)
 }
 
-func (b *bucket) find(id ident) (e entry, ok bool) {
+func (b *bucket) find(id ident, e *entry) bool {
 	tag := id.tag()
 	for w := range ways {
 		if b.tags[w].Load() != tag {
@@ -95,21 +93,21 @@ func (b *bucket) find(id ident) (e entry, ok bool) {
 		sl := &b.slots[w]
 		seq := sl.seq.Load()
 		if seq&1 != 0 {
-			return entry{}, false
+			return false
 		}
 		if sl.hi.Load() != id.hi || sl.lo.Load() != id.lo {
 			continue
 		}
-		e = entry{
+		*e = entry{
 			until:     sl.until.Load(),
 			reset:     sl.reset.Load(),
 			minCost:   sl.minCost.Load(),
 			limit:     sl.limit.Load(),
 			remaining: sl.remaining.Load(),
 		}
-		return e, sl.seq.Load() == seq
+		return sl.seq.Load() == seq
 	}
-	return entry{}, false
+	return false
 }
 
 // locate returns the bucket and slot holding id in t, or w = -1. Call it
@@ -228,13 +226,17 @@ func newTable(buckets int) *table {
 	return &table{b: make([]bucket, buckets), mask: uint64(buckets - 1)}
 }
 
-// lookup returns the entry of id, lock-free.
-func (s *Store) lookup(id ident) (entry, bool) {
+// lookup reads the entry of id into e, lock-free, and reports whether
+// there was one. It is table.find, flattened for the hot path.
+func (s *Store) lookup(id ident, e *entry) bool {
 	t := s.shardOf(id).t.Load()
 	if t == nil {
-		return entry{}, false
+		return false
 	}
-	return t.find(id)
+	if t.b[id.lo&t.mask].find(id, e) {
+		return true
+	}
+	return t.b[id.hi>>32&t.mask].find(id, e)
 }
 
 func (s *Store) shardOf(id ident) *shard {
@@ -261,7 +263,8 @@ func (s *Store) forget(id ident) {
 	if t == nil {
 		return
 	}
-	if _, ok := t.find(id); !ok {
+	var e entry
+	if !t.find(id, &e) {
 		return
 	}
 	sh.mu.Lock()
