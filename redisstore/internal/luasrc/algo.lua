@@ -1,0 +1,454 @@
+-- algo.lua: the rate limiting algorithms of the Go package algo, as pure
+-- functions on int.lua integers. Go's algo is the source of truth; every
+-- branch here mirrors one there (function names in comments), and the
+-- differential tests hold the two to identical results and states.
+--
+-- Times are nanoseconds since the Unix epoch; every argument is a
+-- non-negative integer (int.lua representation). p is
+-- {kind=0..6, rate=, period=, cap=, interval=} as algo.Params; a result
+-- is {allowed=bool, remaining=, reset=, retry=} as algo.Result, with
+-- retry = int.NEVER (compare with int.eq) for never.
+local algo = {}
+do
+	local add, sub, mul, divmod, divceil, mod = int.add, int.sub, int.mul, int.divmod, int.divceil, int.mod
+	local lt, le, eq, imax, imin, sat, add_sat = int.lt, int.le, int.eq, int.max, int.min, int.sat, int.add_sat
+	local MAXI64, MAXI64_1, NEVER = int.MAXI64, int.MAXI64_1, int.NEVER
+	local MSWC = int.MAX_SLIDING_WINDOW_CAPACITY
+	local P64 = int.parse("18446744073709551616") -- 2^64
+
+	-- align_down returns the start of the per-long window holding t
+	-- (alignDown).
+	local function align_down(t, per)
+		return sub(t, mod(t, per))
+	end
+
+	-- clamp_now maps now into [0, MAXI64-1] (clampNow; now >= 0).
+	local function clamp_now(now)
+		if now + 0 ~= now and (now[4] ~= nil or not lt(now, MAXI64)) then
+			return MAXI64_1
+		end
+		return now
+	end
+
+	-- zero_limit is the result against a limit that admits nothing
+	-- (zeroLimit).
+	local function zero_limit(n, reset)
+		if n == 0 then
+			return { allowed = true, remaining = 0, reset = reset, retry = 0 }
+		end
+		return { allowed = false, remaining = 0, reset = reset, retry = NEVER }
+	end
+
+	-- settled returns the result of a peek (n == 0) or of a cost above the
+	-- capacity c, with used of it taken (nil for a request still to
+	-- decide), and the capacity left.
+	local function settled(n, c, used, reset)
+		local have = sub(c, used)
+		if n == 0 then
+			return { allowed = true, remaining = have, reset = reset, retry = 0 }, have
+		end
+		if lt(c, n) then
+			return { allowed = false, remaining = have, reset = reset, retry = NEVER }, have
+		end
+		return nil, have
+	end
+
+	local function fixed_window(p, s, now, n)
+		local per, cap = p.period, p.cap
+		local ws = align_down(now, per)
+		local wend = add_sat(ws, per)
+		local count = 0
+		if lt(now, s.a) then
+			-- ws = max(ws, alignDown(s.A-1)): only a later window when
+			-- s.A is past this one's end (now < s.A <= end puts s.A-1 in
+			-- this window).
+			if lt(wend, s.a) then
+				ws = imax(ws, align_down(sub(s.a, 1), per))
+				wend = add_sat(ws, per)
+			end
+			count = s.b
+		end
+		local reset = sub(wend, now)
+		if p.rate == 0 then
+			return s, zero_limit(n, reset)
+		end
+		local r, have = settled(n, cap, count, reset)
+		if r then
+			return s, r
+		end
+		if lt(sub(cap, n), count) then
+			return s, { allowed = false, remaining = have, reset = reset, retry = reset }
+		end
+		local after = add(count, n)
+		return { a = wend, b = after }, { allowed = true, remaining = sub(cap, after), reset = reset, retry = 0 }
+	end
+
+	-- left returns floor((limit - x) / per), 0 when x > limit, saturated:
+	-- the whole requests left under limit when x is used, in units where
+	-- one request is per (bucketLeft, and slide.left with x the weighted
+	-- estimate).
+	local function left(limit, x, per)
+		if lt(limit, x) then
+			return 0
+		end
+		return sat((divmod(sub(limit, x), per)))
+	end
+
+	local function gcra(p, s, now, n)
+		local rate, period, cap = p.rate, p.period, p.cap
+		if rate == 0 then
+			return s, zero_limit(n, 0)
+		end
+		local tol = mul(cap, period)
+		local x, reset = 0, 0
+		if lt(now, s.a) then
+			local b = s.b
+			if not lt(b, rate) then
+				b = 0 -- not a state Step wrote
+			end
+			reset = sub(s.a, now)
+			x = sub(mul(reset, rate), b)
+		end
+		if n == 0 then
+			return s, { allowed = true, remaining = left(tol, x, period), reset = reset, retry = 0 }
+		end
+		if lt(cap, n) then
+			return s, { allowed = false, remaining = left(tol, x, period), reset = reset, retry = NEVER }
+		end
+		local x2 = add(x, mul(n, period))
+		local q = divceil(x2, rate)
+		local a2 = add(now, q) -- beyond MAXI64 exactly when q > MAXI64 - now
+		if lt(MAXI64, a2) then
+			return s, { allowed = false, remaining = left(tol, x, period), reset = reset, retry = NEVER }
+		end
+		if lt(tol, x2) then
+			return s,
+				{
+					allowed = false,
+					remaining = left(tol, x, period),
+					reset = reset,
+					retry = sat(divceil(sub(x2, tol), rate)),
+				}
+		end
+		return { a = a2, b = sub(mul(q, rate), x2) },
+			{ allowed = true, remaining = left(tol, x2, period), reset = q, retry = 0 }
+	end
+
+	local function discrete_bucket(p, s, now, n)
+		local prod = mul(p.rate, p.interval)
+		if not lt(prod, P64) then
+			return s, zero_limit(n, 0)
+		end
+		local a = divmod(prod, p.period) -- tokens per tick
+		if a == 0 then
+			return s, zero_limit(n, 0)
+		end
+		local iv, c = p.interval, p.cap
+		local tick = align_down(now, iv)
+		local d, reset = 0, 0
+		if lt(now, s.a) then
+			local ticks, rem = divmod(sub(s.a, tick), iv)
+			if rem ~= 0 then
+				ticks = add(ticks, 1) -- not a state Step wrote
+			end
+			local r = s.b
+			if not lt(r, a) then
+				r = 0
+			end
+			d = sub(mul(ticks, a), r)
+			reset = sub(s.a, now)
+		end
+		local res, have = settled(n, c, d, reset)
+		if res then
+			return s, res
+		end
+		local d2 = add(d, n)
+		local q = divceil(d2, a) -- ticks until full after the request
+		local a2 = add(tick, mul(q, iv)) -- beyond MAXI64 exactly when the span is
+		if lt(MAXI64, a2) then
+			return s, { allowed = false, remaining = have, reset = reset, retry = NEVER }
+		end
+		if lt(c, d2) then
+			local j = divceil(sub(d2, c), a)
+			return s, { allowed = false, remaining = have, reset = reset, retry = sub(add(tick, mul(j, iv)), now) }
+		end
+		return { a = a2, b = sub(mul(q, a), d2) },
+			{ allowed = true, remaining = sub(c, d2), reset = sub(a2, now), retry = 0 }
+	end
+
+	-- The weighted two-window estimate (slide): counts prev and curr, the
+	-- current window's start ws, the time e elapsed in it, and pinned.
+
+	-- weighted returns prev*(per - e) + count*per.
+	local function weighted(per, prev, e, count)
+		return add(mul(prev, sub(per, e)), mul(count, per))
+	end
+
+	-- retry_at returns the time at which a request of cost n <= c, denied
+	-- now, would be admitted, or MAXI64 for never (retryAt).
+	local function retry_at(per, c, n, prev, curr, ws, wend, pinned)
+		local base = ws
+		if pinned then
+			base = wend
+		end
+		local room = sub(c, n)
+		if le(curr, room) and prev ~= 0 then
+			local d = divmod(mul(sub(room, curr), per), prev)
+			if not lt(d, per) then
+				return base
+			end
+			return add_sat(base, sub(per, d))
+		end
+		if pinned or eq(wend, MAXI64) then
+			return MAXI64
+		end
+		if le(curr, room) then
+			return wend
+		end
+		local d = divmod(mul(room, per), curr)
+		return add_sat(wend, sub(per, d))
+	end
+
+	-- slide decides a request of cost n against capacity c (slide.result)
+	-- and returns the result and the end of the window.
+	local function slide(per, c, now, n, prev, curr, ws, e, pinned)
+		local limit = mul(c, per)
+		local wend = add_sat(ws, per)
+		local reset = sub(wend, now)
+		if n == 0 then
+			return { allowed = true, remaining = left(limit, weighted(per, prev, e, curr), per), reset = reset, retry = 0 },
+				wend
+		end
+		local after = add(curr, n)
+		if not lt(c, n) then
+			local x = weighted(per, prev, e, after)
+			if not lt(limit, x) then
+				return { allowed = true, remaining = left(limit, x, per), reset = reset, retry = 0 }, wend
+			end
+		end
+		local retry = NEVER
+		if not lt(c, n) then
+			local t = retry_at(per, c, n, prev, curr, ws, wend, pinned)
+			if eq(t, MAXI64) then
+				retry = NEVER
+			elseif lt(now, t) then
+				retry = sub(t, now)
+			else
+				retry = 1
+			end
+		end
+		return {
+			allowed = false,
+			remaining = left(limit, weighted(per, prev, e, curr), per),
+			reset = reset,
+			retry = retry,
+		},
+			wend
+	end
+
+	local function sliding_window(p, s, now, n)
+		local per = p.period
+		local c = imin(p.cap, MSWC)
+		local e = mod(now, per)
+		local ws = sub(now, e)
+		local prev, curr, pinned = 0, 0, false
+		if lt(now, s.a) then
+			-- sws, the start of the state's current window, is false
+			-- when it is the window before ws.
+			local sws
+			if eq(s.a, MAXI64) then
+				local last = align_down(MAXI64_1, per)
+				if eq(ws, last) then
+					sws = last
+				else
+					sws = imax(ws, sub(last, per))
+					e, pinned = 0, true
+				end
+			elseif le(s.a, per) then
+				sws = 0 -- not a state Step wrote
+			else
+				-- sws = alignDown(s.A-1-per): with d = s.A - ws > 0, it
+				-- is the window before ws for d <= per, ws for
+				-- per < d <= 2per, and later otherwise.
+				local d = sub(s.a, ws)
+				if le(d, per) then
+					sws = false
+				elseif le(d, add(per, per)) then
+					sws = ws
+				else
+					sws = align_down(sub(sub(s.a, 1), per), per)
+				end
+			end
+			if sws and not lt(sws, ws) then
+				if lt(ws, sws) then
+					ws, e = sws, 0 -- clock went backwards
+				end
+				prev, curr = s.prev, s.curr
+			else -- sws is the window before now's
+				prev = s.curr
+			end
+		end
+		if p.rate == 0 then
+			return s, zero_limit(n, sub(add_sat(ws, per), now))
+		end
+		local r, wend = slide(per, c, now, n, prev, curr, ws, e, pinned)
+		if not r.allowed or n == 0 then
+			return s, r
+		end
+		return { a = add_sat(wend, per), prev = prev, curr = add(curr, n) }, r
+	end
+
+	-- algo.step(p, st, now, n) -> st2, r evaluates a request of cost n at
+	-- now for kinds 0-4 (algo.Step). st is {a=, b=} for kinds 0-3 and
+	-- {a=, prev=, curr=} for kind 4 (Go's B = prev<<32 | curr); the zero
+	-- state is a fresh key. When the request is denied or n is 0, st2 is
+	-- st itself; otherwise a new table.
+	function algo.step(p, st, now, n)
+		now = clamp_now(now)
+		local kind = p.kind
+		if p.period == 0 then
+			return st, zero_limit(n, 0)
+		end
+		if kind == 0 then
+			return fixed_window(p, st, now, n)
+		elseif kind == 1 then
+			if p.interval ~= 0 then
+				return discrete_bucket(p, st, now, n)
+			end
+			return gcra(p, st, now, n)
+		elseif kind == 2 or kind == 3 then
+			return gcra(p, st, now, n)
+		elseif kind == 4 then
+			return sliding_window(p, st, now, n)
+		end
+		return st, zero_limit(n, 0)
+	end
+
+	-- algo.log_step(p, entries, now, n) -> expired, r evaluates a request
+	-- against a sliding log (algo.LogStep): entries is an array of
+	-- {at=, n=}, oldest first; expired (a plain number) counts the leading
+	-- entries out of the window.
+	function algo.log_step(p, entries, now, n)
+		now = clamp_now(now)
+		local per = p.period
+		if per == 0 then
+			return 0, zero_limit(n, 0)
+		end
+		local k = #entries
+		local expired = 0
+		if not lt(now, per) then
+			local cut = sub(now, per)
+			while expired < k and le(entries[expired + 1].at, cut) do
+				expired = expired + 1
+			end
+		end
+		local sum, newest = 0, 0
+		for i = expired + 1, k do
+			local en = entries[i]
+			sum = add_sat(sum, en.n)
+			newest = imax(newest, en.at)
+		end
+		local reset = 0
+		if k > expired then
+			reset = sub(add_sat(newest, per), now)
+		end
+		if p.rate == 0 then
+			return expired, zero_limit(n, reset)
+		end
+		local c = p.cap
+		local r, have = settled(n, c, sum, reset)
+		if r then
+			return expired, r
+		end
+		local room = sub(c, n)
+		if lt(room, sum) then
+			-- Wait until the oldest entries holding sum - room hits have
+			-- left the window.
+			local drop = sub(sum, room)
+			local gone, at = 0, 0
+			for i = expired + 1, k do
+				local en = entries[i]
+				gone = add_sat(gone, en.n)
+				at = imax(at, en.at)
+				if not lt(gone, drop) then
+					break
+				end
+			end
+			local t = add_sat(at, per)
+			local retry = NEVER
+			if not eq(t, MAXI64) then
+				retry = sub(t, now)
+			end
+			return expired, { allowed = false, remaining = have, reset = reset, retry = retry }
+		end
+		return expired, {
+			allowed = true,
+			remaining = sub(room, sum),
+			reset = sub(add_sat(imax(now, newest), per), now),
+			retry = 0,
+		}
+	end
+
+	-- algo.log_append(entries, expired, now, n) -> entries2 records an
+	-- allowed request (algo.LogAppend) in a new array, leaving entries and
+	-- its entry tables unchanged; n == 0 returns entries itself.
+	function algo.log_append(entries, expired, now, n)
+		if n == 0 then
+			return entries
+		end
+		local k = #entries
+		if expired > k then
+			expired = k
+		end
+		local out, m = {}, 0
+		for i = expired + 1, k do
+			m = m + 1
+			out[m] = entries[i]
+		end
+		now = clamp_now(now)
+		if m > 0 and le(now, out[m].at) then
+			out[m] = { at = out[m].at, n = add_sat(out[m].n, n) }
+		else
+			out[m + 1] = { at = now, n = n }
+		end
+		return out
+	end
+
+	-- algo.slide_result(per, c, now, n, prev, curr, ws, e) -> r decides a
+	-- request of cost n against capacity c (already at most
+	-- MAX_SLIDING_WINDOW_CAPACITY) on the counts prev and curr of the
+	-- window before and the window starting at ws, e into it, as
+	-- CMSketch.Check does (slide.result, never pinned). now is clamped.
+	function algo.slide_result(per, c, now, n, prev, curr, ws, e)
+		local r = slide(per, c, clamp_now(now), n, prev, curr, ws, e, false)
+		return r
+	end
+
+	-- algo.sketch_window(per, start, now) -> ws, e, rel returns the
+	-- evaluation window of a sketch whose current window starts at start
+	-- (nil: never used, or used with another period) at now, as
+	-- CMSketch.rotate does, and how to rotate the stored windows: "same",
+	-- "back" (time went backwards: evaluated at start with e = 0), "next"
+	-- (prev := cur, cur := empty) or "reset" (both empty). now is clamped.
+	function algo.sketch_window(per, start, now)
+		now = clamp_now(now)
+		local ws = align_down(now, per)
+		if start ~= nil then
+			if eq(ws, start) then
+				return ws, sub(now, ws), "same"
+			end
+			if lt(ws, start) then
+				return start, 0, "back"
+			end
+			if eq(sub(ws, start), per) then
+				return ws, sub(now, ws), "next"
+			end
+		end
+		return ws, sub(now, ws), "reset"
+	end
+
+	algo.add_sat = add_sat
+	algo.align_down = align_down
+	algo.clamp_now = clamp_now
+	algo.zero_limit = zero_limit
+end

@@ -1,0 +1,284 @@
+-- driver.lua: the test driver appended to luasrc.Lib. ARGV[1] is the mode;
+-- every further argument is one case (a trace, or operands) as
+-- space-separated decimal tokens, and the reply has one string per case.
+local mode = ARGV[1]
+local parse, str = int.parse, int.str
+
+-- words splits s at spaces and parses every token into an int.
+local function words(s)
+	local t, k = {}, 0
+	for w in string.gmatch(s, "%S+") do
+		k = k + 1
+		if w == "-" then
+			t[k] = false
+		else
+			t[k] = parse(w) or error("not an integer: " .. w)
+		end
+	end
+	return t
+end
+
+local MT = getmetatable(int.MAXI64)
+local floor, format = math.floor, string.format
+
+-- canonical reports whether x is in int.lua's canonical form.
+local function canonical(x)
+	if type(x) == "number" then
+		return x >= 0 and x < int.P53 and x == floor(x)
+	end
+	local n = #x
+	if getmetatable(x) ~= MT or n < 3 or x[n] == 0 or (n == 3 and x[3] < 32) then
+		return false
+	end
+	for i = 1, n do
+		local l = x[i]
+		if type(l) ~= "number" or l < 0 or l >= 16777216 or l ~= floor(l) then
+			return false
+		end
+	end
+	return true
+end
+
+-- f formats an int, checking its form.
+local function f(x)
+	if type(x) == "number" and x >= 0 and x < 1e15 and x == floor(x) then
+		return format("%d", x)
+	end
+	if not canonical(x) then
+		return "NONCANONICAL"
+	end
+	return str(x)
+end
+
+-- s formats ints, booleans and strings, checking the ints' form.
+local function s(...)
+	local out = { ... }
+	for i = 1, select("#", ...) do
+		local x = out[i]
+		if type(x) == "boolean" then
+			out[i] = x and "1" or "0"
+		elseif type(x) ~= "string" then
+			out[i] = f(x)
+		end
+	end
+	return table.concat(out, " ")
+end
+
+local function result(r)
+	return (r.allowed and "1 " or "0 ") .. f(r.remaining) .. " " .. f(r.reset) .. " " .. f(r.retry)
+end
+
+local function params(w)
+	return { kind = w[1], rate = w[2], period = w[3], cap = w[4], interval = w[5] }
+end
+
+local function state_str(st, kind)
+	if kind == 4 then
+		return f(st.a) .. " " .. f(st.prev) .. " " .. f(st.curr)
+	end
+	return f(st.a) .. " " .. f(st.b)
+end
+
+local function entries_str(es)
+	local out = {}
+	for i = 1, #es do
+		out[i] = f(es[i].at) .. " " .. f(es[i].n)
+	end
+	return table.concat(out, ",")
+end
+
+local cases = {}
+
+-- int: "a b" -> results of every operation on the pair.
+function cases.int(w)
+	local a, b = w[1], w[2]
+	local out = {
+		s(int.add(a, b), int.sub(a, b), int.mul(a, b)),
+		s(tostring(int.cmp(a, b)), int.lt(a, b), int.le(a, b), int.eq(a, b)),
+		s(int.min(a, b), int.max(a, b), int.sat(a)),
+	}
+	if b ~= 0 then
+		local q, r = int.divmod(a, b)
+		out[#out + 1] = s(q, r, int.divceil(a, b), int.div(a, b), int.mod(a, b))
+	end
+	return table.concat(out, " ")
+end
+
+-- parse: a string, unsplit -> its canonical digits, or "nil".
+function cases.parse(raw)
+	local x = parse(raw)
+	if x == nil then
+		return "nil"
+	end
+	return s(x)
+end
+
+-- step: "kind rate period cap interval a b|prev curr (now n)..." -> one
+-- line a step: the result, "=" when st2 is st else "*", and the state.
+function cases.step(w)
+	local p = params(w)
+	local kind = p.kind
+	local st, i
+	if kind == 4 then
+		st, i = { a = w[6], prev = w[7], curr = w[8] }, 9
+	else
+		st, i = { a = w[6], b = w[7] }, 8
+	end
+	local lines = {}
+	local before = state_str(st, kind) -- to tell that step leaves st alone
+	while w[i] do
+		local now, n = w[i], w[i + 1]
+		i = i + 2
+		local st2, r = algo.step(p, st, now, n)
+		local same = st2 == st and "=" or "*"
+		local after = state_str(st2, kind)
+		if (same == "=" and after or state_str(st, kind)) ~= before then
+			same = "MUTATED"
+		end
+		if r.allowed then
+			st, before = st2, after
+		end
+		lines[#lines + 1] = result(r) .. " " .. same .. " " .. after
+	end
+	return table.concat(lines, "\n")
+end
+
+-- log: "kind rate period cap interval k (at n)*k (now n)..." -> one line a
+-- step: expired, the result, and the log after it.
+function cases.log(w)
+	local p = params(w)
+	local k = w[6]
+	local es = {}
+	local i = 7
+	for j = 1, k do
+		es[j] = { at = w[i], n = w[i + 1] }
+		i = i + 2
+	end
+	local lines = {}
+	while w[i] do
+		local now, n = w[i], w[i + 1]
+		i = i + 2
+		local before = entries_str(es)
+		local expired, r = algo.log_step(p, es, now, n)
+		local line = s(expired) .. " " .. result(r)
+		if r.allowed then
+			local es2 = algo.log_append(es, expired, now, n)
+			if n == 0 and es2 ~= es then
+				line = line .. " COPIED"
+			end
+			if entries_str(es) ~= before then
+				line = line .. " MUTATED"
+			end
+			es = es2
+		end
+		lines[#lines + 1] = line .. " " .. entries_str(es)
+	end
+	return table.concat(lines, "\n")
+end
+
+-- slide: "per c now n prev curr ws e" -> the result.
+function cases.slide(w)
+	return result(algo.slide_result(w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]))
+end
+
+-- window: "per start|- now" -> "ws e rel".
+function cases.window(w)
+	local ws, e, rel = algo.sketch_window(w[1], w[2] or nil, w[3])
+	return s(ws, e, rel)
+end
+
+-- sketch: "rate cap per1 per2 (which now n)..." runs one key through a
+-- sketch kept as the Redis store would keep it: the period and start of
+-- the current window and the key's counts in it and the one before. One
+-- line a step: the result, then period, start, cur and prev.
+function cases.sketch(w)
+	local rate, cap = w[1], int.min(w[2], int.MAX_SLIDING_WINDOW_CAPACITY)
+	local pers = { w[3], w[4] }
+	local period, start, cur, prev = 0, nil, 0, 0
+	local function rotate(per, now)
+		if not int.eq(period, per) then
+			start = nil
+		end
+		local ws, e, rel = algo.sketch_window(per, start, now)
+		if rel == "next" then
+			prev, cur = cur, 0
+		elseif rel == "reset" then
+			prev, cur = 0, 0
+		end
+		if rel ~= "back" then
+			start = ws
+		end
+		period = per
+		return ws, e
+	end
+	local lines = {}
+	local i = 5
+	while w[i] do
+		local per, now, n = pers[w[i]], w[i + 1], w[i + 2]
+		i = i + 3
+		local ws, e = rotate(per, now)
+		local r
+		if rate == 0 then
+			r = algo.zero_limit(n, int.sub(algo.add_sat(ws, per), algo.clamp_now(now)))
+		else
+			r = algo.slide_result(per, cap, now, n, prev, cur, ws, e)
+		end
+		if r.allowed and n ~= 0 then
+			rotate(period, now)
+			cur = int.min(int.add(cur, int.min(n, 4294967295)), 4294967295)
+		end
+		lines[#lines + 1] = result(r) .. " " .. s(period, start, cur, prev)
+	end
+	return table.concat(lines, "\n")
+end
+
+-- bench: "kind rate period cap interval now dt n steps" runs steps
+-- requests dt apart and returns how many were allowed.
+function cases.bench(w)
+	local p = params(w)
+	local now, dt, n = w[6], w[7], w[8]
+	local st
+	if p.kind == 4 then
+		st = { a = 0, prev = 0, curr = 0 }
+	else
+		st = { a = 0, b = 0 }
+	end
+	local allowed = 0
+	for _ = 1, w[9] do
+		now = int.add(now, dt)
+		local st2, r = algo.step(p, st, now, n)
+		if r.allowed then
+			st = st2
+			allowed = allowed + 1
+		end
+	end
+	return str(allowed)
+end
+
+-- benchlog: "rate period cap now dt n steps" runs a sliding log.
+function cases.benchlog(w)
+	local p = { kind = 5, rate = w[1], period = w[2], cap = w[3], interval = 0 }
+	local now, dt, n = w[4], w[5], w[6]
+	local es = {}
+	local allowed = 0
+	for _ = 1, w[7] do
+		now = int.add(now, dt)
+		local expired, r = algo.log_step(p, es, now, n)
+		if r.allowed then
+			es = algo.log_append(es, expired, now, n)
+			allowed = allowed + 1
+		end
+	end
+	return str(allowed)
+end
+
+local run = cases[mode] or error("unknown mode " .. tostring(mode))
+local out = {}
+for j = 2, #ARGV do
+	if mode == "parse" then
+		out[j - 1] = run(ARGV[j])
+	else
+		out[j - 1] = run(words(ARGV[j]))
+	end
+end
+return out
