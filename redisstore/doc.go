@@ -1,0 +1,56 @@
+// Package redisstore is the [sluice.Store] on Redis, for many sluice nodes
+// sharing their limits: standalone, Sentinel or Cluster, with TLS and ACL
+// authentication.
+//
+//	store, err := redisstore.New(redisstore.Config{URL: "redis://127.0.0.1:6379"})
+//	lim := sluice.NewLimiter(localcache.New(store, localcache.Config{}))
+//
+// # One script, exact arithmetic, Redis's clock
+//
+// Every request is one Lua script call (EVALSHA; when Redis answers
+// NOSCRIPT the client sends the script with EVAL once, which loads it). The
+// script reads Redis TIME, so every node agrees on "now" whatever its own
+// clock says, evaluates every hit of the request with the algorithms of
+// package algo translated to Lua, and commits all of them or none, exactly
+// as memstore does. Lua numbers are doubles, exact only below 2^53, while
+// the algorithms work on nanosecond times (about 2^60.6 today) and 128-bit
+// products; the script carries its own exact integer arithmetic
+// (redisstore/internal/luasrc), and a differential test holds the Lua to the
+// Go on random traces, bit for bit.
+//
+// # Keys and slots
+//
+// A key's state lives under <prefix>{<tag>}<id>: the tag is 16 hex digits
+// of the hash of Config.HashTag(key), the id 32 hex digits of the 128-bit
+// hash of the limit's parameters and the key (so different limits on one key
+// string keep separate state, and keys of any length take 57 bytes plus the
+// prefix). Values are short decimal strings ("idle-at remainder"); a
+// sliding log is a list of "time count" entries; a sketch is two strings
+// of 32-bit counters (BITFIELD), one per window, and a key with the latest
+// window's start, in the slot of the sketch's own identity. Every key has a
+// TTL that ends when its state becomes equivalent to a fresh key, so idle
+// keys disappear by themselves.
+//
+// On a Cluster, the hits of a request whose keys share a slot are decided
+// in one call, atomically. Choose Config.HashTag so that the limits one
+// request meets share a tag (rules.HashTag does that for the limits of one
+// descriptor). A request whose hits span slots makes one call per slot, in
+// parallel; each slot commits when all its own hits allow. If another slot
+// denied, the store takes back what the allowing slots consumed with a
+// second call: a state nobody touched since is restored exactly, a window
+// counter touched since is decremented in the same window, a sliding log
+// entry loses the hits; a bucket touched since, and sketch counters, keep
+// the consumption. So a cross-slot request never admits more than one
+// node would, but between the two calls (and for those remainders) it can
+// deny a little more.
+//
+// # Failures
+//
+// Every call is bounded by Config.Timeout within the caller's deadline. A
+// circuit breaker opens after consecutive failures and then fails calls at
+// once with ErrUnavailable, letting one probe through after a cooldown
+// that doubles up to 5 seconds; Health reports the state. A store error is
+// never a decision: the caller's failure policy (fail open, fail closed, or
+// node-local limits; see package rls) decides what happens. New returns a
+// working Store even when Redis is down, and connects in the background.
+package redisstore

@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics counts the store's calls; Collector exports them.
+type metrics struct {
+	ok, failed, rejected atomic.Int64
+	connected            atomic.Bool
+	latency              prometheus.Histogram
+}
+
+func (m *metrics) init() {
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "sluice_redis_call_duration_seconds",
+		Help:    "Time of a Redis store call (one script call per slot, in parallel).",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+	})
+}
+
+func (m *metrics) observe(d time.Duration, err error) {
+	m.latency.Observe(d.Seconds())
+	if err != nil {
+		m.failed.Add(1)
+		return
+	}
+	m.ok.Add(1)
+}
+
+var (
+	callsDesc = prometheus.NewDesc("sluice_redis_calls_total",
+		"Redis store calls by result: ok, error (Redis failed or timed out), rejected (not connected or circuit open, Redis not asked).",
+		[]string{"result"}, nil)
+	upDesc = prometheus.NewDesc("sluice_redis_up",
+		"1 when the Redis store is connected and its circuit breaker closed.", nil, nil)
+	breakerDesc = prometheus.NewDesc("sluice_redis_breaker_state",
+		"The Redis store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil)
+)
+
+// Collector returns the store's Prometheus metrics: calls by result, call
+// duration, whether Redis is up, and the circuit breaker's state.
+func (s *Store) Collector() prometheus.Collector { return collector{s} }
+
+type collector struct{ s *Store }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- callsDesc
+	ch <- upDesc
+	ch <- breakerDesc
+	c.s.metrics.latency.Describe(ch)
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m := &c.s.metrics
+	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.ok.Load()), "ok")
+	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.failed.Load()), "error")
+	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.rejected.Load()), "rejected")
+	up := 0.0
+	if c.s.Health() == nil {
+		up = 1
+	}
+	ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up)
+	ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(c.s.br.State()))
+	m.latency.Collect(ch)
+}

@@ -1,0 +1,472 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/storetest"
+)
+
+var prefixes atomic.Int64
+
+// newTestStore returns a store on cfg whose keys are in a namespace of
+// their own and whose clock, when clock is not nil, is the suite's.
+func newTestStore(t testing.TB, cfg Config, clock func() time.Time) *Store {
+	t.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = fmt.Sprintf("t%d:", prefixes.Add(1))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Timeout == 0 {
+		// Generous: the race detector and a busy 2-core machine slow
+		// everything down; outage tests set their own.
+		cfg.Timeout = 5 * time.Second
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.now = clock
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	srv := redistest.Standalone(t)
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) sluice.Store {
+		return newTestStore(t, Config{URL: srv.URL()}, clock.Now)
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	c := redistest.Cluster(t, 3, 0)
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) sluice.Store {
+		return newTestStore(t, Config{Addrs: c.Addrs()}, clock.Now)
+	})
+}
+
+func TestConformanceSentinel(t *testing.T) {
+	ss := redistest.Sentinel(t)
+	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) sluice.Store {
+		return newTestStore(t, Config{Addrs: ss.Addrs(), SentinelMaster: ss.MasterName}, clock.Now)
+	})
+}
+
+// TestSlotMatchesRedis checks slotOf against CLUSTER KEYSLOT, with and
+// without hash tags.
+func TestSlotMatchesRedis(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithConfig("cluster-enabled", "yes"))
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"", "a", "123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "{}x", "x{", "x}{y}"}
+	for range 500 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = "ab{}x:"[rng.IntN(6)]
+		}
+		keys = append(keys, string(b))
+	}
+	for _, k := range keys {
+		want := srv.Cmd("CLUSTER", "KEYSLOT", k).(int64)
+		if got := slotOf(k); int64(got) != want {
+			t.Errorf("slotOf(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
+		}
+	}
+}
+
+// countingProxy forwards TCP connections to addr and counts the commands
+// clients send (top-level RESP arrays): the round trips, whatever the
+// script then runs inside Redis. Connection setup (HELLO, AUTH, CLIENT
+// SETNAME/SETINFO, CLUSTER SLOTS, PING) is recorded apart.
+type countingProxy struct {
+	ln       net.Listener
+	commands atomic.Int64
+	evalsha  atomic.Int64
+	eval     atomic.Int64
+	mu       sync.Mutex
+	others   []string // commands other than EVALSHA and EVAL
+	setup    []string // connection setup commands, not counted
+}
+
+func newCountingProxy(t *testing.T, addr string) *countingProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &countingProxy{ln: ln}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { io.Copy(c, s); c.Close() }()
+			go func() { p.count(c, s); s.Close() }()
+		}
+	}()
+	return p
+}
+
+// count copies client to server, counting each array of bulk strings.
+func (p *countingProxy) count(client io.Reader, server io.Writer) {
+	r := bufio.NewReader(client)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if _, err := io.WriteString(server, line); err != nil {
+			return
+		}
+		if !strings.HasPrefix(line, "*") {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+		p.commands.Add(1)
+		for i := range n {
+			hdr, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			size, _ := strconv.Atoi(strings.TrimSpace(hdr[1:]))
+			body := make([]byte, size+2)
+			if _, err := io.ReadFull(r, body); err != nil {
+				return
+			}
+			if i == 0 {
+				switch name := strings.ToUpper(string(body[:size])); name {
+				case "HELLO", "AUTH", "CLIENT", "SELECT", "CLUSTER", "READONLY", "PING":
+					// Connection setup and health checks: rueidis dials
+					// some of its pipelined connections lazily.
+					p.commands.Add(-1)
+					p.mu.Lock()
+					p.setup = append(p.setup, name)
+					p.mu.Unlock()
+				case "EVALSHA":
+					p.evalsha.Add(1)
+				case "EVAL":
+					p.eval.Add(1)
+				default:
+					p.mu.Lock()
+					p.others = append(p.others, string(body[:size]))
+					p.mu.Unlock()
+				}
+			}
+			if _, err := io.WriteString(server, hdr); err != nil {
+				return
+			}
+			if _, err := server.Write(body); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// TestOneRoundTrip counts the commands a request sends to Redis through a
+// proxy: exactly one (an EVALSHA) per request, whatever the number of
+// limits and algorithms, once the script is loaded; after SCRIPT FLUSH,
+// one EVALSHA answered NOSCRIPT and one EVAL that reloads the script.
+func TestOneRoundTrip(t *testing.T) {
+	srv := redistest.Standalone(t)
+	proxy := newCountingProxy(t, srv.Addr())
+	s := newTestStore(t, Config{Addrs: []string{proxy.ln.Addr().String()}}, nil)
+	lim := sluice.NewLimiter(s)
+	ctx := context.Background()
+	perSecond := &sluice.Limit{Rate: 100, Period: time.Second}
+	perDay := &sluice.Limit{Rate: 10000, Period: 24 * time.Hour, Algorithm: sluice.GCRA}
+	logLimit := &sluice.Limit{Rate: 100, Period: time.Minute, Algorithm: sluice.SlidingLog}
+	sketch := &sluice.Limit{Rate: 100, Period: time.Minute, Algorithm: sluice.Sketch, BlockFor: time.Second}
+	hits := []sluice.Hit{
+		{Key: "user:1", Limit: perSecond, Cost: 1},
+		{Key: "user:1", Limit: perDay, Cost: 1},
+		{Key: "ip:1", Limit: logLimit, Cost: 1},
+		{Key: "ip:1", Limit: sketch, Cost: 1},
+	}
+	if _, _, err := lim.Decide(ctx, hits); err != nil { // loads the script
+		t.Fatal(err)
+	}
+	before, evalsha := proxy.commands.Load(), proxy.evalsha.Load()
+	const n = 50
+	for i := range n {
+		if _, _, err := lim.Decide(ctx, hits[:1+i%len(hits)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, e := proxy.commands.Load()-before, proxy.evalsha.Load()-evalsha; c != n || e != n {
+		t.Errorf("%d commands (%d EVALSHA) for %d requests, want exactly one EVALSHA each; others: %q", c, e, n, proxy.others)
+	}
+
+	srv.Cmd("SCRIPT", "FLUSH")
+	before, evalsha, eval := proxy.commands.Load(), proxy.evalsha.Load(), proxy.eval.Load()
+	d, _, err := lim.Decide(ctx, hits[:1])
+	if err != nil || !d.Allowed {
+		t.Fatalf("after SCRIPT FLUSH: %+v, %v", d, err)
+	}
+	c, e, v := proxy.commands.Load()-before, proxy.evalsha.Load()-evalsha, proxy.eval.Load()-eval
+	if c != 2 || e != 1 || v != 1 {
+		t.Errorf("after SCRIPT FLUSH: %d commands, %d EVALSHA and %d EVAL, want 2, 1 and 1", c, e, v)
+	}
+}
+
+// TestIdleKeysExpire checks that every key the store writes carries a TTL
+// that ends no earlier than the state's idle-at time and not much later.
+func TestIdleKeysExpire(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Prefix: "ttl:"}, nil)
+	lim := sluice.NewLimiter(s)
+	ctx := context.Background()
+	limits := []*sluice.Limit{
+		{Rate: 10, Period: 2 * time.Second},
+		{Rate: 10, Period: 2 * time.Second, Algorithm: sluice.GCRA},
+		{Rate: 10, Period: 2 * time.Second, Algorithm: sluice.TokenBucket, RefillInterval: 200 * time.Millisecond},
+		{Rate: 10, Period: 2 * time.Second, Algorithm: sluice.SlidingWindow},
+		{Rate: 10, Period: 2 * time.Second, Algorithm: sluice.SlidingLog},
+		{Rate: 10, Period: 2 * time.Second, Algorithm: sluice.Sketch},
+		{Rate: 1, Period: 2 * time.Second, BlockFor: 3 * time.Second},
+	}
+	for i, l := range limits {
+		for range 2 {
+			if _, err := lim.AllowN(ctx, "k"+strconv.Itoa(i), l, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keys := srv.Cmd("KEYS", "ttl:*").([]any)
+	if len(keys) == 0 {
+		t.Fatal("no keys written")
+	}
+	for _, k := range keys {
+		ttl := srv.Cmd("PTTL", k).(int64)
+		// Windows end within a period (sliding: two), buckets refill
+		// within a period, sketches live two periods, blocks 3s.
+		if ttl <= 0 || ttl > 4000 {
+			t.Errorf("key %q has PTTL %d ms, want a TTL in (0, 4000]", k, ttl)
+		}
+	}
+}
+
+// TestAuthAndTLS runs requests against servers that need a password, an
+// ACL user, and TLS.
+func TestAuthAndTLS(t *testing.T) {
+	for name, opts := range map[string][]redistest.Option{
+		"password": {redistest.WithPassword("s3cret")},
+		"acl-user": {redistest.WithUser("sluice", "pw")},
+		"tls":      {redistest.WithTLS()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Standalone(t, opts...)
+			cfg := Config{URL: srv.URL()}
+			if srv.TLS != nil {
+				cfg.TLS = srv.TLS
+			}
+			lim := sluice.NewLimiter(newTestStore(t, cfg, nil))
+			l := &sluice.Limit{Rate: 2, Period: time.Hour}
+			for i, want := range []bool{true, true, false} {
+				d, err := lim.Allow(context.Background(), "k", l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed != want {
+					t.Fatalf("request %d: allowed %v, want %v", i, d.Allowed, want)
+				}
+			}
+		})
+	}
+	t.Run("wrong-password", func(t *testing.T) {
+		srv := redistest.Standalone(t, redistest.WithPassword("s3cret"))
+		s := newTestStore(t, Config{Addrs: []string{srv.Addr()}, Password: "nope"}, nil)
+		if _, err := sluice.NewLimiter(s).Allow(context.Background(), "k", &sluice.Limit{Rate: 1, Period: time.Second}); err == nil {
+			t.Fatal("a wrong password decided a request")
+		}
+	})
+}
+
+// TestDifferentialMemstore runs the same random requests, with several
+// hits on all seven algorithms, through memstore and the Redis store on
+// one clock: every decision must be identical. On the cluster, requests
+// span slots, so the refunds of a request denied in another slot are
+// exercised too.
+func TestDifferentialMemstore(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.Standalone(t)
+		differential(t, Config{URL: srv.URL()}, 1)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.Cluster(t, 3, 0)
+		differential(t, Config{Addrs: c.Addrs()}, 2)
+	})
+}
+
+func differential(t *testing.T, cfg Config, seed uint64) {
+	clock := storetest.NewClock(storetest.Start.Add(123456789))
+	rs := newTestStore(t, cfg, clock.Now)
+	ms := memstore.New(memstore.Config{Now: clock.Now})
+	t.Cleanup(func() { ms.Close() })
+	rng := rand.New(rand.NewPCG(seed, 99))
+	limits := []*sluice.Limit{
+		{Name: "fw", Rate: 5, Period: time.Second},
+		{Name: "tb", Rate: 3, Period: time.Second, Burst: 6, Algorithm: sluice.TokenBucket},
+		{Name: "tbd", Rate: 4, Period: time.Second, Burst: 5, Algorithm: sluice.TokenBucket, RefillInterval: 250 * time.Millisecond},
+		{Name: "lb", Rate: 7, Period: 3 * time.Second, Burst: 4, Algorithm: sluice.LeakyBucket},
+		{Name: "gcra", Rate: 10, Period: 1500 * time.Millisecond, Algorithm: sluice.GCRA},
+		{Name: "sw", Rate: 6, Period: time.Second, Algorithm: sluice.SlidingWindow},
+		{Name: "log", Rate: 4, Period: 700 * time.Millisecond, Algorithm: sluice.SlidingLog},
+		{Name: "sk", Rate: 6, Period: time.Second, Algorithm: sluice.Sketch},
+		{Name: "block", Rate: 2, Period: time.Second, BlockFor: 1500 * time.Millisecond},
+		{Name: "shadow", Rate: 1, Period: time.Second, Shadow: true},
+		{Name: "soft", Rate: 10, Period: time.Second, SoftPercent: 20, Algorithm: sluice.SlidingWindow},
+	}
+	keys := []string{"a", "b", "c", strings.Repeat("k", 300)}
+	ctx := context.Background()
+	const requests = 1500
+	for i := range requests {
+		n := 1 + rng.IntN(3)
+		hits := make([]sluice.Hit, n)
+		for j := range hits {
+			hits[j] = sluice.Hit{Key: keys[rng.IntN(len(keys))], Limit: limits[rng.IntN(len(limits))], Cost: int64(rng.IntN(4))}
+			if rng.IntN(10) == 0 {
+				hits[j].Cost = 0
+			}
+		}
+		want := make([]sluice.Decision, n)
+		got := make([]sluice.Decision, n)
+		if err := ms.Take(ctx, hits, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.Take(ctx, hits, got); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		for j := range hits {
+			if got[j] != want[j] {
+				t.Fatalf("request %d at %v, hit %d (%s key %q cost %d) of %d:\nredis    %+v\nmemstore %+v",
+					i, clock.Now().Sub(storetest.Start), j, hits[j].Limit.Name, hits[j].Key[:1], hits[j].Cost, n, got[j], want[j])
+			}
+		}
+		clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
+	}
+}
+
+// TestOutage checks that a paused or dead Redis fails calls within the
+// timeout, that the breaker then fails them at once without asking Redis,
+// and that the store recovers when Redis comes back.
+func TestOutage(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: 30 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1000, Period: time.Second}
+	ctx := context.Background()
+	// The first call loads the script; under the race detector it may
+	// take longer than the 30ms timeout.
+	for i := 0; ; i++ {
+		_, err := lim.Allow(ctx, "k", l)
+		if err == nil {
+			break
+		}
+		if i == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	srv.Pause(2 * time.Second)
+	for i := range 3 {
+		start := time.Now()
+		_, err := lim.Allow(ctx, "k", l)
+		if err == nil {
+			t.Fatalf("call %d decided while Redis is paused", i)
+		}
+		if el := time.Since(start); el > 500*time.Millisecond {
+			t.Errorf("call %d took %v with a 30ms timeout", i, el)
+		}
+	}
+	start := time.Now()
+	_, err := lim.Allow(ctx, "k", l)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after 3 failures: %v, want ErrUnavailable from the open breaker", err)
+	}
+	if el := time.Since(start); el > 5*time.Millisecond {
+		t.Errorf("an open breaker took %v to answer", el)
+	}
+	if s.Health() == nil {
+		t.Error("Health reports nil while the breaker is open")
+	}
+
+	srv.Kill()
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := lim.Allow(ctx, "k", l)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery 10s after Redis came back: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Health(); err != nil {
+		t.Errorf("Health after recovery: %v", err)
+	}
+}
+
+// TestStartWithoutRedis checks that New succeeds while Redis is down,
+// that calls fail with ErrUnavailable meanwhile, and that the store
+// connects once Redis is up.
+func TestStartWithoutRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	srv.Kill()
+	s := newTestStore(t, Config{URL: srv.URL(), DialTimeout: 200 * time.Millisecond}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 10, Period: time.Second}
+	if _, err := lim.Allow(context.Background(), "k", l); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("with Redis down: %v, want ErrUnavailable", err)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := lim.Allow(context.Background(), "k", l)
+		if err == nil && d.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected 10s after Redis came up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{URL: "http://localhost:6379"},
+		{URL: "redis://localhost:6379/notadb"},
+		{Addrs: []string{" "}},
+	} {
+		if s, err := New(cfg); err == nil {
+			s.Close()
+			t.Errorf("New(%+v) accepted a bad configuration", cfg)
+		}
+	}
+}
