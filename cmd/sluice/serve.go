@@ -41,7 +41,7 @@ func init() {
 }
 
 // stores lists the values of --store.
-var stores = []string{"memory"}
+var stores = []string{"memory", "redis"}
 
 // serveSettings are the settings of sluice serve, from flags, then the
 // environment, then the defaults.
@@ -64,6 +64,9 @@ type serveSettings struct {
 	grpcMaxConnAge        time.Duration
 	grpcMaxConnAgeGrace   time.Duration
 	headers               server.HeaderMode
+	redis                 redisSettings
+	failurePolicy         rules.FailurePolicy
+	localNodes            int
 	envoyIgnored, sources []string // for the startup log
 }
 
@@ -155,8 +158,9 @@ func hostPort(hostVar, portVar, defPort string) envoyVar {
 // envoyUnmapped are envoyproxy/ratelimit variables with no equivalent: a
 // startup warning names those that are set, with what to do instead.
 var envoyUnmapped = []struct{ name, hint string }{
-	{"BACKEND_TYPE", "--store (memory)"},
-	{"REDIS_URL", "--store (Redis is not supported yet)"},
+	{"REDIS_POOL_SIZE", "nothing: the Redis client pipelines on a few connections"},
+	{"REDIS_PIPELINE_WINDOW", "nothing: the Redis client pipelines automatically"},
+	{"REDIS_PERSECOND", "one Redis for every limit"},
 	{"MEMCACHE_HOST_PORT", "--store"},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "--response-headers"},
 	{"USE_PROMETHEUS", "/metrics on --http-addr"},
@@ -178,6 +182,10 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
 	fs.StringVar(&s.store, "store", "memory", "`name` of the store that keeps the counters: "+strings.Join(stores, ", "))
+	s.redis.flags(s, fs)
+	s.failurePolicy = rules.FailOpen
+	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailOpen, "`policy` when the store fails, for domains that set no failure_policy: fail_open, fail_closed, or local (limit on this node alone, each limit divided by --local-nodes)")
+	fs.IntVar(&s.localNodes, "local-nodes", 1, "`nodes` sharing the limits: the local failure policy divides every limit by this")
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", time.Minute, "how often to save usage to --state-file; 0 saves only on shutdown")
 	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
@@ -235,6 +243,16 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	var probs []string
 	if !slices.Contains(stores, s.store) {
 		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(stores, ", ")))
+	}
+	probs = append(probs, s.redis.check(s.store)...)
+	if s.failurePolicy == rules.FailDefault {
+		probs = append(probs, "--failure-policy must be fail_open, fail_closed or local")
+	}
+	if s.localNodes < 1 {
+		probs = append(probs, fmt.Sprintf("--local-nodes must be at least 1, got %d", s.localNodes))
+	}
+	if s.store != "memory" && (s.stateFile != "" || s.maxBytes != 0) {
+		probs = append(probs, "--state-file and --max-bytes apply to --store memory only (Redis keeps its own state)")
 	}
 	if s.headers, err = server.ParseHeaderMode(s.responseHeaders); err != nil {
 		probs = append(probs, fmt.Sprintf("--response-headers: %v", err))
@@ -327,6 +345,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	log := newLogger(s, stderr)
 	log.Info("starting sluice serve", "version", version, "config", s.config, "store", s.store,
+		"failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes,
 		"state_file", s.stateFile, "shadow_mode", s.shadowMode, "response_headers", s.responseHeaders)
 	for _, src := range s.sources {
 		log.Debug("setting from the environment", "setting", src)
@@ -361,17 +380,39 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		log.Warn("no domains in the rules: every request is allowed", "config", s.config)
 	}
 
-	store := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})
-	defer store.Close()
-	if err := restoreState(store, s.stateFile, log); err != nil {
+	stores, err := openStore(s, log)
+	if err != nil {
 		return err
+	}
+	defer stores.close()
+	store := stores.mem
+	if store != nil {
+		if err := restoreState(store, s.stateFile, log); err != nil {
+			return err
+		}
 	}
 
 	reg := prometheus.NewRegistry()
-	snaps := newSnapshotMetrics(reg, store)
-	dec := rls.NewDecider(sluice.NewLimiter(store), nil)
+	var snaps *snapshotMetrics
+	if store != nil {
+		snaps = newSnapshotMetrics(reg, store)
+	}
+	stores.register(reg)
+	dec := rls.NewDecider(sluice.NewLimiter(stores.store), nil)
+	// The node-local store of the local failure policy, always there so
+	// that a domain may choose it whatever the default is.
+	local := memstore.New(memstore.Config{})
+	defer local.Close()
+	if err := dec.SetFailover(rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}); err != nil {
+		return err
+	}
+	var storeHealth func() error
+	if stores.redis != nil {
+		storeHealth = stores.redis.Health
+	}
 	srv, err = server.New(server.Config{
 		Decider:        dec,
+		StoreHealth:    storeHealth,
 		Logger:         log.With("component", "server"),
 		Registry:       reg,
 		Headers:        s.headers,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -29,6 +30,8 @@ func TestServeSettingsDefaults(t *testing.T) {
 		store: "memory", snapshotInterval: time.Minute, responseHeaders: "off",
 		nearLimitRatio: 0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
+		redis:         redisSettings{prefix: "sluice:", timeout: 50 * time.Millisecond, hashTag: "entry", cacheSize: 100000},
+		failurePolicy: rules.FailOpen, localNodes: 1,
 	}
 	s.sources, s.envoyIgnored = nil, nil
 	if !reflect.DeepEqual(*s, want) {
@@ -49,7 +52,7 @@ func TestServeSettingsPrecedence(t *testing.T) {
 		"NEAR_LIMIT_RATIO":   "0.5",
 		"SLUICE_MAX_BYTES":   "64MiB",
 		"SLUICE_DRAIN_DELAY": "3s",
-		"BACKEND_TYPE":       "redis",
+		"MEMCACHE_HOST_PORT": "m:11211",
 	}
 	s, err := parseServe([]string{"--config", "from-flag.yaml", "--drain-delay", "1s"}, envMap(env), &bytes.Buffer{})
 	if err != nil {
@@ -75,7 +78,7 @@ func TestServeSettingsPrecedence(t *testing.T) {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.exp)
 		}
 	}
-	if len(s.envoyIgnored) != 1 || !strings.HasPrefix(s.envoyIgnored[0], "BACKEND_TYPE") {
+	if len(s.envoyIgnored) != 1 || !strings.HasPrefix(s.envoyIgnored[0], "MEMCACHE_HOST_PORT") {
 		t.Errorf("ignored Envoy variables %v", s.envoyIgnored)
 	}
 }
@@ -105,13 +108,45 @@ func TestServeSettingsEnvoyRuntime(t *testing.T) {
 	}
 }
 
+// TestServeSettingsEnvoyRedis maps envoyproxy/ratelimit's Redis variables.
+func TestServeSettingsEnvoyRedis(t *testing.T) {
+	for _, c := range []struct {
+		env                       map[string]string
+		url, master, user, passwd string
+		tls                       bool
+	}{
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_URL": "redis:6379"}, "redis:6379", "", "", "", false},
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw"},
+			"s1:26379,s2:26379", "mymaster", "", "pw", false},
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "u:pw", "REDIS_TLS": "true"},
+			"a:7000,b:7001", "", "u", "pw", true},
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock"}, "unix:///run/redis.sock", "", "", "", false},
+	} {
+		s, err := parseServe([]string{"--config", "x"}, envMap(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		r := s.redis
+		if s.store != "redis" || r.url != c.url || r.sentinelMaster != c.master || r.username != c.user || r.password != c.passwd || r.tls != c.tls {
+			t.Errorf("%v: store %q, %+v", c.env, s.store, r)
+		}
+	}
+}
+
 func TestServeSettingsErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		env  map[string]string
 		want string
 	}{
-		{[]string{"--store", "redis"}, nil, `unknown store "redis" (supported: memory)`},
+		{[]string{"--store", "memcache"}, nil, `unknown store "memcache" (supported: memory, redis)`},
+		{[]string{"--store", "redis"}, nil, "--store redis needs --redis-url"},
+		{[]string{"--redis-url", "redis://x:1"}, nil, "--redis-url needs --store redis"},
+		{[]string{"--store", "redis", "--redis-url", "x:1", "--state-file", "f"}, nil, "apply to --store memory only"},
+		{[]string{"--store", "redis", "--redis-url", "x:1", "--redis-hash-tag", "slot"}, nil, "--redis-hash-tag"},
+		{[]string{"--store", "redis", "--redis-url", "x:1", "--redis-timeout", "0s"}, nil, "--redis-timeout must be positive"},
+		{[]string{"--store", "redis", "--redis-url", "x:1", "--local-cache-size", "-1"}, nil, "--local-cache-size"},
+		{[]string{"--local-nodes", "0"}, nil, "--local-nodes must be at least 1"},
 		{[]string{"--response-headers", "fancy"}, nil, "--response-headers"},
 		{[]string{"--log-format", "xml"}, nil, "unknown log format"},
 		{[]string{"--near-limit-ratio", "1.5"}, nil, "near-limit-ratio"},
@@ -125,6 +160,10 @@ func TestServeSettingsErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v %v: error %v, want %q", c.args, c.env, err, c.want)
 		}
+	}
+	var bad bytes.Buffer
+	if _, err := parseServe([]string{"--config", "r.yaml", "--failure-policy", "maybe"}, envMap(nil), &bad); err == nil || !strings.Contains(bad.String(), `invalid value "maybe" for flag -failure-policy`) {
+		t.Errorf("--failure-policy maybe: %v\n%s", err, bad.String())
 	}
 	var out bytes.Buffer
 	if _, err := parseServe(nil, envMap(nil), &out); !errors.Is(err, errUsage) || !strings.Contains(out.String(), "--config (or SLUICE_CONFIG) is required") {
@@ -142,6 +181,8 @@ func TestServeHelp(t *testing.T) {
 		"--http-addr", `(default ":8080")`, "--debug-addr", `(default ":6070")`, "--store", "--state-file",
 		"--snapshot-interval", "--max-bytes", "--response-headers", "--shadow-mode", "SHADOW_MODE",
 		"--log-level", "LOG_LEVEL", "--log-format", "--shutdown-timeout", "--drain-delay", ".corrupt",
+		"--redis-url", "REDIS_URL", "--redis-sentinel-master", "--redis-timeout", "--redis-hash-tag",
+		"--local-cache-size", "--failure-policy", "--local-nodes",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("help lacks %q", want)

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/localcache"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// redisSettings are the flags of --store redis.
+type redisSettings struct {
+	url            string
+	sentinelMaster string
+	username       string
+	password       string
+	tls            bool
+	tlsCA          string
+	prefix         string
+	timeout        time.Duration
+	hashTag        string
+	tagMode        rules.TagMode
+	cacheSize      int
+}
+
+func (r *redisSettings) flags(s *serveSettings, fs interface {
+	StringVar(*string, string, string, string)
+	BoolVar(*bool, string, bool, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+	IntVar(*int, string, int, string)
+}) {
+	fs.StringVar(&r.url, "redis-url", "", "Redis to use with --store redis: a `URL` (redis://[user:pass@]host:port[/db], rediss:// for TLS, unix:///path; more seed addresses as ?addr=host:port) or a comma list of host:port; a Cluster is detected")
+	fs.StringVar(&r.sentinelMaster, "redis-sentinel-master", "", "`name` of the master set: --redis-url then lists the Sentinels")
+	fs.StringVar(&r.username, "redis-username", "", "Redis ACL `user` (overrides the URL's)")
+	fs.StringVar(&r.password, "redis-password", "", "Redis `password` (overrides the URL's)")
+	fs.BoolVar(&r.tls, "redis-tls", false, "connect to Redis with TLS (implied by rediss://)")
+	fs.StringVar(&r.tlsCA, "redis-tls-ca", "", "PEM `file` of the CAs that sign Redis's certificate; empty means the system's")
+	fs.StringVar(&r.prefix, "redis-prefix", redisstore.DefaultPrefix, "`prefix` of every Redis key")
+	fs.DurationVar(&r.timeout, "redis-timeout", redisstore.DefaultTimeout, "deadline of each Redis call; past it the domain's failure policy answers")
+	fs.StringVar(&r.hashTag, "redis-hash-tag", "entry", "what places a counter in a Redis Cluster slot: entry (a descriptor's first entry: its limits decide in one call), key, or domain")
+	fs.IntVar(&r.cacheSize, "local-cache-size", 100000, "`entries` of the node-local cache of keys known to be over their limit (answered without Redis until they may pass); 0 disables it")
+}
+
+// envoyRedis maps envoyproxy/ratelimit's Redis variables onto the flags:
+// REDIS_TYPE (single, sentinel, cluster), REDIS_URL (host:port; for
+// sentinel "master,host:port,..."; for cluster "host:port,..."),
+// REDIS_SOCKET_TYPE (tcp, unix), REDIS_AUTH (password or user:password)
+// and REDIS_TLS.
+var envoyRedis = map[string]envoyVar{
+	"store": {
+		names: []string{"BACKEND_TYPE"},
+		value: func(env lookupEnv) (string, bool) {
+			v, ok := env("BACKEND_TYPE")
+			if ok && strings.EqualFold(v, "redis") {
+				return "redis", true
+			}
+			return "", false
+		},
+	},
+	"redis-url": {
+		names: []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE"},
+		value: func(env lookupEnv) (string, bool) {
+			u, ok := env("REDIS_URL")
+			if !ok {
+				return "", false
+			}
+			typ, _ := env("REDIS_TYPE")
+			if strings.EqualFold(typ, "sentinel") {
+				if _, addrs, ok := strings.Cut(u, ","); ok {
+					u = addrs
+				}
+			}
+			if st, _ := env("REDIS_SOCKET_TYPE"); strings.EqualFold(st, "unix") {
+				u = "unix://" + u
+			}
+			return u, true
+		},
+	},
+	"redis-sentinel-master": {
+		names: []string{"REDIS_TYPE", "REDIS_URL"},
+		value: func(env lookupEnv) (string, bool) {
+			typ, _ := env("REDIS_TYPE")
+			u, ok := env("REDIS_URL")
+			if !ok || !strings.EqualFold(typ, "sentinel") {
+				return "", false
+			}
+			master, _, _ := strings.Cut(u, ",")
+			return master, true
+		},
+	},
+	"redis-password": {
+		names: []string{"REDIS_AUTH"},
+		value: func(env lookupEnv) (string, bool) {
+			v, ok := env("REDIS_AUTH")
+			if _, pw, found := strings.Cut(v, ":"); found {
+				return pw, ok
+			}
+			return v, ok
+		},
+	},
+	"redis-username": {
+		names: []string{"REDIS_AUTH"},
+		value: func(env lookupEnv) (string, bool) {
+			v, _ := env("REDIS_AUTH")
+			user, _, found := strings.Cut(v, ":")
+			return user, found
+		},
+	},
+	"redis-tls": plain("REDIS_TLS"),
+}
+
+// check validates the Redis settings when store is redis.
+func (r *redisSettings) check(store string) []string {
+	var probs []string
+	if store != "redis" {
+		if r.url != "" {
+			probs = append(probs, "--redis-url needs --store redis")
+		}
+		return probs
+	}
+	if r.url == "" {
+		probs = append(probs, "--store redis needs --redis-url")
+	}
+	if r.timeout <= 0 {
+		probs = append(probs, fmt.Sprintf("--redis-timeout must be positive, got %s", r.timeout))
+	}
+	if r.cacheSize < 0 {
+		probs = append(probs, fmt.Sprintf("--local-cache-size must not be negative, got %d", r.cacheSize))
+	}
+	m, err := rules.ParseTagMode(r.hashTag)
+	if err != nil {
+		probs = append(probs, "--redis-hash-tag: "+err.Error())
+	}
+	r.tagMode = m
+	return probs
+}
+
+// config turns the settings into a redisstore.Config.
+func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
+	cfg := redisstore.Config{
+		SentinelMaster: r.sentinelMaster,
+		Username:       r.username,
+		Password:       r.password,
+		Prefix:         r.prefix,
+		Timeout:        r.timeout,
+		HashTag:        rules.HashTag(r.tagMode),
+		Logger:         log,
+	}
+	if strings.Contains(r.url, "://") {
+		cfg.URL = r.url
+	} else {
+		for _, a := range strings.Split(r.url, ",") {
+			cfg.Addrs = append(cfg.Addrs, strings.TrimSpace(a))
+		}
+	}
+	if r.tls || r.tlsCA != "" {
+		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if r.tlsCA != "" {
+			pem, err := os.ReadFile(r.tlsCA)
+			if err != nil {
+				return cfg, fmt.Errorf("--redis-tls-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return cfg, fmt.Errorf("--redis-tls-ca: no PEM certificates in %s", r.tlsCA)
+			}
+			cfg.TLS.RootCAs = pool
+		}
+	}
+	return cfg, nil
+}
+
+// stores is what serve decides with: the store the limiter uses, and the
+// parts of it that need wiring (memstore for snapshots, Redis for health
+// and metrics).
+type storeSet struct {
+	store sluice.Store
+	mem   *memstore.Store   // --store memory
+	redis *redisstore.Store // --store redis
+	cache *localcache.Store // in front of redis, unless disabled
+	close func()
+}
+
+// openStore opens the store of s.
+func openStore(s *serveSettings, log *slog.Logger) (*storeSet, error) {
+	switch s.store {
+	case "memory":
+		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})
+		return &storeSet{store: m, mem: m, close: func() { m.Close() }}, nil
+	case "redis":
+		cfg, err := s.redis.config(log.With("component", "redis"))
+		if err != nil {
+			return nil, err
+		}
+		r, err := redisstore.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		set := &storeSet{store: r, redis: r, close: func() { r.Close() }}
+		if s.redis.cacheSize > 0 {
+			set.cache = localcache.New(r, localcache.Config{MaxEntries: s.redis.cacheSize})
+			set.store = set.cache
+		}
+		return set, nil
+	}
+	return nil, errors.New("unknown store " + strconv.Quote(s.store))
+}
+
+// register adds the store's metrics to reg.
+func (set *storeSet) register(reg *prometheus.Registry) {
+	if set.redis != nil {
+		reg.MustRegister(set.redis.Collector())
+	}
+	if set.cache != nil {
+		reg.MustRegister(set.cache.Collector("sluice"))
+	}
+}
+
+func init() {
+	for name, v := range envoyRedis {
+		envoyVars[name] = v
+	}
+}
