@@ -140,6 +140,10 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		s.cfg.Prefix = DefaultPrefix
 	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		// A brace in the prefix would become every key's hash tag.
+		return nil, fmt.Errorf("redisstore: the key prefix %q must not contain { or }", cfg.Prefix)
+	}
 	s.metrics.init()
 	s.br = breaker.New(breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown})
 	s.br.OnChange(func(from, to breaker.State) {

@@ -463,6 +463,7 @@ func TestBadConfig(t *testing.T) {
 		{URL: "http://localhost:6379"},
 		{URL: "redis://localhost:6379/notadb"},
 		{Addrs: []string{" "}},
+		{URL: "redis://localhost:6379", Prefix: "app{1}:"},
 	} {
 		if s, err := New(cfg); err == nil {
 			s.Close()
