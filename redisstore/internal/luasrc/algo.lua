@@ -5,16 +5,26 @@
 --
 -- Times are nanoseconds since the Unix epoch; every argument is a
 -- non-negative integer (int.lua representation). p is
--- {kind=0..6, rate=, period=, cap=, interval=} as algo.Params; a result
--- is {allowed=bool, remaining=, reset=, retry=} as algo.Result, with
--- retry = int.NEVER (compare with int.eq) for never.
+-- {kind=0..6, rate=, period=, cap=, interval=} as algo.Params (and must be
+-- valid, see Params.Validate); a result is {allowed=bool, remaining=,
+-- reset=, retry=} as algo.Result, with retry = int.NEVER (compare with
+-- int.eq) for never. Functions never modify their arguments.
+--
+--   algo.step(p, st, now, n) -> st2, r          kinds 0-4 (Step)
+--   algo.log_step(p, entries, now, n) -> expired, r    (LogStep)
+--   algo.log_append(entries, expired, now, n) -> entries2 (LogAppend)
+--   algo.slide_result(per, c, now, n, prev, curr, ws, e) -> r (CMSketch.Check)
+--   algo.sketch_window(per, start, now) -> ws, e, rel (CMSketch.rotate)
+--   algo.add_sat(a, b), algo.align_down(t, per), algo.clamp_now(now),
+--   algo.zero_limit(n, reset)
 local algo = {}
 do
 	local add, sub, mul, divmod, divceil, mod = int.add, int.sub, int.mul, int.divmod, int.divceil, int.mod
 	local lt, le, eq, imax, imin, sat, add_sat = int.lt, int.le, int.eq, int.max, int.min, int.sat, int.add_sat
 	local MAXI64, MAXI64_1, NEVER = int.MAXI64, int.MAXI64_1, int.NEVER
 	local MSWC = int.MAX_SLIDING_WINDOW_CAPACITY
-	local P64 = int.parse("18446744073709551616") -- 2^64
+	local P64 = int.mul(4294967296, 4294967296) -- 2^64
+	local P53 = int.P53
 
 	-- align_down returns the start of the per-long window holding t
 	-- (alignDown).
@@ -24,7 +34,9 @@ do
 
 	-- clamp_now maps now into [0, MAXI64-1] (clampNow; now >= 0).
 	local function clamp_now(now)
-		if now + 0 ~= now and (now[4] ~= nil or not lt(now, MAXI64)) then
+		-- A time below 32767*2^48 (MAXI64 less 3.3 days) has a top limb
+		-- below 32767: no need to compare it with MAXI64.
+		if now + 0 ~= now and (now[4] ~= nil or (now[3] >= 32767 and not lt(now, MAXI64))) then
 			return MAXI64_1
 		end
 		return now
@@ -252,11 +264,12 @@ do
 		local e = mod(now, per)
 		local ws = sub(now, e)
 		local prev, curr, pinned = 0, 0, false
-		if lt(now, s.a) then
+		local sa = s.a
+		if lt(now, sa) then
 			-- sws, the start of the state's current window, is false
 			-- when it is the window before ws.
 			local sws
-			if eq(s.a, MAXI64) then
+			if sa + 0 ~= sa and sa[3] == 32767 and eq(sa, MAXI64) then
 				local last = align_down(MAXI64_1, per)
 				if eq(ws, last) then
 					sws = last
@@ -264,22 +277,24 @@ do
 					sws = imax(ws, sub(last, per))
 					e, pinned = 0, true
 				end
-			elseif le(s.a, per) then
+			elseif le(sa, per) then
 				sws = 0 -- not a state Step wrote
 			else
 				-- sws = alignDown(s.A-1-per): with d = s.A - ws > 0, it
 				-- is the window before ws for d <= per, ws for
 				-- per < d <= 2per, and later otherwise.
-				local d = sub(s.a, ws)
+				local d = sub(sa, ws)
 				if le(d, per) then
 					sws = false
 				elseif le(d, add(per, per)) then
 					sws = ws
 				else
-					sws = align_down(sub(sub(s.a, 1), per), per)
+					sws = align_down(sub(sub(sa, 1), per), per)
 				end
 			end
-			if sws and not lt(sws, ws) then
+			if sws == ws then -- the same window (the same value even)
+				prev, curr = s.prev, s.curr
+			elseif sws and not lt(sws, ws) then
 				if lt(ws, sws) then
 					ws, e = sws, 0 -- clock went backwards
 				end
@@ -345,8 +360,18 @@ do
 		local sum, newest = 0, 0
 		for i = expired + 1, k do
 			local en = entries[i]
-			sum = add_sat(sum, en.n)
-			newest = imax(newest, en.at)
+			-- sum + x is false when either is a big value (int.lua's
+			-- metatable), and exact when below 2^53.
+			local x, at = en.n, en.at
+			local t = sum + x
+			if t and t < P53 then
+				sum = t
+			else
+				sum = add_sat(sum, x)
+			end
+			if lt(newest, at) then
+				newest = at
+			end
 		end
 		local reset = 0
 		if k > expired then

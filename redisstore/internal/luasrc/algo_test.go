@@ -19,7 +19,7 @@ import (
 
 const (
 	maxI    = math.MaxInt64
-	batch   = 250 // traces per EVAL
+	batch   = 100 // traces per EVAL
 	stepsLo = 8
 	stepsHi = 40
 )

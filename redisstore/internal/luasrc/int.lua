@@ -18,6 +18,14 @@
 -- Every argument must be a non-negative integer; int.sub saturates at 0.
 -- Functions never modify their arguments; the tables they return may be
 -- shared (int.MAXI64 is returned by int.sat) and must not be modified either.
+--
+--   int.parse(s) -> x or nil     int.str(x) -> decimal string
+--   int.add, int.sub, int.mul    int.divmod(a, b) -> q, r    (b > 0)
+--   int.div, int.divceil, int.mod
+--   int.lt, int.le, int.eq -> bool    int.cmp -> -1, 0, 1
+--   int.min, int.max, int.sat (at MAXI64), int.add_sat
+--   int.MAXI64 = int.NEVER = 2^63-1, int.MAXI64_1 = 2^63-2,
+--   int.MAX_SLIDING_WINDOW_CAPACITY = 2^32-2, int.P53 = 2^53
 local int = {}
 do
 	local type, floor, tonumber = type, math.floor, tonumber

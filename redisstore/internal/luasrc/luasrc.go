@@ -23,6 +23,14 @@
 // (int.parse of a decimal string, or a plain Lua number below 2^53); the
 // Go side clamps times before the epoch and negative costs to 0 first.
 //
+// Defining Lib's functions costs a few microseconds, paid by every EVAL
+// (BenchmarkLibPrefix), more than a decision itself (BenchmarkLuaStep).
+// A Redis 7 function library (FUNCTION LOAD, FCALL) pays it once: wrap
+// Lib and the script's code in a local function, call it on the first
+// FCALL and keep what it returns in an upvalue, because code that runs
+// while a library loads sees only the redis table, not type, math or
+// string (see functionLib in the tests).
+//
 // The package imports only the standard library; its tests import algo
 // and internal/redistest.
 package luasrc

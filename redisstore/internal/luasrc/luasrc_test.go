@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
@@ -33,7 +34,11 @@ func newDriver(t testing.TB) *driver {
 		t.Fatal(err)
 	}
 	srv := redistest.Standalone(t)
-	conn, err := srv.Dial()
+	// A batch of traces runs for about a second, more on a loaded machine
+	// or under the race detector: allow far more than the default 5s.
+	dialer := srv.Dialer()
+	dialer.Timeout = 2 * time.Minute
+	conn, err := dialer.Dial(srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
