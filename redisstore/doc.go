@@ -7,9 +7,12 @@
 //
 // # One script, exact arithmetic, Redis's clock
 //
-// Every request is one Lua script call (EVALSHA; when Redis answers
-// NOSCRIPT the client sends the script with EVAL once, which loads it). The
-// script reads Redis TIME, so every node agrees on "now" whatever its own
+// Every request is one call of a Lua function (FCALL) of a library the
+// store loads with FUNCTION LOAD when it connects, and again whenever Redis
+// answers that it does not know the function (a restarted server, FUNCTION
+// FLUSH). A library rather than a script (EVALSHA): a script would run the
+// definitions of the whole Lua library again on every call, about 6µs of
+// Redis CPU. The function reads Redis TIME, so every node agrees on "now" whatever its own
 // clock says, evaluates every hit of the request with the algorithms of
 // package algo translated to Lua, and commits all of them or none, exactly
 // as memstore does. Lua numbers are doubles, exact only below 2^53, while

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/tls"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,10 +26,26 @@ import (
 //go:embed take.lua
 var takeLua string
 
-// script is the request script: the exact-integer library, the algorithms
-// and take.lua, one chunk. rueidis runs it with EVALSHA and falls back to
-// EVAL (which loads it) when the server answers NOSCRIPT.
-var script = rueidis.NewLuaScript(luasrc.Lib + "\n" + takeLua)
+// The store runs its Lua as a Redis function library (FUNCTION LOAD, then
+// FCALL): the exact-integer library, the algorithms and take.lua. A plain
+// script (EVALSHA) would run all of their definitions again on every
+// call, about 6µs of Redis CPU, more than a decision; a library runs them
+// once, on its first call (code that runs while a library loads sees only
+// the redis table, so the definitions wait for the first call and stay in
+// an upvalue). The names carry a hash of the code, so that nodes of two
+// sluice versions sharing a Redis each call their own.
+var (
+	takeCode = luasrc.Lib + "\n" + takeLua
+	libHash  = func() string { h := sha1.Sum([]byte(takeCode)); return hex.EncodeToString(h[:6]) }()
+	fnName   = "sluice_take_" + libHash
+	libCode  = "#!lua name=sluice_" + libHash + "\n" +
+		"local function lib()\n" + takeCode + "\nreturn take\nend\n" +
+		"local take\n" +
+		"redis.register_function('" + fnName + "', function(keys, args)\n" +
+		"  take = take or lib()\n" +
+		"  return take(keys, args)\n" +
+		"end)\n"
+)
 
 // Defaults of Config.
 const (
@@ -221,7 +239,13 @@ func (s *Store) connect() error {
 	if err != nil {
 		return err
 	}
-	s.client.Store(&conn{c: c, cluster: c.Mode() == rueidis.ClientModeCluster, owned: true})
+	cn := &conn{c: c, cluster: c.Mode() == rueidis.ClientModeCluster, owned: true}
+	// Load the library now, so that the first request does not wait for
+	// it; if this fails, the first call loads it.
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Dialer.Timeout)
+	loadLibrary(ctx, cn)
+	cancel()
+	s.client.Store(cn)
 	s.lastErr.Store(nil)
 	s.metrics.connected.Store(true)
 	s.log.Info("connected to redis", "mode", string(c.Mode()), "addrs", s.opt.InitAddress)
@@ -436,7 +460,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 	exec := func(g *group) {
 		g.res, g.err = nil, nil
-		arr, err := script.Exec(ctx, c.c, g.keys, g.args).AsStrSlice()
+		arr, err := s.fcall(ctx, c, g.keys, g.args).AsStrSlice()
 		if err == nil && len(arr) != 8*len(g.idx) {
 			err = fmt.Errorf("script returned %d values for %d hits", len(arr), len(g.idx))
 		}
@@ -455,6 +479,52 @@ func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 		}()
 	}
 	wg.Wait()
+}
+
+// fcall calls the request function. When Redis does not know it (a fresh
+// or restarted server, FUNCTION FLUSH, a failover to a replica that was
+// never given it), it loads the library and calls again.
+func (s *Store) fcall(ctx context.Context, c *conn, keys, args []string) rueidis.RedisResult {
+	call := func() rueidis.RedisResult {
+		return c.c.Do(ctx, c.c.B().Fcall().Function(fnName).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+	}
+	res := call()
+	if err := res.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
+		if err := loadLibrary(ctx, c); err != nil {
+			return res
+		}
+		res = call()
+	}
+	return res
+}
+
+// loadLibrary loads the function library on every node that takes writes:
+// the server, or each node of a Cluster (replicas refuse it, and get it by
+// replication).
+func loadLibrary(ctx context.Context, c *conn) error {
+	load := func(cl rueidis.Client) error {
+		err := cl.Do(ctx, cl.B().FunctionLoad().FunctionCode(libCode).Build()).Error()
+		if err != nil && strings.Contains(err.Error(), "already exists") {
+			return nil
+		}
+		return err
+	}
+	if !c.cluster {
+		return load(c.c)
+	}
+	var errs []error
+	loaded := false
+	for _, n := range c.c.Nodes() {
+		if err := load(n); err != nil {
+			errs = append(errs, err)
+		} else {
+			loaded = true
+		}
+	}
+	if loaded {
+		return nil
+	}
+	return errors.Join(errs...)
 }
 
 // encode fills o with the keys and script arguments of hit h, except prev.

@@ -97,10 +97,10 @@ func TestSlotMatchesRedis(t *testing.T) {
 type countingProxy struct {
 	ln       net.Listener
 	commands atomic.Int64
-	evalsha  atomic.Int64
-	eval     atomic.Int64
+	fcall    atomic.Int64
+	function atomic.Int64
 	mu       sync.Mutex
-	others   []string // commands other than EVALSHA and EVAL
+	others   []string // commands other than FCALL and FUNCTION
 	setup    []string // connection setup commands, not counted
 }
 
@@ -164,10 +164,10 @@ func (p *countingProxy) count(client io.Reader, server io.Writer) {
 					p.mu.Lock()
 					p.setup = append(p.setup, name)
 					p.mu.Unlock()
-				case "EVALSHA":
-					p.evalsha.Add(1)
-				case "EVAL":
-					p.eval.Add(1)
+				case "FCALL":
+					p.fcall.Add(1)
+				case "FUNCTION":
+					p.function.Add(1)
 				default:
 					p.mu.Lock()
 					p.others = append(p.others, string(body[:size]))
@@ -185,9 +185,9 @@ func (p *countingProxy) count(client io.Reader, server io.Writer) {
 }
 
 // TestOneRoundTrip counts the commands a request sends to Redis through a
-// proxy: exactly one (an EVALSHA) per request, whatever the number of
-// limits and algorithms, once the script is loaded; after SCRIPT FLUSH,
-// one EVALSHA answered NOSCRIPT and one EVAL that reloads the script.
+// proxy: exactly one (an FCALL) per request, whatever the number of limits
+// and algorithms; after FUNCTION FLUSH, an FCALL answered "Function not
+// found", one FUNCTION LOAD, and the FCALL again.
 func TestOneRoundTrip(t *testing.T) {
 	srv := redistest.Standalone(t)
 	proxy := newCountingProxy(t, srv.Addr())
@@ -204,29 +204,29 @@ func TestOneRoundTrip(t *testing.T) {
 		{Key: "ip:1", Limit: logLimit, Cost: 1},
 		{Key: "ip:1", Limit: sketch, Cost: 1},
 	}
-	if _, _, err := lim.Decide(ctx, hits); err != nil { // loads the script
+	if _, _, err := lim.Decide(ctx, hits); err != nil {
 		t.Fatal(err)
 	}
-	before, evalsha := proxy.commands.Load(), proxy.evalsha.Load()
+	before, fcall := proxy.commands.Load(), proxy.fcall.Load()
 	const n = 50
 	for i := range n {
 		if _, _, err := lim.Decide(ctx, hits[:1+i%len(hits)]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if c, e := proxy.commands.Load()-before, proxy.evalsha.Load()-evalsha; c != n || e != n {
-		t.Errorf("%d commands (%d EVALSHA) for %d requests, want exactly one EVALSHA each; others: %q", c, e, n, proxy.others)
+	if c, f := proxy.commands.Load()-before, proxy.fcall.Load()-fcall; c != n || f != n {
+		t.Errorf("%d commands (%d FCALL) for %d requests, want exactly one FCALL each; others: %q", c, f, n, proxy.others)
 	}
 
-	srv.Cmd("SCRIPT", "FLUSH")
-	before, evalsha, eval := proxy.commands.Load(), proxy.evalsha.Load(), proxy.eval.Load()
+	srv.Cmd("FUNCTION", "FLUSH")
+	before, fcall, function := proxy.commands.Load(), proxy.fcall.Load(), proxy.function.Load()
 	d, _, err := lim.Decide(ctx, hits[:1])
 	if err != nil || !d.Allowed {
-		t.Fatalf("after SCRIPT FLUSH: %+v, %v", d, err)
+		t.Fatalf("after FUNCTION FLUSH: %+v, %v", d, err)
 	}
-	c, e, v := proxy.commands.Load()-before, proxy.evalsha.Load()-evalsha, proxy.eval.Load()-eval
-	if c != 2 || e != 1 || v != 1 {
-		t.Errorf("after SCRIPT FLUSH: %d commands, %d EVALSHA and %d EVAL, want 2, 1 and 1", c, e, v)
+	c, f, l := proxy.commands.Load()-before, proxy.fcall.Load()-fcall, proxy.function.Load()-function
+	if c != 3 || f != 2 || l != 1 {
+		t.Errorf("after FUNCTION FLUSH: %d commands, %d FCALL and %d FUNCTION, want 3, 2 and 1", c, f, l)
 	}
 }
 
