@@ -21,7 +21,7 @@ type HashTag func(key string) string
 // one call per slot.
 func WholeKey(key string) string { return key }
 
-// Redis keys are compact and fixed-size: the prefix, the hash tag as 16 hex
+// Redis keys are compact and of one size: the prefix, the hash tag as 16 hex
 // digits of its xxh3 hash in braces, and 32 hex digits of the 128-bit xxh3
 // hash of the limit's parameters and the key, then a suffix:
 //
@@ -32,10 +32,6 @@ func WholeKey(key string) string { return key }
 //
 // where <sk> is the hash of the sketch's identity (the limit's name, rate,
 // period, capacity, width and depth), the slot of all its keys.
-const (
-	tagHex = 16
-	idHex  = 32
-)
 
 // keyer builds the Redis keys of hits.
 type keyer struct {
