@@ -119,7 +119,16 @@ func slotOf(key string) uint16 {
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table holds the CRC of every byte value, for crc16 to take a byte at
+// a time.
+var crc16Table = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -127,9 +136,10 @@ func crc16(s string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return crc
-}
+	return t
+}()
 
 // sketchHash is the 64-bit hash that places key in the counters of a sketch
 // with parameters p. It is unseeded: every node must place a key alike.

@@ -348,7 +348,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 // op is one hit, encoded for the script.
 type op struct {
 	p     algo.Params
-	slot  uint16
+	slot  uint16 // on a Cluster
 	state string // the state key, or a sketch's meta key
 	args  []string
 	keys  []string
@@ -368,6 +368,9 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
 	for i := range hits {
 		s.encode(&k, &hits[i], &ops[i])
+		if c.cluster {
+			ops[i].slot = slotOf(ops[i].state)
+		}
 	}
 	var groups []*group
 	if !c.cluster {
@@ -561,7 +564,6 @@ func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 			o.keys = append(o.keys, o.state+":b")
 		}
 	}
-	o.slot = slotOf(o.state)
 }
 
 // build sets the script call of g for the given mode; undo holds the undo

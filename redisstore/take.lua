@@ -75,11 +75,12 @@ end
 
 -- write_raw stores a raw state value with the TTL of its idle-at time, or
 -- deletes the key when the value is empty or already idle.
-local function write_raw(key, v, now)
+-- a is the value's idle-at time when the caller knows it, else nil.
+local function write_raw(key, v, now, a)
   if v ~= '' then
-    local a = string.match(v, '^(%d+)')
-    if a and X.lt(now, X.parse(a)) then
-      redis.call('SET', key, v, 'PX', ttl_ms(X.parse(a), now))
+    if not a then a = X.parse(string.match(v, '^(%d+)') or '') end
+    if a and X.lt(now, a) then
+      redis.call('SET', key, v, 'PX', ttl_ms(a, now))
       return
     end
   end
@@ -392,7 +393,7 @@ local function take(KEYS, ARGV)
       o.committed = true
       if o.kind <= 4 then
         o.undo1, o.undo2 = o.raw, o.written
-        write_raw(o.key, o.written, now)
+        write_raw(o.key, o.written, now, o.next.a)
       elseif o.kind == 5 then
         local keep = #o.log - o.expired
         if o.expired > 0 then redis.call('LTRIM', o.key, o.expired, -1) end
