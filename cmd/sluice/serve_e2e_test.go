@@ -966,7 +966,8 @@ descriptors:
 		{"bad rules", []string{"--config", bad}, 1, []string{"2 problem(s)", "bad.yaml:4:", "fortnight", "bad.yaml:6:"}},
 		{"missing rules", []string{"--config", filepath.Join(dir, "nope.yaml")}, 1, []string{"nope.yaml", "no such file"}},
 		{"no config", nil, 2, []string{"--config (or SLUICE_CONFIG) is required"}},
-		{"unknown store", []string{"--config", good, "--store", "redis"}, 1, []string{`unknown store "redis" (supported: memory)`}},
+		{"unknown store", []string{"--config", good, "--store", "memcache"}, 1, []string{`unknown store "memcache" (supported: memory, redis)`}},
+		{"redis without url", []string{"--config", good, "--store", "redis"}, 1, []string{"--store redis needs --redis-url"}},
 		{"port taken", []string{"--config", good, "--http-addr", taken.Addr().String()}, 1, []string{"http listener", "address already in use"}},
 		{"state in a missing directory", []string{"--config", good, "--state-file", filepath.Join(dir, "no", "state")}, 1, []string{"--state-file"}},
 	} {
