@@ -328,7 +328,14 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		s.metrics.rejected.Add(1)
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	timeout := s.timeout
+	if s.br.State() == breaker.HalfOpen {
+		// The one probe that may close the breaker: give it more time,
+		// so that a Redis that is back but slow (a loaded machine, a
+		// cold start) is not taken for dead again.
+		timeout = max(timeout, min(4*timeout, time.Second))
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
 	err := s.take(cctx, c, hits, out)
 	cancel()
