@@ -471,3 +471,45 @@ func TestBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelFailover checks that the store follows a Sentinel failover:
+// the counters replicated to the new master hold, and the function library
+// (replicated too) answers there without a reload.
+func TestSentinelFailover(t *testing.T) {
+	ss := redistest.Sentinel(t)
+	s := newTestStore(t, Config{Addrs: ss.Addrs(), SentinelMaster: ss.MasterName, Timeout: time.Second}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 5, Period: time.Hour}
+	ctx := context.Background()
+	for i := range 3 {
+		if d, err := lim.Allow(ctx, "k", l); err != nil || !d.Allowed {
+			t.Fatalf("request %d before the failover: %+v, %v", i, d, err)
+		}
+	}
+	// Let the replica catch up before it is promoted.
+	old := ss.Master()
+	old.Cmd("WAIT", 1, 5000)
+	ss.Failover()
+	deadline := time.Now().Add(20 * time.Second)
+	var d sluice.Decision
+	for {
+		var err error
+		d, err = lim.Allow(ctx, "k", l)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer 20s after the failover: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("first request after the failover: %+v, want allowed with 1 left (3 counted before)", d)
+	}
+	if d, err := lim.Allow(ctx, "k", l); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("second request after the failover: %+v, %v", d, err)
+	}
+	if d, err := lim.Allow(ctx, "k", l); err != nil || d.Allowed {
+		t.Fatalf("sixth request: %+v, %v; want denied", d, err)
+	}
+}
