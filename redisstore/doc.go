@@ -45,7 +45,9 @@
 // entry loses the hits; a bucket touched since, and sketch counters, keep
 // the consumption. So a cross-slot request never admits more than one
 // node would, but between the two calls (and for those remainders) it can
-// deny a little more.
+// deny a little more. If a slot's call fails, the request is an error
+// (the caller's failure policy answers it) and what the other slots
+// consumed stays consumed.
 //
 // # Failures
 //

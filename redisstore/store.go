@@ -341,8 +341,9 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	cancel()
 	s.metrics.observe(time.Since(start), err)
 	if err != nil && ctx.Err() != nil {
-		// The caller gave up: that says nothing about Redis.
-		s.br.Done(nil)
+		// The caller gave up: that says nothing about Redis, so the
+		// breaker hears nothing (a probe that does not report is
+		// replaced after a cooldown).
 		return ctx.Err()
 	}
 	s.br.Done(err)
