@@ -10,7 +10,7 @@ import (
 // metrics counts the store's calls; Collector exports them.
 type metrics struct {
 	ok, failed, rejected atomic.Int64
-	connected            atomic.Bool
+	refundFailed         atomic.Int64
 	latency              prometheus.Histogram
 }
 
@@ -37,6 +37,8 @@ var (
 		[]string{"result"}, nil)
 	upDesc = prometheus.NewDesc("sluice_redis_up",
 		"1 when the Redis store is connected and its circuit breaker closed.", nil, nil)
+	refundDesc = prometheus.NewDesc("sluice_redis_refund_failures_total",
+		"Cross-slot requests denied in one slot whose consumption in another could not be taken back (it stays consumed).", nil, nil)
 	breakerDesc = prometheus.NewDesc("sluice_redis_breaker_state",
 		"The Redis store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil)
 )
@@ -51,6 +53,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- callsDesc
 	ch <- upDesc
 	ch <- breakerDesc
+	ch <- refundDesc
 	c.s.metrics.latency.Describe(ch)
 }
 
@@ -65,5 +68,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up)
 	ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(c.s.br.State()))
+	ch <- prometheus.MustNewConstMetric(refundDesc, prometheus.CounterValue, float64(m.refundFailed.Load()))
 	m.latency.Collect(ch)
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,8 +204,11 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 		return opt, errors.New("redisstore: no URL and no addresses")
 	}
 	for _, a := range opt.InitAddress {
-		if strings.TrimSpace(a) == "" {
-			return opt, errors.New("redisstore: empty address")
+		if opt.DialCtxFn != nil {
+			break // a Unix socket path
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return opt, fmt.Errorf("redisstore: address %q: %v", a, err)
 		}
 	}
 	if cfg.SentinelMaster != "" {
@@ -243,11 +247,12 @@ func (s *Store) connect() error {
 	// Load the library now, so that the first request does not wait for
 	// it; if this fails, the first call loads it.
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Dialer.Timeout)
-	loadLibrary(ctx, cn)
+	if err := loadLibrary(ctx, cn); err != nil {
+		s.log.Warn("redis: could not load the function library; the first request will try again", "err", err)
+	}
 	cancel()
 	s.client.Store(cn)
 	s.lastErr.Store(nil)
-	s.metrics.connected.Store(true)
 	s.log.Info("connected to redis", "mode", string(c.Mode()), "addrs", s.opt.InitAddress)
 	return nil
 }
@@ -267,6 +272,11 @@ func (s *Store) reconnect() {
 			return
 		}
 		s.setErr(err)
+		if wait >= 5*time.Second {
+			// Every 5s at most: a configuration that can never work
+			// (a wrong password, a bad TLS setting) stays visible.
+			s.log.Warn("redis still not reachable; retrying", "err", err)
+		}
 		wait = min(2*wait, 5*time.Second)
 	}
 }
@@ -292,15 +302,20 @@ func (s *Store) Close() error {
 // reason otherwise. It does no I/O.
 func (s *Store) Health() error {
 	if s.client.Load() == nil {
-		if p := s.lastErr.Load(); p != nil {
-			return fmt.Errorf("%w: not connected: %v", ErrUnavailable, *p)
-		}
-		return fmt.Errorf("%w: not connected", ErrUnavailable)
+		return s.notConnected()
 	}
 	if st := s.br.State(); st != breaker.Closed {
 		return fmt.Errorf("%w: circuit breaker %s", ErrUnavailable, st)
 	}
 	return nil
+}
+
+// notConnected is the error of a call made before the store connected.
+func (s *Store) notConnected() error {
+	if p := s.lastErr.Load(); p != nil {
+		return fmt.Errorf("%w: not connected: %v", ErrUnavailable, *p)
+	}
+	return fmt.Errorf("%w: not connected", ErrUnavailable)
 }
 
 // Take implements sluice.Store; see its documentation for the contract.
@@ -322,7 +337,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	c := s.client.Load()
 	if c == nil {
 		s.metrics.rejected.Add(1)
-		return s.Health()
+		return s.notConnected()
 	}
 	if err := s.br.Allow(); err != nil {
 		s.metrics.rejected.Add(1)
@@ -340,10 +355,13 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	err := s.take(cctx, c, hits, out)
 	cancel()
 	s.metrics.observe(time.Since(start), err)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		// The caller gave up: that says nothing about Redis, so the
 		// breaker hears nothing (a probe that does not report is
-		// replaced after a cooldown).
+		// replaced after a cooldown). A caller's deadline that passed
+		// while Redis did not answer does count: Envoy's own deadline
+		// (20ms by default) can be shorter than Config.Timeout, and a
+		// silent Redis must still open the breaker.
 		return ctx.Err()
 	}
 	s.br.Done(err)
@@ -407,25 +425,31 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 		g.build(hits, ops, nowArg, "t", nil)
 	}
 	s.run(ctx, c, groups)
-	for _, g := range groups {
-		if g.err != nil {
-			return g.err
-		}
-	}
+	var failed error
 	allowed := true
 	for _, g := range groups {
+		if g.err != nil {
+			failed = g.err
+			continue
+		}
 		for j, i := range g.idx {
 			if g.res[8*j] != "1" && !hits[i].Limit.Shadow {
 				allowed = false
 			}
 		}
 	}
-	if !allowed && len(groups) > 1 {
-		// Another slot denied: take back what the allowing slots
-		// consumed, and report their hits as peeks.
+	if (failed != nil || !allowed) && len(groups) > 1 {
+		// Another slot denied, or failed: take back what the allowing
+		// slots consumed, and report their hits as peeks. The refunds
+		// get a deadline of their own: the request's is mostly spent.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+		defer cancel()
 		var refunds []*group
 		var taken [][]string
 		for _, g := range groups {
+			if g.err != nil {
+				continue
+			}
 			var undo []string
 			committed := false
 			for j := range g.idx {
@@ -438,10 +462,15 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 				taken = append(taken, g.res)
 			}
 		}
-		s.run(ctx, c, refunds)
+		s.run(rctx, c, refunds)
 		for k, g := range refunds {
 			if g.err != nil {
-				return fmt.Errorf("refunding a request denied in another slot: %w", g.err)
+				// The slot's consumption stays (the safe side); its
+				// hits report what the take answered.
+				s.metrics.refundFailed.Add(1)
+				s.log.Warn("redis: could not take back a cross-slot request's consumption", "err", g.err)
+				g.err, g.res = nil, taken[k]
+				continue
 			}
 			// The refund answers peeks; as in a request denied in one
 			// slot, only the hits that allowed and would have consumed
@@ -453,6 +482,9 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 				}
 			}
 		}
+	}
+	if failed != nil {
+		return failed
 	}
 	for _, g := range groups {
 		for j, i := range g.idx {

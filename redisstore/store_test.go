@@ -513,3 +513,40 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("sixth request: %+v, %v; want denied", d, err)
 	}
 }
+
+// TestCallerDeadlineOpensBreaker checks that a Redis that stops answering
+// opens the breaker even when every caller's deadline (Envoy's 20ms) is
+// shorter than the store's own timeout, while a caller that cancels says
+// nothing about Redis.
+func TestCallerDeadlineOpensBreaker(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: time.Second, BreakerFailures: 3, BreakerCooldown: time.Minute}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1000, Period: time.Second}
+	if _, err := lim.Allow(context.Background(), "k", l); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(3 * time.Second)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 5 {
+		// Canceled before the call: never reaches Redis nor the breaker.
+		if _, err := lim.Allow(canceled, "k", l); !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled call: %v", err)
+		}
+	}
+	if err := s.Health(); err != nil {
+		t.Fatalf("canceled calls changed the store's health: %v", err)
+	}
+	for i := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := lim.Allow(ctx, "k", l)
+		cancel()
+		if err == nil {
+			t.Fatalf("call %d decided while Redis is paused", i)
+		}
+	}
+	if _, err := lim.Allow(context.Background(), "k", l); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after 3 calls past their deadline: %v, want ErrUnavailable from the open breaker", err)
+	}
+}

@@ -169,7 +169,7 @@ end
 
 -- sketch_add counts n hits of o's key in the current window with the
 -- conservative update, and returns the undo strings of a refund: the
--- sketch's write sequence number after this add, and the window's parity
+-- sketch's meta value after this add, and the window's parity
 -- followed by every changed counter and its old value.
 local function sketch_add(o, now, n)
   local est, vals = bitfield_read(o.curk, o.cells)
@@ -191,9 +191,10 @@ local function sketch_add(o, now, n)
   local ttl = ttl_ms(add_sat(now, add_sat(o.p.period, o.p.period)), now)
   local start, seq = read_meta(o.meta)
   seq = seq + 1
-  redis.call('SET', o.meta, X.str(start or o.ws) .. ' ' .. seq, 'PX', ttl)
+  local meta = X.str(start or o.ws) .. ' ' .. seq
+  redis.call('SET', o.meta, meta, 'PX', ttl)
   redis.call('PEXPIRE', o.curk, ttl)
-  return tostring(seq), table.concat(undo, ' ')
+  return meta, table.concat(undo, ' ')
 end
 
 -- fields splits a raw state value into its numbers (as strings).
@@ -290,10 +291,11 @@ local function take(KEYS, ARGV)
           refund_window(o, cur, before, after)
         end
       elseif o.kind == 6 and before ~= '' then
-        -- before: the sketch's sequence number after the take's add; if no
-        -- add came since, put the counters back and step the number back.
+        -- before: the sketch's meta value (window start and sequence
+        -- number) after the take's add; if no add and no rotation came
+        -- since, put the counters back and step the number back.
         local start, seq = read_meta(o.meta)
-        if start and tostring(seq) == before then
+        if start and redis.call('GET', o.meta) == before then
           local parity, cells = string.match(after, '^(%d) ?(.*)$')
           local key = o.k0
           if parity == '1' then key = o.k1 end
