@@ -66,10 +66,12 @@ func HashTag(mode TagMode) func(key string) string {
 	}
 }
 
-// keyParts parses a key of the form appendRuleKey builds: 'r', the domain
-// and rule fields, the limit's tag ("#i/algorithm/period/interval"), then
-// the entries. It returns where the entries start and where the domain
-// field ends.
+// keyParts parses a counter key of the forms Plan builds: a rule's ('r',
+// the domain and rule fields, the limit's tag "#i/algorithm/period/interval",
+// then the entries), an override's ('o', the domain, "/period", the entries)
+// or the domain capacity's ('c', the domain, ...). It returns where the
+// entries start (the key's end for the capacity) and where the domain field
+// ends.
 func keyParts(key string) (entries, domainEnd int, ok bool) {
 	if len(key) == 0 {
 		return 0, 0, false
@@ -78,6 +80,16 @@ func keyParts(key string) (entries, domainEnd int, ok bool) {
 	case 'c': // the domain capacity: 'c', the domain, '/'...
 		_, end, ok := keyField(key, 1)
 		return len(key), end, ok
+	case 'o': // a per-request override: 'o', the domain, '/period', the entries
+		_, end, ok := keyField(key, 1)
+		if !ok || end >= len(key) || key[end] != '/' {
+			return 0, 0, false
+		}
+		i := end + 1
+		for i < len(key) && key[i] >= '0' && key[i] <= '9' {
+			i++
+		}
+		return i, end, true
 	case 'r':
 	default:
 		return 0, 0, false

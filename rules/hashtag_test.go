@@ -84,6 +84,21 @@ descriptors:
 			}
 		}
 	}
+	// A per-request override of bob's limit shares bob's tag in entry
+	// mode and the domain's in domain mode.
+	ov := desc("user=bob")
+	ov.Override = &rules.Override{RequestsPerUnit: 7, Unit: rules.Minute}
+	op := plan(t, c, "api", ov)
+	okey := op.Hits[0].Key
+	if okey[0] != 'o' {
+		t.Fatalf("override key %q does not start with 'o'", okey)
+	}
+	if !same(entry, okey, keys[0]) {
+		t.Errorf("entry mode: override tag %q, bob's %q", entry(okey), entry(keys[0]))
+	}
+	if !same(domain, okey, keys[0]) {
+		t.Errorf("domain mode: override tag %q, domain's %q", domain(okey), domain(keys[0]))
+	}
 	for _, s := range []string{"entry", "key", "domain"} {
 		m, err := rules.ParseTagMode(s)
 		if err != nil || m.String() != s {
