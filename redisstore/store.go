@@ -205,7 +205,10 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 	}
 	for _, a := range opt.InitAddress {
 		if opt.DialCtxFn != nil {
-			break // a Unix socket path
+			if a == "" {
+				return opt, errors.New("redisstore: a unix:// URL needs a socket path")
+			}
+			break
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return opt, fmt.Errorf("redisstore: address %q: %v", a, err)

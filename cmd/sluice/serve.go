@@ -159,6 +159,12 @@ func hostPort(hostVar, portVar, defPort string) envoyVar {
 // startup warning names those that are set, with what to do instead.
 var envoyUnmapped = []struct{ name, hint string }{
 	{"REDIS_POOL_SIZE", "nothing: the Redis client pipelines on a few connections"},
+	{"REDIS_PIPELINE_LIMIT", "nothing: the Redis client pipelines automatically"},
+	{"REDIS_TLS_CLIENT_CERT", "a TLS-terminating sidecar (client certificates are not supported)"},
+	{"REDIS_TLS_CLIENT_KEY", "a TLS-terminating sidecar (client certificates are not supported)"},
+	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "--redis-tls-ca with the server's CA"},
+	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "nothing: readiness shows the store's state"},
+	{"REDIS_PERSECOND_URL", "one Redis for every limit"},
 	{"REDIS_PIPELINE_WINDOW", "nothing: the Redis client pipelines automatically"},
 	{"REDIS_PERSECOND", "one Redis for every limit"},
 	{"MEMCACHE_HOST_PORT", "--store"},

@@ -115,10 +115,12 @@ func TestServeSettingsEnvoyRedis(t *testing.T) {
 		url, master, user, passwd string
 		tls                       bool
 	}{
-		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_URL": "redis:6379"}, "redis:6379", "", "", "", false},
-		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw"},
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, "redis:6379", "", "", "", false},
+		{map[string]string{"REDIS_SOCKET_TYPE": "TCP", "REDIS_URL": "redis:6379"}, "redis:6379", "", "", "", false},
+		{map[string]string{"REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, "unix:///var/run/nutcracker/ratelimit.sock", "", "", "", false},
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_AUTH": "pw"},
 			"s1:26379,s2:26379", "mymaster", "", "pw", false},
-		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "u:pw", "REDIS_TLS": "true"},
+		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_AUTH": "u:pw", "REDIS_TLS": "true"},
 			"a:7000,b:7001", "", "u", "pw", true},
 		{map[string]string{"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/run/redis.sock"}, "unix:///run/redis.sock", "", "", "", false},
 	} {

@@ -60,13 +60,18 @@ func (r *redisSettings) flags(s *serveSettings, fs interface {
 // and REDIS_TLS.
 var envoyRedis = map[string]envoyVar{
 	"store": {
-		names: []string{"BACKEND_TYPE"},
+		// Envoy's BACKEND_TYPE defaults to redis: a deployment that sets
+		// only REDIS_URL runs on Redis there, and here.
+		names: []string{"BACKEND_TYPE", "REDIS_URL"},
 		value: func(env lookupEnv) (string, bool) {
 			v, ok := env("BACKEND_TYPE")
-			if ok && strings.EqualFold(v, "redis") {
-				return "redis", true
+			if !ok {
+				if _, url := env("REDIS_URL"); url {
+					return "redis", true
+				}
+				return "", false
 			}
-			return "", false
+			return strings.ToLower(v), true
 		},
 	},
 	"redis-url": {
@@ -82,7 +87,8 @@ var envoyRedis = map[string]envoyVar{
 					u = addrs
 				}
 			}
-			if st, _ := env("REDIS_SOCKET_TYPE"); strings.EqualFold(st, "unix") {
+			// Envoy's REDIS_SOCKET_TYPE defaults to unix.
+			if st, set := env("REDIS_SOCKET_TYPE"); !set || strings.EqualFold(st, "unix") {
 				u = "unix://" + u
 			}
 			return u, true
@@ -118,7 +124,9 @@ var envoyRedis = map[string]envoyVar{
 			return user, found
 		},
 	},
-	"redis-tls": plain("REDIS_TLS"),
+	"redis-tls":    plain("REDIS_TLS"),
+	"redis-tls-ca": plain("REDIS_TLS_CACERT"),
+	"redis-prefix": plain("CACHE_KEY_PREFIX"),
 }
 
 // check validates the Redis settings when store is redis.
