@@ -26,8 +26,8 @@
 // A key's state lives under <prefix>{<tag>}<id>: the tag is 16 hex digits
 // of the hash of Config.HashTag(key), the id 32 hex digits of the 128-bit
 // hash of the limit's parameters and the key (so different limits on one key
-// string keep separate state, and keys of any length take 57 bytes plus the
-// prefix). Values are short decimal strings ("idle-at remainder"); a
+// string keep separate state, and keys of any length take the prefix plus
+// 50 bytes). Values are short decimal strings ("idle-at remainder"); a
 // sliding log is a list of "time count" entries; a sketch is two strings
 // of 32-bit counters (BITFIELD), one per window, and a key with the latest
 // window's start, in the slot of the sketch's own identity. Every key has a
@@ -42,12 +42,13 @@
 // denied, the store takes back what the allowing slots consumed with a
 // second call: a state nobody touched since is restored exactly, a window
 // counter touched since is decremented in the same window, a sliding log
-// entry loses the hits; a bucket touched since, and sketch counters, keep
-// the consumption. So a cross-slot request never admits more than one
-// node would, but between the two calls (and for those remainders) it can
-// deny a little more. If a slot's call fails, the request is an error
-// (the caller's failure policy answers it) and what the other slots
-// consumed stays consumed.
+// entry loses the hits, sketch counters are restored if nothing was added
+// to the sketch since; a bucket touched since, and a sketch added to
+// since, keep the consumption. So a cross-slot request never admits more
+// than one node would, but between the two calls (and for those
+// remainders, which on a hot bucket are common) it can deny more. If a
+// slot's call fails, the request is an error (the caller's failure policy
+// answers it); the other slots' consumption is taken back as above.
 //
 // # Failures
 //
