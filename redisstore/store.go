@@ -122,6 +122,7 @@ type Store struct {
 	closeOnce sync.Once
 
 	lastErr atomic.Pointer[error]
+	loadMu  sync.Mutex // serializes reloads of the function library
 	metrics metrics
 
 	// now, when set (tests only), replaces Redis TIME.
@@ -536,7 +537,12 @@ func (s *Store) fcall(ctx context.Context, c *conn, keys, args []string) rueidis
 	}
 	res := call()
 	if err := res.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
-		if err := loadLibrary(ctx, c); err != nil {
+		// One load at a time: the calls that met the same restart wait
+		// for it, and their own loads then find the library there.
+		s.loadMu.Lock()
+		err := loadLibrary(ctx, c)
+		s.loadMu.Unlock()
+		if err != nil {
 			return res
 		}
 		res = call()

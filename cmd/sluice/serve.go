@@ -188,8 +188,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
 	fs.StringVar(&s.store, "store", "memory", "`name` of the store that keeps the counters: "+strings.Join(stores, ", "))
-	s.redis.flags(s, fs)
-	s.failurePolicy = rules.FailOpen
+	s.redis.flags(fs)
 	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailOpen, "`policy` when the store fails, for domains that set no failure_policy: fail_open, fail_closed, or local (limit on this node alone, each limit divided by --local-nodes)")
 	fs.IntVar(&s.localNodes, "local-nodes", 1, "`nodes` sharing the limits: the local failure policy divides every limit by this")
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")

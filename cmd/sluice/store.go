@@ -35,7 +35,7 @@ type redisSettings struct {
 	cacheSize      int
 }
 
-func (r *redisSettings) flags(s *serveSettings, fs interface {
+func (r *redisSettings) flags(fs interface {
 	StringVar(*string, string, string, string)
 	BoolVar(*bool, string, bool, string)
 	DurationVar(*time.Duration, string, time.Duration, string)
