@@ -55,3 +55,15 @@ type Hit struct {
 	// Zero is a peek: it consumes nothing and reports the state.
 	Cost int64
 }
+
+// BlockedFor returns d as the decision of a key serving a block_for
+// penalty that ends in left: denied, nothing remaining, and RetryAfter and
+// ResetAfter no earlier than the end of the block. Stores call it.
+func (d Decision) BlockedFor(left time.Duration) Decision {
+	d.Allowed = false
+	d.Remaining = 0
+	d.Blocked = true
+	d.RetryAfter = max(d.RetryAfter, left)
+	d.ResetAfter = max(d.ResetAfter, left)
+	return d
+}

@@ -428,14 +428,7 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 			out[i] = l.Decide(o.r, &o.p)
 			continue
 		}
-		left := time.Duration(o.until - now)
-		d := l.Decide(o.r, &o.p)
-		d.Allowed = false
-		d.Remaining = 0
-		d.Blocked = true
-		d.RetryAfter = max(d.RetryAfter, left)
-		d.ResetAfter = max(d.ResetAfter, left)
-		out[i] = d
+		out[i] = l.Decide(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
 	}
 }
 

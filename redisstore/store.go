@@ -659,11 +659,7 @@ func decision(h *sluice.Hit, p *algo.Params, f []string) (sluice.Decision, error
 	r := algo.Result{Allowed: f[0] == "1", Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2]}
 	d := h.Limit.Decide(r, p)
 	if left := time.Duration(n[3]); left > 0 {
-		d.Allowed = false
-		d.Remaining = 0
-		d.Blocked = true
-		d.RetryAfter = max(d.RetryAfter, left)
-		d.ResetAfter = max(d.ResetAfter, left)
+		d = d.BlockedFor(left)
 	}
 	return d, nil
 }
