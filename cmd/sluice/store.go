@@ -190,7 +190,7 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 	return cfg, nil
 }
 
-// stores is what serve decides with: the store the limiter uses, and the
+// storeSet is what serve decides with: the store the limiter uses, and the
 // parts of it that need wiring (memstore for snapshots, Redis for health
 // and metrics).
 type storeSet struct {
