@@ -4,11 +4,10 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 )
 
@@ -111,53 +110,15 @@ func (m *HeaderMode) Set(s string) error {
 	return nil
 }
 
-// maxHeaderSeconds caps every number of seconds in a header (ten years).
-const maxHeaderSeconds = 10 * 366 * 24 * 3600
-
-// seconds is d in whole seconds, rounded up, as a header value. A duration
-// of sluice.Never (a request that no wait can admit under the limit: a
-// cost above the burst, a zero limit) becomes the limit's period, after
-// which the limit may have been changed.
-func seconds(d, period time.Duration) int64 {
-	if d >= sluice.Never {
-		d = period
-	}
-	if d <= 0 {
-		return 0
-	}
-	s := int64((d + time.Second - 1) / time.Second)
-	return min(s, maxHeaderSeconds)
-}
-
-// headerValues builds the rate limit headers of o. over is the response's
-// overall code; shadow-mode limits, which never deny, are not advertised.
+// headerValues builds the rate limit headers of o (see the
+// ratelimitheaders package). over is the response's overall code;
+// shadow-mode limits, which never deny, are not advertised.
 func (s *Server) headerValues(o *rls.Outcome, over bool) []*corev3.HeaderValue {
-	// The deciding limit: the one that denied, else the enforced limit
-	// with the least quota left (the later reset on a tie).
-	deciding := -1
-	if !o.Overall.Allowed && o.Overall.Index >= 0 && o.Overall.Index < len(o.Limits) && !o.Limits[o.Overall.Index].Limit.Shadow {
-		deciding = o.Overall.Index
-	} else {
-		for i := range o.Limits {
-			l := &o.Limits[i]
-			if l.Limit.Shadow {
-				continue
-			}
-			if deciding < 0 {
-				deciding = i
-				continue
-			}
-			b := &o.Limits[deciding].Decision
-			if l.Decision.Remaining < b.Remaining || (l.Decision.Remaining == b.Remaining && l.Decision.ResetAfter > b.ResetAfter) {
-				deciding = i
-			}
-		}
-	}
+	deciding := ratelimitheaders.Deciding(o)
 	if deciding < 0 {
 		return nil
 	}
 	dl := &o.Limits[deciding]
-	reset := seconds(dl.Decision.ResetAfter, dl.Limit.Period)
 
 	n := 0
 	if s.headers&HeadersIETF != 0 {
@@ -177,74 +138,18 @@ func (s *Server) headerValues(o *rls.Outcome, over bool) []*corev3.HeaderValue {
 		h.Key, h.Value = k, v
 		out = append(out, h)
 	}
-	var b []byte
 	if s.headers&HeadersIETF != 0 {
-		b = make([]byte, 0, 64)
-		first := true
-		for i := range o.Limits {
-			l := o.Limits[i].Limit
-			if l.Shadow || listed(o.Limits[:i], l) {
-				continue
-			}
-			if !first {
-				b = append(b, ", "...)
-			}
-			first = false
-			b = appendSFString(b, l.Name)
-			b = append(b, ";q="...)
-			b = strconv.AppendInt(b, l.Nominal(), 10)
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, seconds(l.Period, l.Period), 10)
-		}
+		b := ratelimitheaders.AppendPolicy(make([]byte, 0, 64), o.Limits)
 		add("RateLimit-Policy", string(b))
-		b = appendSFString(b[:0], dl.Limit.Name)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, dl.Decision.Remaining, 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, reset, 10)
-		add("RateLimit", string(b))
+		add("RateLimit", string(ratelimitheaders.AppendRateLimit(b[:0], dl)))
 	}
 	if s.headers&HeadersXRateLimit != 0 {
 		add("X-RateLimit-Limit", strconv.FormatInt(dl.Decision.Limit, 10))
 		add("X-RateLimit-Remaining", strconv.FormatInt(dl.Decision.Remaining, 10))
-		add("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+		add("X-RateLimit-Reset", strconv.FormatInt(ratelimitheaders.Reset(dl), 10))
 	}
 	if retry {
-		// The overall decision's wait, never shorter than the deciding
-		// limit's.
-		wait := seconds(o.Overall.RetryAfter, dl.Limit.Period)
-		wait = max(wait, seconds(dl.Decision.RetryAfter, dl.Limit.Period), 1)
-		add("Retry-After", strconv.FormatInt(wait, 10))
+		add("Retry-After", strconv.FormatInt(ratelimitheaders.RetryAfter(o, dl), 10))
 	}
 	return out
-}
-
-// listed reports whether a limit of the same name as l, an enforced one,
-// is in ls: the policy names each limit once.
-func listed(ls []rls.LimitOutcome, l *sluice.Limit) bool {
-	for i := range ls {
-		if x := ls[i].Limit; !x.Shadow && (x == l || x.Name == l.Name) {
-			return true
-		}
-	}
-	return false
-}
-
-// appendSFString appends s as a structured field string (RFC 8941): in
-// quotes, with quotes and backslashes escaped, and bytes outside printable
-// ASCII, which it cannot hold, replaced by '?'.
-func appendSFString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			b = append(b, '?')
-		default:
-			b = append(b, c)
-		}
-	}
-	return append(b, '"')
 }
