@@ -1,13 +1,75 @@
-// Package httplimit is the net/http front door of sluice: it owns how an
-// HTTP request is turned into the identity a limit is counted against.
+// Package httplimit is the net/http front door of sluice: middleware that
+// limits requests with the same rules and deciders as sluice serve, and the
+// client address resolution it keys them by.
 //
-// So far it holds "who is asking": [ClientIP] resolves the client's address
-// from the peer address and, only when the peer is a configured trusted
-// proxy, from the X-Forwarded-For, Forwarded (RFC 7239) or X-Real-IP header,
-// taking the right-most address that is not a trusted proxy. IPv6 clients are
-// grouped by prefix (/64 by default) so that one host cannot mint millions of
-// keys, and [Key] gives the stable string form used as the value of Envoy's
-// remote_address descriptor.
+// # The middleware
+//
+// [New] returns a func(http.Handler) http.Handler, the shape the standard
+// library, chi (r.Use) and gorilla/mux (r.Use) take as they are:
+//
+//	limit, err := httplimit.New(httplimit.Config{
+//		Decider: rls.NewDecider(sluice.NewLimiter(store), cfg),
+//		Domain:  "api",
+//	})
+//	...
+//	http.ListenAndServe(":8080", limit(mux))
+//
+// For gin, wrap it per route group with a small adapter that runs the rest
+// of the chain as the next handler:
+//
+//	func ginLimit(limit func(http.Handler) http.Handler) gin.HandlerFunc {
+//		return func(c *gin.Context) {
+//			passed := false
+//			limit(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+//				passed = true
+//				c.Request = r
+//				c.Next()
+//			})).ServeHTTP(c.Writer, c.Request)
+//			if !passed {
+//				c.Abort()
+//			}
+//		}
+//	}
+//
+// For echo, echo.WrapMiddleware(limit) is the adapter. This package
+// imports neither.
+//
+// For each request the middleware resolves the client (Config.ClientIP),
+// builds the RLS descriptors of Config.Descriptors (by default the client
+// address as Envoy's remote_address), and decides them together with
+// hits_addend 1 in Config.Domain:
+//
+//   - allowed: the rate limit headers of the deciding limit (the one with
+//     the least quota left) are set, then the handler is called; the last
+//     allowed request shows 0 remaining;
+//   - denied: Config.DenyStatus (429) with an RFC 9457
+//     application/problem+json body ([ProblemRateLimited]) and a
+//     Retry-After never earlier than the deciding limit allows; or
+//     Config.OnDeny;
+//   - shadow mode (Config.ShadowMode, or a rule's shadow_mode): let
+//     through, as sluice serve answers;
+//   - store failure: the Decider's failure policy answers (rls.Failover);
+//     a fail_open answer carries no rate limit headers. When nothing can
+//     answer, Config.OnError, by default a 503 that says nothing of the
+//     cause;
+//   - a value the limits cannot take (see [Descriptor]): 400 with a
+//     problem+json body ([ProblemInvalidRequest]), nothing charged.
+//
+// The headers are X-RateLimit-Limit, X-RateLimit-Remaining,
+// X-RateLimit-Reset (seconds), Retry-After on denials, and the IETF
+// RateLimit-Policy and RateLimit fields in the draft -08 syntax
+// ("name";q=100;w=60 and "name";r=50;t=30), the same values sluice serve
+// sends; Config.Headers switches each family.
+//
+// # Who is asking
+//
+// [ClientIP] resolves the client's address from the peer address and, only
+// when the peer is a configured trusted proxy, from the X-Forwarded-For,
+// Forwarded (RFC 7239) or X-Real-IP header, taking the right-most address
+// that is not a trusted proxy. IPv6 clients are grouped by prefix (/64 by
+// default) so that one host cannot mint millions of keys, and [Key] gives
+// the stable string form used as the value of Envoy's remote_address
+// descriptor.
 //
 // Most callers want a ClientIP whose TrustedProxies come from
 // [ParseTrustedProxies] and nothing else set:
@@ -22,6 +84,11 @@
 // The zero ClientIP trusts no proxy: it ignores every forwarding header and
 // returns the peer's own address.
 //
-// This package imports only the standard library so far; it may import the
-// sluice root package and the rules package, never a store or a transport.
+// Other descriptors come from a header, an API key, the method and path
+// (per-endpoint limits), a country header or a constant ([Source]), in any
+// combination: per user and per IP together are two descriptors, decided
+// all-or-nothing.
+//
+// This package imports the sluice root package, rls, rules and the Envoy
+// protos; never a store (tests aside) or a transport.
 package httplimit

@@ -53,7 +53,14 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 
 func get(t *testing.T, client *http.Client, url string, header http.Header) string {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	return readBody(t, send(t, client, http.MethodGet, url, header))
+}
+
+// send makes a request with the header lines of header and returns the
+// response.
+func send(t testing.TB, client *http.Client, method, url string, header http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +71,7 @@ func get(t *testing.T, client *http.Client, url string, header http.Header) stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	return readBody(t, resp)
+	return resp
 }
 
 // readBody returns the body of a 200 response, or "status N" for another.
@@ -162,13 +169,21 @@ func TestResolveRawRequests(t *testing.T) {
 // and returns what readBody makes of the response.
 func rawGet(t *testing.T, addr string, lines []string) string {
 	t.Helper()
+	return readBody(t, rawRequest(t, addr, "/", lines))
+}
+
+// rawRequest writes a GET of path with the header lines on a new
+// connection, for bytes a client library refuses to send, and returns the
+// response.
+func rawRequest(t testing.TB, addr, path string, lines []string) *http.Response {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	w := bufio.NewWriter(conn)
-	w.WriteString("GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n")
+	w.WriteString("GET " + path + " HTTP/1.1\r\nHost: test\r\nConnection: close\r\n")
 	for _, l := range lines {
 		w.WriteString(l + "\r\n")
 	}
@@ -180,5 +195,5 @@ func rawGet(t *testing.T, addr string, lines []string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return readBody(t, resp)
+	return resp
 }

@@ -1,0 +1,422 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// HeaderMode selects the families of rate limit headers the middleware
+// sends. It is a bit set, except that its zero value means HeadersAll and
+// HeadersNone means none.
+type HeaderMode uint8
+
+const (
+	// HeadersIETF sends the RateLimit-Policy and RateLimit fields of the
+	// IETF draft (draft-ietf-httpapi-ratelimit-headers, -08 and later):
+	//	RateLimit-Policy: "name";q=100;w=60, "other";q=1000;w=86400
+	//	RateLimit: "name";r=50;t=30
+	// The policy lists every enforced limit of the request with its quota
+	// q and window w in seconds; RateLimit gives the deciding limit's
+	// remaining quota r and the seconds t until it resets.
+	HeadersIETF HeaderMode = 1 << iota
+	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining
+	// and X-RateLimit-Reset (seconds until the deciding limit resets).
+	HeadersXRateLimit
+	// HeadersRetryAfter sends Retry-After (whole seconds, rounded up) on
+	// denials.
+	HeadersRetryAfter
+	// HeadersNone sends no rate limit header (the problem body of a
+	// denial still carries retry-after).
+	HeadersNone
+
+	// HeadersAll is every family, the default.
+	HeadersAll = HeadersIETF | HeadersXRateLimit | HeadersRetryAfter
+)
+
+// Config configures the middleware made by New. Zero fields mean the
+// documented default; Decider and Domain are required.
+type Config struct {
+	// Decider decides every request: the rules, the limiter, and the
+	// failure policy that answers when the store fails (rls.Failover).
+	// Required.
+	Decider *rls.Decider
+
+	// Domain is the rules domain the requests are decided in. Required.
+	Domain string
+
+	// ClientIP resolves the client address for RemoteAddress. The zero
+	// value trusts no proxy: the client is the peer.
+	ClientIP ClientIP
+
+	// Descriptors are the RLS descriptors built from each request, all
+	// decided together, all-or-nothing: a request denied by one
+	// descriptor's limits consumes nothing from the others'. Empty means
+	// one descriptor {remote_address: <client>}, as Envoy's
+	// remote_address action, so that a rules file with
+	// `key: remote_address` works as it is. A request for which every
+	// descriptor is skipped (see Descriptor) is let through without
+	// headers.
+	Descriptors []Descriptor
+
+	// Headers selects the rate limit headers sent, on allowed and denied
+	// responses alike. Zero means HeadersAll.
+	Headers HeaderMode
+
+	// ShadowMode is the global shadow mode: every request is decided and
+	// counted, but none is denied. The headers of a request that would
+	// have been denied show the limit that would have denied it, with
+	// nothing remaining, and no Retry-After. Rules' own shadow_mode
+	// limits never deny and are not advertised, with or without it.
+	ShadowMode bool
+
+	// DenyStatus is the status of a denial. Zero means 429 Too Many
+	// Requests.
+	DenyStatus int
+
+	// OnDeny, when set, writes denials instead of the problem+json body.
+	// It is called with the rate limit headers (Retry-After included)
+	// already set on w, and must write the status itself.
+	OnDeny http.Handler
+
+	// OnError, when set, answers a request that could not be decided: no
+	// rules loaded, the store failing with no failure policy to answer,
+	// the client's address unusable (a Unix socket listener with
+	// RemoteAddress), the request's context ending, a request the rules
+	// refuse (descriptors whose counter key would exceed
+	// sluice.MaxKeyLen: many long entries). Nil means 503 with a
+	// problem+json body ([ProblemUnavailable]) that says nothing of err.
+	OnError func(w http.ResponseWriter, r *http.Request, err error)
+
+	// Logger receives decision errors and store failures answered by the
+	// failure policy, at most one line per second of each. Nil discards.
+	Logger *slog.Logger
+}
+
+// middleware is a validated Config.
+type middleware struct {
+	dec        *rls.Decider
+	domain     string
+	ip         ClientIP
+	descs      [][]entry
+	needIP     bool
+	entries    int // over all descriptors
+	headers    HeaderMode
+	shadow     bool
+	denyStatus int
+	onDeny     http.Handler
+	onError    func(w http.ResponseWriter, r *http.Request, err error)
+	log        *slog.Logger
+	lastErrLog atomic.Int64 // UnixNano
+	lastDegLog atomic.Int64
+	scratch    sync.Pool // *scratch
+}
+
+// New validates cfg and returns the middleware: a
+// func(http.Handler) http.Handler for the standard library, chi and
+// gorilla/mux alike. See the package documentation for what it does to a
+// request.
+func New(cfg Config) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return &handler{m: m, next: next}
+	}, nil
+}
+
+func newMiddleware(cfg Config) (*middleware, error) {
+	switch {
+	case cfg.Decider == nil:
+		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
+	case cfg.Domain == "":
+		return nil, fmt.Errorf("%w: Domain is required", ErrConfig)
+	case len(cfg.Domain) > rules.MaxEntryLen:
+		return nil, fmt.Errorf("%w: Domain longer than %d bytes", ErrConfig, rules.MaxEntryLen)
+	case cfg.DenyStatus != 0 && (cfg.DenyStatus < 400 || cfg.DenyStatus > 599):
+		return nil, fmt.Errorf("%w: DenyStatus %d is not a 4xx or 5xx status", ErrConfig, cfg.DenyStatus)
+	case cfg.Headers&^(HeadersAll|HeadersNone) != 0 || cfg.Headers&HeadersNone != 0 && cfg.Headers != HeadersNone:
+		return nil, fmt.Errorf("%w: Headers %d is not a combination of HeadersIETF, HeadersXRateLimit and HeadersRetryAfter, or HeadersNone", ErrConfig, cfg.Headers)
+	case len(cfg.Descriptors) > MaxDescriptors:
+		return nil, fmt.Errorf("%w: %d descriptors (at most %d)", ErrConfig, len(cfg.Descriptors), MaxDescriptors)
+	}
+	if err := cfg.ClientIP.Validate(); err != nil {
+		return nil, err
+	}
+	m := &middleware{
+		dec:        cfg.Decider,
+		domain:     cfg.Domain,
+		ip:         cfg.ClientIP,
+		headers:    cfg.Headers,
+		shadow:     cfg.ShadowMode,
+		denyStatus: cfg.DenyStatus,
+		onDeny:     cfg.OnDeny,
+		onError:    cfg.OnError,
+		log:        cfg.Logger,
+	}
+	m.ip.TrustedProxies = append([]netip.Prefix(nil), cfg.ClientIP.TrustedProxies...)
+	m.ip.Headers = append([]string(nil), cfg.ClientIP.Headers...)
+	switch m.headers {
+	case 0:
+		m.headers = HeadersAll
+	case HeadersNone:
+		m.headers = 0
+	}
+	if m.denyStatus == 0 {
+		m.denyStatus = http.StatusTooManyRequests
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	descs := cfg.Descriptors
+	if len(descs) == 0 {
+		descs = []Descriptor{{{Source: RemoteAddress()}}}
+	}
+	for i, d := range descs {
+		c, err := compile(i, d)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range c {
+			m.needIP = m.needIP || e.kind == remoteAddress
+		}
+		m.entries += len(c)
+		m.descs = append(m.descs, c)
+	}
+	m.scratch.New = func() any { return m.newScratch() }
+	return m, nil
+}
+
+// scratch is the per-request state, pooled: the RLS request with its
+// descriptors and entries, the outcome, and buffers.
+type scratch struct {
+	req     rlsv3.RateLimitRequest
+	pds     []*rlv3.RateLimitDescriptor
+	descs   []rlv3.RateLimitDescriptor
+	entPtrs []*rlv3.RateLimitDescriptor_Entry
+	entries []rlv3.RateLimitDescriptor_Entry
+	out     rls.Outcome
+	key     []byte
+	hdr     []byte
+}
+
+func (m *middleware) newScratch() *scratch {
+	s := &scratch{
+		pds:     make([]*rlv3.RateLimitDescriptor, 0, len(m.descs)),
+		descs:   make([]rlv3.RateLimitDescriptor, len(m.descs)),
+		entPtrs: make([]*rlv3.RateLimitDescriptor_Entry, m.entries),
+		entries: make([]rlv3.RateLimitDescriptor_Entry, m.entries),
+		key:     make([]byte, 0, 64),
+		hdr:     make([]byte, 0, 256),
+	}
+	for i := range s.entries {
+		s.entPtrs[i] = &s.entries[i]
+	}
+	s.req.HitsAddend = 1
+	return s
+}
+
+// release empties s of the request's values and returns it to the pool.
+func (m *middleware) release(s *scratch) {
+	for i := range s.entries {
+		s.entries[i].Value = ""
+	}
+	s.req.Descriptors = nil
+	s.out.Reset()
+	m.scratch.Put(s)
+}
+
+type handler struct {
+	m    *middleware
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := h.m
+	s := m.scratch.Get().(*scratch)
+	n, err := m.build(s, r)
+	switch {
+	case err != nil:
+		m.release(s)
+		var inv invalidError
+		if errors.As(err, &inv) {
+			writeProblem(w, &problem{Type: ProblemInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest, Detail: inv.msg})
+			return
+		}
+		m.fail(w, r, err)
+		return
+	case n == 0: // every descriptor skipped: nothing to limit
+		m.release(s)
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	o := &s.out
+	if err := m.dec.DecideInto(r.Context(), &s.req, o); err != nil {
+		m.release(s)
+		m.fail(w, r, err)
+		return
+	}
+	if o.Degraded != rules.FailDefault {
+		if due(&m.lastDegLog) {
+			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", o.Degraded.String(), "err", o.StoreErr)
+		}
+	}
+	denied := o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !m.shadow
+	// A fail_open answer knows no quota to advertise.
+	if o.Degraded != rules.FailOpen {
+		m.setHeaders(w.Header(), s, denied)
+	}
+	if !denied {
+		m.release(s)
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	if m.onDeny != nil {
+		m.release(s)
+		m.onDeny.ServeHTTP(w, r)
+		return
+	}
+	p := m.denial(o)
+	m.release(s)
+	writeProblem(w, p)
+}
+
+// invalidError is a request value that makes the request invalid; msg
+// names the header or field, never the value.
+type invalidError struct{ msg string }
+
+func (e invalidError) Error() string { return e.msg }
+
+// build fills s.req with the descriptors of r and returns how many there
+// are: 0 when every descriptor is skipped.
+func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
+	var client string
+	if m.needIP {
+		p, err := m.ip.Resolve(r)
+		if err != nil {
+			return 0, err
+		}
+		s.key = AppendKey(s.key[:0], p)
+		client = string(s.key)
+	}
+	s.pds = s.pds[:0]
+	next := 0 // the next free entry
+descs:
+	for _, d := range m.descs {
+		pd := &s.descs[len(s.pds)]
+		start := next
+		for i := range d {
+			e := &d[i]
+			v, ok, err := e.value(r, client)
+			if err != nil {
+				return 0, invalidError{err.Error()}
+			}
+			if !ok {
+				for j := start; j < next; j++ {
+					s.entries[j].Value = ""
+				}
+				next = start
+				continue descs
+			}
+			pe := &s.entries[next]
+			pe.Key, pe.Value = e.key, v
+			next++
+		}
+		pd.Entries = s.entPtrs[start:next:next]
+		s.pds = append(s.pds, pd)
+	}
+	s.req.Domain = m.domain
+	s.req.Descriptors = s.pds
+	return len(s.pds), nil
+}
+
+// setHeaders sets the rate limit headers of the outcome in s on h. The
+// values share one string and one slice, allocated together per
+// response.
+func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
+	o := &s.out
+	if m.headers == 0 {
+		return
+	}
+	deciding := ratelimitheaders.Deciding(o)
+	if deciding < 0 {
+		return
+	}
+	dl := &o.Limits[deciding]
+	var ends [6]int
+	names := [6]string{}
+	n := 0
+	b := s.hdr[:0]
+	add := func(name string) {
+		names[n], ends[n] = name, len(b)
+		n++
+	}
+	if m.headers&HeadersIETF != 0 {
+		b = ratelimitheaders.AppendPolicy(b, o.Limits)
+		add("Ratelimit-Policy")
+		b = ratelimitheaders.AppendRateLimit(b, dl)
+		add("Ratelimit")
+	}
+	if m.headers&HeadersXRateLimit != 0 {
+		b = strconv.AppendInt(b, dl.Decision.Limit, 10)
+		add("X-Ratelimit-Limit")
+		b = strconv.AppendInt(b, dl.Decision.Remaining, 10)
+		add("X-Ratelimit-Remaining")
+		b = strconv.AppendInt(b, ratelimitheaders.Reset(dl), 10)
+		add("X-Ratelimit-Reset")
+	}
+	if denied && m.headers&HeadersRetryAfter != 0 {
+		b = strconv.AppendInt(b, ratelimitheaders.RetryAfter(o, dl), 10)
+		add("Retry-After")
+	}
+	s.hdr = b
+	all := string(b)
+	vals := make([]string, n)
+	start := 0
+	for i := range n {
+		vals[i] = all[start:ends[i]]
+		start = ends[i]
+		h[names[i]] = vals[i : i+1 : i+1]
+	}
+}
+
+// fail answers a request that could not be decided.
+func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if due(&m.lastErrLog) {
+		m.log.Warn("rate limit decision failed", "domain", m.domain, "err", err)
+	}
+	if m.onError != nil {
+		m.onError(w, r, err)
+		return
+	}
+	writeProblem(w, &problem{
+		Type:   ProblemUnavailable,
+		Title:  "Service unavailable",
+		Status: http.StatusServiceUnavailable,
+		Detail: "The rate limiter could not decide this request. Try again later.",
+	})
+}
+
+// due reports whether a log line may be written now, at most one a second
+// per *last: a failing store fails every request, and the log must not
+// grow with the request rate.
+func due(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
+}
