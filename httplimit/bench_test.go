@@ -1,11 +1,18 @@
 package httplimit_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/rls"
 )
 
 func BenchmarkResolve(b *testing.B) {
@@ -83,4 +90,102 @@ func BenchmarkKey(b *testing.B) {
 			}
 		})
 	}
+}
+
+// discardWriter is a ResponseWriter that keeps only its header map, which
+// each request clears, as net/http gives every response a new one.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkMiddleware is the middleware's overhead per request around a
+// handler that does nothing: client address, descriptors, the decision on
+// a memstore (keys within their limit) and the response headers. The
+// requests are made once; each goroutine cycles through keys of its own.
+func BenchmarkMiddleware(b *testing.B) {
+	const yaml = `
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+	nothing := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, bc := range []struct {
+		name    string
+		keys    int
+		headers httplimit.HeaderMode
+		descs   []httplimit.Descriptor
+	}{
+		{"keys=1/headers=none", 1, httplimit.HeadersNone, nil},
+		{"keys=10k/headers=none", 10_000, httplimit.HeadersNone, nil},
+		{"keys=10k/headers=all", 10_000, httplimit.HeadersAll, nil},
+		{"keys=10k/ip+apikey/headers=all", 10_000, httplimit.HeadersAll, []httplimit.Descriptor{
+			{{Source: httplimit.RemoteAddress()}}, {{Source: httplimit.APIKey("X-Api-Key")}}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			mw, err := httplimit.New(httplimit.Config{
+				Decider:     decider(b, yaml),
+				Domain:      "bench",
+				Headers:     bc.headers,
+				Descriptors: bc.descs,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := mw(nothing)
+			reqs := make([]*http.Request, bc.keys)
+			for i := range reqs {
+				reqs[i] = request(fmt.Sprintf("10.%d.%d.%d:4000", i>>16&255, i>>8&255, i&255), fmt.Sprintf("X-Api-Key: key-%d", i))
+				h.ServeHTTP(&discardWriter{h: http.Header{}}, reqs[i]) // every key in the store
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				w := &discardWriter{h: http.Header{}}
+				i := next.Add(1) * 7919
+				for pb.Next() {
+					clear(w.h)
+					h.ServeHTTP(w, reqs[i%uint64(len(reqs))])
+					i++
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkDecideOnly is the decision alone that BenchmarkMiddleware's
+// keys=10k/headers=none makes per request: the baseline its overhead is
+// measured against.
+func BenchmarkDecideOnly(b *testing.B) {
+	dec := decider(b, `
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`)
+	reqs := make([]*rlsv3.RateLimitRequest, 10_000)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", HitsAddend: 1, Descriptors: []*rlv3.RateLimitDescriptor{{
+			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i>>8&255, i&255)}},
+		}}}
+	}
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var o rls.Outcome
+		i := next.Add(1) * 7919
+		for pb.Next() {
+			if err := dec.DecideInto(context.Background(), reqs[i%uint64(len(reqs))], &o); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
 }
