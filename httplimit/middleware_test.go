@@ -590,3 +590,47 @@ func TestNewErrors(t *testing.T) {
 		}
 	}
 }
+
+// An IPv6 client rotating addresses inside its /64 (here as the trusted
+// proxy reports them) has one limit; the next /64 has its own.
+func TestIPv6PrefixSharesLimit(t *testing.T) {
+	srv := limited(t, httplimit.Config{
+		Decider:  decider(t, ipRules),
+		Domain:   "api",
+		ClientIP: httplimit.ClientIP{TrustedProxies: mustProxies(t, "127.0.0.0/8")},
+	})
+	var got []string
+	for _, ip := range []string{"2001:db8:1:2::1", "2001:db8:1:2:ffff::7", "2001:db8:1:2:1:2:3:4", "2001:db8:1:2::99", "2001:db8:1:3::1"} {
+		got = append(got, do(t, srv.Client(), "GET", srv.URL, http.Header{"X-Forwarded-For": {ip}}).String())
+	}
+	if want := "200 2,200 1,200 0,429 0,200 2"; strings.Join(got, ",") != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// Concurrent requests of one client over real connections: exactly the
+// limit is admitted.
+func TestConcurrentExact(t *testing.T) {
+	srv := limited(t, httplimit.Config{Decider: decider(t, ipRules), Domain: "api"})
+	const n = 40
+	statuses := make(chan int, n)
+	for range n {
+		go func() {
+			resp, err := srv.Client().Get(srv.URL)
+			if err != nil {
+				statuses <- 0
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			statuses <- resp.StatusCode
+		}()
+	}
+	count := map[int]int{}
+	for range n {
+		count[<-statuses]++
+	}
+	if count[200] != 3 || count[429] != n-3 {
+		t.Errorf("statuses %v, want 3 × 200 and %d × 429", count, n-3)
+	}
+}
