@@ -490,19 +490,7 @@ func TestSentinelFailover(t *testing.T) {
 	old := ss.Master()
 	old.Cmd("WAIT", 1, 5000)
 	ss.Failover()
-	deadline := time.Now().Add(20 * time.Second)
-	var d sluice.Decision
-	for {
-		var err error
-		d, err = lim.Allow(ctx, "k", l)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer 20s after the failover: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d := allowEventually(t, lim, "k", l)
 	if !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("first request after the failover: %+v, want allowed with 1 left (3 counted before)", d)
 	}
@@ -583,19 +571,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	owner.Kill()
 	c.WaitHealthy()
-	deadline := time.Now().Add(20 * time.Second)
-	var d sluice.Decision
-	for {
-		var err error
-		d, err = lim.Allow(ctx, "k", l)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no answer 20s after the failover: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d := allowEventually(t, lim, "k", l)
 	// Whether the counter survived is Redis's replication, not the
 	// store's: in about one run in ten here the promoted replica had
 	// lost it although WAIT had acknowledged the write (then 4 are
@@ -606,5 +582,22 @@ func TestClusterFailover(t *testing.T) {
 	t.Logf("after the failover: %d left (1: the counter survived)", d.Remaining)
 	if c.Owner(key) == owner {
 		t.Fatal("the killed node still owns the key's slot")
+	}
+}
+
+// allowEventually asks for key until the store answers, at most 20s after
+// a failover, and returns the first answer.
+func allowEventually(t *testing.T, lim *sluice.Limiter, key string, l *sluice.Limit) sluice.Decision {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d, err := lim.Allow(context.Background(), key, l)
+		if err == nil {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer 20s after the failover: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
