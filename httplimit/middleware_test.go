@@ -16,34 +16,21 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // fixedNow is 20.25 s into a minute: a fixed window of a minute ends 39.75 s
 // later, which headers round up to 40.
 var fixedNow = time.Unix(1_700_000_000, 250_000_000)
 
-func mustRules(t testing.TB, yaml string) *rules.Config {
-	t.Helper()
-	d, err := rules.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
 // decider returns a Decider over a memstore whose clock stands at fixedNow.
 func decider(t testing.TB, yaml string) *rls.Decider {
 	t.Helper()
 	store := memstore.New(memstore.Config{Now: func() time.Time { return fixedNow }})
 	t.Cleanup(func() { store.Close() })
-	return rls.NewDecider(sluice.NewLimiter(store), mustRules(t, yaml))
+	return rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml))
 }
 
 // okHandler answers 200 "ok".
@@ -317,7 +304,7 @@ func (failingStore) Take(context.Context, []sluice.Hit, []sluice.Decision) error
 
 func TestStoreFailure(t *testing.T) {
 	newDecider := func(policy string) *rls.Decider {
-		return rls.NewDecider(sluice.NewLimiter(failingStore{}), mustRules(t, ipRules+"failure_policy: "+policy+"\n"))
+		return rls.NewDecider(sluice.NewLimiter(failingStore{}), rulestest.Config(t, ipRules+"failure_policy: "+policy+"\n"))
 	}
 	t.Run("fail_open", func(t *testing.T) {
 		srv := limited(t, httplimit.Config{Decider: newDecider("fail_open"), Domain: "api"})

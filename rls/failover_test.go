@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
@@ -68,7 +69,7 @@ func newFailEnv(t testing.TB, yaml string) *failEnv {
 	t.Cleanup(func() { main.Close(); local.Close() })
 	e.store = &flakyStore{inner: main}
 	e.local = sluice.NewLimiter(local)
-	e.dec = rls.NewDecider(sluice.NewLimiter(e.store), mustRules(t, yaml))
+	e.dec = rls.NewDecider(sluice.NewLimiter(e.store), rulestest.Config(t, yaml))
 	return e
 }
 
@@ -432,7 +433,7 @@ func TestFailLocalReload(t *testing.T) {
 	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 5 {
 		t.Fatalf("limit %d, want 5", o.Overall.Limit)
 	}
-	e.dec.SetRules(mustRules(t, strings.Replace(failRules, "requests_per_unit: 10}", "requests_per_unit: 30}", 1)))
+	e.dec.SetRules(rulestest.Config(t, strings.Replace(failRules, "requests_per_unit: 10}", "requests_per_unit: 30}", 1)))
 	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 15 {
 		t.Errorf("after the reload: limit %d, want 15", o.Overall.Limit)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
@@ -23,22 +24,9 @@ func newDecider(t *testing.T, yaml string) *rls.Decider {
 	t.Cleanup(func() { store.Close() })
 	var cfg *rules.Config
 	if yaml != "" {
-		cfg = mustRules(t, yaml)
+		cfg = rulestest.Config(t, yaml)
 	}
 	return rls.NewDecider(sluice.NewLimiter(store), cfg)
-}
-
-func mustRules(t testing.TB, yaml string) *rules.Config {
-	t.Helper()
-	d, err := rules.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 func desc(key, value string) *rlv3.RateLimitDescriptor {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -119,7 +120,7 @@ func TestHash(t *testing.T) {
 
 // A Config is shared by concurrent requests (run with -race).
 func TestConcurrentPlans(t *testing.T) {
-	c := mustConfig(t, matching)
+	c := rulestest.Config(t, matching)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)

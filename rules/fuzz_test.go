@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -111,7 +112,7 @@ func FuzzGlob(f *testing.F) {
 // FuzzPlan compares the matching with a naive reference of Envoy's lookup
 // and checks the hits and keys of random requests.
 func FuzzPlan(f *testing.F) {
-	c := mustConfig(f, matching+`
+	c := rulestest.Config(f, matching+`
   - key: files
     value: files/*
     share_threshold: true

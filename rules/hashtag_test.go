@@ -3,13 +3,14 @@ package rules_test
 import (
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/rules"
 )
 
 // TestHashTag checks which keys share a tag in each mode, on keys built by
 // Plan from a real rules file.
 func TestHashTag(t *testing.T) {
-	c := mustConfig(t, `
+	c := rulestest.Config(t, `
 domain: api
 capacity: {unit: second, requests_per_unit: 1000}
 descriptors:

@@ -7,25 +7,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/rules"
 )
-
-func mustConfig(t testing.TB, srcs ...string) *rules.Config {
-	t.Helper()
-	var ds []*rules.Domain
-	for i, src := range srcs {
-		d, err := rules.Parse("f"+string(rune('0'+i))+".yaml", []byte(src))
-		if err != nil {
-			t.Fatalf("Parse: %v", err)
-		}
-		ds = append(ds, d)
-	}
-	c, err := rules.NewConfig(ds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // desc builds a descriptor from "k=v" pairs, cost 1.
 func desc(kvs ...string) rules.Descriptor {
@@ -159,7 +143,7 @@ descriptors:
 // value-less rule; the rule of the last entry applies, with no
 // backtracking.
 func TestMatching(t *testing.T) {
-	checkMatches(t, mustConfig(t, matching), "m", []reqCase{
+	checkMatches(t, rulestest.Config(t, matching), "m", []reqCase{
 		{[]string{"ip=1.2.3.4"}, "m.ip"},
 		{[]string{"ip=10.0.0.1"}, "m.ip_10.0.0.1"},
 		{[]string{"ip=10.0.0.2"}, "m.ip_10.0.*"},
@@ -188,7 +172,7 @@ func TestMatching(t *testing.T) {
 }
 
 func TestUnknownDomain(t *testing.T) {
-	c := mustConfig(t, matching)
+	c := rulestest.Config(t, matching)
 	p := plan(t, c, "nope", desc("ip=1.2.3.4"), desc("to_number=1"))
 	if p.Domain != nil || len(p.Hits) != 0 || len(p.Matches) != 2 || p.Capacity != -1 {
 		t.Fatalf("plan %+v", p)
@@ -203,7 +187,7 @@ func TestUnknownDomain(t *testing.T) {
 // Value-less and wildcard rules count each request value apart; exact rules
 // and shared wildcards count together.
 func TestCounters(t *testing.T) {
-	c := mustConfig(t, matching+`
+	c := rulestest.Config(t, matching+`
   - key: files
     value: files/*
     share_threshold: true
@@ -229,7 +213,7 @@ func TestCounters(t *testing.T) {
 
 // No value, however it uses separators, makes two descriptors share a key.
 func TestKeyCollisions(t *testing.T) {
-	c := mustConfig(t, `
+	c := rulestest.Config(t, `
 domain: "d"
 descriptors:
   - key: a
@@ -278,7 +262,7 @@ descriptors:
 
 // Limits of one rule, and rules of one request, have distinct keys.
 func TestMultipleLimits(t *testing.T) {
-	c := mustConfig(t, `
+	c := rulestest.Config(t, `
 domain: api
 descriptors:
   - key: post
@@ -317,7 +301,7 @@ descriptors:
 
 // Example 7 of Envoy's README, and unlimited rules replacing too.
 func TestReplaces(t *testing.T) {
-	c := mustConfig(t, example7+`
+	c := rulestest.Config(t, example7+`
   - key: vip
     rate_limit:
       unlimited: true
@@ -344,7 +328,7 @@ func TestReplaces(t *testing.T) {
 }
 
 func TestShadowAndUnlimited(t *testing.T) {
-	c := mustConfig(t, `
+	c := rulestest.Config(t, `
 domain: s
 descriptors:
   - key: service
@@ -368,7 +352,7 @@ descriptors:
 // The domain capacity is one hit per request, whatever matched, with the
 // largest cost of the request.
 func TestCapacity(t *testing.T) {
-	c := mustConfig(t, `
+	c := rulestest.Config(t, `
 domain: api
 capacity: {unit: second, requests_per_unit: 5000}
 descriptors:
@@ -397,7 +381,7 @@ descriptors:
 // Envoy's per-descriptor limit override: a fixed window on its own key,
 // ignoring the rules; overrides of the same rate share a compiled limit.
 func TestOverride(t *testing.T) {
-	c := mustConfig(t, matching)
+	c := rulestest.Config(t, matching)
 	d := desc("ip=10.0.0.1", "x=y")
 	d.Override = &rules.Override{RequestsPerUnit: 42, Unit: rules.Minute}
 	p := plan(t, c, "m", d)
@@ -473,7 +457,7 @@ descriptors:
 
 // Stats keys exactly as envoyproxy/ratelimit names them.
 func TestStatKeys(t *testing.T) {
-	checkStatKeys(t, mustConfig(t, statKeysConfig), "st", []reqCase{
+	checkStatKeys(t, rulestest.Config(t, statKeysConfig), "st", []reqCase{
 		{[]string{"key1=unspecified_value"}, "st.key1_unspecified_value"},
 		{[]string{"key1=value1"}, "st.key1_value1"},
 		{[]string{"key1="}, "st.key1_"},
@@ -488,7 +472,7 @@ func TestStatKeys(t *testing.T) {
 }
 
 func TestBadRequests(t *testing.T) {
-	c := mustConfig(t, matching)
+	c := rulestest.Config(t, matching)
 	long := strings.Repeat("x", rules.MaxEntryLen+1)
 	var many []string
 	for range 40 {
@@ -522,7 +506,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 func TestTooManyHits(t *testing.T) {
-	c := mustConfig(t, matching)
+	c := rulestest.Config(t, matching)
 	var ds []rules.Descriptor
 	for range sluice.MaxHits + 1 {
 		ds = append(ds, desc("ip=1.1.1.1"))
@@ -544,10 +528,10 @@ func TestPlanAllocs(t *testing.T) {
 		ds     []rules.Descriptor
 		want   []string // the rules matched
 	}{
-		{mustConfig(t, matching), "m",
+		{rulestest.Config(t, matching), "m",
 			[]rules.Descriptor{desc("ip=1.2.3.4"), desc("message_type=marketing", "to_number=1"), desc("path=/api/x", "user=u")},
 			[]string{"m.ip", "m.message_type_marketing.to_number", "m.path_/api/*.user"}},
-		{mustConfig(t, globs), "g",
+		{rulestest.Config(t, globs), "g",
 			[]rules.Descriptor{desc("glob=" + long), desc("host=" + long), desc("route=/v"+long[3:], "user=u"), desc("tenant="+long[5:]+"-prod", "user=u")},
 			[]string{"nothing", "g.host", "g.route_/v*.user", "g.tenant_*-prod.user"}},
 	} {
@@ -569,7 +553,7 @@ func TestPlanAllocs(t *testing.T) {
 }
 
 func BenchmarkPlan(b *testing.B) {
-	c := mustConfig(b, matching)
+	c := rulestest.Config(b, matching)
 	ds := []rules.Descriptor{desc("ip=1.2.3.4"), desc("message_type=marketing", "to_number=1"), desc("path=/api/x", "user=u")}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -643,7 +627,7 @@ descriptors:
 // Exact first, then wildcards in file order (the first that matches, not
 // the most specific), then the value-less rule.
 func TestInfixWildcards(t *testing.T) {
-	checkMatches(t, mustConfig(t, globs), "g", []reqCase{
+	checkMatches(t, rulestest.Config(t, globs), "g", []reqCase{
 		{[]string{"host=www.example.com"}, "g.host_www.example.com"}, // exact beats the earlier wildcards
 		{[]string{"host=api.v1.example.com"}, "g.host_api.*.example.com"},
 		{[]string{"host=api..example.com"}, "g.host_api.*.example.com"}, // '*' matches the empty run
@@ -682,7 +666,7 @@ func TestInfixWildcards(t *testing.T) {
 // the pattern in the stats key, one counter per request value unless
 // share_threshold.
 func TestInfixWildcardKeys(t *testing.T) {
-	c := mustConfig(t, globs)
+	c := rulestest.Config(t, globs)
 	checkStatKeys(t, c, "g", []reqCase{
 		{[]string{"host=cdn.example.com"}, "g.host_*.example.com"},
 		{[]string{"shared=img-1.png"}, "g.shared_img-*.png"},

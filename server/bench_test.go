@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
@@ -31,7 +32,7 @@ func benchServer(b *testing.B, headers server.HeaderMode) *server.Server {
 	store := memstore.New(memstore.Config{})
 	b.Cleanup(func() { store.Close() })
 	srv, err := server.New(server.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), mustRules(b, benchRules)),
+		Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
 		Headers: headers,
 	})
 	if err != nil {
@@ -156,7 +157,7 @@ func TestShouldRateLimitAllocs(t *testing.T) {
 	}
 	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
-	srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), mustRules(t, benchRules))})
+	srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, benchRules))})
 	if err != nil {
 		t.Fatal(err)
 	}

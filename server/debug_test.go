@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -43,7 +44,7 @@ func TestDebugRules(t *testing.T) {
 	if code, _, body := debugGet(t, h, "/rules"); code != http.StatusServiceUnavailable || !strings.Contains(body, "no rate limit configuration") {
 		t.Errorf("/rules without rules: %d %s", code, body)
 	}
-	cfg := mustRules(t, debugRules)
+	cfg := rulestest.Config(t, debugRules)
 	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	e.srv.ConfigLoaded(cfg, at)
 

@@ -13,6 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
@@ -203,7 +204,7 @@ func TestFailurePolicies(t *testing.T) {
 // can decide.
 func TestReadinessFailClosed(t *testing.T) {
 	e, store := failoverEnv(t, rls.Failover{Default: rules.FailClosed}, server.Config{})
-	e.srv.ConfigLoaded(mustRules(t, hitsRules), epoch)
+	e.srv.ConfigLoaded(rulestest.Config(t, hitsRules), epoch)
 	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
 		for _, name := range []string{"", "ratelimit"} {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -176,7 +177,7 @@ descriptors:
 		t.Errorf("load timestamp %v", got)
 	}
 	e.srv.ConfigRejected(errors.New("bad"))
-	next := mustRules(t, hitsRules)
+	next := rulestest.Config(t, hitsRules)
 	e.srv.ConfigLoaded(next, epoch.Add(90e9))
 	if got := metric(t, reg, "sluice_config_loads_total", "result=success"); got != 2 {
 		t.Errorf("successful loads %v", got)

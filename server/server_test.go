@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
@@ -34,19 +35,6 @@ import (
 
 // epoch starts a minute, an hour and a day: fixed windows begin here.
 var epoch = time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-
-func mustRules(t testing.TB, yaml string) *rules.Config {
-	t.Helper()
-	d, err := rules.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // env is a server on real listeners: gRPC on 127.0.0.1 with a real
 // client, and HTTP.
@@ -88,7 +76,7 @@ func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Stor
 	}
 	e.srv = srv
 	if yaml != "" {
-		e.cfg = mustRules(t, yaml)
+		e.cfg = rulestest.Config(t, yaml)
 		srv.ConfigLoaded(e.cfg, epoch)
 	}
 
@@ -521,7 +509,7 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("/json without configuration: %d %s", resp.StatusCode, b)
 	}
 
-	e.srv.ConfigLoaded(mustRules(t, hitsRules), epoch)
+	e.srv.ConfigLoaded(rulestest.Config(t, hitsRules), epoch)
 	next(healthpb.HealthCheckResponse_SERVING)
 	expectReady(true, "OK")
 

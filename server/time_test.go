@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
@@ -22,7 +23,7 @@ func TestResetOnTheClock(t *testing.T) {
 		store := memstore.New(memstore.Config{SweepInterval: -1})
 		defer store.Close()
 		srv, err := server.New(server.Config{
-			Decider: rls.NewDecider(sluice.NewLimiter(store), mustRules(t, `
+			Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, `
 domain: api
 descriptors:
   - key: user

@@ -8,21 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/internal/rulestest"
 )
-
-func mustRules(t *testing.T, yaml string) *rules.Config {
-	t.Helper()
-	d, err := rules.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 type line struct {
 	At          json.RawMessage `json:"at"`
@@ -49,7 +36,7 @@ func decode(t *testing.T, out string) []line {
 // The classic worked example: 3 per minute with a discrete refill of 3 every
 // minute. Requests at 10:00:00, :10, :35 pass, :45 is denied, 10:01:00 passes.
 func TestDiscreteRefillWorkedExample(t *testing.T) {
-	cfg := mustRules(t, `
+	cfg := rulestest.Config(t, `
 domain: auth
 descriptors:
   - key: login
@@ -88,7 +75,7 @@ descriptors:
 // A post rejected by the per-second limit does not burn the per-day quota,
 // and shadow-mode denials are counted apart and let through.
 func TestAllOrNothingAndShadow(t *testing.T) {
-	cfg := mustRules(t, `
+	cfg := rulestest.Config(t, `
 domain: d
 descriptors:
   - key: post
@@ -133,7 +120,7 @@ descriptors:
 }
 
 func TestMalformedLinesFailBeforeAnyOutput(t *testing.T) {
-	cfg := mustRules(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	cfg := rulestest.Config(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
 	good := `{"at":0,"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`
 	for _, tc := range []struct {
 		name, trace, want string
@@ -172,7 +159,7 @@ func TestMalformedLinesFailBeforeAnyOutput(t *testing.T) {
 }
 
 func TestHitsAddendAndPeek(t *testing.T) {
-	cfg := mustRules(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	cfg := rulestest.Config(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
 	trace := `{"at":0,"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":7}
 {"at":1,"domain":"d","descriptors":[{"entries":[{"key":"k"}],"hitsAddend":"0"}]}
 {"at":2,"domain":"d","descriptors":[{"entries":[{"key":"k"}],"hitsAddend":"4"}]}

@@ -1,0 +1,33 @@
+// Package rulestest builds rules configurations from YAML in tests.
+package rulestest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Config parses each YAML source as one domain file and joins them into a
+// Config, failing the test on any error. A single source is named
+// test.yaml in errors and warnings; several are f0.yaml, f1.yaml, ...
+func Config(t testing.TB, srcs ...string) *rules.Config {
+	t.Helper()
+	var ds []*rules.Domain
+	for i, src := range srcs {
+		name := "test.yaml"
+		if len(srcs) > 1 {
+			name = fmt.Sprintf("f%d.yaml", i)
+		}
+		d, err := rules.Parse(name, []byte(src))
+		if err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+		ds = append(ds, d)
+	}
+	c, err := rules.NewConfig(ds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
