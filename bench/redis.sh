@@ -134,38 +134,9 @@ if [ "$lua" = 1 ]; then
 	}
 fi
 
-out=bench/results/$(date -u +%F)-$name
-if [ "$mode" != grpc ]; then
-	out=$out-$mode
-fi
-mkdir -p bench/results
-work=$(mktemp -d)
-bin=$work/sluice
-go build -o "$bin" ./cmd/sluice
-
-# The rules of bench/serve.sh. Within the limit: one counter per key for a
-# day, far above what a run sends. Over the limit: the key "hot", 100 per
-# second.
-cat >"$work/rules.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: key
-    value: hot
-    rate_limit: {unit: second, requests_per_unit: 100}
-  - key: key
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-EOF
-"$bin" check --config "$work/rules.yaml"
-
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bench_setup "$name"
 trap 'exit 130' INT TERM
 
 # free_port prints a TCP port that no socket uses, not one it gave before,

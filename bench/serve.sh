@@ -45,37 +45,9 @@ sluice_grpc=127.0.0.1:${SLUICE_GRPC_PORT:-28091}
 sluice_http=127.0.0.1:${SLUICE_HTTP_PORT:-28090}
 sluice_debug=127.0.0.1:${SLUICE_DEBUG_PORT:-28070}
 
-out=bench/results/$(date -u +%F)-serve
-if [ "$mode" != grpc ]; then
-	out=$out-$mode
-fi
-mkdir -p bench/results
-work=$(mktemp -d)
-bin=$work/sluice
-go build -o "$bin" ./cmd/sluice
-
-# Within the limit: one counter per key for a day, far above what a run
-# sends. Over the limit: the key "hot", 100 per second.
-cat >"$work/rules.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: key
-    value: hot
-    rate_limit: {unit: second, requests_per_unit: 100}
-  - key: key
-    rate_limit: {unit: day, requests_per_unit: 1000000000}
-EOF
-"$bin" check --config "$work/rules.yaml"
-
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	wait 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
+bench_setup "serve"
 
 "$bin" nullserver --grpc-addr "$null_grpc" --http-addr "$null_http" 2>"$work/null.log" &
 null_pid=$!
