@@ -11,9 +11,9 @@
 // store loads with FUNCTION LOAD when it connects, and again whenever Redis
 // answers that it does not know the function (a restarted server, FUNCTION
 // FLUSH). A library rather than a script (EVALSHA): a script would run the
-// definitions of the whole Lua library again on every call, about 6µs of
-// Redis CPU. The function reads Redis TIME, so every node agrees on "now" whatever its own
-// clock says, evaluates every hit of the request with the algorithms of
+// definitions of the whole Lua library again on every call (measured: 30.6
+// against 21µs of Redis CPU per decision). The function reads Redis TIME,
+// so every node agrees on "now" whatever its own clock says, evaluates every hit of the request with the algorithms of
 // package algo translated to Lua, and commits all of them or none, exactly
 // as memstore does. Lua numbers are doubles, exact only below 2^53, while
 // the algorithms work on nanosecond times (about 2^60.6 today) and 128-bit

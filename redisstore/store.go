@@ -30,7 +30,7 @@ var takeLua string
 // The store runs its Lua as a Redis function library (FUNCTION LOAD, then
 // FCALL): the exact-integer library, the algorithms and take.lua. A plain
 // script (EVALSHA) would run all of their definitions again on every
-// call, about 6µs of Redis CPU, more than a decision; a library runs them
+// call (measured: 30.6 against 21µs of Redis CPU per decision); a library runs them
 // once, on its first call (code that runs while a library loads sees only
 // the redis table, so the definitions wait for the first call and stay in
 // an upvalue). The names carry a hash of the code, so that nodes of two
