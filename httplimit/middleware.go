@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -48,13 +49,21 @@ const (
 	HeadersAll = HeadersIETF | HeadersXRateLimit | HeadersRetryAfter
 )
 
+// Decider decides RLS requests into an rls.Outcome: *rls.Decider, which
+// decides with local rules and a store, is the one most callers want.
+// DecideInto must fill o as rls.Decider.DecideInto documents, leave o
+// reset on error, and be safe for concurrent use.
+type Decider interface {
+	DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error
+}
+
 // Config configures the middleware made by New. Zero fields mean the
 // documented default; Decider and Domain are required.
 type Config struct {
-	// Decider decides every request: the rules, the limiter, and the
-	// failure policy that answers when the store fails (rls.Failover).
-	// Required.
-	Decider *rls.Decider
+	// Decider decides every request: an *rls.Decider (the rules, the
+	// limiter, and the failure policy that answers when the store fails,
+	// rls.Failover), or a client of a remote sluice serve. Required.
+	Decider Decider
 
 	// Domain is the rules domain the requests are decided in. Required.
 	Domain string
@@ -109,7 +118,7 @@ type Config struct {
 
 // middleware is a validated Config.
 type middleware struct {
-	dec        *rls.Decider
+	dec        Decider
 	domain     string
 	ip         ClientIP
 	descs      [][]entry
