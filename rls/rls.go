@@ -168,6 +168,32 @@ func (d *Decider) Decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*Out
 // them. It allocates a new o.Response, which the caller owns. On error o
 // is left reset.
 func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *Outcome) error {
+	return d.decide(ctx, req, o, nil)
+}
+
+// DecideDegraded answers req as DecideInto does when the store fails with
+// cause, without asking the store: by the domain's failure policy (see
+// Failover), with o.Degraded and o.StoreErr set. It is for a caller whose
+// own backend failed: a client of a remote rate limit service answers with
+// it, on a Decider of the same rules, while the service cannot answer.
+//
+// As with DecideInto, an invalid request is an error wrapping ErrInvalid;
+// a request that matches no limit (an unknown domain, descriptors that
+// match no rule) needs no store and is answered OK, not degraded; and
+// cause itself is returned when no policy answers (the caller's context
+// ended, the local policy without a local limiter, or cause wrapping
+// ErrInvalid). A nil cause is an error.
+func (d *Decider) DecideDegraded(ctx context.Context, req *rlsv3.RateLimitRequest, o *Outcome, cause error) error {
+	if cause == nil {
+		o.Reset()
+		return errors.New("rls: DecideDegraded without a cause")
+	}
+	return d.decide(ctx, req, o, cause)
+}
+
+// decide is DecideInto, or with a non-nil cause DecideDegraded: the store
+// is not asked, and its failure is cause.
+func (d *Decider) decide(ctx context.Context, req *rlsv3.RateLimitRequest, o *Outcome, cause error) error {
 	o.Reset()
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
@@ -181,7 +207,13 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 	}
 	out := s.out[:len(p.Hits)]
 	hits := p.Hits
-	overall, err := d.limiter.DecideInto(ctx, hits, out)
+	var overall sluice.Decision
+	var err error
+	if cause == nil {
+		overall, err = d.limiter.DecideInto(ctx, hits, out)
+	} else {
+		overall, err = failedDecision(hits, cause)
+	}
 	if err != nil {
 		// The store failed: the domain's failure policy answers, with
 		// hits whose limits are those it enforced.
@@ -254,6 +286,19 @@ func (d *Decider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o
 		forgetLimits(o.Response)
 	}
 	return nil
+}
+
+// failedDecision is what the limiter's DecideInto returns for hits when its
+// store fails with cause: the hits' own errors first, and no store call
+// (so no failure) for a request without hits.
+func failedDecision(hits []sluice.Hit, cause error) (sluice.Decision, error) {
+	if err := sluice.ValidateHits(hits); err != nil {
+		return sluice.Decision{}, err
+	}
+	if len(hits) == 0 {
+		return sluice.Decision{Allowed: true, Index: -1}, nil
+	}
+	return sluice.Decision{}, cause
 }
 
 // statusBlock is one descriptor status of a response with the messages it
