@@ -15,6 +15,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
@@ -114,6 +115,19 @@ type Config struct {
 	// Logger receives decision errors and store failures answered by the
 	// failure policy, at most one line per second of each. Nil discards.
 	Logger *slog.Logger
+
+	// Shaping, when set, delays requests that the limits deny instead of
+	// denying them, as long as waiting admits them within MaxDelay: the
+	// leaky bucket as a queue. See Shaping.
+	Shaping *Shaping
+
+	// Failures, when set, are limits that count only failed responses
+	// (failed logins, declined payments). See Failures.
+	Failures *Failures
+
+	// Concurrency, when set, caps the requests in flight per key in this
+	// process. See Concurrency.
+	Concurrency *Concurrency
 }
 
 // middleware is a validated Config.
@@ -133,6 +147,9 @@ type middleware struct {
 	lastErrLog atomic.Int64 // UnixNano
 	lastDegLog atomic.Int64
 	scratch    sync.Pool // *scratch
+	shaping    *shaper
+	failures   *failures
+	conc       *concurrency
 }
 
 // New validates cfg and returns the middleware: a
@@ -193,10 +210,37 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		m.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	descs := cfg.Descriptors
-	if len(descs) == 0 {
+	if len(descs) == 0 && cfg.Failures == nil {
 		descs = []Descriptor{{{Source: RemoteAddress()}}}
 	}
-	for i, d := range descs {
+	var err error
+	if m.descs, err = m.compileAll(descs); err != nil {
+		return nil, err
+	}
+	if cfg.Failures != nil {
+		if m.failures, err = m.newFailures(cfg.Failures); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Concurrency != nil {
+		if m.conc, err = m.newConcurrency(cfg.Concurrency); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Shaping != nil {
+		if m.shaping, err = newShaper(cfg.Shaping); err != nil {
+			return nil, err
+		}
+	}
+	m.scratch.New = func() any { return m.newScratch() }
+	return m, nil
+}
+
+// compileAll compiles the descriptors ds, counting their entries into
+// m.entries and noting whether they need the client address.
+func (m *middleware) compileAll(ds []Descriptor) ([][]entry, error) {
+	var out [][]entry
+	for i, d := range ds {
 		c, err := compile(i, d)
 		if err != nil {
 			return nil, err
@@ -205,39 +249,66 @@ func newMiddleware(cfg Config) (*middleware, error) {
 			m.needIP = m.needIP || e.kind == remoteAddress
 		}
 		m.entries += len(c)
-		m.descs = append(m.descs, c)
+		out = append(out, c)
 	}
-	m.scratch.New = func() any { return m.newScratch() }
-	return m, nil
+	return out, nil
 }
 
-// scratch is the per-request state, pooled: the RLS request with its
+// scratch is the per-request state, pooled: the RLS requests with their
 // descriptors and entries, the outcome, and buffers.
 type scratch struct {
+	main    reqScratch // Config.Descriptors
+	fail    reqScratch // Failures.Descriptors
+	out     rls.Outcome
+	client  string                 // the resolved client key, when needed
+	zero    wrapperspb.UInt64Value // hits_addend 0: a peek
+	one     wrapperspb.UInt64Value // hits_addend 1
+	key     []byte
+	ckey    []byte // the concurrency or queue key
+	hdr     []byte
+	entries []rlv3.RateLimitDescriptor_Entry // all of main's and fail's
+}
+
+// reqScratch is one RLS request with the storage of its descriptors.
+type reqScratch struct {
+	next    int // the next free entry
 	req     rlsv3.RateLimitRequest
 	pds     []*rlv3.RateLimitDescriptor
 	descs   []rlv3.RateLimitDescriptor
 	entPtrs []*rlv3.RateLimitDescriptor_Entry
 	entries []rlv3.RateLimitDescriptor_Entry
-	out     rls.Outcome
-	key     []byte
-	hdr     []byte
 }
 
 func (m *middleware) newScratch() *scratch {
+	// The main request holds Config.Descriptors and, as peeks, the
+	// failure descriptors; s.fail holds the failure descriptors alone.
+	descs, fails := len(m.descs), 0
+	if m.failures != nil {
+		descs += len(m.failures.descs)
+		for _, d := range m.failures.descs {
+			fails += len(d)
+		}
+	}
 	s := &scratch{
-		pds:     make([]*rlv3.RateLimitDescriptor, 0, len(m.descs)),
-		descs:   make([]rlv3.RateLimitDescriptor, len(m.descs)),
-		entPtrs: make([]*rlv3.RateLimitDescriptor_Entry, m.entries),
-		entries: make([]rlv3.RateLimitDescriptor_Entry, m.entries),
 		key:     make([]byte, 0, 64),
 		hdr:     make([]byte, 0, 256),
+		entries: make([]rlv3.RateLimitDescriptor_Entry, m.entries+fails),
 	}
-	for i := range s.entries {
-		s.entPtrs[i] = &s.entries[i]
-	}
-	s.req.HitsAddend = 1
+	s.one.Value = 1
+	s.main.init(descs, s.entries[:m.entries])
+	s.fail.init(descs-len(m.descs), s.entries[m.entries:])
 	return s
+}
+
+func (rs *reqScratch) init(descs int, entries []rlv3.RateLimitDescriptor_Entry) {
+	rs.pds = make([]*rlv3.RateLimitDescriptor, 0, descs)
+	rs.descs = make([]rlv3.RateLimitDescriptor, descs)
+	rs.entries = entries
+	rs.entPtrs = make([]*rlv3.RateLimitDescriptor_Entry, len(entries))
+	for i := range entries {
+		rs.entPtrs[i] = &entries[i]
+	}
+	rs.req.HitsAddend = 1
 }
 
 // release empties s of the request's values and returns it to the pool.
@@ -245,7 +316,9 @@ func (m *middleware) release(s *scratch) {
 	for i := range s.entries {
 		s.entries[i].Value = ""
 	}
-	s.req.Descriptors = nil
+	s.main.req.Descriptors = nil
+	s.fail.req.Descriptors = nil
+	s.client = ""
 	s.out.Reset()
 	m.scratch.Put(s)
 }
@@ -258,51 +331,121 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	s := m.scratch.Get().(*scratch)
+	defer m.release(s)
 	n, err := m.build(s, r)
-	switch {
-	case err != nil:
-		m.release(s)
-		var inv invalidError
-		if errors.As(err, &inv) {
-			writeProblem(w, &problem{Type: ProblemInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest, Detail: inv.msg})
+	if err != nil {
+		m.invalid(w, r, err)
+		return
+	}
+	if m.conc != nil {
+		key, ok, err := m.conc.key(s, r)
+		if err != nil {
+			m.invalid(w, r, err)
 			return
 		}
-		m.fail(w, r, err)
-		return
-	case n == 0: // every descriptor skipped: nothing to limit
-		m.release(s)
+		if ok {
+			if !m.conc.acquire(key) {
+				m.tooConcurrent(w, r)
+				return
+			}
+			defer m.conc.release(key)
+		}
+	}
+	var fails int
+	if m.failures != nil {
+		if fails, err = m.failures.fill(m, s, r); err != nil {
+			m.invalid(w, r, err)
+			return
+		}
+	}
+	if n == 0 && fails == 0 { // every descriptor skipped: nothing to limit
 		h.next.ServeHTTP(w, r)
 		return
 	}
 	o := &s.out
-	if err := m.dec.DecideInto(r.Context(), &s.req, o); err != nil {
-		m.release(s)
+	precharged := false
+	if fails > 0 {
+		// The failure limits are checked first, on their own: a request
+		// they deny must consume nothing from the others.
+		var denied bool
+		if denied, precharged, err = m.checkFailures(r.Context(), s); err != nil {
+			m.fail(w, r, err)
+			return
+		}
+		if denied {
+			if o.Degraded != rules.FailOpen {
+				m.setHeaders(w.Header(), s, true)
+			}
+			m.deny(w, r, s)
+			return
+		}
+	}
+	if m.shaping != nil {
+		err = m.shaped(r.Context(), s)
+	} else {
+		err = m.decide(r.Context(), s)
+	}
+	if err != nil {
+		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+			return // the client went away: no one to answer
+		}
 		m.fail(w, r, err)
 		return
 	}
-	if o.Degraded != rules.FailDefault {
-		if due(&m.lastDegLog) {
-			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", o.Degraded.String(), "err", o.StoreErr)
-		}
-	}
-	denied := o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !m.shadow
+	denied := m.overLimit(o)
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, denied)
 	}
-	if !denied {
-		m.release(s)
+	if denied {
+		m.deny(w, r, s)
+		return
+	}
+	if fails == 0 || precharged {
 		h.next.ServeHTTP(w, r)
 		return
 	}
+	sw := statusWriter{ResponseWriter: w, m: m, s: s, ctx: r.Context(), n: n}
+	h.next.ServeHTTP(&sw, r)
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+		sw.charge()
+	}
+}
+
+// decide decides s.main.req into s.out.
+func (m *middleware) decide(ctx context.Context, s *scratch) error {
+	err := m.dec.DecideInto(ctx, &s.main.req, &s.out)
+	if err == nil && s.out.Degraded != rules.FailDefault && due(&m.lastDegLog) {
+		m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "err", s.out.StoreErr)
+	}
+	return err
+}
+
+// overLimit reports whether o denies the request (never in shadow mode).
+func (m *middleware) overLimit(o *rls.Outcome) bool {
+	return o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !m.shadow
+}
+
+// deny answers the denied request whose outcome is s.out, its headers
+// already set.
+func (m *middleware) deny(w http.ResponseWriter, r *http.Request, s *scratch) {
 	if m.onDeny != nil {
-		m.release(s)
 		m.onDeny.ServeHTTP(w, r)
 		return
 	}
-	p := m.denial(o)
-	m.release(s)
-	writeProblem(w, p)
+	writeProblem(w, m.denial(&s.out))
+}
+
+// invalid answers a request that build or fill refused: 400 for a value
+// the limits cannot take, else as a request that could not be decided.
+func (m *middleware) invalid(w http.ResponseWriter, r *http.Request, err error) {
+	var inv invalidError
+	if errors.As(err, &inv) {
+		writeProblem(w, &problem{Type: ProblemInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest, Detail: inv.msg})
+		return
+	}
+	m.fail(w, r, err)
 }
 
 // invalidError is a request value that makes the request invalid; msg
@@ -311,23 +454,36 @@ type invalidError struct{ msg string }
 
 func (e invalidError) Error() string { return e.msg }
 
-// build fills s.req with the descriptors of r and returns how many there
-// are: 0 when every descriptor is skipped.
+// build resolves the client when a descriptor needs it and fills s.main
+// with the descriptors of r; it returns how many there are: 0 when every
+// descriptor is skipped.
 func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
-	var client string
 	if m.needIP {
 		p, err := m.ip.Resolve(r)
 		if err != nil {
 			return 0, err
 		}
 		s.key = AppendKey(s.key[:0], p)
-		client = string(s.key)
+		s.client = string(s.key)
 	}
-	s.pds = s.pds[:0]
-	next := 0 // the next free entry
+	s.main.reset()
+	return m.fill(&s.main, m.descs, r, s.client, nil)
+}
+
+// reset empties rs of descriptors.
+func (rs *reqScratch) reset() {
+	rs.pds = rs.pds[:0]
+	rs.next = 0
+}
+
+// fill adds to rs.req the descriptors set of r, each with hits (nil: the
+// request's hits_addend, 1), and returns how many it added.
+func (m *middleware) fill(rs *reqScratch, set [][]entry, r *http.Request, client string, hits *wrapperspb.UInt64Value) (int, error) {
+	before := len(rs.pds)
+	next := rs.next
 descs:
-	for _, d := range m.descs {
-		pd := &s.descs[len(s.pds)]
+	for _, d := range set {
+		pd := &rs.descs[len(rs.pds)]
 		start := next
 		for i := range d {
 			e := &d[i]
@@ -337,21 +493,23 @@ descs:
 			}
 			if !ok {
 				for j := start; j < next; j++ {
-					s.entries[j].Value = ""
+					rs.entries[j].Value = ""
 				}
 				next = start
 				continue descs
 			}
-			pe := &s.entries[next]
+			pe := &rs.entries[next]
 			pe.Key, pe.Value = e.key, v
 			next++
 		}
-		pd.Entries = s.entPtrs[start:next:next]
-		s.pds = append(s.pds, pd)
+		pd.Entries = rs.entPtrs[start:next:next]
+		pd.HitsAddend = hits
+		rs.pds = append(rs.pds, pd)
 	}
-	s.req.Domain = m.domain
-	s.req.Descriptors = s.pds
-	return len(s.pds), nil
+	rs.next = next
+	rs.req.Domain = m.domain
+	rs.req.Descriptors = rs.pds
+	return len(rs.pds) - before, nil
 }
 
 // setHeaders sets the rate limit headers of the outcome in s on h. The

@@ -45,7 +45,13 @@ func limited(t testing.TB, cfg httplimit.Config) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(mw(okHandler))
+	return server(t, mw(okHandler))
+}
+
+// server starts a server of h on a loopback listener.
+func server(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.MaxHeaderBytes = 4 << 20 // room for a 1 MB header
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -28,6 +28,10 @@ const (
 	// header or field, never its value.
 	ProblemInvalidRequest = "https://pkg.go.dev/github.com/sluicehq/sluice/httplimit#ProblemInvalidRequest"
 
+	// ProblemConcurrency is the type of a denial by Config.Concurrency:
+	// too many requests of the same key in flight. Its retry-after is 1.
+	ProblemConcurrency = "https://pkg.go.dev/github.com/sluicehq/sluice/httplimit#ProblemConcurrency"
+
 	// ProblemUnavailable is the type of the default 503 answer to a
 	// request that could not be decided (see Config.OnError). It carries
 	// no detail of the cause, which goes to Config.Logger.

@@ -1,0 +1,140 @@
+package httplimit
+
+import (
+	"fmt"
+	"hash/maphash"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// Concurrency caps the requests in flight per key: a request that would
+// make more than Max requests of its key run at once is denied at once
+// with Config.DenyStatus (429) and a problem+json body
+// ([ProblemConcurrency]), or Config.OnDeny, before any limit is decided or
+// charged. Its Retry-After is 1 second: a slot frees when a request
+// completes, which no limit can foretell.
+//
+// The count is kept in this process: with several replicas, each admits
+// Max per key. A request counts from before its limits are decided
+// (shaping included: a request waiting in the queue holds its slot) until
+// its handler returns.
+type Concurrency struct {
+	// Max is the most requests in flight per key. Required (at least 1).
+	Max int
+
+	// Descriptor builds the key from the request, as the descriptors do:
+	// requests whose entries have equal values share Max. Empty means the
+	// client address (RemoteAddress). A request for which it is absent
+	// (a header not sent) is not capped.
+	Descriptor Descriptor
+}
+
+// concurrency is a validated Concurrency: in-flight counts per key in
+// shards.
+type concurrency struct {
+	max    int32
+	ents   []entry
+	seed   maphash.Seed
+	shards [64]concShard
+}
+
+type concShard struct {
+	mu sync.Mutex
+	n  map[string]int32
+	_  [40]byte // keep shards on their own cache lines
+}
+
+func (m *middleware) newConcurrency(cfg *Concurrency) (*concurrency, error) {
+	if cfg.Max < 1 || cfg.Max > 1<<30 {
+		return nil, fmt.Errorf("%w: Concurrency.Max %d is not between 1 and %d", ErrConfig, cfg.Max, 1<<30)
+	}
+	d := cfg.Descriptor
+	if len(d) == 0 {
+		d = Descriptor{{Source: RemoteAddress()}}
+	}
+	key, err := compile(0, d)
+	if err != nil {
+		return nil, fmt.Errorf("concurrency: %w", err)
+	}
+	for _, e := range key {
+		m.needIP = m.needIP || e.kind == remoteAddress
+	}
+	c := &concurrency{max: int32(cfg.Max), ents: key, seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].n = make(map[string]int32)
+	}
+	return c, nil
+}
+
+// key returns the concurrency key of r, with ok false when it is absent.
+// The client address alone is its own key; other values are
+// length-prefixed into one string.
+func (c *concurrency) key(s *scratch, r *http.Request) (key string, ok bool, err error) {
+	if len(c.ents) == 1 && c.ents[0].kind == remoteAddress {
+		return s.client, true, nil
+	}
+	b := s.ckey[:0]
+	for i := range c.ents {
+		v, ok, err := c.ents[i].value(r, s.client)
+		if err != nil {
+			return "", false, invalidError{err.Error()}
+		}
+		if !ok {
+			return "", false, nil
+		}
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	s.ckey = b
+	return string(b), true, nil
+}
+
+func (c *concurrency) shard(key string) *concShard {
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+}
+
+// acquire takes a slot of key, reporting false when all are taken.
+func (c *concurrency) acquire(key string) bool {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	n := sh.n[key]
+	if n >= c.max {
+		return false
+	}
+	sh.n[key] = n + 1
+	return true
+}
+
+// release gives back a slot of key taken by acquire.
+func (c *concurrency) release(key string) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if n := sh.n[key] - 1; n > 0 {
+		sh.n[key] = n
+	} else {
+		delete(sh.n, key)
+	}
+}
+
+// tooConcurrent answers a request over its Concurrency cap.
+func (m *middleware) tooConcurrent(w http.ResponseWriter, r *http.Request) {
+	if m.headers&HeadersRetryAfter != 0 {
+		w.Header()["Retry-After"] = []string{"1"}
+	}
+	if m.onDeny != nil {
+		m.onDeny.ServeHTTP(w, r)
+		return
+	}
+	retry := int64(1)
+	writeProblem(w, &problem{
+		Type:       ProblemConcurrency,
+		Title:      "Too many concurrent requests",
+		Status:     m.denyStatus,
+		Detail:     "Too many requests of this client are in flight; retry when one completes.",
+		RetryAfter: &retry,
+	})
+}

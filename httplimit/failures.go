@@ -1,0 +1,220 @@
+package httplimit
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Failures are limits that count only failed responses: "5 failed logins
+// per IP per hour", "3 declined card payments per account per day". Their
+// descriptors are built from each request like Config.Descriptors and
+// matched by the same rules, but a request is charged to them only after
+// the handler answered with one of Statuses:
+//
+//   - before the handler, their limits are checked without charging: a
+//     request is denied when one more failure would exceed one of them (or
+//     its key serves a block_for penalty). That check is decided on its
+//     own, before Config.Descriptors, so that a request it denies consumes
+//     nothing anywhere. A denied check is the decision of a failure (cost
+//     1) that did not fit: its Retry-After is exact and it starts the
+//     limit's block_for penalty, as any denial does;
+//   - after the handler, a response with one of Statuses charges each of
+//     them 1, with the request's context detached from cancellation: a
+//     client that hangs up after failing is still counted.
+//
+// Limits that count afterwards can be overrun by the requests in flight
+// at once: with 5 failures left, 20 concurrent attempts all pass the check.
+// Pair them with Concurrency on the same key to bound that. In the rare
+// race where the limit frees up between the check and the cost-1 decision
+// that confirms a denial, that decision is admitted and charged: the
+// request goes on and is not charged again, whatever its status (the error
+// is one failure too many counted, never too few).
+//
+// When Config.Descriptors is empty and Failures is set, the request has no
+// other descriptors (the default remote_address descriptor applies only
+// when both are unset), and the rate limit headers describe the failure
+// limits: X-RateLimit-Remaining is the failures left.
+type Failures struct {
+	// Descriptors are the descriptors whose limits count failures. At
+	// least one.
+	Descriptors []Descriptor
+
+	// Statuses are the response statuses that count as failures, such as
+	// 401 and 403 for a login, or 402 for a payment. At least one, each
+	// between 100 and 599.
+	Statuses []int
+}
+
+// failures is a validated Failures.
+type failures struct {
+	descs    [][]entry
+	statuses [10]uint64 // a bit per status 0..639
+}
+
+func (m *middleware) newFailures(cfg *Failures) (*failures, error) {
+	if len(cfg.Descriptors) == 0 {
+		return nil, fmt.Errorf("%w: Failures needs at least one descriptor", ErrConfig)
+	}
+	if len(cfg.Descriptors) > MaxDescriptors {
+		return nil, fmt.Errorf("%w: Failures has %d descriptors (at most %d)", ErrConfig, len(cfg.Descriptors), MaxDescriptors)
+	}
+	if len(cfg.Statuses) == 0 {
+		return nil, fmt.Errorf("%w: Failures needs at least one status", ErrConfig)
+	}
+	f := &failures{}
+	for _, st := range cfg.Statuses {
+		if st < 100 || st > 599 {
+			return nil, fmt.Errorf("%w: Failures status %d is not an HTTP status", ErrConfig, st)
+		}
+		f.statuses[st/64] |= 1 << (st % 64)
+	}
+	var err error
+	if f.descs, err = m.compileAll(cfg.Descriptors); err != nil {
+		return nil, fmt.Errorf("failures: %w", err)
+	}
+	return f, nil
+}
+
+// counts reports whether status is a failure.
+func (f *failures) counts(status int) bool {
+	return status >= 0 && status < 640 && f.statuses[status/64]&(1<<(status%64)) != 0
+}
+
+// fill fills s.fail with the failure descriptors of r as peeks, and adds
+// them to s.main as peeks too: the main decision reports the failures
+// left, for the headers, and a key serving a block_for penalty denies it.
+func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error) {
+	s.fail.reset()
+	n, err := m.fill(&s.fail, f.descs, r, s.client, &s.zero)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	return m.fill(&s.main, f.descs, r, s.client, &s.zero)
+}
+
+// checkFailures decides whether one more failure fits the failure limits
+// of s.fail, into s.out: first as a peek, and when a limit has nothing
+// left, as a failure (cost 1) for the exact denial. It reports whether the
+// request is denied, and whether it was charged a failure already (the
+// confirming decision was admitted).
+func (m *middleware) checkFailures(ctx context.Context, s *scratch) (denied, charged bool, err error) {
+	o := &s.out
+	if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
+		return false, false, err
+	}
+	if m.overLimit(o) {
+		return true, false, nil // a block_for penalty, or fail_closed
+	}
+	if o.Degraded != rules.FailDefault || !exhausted(o) {
+		return false, false, nil
+	}
+	setHits(s.fail.pds, &s.one)
+	if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
+		return false, false, err
+	}
+	if o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		return !m.shadow, false, nil
+	}
+	return false, o.Degraded == rules.FailDefault, nil
+}
+
+// exhausted reports whether an enforced limit of o has nothing left.
+func exhausted(o *rls.Outcome) bool {
+	for i := range o.Limits {
+		if l := &o.Limits[i]; !l.Limit.Shadow && l.Decision.Remaining <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// setHits sets the hits_addend of every descriptor of pds to h.
+func setHits(pds []*rlv3.RateLimitDescriptor, h *wrapperspb.UInt64Value) {
+	for _, pd := range pds {
+		pd.HitsAddend = h
+	}
+}
+
+// statusWriter records the status of the response written through it,
+// and charges the failure limits before a failed response's header goes
+// out, so that its rate limit headers count the failure. It unwraps for
+// http.ResponseController, and flushes and hijacks through it, so that
+// streaming and protocol upgrades still work.
+type statusWriter struct {
+	http.ResponseWriter
+	m      *middleware
+	s      *scratch
+	ctx    context.Context
+	n      int // Config.Descriptors in s.main; the failure peeks follow
+	status int // the first final status; 0 until written
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+		w.charge()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+		w.charge()
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+		w.charge()
+	}
+	return io.Copy(w.ResponseWriter, r)
+}
+
+// charge charges the failure limits one failure when w.status is one,
+// and sets the rate limit headers again from that decision: the main
+// descriptors as peeks, the failure descriptors with cost 1. The request's
+// context is detached from cancellation: a client that hangs up after
+// failing is still counted.
+func (w *statusWriter) charge() {
+	m, s := w.m, w.s
+	if !m.failures.counts(w.status) {
+		return
+	}
+	pds := s.main.pds
+	setHits(pds[:w.n], &s.zero)
+	setHits(pds[w.n:], &s.one)
+	o := &s.out
+	if err := m.dec.DecideInto(context.WithoutCancel(w.ctx), &s.main.req, o); err != nil {
+		if due(&m.lastErrLog) {
+			m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err)
+		}
+		return
+	}
+	if o.Degraded != rules.FailOpen {
+		m.setHeaders(w.Header(), s, false)
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}

@@ -1,0 +1,195 @@
+package httplimit_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/rls"
+)
+
+// A login that fails (401) unless the password header is right.
+func loginHandler(calls *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		switch r.Header.Get("X-Password") {
+		case "right":
+			w.Write([]byte("welcome"))
+		case "crash":
+			w.WriteHeader(http.StatusInternalServerError)
+		default:
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})
+}
+
+const failureRules = `
+domain: auth
+descriptors:
+  - key: failed_login
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`
+
+func failureServer(t *testing.T, yaml string, other []httplimit.Descriptor, calls *atomic.Int64) string {
+	t.Helper()
+	return failureServerOn(t, decider(t, yaml), other, calls)
+}
+
+func failureServerOn(t *testing.T, d *rls.Decider, other []httplimit.Descriptor, calls *atomic.Int64) string {
+	t.Helper()
+	mw, err := httplimit.New(httplimit.Config{
+		Decider:     d,
+		Domain:      "auth",
+		Descriptors: other,
+		Failures: &httplimit.Failures{
+			Descriptors: []httplimit.Descriptor{{{Key: "failed_login", Source: httplimit.RemoteAddress()}}},
+			Statuses:    []int{401, 403},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return server(t, mw(loginHandler(calls))).URL
+}
+
+// Only failed logins are charged; once three have failed, the fourth
+// attempt is denied before the handler runs, with the password right or
+// not, until the window ends.
+func TestFailuresCountOnlyFailures(t *testing.T) {
+	var calls atomic.Int64
+	url := failureServer(t, failureRules, nil, &calls)
+	client := http.DefaultClient
+	try := func(password string) reply {
+		return do(t, client, "POST", url, http.Header{"X-Password": {password}})
+	}
+	var got []string
+	for _, pw := range []string{"right", "right", "crash", "wrong", "right", "wrong", "wrong", "right", "wrong"} {
+		r := try(pw)
+		got = append(got, r.String()+"/"+r.header.Get("Retry-After"))
+	}
+	// Remaining is the failures left, counting the response's own:
+	// successes and 500s leave it alone; the third failure leaves 0; then
+	// every attempt is denied, with the window's end (39.75 s away) as
+	// Retry-After.
+	want := "200 3/,200 3/,500 3/,401 2/,200 2/,401 1/,401 0/,429 0/40,429 0/40"
+	if strings.Join(got, ",") != want {
+		t.Errorf("got  %s\nwant %s", strings.Join(got, ","), want)
+	}
+	if n := calls.Load(); n != 7 {
+		t.Errorf("handler called %d times, want 7 (the denied attempts never reach it)", n)
+	}
+}
+
+// With other descriptors, a request the failure limit denies consumes
+// nothing from them, and their headers describe allowed requests.
+func TestFailuresAllOrNothing(t *testing.T) {
+	var calls atomic.Int64
+	d := decider(t, failureRules)
+	url := failureServerOn(t, d, []httplimit.Descriptor{{{Source: httplimit.RemoteAddress()}}}, &calls)
+	plain := limited(t, httplimit.Config{Decider: d, Domain: "auth"}) // remote_address only
+	for range 3 {
+		if r := do(t, http.DefaultClient, "POST", url, http.Header{"X-Password": {"wrong"}}); r.status != 401 {
+			t.Fatalf("status %d, want 401", r.status)
+		}
+	}
+	for range 5 {
+		if r := do(t, http.DefaultClient, "POST", url, nil); r.status != 429 {
+			t.Fatalf("status %d, want 429", r.status)
+		}
+	}
+	// The 3 admitted requests charged the per-address limit; the 5 denied
+	// did not: the 4th request on it leaves 96 of 100.
+	if r := do(t, http.DefaultClient, "GET", plain.URL, nil); r.String() != "200 96" {
+		t.Errorf("per-address limit after 3 admitted and 5 denied: %s, want 200 96", r)
+	}
+	r := do(t, http.DefaultClient, "GET", url+"/other", nil)
+	if r.status != 429 || r.header.Get("X-RateLimit-Limit") != "3" {
+		t.Fatalf("still denied by the failure limit: got %d %v", r.status, r.header)
+	}
+	body := decodeProblem(t, r)
+	if len(body.Violated) != 1 || body.Violated[0].Name != "auth.failed_login" {
+		t.Errorf("violated %+v, want the failure limit only", body.Violated)
+	}
+}
+
+// A block_for on the failure limit starts when an attempt finds it
+// exhausted, and the Retry-After is the block's.
+func TestFailuresBlockFor(t *testing.T) {
+	var calls atomic.Int64
+	url := failureServer(t, `
+domain: auth
+descriptors:
+  - key: failed_login
+    rate_limit: {unit: minute, requests_per_unit: 2, block_for: 15m}
+`, nil, &calls)
+	var got []string
+	for _, pw := range []string{"wrong", "wrong", "right", "right"} {
+		r := do(t, http.DefaultClient, "POST", url, http.Header{"X-Password": {pw}})
+		got = append(got, r.String()+"/"+r.header.Get("Retry-After"))
+	}
+	if want := "401 1/,401 0/,429 0/900,429 0/900"; strings.Join(got, ",") != want {
+		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
+	}
+}
+
+func TestFailuresConfigErrors(t *testing.T) {
+	d := decider(t, failureRules)
+	desc := []httplimit.Descriptor{{{Source: httplimit.RemoteAddress()}}}
+	for name, f := range map[string]*httplimit.Failures{
+		"no descriptors": {Statuses: []int{401}},
+		"no statuses":    {Descriptors: desc},
+		"bad status":     {Descriptors: desc, Statuses: []int{401, 99}},
+		"big status":     {Descriptors: desc, Statuses: []int{600}},
+		"empty desc":     {Descriptors: []httplimit.Descriptor{{}}, Statuses: []int{401}},
+	} {
+		if _, err := httplimit.New(httplimit.Config{Decider: d, Domain: "auth", Failures: f}); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// A client that hangs up before its failed attempt is answered is still
+// charged the failure.
+func TestFailuresCountedAfterHangUp(t *testing.T) {
+	d := decider(t, failureRules)
+	answered := make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // the client is gone
+		w.WriteHeader(http.StatusUnauthorized)
+		close(answered)
+	})
+	mw, err := httplimit.New(httplimit.Config{
+		Decider:     d,
+		Domain:      "auth",
+		Descriptors: []httplimit.Descriptor{},
+		Failures: &httplimit.Failures{
+			Descriptors: []httplimit.Descriptor{{{Key: "failed_login", Source: httplimit.RemoteAddress()}}},
+			Statuses:    []int{401},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server(t, mw(slow))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, nil)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // let the request reach the handler
+		cancel()
+	}()
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the request was answered; it should have been cancelled")
+	}
+	<-answered
+	var calls atomic.Int64
+	url := failureServerOn(t, d, nil, &calls)
+	if r := do(t, http.DefaultClient, "POST", url, http.Header{"X-Password": {"right"}}); r.String() != "200 2" {
+		t.Errorf("after a failure whose client hung up: %s, want 200 2", r)
+	}
+}

@@ -1,0 +1,211 @@
+package httplimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// DefaultMaxQueue is the Shaping.MaxQueue of a zero field.
+const DefaultMaxQueue = 100
+
+// Shaping delays requests instead of denying them: the leaky bucket as a
+// queue, as NGINX limit_req with burst and delay. A request that the
+// limits deny, and that waiting could admit within MaxDelay, waits in a
+// queue of its key (its descriptors' values) and is decided again when its
+// turn comes and its limits' Retry-After has passed; it goes on to the
+// handler once admitted, late. The limits themselves set the pace: with a
+// leaky_bucket (or gcra) limit of rate r and burst b, the first b requests
+// of a burst pass at once and the others are released one every 1/r, in
+// the order they came, never faster; NGINX's burst=B delay=D is a burst of
+// D+1 with MaxQueue B-D.
+//
+// The queue is FIFO per key in this process: while a key has requests
+// waiting, a new request of that key joins the end of the queue without
+// being decided, and only the head of the queue is decided. Its limits are
+// decided by the Decider, so with a shared store several processes
+// together never exceed the rate; each keeps its own queue order.
+//
+// A request is denied as usual (429) when the limits deny it with a
+// Retry-After beyond MaxDelay (a block_for penalty, a request larger than
+// the burst, a window that ends later), when its key already has MaxQueue
+// requests waiting (it is then decided at once, and so may pass when the
+// limits happen to admit it), or when its MaxDelay, counted from its
+// arrival, runs out before it is admitted (it is then decided once more).
+// A request whose context ends while it waits (the client went away)
+// leaves the queue at once and is not answered; the requests behind it
+// move up. Answers of the failure policy (a store failing) are never
+// delayed.
+type Shaping struct {
+	// MaxDelay is the longest a request may wait, from its arrival to
+	// its admission. Required (positive).
+	MaxDelay time.Duration
+
+	// MaxQueue is the most requests waiting per key. Zero means
+	// DefaultMaxQueue.
+	MaxQueue int
+}
+
+// shaper is a validated Shaping and its queues.
+type shaper struct {
+	maxDelay time.Duration
+	maxQueue int
+	mu       sync.Mutex
+	queues   map[string]*queue
+}
+
+// queue is the requests of one key waiting, head first.
+type queue struct {
+	waiters []*waiter
+}
+
+// waiter is one request in a queue; turn is closed when it becomes the
+// head.
+type waiter struct {
+	turn chan struct{}
+}
+
+func newShaper(cfg *Shaping) (*shaper, error) {
+	if cfg.MaxDelay <= 0 {
+		return nil, fmt.Errorf("%w: Shaping.MaxDelay must be positive", ErrConfig)
+	}
+	if cfg.MaxQueue < 0 || cfg.MaxQueue > 1<<20 {
+		return nil, fmt.Errorf("%w: Shaping.MaxQueue %d is not between 0 and %d", ErrConfig, cfg.MaxQueue, 1<<20)
+	}
+	sh := &shaper{maxDelay: cfg.MaxDelay, maxQueue: cfg.MaxQueue, queues: make(map[string]*queue)}
+	if sh.maxQueue == 0 {
+		sh.maxQueue = DefaultMaxQueue
+	}
+	return sh, nil
+}
+
+// shaped decides s.main into s.out, waiting in the queue of its key as
+// Shaping says. It returns with s.out the final decision; an error is a
+// failed decision or the request's context ending.
+func (m *middleware) shaped(ctx context.Context, s *scratch) error {
+	sh := m.shaping
+	start := time.Now()
+	s.ckey = appendQueueKey(s.ckey[:0], s.main.pds)
+	sh.mu.Lock()
+	busy := sh.queues[string(s.ckey)] != nil
+	sh.mu.Unlock()
+	if !busy {
+		if err := m.decide(ctx, s); err != nil || !m.shapeable(&s.out) {
+			return err
+		}
+	}
+	w, head := sh.join(string(s.ckey))
+	if w == nil { // the queue is full
+		if busy {
+			return m.decide(ctx, s)
+		}
+		return nil
+	}
+	defer sh.leave(string(s.ckey), w)
+	deadline := start.Add(sh.maxDelay)
+	if !head {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-w.turn:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			// Out of time before its turn: one last decision.
+			return m.decide(ctx, s)
+		}
+	}
+	// At the head: decide until admitted or out of time. A request that
+	// joined an empty queue holds a fresh denial already.
+	fresh := head && !busy
+	for {
+		if !fresh {
+			if err := m.decide(ctx, s); err != nil || !m.shapeable(&s.out) {
+				return err
+			}
+		}
+		fresh = false
+		wait := s.out.Overall.RetryAfter
+		if wait > time.Until(deadline) {
+			return nil // denied: s.out says when to retry
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// shapeable reports whether the outcome o is a denial that waiting up to
+// MaxDelay could turn into an admission.
+func (m *middleware) shapeable(o *rls.Outcome) bool {
+	return m.overLimit(o) && o.Degraded == rules.FailDefault && o.Overall.RetryAfter <= m.shaping.maxDelay
+}
+
+// join adds a waiter at the end of the queue of key and reports whether it
+// is the head; nil when the queue is full.
+func (sh *shaper) join(key string) (w *waiter, head bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	q := sh.queues[key]
+	if q == nil {
+		q = &queue{}
+		sh.queues[key] = q
+	}
+	if len(q.waiters) >= sh.maxQueue {
+		return nil, false
+	}
+	w = &waiter{turn: make(chan struct{})}
+	q.waiters = append(q.waiters, w)
+	return w, len(q.waiters) == 1
+}
+
+// leave takes w out of the queue of key; when w was the head, the next
+// waiter's turn comes.
+func (sh *shaper) leave(key string, w *waiter) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	q := sh.queues[key]
+	for i, x := range q.waiters {
+		if x != w {
+			continue
+		}
+		copy(q.waiters[i:], q.waiters[i+1:])
+		q.waiters[len(q.waiters)-1] = nil
+		q.waiters = q.waiters[:len(q.waiters)-1]
+		if i == 0 && len(q.waiters) > 0 {
+			close(q.waiters[0].turn)
+		}
+		break
+	}
+	if len(q.waiters) == 0 {
+		delete(sh.queues, key)
+	}
+}
+
+// appendQueueKey appends the queue key of the descriptors pds: every
+// entry's key and value, length-prefixed.
+func appendQueueKey(b []byte, pds []*rlv3.RateLimitDescriptor) []byte {
+	for _, pd := range pds {
+		b = append(b, '|')
+		for _, e := range pd.Entries {
+			b = strconv.AppendInt(b, int64(len(e.Key)), 10)
+			b = append(b, ':')
+			b = append(b, e.Key...)
+			b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+			b = append(b, ':')
+			b = append(b, e.Value...)
+		}
+	}
+	return b
+}
