@@ -33,7 +33,7 @@ var envoyKeys = map[string]bool{
 
 // The keys each kind of mapping takes.
 var (
-	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy"}
+	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
@@ -401,6 +401,9 @@ func (p *parser) root(n *yaml.Node) {
 			capacity = kv.v
 		case "failure_policy":
 			p.failurePolicy(kv.v)
+		case "http":
+			// The section of the HTTP front doors (sluice proxy), which
+			// read it themselves (package httpconf): not rules.
 		default:
 			p.unknown(kv.k, "the file's top level", rootKeys, true)
 		}
