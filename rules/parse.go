@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,8 +92,6 @@ func (p *parser) warnf(n *yaml.Node, format string, args ...any) {
 	p.warns = append(p.warns, Problem{File: p.file, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf(format, args...)})
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 func (p *parser) parse(data []byte) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -128,15 +125,7 @@ func (p *parser) parse(data []byte) {
 
 // yamlError reports a syntax error of the YAML itself, with its line.
 func (p *parser) yamlError(err error) {
-	msg := err.Error()
-	line := 0
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	p.probs = append(p.probs, Problem{File: p.file, Line: line, Msg: "invalid YAML: " + msg})
+	p.probs = append(p.probs, SyntaxProblem(p.file, err))
 }
 
 // deref follows aliases, charging the budget.
