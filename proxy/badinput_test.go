@@ -21,9 +21,9 @@ http:
         - [{key: user, header: X-User}]
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
 `
 
 // raw sends request as it is over a new connection to the proxy and

@@ -31,7 +31,7 @@ http:
       name: login
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
 `)
 	d, err := rules.Parse("rules.yaml", src)
 	if err != nil {

@@ -196,10 +196,12 @@ func clientFrom(t *testing.T, ip string) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
+// The test rules limit by sliding_log over an hour: a fixed window would
+// start afresh, and let a request through, when a test crosses its edge.
 const perIP = `domain: api
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 3}
+    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding_log}
 `
 
 // A limit of the rules denies with 429 and a problem body before the
@@ -258,9 +260,9 @@ http:
       name: api
 descriptors:
   - key: login
-    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_log}
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 2}
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
 `
 
 // Each route has its own descriptors and so its own limits; a request that
@@ -318,7 +320,7 @@ http:
         - [{key: remote_address}]
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 1}
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_log}
 `
 
 // A forwarding header from an untrusted peer changes neither the client's

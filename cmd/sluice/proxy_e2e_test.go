@@ -27,9 +27,9 @@ http:
     - pattern: /
 descriptors:
   - key: login
-    rate_limit: {unit: minute, requests_per_unit: LOGIN}
+    rate_limit: {unit: hour, requests_per_unit: LOGIN, algorithm: sliding_log}
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 100}
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}
 `
 
 // startProxy runs sluice proxy with args and waits until it is ready.
