@@ -2,6 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -47,4 +49,21 @@ func (e *Error) Error() string {
 		lines[i] = p.String()
 	}
 	return strings.Join(lines, "\n")
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// SyntaxProblem is the problem of err, a syntax error of go.yaml.in/yaml/v3
+// in the file named file, at its line: the problem Parse reports, so that
+// another reader of the same file (the http section's) reports it alike.
+func SyntaxProblem(file string, err error) Problem {
+	msg := err.Error()
+	line := 0
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	return Problem{File: file, Line: line, Msg: "invalid YAML: " + msg}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,7 +32,7 @@ var envoyKeys = map[string]bool{
 
 // The keys each kind of mapping takes.
 var (
-	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy"}
+	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
@@ -93,8 +92,6 @@ func (p *parser) warnf(n *yaml.Node, format string, args ...any) {
 	p.warns = append(p.warns, Problem{File: p.file, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf(format, args...)})
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
 func (p *parser) parse(data []byte) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -128,15 +125,7 @@ func (p *parser) parse(data []byte) {
 
 // yamlError reports a syntax error of the YAML itself, with its line.
 func (p *parser) yamlError(err error) {
-	msg := err.Error()
-	line := 0
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	p.probs = append(p.probs, Problem{File: p.file, Line: line, Msg: "invalid YAML: " + msg})
+	p.probs = append(p.probs, SyntaxProblem(p.file, err))
 }
 
 // deref follows aliases, charging the budget.
@@ -401,6 +390,9 @@ func (p *parser) root(n *yaml.Node) {
 			capacity = kv.v
 		case "failure_policy":
 			p.failurePolicy(kv.v)
+		case "http":
+			// The section of the HTTP front doors (sluice proxy), which
+			// read it themselves (package httpconf): not rules.
 		default:
 			p.unknown(kv.k, "the file's top level", rootKeys, true)
 		}

@@ -631,3 +631,35 @@ func TestFailurePolicy(t *testing.T) {
 		t.Errorf("FailurePolicy(9): %q, %v", rules.FailurePolicy(9), err)
 	}
 }
+
+// The http section belongs to the HTTP front doors: the rules accept it,
+// whatever it holds, without a warning, and read the rest as without it.
+func TestHTTPSectionIgnored(t *testing.T) {
+	plain := "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	with := "domain: api\nhttp:\n  routes:\n    - pattern: \"POST /login\"\n      anything: [1, 2]\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+	a, b := mustParse(t, plain), mustParse(t, with)
+	if len(b.Warnings) != 0 {
+		t.Errorf("warnings: %v", b.Warnings)
+	}
+	if len(a.Rules) != 1 || len(b.Rules) != 1 || a.Rules[0].StatKey != b.Rules[0].StatKey || b.Rules[0].Limits[0].Rate != 3 {
+		t.Errorf("rules differ: %+v and %+v", a.Rules, b.Rules)
+	}
+	// The hash covers the whole file, so that a reload sees a change of
+	// the http section alone.
+	ca, err := rules.NewConfig(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := rules.NewConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.Hash() == cb.Hash() {
+		t.Error("the http section does not change the hash")
+	}
+	// Nested, it is still an unknown key.
+	_, err = rules.Parse("test.yaml", []byte("domain: api\ndescriptors:\n  - key: k\n    http: {}\n"))
+	if err == nil || !strings.Contains(err.Error(), `unknown key "http" in a descriptor`) {
+		t.Errorf("nested http: %v", err)
+	}
+}

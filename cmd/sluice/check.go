@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
+	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -25,7 +27,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	config := fs.String("config", "", "rules file, or directory of rules files (one domain each)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: sluice check --config FILE\n\nValidates rules and prints every problem with its line. Exits 1 on any problem.\n\n")
+		fmt.Fprint(stderr, "Usage: sluice check --config FILE\n\nValidates rules (and a file's http section, for sluice proxy) and prints every problem with its line. Exits 1 on any problem.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -36,7 +38,15 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errUsage
 	}
-	cfg, err := reload.Load(*config) // as sluice serve and its reloads load rules
+	load := reload.Load // as sluice serve and its reloads load rules
+	if info, err := os.Stat(*config); err == nil && !info.IsDir() {
+		// One file may also hold the http section of sluice proxy.
+		load = func(path string) (*rules.Config, error) {
+			c, _, err := httpconf.LoadFile(path)
+			return c, err
+		}
+	}
+	cfg, err := load(*config)
 	if err != nil {
 		var re *rules.Error
 		if errors.As(err, &re) {

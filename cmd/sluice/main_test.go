@@ -47,6 +47,11 @@ descriptors:
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
 	}
+	// A file's http section is checked too.
+	badHTTP := writeFile(t, "http.yaml", "domain: d\nhttp:\n  routes:\n    - pattern: get /x\n")
+	if code, _, errOut := runCmd(t, "", "check", "--config", badHTTP); code != 1 || !strings.Contains(errOut, "http.yaml:4:16: pattern") {
+		t.Errorf("bad http section: exit %d, %q", code, errOut)
+	}
 	if code, _, _ := runCmd(t, "", "check"); code != 2 {
 		t.Errorf("no --config: exit %d, want 2", code)
 	}

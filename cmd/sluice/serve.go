@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -23,10 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/reload"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
 )
@@ -40,33 +39,26 @@ func init() {
 	}
 }
 
-// stores lists the values of --store.
-var stores = []string{"memory", "redis"}
-
 // serveSettings are the settings of sluice serve, from flags, then the
 // environment, then the defaults.
 type serveSettings struct {
-	config                string
-	grpcAddr              string
-	httpAddr              string
-	debugAddr             string
-	store                 string
-	stateFile             string
-	snapshotInterval      time.Duration
-	maxBytes              byteSize
-	responseHeaders       string
-	shadowMode            bool
-	nearLimitRatio        float64
-	logLevel              slog.Level
-	logFormat             string
-	shutdownTimeout       time.Duration
-	drainDelay            time.Duration
-	grpcMaxConnAge        time.Duration
-	grpcMaxConnAgeGrace   time.Duration
-	headers               server.HeaderMode
-	redis                 redisSettings
-	failurePolicy         rules.FailurePolicy
-	localNodes            int
+	config              string
+	grpcAddr            string
+	httpAddr            string
+	debugAddr           string
+	stateFile           string
+	snapshotInterval    time.Duration
+	responseHeaders     string
+	shadowMode          bool
+	nearLimitRatio      float64
+	logLevel            slog.Level
+	logFormat           string
+	shutdownTimeout     time.Duration
+	drainDelay          time.Duration
+	grpcMaxConnAge      time.Duration
+	grpcMaxConnAgeGrace time.Duration
+	headers             server.HeaderMode
+	storeSettings
 	envoyIgnored, sources []string // for the startup log
 }
 
@@ -187,13 +179,9 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health)")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
-	fs.StringVar(&s.store, "store", "memory", "`name` of the store that keeps the counters: "+strings.Join(stores, ", "))
-	s.redis.flags(fs)
-	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailOpen, "`policy` when the store fails, for domains that set no failure_policy: fail_open, fail_closed, or local (limit on this node alone, each limit divided by --local-nodes)")
-	fs.IntVar(&s.localNodes, "local-nodes", 1, "`nodes` sharing the limits: the local failure policy divides every limit by this")
+	s.storeSettings.flags(fs)
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", time.Minute, "how often to save usage to --state-file; 0 saves only on shutdown")
-	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
@@ -208,30 +196,8 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || set[f.Name] {
-			return
-		}
-		from, v, ok := envName(f.Name), "", false
-		if v, ok = env(from); !ok {
-			if ev, known := envoyVars[f.Name]; known {
-				v, ok = ev.value(env)
-				from = strings.Join(ev.names, "+")
-			}
-		}
-		if !ok {
-			return
-		}
-		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("%s=%q: %v", from, v, e)
-			return
-		}
-		s.sources = append(s.sources, f.Name+" from "+from)
-	})
-	if err != nil {
+	if s.sources, err = applyEnv(fs, env, envoyVars); err != nil {
 		return nil, err
 	}
 	for _, u := range envoyUnmapped {
@@ -245,47 +211,23 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		fs.Usage()
 		return nil, errUsage
 	}
-	var probs []string
-	if !slices.Contains(stores, s.store) {
-		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(stores, ", ")))
-	}
-	probs = append(probs, s.redis.check(s.store)...)
-	if s.failurePolicy == rules.FailDefault {
-		probs = append(probs, "--failure-policy must be fail_open, fail_closed or local")
-	}
-	if s.localNodes < 1 {
-		probs = append(probs, fmt.Sprintf("--local-nodes must be at least 1, got %d", s.localNodes))
-	}
-	if s.store != "memory" && (s.stateFile != "" || s.maxBytes != 0) {
-		probs = append(probs, "--state-file and --max-bytes apply to --store memory only (Redis keeps its own state)")
+	probs := s.storeSettings.check()
+	if s.store != "memory" && s.stateFile != "" {
+		probs = append(probs, "--state-file applies to --store memory only (Redis keeps its own state)")
 	}
 	if s.headers, err = server.ParseHeaderMode(s.responseHeaders); err != nil {
 		probs = append(probs, fmt.Sprintf("--response-headers: %v", err))
 	}
-	if s.logFormat != "text" && s.logFormat != "json" {
-		probs = append(probs, fmt.Sprintf("unknown log format %q (text or json)", s.logFormat))
-	}
+	probs = append(probs, checkLogFormat(s.logFormat)...)
 	if s.nearLimitRatio <= 0 || s.nearLimitRatio > 1 {
 		probs = append(probs, fmt.Sprintf("--near-limit-ratio %v is not in (0, 1]", s.nearLimitRatio))
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"snapshot-interval", s.snapshotInterval}, {"shutdown-timeout", s.shutdownTimeout}, {"drain-delay", s.drainDelay}} {
-		if d.v < 0 {
-			probs = append(probs, fmt.Sprintf("--%s must not be negative, got %s", d.name, d.v))
-		}
+	probs = append(probs, checkDurations(map[string]time.Duration{"snapshot-interval": s.snapshotInterval, "shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay})...)
+	addrs := map[string]string{"grpc-addr": s.grpcAddr, "http-addr": s.httpAddr}
+	if s.debugAddr != "" {
+		addrs["debug-addr"] = s.debugAddr
 	}
-	for _, a := range []struct{ name, addr string }{{"grpc-addr", s.grpcAddr}, {"http-addr", s.httpAddr}, {"debug-addr", s.debugAddr}} {
-		if a.addr == "" && a.name == "debug-addr" {
-			continue
-		}
-		if _, port, err := net.SplitHostPort(a.addr); err != nil {
-			probs = append(probs, fmt.Sprintf("--%s %q: %v", a.name, a.addr, err))
-		} else if _, err := net.LookupPort("tcp", port); err != nil {
-			probs = append(probs, fmt.Sprintf("--%s %q: bad port", a.name, a.addr))
-		}
-	}
+	probs = append(probs, checkAddrs(addrs)...)
 	if s.grpcMaxConnAge <= 0 || s.grpcMaxConnAgeGrace <= 0 {
 		probs = append(probs, "--grpc-max-connection-age and --grpc-max-connection-age-grace must be positive")
 	}
@@ -312,6 +254,110 @@ variables of envoyproxy/ratelimit are read too, after the SLUICE_ ones.
 
 Flags:
 `)
+	printFlags(fs, w, envoyVars)
+	fmt.Fprint(w, `
+A corrupt --state-file is logged, renamed to FILE.corrupt, and the service
+starts with empty counters; a state file that cannot be read or written
+otherwise (permissions) is an error. docs/operations.md has the details.
+`)
+}
+
+func newLogger(level slog.Level, format string, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// checkDurations reports the flags, by name, whose duration is negative.
+func checkDurations(ds map[string]time.Duration) []string {
+	var probs []string
+	for _, name := range slices.Sorted(maps.Keys(ds)) {
+		if d := ds[name]; d < 0 {
+			probs = append(probs, fmt.Sprintf("--%s must not be negative, got %s", name, d))
+		}
+	}
+	return probs
+}
+
+// checkAddrs reports the flags, by name, whose address is not host:port.
+func checkAddrs(addrs map[string]string) []string {
+	var probs []string
+	for _, name := range slices.Sorted(maps.Keys(addrs)) {
+		addr := addrs[name]
+		if _, port, err := net.SplitHostPort(addr); err != nil {
+			probs = append(probs, fmt.Sprintf("--%s %q: %v", name, addr, err))
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			probs = append(probs, fmt.Sprintf("--%s %q: bad port", name, addr))
+		}
+	}
+	return probs
+}
+
+// waitForStop waits for ctx to end (SIGTERM, SIGINT) or a listener to fail,
+// whose error it returns, reloading on every SIGHUP meanwhile.
+func waitForStop(ctx context.Context, failed <-chan error, reload func(), log *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down")
+			return nil
+		case err := <-failed:
+			log.Error("listener failed; shutting down", "err", err)
+			return err
+		case <-hup:
+			log.Info("SIGHUP: reloading the configuration")
+			reload()
+		}
+	}
+}
+
+// checkLogFormat reports a --log-format that is neither text nor json.
+func checkLogFormat(format string) []string {
+	if format != "text" && format != "json" {
+		return []string{fmt.Sprintf("unknown log format %q (text or json)", format)}
+	}
+	return nil
+}
+
+// applyEnv sets every flag of fs that the command line did not from its
+// environment variable (envName), else from the envoyproxy/ratelimit
+// variables that envoy maps onto it, and returns "flag from VARIABLE" for
+// each flag so set.
+func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]string, error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var sources []string
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || set[f.Name] {
+			return
+		}
+		from, v, ok := envName(f.Name), "", false
+		if v, ok = env(from); !ok {
+			if ev, known := envoy[f.Name]; known {
+				v, ok = ev.value(env)
+				from = strings.Join(ev.names, "+")
+			}
+		}
+		if !ok {
+			return
+		}
+		if e := fs.Set(f.Name, v); e != nil {
+			err = fmt.Errorf("%s=%q: %v", from, v, e)
+			return
+		}
+		sources = append(sources, f.Name+" from "+from)
+	})
+	return sources, err
+}
+
+// printFlags prints every flag of fs with its default and its variables.
+func printFlags(fs *flag.FlagSet, w io.Writer, envoy map[string]envoyVar) {
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  --%s", f.Name)
@@ -323,24 +369,11 @@ Flags:
 			fmt.Fprintf(w, " (default %q)", f.DefValue)
 		}
 		fmt.Fprintf(w, "\n      env: %s", envName(f.Name))
-		if ev, ok := envoyVars[f.Name]; ok {
+		if ev, ok := envoy[f.Name]; ok {
 			fmt.Fprintf(w, ", then Envoy's %s", strings.Join(ev.names, ", "))
 		}
 		fmt.Fprintln(w)
 	})
-	fmt.Fprint(w, `
-A corrupt --state-file is logged, renamed to FILE.corrupt, and the service
-starts with empty counters; a state file that cannot be read or written
-otherwise (permissions) is an error. docs/operations.md has the details.
-`)
-}
-
-func newLogger(s *serveSettings, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: s.logLevel}
-	if s.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Writer) error {
@@ -348,7 +381,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	if err != nil {
 		return err
 	}
-	log := newLogger(s, stderr)
+	log := newLogger(s.logLevel, s.logFormat, stderr)
 	log.Info("starting sluice serve", "version", version, "config", s.config, "store", s.store,
 		"failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes,
 		"state_file", s.stateFile, "shadow_mode", s.shadowMode, "response_headers", s.responseHeaders)
@@ -385,7 +418,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		log.Warn("no domains in the rules: every request is allowed", "config", s.config)
 	}
 
-	stores, err := openStore(s, log)
+	dec, stores, err := newLocalDecider(&s.storeSettings, log)
 	if err != nil {
 		return err
 	}
@@ -403,21 +436,9 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		snaps = newSnapshotMetrics(reg, store)
 	}
 	stores.register(reg)
-	dec := rls.NewDecider(sluice.NewLimiter(stores.store), nil)
-	// The node-local store of the local failure policy, always there so
-	// that a domain may choose it whatever the default is.
-	local := memstore.New(memstore.Config{})
-	defer local.Close()
-	if err := dec.SetFailover(rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}); err != nil {
-		return err
-	}
-	var storeHealth func() error
-	if stores.redis != nil {
-		storeHealth = stores.redis.Health
-	}
 	srv, err = server.New(server.Config{
 		Decider:        dec,
-		StoreHealth:    storeHealth,
+		StoreHealth:    stores.health(),
 		Logger:         log.With("component", "server"),
 		Registry:       reg,
 		Headers:        s.headers,
@@ -494,10 +515,6 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 			log.Error("rules watcher stopped; rules are no longer reloaded", "err", err)
 		}
 	})
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
 	snapCtx, stopSnaps := context.WithCancel(context.Background())
 	var snapWG sync.WaitGroup
 	if s.stateFile != "" && s.snapshotInterval > 0 {
@@ -505,23 +522,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	log.Info("ready", "domains", initial.Domains(), "hash", initial.Hash())
 
-	var runErr error
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			log.Info("shutting down", "drain_delay", s.drainDelay, "shutdown_timeout", s.shutdownTimeout)
-			break wait
-		case err := <-failed:
-			log.Error("listener failed; shutting down", "err", err)
-			runErr = err
-			break wait
-		case <-hup:
-			log.Info("SIGHUP: reloading rules")
-			watcher.Reload()
-		}
-	}
-
+	runErr := waitForStop(ctx, failed, watcher.Reload, log)
 	srv.SetDraining()
 	if s.drainDelay > 0 {
 		time.Sleep(s.drainDelay)
@@ -550,23 +551,25 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// shutdown stops the listeners and waits for in-flight requests, at most
-// timeout; then it closes what is left.
+// shutdown stops the listeners (gs and debugSrv may be nil) and waits for
+// in-flight requests, at most timeout; then it closes what is left.
 func shutdown(gs *grpc.Server, httpSrv, debugSrv *http.Server, timeout time.Duration, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		done := make(chan struct{})
-		go func() { gs.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			log.Warn("gRPC requests still running at the shutdown timeout; closing them")
-			gs.Stop()
-			<-done
-		}
-	})
+	if gs != nil {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { gs.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				log.Warn("gRPC requests still running at the shutdown timeout; closing them")
+				gs.Stop()
+				<-done
+			}
+		})
+	}
 	for _, hs := range []*http.Server{httpSrv, debugSrv} {
 		if hs == nil {
 			continue

@@ -103,6 +103,7 @@ type proc struct {
 	t                       *testing.T
 	cmd                     *exec.Cmd
 	grpcAddr, httpAddr, dbg string
+	addrs                   map[string]string // every listener's address, by name
 
 	mu    sync.Mutex
 	lines []string
@@ -119,13 +120,7 @@ type proc struct {
 func startSluice(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := launch(t, env, args...)
-	select {
-	case <-p.ready:
-	case <-p.done:
-		t.Fatalf("sluice serve exited with %d before ready:\n%s", p.code, p.log())
-	case <-time.After(e2eWait):
-		t.Fatalf("sluice serve not ready within %s:\n%s", e2eWait, p.log())
-	}
+	p.waitReady()
 	if p.grpcAddr == "" || p.httpAddr == "" {
 		t.Fatalf("no listening addresses in the log:\n%s", p.log())
 	}
@@ -138,11 +133,31 @@ func startSluice(t *testing.T, env []string, args ...string) *proc {
 	return p
 }
 
-// launch starts the process without waiting for it.
+// waitReady waits until the process has logged "ready".
+func (p *proc) waitReady() {
+	p.t.Helper()
+	select {
+	case <-p.ready:
+	case <-p.done:
+		p.t.Fatalf("sluice exited with %d before ready:\n%s", p.code, p.log())
+	case <-time.After(e2eWait):
+		p.t.Fatalf("sluice not ready within %s:\n%s", e2eWait, p.log())
+	}
+}
+
+// launch starts sluice serve without waiting for it.
 func launch(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return launchCommand(t, "serve", []string{"grpc-addr", "http-addr", "debug-addr"}, env, args...)
+}
+
+// launchCommand starts sluice command with JSON logs, its address flags
+// addrFlags on loopback ports unless args or env name them, without
+// waiting for it.
+func launchCommand(t *testing.T, command string, addrFlags, env []string, args ...string) *proc {
+	t.Helper()
 	bin := sluiceBinary(t)
-	all := []string{"serve", "--log-format", "json"}
+	all := []string{command, "--log-format", "json"}
 	has := func(name string) bool {
 		for _, a := range args {
 			if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
@@ -159,7 +174,7 @@ func launch(t *testing.T, env []string, args ...string) *proc {
 		}
 		return false
 	}
-	for _, name := range []string{"grpc-addr", "http-addr", "debug-addr"} {
+	for _, name := range addrFlags {
 		if !has(name) {
 			all = append(all, "--"+name, "127.0.0.1:0")
 		}
@@ -185,9 +200,9 @@ func launch(t *testing.T, env []string, args ...string) *proc {
 		}
 		switch log := p.log(); {
 		case strings.Contains(log, "DATA RACE"):
-			t.Errorf("a data race in sluice serve:\n%s", log)
+			t.Errorf("a data race in sluice %s:\n%s", command, log)
 		case t.Failed():
-			t.Logf("sluice serve log:\n%s", log)
+			t.Logf("sluice %s log:\n%s", command, log)
 		}
 	})
 	return p
@@ -206,6 +221,10 @@ func (p *proc) read(r io.Reader) {
 		p.mu.Lock()
 		p.lines = append(p.lines, line)
 		if rec.Msg == "listening" {
+			if p.addrs == nil {
+				p.addrs = map[string]string{}
+			}
+			p.addrs[rec.Listener] = rec.Addr
 			switch rec.Listener {
 			case "grpc":
 				p.grpcAddr = rec.Addr

@@ -27,11 +27,14 @@ func TestServeSettingsDefaults(t *testing.T) {
 	}
 	want := serveSettings{
 		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
-		store: "memory", snapshotInterval: time.Minute, responseHeaders: "off",
+		snapshotInterval: time.Minute, responseHeaders: "off",
 		nearLimitRatio: 0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
-		redis:         redisSettings{prefix: "sluice:", timeout: 50 * time.Millisecond, hashTag: "entry", cacheSize: 100000},
-		failurePolicy: rules.FailOpen, localNodes: 1,
+		storeSettings: storeSettings{
+			store:         "memory",
+			redis:         redisSettings{prefix: "sluice:", timeout: 50 * time.Millisecond, hashTag: "entry", cacheSize: 100000},
+			failurePolicy: rules.FailOpen, localNodes: 1,
+		},
 	}
 	s.sources, s.envoyIgnored = nil, nil
 	if !reflect.DeepEqual(*s, want) {
@@ -144,7 +147,8 @@ func TestServeSettingsErrors(t *testing.T) {
 		{[]string{"--store", "memcache"}, nil, `unknown store "memcache" (supported: memory, redis)`},
 		{[]string{"--store", "redis"}, nil, "--store redis needs --redis-url"},
 		{[]string{"--redis-url", "redis://x:1"}, nil, "--redis-url needs --store redis"},
-		{[]string{"--store", "redis", "--redis-url", "x:1", "--state-file", "f"}, nil, "apply to --store memory only"},
+		{[]string{"--store", "redis", "--redis-url", "x:1", "--state-file", "f"}, nil, "--state-file applies to --store memory only"},
+		{[]string{"--store", "redis", "--redis-url", "x:1", "--max-bytes", "1MiB"}, nil, "--max-bytes applies to --store memory only"},
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--redis-hash-tag", "slot"}, nil, "--redis-hash-tag"},
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--redis-timeout", "0s"}, nil, "--redis-timeout must be positive"},
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--local-cache-size", "-1"}, nil, "--local-cache-size"},

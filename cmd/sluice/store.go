@@ -4,9 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -190,7 +193,7 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 	return cfg, nil
 }
 
-// storeSet is what serve decides with: the store the limiter uses, and the
+// storeSet is what serve and proxy decide with: the store the limiter uses, and the
 // parts of it that need wiring (memstore for snapshots, Redis for health
 // and metrics).
 type storeSet struct {
@@ -201,8 +204,77 @@ type storeSet struct {
 	close func()
 }
 
+// stores lists the values of --store.
+var stores = []string{"memory", "redis"}
+
+// storeSettings are the flags that choose the store and what answers when
+// it fails, shared by the commands that decide (serve, proxy).
+type storeSettings struct {
+	store         string
+	maxBytes      byteSize
+	redis         redisSettings
+	failurePolicy rules.FailurePolicy
+	localNodes    int
+}
+
+func (s *storeSettings) flags(fs *flag.FlagSet) {
+	fs.StringVar(&s.store, "store", "memory", "`name` of the store that keeps the counters: "+strings.Join(stores, ", "))
+	s.redis.flags(fs)
+	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailOpen, "`policy` when the store fails, for domains that set no failure_policy: fail_open, fail_closed, or local (limit on this node alone, each limit divided by --local-nodes)")
+	fs.IntVar(&s.localNodes, "local-nodes", 1, "`nodes` sharing the limits: the local failure policy divides every limit by this")
+	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
+}
+
+// check validates the settings.
+func (s *storeSettings) check() []string {
+	var probs []string
+	if !slices.Contains(stores, s.store) {
+		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(stores, ", ")))
+	}
+	probs = append(probs, s.redis.check(s.store)...)
+	if s.failurePolicy == rules.FailDefault {
+		probs = append(probs, "--failure-policy must be fail_open, fail_closed or local")
+	}
+	if s.localNodes < 1 {
+		probs = append(probs, fmt.Sprintf("--local-nodes must be at least 1, got %d", s.localNodes))
+	}
+	if s.store != "memory" && s.maxBytes != 0 {
+		probs = append(probs, "--max-bytes applies to --store memory only (Redis keeps its own state)")
+	}
+	return probs
+}
+
+// newLocalDecider opens the store of s and returns a Decider over it, with
+// no rules yet, whose failure policy is --failure-policy; the node-local
+// store of the local policy is always there, so that a domain may choose
+// it whatever the default is. The storeSet's close closes both stores.
+func newLocalDecider(s *storeSettings, log *slog.Logger) (*rls.Decider, *storeSet, error) {
+	set, err := openStore(s, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec := rls.NewDecider(sluice.NewLimiter(set.store), nil)
+	local := memstore.New(memstore.Config{})
+	closeStore := set.close
+	set.close = func() { closeStore(); local.Close() }
+	if err := dec.SetFailover(rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}); err != nil {
+		set.close()
+		return nil, nil, err
+	}
+	return dec, set, nil
+}
+
+// health is the store's health check: nil when it cannot tell (the
+// embedded store is always up).
+func (set *storeSet) health() func() error {
+	if set.redis != nil {
+		return set.redis.Health
+	}
+	return nil
+}
+
 // openStore opens the store of s.
-func openStore(s *serveSettings, log *slog.Logger) (*storeSet, error) {
+func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
 	switch s.store {
 	case "memory":
 		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})

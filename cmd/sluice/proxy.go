@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice/httpconf"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/reload"
+	"github.com/sluicehq/sluice/rules"
+)
+
+func init() {
+	commands["proxy"] = command{
+		summary: "run a rate limiting reverse proxy in front of an HTTP API",
+		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+			return cmdProxy(ctx, args, os.LookupEnv, stderr)
+		},
+	}
+}
+
+// proxySettings are the settings of sluice proxy, from flags, then the
+// environment, then the defaults.
+type proxySettings struct {
+	config          string
+	upstream        string
+	listen          string
+	adminListen     string
+	logLevel        slog.Level
+	logFormat       string
+	shutdownTimeout time.Duration
+	drainDelay      time.Duration
+	storeSettings
+	upstreamURL *url.URL
+	sources     []string // for the startup log
+}
+
+func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings, error) {
+	s := &proxySettings{}
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&s.config, "config", "", "rules `file` with its http section (routes, client address, headers); required")
+	fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
+	fs.StringVar(&s.listen, "listen", ":8080", "`address` the proxy serves on")
+	fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz and /readyz, kept apart from --listen so that no path of the upstream is shadowed")
+	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
+	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
+	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
+	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+	s.storeSettings.flags(fs)
+	fs.Usage = func() { proxyUsage(fs, stderr) }
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	// Only the Redis variables of envoyproxy/ratelimit apply here: its
+	// other settings (ports, the runtime directory) are the service's.
+	var err error
+	if s.sources, err = applyEnv(fs, env, envoyRedis); err != nil {
+		return nil, err
+	}
+	var missing []string
+	if s.config == "" {
+		missing = append(missing, "--config (or SLUICE_CONFIG)")
+	}
+	if s.upstream == "" {
+		missing = append(missing, "--upstream (or SLUICE_UPSTREAM)")
+	}
+	if len(missing) > 0 {
+		for _, m := range missing {
+			fmt.Fprintf(stderr, "sluice proxy: %s is required\n", m)
+		}
+		fs.Usage()
+		return nil, errUsage
+	}
+	probs := s.storeSettings.check()
+	probs = append(probs, checkLogFormat(s.logFormat)...)
+	if info, err := os.Stat(s.config); err == nil && info.IsDir() {
+		probs = append(probs, fmt.Sprintf("--config %s is a directory: the proxy reads one rules file", s.config))
+	}
+	u, err := url.Parse(s.upstream)
+	switch {
+	case err != nil:
+		probs = append(probs, fmt.Sprintf("--upstream %q: %v", s.upstream, err))
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		probs = append(probs, fmt.Sprintf("--upstream %q: want http:// or https:// and a host", u.Redacted()))
+	case u.User != nil:
+		probs = append(probs, fmt.Sprintf("--upstream %q: credentials in the URL are not sent; leave them out", u.Redacted()))
+	}
+	s.upstreamURL = u
+	probs = append(probs, checkDurations(map[string]time.Duration{"shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay})...)
+	probs = append(probs, checkAddrs(map[string]string{"listen": s.listen, "admin-listen": s.adminListen})...)
+	if len(probs) > 0 {
+		return nil, errors.New(strings.Join(probs, "; "))
+	}
+	return s, nil
+}
+
+func proxyUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprint(w, `Usage: sluice proxy --config FILE --upstream URL [flags]
+
+Runs a rate limiting reverse proxy: every request is limited by the route of
+the rules file's http section it matches, with the file's rules, before the
+upstream sees it; a request that matches no route is proxied unlimited.
+/metrics, /healthz and /readyz are served on --admin-listen. The file is
+reloaded when it changes (or on SIGHUP); a bad reload keeps the
+configuration in force. SIGTERM or SIGINT fails readiness, waits
+--drain-delay, finishes in-flight requests and exits 0.
+
+Every flag can be set by its environment variable (SLUICE_ and the flag name
+in capitals, dashes as underscores); a flag wins over its variable. The
+Redis variables of envoyproxy/ratelimit are read too, after the SLUICE_ ones.
+docs/proxy.md has the details.
+
+Flags:
+`)
+	printFlags(fs, w, envoyRedis)
+}
+
+// proxyDecider is what the proxy decides with, built from the store flags
+// by openProxyDecider.
+type proxyDecider struct {
+	httplimit.Decider
+
+	// setRules puts new rules in force in the decider.
+	setRules func(*rules.Config)
+
+	// health is the store's health (nil: always up) and policy the
+	// default failure policy: /readyz fails while the store is down and
+	// the policy is fail_closed, as sluice serve's does.
+	health func() error
+	policy rules.FailurePolicy
+
+	register func(*prometheus.Registry) // the store's collectors
+	close    func()
+}
+
+// openProxyDecider builds the proxy's Decider from the store flags, with
+// the rules initial. This is the one place that chooses how the proxy
+// decides: --store memory and redis decide here with the rules of the
+// file, through an rls.Decider over that store.
+func openProxyDecider(s *storeSettings, initial *rules.Config, log *slog.Logger) (*proxyDecider, error) {
+	dec, set, err := newLocalDecider(s, log)
+	if err != nil {
+		return nil, err
+	}
+	dec.SetRules(initial)
+	return &proxyDecider{
+		Decider:  dec,
+		setRules: dec.SetRules,
+		health:   set.health(),
+		policy:   dec.Failover().Default,
+		register: set.register,
+		close:    set.close,
+	}, nil
+}
+
+func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Writer) error {
+	s, err := parseProxy(args, env, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(s.logLevel, s.logFormat, stderr)
+	log.Info("starting sluice proxy", "version", version, "config", s.config, "upstream", s.upstreamURL.Redacted(),
+		"store", s.store, "failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes)
+	for _, src := range s.sources {
+		log.Debug("setting from the environment", "setting", src)
+	}
+
+	// The file first: a bad one fails fast with every problem.
+	cfg, section, err := loadProxyConfig(s.config, log)
+	if err != nil {
+		return err
+	}
+	domain := cfg.Domains()[0]
+
+	dec, err := openProxyDecider(&s.storeSettings, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer dec.close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := proxy.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	dec.register(reg)
+	loads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_config_loads_total",
+		Help: "Loads of the configuration file, by result (success, failure); a failure keeps the previous configuration.",
+	}, []string{"result"})
+	reg.MustRegister(loads)
+	loads.WithLabelValues("success").Inc()
+
+	p, err := proxy.New(proxy.Config{
+		Upstream: s.upstreamURL,
+		Decider:  dec,
+		Domain:   domain,
+		HTTP:     section,
+		Logger:   log.With("component", "proxy"),
+		Metrics:  metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	// Reloads: the watcher sees the file change (its rules hash covers
+	// the whole file, http section included); the file is then read once
+	// more for both its rules and its section, so that the two agree.
+	watcher, err := reload.New(reload.Config{
+		Path:   s.config,
+		Logger: log.With("component", "reload"),
+		OnLoad: func(*rules.Config) {
+			c, sec, err := loadProxyConfig(s.config, log)
+			if err == nil {
+				d := c.Domains()[0]
+				if err = p.SetRoutes(d, sec); err == nil {
+					dec.setRules(c)
+					log.Info("configuration loaded", "hash", c.Hash(), "domain", d, "routes", len(sec.Routes))
+					loads.WithLabelValues("success").Inc()
+					return
+				}
+			}
+			log.Error("configuration rejected; the previous one stays in force", "err", err)
+			loads.WithLabelValues("failure").Inc()
+		},
+		OnError: func(error) { loads.WithLabelValues("failure").Inc() },
+	})
+	if err != nil {
+		return fmt.Errorf("rules: %w", err)
+	}
+
+	var draining atomic.Bool
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "OK\n")
+	})
+	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		var storeErr error
+		if dec.health != nil {
+			storeErr = dec.health()
+		}
+		switch {
+		case draining.Load():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "not ready: draining\n")
+		case storeErr != nil && dec.policy == rules.FailClosed:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: store down (%v) and the default failure policy is %s\n", storeErr, dec.policy)
+		default:
+			io.WriteString(w, "OK\n")
+		}
+	})
+	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, l := range []struct{ name, addr string }{{"proxy", s.listen}, {"admin", s.adminListen}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		lns = append(lns, ln)
+		log.Info("listening", "listener", l.name, "addr", ln.Addr().String())
+	}
+	proxySrv := newHTTPServer(p, log)
+	adminSrv := newHTTPServer(admin, log)
+
+	failed := make(chan error, 2)
+	var wg sync.WaitGroup
+	for i, hs := range []*http.Server{proxySrv, adminSrv} {
+		wg.Go(func() {
+			if err := hs.Serve(lns[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- err
+			}
+		})
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	wg.Go(func() {
+		if err := watcher.Run(watchCtx); err != nil {
+			log.Error("rules watcher stopped; the configuration is no longer reloaded", "err", err)
+		}
+	})
+	log.Info("ready", "domain", domain, "routes", len(section.Routes), "hash", cfg.Hash())
+
+	runErr := waitForStop(ctx, failed, watcher.Reload, log)
+	draining.Store(true)
+	if s.drainDelay > 0 {
+		time.Sleep(s.drainDelay)
+	}
+	stopWatch()
+	shutdown(nil, proxySrv, adminSrv, s.shutdownTimeout, log)
+	wg.Wait()
+	log.Info("stopped")
+	return runErr
+}
+
+// loadProxyConfig loads the rules file with its http section, logging
+// every problem; the file must hold a domain.
+func loadProxyConfig(path string, log *slog.Logger) (*rules.Config, *httpconf.Section, error) {
+	c, s, err := httpconf.LoadFile(path)
+	var re *rules.Error
+	switch {
+	case errors.As(err, &re):
+		for _, p := range re.Problems {
+			log.Error("configuration problem", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+		}
+		return nil, nil, fmt.Errorf("%d problem(s) in %s:\n%s", len(re.Problems), path, re.Error())
+	case err != nil:
+		return nil, nil, fmt.Errorf("--config: %w", err)
+	}
+	for _, p := range c.Warnings() {
+		log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+	}
+	return c, s, nil
+}

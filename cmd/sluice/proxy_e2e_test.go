@@ -1,0 +1,191 @@
+package main
+
+// End-to-end tests of sluice proxy: the real binary (built once, as for
+// sluice serve's tests) on loopback ports it picks itself, in front of a
+// real upstream, driven by a real HTTP client.
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+const proxyRules = `domain: api
+http:
+  routes:
+    - pattern: "POST /login"
+      name: login
+      descriptors:
+        - [{key: login, source: remote_address}]
+    - pattern: /
+descriptors:
+  - key: login
+    rate_limit: {unit: hour, requests_per_unit: LOGIN, algorithm: sliding_log}
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}
+`
+
+// startProxy runs sluice proxy with args and waits until it is ready.
+func startProxy(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := launchCommand(t, "proxy", []string{"listen", "admin-listen"}, nil, args...)
+	p.waitReady()
+	if p.addrs["proxy"] == "" || p.addrs["admin"] == "" {
+		t.Fatalf("no listening addresses in the log:\n%s", p.log())
+	}
+	return p
+}
+
+// fetch sends a request and returns the status and body of the answer.
+func fetch(t *testing.T, method, url string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(body)
+}
+
+func TestProxyE2E(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "upstream "+r.URL.Path)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.yaml")
+	write := func(src string) {
+		t.Helper()
+		// Write and rename, as editors and ConfigMaps replace files.
+		tmp := filepath.Join(dir, ".rules.tmp")
+		if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(strings.Replace(proxyRules, "LOGIN", "2", 1))
+	p := startProxy(t, "--config", file, "--upstream", up.URL)
+	front, admin := "http://"+p.addrs["proxy"], "http://"+p.addrs["admin"]
+
+	for i, want := range []int{200, 200, 429} {
+		code, h, body := fetch(t, "POST", front+"/login")
+		if code != want {
+			t.Fatalf("login %d: %d %q", i, code, body)
+		}
+		if code == 429 && (h.Get("Content-Type") != "application/problem+json" || h.Get("Retry-After") == "") {
+			t.Errorf("denial: %v %q", h, body)
+		}
+	}
+	if code, _, body := fetch(t, "GET", front+"/docs"); code != 200 || body != "upstream /docs" {
+		t.Errorf("GET /docs: %d %q", code, body)
+	}
+	if n := hits.Load(); n != 3 {
+		t.Errorf("upstream saw %d requests, want 3", n)
+	}
+	// The upstream's own /metrics and /healthz are not shadowed.
+	if _, _, body := fetch(t, "GET", front+"/metrics"); body != "upstream /metrics" {
+		t.Errorf("/metrics on the proxy listener: %q", body)
+	}
+
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _, body := fetch(t, "GET", admin+path); code != 200 || body != "OK\n" {
+			t.Errorf("%s: %d %q", path, code, body)
+		}
+	}
+	_, _, metrics := fetch(t, "GET", admin+"/metrics")
+	for _, want := range []string{
+		`sluice_proxy_requests_total{result="denied",route="login"} 1`,
+		`sluice_proxy_requests_total{result="allowed",route="login"} 2`,
+		`sluice_proxy_requests_total{result="allowed",route="/"} 2`,
+		`sluice_proxy_request_duration_seconds_count{route="login"} 3`,
+		`sluice_config_loads_total{result="success"} 1`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
+	// A bad file keeps the configuration in force, with its problem at
+	// its line; a good one replaces it.
+	bad := strings.Replace(proxyRules, "    - pattern: /\n", "    - pattern: /\n      shaping: true\n", 1)
+	write(strings.Replace(bad, "LOGIN", "5", 1))
+	p.waitLog("configuration problem", `"line":9`, "shaping")
+	if code, _, _ := fetch(t, "POST", front+"/login"); code != 429 {
+		t.Errorf("after a bad reload, login: %d, want 429", code)
+	}
+	write(strings.Replace(proxyRules, "LOGIN", "5", 1))
+	p.waitLog("configuration loaded")
+	if code, h, _ := fetch(t, "POST", front+"/login"); code != 200 || h.Get("X-RateLimit-Limit") != "5" {
+		t.Errorf("after a good reload, login: %d %v", code, h)
+	}
+
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("exit status %d after SIGTERM", code)
+	}
+	if !strings.Contains(p.log(), "stopped") {
+		t.Errorf("no clean stop in the log")
+	}
+}
+
+// A bad file at start: exit 1, every problem with its line.
+func TestProxyE2EBadConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	src := "domain: api\nhttp:\n  routes:\n    - pattern: get /x\n  shadow: true\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := launchCommand(t, "proxy", []string{"listen", "admin-listen"}, nil, "--config", file, "--upstream", "http://127.0.0.1:1")
+	if code := p.wait(); code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	for _, want := range []string{`"line":4`, `"line":5`, `"line":8`, "fortnight", "upper case"} {
+		if !strings.Contains(p.log(), want) {
+			t.Errorf("log lacks %s", want)
+		}
+	}
+}
+
+func TestProxySettings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string // "" for success
+	}{
+		{[]string{"--config", "r.yaml", "--upstream", "http://api:8080"}, nil, ""},
+		{nil, map[string]string{"SLUICE_CONFIG": "r.yaml", "SLUICE_UPSTREAM": "https://api"}, ""},
+		{[]string{"--config", "r.yaml"}, nil, "usage"},
+		{[]string{"--config", "r.yaml", "--upstream", "api:8080"}, nil, "want http:// or https:// and a host"},
+		{[]string{"--config", "r.yaml", "--upstream", "ftp://api"}, nil, "want http:// or https://"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://u:p@api"}, nil, "credentials in the URL"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "redis"}, nil, "--store redis needs --redis-url"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--listen", "nope"}, nil, "--listen"},
+		{[]string{"--config", t.TempDir(), "--upstream", "http://api"}, nil, "is a directory"},
+	} {
+		s, err := parseProxy(tc.args, envMap(tc.env), &bytes.Buffer{})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v %v: %v", tc.args, tc.env, err)
+		case tc.want == "" && (s.listen != ":8080" || s.adminListen != ":9090" || s.store != "memory"):
+			t.Errorf("%v: defaults %+v", tc.args, s)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v %v: error %v, want %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,580 @@
+package httpconf
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// The keys each mapping of the section takes.
+var (
+	sectionKeys  = []string{"client_ip", "headers", "shadow_mode", "routes"}
+	clientIPKeys = []string{"trusted_proxies", "headers", "ipv6_prefix", "ipv4_prefix"}
+	routeKeys    = []string{"pattern", "name", "descriptors"}
+	entryKeys    = []string{"key", "source", "header", "api_key", "country", "value"}
+)
+
+// The values of headers.
+var headerModes = map[string]httplimit.HeaderMode{
+	"ietf":        httplimit.HeadersIETF,
+	"x-ratelimit": httplimit.HeadersXRateLimit,
+	"retry-after": httplimit.HeadersRetryAfter,
+	"none":        httplimit.HeadersNone,
+}
+
+// LoadFile reads the rules file at path and returns both its rules (as
+// rules.LoadFile does) and its http section, from one read of the file, so
+// that the two always agree. An invalid file gives a *rules.Error listing
+// the problems of both.
+func LoadFile(path string) (*rules.Config, *Section, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, rerr := rules.Parse(path, data)
+	s, herr := Parse(path, data)
+	var probs []rules.Problem
+	seen := map[rules.Problem]bool{}
+	for _, err := range []error{rerr, herr} {
+		var re *rules.Error
+		if errors.As(err, &re) {
+			for _, p := range re.Problems {
+				if !seen[p] { // a YAML syntax error is reported by both
+					seen[p] = true
+					probs = append(probs, p)
+				}
+			}
+		}
+	}
+	if len(probs) > 0 {
+		return nil, nil, &rules.Error{Problems: probs}
+	}
+	c, err := rules.NewConfig(d)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// Parse reads the http section of the rules file data; name is the file's
+// name in problems. A file without one gives Default(). An invalid section
+// gives a *rules.Error listing every problem. Parse reads nothing but the
+// section: a file whose rules are invalid, or that is not a mapping, has a
+// valid section as long as the section is.
+func Parse(name string, data []byte) (*Section, error) {
+	p := &parser{file: name}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Default(), nil
+		}
+		return nil, &rules.Error{Problems: []rules.Problem{rules.SyntaxProblem(name, err)}}
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	var section *yaml.Node
+	if root.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if k := root.Content[i]; k.Kind == yaml.ScalarNode && k.Value == "http" {
+				section = root.Content[i+1]
+			}
+		}
+	}
+	if section == nil {
+		return Default(), nil
+	}
+	s := p.section(section)
+	if len(p.probs) > 0 {
+		return nil, &rules.Error{Problems: p.probs}
+	}
+	return s, nil
+}
+
+type parser struct {
+	file  string
+	probs []rules.Problem
+}
+
+func (p *parser) errf(n *yaml.Node, format string, args ...any) {
+	p.probs = append(p.probs, rules.Problem{File: p.file, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf(format, args...)})
+}
+
+// node follows an alias. The section's shape is fixed and its lists are
+// bounded, so that aliases cannot make the walk run away.
+func node(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func kind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	if n.ShortTag() == "!!null" {
+		return "null"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// fields calls f with each key and value of the mapping n, described as
+// what, reporting keys that are repeated, not strings, or not in allowed.
+func (p *parser) fields(n *yaml.Node, what string, allowed []string, f func(key string, k, v *yaml.Node)) bool {
+	n = node(n)
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, "%s must be a mapping, got %s", what, kind(n))
+		return false
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := node(n.Content[i]), n.Content[i+1]
+		switch {
+		case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
+			p.errf(k, "key is not a string: %s", kind(k))
+		case seen[k.Value] > 0:
+			p.errf(k, "key %q repeated (first at line %d)", k.Value, seen[k.Value])
+		case !contains(allowed, k.Value):
+			p.errf(k, "unknown key %q in %s (want one of %s)", k.Value, what, strings.Join(allowed, ", "))
+		default:
+			seen[k.Value] = k.Line
+			f(k.Value, k, v)
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, e := range list {
+		if e == s {
+			return true
+		}
+	}
+	return false
+}
+
+// list returns the items of the list n, reporting anything else and a list
+// longer than maxLen.
+func (p *parser) list(n *yaml.Node, what string, maxLen int) ([]*yaml.Node, bool) {
+	n = node(n)
+	if n.Kind != yaml.SequenceNode {
+		p.errf(n, "%s must be a list, got %s", what, kind(n))
+		return nil, false
+	}
+	if len(n.Content) > maxLen {
+		p.errf(n, "%s has %d items (at most %d)", what, len(n.Content), maxLen)
+		return nil, false
+	}
+	return n.Content, true
+}
+
+// str returns a non-empty string scalar.
+func (p *parser) str(n *yaml.Node, what string) (string, bool) {
+	n = node(n)
+	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" || n.Value == "" {
+		p.errf(n, "%s must be a non-empty string, got %s", what, kind(n))
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) boolean(n *yaml.Node, what string) bool {
+	n = node(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		v, err := strconv.ParseBool(n.Value)
+		if err == nil {
+			return v
+		}
+	}
+	p.errf(n, "%s must be true or false, got %s", what, kind(n))
+	return false
+}
+
+func (p *parser) integer(n *yaml.Node, what string, lo, hi int) int {
+	n = node(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
+		if v, err := strconv.Atoi(n.Value); err == nil && v >= lo && v <= hi {
+			return v
+		}
+	}
+	p.errf(n, "%s must be a whole number from %d to %d, got %s", what, lo, hi, kind(n))
+	return 0
+}
+
+func (p *parser) section(n *yaml.Node) *Section {
+	s := &Section{}
+	var routes *yaml.Node
+	p.fields(n, "the http section", sectionKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "client_ip":
+			p.clientIP(&s.ClientIP, v)
+		case "headers":
+			s.Headers = p.headers(v)
+		case "shadow_mode":
+			s.ShadowMode = p.boolean(v, "shadow_mode")
+		case "routes":
+			routes = v
+		}
+	})
+	if routes == nil || node(routes).ShortTag() == "!!null" {
+		s.Routes = Default().Routes
+	} else {
+		p.routes(s, routes)
+	}
+	if len(p.probs) == 0 {
+		p.check(s)
+	}
+	return s
+}
+
+func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
+	p.fields(n, "client_ip", clientIPKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "trusted_proxies":
+			items, _ := p.list(v, "trusted_proxies", 1<<16)
+			for _, item := range items {
+				s, ok := p.str(item, "a trusted proxy")
+				if !ok {
+					continue
+				}
+				pfx, err := httplimit.ParseTrustedProxies(s)
+				if err != nil || strings.Contains(s, ",") {
+					p.errf(node(item), "%q is not an IP address or a CIDR prefix", s)
+					continue
+				}
+				c.TrustedProxies = append(c.TrustedProxies, pfx...)
+			}
+		case "headers":
+			items, _ := p.list(v, "client_ip headers", 3)
+			for _, item := range items {
+				h, ok := p.str(item, "a forwarding header")
+				if !ok {
+					continue
+				}
+				if (&httplimit.ClientIP{Headers: []string{h}}).Validate() != nil {
+					p.errf(node(item), "forwarding header %q is not X-Forwarded-For, Forwarded or X-Real-IP", h)
+					continue
+				}
+				c.Headers = append(c.Headers, h)
+			}
+			if len(items) == 0 && len(p.probs) == 0 {
+				p.errf(node(v), "client_ip headers is empty (leave it out for X-Forwarded-For)")
+			}
+		case "ipv6_prefix":
+			c.IPv6Prefix = p.integer(v, "ipv6_prefix", 1, 128)
+		case "ipv4_prefix":
+			c.IPv4Prefix = p.integer(v, "ipv4_prefix", 1, 32)
+		}
+	})
+}
+
+func (p *parser) headers(n *yaml.Node) httplimit.HeaderMode {
+	items, ok := p.list(n, "headers", len(headerModes))
+	if !ok {
+		return 0
+	}
+	if len(items) == 0 {
+		p.errf(node(n), "headers is empty (use [none] to send no rate limit header)")
+		return 0
+	}
+	var mode httplimit.HeaderMode
+	for _, item := range items {
+		s, ok := p.str(item, "a header family")
+		if !ok {
+			continue
+		}
+		m, known := headerModes[strings.ToLower(s)]
+		switch {
+		case !known:
+			p.errf(node(item), "unknown header family %q (want ietf, x-ratelimit, retry-after, or none alone)", s)
+		case m == httplimit.HeadersNone && len(items) > 1:
+			p.errf(node(item), "none must be alone in headers")
+		default:
+			mode |= m
+		}
+	}
+	return mode
+}
+
+func (p *parser) routes(s *Section, n *yaml.Node) {
+	items, ok := p.list(n, "routes", MaxRoutes)
+	if !ok {
+		return
+	}
+	if len(items) == 0 {
+		p.errf(node(n), "routes is empty (leave it out for one route \"/\" limited by the client address)")
+		return
+	}
+	names := map[string]int{}
+	for _, item := range items {
+		r := Route{Line: node(item).Line}
+		var nameNode *yaml.Node
+		patternSeen := false
+		p.fields(item, "a route", routeKeys, func(key string, k, v *yaml.Node) {
+			switch key {
+			case "pattern":
+				patternSeen = true
+				if pat, ok := p.str(v, "pattern"); ok && p.pattern(v, pat) {
+					r.Pattern = pat
+				}
+			case "name":
+				nameNode = node(v)
+				r.Name, _ = p.str(v, "name")
+			case "descriptors":
+				r.Descriptors = p.descriptors(v)
+			}
+		})
+		if !patternSeen {
+			p.errf(node(item), "a route needs a pattern")
+		}
+		if nameNode == nil {
+			nameNode = node(item)
+			r.Name = r.Pattern
+		} else if r.Name != "" && !validName(r.Name) {
+			p.errf(nameNode, "route name %q must be printable, at most %d bytes, and not start with _", r.Name, MaxNameLen)
+		}
+		if r.Name != "" {
+			if first, dup := names[r.Name]; dup {
+				p.errf(nameNode, "route name %q repeated (first at line %d); name the routes apart", r.Name, first)
+			}
+			names[r.Name] = nameNode.Line
+		}
+		s.Routes = append(s.Routes, r)
+	}
+}
+
+// pattern reports a pattern that ServeMux takes but that can match no
+// request as written: a method in lower case, or a space in the host or
+// path.
+func (p *parser) pattern(n *yaml.Node, pat string) bool {
+	method, rest, found := strings.Cut(pat, " ")
+	if !found {
+		return true
+	}
+	rest = strings.TrimLeft(rest, " \t")
+	switch {
+	case !httpguts.ValidHeaderFieldName(method) || strings.ToUpper(method) != method:
+		p.errf(node(n), "pattern %q: the method must be upper case, as requests send it (%q)", pat, strings.ToUpper(method))
+		return false
+	case strings.ContainsAny(rest, " \t"):
+		p.errf(node(n), "pattern %q: a pattern is [METHOD ][HOST]/PATH, without spaces in the host or path", pat)
+		return false
+	}
+	return true
+}
+
+func validName(s string) bool {
+	if len(s) > MaxNameLen || strings.HasPrefix(s, "_") || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
+	items, ok := p.list(n, "descriptors", httplimit.MaxDescriptors)
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		p.errf(node(n), "descriptors is empty (leave it out for the client address)")
+		return nil
+	}
+	out := make([]httplimit.Descriptor, 0, len(items))
+	for _, item := range items {
+		entries, ok := p.list(item, "a descriptor (a list of entries)", httplimit.MaxEntries)
+		if !ok {
+			continue
+		}
+		if len(entries) == 0 {
+			p.errf(node(item), "a descriptor needs at least one entry")
+			continue
+		}
+		d := make(httplimit.Descriptor, 0, len(entries))
+		for _, e := range entries {
+			if en, ok := p.entry(e); ok {
+				d = append(d, en)
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// entry reads one descriptor entry: a key and exactly one source.
+func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
+	var e httplimit.Entry
+	var src *yaml.Node // the first source key
+	sources := 0
+	ok := true
+	setSource := func(k *yaml.Node, s httplimit.Source) {
+		sources++
+		if sources > 1 {
+			p.errf(k, "%q is a second source in one entry (give each entry one of source, header, api_key, country, value)", k.Value)
+			ok = false
+			return
+		}
+		src, e.Source = k, s
+	}
+	header := func(v *yaml.Node, what string) (string, bool) {
+		h, hok := p.str(v, what)
+		if hok && !httpguts.ValidHeaderFieldName(h) {
+			p.errf(node(v), "%q is not a header name", h)
+			hok = false
+		}
+		ok = ok && hok
+		return h, hok
+	}
+	before := len(p.probs)
+	isMap := p.fields(n, "an entry", entryKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "key":
+			s, kok := p.str(v, "key")
+			if kok && len(s) > rules.MaxEntryLen {
+				p.errf(node(v), "key longer than %d bytes", rules.MaxEntryLen)
+				kok = false
+			}
+			ok = ok && kok
+			e.Key = s
+		case "source":
+			s, sok := p.str(v, "source")
+			switch s {
+			case "remote_address":
+				setSource(k, httplimit.RemoteAddress())
+			case "method":
+				setSource(k, httplimit.Method())
+			case "path":
+				setSource(k, httplimit.Path())
+			default:
+				if sok {
+					p.errf(node(v), "unknown source %q (want remote_address, method or path; or header, api_key, country or value instead of source)", s)
+				}
+				ok = false
+			}
+		case "header":
+			if h, hok := header(v, "header"); hok {
+				setSource(k, httplimit.Header(h))
+			}
+		case "api_key":
+			if h, hok := header(v, "api_key"); hok {
+				setSource(k, httplimit.APIKey(h))
+			}
+		case "country":
+			if h, hok := header(v, "country"); hok {
+				setSource(k, httplimit.Country(h))
+			}
+		case "value":
+			s, vok := p.str(v, "value")
+			if vok && (len(s) > rules.MaxEntryLen || !printable(s)) {
+				p.errf(node(v), "value must be printable and at most %d bytes", rules.MaxEntryLen)
+				vok = false
+			}
+			if vok {
+				setSource(k, httplimit.Const(s))
+			}
+			ok = ok && vok
+		}
+	})
+	if !isMap || len(p.probs) > before {
+		return e, false
+	}
+	if src == nil && ok {
+		if e.Key != "remote_address" {
+			p.errf(node(n), "an entry needs a source: source (remote_address, method, path), header, api_key, country or value; only key remote_address implies its source")
+			return e, false
+		}
+		e.Source = httplimit.RemoteAddress()
+	}
+	return e, ok
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
+}
+
+// conflict finds the other pattern in a ServeMux conflict panic.
+var conflict = regexp.MustCompile(`conflicts with pattern ("(?:[^"\\]|\\.)*")`)
+
+// check registers the routes on a ServeMux, as a front door will, and
+// builds their middleware, reporting at the route's line what either
+// refuses: an invalid pattern, two patterns that conflict (both match some
+// request and neither is more specific), a configuration httplimit
+// rejects. Nothing that passes can fail when a front door is built.
+func (p *parser) check(s *Section) {
+	mux := http.NewServeMux()
+	lines := map[string]int{}
+	for _, r := range s.Routes {
+		if msg := register(mux, r.Pattern); msg != "" {
+			if m := conflict.FindStringSubmatch(msg); m != nil {
+				other, _ := strconv.Unquote(m[1])
+				p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: fmt.Sprintf(
+					"pattern %q conflicts with the pattern %q of the route at line %d: both match some requests and neither is more specific",
+					r.Pattern, other, lines[other])})
+			} else {
+				p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: fmt.Sprintf("pattern %q: %s", r.Pattern, msg)})
+			}
+			continue
+		}
+		lines[r.Pattern] = r.Line
+		_, err := httplimit.New(httplimit.Config{
+			Decider:     nopDecider{},
+			Domain:      "check",
+			ClientIP:    s.ClientIP,
+			Descriptors: r.Descriptors,
+			Headers:     s.Headers,
+		})
+		if err != nil {
+			p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: err.Error()})
+		}
+	}
+}
+
+// register adds pattern to mux and returns why ServeMux refused it, which
+// it says only by panicking.
+func register(mux *http.ServeMux, pattern string) (msg string) {
+	defer func() {
+		if e := recover(); e != nil {
+			msg = fmt.Sprint(e)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return ""
+}
+
+// nopDecider lets httplimit.New check a configuration.
+type nopDecider struct{}
+
+func (nopDecider) DecideInto(context.Context, *rlsv3.RateLimitRequest, *rls.Outcome) error {
+	return errors.New("httpconf: not a decider")
+}

@@ -1,0 +1,30 @@
+package proxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ProblemBadGateway is the problem type (RFC 9457) of the 502 answer to a
+// request the upstream did not answer: unreachable, refusing connections,
+// failing before its response started, or a Config.ModifyResponse error.
+// The body names no cause; the cause goes to Config.Logger.
+const ProblemBadGateway = "https://pkg.go.dev/github.com/sluicehq/sluice/proxy#ProblemBadGateway"
+
+// writeProblem writes an application/problem+json body with status.
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
+	body, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}{typ, title, status, detail}) // strings and a number: cannot fail
+	body = append(body, '\n')
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
