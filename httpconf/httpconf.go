@@ -27,6 +27,11 @@
 //	        - [{key: plan, api_key: X-API-Key}]
 //	        - [{country: CF-IPCountry}]
 //	        - [{key: tier, value: gold}]
+//	      shaping: {max_delay: 500ms, max_queue: 20}
+//	      failures:                   # limits that count only these statuses
+//	        statuses: [401]
+//	        descriptors: [[{key: failed_login, source: remote_address}]]
+//	      concurrency: {max: 10}      # in flight per client address
 //	    - pattern: "/"
 //	descriptors: ...                  # the rules, as always
 //
@@ -79,6 +84,25 @@ type Route struct {
 	// together, all-or-nothing. Empty means httplimit's default: the
 	// client address as remote_address.
 	Descriptors []httplimit.Descriptor
+
+	// Shaping is shaping: delay denied requests in a queue per key
+	// instead of denying them (httplimit.Shaping):
+	//	shaping: {max_delay: 500ms, max_queue: 20}
+	Shaping *httplimit.Shaping
+
+	// Failures is failures: limits that count only responses with the
+	// given statuses (httplimit.Failures). A route with failures and no
+	// descriptors is limited by its failure limits alone.
+	//	failures:
+	//	  statuses: [401, 403]
+	//	  descriptors: [[{key: failed_login, source: remote_address}]]
+	Failures *httplimit.Failures
+
+	// Concurrency is concurrency: a cap on the requests in flight per key
+	// in this process (httplimit.Concurrency); descriptor is one
+	// descriptor's entries, by default the client address.
+	//	concurrency: {max: 10, descriptor: [{key: user, header: X-User}]}
+	Concurrency *httplimit.Concurrency
 
 	// Line is the line of the route in its file; 0 for the default route.
 	Line int

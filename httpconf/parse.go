@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,7 +28,10 @@ import (
 var (
 	sectionKeys  = []string{"client_ip", "headers", "shadow_mode", "routes"}
 	clientIPKeys = []string{"trusted_proxies", "headers", "ipv6_prefix", "ipv4_prefix"}
-	routeKeys    = []string{"pattern", "name", "descriptors"}
+	routeKeys    = []string{"pattern", "name", "descriptors", "shaping", "failures", "concurrency"}
+	shapingKeys  = []string{"max_delay", "max_queue"}
+	failureKeys  = []string{"descriptors", "statuses"}
+	concKeys     = []string{"max", "descriptor"}
 	entryKeys    = []string{"key", "source", "header", "api_key", "country", "value"}
 )
 
@@ -344,6 +348,12 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 				r.Name, _ = p.str(v, "name")
 			case "descriptors":
 				r.Descriptors = p.descriptors(v)
+			case "shaping":
+				r.Shaping = p.shaping(v)
+			case "failures":
+				r.Failures = p.failures(v)
+			case "concurrency":
+				r.Concurrency = p.concurrency(v)
 			}
 		})
 		if !patternSeen {
@@ -383,6 +393,105 @@ func (p *parser) pattern(n *yaml.Node, pat string) bool {
 		return false
 	}
 	return true
+}
+
+// shaping reads a route's shaping: max_delay (a Go duration, required)
+// and max_queue.
+func (p *parser) shaping(n *yaml.Node) *httplimit.Shaping {
+	sh := &httplimit.Shaping{}
+	delay := false
+	isMap := p.fields(n, "shaping", shapingKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "max_delay":
+			delay = true
+			sh.MaxDelay = p.duration(v, "max_delay", time.Millisecond, time.Hour)
+		case "max_queue":
+			sh.MaxQueue = p.integer(v, "max_queue", 1, 1<<20)
+		}
+	})
+	if isMap && !delay {
+		p.errf(node(n), "shaping needs max_delay (how long a request may wait, such as 500ms)")
+	}
+	return sh
+}
+
+// failures reads a route's failures: descriptors (as a route's) and
+// statuses, both required.
+func (p *parser) failures(n *yaml.Node) *httplimit.Failures {
+	f := &httplimit.Failures{}
+	var descs, statuses bool
+	if !p.fields(n, "failures", failureKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "descriptors":
+			descs = true
+			f.Descriptors = p.descriptors(v)
+		case "statuses":
+			statuses = true
+			items, ok := p.list(v, "statuses", 100)
+			if !ok {
+				return
+			}
+			if len(items) == 0 {
+				p.errf(node(v), "statuses is empty: name the statuses that count as failures, such as [401, 403]")
+			}
+			for _, it := range items {
+				f.Statuses = append(f.Statuses, p.integer(it, "a status", 100, 599))
+			}
+		}
+	}) {
+		return f
+	}
+	if !descs {
+		p.errf(node(n), "failures needs descriptors: the descriptors whose limits count the failures")
+	}
+	if !statuses {
+		p.errf(node(n), "failures needs statuses: the response statuses that count as failures, such as [401, 403]")
+	}
+	return f
+}
+
+// concurrency reads a route's concurrency: max (required) and descriptor,
+// one descriptor's list of entries (default: the client address).
+func (p *parser) concurrency(n *yaml.Node) *httplimit.Concurrency {
+	c := &httplimit.Concurrency{}
+	hasMax := false
+	isMap := p.fields(n, "concurrency", concKeys, func(key string, k, v *yaml.Node) {
+		switch key {
+		case "max":
+			hasMax = true
+			c.Max = p.integer(v, "max", 1, 1<<30)
+		case "descriptor":
+			entries, ok := p.list(v, "descriptor (a list of entries)", httplimit.MaxEntries)
+			if !ok {
+				return
+			}
+			if len(entries) == 0 {
+				p.errf(node(v), "descriptor is empty (leave it out for the client address)")
+				return
+			}
+			for _, e := range entries {
+				if en, ok := p.entry(e); ok {
+					c.Descriptor = append(c.Descriptor, en)
+				}
+			}
+		}
+	})
+	if isMap && !hasMax {
+		p.errf(node(n), "concurrency needs max: the most requests in flight per key")
+	}
+	return c
+}
+
+// duration reads a Go duration string ("500ms", "2s") from lo to hi.
+func (p *parser) duration(n *yaml.Node, what string, lo, hi time.Duration) time.Duration {
+	n = node(n)
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		if d, err := time.ParseDuration(n.Value); err == nil && d >= lo && d <= hi {
+			return d
+		}
+	}
+	p.errf(n, "%s must be a duration from %v to %v (such as 500ms or 2s), got %s", what, lo, hi, kind(n))
+	return 0
 }
 
 func validName(s string) bool {
@@ -553,6 +662,9 @@ func (p *parser) check(s *Section) {
 			ClientIP:    s.ClientIP,
 			Descriptors: r.Descriptors,
 			Headers:     s.Headers,
+			Shaping:     r.Shaping,
+			Failures:    r.Failures,
+			Concurrency: r.Concurrency,
 		})
 		if err != nil {
 			p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: err.Error()})

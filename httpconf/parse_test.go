@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
@@ -32,7 +33,14 @@ http:
         - [{key: method, source: method}, {key: path, source: path}]
         - [{key: plan, api_key: X-API-Key}]
         - [{country: CF-IPCountry}, {value: gold}]
+      shaping: {max_delay: 750ms, max_queue: 20}
+      failures:
+        statuses: [401, 403]
+        descriptors: [[{key: failed_login, source: remote_address}]]
+      concurrency: {max: 4, descriptor: [{key: user, header: X-User}]}
     - pattern: "/"
+      shaping: {max_delay: 2s}
+      concurrency: {max: 100}
 descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 3}
@@ -59,8 +67,17 @@ func TestParseFull(t *testing.T) {
 				{{Key: "method", Source: httplimit.Method()}, {Key: "path", Source: httplimit.Path()}},
 				{{Key: "plan", Source: httplimit.APIKey("X-API-Key")}},
 				{{Source: httplimit.Country("CF-IPCountry")}, {Source: httplimit.Const("gold")}},
-			}},
-			{Pattern: "/", Name: "/", Line: 19},
+			},
+				Shaping: &httplimit.Shaping{MaxDelay: 750 * time.Millisecond, MaxQueue: 20},
+				Failures: &httplimit.Failures{
+					Statuses:    []int{401, 403},
+					Descriptors: []httplimit.Descriptor{{{Key: "failed_login", Source: httplimit.RemoteAddress()}}},
+				},
+				Concurrency: &httplimit.Concurrency{Max: 4, Descriptor: httplimit.Descriptor{{Key: "user", Source: httplimit.Header("X-User")}}},
+			},
+			{Pattern: "/", Name: "/", Line: 24,
+				Shaping:     &httplimit.Shaping{MaxDelay: 2 * time.Second},
+				Concurrency: &httplimit.Concurrency{Max: 100}},
 		},
 	}
 	if !reflect.DeepEqual(s, want) {
@@ -124,7 +141,20 @@ func TestErrors(t *testing.T) {
 		{"same name", head + "  routes:\n    - {pattern: /a, name: n}\n    - {pattern: /b, name: n}\n", []string{`5:27: route name "n" repeated (first at line 4)`}},
 		{"name is a pattern", head + "  routes:\n    - {pattern: /a}\n    - {pattern: /b, name: /a}\n", []string{`5:27: route name "/a" repeated (first at line 4)`}},
 		{"reserved name", head + "  routes:\n    - {pattern: /a, name: _unmatched}\n", []string{`4:27: route name "_unmatched" must be printable`}},
-		{"route key", head + "  routes:\n    - {pattern: /a, shaping: true}\n", []string{`4:21: unknown key "shaping" in a route (want one of pattern, name, descriptors)`}},
+		{"route key", head + "  routes:\n    - {pattern: /a, shape: true}\n", []string{`4:21: unknown key "shape" in a route (want one of pattern, name, descriptors, shaping, failures, concurrency)`}},
+		{"shaping not a mapping", head + "  routes:\n    - {pattern: /a, shaping: true}\n", []string{`4:30: shaping must be a mapping, got "true"`}},
+		{"shaping no delay", head + "  routes:\n    - {pattern: /a, shaping: {max_queue: 3}}\n", []string{`4:30: shaping needs max_delay`}},
+		{"shaping bad delay", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 5}}\n", []string{`4:42: max_delay must be a duration from 1ms to 1h0m0s`}},
+		{"shaping long delay", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 2h}}\n", []string{`4:42: max_delay must be a duration`}},
+		{"shaping queue", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 1s, max_queue: 0}}\n", []string{`4:57: max_queue must be a whole number from 1 to 1048576`}},
+		{"shaping key", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 1s, burst: 3}}\n", []string{`4:46: unknown key "burst" in shaping`}},
+		{"failures empty", head + "  routes:\n    - {pattern: /a, failures: {}}\n", []string{`4:31: failures needs descriptors`, `4:31: failures needs statuses`}},
+		{"failures status", head + "  routes:\n    - {pattern: /a, failures: {statuses: [401, 99], descriptors: [[{key: remote_address}]]}}\n", []string{`4:48: a status must be a whole number from 100 to 599`}},
+		{"failures statuses empty", head + "  routes:\n    - {pattern: /a, failures: {statuses: [], descriptors: [[{key: remote_address}]]}}\n", []string{`4:42: statuses is empty`}},
+		{"failures bad entry", head + "  routes:\n    - {pattern: /a, failures: {statuses: [401], descriptors: [[{key: u}]]}}\n", []string{`4:64: an entry needs a source`}},
+		{"concurrency no max", head + "  routes:\n    - {pattern: /a, concurrency: {descriptor: [{key: remote_address}]}}\n", []string{`4:34: concurrency needs max`}},
+		{"concurrency max", head + "  routes:\n    - {pattern: /a, concurrency: {max: 0}}\n", []string{`4:40: max must be a whole number from 1`}},
+		{"concurrency empty", head + "  routes:\n    - {pattern: /a, concurrency: {max: 1, descriptor: []}}\n", []string{`4:55: descriptor is empty`}},
 		{"descriptors empty", head + "  routes:\n    - {pattern: /a, descriptors: []}\n", []string{`4:34: descriptors is empty`}},
 		{"descriptor mapping", head + "  routes:\n    - pattern: /a\n      descriptors:\n        - {key: remote_address}\n", []string{
 			`6:11: a descriptor (a list of entries) must be a list, got a mapping`}},

@@ -270,6 +270,9 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			ClientIP:    s.ClientIP,
 			Descriptors: rc.Descriptors,
 			Headers:     s.Headers,
+			Shaping:     rc.Shaping,
+			Failures:    rc.Failures,
+			Concurrency: rc.Concurrency,
 			OnDeny:      onDeny,
 			Logger:      p.log.With("route", rc.Name),
 		})
