@@ -48,6 +48,7 @@ type proxySettings struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	storeSettings
+	remote      remoteSettings
 	upstreamURL *url.URL
 	sources     []string // for the startup log
 }
@@ -64,7 +65,9 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+	s.storeSettings.remoteOK = true
 	s.storeSettings.flags(fs)
+	s.remote.flags(fs)
 	fs.Usage = func() { proxyUsage(fs, stderr) }
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -90,6 +93,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 		return nil, errUsage
 	}
 	probs := s.storeSettings.check()
+	probs = append(probs, s.remote.check(s.store)...)
 	probs = append(probs, checkLogFormat(s.logFormat)...)
 	if info, err := os.Stat(s.config); err == nil && info.IsDir() {
 		probs = append(probs, fmt.Sprintf("--config %s is a directory: the proxy reads one rules file", s.config))
@@ -154,8 +158,13 @@ type proxyDecider struct {
 // openProxyDecider builds the proxy's Decider from the store flags, with
 // the rules initial. This is the one place that chooses how the proxy
 // decides: --store memory and redis decide here with the rules of the
-// file, through an rls.Decider over that store.
-func openProxyDecider(s *storeSettings, initial *rules.Config, log *slog.Logger) (*proxyDecider, error) {
+// file, through an rls.Decider over that store; --store remote asks the
+// sluice serve at --rls-addr, and the rules of the file answer by their
+// failure policy when it cannot.
+func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.Config, log *slog.Logger) (*proxyDecider, error) {
+	if s.store == "remote" {
+		return openRemoteDecider(s, remote, initial, log)
+	}
 	dec, set, err := newLocalDecider(s, log)
 	if err != nil {
 		return nil, err
@@ -190,7 +199,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	domain := cfg.Domains()[0]
 
-	dec, err := openProxyDecider(&s.storeSettings, cfg, log)
+	dec, err := openProxyDecider(&s.storeSettings, &s.remote, cfg, log)
 	if err != nil {
 		return err
 	}

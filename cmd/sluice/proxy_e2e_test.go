@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -177,6 +178,11 @@ func TestProxySettings(t *testing.T) {
 		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "redis"}, nil, "--store redis needs --redis-url"},
 		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--listen", "nope"}, nil, "--listen"},
 		{[]string{"--config", t.TempDir(), "--upstream", "http://api"}, nil, "is a directory"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "remote"}, nil, "--store remote needs --rls-addr"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "remote", "--rls-addr", "rls:8081", "--rls-timeout", "0s"}, nil, "--rls-timeout must be positive"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--rls-addr", "rls:8081"}, nil, "apply to --store remote only"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "remote", "--rls-addr", "rls:8081", "--max-bytes", "1GB"}, nil, "--max-bytes applies to --store memory only"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "dynamo"}, nil, "supported: memory, redis, remote"},
 	} {
 		s, err := parseProxy(tc.args, envMap(tc.env), &bytes.Buffer{})
 		switch {
@@ -188,4 +194,67 @@ func TestProxySettings(t *testing.T) {
 			t.Errorf("%v %v: error %v, want %q", tc.args, tc.env, err, tc.want)
 		}
 	}
+}
+
+// Two proxies deciding on one sluice serve (--store remote) share its
+// limits; when it dies, each answers by its failure policy with the rules
+// of its own file: fail_closed denies, local limits in memory with the
+// limit divided by --local-nodes.
+func TestProxyE2ERemote(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "upstream")
+	}))
+	defer up.Close()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, file, strings.Replace(proxyRules, "LOGIN", "4", 1))
+	serve := startSluice(t, nil, "--config", file)
+	a := startProxy(t, "--config", file, "--upstream", up.URL, "--store", "remote", "--rls-addr", serve.grpcAddr, "--failure-policy", "fail_closed")
+	b := startProxy(t, "--config", file, "--upstream", up.URL, "--store", "remote", "--rls-addr", serve.grpcAddr, "--failure-policy", "local", "--local-nodes", "2")
+	login := func(p *proc) (int, http.Header) {
+		code, h, _ := fetch(t, "POST", "http://"+p.addrs["proxy"]+"/login")
+		return code, h
+	}
+	var got []int
+	for _, p := range []*proc{a, b, a, b, a, b} {
+		code, _ := login(p)
+		got = append(got, code)
+	}
+	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(got, want) {
+		t.Errorf("logins through two proxies on one serve: %v, want %v (one shared limit of 4)", got, want)
+	}
+	if code, _, body := fetch(t, "GET", "http://"+a.addrs["admin"]+"/metrics"); code != 200 || !strings.Contains(body, `sluice_remote_calls_total{result="ok"} 3`) {
+		t.Errorf("proxy metrics lack 3 ok remote calls: %d\n%s", code, grepLines(body, "sluice_remote"))
+	}
+
+	serve.cmd.Process.Kill()
+	serve.wait()
+	if code, h := login(a); code != 429 || h.Get("Retry-After") == "" {
+		t.Errorf("fail_closed with the remote gone: %d %v, want 429 with Retry-After", code, h)
+	}
+	got = got[:0]
+	for range 3 {
+		code, _ := login(b)
+		got = append(got, code)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("local with the remote gone: %v, want %v (4 / --local-nodes 2)", got, want)
+	}
+	poll(t, "readiness of the fail_closed proxy to fail", func() bool {
+		code, _, _ := fetch(t, "GET", "http://"+a.addrs["admin"]+"/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	if code, _, _ := fetch(t, "GET", "http://"+b.addrs["admin"]+"/readyz"); code != 200 {
+		t.Errorf("the local proxy's readiness: %d, want 200 (it still limits)", code)
+	}
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -145,6 +145,7 @@ func TestServeSettingsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--store", "memcache"}, nil, `unknown store "memcache" (supported: memory, redis)`},
+		{[]string{"--store", "remote"}, nil, `unknown store "remote" (supported: memory, redis)`},
 		{[]string{"--store", "redis"}, nil, "--store redis needs --redis-url"},
 		{[]string{"--redis-url", "redis://x:1"}, nil, "--redis-url needs --store redis"},
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--state-file", "f"}, nil, "--state-file applies to --store memory only"},

@@ -215,10 +215,23 @@ type storeSettings struct {
 	redis         redisSettings
 	failurePolicy rules.FailurePolicy
 	localNodes    int
+	remoteOK      bool // --store remote is allowed (sluice proxy)
+}
+
+// storeNames lists the values of --store that s takes.
+func (s *storeSettings) storeNames() []string {
+	if s.remoteOK {
+		return append(slices.Clip(stores), "remote")
+	}
+	return stores
 }
 
 func (s *storeSettings) flags(fs *flag.FlagSet) {
-	fs.StringVar(&s.store, "store", "memory", "`name` of the store that keeps the counters: "+strings.Join(stores, ", "))
+	usage := "`name` of the store that keeps the counters: " + strings.Join(s.storeNames(), ", ")
+	if s.remoteOK {
+		usage += " (remote: a sluice serve at --rls-addr decides)"
+	}
+	fs.StringVar(&s.store, "store", "memory", usage)
 	s.redis.flags(fs)
 	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailOpen, "`policy` when the store fails, for domains that set no failure_policy: fail_open, fail_closed, or local (limit on this node alone, each limit divided by --local-nodes)")
 	fs.IntVar(&s.localNodes, "local-nodes", 1, "`nodes` sharing the limits: the local failure policy divides every limit by this")
@@ -228,8 +241,8 @@ func (s *storeSettings) flags(fs *flag.FlagSet) {
 // check validates the settings.
 func (s *storeSettings) check() []string {
 	var probs []string
-	if !slices.Contains(stores, s.store) {
-		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(stores, ", ")))
+	if !slices.Contains(s.storeNames(), s.store) {
+		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(s.storeNames(), ", ")))
 	}
 	probs = append(probs, s.redis.check(s.store)...)
 	if s.failurePolicy == rules.FailDefault {

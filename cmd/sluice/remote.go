@@ -1,0 +1,112 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rlsclient"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// remoteSettings are the flags of --store remote: the sluice serve (or
+// any Envoy rate limit service) that decides for the proxy.
+type remoteSettings struct {
+	addr    string
+	timeout time.Duration
+	tls     bool
+	tlsCA   string
+}
+
+func (r *remoteSettings) flags(fs *flag.FlagSet) {
+	fs.StringVar(&r.addr, "rls-addr", "", "gRPC `address` (host:port) of the sluice serve that decides with --store remote")
+	fs.DurationVar(&r.timeout, "rls-timeout", rlsclient.DefaultTimeout, "deadline of each call to --rls-addr; past it the failure policy answers")
+	fs.BoolVar(&r.tls, "rls-tls", false, "call --rls-addr over TLS")
+	fs.StringVar(&r.tlsCA, "rls-tls-ca", "", "PEM `file` of the CAs that sign --rls-addr's certificate (implies --rls-tls); empty means the system's")
+}
+
+// check validates the settings for the store named store.
+func (r *remoteSettings) check(store string) []string {
+	var probs []string
+	if store != "remote" {
+		if r.addr != "" || r.tls || r.tlsCA != "" {
+			probs = append(probs, "--rls-addr, --rls-tls and --rls-tls-ca apply to --store remote only")
+		}
+		return probs
+	}
+	if r.addr == "" {
+		probs = append(probs, "--store remote needs --rls-addr")
+	}
+	if r.timeout <= 0 {
+		probs = append(probs, fmt.Sprintf("--rls-timeout must be positive, got %v", r.timeout))
+	}
+	return probs
+}
+
+// dialOptions are the gRPC options of the settings: TLS when asked for.
+func (r *remoteSettings) dialOptions() ([]grpc.DialOption, error) {
+	if !r.tls && r.tlsCA == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.tlsCA != "" {
+		pem, err := os.ReadFile(r.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--rls-tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--rls-tls-ca: no PEM certificates in %s", r.tlsCA)
+		}
+		cfg.RootCAs = pool
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}, nil
+}
+
+// openRemoteDecider decides on the remote service of r. The rules
+// initial, in a Decider over this process's memory, answer by their
+// failure policy (the domain's failure_policy, else --failure-policy;
+// local limits divided by --local-nodes) when the remote cannot.
+func openRemoteDecider(s *storeSettings, r *remoteSettings, initial *rules.Config, log *slog.Logger) (*proxyDecider, error) {
+	opts, err := r.dialOptions()
+	if err != nil {
+		return nil, err
+	}
+	local := memstore.New(memstore.Config{})
+	lim := sluice.NewLimiter(local)
+	fallback := rls.NewDecider(lim, initial)
+	if err := fallback.SetFailover(rls.Failover{Default: s.failurePolicy, Local: lim, Nodes: s.localNodes}); err != nil {
+		local.Close()
+		return nil, err
+	}
+	client, err := rlsclient.New(rlsclient.Config{
+		Target:      r.addr,
+		DialOptions: opts,
+		Timeout:     r.timeout,
+		Fallback:    fallback,
+		Logger:      log.With("component", "rls"),
+	})
+	if err != nil {
+		local.Close()
+		return nil, err
+	}
+	return &proxyDecider{
+		Decider:  client,
+		setRules: fallback.SetRules,
+		health:   client.Health,
+		policy:   s.failurePolicy,
+		register: func(reg *prometheus.Registry) { reg.MustRegister(client.Collector("sluice")) },
+		close:    func() { client.Close(); local.Close() },
+	}, nil
+}
