@@ -116,14 +116,55 @@ type Outcome struct {
 
 	// StoreErr is the store's error when Degraded is set, for logs.
 	StoreErr error
+
+	// ReuseResponse lets DecideInto build Response in the storage of the
+	// Response it built in an earlier call with this Outcome, instead of
+	// allocating one: for callers that never keep a Response past the
+	// next decision or Reset (the HTTP middleware, which reads only the
+	// overall code). Reset keeps it and the storage.
+	ReuseResponse bool
+	statuses      []statusBlock // the storage ReuseResponse reuses
+	response      *rlsv3.RateLimitResponse
 }
 
 // Reset empties o for reuse by DecideInto, keeping its slices' storage. It
-// drops the Response, which the caller may still hold.
+// drops the Response, which the caller may still hold, unless
+// ReuseResponse is set.
 func (o *Outcome) Reset() {
 	clear(o.Descriptors)
 	clear(o.Limits)
-	*o = Outcome{Descriptors: o.Descriptors[:0], Limits: o.Limits[:0]}
+	*o = Outcome{Descriptors: o.Descriptors[:0], Limits: o.Limits[:0],
+		ReuseResponse: o.ReuseResponse, statuses: o.statuses, response: o.response}
+}
+
+// newResponse sets o.Response to a response of n statuses, OK, and returns
+// the blocks its statuses point into. One allocation holds every status
+// with its limit and duration, and with one status the response too; with
+// ReuseResponse, none when an earlier call's storage is big enough.
+func (o *Outcome) newResponse(n int) []statusBlock {
+	var blocks []statusBlock
+	switch {
+	case o.ReuseResponse && o.response != nil && cap(o.statuses) >= n:
+		blocks = o.statuses[:n]
+		clear(blocks)
+		ptrs := o.response.Statuses[:n]
+		o.response.Reset()
+		o.response.Statuses = ptrs
+		o.Response = o.response
+	case n == 1:
+		one := new(oneStatus)
+		one.resp.Statuses = one.ptr[:]
+		blocks = one.block[:]
+		o.Response = &one.resp
+	default:
+		blocks = make([]statusBlock, n)
+		o.Response = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	}
+	if o.ReuseResponse && o.Response != o.response {
+		o.statuses, o.response = blocks[:cap(blocks)], o.Response
+	}
+	o.Response.OverallCode = rlsv3.RateLimitResponse_OK
+	return blocks
 }
 
 type scratch struct {
@@ -232,19 +273,7 @@ func (d *Decider) decide(ctx context.Context, req *rlsv3.RateLimitRequest, o *Ou
 	for i := range hits {
 		o.Limits[i] = LimitOutcome{Limit: hits[i].Limit, Decision: out[i], Cost: hits[i].Cost, Descriptor: -1}
 	}
-	// One allocation holds every status of the response with its limit
-	// and duration; with one descriptor, the response too.
-	var blocks []statusBlock
-	if n == 1 {
-		one := new(oneStatus)
-		one.resp.Statuses = one.ptr[:]
-		blocks = one.block[:]
-		o.Response = &one.resp
-	} else {
-		blocks = make([]statusBlock, n)
-		o.Response = &rlsv3.RateLimitResponse{Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
-	}
-	o.Response.OverallCode = rlsv3.RateLimitResponse_OK
+	blocks := o.newResponse(n)
 	for i := range p.Matches {
 		m := &p.Matches[i]
 		do := &o.Descriptors[i]

@@ -8,6 +8,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -150,5 +151,53 @@ descriptors:
 		}
 	}); n > 2 {
 		t.Errorf("%v allocations per request, want at most 2", n)
+	}
+}
+
+// With ReuseResponse, DecideInto builds each Response in the storage of the
+// last one: the same responses as fresh ones, for any number of
+// descriptors in turn, and no allocation for it once the storage is big
+// enough.
+func TestReuseResponse(t *testing.T) {
+	yaml := `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: ip
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`
+	fresh, reused := newDecider(t, yaml), newDecider(t, yaml)
+	ctx := context.Background()
+	reqs := []*rlsv3.RateLimitRequest{
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a"), desc("ip", "1")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("ip", "1"), desc("other", "x"), desc("user", "b")}},
+		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("other", "x")}},
+	}
+	o := rls.Outcome{ReuseResponse: true}
+	for i := range 12 {
+		r := reqs[i%len(reqs)]
+		want, err := fresh.Decide(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reused.DecideInto(ctx, r, &o); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(o.Response, want.Response) {
+			t.Errorf("request %d: reused %v, want %v", i, o.Response, want.Response)
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	r := reqs[1]
+	if n := testing.AllocsPerRun(100, func() {
+		if err := reused.DecideInto(ctx, r, &o); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 1 {
+		t.Errorf("%v allocations per request with ReuseResponse, want at most 1 (the counter keys)", n)
 	}
 }
