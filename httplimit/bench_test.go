@@ -189,3 +189,43 @@ descriptors:
 		}
 	})
 }
+
+// The middleware's allocations per request on a memstore, with every
+// header family: the counter keys (rules) and the header values, one each.
+func TestMiddlewareAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	for _, descs := range [][]httplimit.Descriptor{
+		nil,
+		{{{Source: httplimit.RemoteAddress()}}, {{Source: httplimit.APIKey("X-Api-Key")}}},
+	} {
+		mw, err := httplimit.New(httplimit.Config{
+			Decider: decider(t, `
+domain: bench
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: api_key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`),
+			Domain:      "bench",
+			Descriptors: descs,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		r := request("10.1.2.3:4000", "X-Api-Key: key-1")
+		w := &discardWriter{h: http.Header{}}
+		if n := testing.AllocsPerRun(200, func() {
+			clear(w.h)
+			h.ServeHTTP(w, r)
+		}); n > 2 {
+			t.Errorf("%d descriptors: %v allocations per request, want at most 2", max(len(descs), 1), n)
+		}
+		if got := w.h.Get("X-Ratelimit-Limit"); got != "1000000000" {
+			t.Errorf("headers not set: %v", w.h)
+		}
+	}
+}

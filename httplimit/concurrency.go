@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -100,9 +101,12 @@ func (c *concurrency) acquire(key string) bool {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n := sh.n[key]
+	n, ok := sh.n[key]
 	if n >= c.max {
 		return false
+	}
+	if !ok {
+		key = strings.Clone(key) // key may live in the request's scratch
 	}
 	sh.n[key] = n + 1
 	return true

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -53,7 +54,9 @@ const (
 // Decider decides RLS requests into an rls.Outcome: *rls.Decider, which
 // decides with local rules and a store, is the one most callers want.
 // DecideInto must fill o as rls.Decider.DecideInto documents, leave o
-// reset on error, and be safe for concurrent use.
+// reset on error, and be safe for concurrent use. It must not use req, nor
+// keep the strings in it, after it returns: the middleware reuses their
+// storage for the next request (rls.Decider copies what it keeps).
 type Decider interface {
 	DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error
 }
@@ -295,6 +298,7 @@ func (m *middleware) newScratch() *scratch {
 		entries: make([]rlv3.RateLimitDescriptor_Entry, m.entries+fails),
 	}
 	s.one.Value = 1
+	s.out.ReuseResponse = true // the middleware reads only the overall code
 	s.main.init(descs, s.entries[:m.entries])
 	s.fail.init(descs-len(m.descs), s.entries[m.entries:])
 	return s
@@ -464,7 +468,10 @@ func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
 			return 0, err
 		}
 		s.key = AppendKey(s.key[:0], p)
-		s.client = string(s.key)
+		// The client key lives in s.key until the request is done: no
+		// copy per request (see Decider, and concurrency.acquire, which
+		// copies it to keep it).
+		s.client = unsafe.String(unsafe.SliceData(s.key), len(s.key))
 	}
 	s.main.reset()
 	return m.fill(&s.main, m.descs, r, s.client, nil)
@@ -552,14 +559,31 @@ func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
 		add("Retry-After")
 	}
 	s.hdr = b
-	all := string(b)
-	vals := make([]string, n)
+	// The values are new strings for every response: net/http writes the
+	// header after the handler returns, when s may serve another request.
+	// One allocation holds them and their slices.
+	var vals []string
+	var all string
+	if len(b) <= len(headerBlock{}.buf) {
+		hb := new(headerBlock)
+		copy(hb.buf[:], b)
+		vals, all = hb.vals[:n], unsafe.String(&hb.buf[0], len(b))
+	} else {
+		vals, all = make([]string, n), string(b)
+	}
 	start := 0
 	for i := range n {
 		vals[i] = all[start:ends[i]]
 		start = ends[i]
 		h[names[i]] = vals[i : i+1 : i+1]
 	}
+}
+
+// headerBlock holds the rate limit header values of one response: their
+// bytes, and the strings over them.
+type headerBlock struct {
+	vals [6]string
+	buf  [224]byte
 }
 
 // fail answers a request that could not be decided.

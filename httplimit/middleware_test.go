@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -625,5 +626,44 @@ func TestConcurrentExact(t *testing.T) {
 	}
 	if count[200] != 3 || count[429] != n-3 {
 		t.Errorf("statuses %v, want 3 × 200 and %d × 429", count, n-3)
+	}
+}
+
+// Many clients at once, each its own limit: every client sees exactly its
+// own sequence of counts and headers, whatever the others do. (The
+// middleware reuses its per-request storage: a value or header leaking
+// from one request into another would show here.)
+func TestConcurrentClientsExact(t *testing.T) {
+	srv := limited(t, httplimit.Config{
+		Decider:  decider(t, ipRules),
+		Domain:   "api",
+		ClientIP: httplimit.ClientIP{TrustedProxies: mustProxies(t, "127.0.0.0/8")},
+	})
+	const clients = 64
+	errs := make(chan string, clients)
+	for c := range clients {
+		go func() {
+			ip := fmt.Sprintf("198.51.%d.%d", c/200, c%200+1)
+			var got []string
+			for range 5 {
+				resp := send(t, srv.Client(), "GET", srv.URL, http.Header{"X-Forwarded-For": {ip}})
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				got = append(got, fmt.Sprintf("%d %s %s %s", resp.StatusCode, resp.Header.Get("X-RateLimit-Remaining"),
+					resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After")))
+			}
+			want := `200 2 "api.remote_address";r=2;t=40 |200 1 "api.remote_address";r=1;t=40 |200 0 "api.remote_address";r=0;t=40 |` +
+				`429 0 "api.remote_address";r=0;t=40 40|429 0 "api.remote_address";r=0;t=40 40`
+			if g := strings.Join(got, "|"); g != want {
+				errs <- ip + ": " + g
+				return
+			}
+			errs <- ""
+		}()
+	}
+	for range clients {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
 	}
 }

@@ -1,0 +1,7 @@
+//go:build race
+
+package httplimit_test
+
+// The race detector makes sync.Pool drop items at random: allocation counts
+// mean nothing under it.
+const raceEnabled = true
