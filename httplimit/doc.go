@@ -71,10 +71,11 @@
 // sends; Config.Headers switches each family.
 //
 // The middleware pools its per-request state (the RLS request, the
-// outcome, buffers). On a memstore it adds, per request, the client key
-// string and, with headers, one string and one slice holding every header
-// value to the decision's own cost; BenchmarkMiddleware and its baseline
-// BenchmarkDecideOnly measure both.
+// outcome and its response, buffers). On a memstore it allocates two
+// objects per request: the counter keys (one string, built by the rules)
+// and, with headers, one block holding every header value.
+// TestMiddlewareAllocs asserts it; BenchmarkMiddleware and its baseline
+// BenchmarkDecideOnly measure the time.
 //
 // # Who is asking
 //

@@ -529,6 +529,11 @@ func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
 	}
 	deciding := ratelimitheaders.Deciding(o)
 	if deciding < 0 {
+		// No limit to describe (a remote's fail_closed answer, say): a
+		// denial still says when to retry.
+		if denied && m.headers&HeadersRetryAfter != 0 {
+			h["Retry-After"] = []string{strconv.FormatInt(retryAfter(o), 10)}
+		}
 		return
 	}
 	dl := &o.Limits[deciding]
@@ -555,7 +560,7 @@ func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
 		add("X-Ratelimit-Reset")
 	}
 	if denied && m.headers&HeadersRetryAfter != 0 {
-		b = strconv.AppendInt(b, ratelimitheaders.RetryAfter(o, dl), 10)
+		b = strconv.AppendInt(b, retryAfter(o), 10)
 		add("Retry-After")
 	}
 	s.hdr = b

@@ -15,11 +15,14 @@ import (
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // fixedNow is 20.25 s into a minute: a fixed window of a minute ends 39.75 s
@@ -664,6 +667,37 @@ func TestConcurrentClientsExact(t *testing.T) {
 	for range clients {
 		if e := <-errs; e != "" {
 			t.Error(e)
+		}
+	}
+}
+
+// closedDecider answers every request as a remote's fail_closed answer
+// without rules does: over limit, no limit to describe, a wait.
+type closedDecider struct{ wait time.Duration }
+
+func (d closedDecider) DecideInto(_ context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+	o.Reset()
+	o.Response = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT}
+	o.Overall = sluice.Decision{RetryAfter: d.wait, Index: -1}
+	o.Degraded = rules.FailClosed
+	return nil
+}
+
+// A denial with no limit to describe still says when to retry, in the
+// header and the body alike.
+func TestDenialWithoutLimits(t *testing.T) {
+	for _, tc := range []struct {
+		wait time.Duration
+		want string
+	}{{2500 * time.Millisecond, "3"}, {0, "1"}, {sluice.Never, "60"}} {
+		srv := limited(t, httplimit.Config{Decider: closedDecider{tc.wait}, Domain: "api"})
+		r := do(t, srv.Client(), "GET", srv.URL, nil)
+		body := decodeProblem(t, r)
+		if r.status != 429 || r.header.Get("Retry-After") != tc.want || body.RetryAfter == nil || strconv.FormatInt(*body.RetryAfter, 10) != tc.want {
+			t.Errorf("wait %v: %d, Retry-After %q, body %+v; want 429 and %s", tc.wait, r.status, r.header.Get("Retry-After"), body, tc.want)
+		}
+		if r.header.Get("X-RateLimit-Limit") != "" || r.header.Get("RateLimit") != "" {
+			t.Errorf("wait %v: limit headers without a limit: %v", tc.wait, r.header)
 		}
 	}
 }

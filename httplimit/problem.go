@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
@@ -58,10 +59,7 @@ type policy struct {
 // denial is the problem body of the denied outcome o.
 func (m *middleware) denial(o *rls.Outcome) *problem {
 	p := &problem{Type: ProblemRateLimited, Title: "Too many requests", Status: m.denyStatus}
-	var retry int64 = 1
-	if d := ratelimitheaders.Deciding(o); d >= 0 {
-		retry = ratelimitheaders.RetryAfter(o, &o.Limits[d])
-	}
+	retry := retryAfter(o)
 	p.RetryAfter = &retry
 	for i := range o.Limits {
 		lo := &o.Limits[i]
@@ -73,6 +71,17 @@ func (m *middleware) denial(o *rls.Outcome) *problem {
 	}
 	p.Detail = "Rate limit exceeded; retry in " + strconv.FormatInt(retry, 10) + " seconds."
 	return p
+}
+
+// retryAfter is the Retry-After of the denied outcome o, in seconds: the
+// deciding limit's (ratelimitheaders.RetryAfter), or with no limit to
+// describe, the overall decision's wait, a minute when it is Never, and at
+// least 1.
+func retryAfter(o *rls.Outcome) int64 {
+	if d := ratelimitheaders.Deciding(o); d >= 0 {
+		return ratelimitheaders.RetryAfter(o, &o.Limits[d])
+	}
+	return max(ratelimitheaders.Seconds(o.Overall.RetryAfter, time.Minute), 1)
 }
 
 func listedPolicy(ps []policy, name string) bool {
