@@ -64,6 +64,9 @@
 //     (failed logins): checked before the handler, charged after it;
 //   - [Concurrency] caps the requests in flight per key in this process.
 //
+// docs/recipes.md puts them to work: login brute-force protection, per
+// user plus per IP, tiered plans.
+//
 // The headers are X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (seconds), Retry-After on denials, and the IETF
 // RateLimit-Policy and RateLimit fields in the draft -08 syntax
