@@ -102,3 +102,17 @@ func (b *bodies) mark() error {
 	b.off = append(b.off, uint32(len(b.buf)))
 	return nil
 }
+
+// valueBodies holds the value of every key, and of the hot key, as HTTP
+// mode sends them in its header.
+func valueBodies(keys int) (*bodies, error) {
+	b := &bodies{off: make([]uint32, 0, keys+2)}
+	b.off = append(b.off, 0)
+	for i := 0; i <= keys; i++ {
+		b.buf = append(b.buf, KeyValue(i, keys)...)
+		if err := b.mark(); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}

@@ -160,18 +160,45 @@ func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
 	return code, nil
 }
 
-// jsonClient posts to /json over transports, lane i on clients[i%len]. A
-// transport holds up to one idle connection per lane that uses it, so in
-// the steady state every request in flight has a connection of its own.
-type jsonClient struct {
-	url     string
-	clients []*http.Client
+// httpClient sends the requests of newRequest over transports, lane i on
+// clients[i%len]. A transport holds up to one idle connection per lane
+// that uses it, so in the steady state every request in flight has a
+// connection of its own. 200 is OK, 429 over the limit.
+type httpClient struct {
+	clients    []*http.Client
+	newRequest func(ctx context.Context, body []byte) (*http.Request, error)
 }
 
 var jsonContentType = []string{"application/json"}
 
-func newJSONClient(target string, connections, lanes int, timeout time.Duration) *jsonClient {
-	c := &jsonClient{url: "http://" + target + "/json"}
+// newJSONClient posts each body to /json.
+func newJSONClient(target string, connections, lanes int, timeout time.Duration) *httpClient {
+	url := "http://" + target + "/json"
+	return newHTTPClient(connections, lanes, timeout, func(ctx context.Context, body []byte) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err == nil {
+			req.Header["Content-Type"] = jsonContentType // read only, shared by all requests
+		}
+		return req, err
+	})
+}
+
+// newGetClient gets path, with each body (a key's value) in header unless
+// header is empty.
+func newGetClient(target, path, header string, connections, lanes int, timeout time.Duration) *httpClient {
+	url := "http://" + target + path
+	header = http.CanonicalHeaderKey(header)
+	return newHTTPClient(connections, lanes, timeout, func(ctx context.Context, body []byte) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err == nil && header != "" {
+			req.Header[header] = []string{string(body)}
+		}
+		return req, err
+	})
+}
+
+func newHTTPClient(connections, lanes int, timeout time.Duration, newRequest func(context.Context, []byte) (*http.Request, error)) *httpClient {
+	c := &httpClient{newRequest: newRequest}
 	perTransport := (lanes + connections - 1) / connections
 	for range connections {
 		t := &http.Transport{
@@ -187,12 +214,11 @@ func newJSONClient(target string, connections, lanes int, timeout time.Duration)
 	return c
 }
 
-func (c *jsonClient) do(ctx context.Context, lane int, body []byte) (outcome, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+func (c *httpClient) do(ctx context.Context, lane int, body []byte) (outcome, string, error) {
+	req, err := c.newRequest(ctx, body)
 	if err != nil {
 		return outError, "request", err
 	}
-	req.Header["Content-Type"] = jsonContentType // read only, shared by all requests
 	resp, err := c.clients[lane%len(c.clients)].Do(req)
 	if err != nil {
 		return outError, netErrorKind(err), err
@@ -212,7 +238,7 @@ func (c *jsonClient) do(ctx context.Context, lane int, body []byte) (outcome, st
 	return outError, kind, errors.New(kind)
 }
 
-func (c *jsonClient) close() error {
+func (c *httpClient) close() error {
 	for _, hc := range c.clients {
 		hc.CloseIdleConnections()
 	}

@@ -257,6 +257,44 @@ func TestRunHotKey(t *testing.T) {
 	}
 }
 
+// TestRunHTTP gets a path with each key's value in a header: the server
+// answers 429 for the hot value, 200 for the others.
+func TestRunHTTP(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	addr := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || r.URL.RequestURI() != "/items?x=1" {
+			http.NotFound(w, r)
+			return
+		}
+		v, ok := r.Header["X-Key"]
+		mu.Lock()
+		seen[strings.Join(v, ",")]++
+		mu.Unlock()
+		if ok && v[0] == HotValue {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		io.WriteString(w, "body")
+	}))
+	const n = 2000
+	res := run(t, Config{Target: addr, Mode: HTTP, Path: "/items?x=1", Header: "x-key", Concurrency: 4, Keys: 100, Hot: 0.25, Requests: n})
+	if res.Requests != n || res.OverLimit != res.Hot || res.OK != n-res.Hot || res.Errors != 0 {
+		t.Errorf("requests %d hot %d: ok %d over %d errors %d %v", res.Requests, res.Hot, res.OK, res.OverLimit, res.Errors, res.ErrorSamples)
+	}
+	if len(seen) != 101 || seen["k0"] == 0 || seen["k99"] == 0 {
+		t.Errorf("server saw %d distinct values, want 100 keys and the hot one", len(seen))
+	}
+	clear(seen)
+	res = run(t, Config{Target: addr, Mode: HTTP, Path: "/items?x=1", Concurrency: 2, Requests: 100})
+	if res.OK != 100 || len(seen) != 1 || seen[""] != 100 {
+		t.Errorf("no header: ok %d, server saw %v", res.OK, seen)
+	}
+	res = run(t, Config{Target: addr, Mode: HTTP, Concurrency: 2, Requests: 10})
+	if res.Errors != 10 || res.ErrorKinds["http 404"] != 10 {
+		t.Errorf("path /: %+v", res.ErrorKinds)
+	}
+}
+
 func TestRunFill(t *testing.T) {
 	f := &fakeRLS{}
 	res := run(t, Config{Target: serveGRPC(t, f), Concurrency: 4, Keys: 300, Fill: true, Requests: 1})
@@ -334,6 +372,8 @@ func TestConfigErrors(t *testing.T) {
 		{Target: "x:1", Duration: time.Second, Keys: -1},
 		{Target: "x:1", Duration: time.Second, Rate: -1},
 		{Target: "x:1", Duration: -time.Second},
+		{Target: "x:1", Duration: time.Second, Mode: HTTP, Path: "items"},
+		{Target: "x:1", Duration: time.Second, Mode: HTTP, Header: "X Key"},
 	} {
 		if _, err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("Run(%+v): no error", cfg)

@@ -12,6 +12,8 @@ import (
 type Report struct {
 	Target      string  `json:"target"`
 	Mode        Mode    `json:"mode"`
+	Path        string  `json:"path,omitempty"`   // HTTP mode
+	Header      string  `json:"header,omitempty"` // HTTP mode
 	Connections int     `json:"connections"`
 	Concurrency int     `json:"concurrency"`
 	Keys        int     `json:"keys"`
@@ -56,6 +58,9 @@ func (r *Result) Report() Report {
 		P50US: us(r.Latency.P50), P90US: us(r.Latency.P90), P99US: us(r.Latency.P99),
 		P999US: us(r.Latency.P999), MaxUS: us(r.Latency.Max),
 	}
+	if r.Config.Mode == HTTP {
+		rep.Path, rep.Header = r.Config.Path, r.Config.Header
+	}
 	if r.Requests > 0 {
 		rep.HotShare = float64(r.Hot) / float64(r.Requests)
 	}
@@ -77,8 +82,15 @@ func (r *Result) WriteText(w io.Writer) error {
 	if c.Rate > 0 {
 		loop = fmt.Sprintf("open loop at %.0f/s", c.Rate)
 	}
+	target := c.Target
+	if c.Mode == HTTP {
+		target += c.Path
+		if c.Header != "" {
+			target += " (key in " + c.Header + ")"
+		}
+	}
 	fmt.Fprintf(w, "target %s  %s  %d connection(s)  %d in flight  %d keys  hot %.3g  %s\n",
-		c.Target, c.Mode, c.Connections, c.Concurrency, c.Keys, c.Hot, loop)
+		target, c.Mode, c.Connections, c.Concurrency, c.Keys, c.Hot, loop)
 	if r.Filled > 0 {
 		fmt.Fprintf(w, "filled   %d keys\n", r.Filled)
 	}

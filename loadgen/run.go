@@ -7,9 +7,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Mode is the protocol the generator speaks.
@@ -18,6 +21,10 @@ type Mode string
 const (
 	GRPC Mode = "grpc" // envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 	JSON Mode = "json" // HTTP POST /json with the request in protobuf JSON
+	// HTTP is a plain HTTP GET of Path, for an HTTP API or a proxy in front
+	// of one (sluice proxy): the key's value, when Header is set, in that
+	// header.
+	HTTP Mode = "http"
 )
 
 // Config describes a run. Zero fields mean the default written in their
@@ -47,6 +54,13 @@ type Config struct {
 	// Defaults "bench" and "key".
 	Domain        string
 	DescriptorKey string
+
+	// Path is the path (and query) of HTTP mode's GET; default "/".
+	Path string
+	// Header, in HTTP mode, is the header each request carries its key's
+	// value in ("k0" … or HotValue); empty sends every request alike,
+	// without one.
+	Header string
 
 	// Fill sends one request for every key (and the hot key) before the
 	// warm-up, so that the server holds every key when the measurement
@@ -80,8 +94,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Mode == "" {
 		c.Mode = GRPC
 	}
-	if c.Mode != GRPC && c.Mode != JSON {
-		return c, fmt.Errorf("mode %q: want grpc or json", c.Mode)
+	if c.Mode != GRPC && c.Mode != JSON && c.Mode != HTTP {
+		return c, fmt.Errorf("mode %q: want grpc, json or http", c.Mode)
+	}
+	if c.Path == "" {
+		c.Path = "/"
 	}
 	if c.Connections == 0 {
 		c.Connections = 1
@@ -110,6 +127,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("hot share %v: want 0..1", c.Hot)
 	case c.Warmup < 0, c.Duration < 0, c.Requests < 0, c.Timeout < 0:
 		return c, errors.New("warmup, duration, requests and timeout must not be negative")
+	case !strings.HasPrefix(c.Path, "/"):
+		return c, fmt.Errorf("path %q: want one that starts with /", c.Path)
+	case c.Header != "" && !httpguts.ValidHeaderFieldName(c.Header):
+		return c, fmt.Errorf("header %q: not a header name", c.Header)
 	case !(c.Rate >= 0) || math.IsInf(c.Rate, 0):
 		return c, fmt.Errorf("rate %v: want a finite rate >= 0", c.Rate)
 	case c.Duration == 0 && c.Requests == 0:
@@ -220,6 +241,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		c = newJSONClient(cfg.Target, cfg.Connections, cfg.Concurrency, cfg.Timeout)
+	case HTTP:
+		if b, err = valueBodies(cfg.Keys); err != nil {
+			return nil, err
+		}
+		c = newGetClient(cfg.Target, cfg.Path, cfg.Header, cfg.Connections, cfg.Concurrency, cfg.Timeout)
 	}
 	defer c.close()
 

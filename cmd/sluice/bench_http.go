@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/loadgen"
+)
+
+// The commands that measure sluice proxy: a plain reverse proxy, and an
+// API that answers at once, for bench/proxy.sh.
+func init() {
+	commands["plainproxy"] = command{
+		summary: "a reverse proxy that limits nothing, to compare sluice proxy with",
+		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+			return cmdPlainProxy(ctx, args, stderr)
+		},
+	}
+	commands["nullapi"] = command{
+		summary: "an HTTP API that answers every request at once, to put behind proxies",
+		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
+			return cmdNullAPI(ctx, args, stderr)
+		},
+	}
+}
+
+// benchHTTPFlags adds sluice bench's flags of its HTTP mode.
+func benchHTTPFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
+	fs.StringVar(&cfg.Path, "path", "/", "with --mode http: the `path` (and query) of each GET")
+	fs.StringVar(&cfg.Header, "header", "", `with --mode http: the header that carries each request's key value ("k0" …, or "hot"); empty: no header, every request alike`)
+}
+
+func cmdPlainProxy(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plainproxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:18180", "`address` the proxy serves on")
+	upstream := fs.String("upstream", "", "`URL` of the API behind the proxy; required")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: sluice plainproxy --upstream URL [--listen ADDR]
+
+Serves a plain httputil.ReverseProxy in front of --upstream: no limits, no
+metrics, no forwarding headers (only SetURL), but the transport, flush
+interval and HTTP server settings of sluice proxy. Run "sluice bench --mode
+http" against it and against sluice proxy in front of the same upstream:
+the difference is the work of sluice proxy. Runs until interrupted.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	u, err := url.Parse(*upstream)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		fmt.Fprintf(stderr, "sluice plainproxy: --upstream %q: want http:// or https:// and a host\n", *upstream)
+		return errUsage
+	}
+	// proxy.Config's defaults: a clone of http.DefaultTransport keeping
+	// 100 idle connections to the upstream, a flush after every write.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 100
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	rp := &httputil.ReverseProxy{
+		Rewrite:       func(pr *httputil.ProxyRequest) { pr.SetURL(u) },
+		Transport:     t,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return serveUntilDone(ctx, "plainproxy", *listen, newHTTPServer(rp, log), stderr)
+}
+
+// nullBody is what sluice nullapi answers: a small JSON object.
+var nullBody = []byte(`{"id":42,"name":"widget","price":"9.99","tags":["a","b"]}` + "\n")
+
+func cmdNullAPI(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("nullapi", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:18280", "`address` to serve on")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: sluice nullapi [--listen ADDR]
+
+Answers every request, whatever its method and path, 200 with the same small
+JSON body (`+strconv.Itoa(len(nullBody))+` bytes, with its Content-Length) at once: the upstream
+of bench/proxy.sh. Runs until interrupted.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	length := []string{strconv.Itoa(len(nullBody))}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd["Content-Type"] = []string{"application/json"}
+		hd["Content-Length"] = length
+		w.Write(nullBody)
+	})
+	return serveUntilDone(ctx, "nullapi", *listen, newHTTPServer(h, slog.New(slog.NewTextHandler(stderr, nil))), stderr)
+}
+
+// serveUntilDone serves hs on addr until ctx is done, then shuts it down.
+func serveUntilDone(ctx context.Context, name, addr string, hs *http.Server, stderr io.Writer) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "%s: HTTP on %s\n", name, lis.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return hs.Shutdown(sctx)
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}
