@@ -1,15 +1,17 @@
-# lib.sh holds the setup that bench/serve.sh and bench/redis.sh share; they
-# source it after reading their settings (mode, and the result name).
+# lib.sh holds the setup that bench/serve.sh, bench/redis.sh and
+# bench/proxy.sh share; they source it after reading their settings (mode,
+# and the result name). Besides bench_setup it has machine_facts, loadavg,
+# cpu_ticks and ready (below), which a script may define again for itself.
 #
-# bench_setup NAME: sets out (bench/results/DATE-NAME, -MODE unless gRPC),
-# work (a temporary directory), bin (sluice built from this tree) and
-# writes $work/rules.yaml, the rules of every scenario: within the limit,
-# one counter per key for a day, far above what a run sends; over the
-# limit, the key "hot", 100 per second. The pids array collects the
+# bench_setup NAME: sets out (bench/results/DATE-NAME, -MODE when a mode
+# other than gRPC is set), work (a temporary directory), bin (sluice built
+# from this tree) and writes $work/rules.yaml, the rules of every
+# scenario: within the limit, one counter per key for a day, far above
+# what a run sends; over the limit, the key "hot", 100 per second. The pids array collects the
 # processes to stop; cleanup (trapped on exit) stops them and removes work.
 bench_setup() {
 	out=bench/results/$(date -u +%F)-$1
-	if [ "$mode" != grpc ]; then
+	if [ "${mode:-grpc}" != grpc ]; then
 		out=$out-$mode
 	fi
 	mkdir -p bench/results
@@ -38,4 +40,35 @@ cleanup() {
 	done
 	wait 2>/dev/null || true
 	rm -rf "$work"
+}
+
+# machine_facts prints the machine, the toolchain and the commit measured.
+machine_facts() {
+	echo "date: $(date -u +%FT%TZ)"
+	echo "nproc: $(nproc)"
+	lscpu | grep 'Model name'
+	free -g | head -2
+	go version
+	uname -srm
+	echo "sluice: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | grep -q . && echo "(dirty tree)")"
+}
+
+loadavg() { echo "$1: load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+
+cpu_ticks() { # pid: user + system time in clock ticks
+	awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# ready URL LOG...: waits up to 10 s for URL to answer 2xx; otherwise
+# prints the logs and fails.
+ready() {
+	local url=$1 _
+	shift
+	for _ in $(seq 100); do
+		curl -fsS -o /dev/null "$url" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "$url not ready" >&2
+	cat "$@" >&2
+	return 1
 }

@@ -218,15 +218,9 @@ rss() { # label
 loadavg() { echo "$1: load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
 
 {
-	echo "date: $(date -u +%FT%TZ)"
-	echo "nproc: $(nproc)"
-	lscpu | grep 'Model name'
-	free -g | head -2
-	go version
-	uname -srm
+	machine_facts
 	redis-server --version
 	echo "rueidis: $(go list -m github.com/redis/rueidis 2>/dev/null || echo unknown)"
-	echo "sluice: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | grep -q . && echo "(dirty tree)")"
 	echo "mode $mode, $connections connection(s), $concurrency in flight, warmup $warmup, duration $duration, $rounds rounds"
 	echo "sluice serve flags: --store memory | $(store_flags redis | sed "s/$redis_port/PORT/")"
 	echo "redis-server on 127.0.0.1:$redis_port, pid $redis_pid; sluice serve --store memory pid ${pid_of[memory]}, --store redis pid ${pid_of[redis]}"

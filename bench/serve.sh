@@ -57,29 +57,13 @@ pids+=("$null_pid")
 sluice_pid=$!
 pids+=("$sluice_pid")
 
-ready() { # url
-	for _ in $(seq 100); do
-		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "serve.sh: $1 not ready" >&2
-	cat "$work/null.log" "$work/serve.log" >&2
-	return 1
-}
-ready "http://$null_http/healthz"
-ready "http://$sluice_http/readyz"
+ready "http://$null_http/healthz" "$work/null.log" "$work/serve.log"
+ready "http://$sluice_http/readyz" "$work/null.log" "$work/serve.log"
 
 rss() { echo "$1: sluice serve VmRSS $(awk '/VmRSS/ {print $2, $3}' /proc/$sluice_pid/status), VmHWM $(awk '/VmHWM/ {print $2, $3}' /proc/$sluice_pid/status)"; }
-loadavg() { echo "$1: load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
 
 {
-	echo "date: $(date -u +%FT%TZ)"
-	echo "nproc: $(nproc)"
-	lscpu | grep 'Model name'
-	free -g | head -2
-	go version
-	uname -srm
-	echo "sluice: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | grep -q . && echo "(dirty tree)")"
+	machine_facts
 	echo "mode $mode, $connections connection(s), $concurrency in flight, warmup $warmup, duration $duration, $rounds rounds"
 	rss "start"
 } >"$out-machine.txt"
@@ -108,10 +92,6 @@ flags() { # scenario
 
 server_pid() { # server
 	if [ "$1" = null ]; then echo "$null_pid"; else echo "$sluice_pid"; fi
-}
-
-cpu_ticks() { # pid: user + system time in clock ticks
-	awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
 bench() { # server scenario round [extra flags]
