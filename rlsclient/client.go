@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -111,8 +112,8 @@ type Client struct {
 	log      *slog.Logger
 	limits   limitCache
 	metrics  metrics
-	lastErr  atomic.Pointer[error] // of the last call, nil once one succeeds
-	logs     [numResults]sampler   // of the failures answered by the policy
+	lastErr  atomic.Pointer[error]         // of the last call, nil once one succeeds
+	logs     [numResults]logsample.Sampler // of the failures answered by the policy
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -313,7 +314,7 @@ func (c *Client) degrade(ctx context.Context, req *rlsv3.RateLimitRequest, o *rl
 	} else {
 		c.answer(req, o, cause)
 	}
-	if n, ok := c.logs[res].allow(time.Now()); ok {
+	if n, ok := c.logs[res].Allow(time.Now()); ok {
 		c.log.Warn("remote rate limit service failed; answered by the failure policy",
 			"target", c.target, "result", resultNames[res], "domain", req.GetDomain(),
 			"policy", o.Degraded.String(), "err", cause, "not_logged", n)
@@ -338,27 +339,4 @@ func checkRequest(req *rlsv3.RateLimitRequest) error {
 		}
 	}
 	return nil
-}
-
-// logEvery spaces the log lines of the remote's failures: a remote that is
-// down fails every request, and the log must not grow with the request
-// rate.
-const logEvery = time.Second
-
-// sampler lets one event through per logEvery and counts the others.
-type sampler struct {
-	last    atomic.Int64 // UnixNano of the last event let through
-	dropped atomic.Int64
-}
-
-// allow reports whether the event at now goes through, and how many were
-// dropped since the last that did.
-func (s *sampler) allow(now time.Time) (int64, bool) {
-	t := now.UnixNano()
-	last := s.last.Load()
-	if last != 0 && t-last < int64(logEvery) || !s.last.CompareAndSwap(last, t) {
-		s.dropped.Add(1)
-		return 0, false
-	}
-	return s.dropped.Swap(0), true
 }

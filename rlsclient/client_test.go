@@ -1,7 +1,6 @@
 package rlsclient_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
@@ -626,7 +626,7 @@ func TestMalformedResponse(t *testing.T) {
 // of each kind.
 func TestLogsFailures(t *testing.T) {
 	r := startRemote(t, testRules)
-	var buf syncBuffer
+	var buf logtest.Buffer
 	c := newClient(t, rlsclient.Config{Target: r.addr, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	r.stop()
 	for range 20 {
@@ -643,23 +643,6 @@ func TestLogsFailures(t *testing.T) {
 	if !strings.Contains(lines, "circuit breaker") || !strings.Contains(lines, "to=open") || !strings.Contains(lines, "policy=fail_open") {
 		t.Errorf("log:\n%s", lines)
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // gather returns the values of reg's metrics by name{label=value}: the

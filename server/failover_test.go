@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
@@ -50,24 +50,6 @@ func (s *downStore) set(err error) {
 }
 
 var errRedisDown = errors.New("redis: circuit breaker open")
-
-// syncBuffer is a log destination safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // failoverEnv is a server over a downStore, with a decider whose failure
 // handling is f (its Local, if any, a fresh memstore).
@@ -110,7 +92,7 @@ func threeDomains(t *testing.T) *rules.Config {
 }
 
 func TestFailurePolicies(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	e, store := failoverEnv(t, rls.Failover{Nodes: 2}, server.Config{
 		Headers: server.HeadersAll,
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),

@@ -18,28 +18,6 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-func TestSampler(t *testing.T) {
-	var s sampler
-	t0 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		at      time.Duration
-		ok      bool
-		dropped int64
-	}{
-		{0, true, 0},
-		{time.Millisecond, false, 0},
-		{999 * time.Millisecond, false, 0},
-		{time.Second, true, 2},
-		{time.Second, false, 0},
-		{5 * time.Second, true, 1},
-	} {
-		n, ok := s.allow(t0.Add(tc.at))
-		if ok != tc.ok || (ok && n != tc.dropped) {
-			t.Errorf("at %v: %d %v, want %d %v", tc.at, n, ok, tc.dropped, tc.ok)
-		}
-	}
-}
-
 // watchStream is the server side of a Watch stream, recording what is sent.
 type watchStream struct {
 	grpc.ServerStream

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -123,7 +123,7 @@ func (s *Server) fail(err error, via transport) error {
 	default:
 		s.m.requests[via][resultError].Inc()
 		s.m.storeErrors.Inc()
-		if n, ok := s.storeLog.allow(time.Now()); ok {
+		if n, ok := s.storeLog.Allow(time.Now()); ok {
 			s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err, "failures_not_logged", n)
 		}
 		return status.Error(codes.Unavailable, "rate limit store: "+err.Error())
@@ -131,38 +131,16 @@ func (s *Server) fail(err error, via transport) error {
 }
 
 // degraded counts and logs a request of domain that the failure policy
-// o.Degraded answered, logging at most once per storeLogEvery per domain.
+// o.Degraded answered, logging at most once per logsample.Every per domain.
 func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
 	s.m.degraded(domain, o.Degraded)
 	v, ok := s.policyLog.Load(domain)
 	if !ok {
 		// Bounded like the metrics' domain label: only configured
 		// domains have limits, and so store decisions.
-		v, _ = s.policyLog.LoadOrStore(strings.Clone(domain), new(sampler))
+		v, _ = s.policyLog.LoadOrStore(strings.Clone(domain), new(logsample.Sampler))
 	}
-	if n, ok := v.(*sampler).allow(time.Now()); ok {
+	if n, ok := v.(*logsample.Sampler).Allow(time.Now()); ok {
 		s.log.Warn("rate limit store failed; answered by the failure policy", "domain", domain, "policy", o.Degraded.String(), "transport", transportNames[via], "err", o.StoreErr, "not_logged", n)
 	}
-}
-
-// storeLogEvery spaces the log lines of store failures: a store that is down
-// fails every request, and the log must not grow with the request rate.
-const storeLogEvery = time.Second
-
-// sampler lets one event through per storeLogEvery and counts the others.
-type sampler struct {
-	last    atomic.Int64 // UnixNano of the last event let through
-	dropped atomic.Int64
-}
-
-// allow reports whether the event at now goes through, and how many were
-// dropped since the last that did.
-func (s *sampler) allow(now time.Time) (int64, bool) {
-	t := now.UnixNano()
-	last := s.last.Load()
-	if last != 0 && t-last < int64(storeLogEvery) || !s.last.CompareAndSwap(last, t) {
-		s.dropped.Add(1)
-		return 0, false
-	}
-	return s.dropped.Swap(0), true
 }

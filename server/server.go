@@ -89,6 +89,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -175,9 +176,9 @@ type Server struct {
 	mu      sync.Mutex
 	changed chan struct{}
 
-	outcomes  sync.Pool // *rls.Outcome
-	storeLog  sampler   // of the store failures logged
-	policyLog sync.Map  // domain -> *sampler: requests answered by a failure policy
+	outcomes  sync.Pool         // *rls.Outcome
+	storeLog  logsample.Sampler // of the store failures logged
+	policyLog sync.Map          // domain -> *logsample.Sampler: requests answered by a failure policy
 }
 
 // loadInfo is the configuration loaded last.
