@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -199,8 +200,8 @@ func (w *statusWriter) charge() {
 	setHits(pds[w.n:], &s.one)
 	o := &s.out
 	if err := m.dec.DecideInto(context.WithoutCancel(w.ctx), &s.main.req, o); err != nil {
-		if due(&m.lastErrLog) {
-			m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err)
+		if n, ok := m.errLog.Allow(time.Now()); ok {
+			m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err, "not_logged", n)
 		}
 		return
 	}

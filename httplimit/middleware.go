@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -18,6 +17,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
@@ -91,7 +91,9 @@ type Config struct {
 	Headers HeaderMode
 
 	// ShadowMode is the global shadow mode: every request is decided and
-	// counted, but none is denied. The headers of a request that would
+	// counted, but none is denied; Logger gets a line (at most one a
+	// second) when one would have been, as when a rule's shadow_mode
+	// limit would have denied. The headers of a request that would
 	// have been denied show the limit that would have denied it, with
 	// nothing remaining, and no Retry-After. Rules' own shadow_mode
 	// limits never deny and are not advertised, with or without it.
@@ -147,9 +149,10 @@ type middleware struct {
 	onDeny     http.Handler
 	onError    func(w http.ResponseWriter, r *http.Request, err error)
 	log        *slog.Logger
-	lastErrLog atomic.Int64 // UnixNano
-	lastDegLog atomic.Int64
-	scratch    sync.Pool // *scratch
+	errLog     logsample.Sampler // decision errors
+	degLog     logsample.Sampler // answers of the failure policy
+	shadowLog  logsample.Sampler // shadow denials
+	scratch    sync.Pool         // *scratch
 	shaping    *shaper
 	failures   *failures
 	conc       *concurrency
@@ -397,6 +400,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	denied := m.overLimit(o)
+	if !denied && (o.Overall.Shadow || m.shadow && o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT) {
+		if n, ok := m.shadowLog.Allow(time.Now()); ok {
+			m.log.Info("rate limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
+		}
+	}
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, denied)
@@ -417,11 +425,21 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// shadowLimit names the limit that would have denied o.
+func shadowLimit(o *rls.Outcome) string {
+	if i := o.Overall.Index; i >= 0 && i < len(o.Limits) {
+		return o.Limits[i].Limit.Name
+	}
+	return ""
+}
+
 // decide decides s.main.req into s.out.
 func (m *middleware) decide(ctx context.Context, s *scratch) error {
 	err := m.dec.DecideInto(ctx, &s.main.req, &s.out)
-	if err == nil && s.out.Degraded != rules.FailDefault && due(&m.lastDegLog) {
-		m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "err", s.out.StoreErr)
+	if err == nil && s.out.Degraded != rules.FailDefault {
+		if n, ok := m.degLog.Allow(time.Now()); ok {
+			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "err", s.out.StoreErr, "not_logged", n)
+		}
 	}
 	return err
 }
@@ -593,8 +611,8 @@ type headerBlock struct {
 
 // fail answers a request that could not be decided.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if due(&m.lastErrLog) {
-		m.log.Warn("rate limit decision failed", "domain", m.domain, "err", err)
+	if n, ok := m.errLog.Allow(time.Now()); ok {
+		m.log.Warn("rate limit decision failed", "domain", m.domain, "err", err, "not_logged", n)
 	}
 	if m.onError != nil {
 		m.onError(w, r, err)
@@ -606,13 +624,4 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 		Status: http.StatusServiceUnavailable,
 		Detail: "The rate limiter could not decide this request. Try again later.",
 	})
-}
-
-// due reports whether a log line may be written now, at most one a second
-// per *last: a failing store fails every request, and the log must not
-// grow with the request rate.
-func due(last *atomic.Int64) bool {
-	now := time.Now().UnixNano()
-	prev := last.Load()
-	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
 }

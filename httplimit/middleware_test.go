@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
@@ -381,14 +382,22 @@ func TestPeerNotAnAddress(t *testing.T) {
 
 func TestShadowMode(t *testing.T) {
 	t.Run("global", func(t *testing.T) {
-		srv := limited(t, httplimit.Config{Decider: decider(t, ipRules), Domain: "api", ShadowMode: true})
+		var logs logtest.Buffer
+		srv := limited(t, httplimit.Config{Decider: decider(t, ipRules), Domain: "api", ShadowMode: true, Logger: logs.Logger()})
 		var got []string
-		for range 5 {
+		for i := range 5 {
 			r := do(t, srv.Client(), "GET", srv.URL, nil)
 			got = append(got, r.String()+" "+r.header.Get("Retry-After"))
+			if shadowed := strings.Contains(logs.String(), "exceeded in shadow mode"); shadowed != (i >= 3) {
+				t.Errorf("request %d: logged a shadow denial: %v\n%s", i+1, shadowed, logs.String())
+			}
 		}
 		if want := "200 2 ,200 1 ,200 0 ,200 0 ,200 0 "; strings.Join(got, ",") != want {
 			t.Errorf("got %q, want %q", got, want)
+		}
+		// At most a line a second: the fifth request's is not logged.
+		if n := strings.Count(logs.String(), "exceeded in shadow mode"); n != 1 || !strings.Contains(logs.String(), "limit=api.remote_address") {
+			t.Errorf("%d shadow lines, want 1 naming the limit:\n%s", n, logs.String())
 		}
 	})
 	t.Run("rule", func(t *testing.T) {
@@ -399,12 +408,16 @@ descriptors:
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
 `
-		srv := limited(t, httplimit.Config{Decider: decider(t, yaml), Domain: "api"})
+		var logs logtest.Buffer
+		srv := limited(t, httplimit.Config{Decider: decider(t, yaml), Domain: "api", Logger: logs.Logger()})
 		for i := range 3 {
 			r := do(t, srv.Client(), "GET", srv.URL, nil)
 			if r.status != 200 || r.header.Get("X-RateLimit-Remaining") != "" || r.header.Get("Retry-After") != "" {
 				t.Errorf("request %d: %d %v; shadow limits are not advertised", i+1, r.status, r.header)
 			}
+		}
+		if !strings.Contains(logs.String(), "exceeded in shadow mode") {
+			t.Errorf("no shadow line logged:\n%s", logs.String())
 		}
 	})
 }
