@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -712,5 +713,37 @@ func TestDenialWithoutLimits(t *testing.T) {
 		if r.header.Get("X-RateLimit-Limit") != "" || r.header.Get("RateLimit") != "" {
 			t.Errorf("wait %v: limit headers without a limit: %v", tc.wait, r.header)
 		}
+	}
+}
+
+// A block_for penalty: once the limit denies, the client is denied for
+// the whole penalty, with its end as Retry-After, even after the window
+// that denied it has ended; then the limit applies afresh.
+func TestBlockFor(t *testing.T) {
+	var now atomic.Int64
+	now.Store(fixedNow.UnixNano())
+	store := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	t.Cleanup(func() { store.Close() })
+	dec := rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, `
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2, block_for: 10m}
+`))
+	srv := limited(t, httplimit.Config{Decider: dec, Domain: "api"})
+	var got []string
+	step := func(advance time.Duration) {
+		now.Add(int64(advance))
+		r := do(t, srv.Client(), "GET", srv.URL, nil)
+		got = append(got, fmt.Sprintf("%d/%s", r.status, r.header.Get("Retry-After")))
+	}
+	step(0)
+	step(0)
+	step(0)                              // denied: the 10-minute block starts
+	step(time.Minute)                    // a new window, still blocked: 9 minutes left
+	step(8*time.Minute + 30*time.Second) // 30 s left
+	step(30 * time.Second)               // the block is over
+	if want := "200/,200/,429/600,429/540,429/30,200/"; strings.Join(got, ",") != want {
+		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
 	}
 }
