@@ -50,7 +50,8 @@ machine_facts() {
 	free -g | head -2
 	go version
 	uname -srm
-	echo "sluice: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | grep -q . && echo "(dirty tree)")"
+	# bench/results is left out: the script is writing there.
+	echo "sluice: $(git rev-parse HEAD 2>/dev/null || echo unknown) $(git status --porcelain -- . ':!bench/results' 2>/dev/null | grep -q . && echo "(dirty tree)")"
 }
 
 loadavg() { echo "$1: load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
