@@ -400,24 +400,29 @@ func (t *table) rewrite(pr *httputil.ProxyRequest) {
 	peer, ok := peerAddr(in.RemoteAddr)
 	trusted := ok && t.isTrusted(peer)
 	h := out.Header
+	vals := new([3]string) // the values set here, in one allocation
 	if ok {
 		ip := peer.String()
 		if prior := in.Header["X-Forwarded-For"]; trusted && len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
-		h["X-Forwarded-For"] = []string{ip}
+		vals[0] = ip
+		h["X-Forwarded-For"] = vals[0:1:1]
 	}
 	if v := in.Header["X-Forwarded-Host"]; trusted && len(v) > 0 {
 		h["X-Forwarded-Host"] = v
 	} else {
-		h["X-Forwarded-Host"] = []string{in.Host}
+		vals[1] = in.Host
+		h["X-Forwarded-Host"] = vals[1:2:2]
 	}
 	if v := in.Header["X-Forwarded-Proto"]; trusted && len(v) > 0 {
 		h["X-Forwarded-Proto"] = v
-	} else if in.TLS != nil {
-		h["X-Forwarded-Proto"] = []string{"https"}
 	} else {
-		h["X-Forwarded-Proto"] = []string{"http"}
+		vals[2] = "http"
+		if in.TLS != nil {
+			vals[2] = "https"
+		}
+		h["X-Forwarded-Proto"] = vals[2:3:3]
 	}
 	if v := in.Header["Forwarded"]; trusted && len(v) > 0 && ok {
 		h["Forwarded"] = append(v[:len(v):len(v)], forwardedElement(peer, in.TLS != nil))
