@@ -126,6 +126,7 @@ func (c *concurrency) release(key string) {
 
 // tooConcurrent answers a request over its Concurrency cap.
 func (m *middleware) tooConcurrent(w http.ResponseWriter, r *http.Request) {
+	m.report(w, r, TooConcurrent)
 	if m.headers&HeadersRetryAfter != 0 {
 		w.Header()["Retry-After"] = []string{"1"}
 	}

@@ -133,6 +133,12 @@ type Config struct {
 	// Concurrency, when set, caps the requests in flight per key in this
 	// process. See Concurrency.
 	Concurrency *Concurrency
+
+	// OnResult, when set, is told what became of each request (Result),
+	// for metrics: before the handler is called, or before the
+	// middleware answers by itself. w and r are the middleware's own. It
+	// must be fast and safe for concurrent use.
+	OnResult func(w http.ResponseWriter, r *http.Request, res Result)
 }
 
 // middleware is a validated Config.
@@ -156,6 +162,7 @@ type middleware struct {
 	shaping    *shaper
 	failures   *failures
 	conc       *concurrency
+	onResult   func(w http.ResponseWriter, r *http.Request, res Result)
 }
 
 // New validates cfg and returns the middleware: a
@@ -199,6 +206,7 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		denyStatus: cfg.DenyStatus,
 		onDeny:     cfg.OnDeny,
 		onError:    cfg.OnError,
+		onResult:   cfg.OnResult,
 		log:        cfg.Logger,
 	}
 	m.ip.TrustedProxies = append([]netip.Prefix(nil), cfg.ClientIP.TrustedProxies...)
@@ -339,6 +347,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	s := m.scratch.Get().(*scratch)
 	defer m.release(s)
+	shadowed := false // over the concurrency cap, in shadow mode
 	n, err := m.build(s, r)
 	if err != nil {
 		m.invalid(w, r, err)
@@ -351,11 +360,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if ok {
-			if !m.conc.acquire(key) {
+			if m.conc.acquire(key) {
+				defer m.conc.release(key)
+			} else if !m.shadow {
 				m.tooConcurrent(w, r)
 				return
+			} else {
+				shadowed = true
+				if n, ok := m.shadowLog.Allow(time.Now()); ok {
+					m.log.Info("concurrency cap exceeded in shadow mode; let through", "domain", m.domain, "not_logged", n)
+				}
 			}
-			defer m.conc.release(key)
 		}
 	}
 	var fails int
@@ -366,6 +381,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if n == 0 && fails == 0 { // every descriptor skipped: nothing to limit
+		res := Unlimited
+		if shadowed {
+			res = Shadow
+		}
+		m.report(w, r, res)
 		h.next.ServeHTTP(w, r)
 		return
 	}
@@ -387,23 +407,34 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	delayed := false
 	if m.shaping != nil {
-		err = m.shaped(r.Context(), s)
+		delayed, err = m.shaped(r.Context(), s)
 	} else {
 		err = m.decide(r.Context(), s)
 	}
 	if err != nil {
 		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+			m.report(w, r, Canceled)
 			return // the client went away: no one to answer
 		}
 		m.fail(w, r, err)
 		return
 	}
 	denied := m.overLimit(o)
-	if !denied && (o.Overall.Shadow || m.shadow && o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT) {
+	res := Allowed
+	switch {
+	case denied:
+		res = Denied
+	case o.Overall.Shadow || m.shadow && o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+		res = Shadow
 		if n, ok := m.shadowLog.Allow(time.Now()); ok {
 			m.log.Info("rate limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
 		}
+	case shadowed:
+		res = Shadow
+	case delayed:
+		res = Delayed
 	}
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
@@ -413,6 +444,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.deny(w, r, s)
 		return
 	}
+	m.report(w, r, res)
 	if fails == 0 || precharged {
 		h.next.ServeHTTP(w, r)
 		return
@@ -422,6 +454,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sw.status == 0 {
 		sw.status = http.StatusOK
 		sw.charge()
+	}
+}
+
+// report tells Config.OnResult what became of r.
+func (m *middleware) report(w http.ResponseWriter, r *http.Request, res Result) {
+	if m.onResult != nil {
+		m.onResult(w, r, res)
 	}
 }
 
@@ -452,6 +491,7 @@ func (m *middleware) overLimit(o *rls.Outcome) bool {
 // deny answers the denied request whose outcome is s.out, its headers
 // already set.
 func (m *middleware) deny(w http.ResponseWriter, r *http.Request, s *scratch) {
+	m.report(w, r, Denied)
 	if m.onDeny != nil {
 		m.onDeny.ServeHTTP(w, r)
 		return
@@ -464,6 +504,7 @@ func (m *middleware) deny(w http.ResponseWriter, r *http.Request, s *scratch) {
 func (m *middleware) invalid(w http.ResponseWriter, r *http.Request, err error) {
 	var inv invalidError
 	if errors.As(err, &inv) {
+		m.report(w, r, Invalid)
 		writeProblem(w, &problem{Type: ProblemInvalidRequest, Title: "Invalid request", Status: http.StatusBadRequest, Detail: inv.msg})
 		return
 	}
@@ -611,6 +652,7 @@ type headerBlock struct {
 
 // fail answers a request that could not be decided.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	m.report(w, r, Error)
 	if n, ok := m.errLog.Allow(time.Now()); ok {
 		m.log.Warn("rate limit decision failed", "domain", m.domain, "err", err, "not_logged", n)
 	}

@@ -87,9 +87,10 @@ func newShaper(cfg *Shaping) (*shaper, error) {
 }
 
 // shaped decides s.main into s.out, waiting in the queue of its key as
-// Shaping says. It returns with s.out the final decision; an error is a
-// failed decision or the request's context ending.
-func (m *middleware) shaped(ctx context.Context, s *scratch) error {
+// Shaping says. It returns with s.out the final decision, and whether the
+// request waited in the queue; an error is a failed decision or the
+// request's context ending.
+func (m *middleware) shaped(ctx context.Context, s *scratch) (waited bool, err error) {
 	sh := m.shaping
 	start := time.Now()
 	s.ckey = appendQueueKey(s.ckey[:0], s.main.pds)
@@ -98,15 +99,15 @@ func (m *middleware) shaped(ctx context.Context, s *scratch) error {
 	sh.mu.Unlock()
 	if !busy {
 		if err := m.decide(ctx, s); err != nil || !m.shapeable(&s.out) {
-			return err
+			return false, err
 		}
 	}
 	w, head := sh.join(string(s.ckey))
 	if w == nil { // the queue is full
 		if busy {
-			return m.decide(ctx, s)
+			return false, m.decide(ctx, s)
 		}
-		return nil
+		return false, nil
 	}
 	defer sh.leave(string(s.ckey), w)
 	deadline := start.Add(sh.maxDelay)
@@ -116,10 +117,10 @@ func (m *middleware) shaped(ctx context.Context, s *scratch) error {
 		select {
 		case <-w.turn:
 		case <-ctx.Done():
-			return ctx.Err()
+			return true, ctx.Err()
 		case <-t.C:
 			// Out of time before its turn: one last decision.
-			return m.decide(ctx, s)
+			return true, m.decide(ctx, s)
 		}
 	}
 	// At the head: decide until admitted or out of time. A request that
@@ -128,20 +129,20 @@ func (m *middleware) shaped(ctx context.Context, s *scratch) error {
 	for {
 		if !fresh {
 			if err := m.decide(ctx, s); err != nil || !m.shapeable(&s.out) {
-				return err
+				return true, err
 			}
 		}
 		fresh = false
 		wait := s.out.Overall.RetryAfter
 		if wait > time.Until(deadline) {
-			return nil // denied: s.out says when to retry
+			return true, nil // denied: s.out says when to retry
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return true, ctx.Err()
 		}
 	}
 }

@@ -38,20 +38,22 @@ type shapingRun struct {
 	wg      sync.WaitGroup
 	answers []*httptest.ResponseRecorder
 	at      []time.Duration
+	res     results // what OnResult was told
 }
 
 func newShapingRun(t *testing.T, sh httplimit.Shaping) *shapingRun {
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
+	run := &shapingRun{t: t, start: time.Now()}
 	mw, err := httplimit.New(httplimit.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, leakyRules)),
-		Domain:  "api",
-		Shaping: &sh,
+		Decider:  rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, leakyRules)),
+		Domain:   "api",
+		Shaping:  &sh,
+		OnResult: run.res.on,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &shapingRun{t: t, start: time.Now()}
 	run.h = mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		run.mu.Lock()
 		run.entered = append(run.entered, fmt.Sprintf("%s@%d", r.Header.Get("X-Id"), time.Since(run.start).Milliseconds()))
@@ -109,6 +111,9 @@ func TestShapingOrderAndRate(t *testing.T) {
 			if got := rec.Header().Get("X-RateLimit-Remaining"); got != "0" {
 				t.Errorf("request %d: X-RateLimit-Remaining %q, want 0", i, got)
 			}
+		}
+		if got, want := run.res.take(), "allowed"+strings.Repeat(",delayed", 7); got != want {
+			t.Errorf("results %s, want %s", got, want)
 		}
 	})
 }
@@ -186,6 +191,9 @@ func TestShapingCancelLeavesQueue(t *testing.T) {
 			if run.answers[i].Body.Len() != 0 || len(run.answers[i].Header()) != 0 {
 				t.Errorf("request %d left the queue but was answered: %v", i, run.answers[i].Header())
 			}
+		}
+		if got := run.res.take(); got != "allowed,canceled,canceled,delayed,delayed" {
+			t.Errorf("results %s, want allowed,canceled,canceled,delayed,delayed", got)
 		}
 	})
 }
