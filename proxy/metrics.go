@@ -4,51 +4,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/httplimit"
 )
-
-// Result is what became of a request, as the metrics count it.
-type Result uint8
-
-// The results, the values of the result label.
-const (
-	resultNone Result = iota // not known yet
-
-	// Allowed: admitted by its route's limits and passed upstream (a
-	// request every descriptor of which was skipped included).
-	Allowed
-	// Denied: denied by its route's limits, answered 429.
-	Denied
-	// Shadow: denied by its route's limits but passed upstream, in the
-	// section's shadow mode. Rules' own shadow_mode limits never deny,
-	// and count as Allowed.
-	Shadow
-	// Invalid: values the limits cannot take, answered 400.
-	Invalid
-	// Error: the decision failed with no failure policy to answer it,
-	// answered 503.
-	Error
-	// Unlimited: matched no route, passed upstream unlimited.
-	Unlimited
-
-	numResults
-)
-
-var resultNames = [numResults]string{"", "allowed", "denied", "shadow", "invalid", "error", "unlimited"}
-
-// String returns the label value of r: allowed, denied, shadow, invalid,
-// error or unlimited.
-func (r Result) String() string {
-	if r < numResults {
-		return resultNames[r]
-	}
-	return "unknown"
-}
 
 // Metrics are the Prometheus metrics of a Proxy, labelled by route name
 // (the routes' names, bounded by the configuration; "_unmatched" for the
 // requests that match none):
 //
-//	sluice_proxy_requests_total{route,result}  requests by Result
+//	sluice_proxy_requests_total{route,result}  requests by
+//	                      httplimit.Result (allowed, delayed, denied,
+//	                      shadow, too_concurrent, unlimited, invalid,
+//	                      error, canceled); the requests that match no
+//	                      route are unlimited
 //	sluice_proxy_upstream_errors_total{route}  requests the upstream did
 //	                      not answer (answered 502), client cancellations
 //	                      not included
@@ -72,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_requests_total",
-			Help: "Requests through the proxy, by route and result (allowed, denied, shadow, invalid, error, unlimited).",
+			Help: "Requests through the proxy, by route and result (allowed, delayed, denied, shadow, too_concurrent, unlimited, invalid, error, canceled).",
 		}, []string{"route", "result"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_upstream_errors_total",
@@ -95,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // routeMetrics are one route's series, resolved when its table is built so
 // that a request looks up no label.
 type routeMetrics struct {
-	results        [numResults]prometheus.Counter
+	results        []prometheus.Counter // by httplimit.Result
 	upstreamErrors prometheus.Counter
 	duration       prometheus.Observer
 }
@@ -105,7 +73,9 @@ func (m *Metrics) route(name string) routeMetrics {
 	if m == nil {
 		return rm
 	}
-	for r := Allowed; r < numResults; r++ {
+	all := httplimit.Results()
+	rm.results = make([]prometheus.Counter, int(all[len(all)-1])+1)
+	for _, r := range all {
 		rm.results[r] = m.requests.WithLabelValues(name, r.String())
 	}
 	rm.upstreamErrors = m.upstreamErrors.WithLabelValues(name)
@@ -113,11 +83,13 @@ func (m *Metrics) route(name string) routeMetrics {
 	return rm
 }
 
-func (rm *routeMetrics) observe(r Result, upstreamErr bool, d time.Duration) {
+func (rm *routeMetrics) observe(r httplimit.Result, upstreamErr bool, d time.Duration) {
 	if rm.duration == nil {
 		return
 	}
-	rm.results[r].Inc()
+	if int(r) < len(rm.results) && rm.results[r] != nil {
+		rm.results[r].Inc()
+	}
 	if upstreamErr {
 		rm.upstreamErrors.Inc()
 	}

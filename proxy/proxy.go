@@ -251,13 +251,6 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		ErrorHandler:   t.upstreamError,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	var onDeny http.Handler
-	if s.ShadowMode {
-		// The middleware enforces, and a denial is let through here, so
-		// that it can be counted as shadow: the same headers as
-		// httplimit's own shadow mode, which sends no Retry-After.
-		onDeny = http.HandlerFunc(t.shadow)
-	}
 	names := map[string]bool{}
 	for _, rc := range s.Routes {
 		if names[rc.Name] || rc.Name == unmatchedRoute {
@@ -273,7 +266,8 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			Shaping:     rc.Shaping,
 			Failures:    rc.Failures,
 			Concurrency: rc.Concurrency,
-			OnDeny:      onDeny,
+			ShadowMode:  s.ShadowMode,
+			OnResult:    t.onResult,
 			Logger:      p.log.With("route", rc.Name),
 		})
 		if err != nil {
@@ -323,7 +317,7 @@ type route struct {
 type recorder struct {
 	http.ResponseWriter
 	status      int
-	result      Result
+	result      httplimit.Result // 0 until the middleware says
 	upstreamErr bool
 }
 
@@ -348,9 +342,9 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := rt.t.p
 	start := time.Now()
 	rec := p.recorder.Get().(*recorder)
-	*rec = recorder{ResponseWriter: w, result: resultNone}
+	*rec = recorder{ResponseWriter: w}
 	if rt.unlimited {
-		rec.result = Unlimited
+		rec.result = httplimit.Unlimited
 	}
 	// Deferred, so that a response cut short (ReverseProxy aborts the
 	// handler with http.ErrAbortHandler when the copy fails) is counted.
@@ -360,35 +354,24 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (rt *route) done(rec *recorder, start time.Time) {
 	res := rec.result
-	if res == resultNone { // the middleware answered by itself
-		switch rec.status {
-		case http.StatusTooManyRequests:
-			res = Denied
-		case http.StatusBadRequest:
-			res = Invalid
-		default:
-			res = Error
-		}
+	if res == 0 { // cannot happen: the middleware reports every request
+		res = httplimit.Error
 	}
 	rt.m.observe(res, rec.upstreamErr, time.Since(start))
 	*rec = recorder{}
 	rt.t.p.recorder.Put(rec)
 }
 
-// pass sends an admitted request upstream.
-func (t *table) pass(w http.ResponseWriter, r *http.Request) {
-	if rec, ok := w.(*recorder); ok && rec.result == resultNone {
-		rec.result = Allowed
+// onResult records what the middleware did with a request, for the
+// metrics.
+func (t *table) onResult(w http.ResponseWriter, _ *http.Request, res httplimit.Result) {
+	if rec, ok := w.(*recorder); ok {
+		rec.result = res
 	}
-	t.rp.ServeHTTP(w, r)
 }
 
-// shadow sends upstream a request the limits denied, in shadow mode.
-func (t *table) shadow(w http.ResponseWriter, r *http.Request) {
-	if rec, ok := w.(*recorder); ok {
-		rec.result = Shadow
-	}
-	w.Header().Del("Retry-After")
+// pass sends an admitted request upstream.
+func (t *table) pass(w http.ResponseWriter, r *http.Request) {
 	t.rp.ServeHTTP(w, r)
 }
 

@@ -72,6 +72,8 @@ type fixture struct {
 	reg   *prometheus.Registry
 	dec   *rls.Decider
 	store sluice.Store
+
+	inflight atomic.Int64 // requests in the proxy's handler
 }
 
 // start runs a proxy whose rules and http section are src, in front of up,
@@ -100,11 +102,18 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store) *fixt
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(p)
-	srv.Config.MaxHeaderBytes = 2 << 20 // room for a 1 MB X-Forwarded-For
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return &fixture{t: t, up: up, p: p, srv: srv, reg: reg, dec: dec, store: store}
+	f := &fixture{t: t, up: up, p: p, reg: reg, dec: dec, store: store}
+	// The proxy counts a request when its handler returns, after the
+	// client may have its answer: count waits for the handlers to return.
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.inflight.Add(1)
+		defer f.inflight.Add(-1)
+		p.ServeHTTP(w, r)
+	}))
+	f.srv.Config.MaxHeaderBytes = 2 << 20 // room for a 1 MB X-Forwarded-For
+	f.srv.Start()
+	t.Cleanup(f.srv.Close)
+	return f
 }
 
 // do sends a request through the proxy with the given header lines
@@ -146,6 +155,11 @@ func (f *fixture) get(path string, lines ...string) (*http.Response, string) {
 // count returns the value of the counter name with the given labels.
 func (f *fixture) count(name string, labels ...string) float64 {
 	f.t.Helper()
+	for deadline := time.Now().Add(wait); f.inflight.Load() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("requests still in the proxy after %v", wait)
+		}
+	}
 	mfs, err := f.reg.Gather()
 	if err != nil {
 		f.t.Fatal(err)
