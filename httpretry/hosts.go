@@ -2,6 +2,7 @@ package httpretry
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/algo"
 )
@@ -25,16 +26,21 @@ func (h *host) idle(now, width int64) bool {
 
 // hostMap holds the state of at most max hosts.
 type hostMap struct {
-	mu  sync.Mutex
+	mu  sync.RWMutex
 	m   map[string]*host
+	n   atomic.Int64 // len(m), read without the lock
 	max int
 }
 
-// get returns the state of key, or nil when there is none.
+// get returns the state of key, or nil when there is none. While no host
+// has any state (no quota was ever announced spent) it is one atomic load.
 func (hm *hostMap) get(key string) *host {
-	hm.mu.Lock()
+	if hm.n.Load() == 0 {
+		return nil
+	}
+	hm.mu.RLock()
 	h := hm.m[key]
-	hm.mu.Unlock()
+	hm.mu.RUnlock()
 	return h
 }
 
@@ -44,8 +50,12 @@ func (hm *hostMap) get(key string) *host {
 // later request to that host is neither held nor paced by what came before.
 // width is the budget's slot width, to tell idle windows.
 func (hm *hostMap) getOrCreate(key string, now, width int64) *host {
+	if h := hm.get(key); h != nil {
+		return h
+	}
 	hm.mu.Lock()
 	defer hm.mu.Unlock()
+	defer func() { hm.n.Store(int64(len(hm.m))) }()
 	if h := hm.m[key]; h != nil {
 		return h
 	}
@@ -75,8 +85,8 @@ func (hm *hostMap) getOrCreate(key string, now, width int64) *host {
 
 // len returns the number of hosts held.
 func (hm *hostMap) len() int {
-	hm.mu.Lock()
-	defer hm.mu.Unlock()
+	hm.mu.RLock()
+	defer hm.mu.RUnlock()
 	return len(hm.m)
 }
 

@@ -261,19 +261,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		resp, err := t.base.RoundTrip(r)
-		now := time.Now()
 		if err != nil {
 			return nil, err
 		}
 		if !t.refused(resp.StatusCode) {
-			var hint time.Duration
-			var hinted bool
-			if t.quota && hasQuotaFields(resp.Header) {
-				hint, _, hinted = quotaHint(resp.Header, now)
+			if quota := t.quota && hasQuotaFields(resp.Header); quota || t.budget {
+				now := time.Now()
+				var hint time.Duration
+				var hinted bool
+				if quota {
+					hint, _, hinted = quotaHint(resp.Header, now)
+				}
+				t.record(key, now, true, hinted, hint)
 			}
-			t.record(key, now, true, hinted, hint)
 			return resp, nil
 		}
+		now := time.Now()
 		wait, need, src := t.retryWait(resp.Header, now, attempt-1)
 		t.record(key, now, false, src != SourceBackoff, need)
 		if attempt >= attempts {
@@ -315,12 +318,15 @@ func (t *Transport) gate(ctx context.Context, req *http.Request, key string, att
 	if !t.quota && !t.budget && !t.pacing {
 		return nil
 	}
-	now := time.Now()
 	var h *host
-	if t.budget || t.pacing {
+	if !t.budget && !t.pacing {
+		if h = t.hosts.get(key); h == nil {
+			return nil
+		}
+	}
+	now := time.Now()
+	if h == nil {
 		h = t.hosts.getOrCreate(key, now.UnixNano(), t.slot)
-	} else if h = t.hosts.get(key); h == nil {
-		return nil
 	}
 	if t.quota {
 		h.mu.Lock()
