@@ -747,3 +747,39 @@ descriptors:
 		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
 	}
 }
+
+// Retry-After is each algorithm's own wait for the next request, rounded
+// up: the clock stands 20.25 s into a minute (and 20.25 s into a 30 s
+// refill step of the epoch), every request at the same instant.
+func TestRetryAfterPerAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		limit string
+		n     int    // requests admitted before the denial
+		want  string // Retry-After of the denial
+	}{
+		// 10 a minute: a token, a drop, a cell every 6 s.
+		{"{unit: minute, requests_per_unit: 10, burst: 2, algorithm: token_bucket}", 2, "6"},
+		{"{unit: minute, requests_per_unit: 10, burst: 2, algorithm: leaky_bucket}", 2, "6"},
+		{"{unit: minute, requests_per_unit: 10, burst: 2, algorithm: gcra}", 2, "6"},
+		// One token every 30 s, on the epoch's 30 s steps: the next in 9.75 s.
+		{"{unit: minute, requests_per_unit: 2, burst: 2, algorithm: token_bucket, refill_interval: 30s}", 2, "10"},
+		// The window ends in 39.75 s.
+		{"{unit: minute, requests_per_unit: 2, algorithm: fixed_window}", 2, "40"},
+		// The oldest request leaves the rolling minute in 60 s.
+		{"{unit: minute, requests_per_unit: 2, algorithm: sliding_log}", 2, "60"},
+		// At the window's end (39.75 s) the 2 become the previous window's,
+		// weighted 2 × (1 − e/60): room for 1 when e ≥ 30 s, 69.75 s away.
+		{"{unit: minute, requests_per_unit: 2, algorithm: sliding_window}", 2, "70"},
+	} {
+		srv := limited(t, httplimit.Config{Decider: decider(t, "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: "+tc.limit+"\n"), Domain: "api"})
+		for i := range tc.n {
+			if r := do(t, srv.Client(), "GET", srv.URL, nil); r.status != 200 {
+				t.Fatalf("%s: request %d: %d", tc.limit, i+1, r.status)
+			}
+		}
+		r := do(t, srv.Client(), "GET", srv.URL, nil)
+		if r.status != 429 || r.header.Get("Retry-After") != tc.want {
+			t.Errorf("%s: %d, Retry-After %q; want 429, %s", tc.limit, r.status, r.header.Get("Retry-After"), tc.want)
+		}
+	}
+}
