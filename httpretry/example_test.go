@@ -28,6 +28,7 @@ func ExampleNewClient() {
 	defer api.Close()
 
 	client := httpretry.NewClient(httpretry.Config{
+		HintJitter: -1, // wait exactly the hint, for this example's output
 		OnWait: func(e httpretry.Event) {
 			fmt.Printf("attempt %d after a %d: wait %v (%v)\n", e.Attempt, e.Status, e.Wait, e.Source)
 		},

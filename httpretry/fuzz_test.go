@@ -20,16 +20,16 @@ func checkWait(t *testing.T, h http.Header, now time.Time) {
 			t.Fatalf("hint %v (ok %v) outside [0, 10y] for %v", d, ok, h)
 		}
 	}
-	tr := New(Config{MaxWait: 30 * time.Second, BaseDelay: time.Second, MaxDelay: 8 * time.Second})
+	tr := New(Config{MaxWait: 30 * time.Second, BaseDelay: time.Second, MaxDelay: 8 * time.Second, HintJitter: 2 * time.Second})
 	for k := range 5 {
 		wait, need, src := tr.retryWait(h, now, k)
 		switch {
-		case wait < 0 || need < wait:
+		case wait < 0 || src == SourceBackoff && need != wait:
 			t.Fatalf("retry %d: wait %v, need %v for %v", k, wait, need, h)
 		case src == SourceBackoff && wait > min(time.Second<<k, 8*time.Second):
 			t.Fatalf("retry %d: backoff %v over its ceiling", k, wait)
-		case src != SourceBackoff && (wait > 30*time.Second || wait != min(need, 30*time.Second)):
-			t.Fatalf("retry %d: wait %v for a hint of %v (%v), MaxWait 30s", k, wait, need, src)
+		case src != SourceBackoff && (wait > 30*time.Second || wait < min(need, 30*time.Second) || wait > min(need+2*time.Second, 30*time.Second)):
+			t.Fatalf("retry %d: wait %v for a hint of %v (%v), MaxWait 30s, HintJitter 2s", k, wait, need, src)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -33,6 +34,12 @@ func seeded(seed uint64) func(int64) int64 {
 // at the same instant; the server refuses each client's first request with
 // a bare 503 and accepts the second. It returns when the retries arrived.
 func retryArrivals(t *testing.T, rnd func(int64) int64) []time.Duration {
+	return arrivalsAfter(t, httpretry.Config{BaseDelay: time.Second, Rand: rnd}, nil)
+}
+
+// arrivalsAfter is retryArrivals with clients of cfg and refusals that
+// carry the header refusal.
+func arrivalsAfter(t *testing.T, cfg httpretry.Config, refusal http.Header) []time.Duration {
 	var arrivals []time.Duration
 	synctest.Test(t, func(t *testing.T) {
 		n := newPipeNet()
@@ -49,13 +56,16 @@ func retryArrivals(t *testing.T, rnd func(int64) int64) []time.Duration {
 			}
 			mu.Unlock()
 			if !retry {
+				maps.Copy(w.Header(), refusal)
 				w.WriteHeader(http.StatusServiceUnavailable)
 			}
 		}))
 		base := n.transport(t)
 		var wg sync.WaitGroup
 		for i := range 100 {
-			client := httpretry.NewClient(httpretry.Config{Base: base, BaseDelay: time.Second, Rand: rnd})
+			c := cfg
+			c.Base = base
+			client := httpretry.NewClient(c)
 			wg.Go(func() {
 				req := newReq(t, t.Context(), "GET", apiURL, nil)
 				req.Header.Set("Client", strconv.Itoa(i))
@@ -322,4 +332,24 @@ func TestBudget(t *testing.T) {
 			t.Errorf("server saw %d requests, client sent %d: rejected requests must not be sent", served, sent)
 		}
 	})
+}
+
+// TestHintJitterSpreads checks that clients told the same Retry-After come
+// back spread over HintJitter after it, never before it, where without
+// the jitter they all arrive at the same instant.
+func TestHintJitterSpreads(t *testing.T) {
+	hint := http.Header{"Retry-After": {"2"}}
+	plain := arrivalsAfter(t, httpretry.Config{HintJitter: -1, Rand: seeded(1)}, hint)
+	if slices.Min(plain) != 2*time.Second || slices.Max(plain) != 2*time.Second {
+		t.Errorf("without hint jitter: arrivals from %v to %v, want all at 2s", slices.Min(plain), slices.Max(plain))
+	}
+	spread := arrivalsAfter(t, httpretry.Config{Rand: seeded(2)}, hint)
+	std, busiest := spreadOf(spread)
+	t.Logf("100 retries after Retry-After: 2: std %v, %d in the busiest 100ms, from %v to %v", std, busiest, slices.Min(spread), slices.Max(spread))
+	if lo, hi := slices.Min(spread), slices.Max(spread); lo < 2*time.Second || hi > 3*time.Second {
+		t.Errorf("arrivals from %v to %v, want within [2s, 3s]: never before the hint, at most HintJitter (1s) after", lo, hi)
+	}
+	if std < 200*time.Millisecond || busiest > 25 {
+		t.Errorf("std %v, busiest 100ms bucket %d: want std >= 200ms and at most 25", std, busiest)
+	}
 }

@@ -51,6 +51,14 @@ type Config struct {
 	// client's own limit.
 	MaxWait time.Duration
 
+	// HintJitter spreads the clients that a server gives the same reset:
+	// every wait on a server's word (a hint, a hold of self-throttling)
+	// is extended by a uniformly random time in [0, HintJitter], never
+	// shortened, so that they do not all come back at the announced
+	// instant. The extension stays within MaxWait. Zero means 1s (a
+	// Retry-After in seconds is rounded anyway); negative means none.
+	HintJitter time.Duration
+
 	// IgnoreQuota turns self-throttling off. When false (the default) and a
 	// response says a host's quota is spent (a RateLimit limit with r=0,
 	// X-RateLimit-Remaining: 0, or a refused status with a hint), later
@@ -140,6 +148,7 @@ type Transport struct {
 	baseDelay   time.Duration
 	maxDelay    time.Duration
 	maxWait     time.Duration
+	hintJitter  time.Duration
 	quota       bool
 	pacing      bool
 	pace        algo.Params
@@ -159,6 +168,7 @@ const (
 	DefaultBaseDelay   = 100 * time.Millisecond
 	DefaultMaxDelay    = 20 * time.Second
 	DefaultMaxWait     = time.Minute
+	DefaultHintJitter  = time.Second
 	DefaultMaxHosts    = 1024
 	DefaultBudgetK     = 2
 	DefaultBudgetSpan  = 2 * time.Minute
@@ -178,12 +188,16 @@ func New(cfg Config) *Transport {
 		baseDelay:   orDefault(cfg.BaseDelay, DefaultBaseDelay),
 		maxDelay:    orDefault(cfg.MaxDelay, DefaultMaxDelay),
 		maxWait:     orDefault(cfg.MaxWait, DefaultMaxWait),
+		hintJitter:  orDefault(cfg.HintJitter, DefaultHintJitter),
 		quota:       !cfg.IgnoreQuota,
 		key:         cfg.Key,
 		rand:        cfg.Rand,
 		onWait:      cfg.OnWait,
 		log:         cfg.Logger,
 		hosts:       hostMap{max: orDefault(cfg.MaxHosts, DefaultMaxHosts)},
+	}
+	if cfg.HintJitter < 0 {
+		t.hintJitter = 0
 	}
 	if t.base == nil {
 		t.base = http.DefaultTransport
@@ -304,7 +318,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // the server asked for, uncapped, which the deadline is compared with.
 func (t *Transport) retryWait(h http.Header, now time.Time, k int) (wait, need time.Duration, src Source) {
 	if hint, src, ok := retryHint(h, now); ok {
-		return min(hint, t.maxWait), hint, src
+		return min(t.spread(hint), t.maxWait), hint, src
 	}
 	d := t.backoff(k)
 	return d, d, SourceBackoff
@@ -336,7 +350,7 @@ func (t *Transport) gate(ctx context.Context, req *http.Request, key string, att
 			if beyond(ctx, now, need) {
 				return t.stop(ErrDeadline, attempt-1, prev, need, SourceQuota)
 			}
-			if wait := min(need, t.maxWait-waited); wait > 0 {
+			if wait := min(t.spread(need), t.maxWait-waited); wait > 0 {
 				t.notify(ctx, req, key, attempt, 0, wait, SourceQuota)
 				if err := sleep(ctx, wait); err != nil {
 					return err
@@ -433,6 +447,18 @@ func (t *Transport) unreserve(h *host, before, after algo.State) {
 		h.bucket = before
 	}
 	h.mu.Unlock()
+}
+
+// spread extends the server's wait d by a random time in [0, HintJitter].
+func (t *Transport) spread(d time.Duration) time.Duration {
+	if t.hintJitter <= 0 {
+		return d
+	}
+	j := min(max(t.rand(int64(t.hintJitter)+1), 0), int64(t.hintJitter))
+	if d > math.MaxInt64-time.Duration(j) {
+		return d
+	}
+	return d + time.Duration(j)
 }
 
 // backoff returns the full-jitter sleep before retry number k (0 for the

@@ -103,3 +103,23 @@ func TestErrorText(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadBounds checks that a server's wait is only ever extended, by
+// at most HintJitter, whatever Rand returns, and not at all when the
+// jitter is off or the wait is at the end of time.
+func TestSpreadBounds(t *testing.T) {
+	for _, r := range []func(int64) int64{nil, func(int64) int64 { return -5 }, func(n int64) int64 { return n * 3 }} {
+		tr := New(Config{HintJitter: 500 * time.Millisecond, Rand: r})
+		for range 1000 {
+			if d := tr.spread(3 * time.Second); d < 3*time.Second || d > 3500*time.Millisecond {
+				t.Fatalf("spread 3s to %v, want within [3s, 3.5s]", d)
+			}
+		}
+		if d := tr.spread(time.Duration(1<<63 - 1)); d != time.Duration(1<<63-1) {
+			t.Errorf("spread of the largest duration overflowed to %v", d)
+		}
+	}
+	if d := New(Config{HintJitter: -1}).spread(3 * time.Second); d != 3*time.Second {
+		t.Errorf("HintJitter -1 spread 3s to %v", d)
+	}
+}

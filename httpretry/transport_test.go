@@ -107,6 +107,9 @@ func newEnv(t *testing.T, cfg httpretry.Config, replies ...reply) *env {
 	e.net.serve(t, "api.test:80", e.server)
 	cfg.Base = e.net.transport(t)
 	cfg.OnWait = e.waits.add
+	if cfg.HintJitter == 0 {
+		cfg.HintJitter = -1 // exact waits; TestHintJitterSpreads tests the jitter
+	}
 	e.client = httpretry.NewClient(cfg)
 	return e
 }
