@@ -42,8 +42,13 @@ type concurrency struct {
 
 type concShard struct {
 	mu sync.Mutex
-	n  map[string]int32
-	_  [40]byte // keep shards on their own cache lines
+	// n counts the requests in flight by key. Its keys are copies, made
+	// when an entry is created; an entry is only ever changed through
+	// its pointer, never assigned again, because assigning a map entry
+	// stores the key given, and the keys given may live in a request's
+	// pooled storage.
+	n map[string]*int32
+	_ [40]byte // keep shards on their own cache lines
 }
 
 func (m *middleware) newConcurrency(cfg *Concurrency) (*concurrency, error) {
@@ -63,7 +68,7 @@ func (m *middleware) newConcurrency(cfg *Concurrency) (*concurrency, error) {
 	}
 	c := &concurrency{max: int32(cfg.Max), ents: key, seed: maphash.MakeSeed()}
 	for i := range c.shards {
-		c.shards[i].n = make(map[string]int32)
+		c.shards[i].n = make(map[string]*int32)
 	}
 	return c, nil
 }
@@ -101,14 +106,15 @@ func (c *concurrency) acquire(key string) bool {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	n, ok := sh.n[key]
-	if n >= c.max {
+	n := sh.n[key]
+	if n == nil {
+		n = new(int32)
+		sh.n[strings.Clone(key)] = n
+	}
+	if *n >= c.max {
 		return false
 	}
-	if !ok {
-		key = strings.Clone(key) // key may live in the request's scratch
-	}
-	sh.n[key] = n + 1
+	*n++
 	return true
 }
 
@@ -117,9 +123,11 @@ func (c *concurrency) release(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if n := sh.n[key] - 1; n > 0 {
-		sh.n[key] = n
-	} else {
+	n := sh.n[key]
+	if n == nil {
+		return // cannot happen: released without being acquired
+	}
+	if *n--; *n <= 0 {
 		delete(sh.n, key)
 	}
 }
