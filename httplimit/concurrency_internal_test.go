@@ -1,11 +1,11 @@
 package httplimit
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -28,9 +28,11 @@ func (c *concurrency) inFlight() (requests, entries int) {
 	return requests, entries
 }
 
-// Overlapping requests of many clients, keyed by the client address (which
-// lives in pooled per-request storage): when they are done, nothing is in
-// flight and no entry is left, and every client gets its Max again.
+// Requests of many clients, keyed by the client address (which lives in
+// pooled per-request storage), started and finished in a random
+// interleaving, so that a finished request's storage serves the next while
+// others of the same client are still in flight: the counts always match
+// the requests in flight, and nothing is left when all are done.
 func TestConcurrencyKeysOutliveRequests(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
@@ -42,56 +44,72 @@ func TestConcurrencyKeysOutliveRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const clients = 8
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	h := &handler{m: m, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-gate })}
-	serve := func(ip string) int {
+	type req struct {
+		ip     string
+		finish chan struct{}
+		done   chan int
+	}
+	entered := make(chan struct{})
+	h := &handler{m: m, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		finish := r.Context().Value(finishKey{}).(chan struct{})
+		entered <- struct{}{}
+		<-finish
+	})}
+	start := func(ip string) *req {
+		q := &req{ip: ip, finish: make(chan struct{}), done: make(chan int, 1)}
 		r := httptest.NewRequest("GET", "/", nil)
+		r = r.WithContext(context.WithValue(r.Context(), finishKey{}, q.finish))
 		r.RemoteAddr = ip + ":1234"
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w.Code
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			q.done <- w.Code
+		}()
+		select {
+		case <-entered: // in flight
+		case code := <-q.done: // refused at once
+			if code != http.StatusTooManyRequests {
+				t.Fatalf("%s: answered %d", ip, code)
+			}
+			return nil
+		}
+		return q
 	}
-	for round := range 50 {
-		gate = make(chan struct{})
-		for c := range clients {
-			for range 3 { // one more than Max: one of the three is refused
-				wg.Go(func() { serve(fmt.Sprintf("192.0.2.%d", c+1)) })
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var flight []*req
+	perIP := map[string]int{}
+	for step := range 4000 {
+		if len(flight) > 0 && rnd.IntN(2) == 0 {
+			i := rnd.IntN(len(flight))
+			q := flight[i]
+			flight = append(flight[:i], flight[i+1:]...)
+			close(q.finish)
+			if code := <-q.done; code != 200 {
+				t.Fatalf("step %d: %s answered %d", step, q.ip, code)
+			}
+			perIP[q.ip]--
+		} else {
+			ip := fmt.Sprintf("192.0.2.%d", rnd.IntN(8)+1)
+			q := start(ip)
+			if (q != nil) != (perIP[ip] < 2) {
+				t.Fatalf("step %d: %s with %d in flight: admitted %v", step, ip, perIP[ip], q != nil)
+			}
+			if q != nil {
+				flight = append(flight, q)
+				perIP[ip]++
 			}
 		}
-		for { // until every client has its two in flight
-			if n, _ := m.conc.inFlight(); n == 2*clients {
-				break
-			}
-			runtime.Gosched()
-		}
-		close(gate)
-		wg.Wait()
-		if n, entries := m.conc.inFlight(); n != 0 || entries != 0 {
-			t.Fatalf("round %d: %d requests in flight and %d entries left after every request returned", round, n, entries)
+		if n, _ := m.conc.inFlight(); n != len(flight) {
+			t.Fatalf("step %d: the map counts %d in flight, %d are", step, n, len(flight))
 		}
 	}
-	// Every client may have its two in flight again.
-	gate = make(chan struct{})
-	codes := make(chan int, 2*clients)
-	for c := range clients {
-		for range 2 {
-			wg.Go(func() { codes <- serve(fmt.Sprintf("192.0.2.%d", c+1)) })
-		}
+	for _, q := range flight {
+		close(q.finish)
+		<-q.done
 	}
-	for {
-		if n, _ := m.conc.inFlight(); n == 2*clients {
-			break
-		}
-		runtime.Gosched()
-	}
-	close(gate)
-	wg.Wait()
-	close(codes)
-	for code := range codes {
-		if code != 200 {
-			t.Errorf("an idle client's request was answered %d", code)
-		}
+	if n, entries := m.conc.inFlight(); n != 0 || entries != 0 {
+		t.Fatalf("%d requests in flight and %d entries left after every request returned", n, entries)
 	}
 }
+
+type finishKey struct{}
