@@ -31,8 +31,13 @@ import (
 //     1) that did not fit: its Retry-After is exact and it starts the
 //     limit's block_for penalty, as any denial does;
 //   - after the handler, a response with one of Statuses charges each of
-//     them 1, with the request's context detached from cancellation: a
+//     them 1, each on its own (a failure counts even where another limit
+//     denies), with the request's context detached from cancellation: a
 //     client that hangs up after failing is still counted.
+//
+// Failure limits count at their nominal quota: a soft_percent or
+// elastic_ceiling margin does not admit more failures (it would have to
+// charge the attempt before knowing whether it fails).
 //
 // Limits that count afterwards can be overrun by the requests in flight
 // at once: with 5 failures left, 20 concurrent attempts all pass the check.
@@ -107,37 +112,61 @@ func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error)
 // checkFailures decides whether one more failure fits the failure limits
 // of s.fail, into s.out: first as a peek, and when a limit has nothing
 // left, as a failure (cost 1) for the exact denial. It reports whether the
-// request is denied, and whether it was charged a failure already (the
-// confirming decision was admitted).
-func (m *middleware) checkFailures(ctx context.Context, s *scratch) (denied, charged bool, err error) {
+// failure limits would deny the request (in shadow mode they deny
+// nothing), and whether it was charged a failure already (the confirming
+// decision was admitted, in a race with the limit freeing up).
+func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, charged bool, err error) {
 	o := &s.out
 	if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
 		return false, false, err
 	}
-	if m.overLimit(o) {
+	if o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 		return true, false, nil // a block_for penalty, or fail_closed
 	}
-	if o.Degraded != rules.FailDefault || !exhausted(o) {
+	if o.Degraded != rules.FailDefault {
 		return false, false, nil
+	}
+	i := exhausted(o)
+	if i < 0 {
+		return false, false, nil
+	}
+	if l := o.Limits[i].Limit; l.SoftPercent > 0 || l.ElasticCeiling > 0 {
+		// A margin would admit the confirming failure, and charge it
+		// whatever the response: failure limits count at their nominal
+		// quota, denied until the limit resets.
+		denyAt(o, i)
+		return true, false, nil
 	}
 	setHits(s.fail.pds, &s.one)
 	if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
 		return false, false, err
 	}
 	if o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-		return !m.shadow, false, nil
+		return true, false, nil
 	}
 	return false, o.Degraded == rules.FailDefault, nil
 }
 
-// exhausted reports whether an enforced limit of o has nothing left.
-func exhausted(o *rls.Outcome) bool {
+// denyAt turns the peek o into a denial by its limit i, retrying when that
+// limit has reset.
+func denyAt(o *rls.Outcome, i int) {
+	l := &o.Limits[i]
+	wait := max(l.Decision.ResetAfter, time.Second)
+	l.Decision.Allowed, l.Decision.RetryAfter = false, wait
+	o.Overall = l.Decision
+	o.Overall.Index = i
+	o.Response.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+}
+
+// exhausted returns the index of an enforced limit of o with nothing left,
+// or -1.
+func exhausted(o *rls.Outcome) int {
 	for i := range o.Limits {
 		if l := &o.Limits[i]; !l.Limit.Shadow && l.Decision.Remaining <= 0 {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // setHits sets the hits_addend of every descriptor of pds to h.
@@ -195,17 +224,24 @@ func (w *statusWriter) charge() {
 	if !m.failures.counts(w.status) {
 		return
 	}
-	pds := s.main.pds
-	setHits(pds[:w.n], &s.zero)
-	setHits(pds[w.n:], &s.one)
+	// Each failure limit is charged on its own: the failure happened,
+	// and one limit denying (spent by failures in flight at once) or a
+	// main limit's block must not keep it from the others.
+	ctx := context.WithoutCancel(w.ctx)
 	o := &s.out
-	if err := m.dec.DecideInto(context.WithoutCancel(w.ctx), &s.main.req, o); err != nil {
-		if n, ok := m.errLog.Allow(time.Now()); ok {
-			m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err, "not_logged", n)
+	setHits(s.fail.pds, &s.one)
+	for i := range s.fail.pds {
+		s.fail.req.Descriptors = s.fail.pds[i : i+1]
+		if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
+			if n, ok := m.errLog.Allow(time.Now()); ok {
+				m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err, "not_logged", n)
+			}
 		}
-		return
 	}
-	if o.Degraded != rules.FailOpen {
+	s.fail.req.Descriptors = s.fail.pds
+	// The headers again, from a peek at every limit of the request.
+	setHits(s.main.pds, &s.zero)
+	if err := m.dec.DecideInto(ctx, &s.main.req, o); err == nil && o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, false)
 	}
 }

@@ -2,6 +2,7 @@ package httplimit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/rls"
 )
 
@@ -191,5 +193,116 @@ func TestFailuresCountedAfterHangUp(t *testing.T) {
 	url := failureServerOn(t, d, nil, &calls)
 	if r := do(t, http.DefaultClient, "POST", url, http.Header{"X-Password": {"right"}}); r.String() != "200 2" {
 		t.Errorf("after a failure whose client hung up: %s, want 200 2", r)
+	}
+}
+
+// Failures in flight when another request trips a main limit's block_for
+// are still counted: each failure limit is charged on its own.
+func TestFailuresCountedDespiteMainBlock(t *testing.T) {
+	d := decider(t, `
+domain: auth
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3, block_for: 1m}
+  - key: failed_login
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`)
+	gate, entered := make(chan struct{}), make(chan struct{}, 3)
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-gate
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	failures := &httplimit.Failures{
+		Descriptors: []httplimit.Descriptor{{{Key: "failed_login", Source: httplimit.RemoteAddress()}}},
+		Statuses:    []int{401},
+	}
+	mw, err := httplimit.New(httplimit.Config{
+		Decider:     d,
+		Domain:      "auth",
+		Descriptors: []httplimit.Descriptor{{{Source: httplimit.RemoteAddress()}}},
+		Failures:    failures,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server(t, mw(slow))
+	done := make(chan int, 3)
+	for range 3 {
+		go func() { done <- do(t, http.DefaultClient, "POST", srv.URL, nil).status }()
+		<-entered
+	}
+	// The fourth is over the address's 3 a minute: denied, its block starts.
+	if r := do(t, http.DefaultClient, "POST", srv.URL, nil); r.status != 429 {
+		t.Fatalf("fourth attempt: %d, want 429", r.status)
+	}
+	close(gate)
+	for range 3 {
+		if s := <-done; s != 401 {
+			t.Fatalf("attempt in flight: %d, want 401", s)
+		}
+	}
+	// The three failures counted: 2 of 5 left.
+	var calls atomic.Int64
+	onlyFailures := failureServerOn(t, d, nil, &calls)
+	if r := do(t, http.DefaultClient, "POST", onlyFailures, http.Header{"X-Password": {"right"}}); r.String() != "200 2" {
+		t.Errorf("failures left after 3 failed in flight: %s, want 200 2", r)
+	}
+}
+
+// A failure limit with a soft margin counts at its nominal quota: no
+// success is ever charged as a failure, and the attempt after the last
+// failure is denied until the limit resets.
+func TestFailuresSoftLimitNominal(t *testing.T) {
+	var calls atomic.Int64
+	url := failureServer(t, `
+domain: auth
+descriptors:
+  - key: failed_login
+    rate_limit: {unit: minute, requests_per_unit: 3, soft_percent: 100}
+`, nil, &calls)
+	var got []string
+	for _, pw := range []string{"right", "wrong", "right", "wrong", "wrong", "right", "right"} {
+		r := do(t, http.DefaultClient, "POST", url, http.Header{"X-Password": {pw}})
+		got = append(got, r.String()+"/"+r.header.Get("Retry-After"))
+	}
+	if want := "200 3/,401 2/,200 2/,401 1/,401 0/,429 0/40,429 0/40"; strings.Join(got, ",") != want {
+		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
+	}
+}
+
+// In shadow mode a failure limit denies nothing, but the request is
+// reported and logged as one it would have denied.
+func TestFailuresShadow(t *testing.T) {
+	var logs logtest.Buffer
+	var rs results
+	mw, err := httplimit.New(httplimit.Config{
+		Decider:    decider(t, "domain: auth\ndescriptors:\n  - key: failed_login\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"),
+		Domain:     "auth",
+		ShadowMode: true,
+		Logger:     logs.Logger(),
+		OnResult:   rs.on,
+		Failures: &httplimit.Failures{
+			Descriptors: []httplimit.Descriptor{{{Key: "failed_login", Source: httplimit.RemoteAddress()}}},
+			Statuses:    []int{401},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	srv := server(t, mw(loginHandler(&calls)))
+	var got []int
+	for range 3 {
+		got = append(got, do(t, http.DefaultClient, "POST", srv.URL, nil).status)
+	}
+	if fmt.Sprint(got) != "[401 401 401]" || calls.Load() != 3 {
+		t.Errorf("statuses %v, %d calls: shadow mode must let every attempt through", got, calls.Load())
+	}
+	if r := rs.take(); r != "allowed,shadow,shadow" {
+		t.Errorf("results %s, want allowed,shadow,shadow", r)
+	}
+	if !strings.Contains(logs.String(), "failure limit exceeded in shadow mode") {
+		t.Errorf("no shadow line:\n%s", logs.String())
 	}
 }

@@ -347,7 +347,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	s := m.scratch.Get().(*scratch)
 	defer m.release(s)
-	shadowed := false // over the concurrency cap, in shadow mode
+	shadowed := false // over the concurrency cap or a failure limit, in shadow mode
 	n, err := m.build(s, r)
 	if err != nil {
 		m.invalid(w, r, err)
@@ -394,17 +394,27 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if fails > 0 {
 		// The failure limits are checked first, on their own: a request
 		// they deny must consume nothing from the others.
-		var denied bool
-		if denied, precharged, err = m.checkFailures(r.Context(), s); err != nil {
+		var wouldDeny bool
+		if wouldDeny, precharged, err = m.checkFailures(r.Context(), s); err != nil {
+			if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+				m.report(w, r, Canceled)
+				return // the client went away: no one to answer
+			}
 			m.fail(w, r, err)
 			return
 		}
-		if denied {
+		switch {
+		case wouldDeny && !m.shadow:
 			if o.Degraded != rules.FailOpen {
 				m.setHeaders(w.Header(), s, true)
 			}
 			m.deny(w, r, s)
 			return
+		case wouldDeny:
+			shadowed = true
+			if n, ok := m.shadowLog.Allow(time.Now()); ok {
+				m.log.Info("failure limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
+			}
 		}
 	}
 	delayed := false
