@@ -150,7 +150,9 @@ func (m *middleware) shaped(ctx context.Context, s *scratch) (waited bool, err e
 // shapeable reports whether the outcome o is a denial that waiting up to
 // MaxDelay could turn into an admission.
 func (m *middleware) shapeable(o *rls.Outcome) bool {
-	return m.overLimit(o) && o.Degraded == rules.FailDefault && o.Overall.RetryAfter <= m.shaping.maxDelay
+	// A denial that names no wait is not waited for: asking again at once
+	// would spin.
+	return m.overLimit(o) && o.Degraded == rules.FailDefault && o.Overall.RetryAfter > 0 && o.Overall.RetryAfter <= m.shaping.maxDelay
 }
 
 // join adds a waiter at the end of the queue of key and reports whether it

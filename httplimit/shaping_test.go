@@ -7,9 +7,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
@@ -249,5 +252,32 @@ func TestShapingConfigErrors(t *testing.T) {
 		if _, err := httplimit.New(httplimit.Config{Decider: d, Domain: "api", Shaping: sh}); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// countingDecider counts the decisions of closedDecider.
+type countingDecider struct {
+	closedDecider
+	calls atomic.Int64
+}
+
+func (d *countingDecider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+	d.calls.Add(1)
+	if err := d.closedDecider.DecideInto(ctx, req, o); err != nil {
+		return err
+	}
+	o.Degraded = 0 // a store's answer, naming no wait
+	return nil
+}
+
+// A denial that names no wait is denied at once, not asked again in a loop.
+func TestShapingDenialWithoutWait(t *testing.T) {
+	d := &countingDecider{}
+	srv := limited(t, httplimit.Config{Decider: d, Domain: "api", Shaping: &httplimit.Shaping{MaxDelay: 300 * time.Millisecond}})
+	if r := do(t, srv.Client(), "GET", srv.URL, nil); r.status != 429 || r.header.Get("Retry-After") != "1" {
+		t.Errorf("%d, Retry-After %q; want 429, 1", r.status, r.header.Get("Retry-After"))
+	}
+	if n := d.calls.Load(); n != 1 {
+		t.Errorf("%d decisions for one request, want 1", n)
 	}
 }

@@ -66,7 +66,8 @@ func (c *Client) fill(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse
 // not as the remote's overall code says, reported as sluice.Overall does:
 // against the denying limit with the longest wait, else the limit with the
 // least remaining. A request denied by no limit of its own (the remote's
-// domain capacity) is reported against the latter, with no known wait.
+// domain capacity) is reported against the latter, with a wait of a
+// second: the remote says nothing of when its capacity frees up.
 func overall(allowed bool, ls []rls.LimitOutcome) sluice.Decision {
 	best := -1
 	for i := range ls {
@@ -80,13 +81,21 @@ func overall(allowed bool, ls []rls.LimitOutcome) sluice.Decision {
 			best = i
 		}
 	}
+	var d sluice.Decision
 	if best < 0 {
-		return sluice.Decision{Allowed: allowed, Index: -1}
+		d = sluice.Decision{Index: -1}
+	} else {
+		d = ls[best].Decision
 	}
-	d := ls[best].Decision
 	d.Allowed = allowed
-	if allowed {
+	switch {
+	case allowed:
 		d.RetryAfter = 0
+	case d.RetryAfter <= 0:
+		// Denied by nothing the response describes: the wait is unknown,
+		// and a denial must still name one, or a caller that waits for it
+		// (httplimit's shaping) would ask again at once.
+		d.RetryAfter = failClosedWait
 	}
 	return d
 }

@@ -95,7 +95,8 @@ func TestFillEdges(t *testing.T) {
 	hour := rateLimit("h", 100, rlsv3.RateLimitResponse_RateLimit_HOUR, 0)
 
 	// Denied by none of its descriptors' limits (the remote's domain
-	// capacity): reported against the least remaining, no known wait.
+	// capacity): reported against the least remaining, with a second's
+	// wait, the remote naming none.
 	var o rls.Outcome
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
 		status(rlsv3.RateLimitResponse_OK, hour, 50, time.Hour),
@@ -104,7 +105,7 @@ func TestFillEdges(t *testing.T) {
 	if err := c.fill(reqOf(2), resp, &o); err != nil {
 		t.Fatal(err)
 	}
-	if o.Overall.Allowed || o.Overall.Index != 1 || o.Overall.Remaining != 5 || o.Overall.RetryAfter != 0 || o.Descriptors[0].Cost != 2 {
+	if o.Overall.Allowed || o.Overall.Index != 1 || o.Overall.Remaining != 5 || o.Overall.RetryAfter != time.Second || o.Descriptors[0].Cost != 2 {
 		t.Errorf("capacity denial: %+v", o.Overall)
 	}
 
