@@ -365,8 +365,23 @@ func (rt *route) done(rec *recorder, start time.Time) {
 // onResult records what the middleware did with a request, for the
 // metrics.
 func (t *table) onResult(w http.ResponseWriter, _ *http.Request, res httplimit.Result) {
-	if rec, ok := w.(*recorder); ok {
+	if rec := recorderOf(w); rec != nil {
 		rec.result = res
+	}
+}
+
+// recorderOf finds the route's recorder under w: the middleware may wrap
+// it (to see the status of a route with failure limits).
+func recorderOf(w http.ResponseWriter) *recorder {
+	for {
+		switch x := w.(type) {
+		case *recorder:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
 	}
 }
 
@@ -458,7 +473,7 @@ func peerAddr(s string) (netip.Addr, bool) {
 func (t *table) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	p := t.p
 	gone := r.Context().Err() != nil // the client left: not the upstream's fault
-	if rec, ok := w.(*recorder); ok && !gone {
+	if rec := recorderOf(w); rec != nil && !gone {
 		rec.upstreamErr = true
 	}
 	if !gone && due(&p.lastLog) {

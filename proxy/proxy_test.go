@@ -522,30 +522,47 @@ func TestUpgrade(t *testing.T) {
 
 // A dead upstream is a 502 with a problem body that says nothing of why.
 func TestDeadUpstream(t *testing.T) {
-	up := newUpstream(t, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
-	up.URL = "http://" + dead
-	f := start(t, perIP, up)
-	resp, body := f.get("/x")
-	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("%d %v %q", resp.StatusCode, resp.Header, body)
-	}
-	_, port, _ := net.SplitHostPort(dead)
-	for _, leak := range []string{"dial", "refused", "connect", port, "127.0.0.1"} {
-		if strings.Contains(body, leak) {
-			t.Errorf("body leaks %q: %s", leak, body)
-		}
-	}
-	if !strings.Contains(body, proxy.ProblemBadGateway) {
-		t.Errorf("body %s", body)
-	}
-	if n := f.count("sluice_proxy_upstream_errors_total", "route", "/"); n != 1 {
-		t.Errorf("upstream errors: %v", n)
+	withFailures := `domain: api
+http:
+  routes:
+    - pattern: /
+      failures:
+        statuses: [401]
+        descriptors: [[{key: remote_address}]]
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: sliding_log}
+`
+	// A route with failure limits sees the status through the
+	// middleware's own writer: the upstream error is counted all the same.
+	for name, src := range map[string]string{"per IP": perIP, "failures": withFailures} {
+		t.Run(name, func(t *testing.T) {
+			up := newUpstream(t, nil)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dead := ln.Addr().String()
+			ln.Close()
+			up.URL = "http://" + dead
+			f := start(t, src, up)
+			resp, body := f.get("/x")
+			if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("%d %v %q", resp.StatusCode, resp.Header, body)
+			}
+			_, port, _ := net.SplitHostPort(dead)
+			for _, leak := range []string{"dial", "refused", "connect", port, "127.0.0.1"} {
+				if strings.Contains(body, leak) {
+					t.Errorf("body leaks %q: %s", leak, body)
+				}
+			}
+			if !strings.Contains(body, proxy.ProblemBadGateway) {
+				t.Errorf("body %s", body)
+			}
+			if n := f.count("sluice_proxy_upstream_errors_total", "route", "/"); n != 1 {
+				t.Errorf("upstream errors: %v", n)
+			}
+		})
 	}
 }
 
