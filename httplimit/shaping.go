@@ -42,7 +42,11 @@ const DefaultMaxQueue = 100
 // A request whose context ends while it waits (the client went away)
 // leaves the queue at once and is not answered; the requests behind it
 // move up. Answers of the failure policy (a store failing) are never
-// delayed.
+// delayed, nor is a denial that names no wait.
+//
+// The pace comes from the Decider's Retry-After: exact with rls.Decider; a
+// remote rate limit service (rlsclient) tells only when a limit resets, so
+// over one the queue is released a burst at a time, at each reset.
 type Shaping struct {
 	// MaxDelay is the longest a request may wait, from its arrival to
 	// its admission. Required (positive).
