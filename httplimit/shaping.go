@@ -44,6 +44,10 @@ const DefaultMaxQueue = 100
 // move up. Answers of the failure policy (a store failing) are never
 // delayed, nor is a denial that names no wait.
 //
+// A waiting request holds its goroutine and connection: MaxQueue bounds
+// the waiters of one key, the server's own limits on connections bound
+// them all.
+//
 // The pace comes from the Decider's Retry-After: exact with rls.Decider; a
 // remote rate limit service (rlsclient) tells only when a limit resets, so
 // over one the queue is released a burst at a time, at each reset.
