@@ -100,12 +100,9 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(int)             {}
 
-// BenchmarkMiddleware is the middleware's overhead per request around a
-// handler that does nothing: client address, descriptors, the decision on
-// a memstore (keys within their limit) and the response headers. The
-// requests are made once; each goroutine cycles through keys of its own.
-func BenchmarkMiddleware(b *testing.B) {
-	const yaml = `
+// benchRules never deny: the limits of BenchmarkMiddleware and
+// TestMiddlewareAllocs.
+const benchRules = `
 domain: bench
 descriptors:
   - key: remote_address
@@ -113,6 +110,13 @@ descriptors:
   - key: api_key
     rate_limit: {unit: second, requests_per_unit: 1000000000}
 `
+
+// BenchmarkMiddleware is the middleware's overhead per request around a
+// handler that does nothing: client address, descriptors, the decision on
+// a memstore (keys within their limit) and the response headers. The
+// requests are made once; each goroutine cycles through keys of its own.
+func BenchmarkMiddleware(b *testing.B) {
+	yaml := benchRules
 	nothing := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	for _, bc := range []struct {
 		name    string
@@ -201,14 +205,7 @@ func TestMiddlewareAllocs(t *testing.T) {
 		{{{Source: httplimit.RemoteAddress()}}, {{Source: httplimit.APIKey("X-Api-Key")}}},
 	} {
 		mw, err := httplimit.New(httplimit.Config{
-			Decider: decider(t, `
-domain: bench
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-  - key: api_key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-`),
+			Decider:     decider(t, benchRules),
 			Domain:      "bench",
 			Descriptors: descs,
 		})
