@@ -1,7 +1,7 @@
 # lib.sh holds the setup that bench/serve.sh, bench/redis.sh and
 # bench/proxy.sh share; they source it after reading their settings (mode,
 # and the result name). Besides bench_setup it has machine_facts, loadavg,
-# cpu_ticks and ready (below), which a script may define again for itself.
+# cpu_ticks, ready and rls_flags (below).
 #
 # bench_setup NAME: sets out (bench/results/DATE-NAME, -MODE when a mode
 # other than gRPC is set), work (a temporary directory), bin (sluice built
@@ -72,4 +72,20 @@ ready() {
 	echo "$url not ready" >&2
 	cat "$@" >&2
 	return 1
+}
+
+# rls_flags SCENARIO prints the sluice bench flags of an RLS scenario of
+# serve.sh and redis.sh: 10k keys within the limit, hot (every request the
+# over-limit key), hot10 (one in ten), 1m keys.
+rls_flags() {
+	case "$1" in
+	10k) echo "--keys 10000" ;;
+	hot) echo "--keys 10000 --hot 1" ;;
+	hot10) echo "--keys 10000 --hot 0.1" ;;
+	1m) echo "--keys 1000000" ;;
+	*)
+		echo "${0##*/}: unknown scenario $1" >&2
+		exit 2
+		;;
+	esac
 }

@@ -195,17 +195,8 @@ for s in $servers; do
 	pids+=("${pid_of[$s]}")
 done
 
-ready() { # url
-	for _ in $(seq 100); do
-		curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "redis.sh: $1 not ready" >&2
-	cat "$work"/serve-*.log "$work/redis.log" >&2
-	return 1
-}
 for s in $servers; do
-	ready "http://${http_addr[$s]}/readyz"
+	ready "http://${http_addr[$s]}/readyz" "$work"/serve-*.log "$work/redis.log"
 done
 
 rss() { # label
@@ -215,8 +206,6 @@ rss() { # label
 	done
 	echo "$1: redis-server VmRSS $(awk '/VmRSS/ {print $2, $3}' "/proc/$redis_pid/status"), used_memory $(rcli info memory | awk -F: '/^used_memory:/ {print $2}' | tr -d '\r') B, keys $(rcli dbsize)"
 }
-loadavg() { echo "$1: load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
-
 {
 	machine_facts
 	redis-server --version
@@ -233,23 +222,6 @@ target() { # server
 	grpc) echo "${grpc_addr[$1]}" ;;
 	json) echo "${http_addr[$1]}" ;;
 	esac
-}
-
-flags() { # scenario
-	case "$1" in
-	10k) echo "--keys 10000" ;;
-	hot) echo "--keys 10000 --hot 1" ;;
-	hot10) echo "--keys 10000 --hot 0.1" ;;
-	1m) echo "--keys 1000000" ;;
-	*)
-		echo "redis.sh: unknown scenario $1" >&2
-		exit 2
-		;;
-	esac
-}
-
-cpu_ticks() { # pid: user + system time in clock ticks
-	awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
 # counters prints, as one JSON object, every counter a run is measured by:
@@ -281,7 +253,7 @@ bench() { # server scenario round [extra flags]
 	/usr/bin/time -f '%U %S' -o "$work/gen.time" \
 		"$bin" bench --json --mode "$mode" --target "$(target "$server")" \
 		--connections "$connections" --concurrency "$concurrency" \
-		--warmup "$warmup" --duration "$duration" $(flags "$scenario") "$@" >"$work/run.json"
+		--warmup "$warmup" --duration "$duration" $(rls_flags "$scenario") "$@" >"$work/run.json"
 	ticks=$(($(cpu_ticks "$pid") - ticks))
 	after=$(counters)
 	# CPU over the whole run (warm-up included) per request answered: the

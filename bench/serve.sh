@@ -77,19 +77,6 @@ target() { # server
 	esac
 }
 
-flags() { # scenario
-	case "$1" in
-	10k) echo "--keys 10000" ;;
-	hot) echo "--keys 10000 --hot 1" ;;
-	hot10) echo "--keys 10000 --hot 0.1" ;;
-	1m) echo "--keys 1000000" ;;
-	*)
-		echo "serve.sh: unknown scenario $1" >&2
-		exit 2
-		;;
-	esac
-}
-
 server_pid() { # server
 	if [ "$1" = null ]; then echo "$null_pid"; else echo "$sluice_pid"; fi
 }
@@ -102,7 +89,7 @@ bench() { # server scenario round [extra flags]
 	# shellcheck disable=SC2046
 	"$bin" bench --json --mode "$mode" --target "$(target "$server")" \
 		--connections "$connections" --concurrency "$concurrency" \
-		--warmup "$warmup" --duration "$duration" $(flags "$scenario") "$@" >"$work/run.json"
+		--warmup "$warmup" --duration "$duration" $(rls_flags "$scenario") "$@" >"$work/run.json"
 	# The server's CPU time over the whole run (warm-up included) per
 	# request it answered: less sensitive to other load on the machine
 	# than requests per second.
