@@ -144,14 +144,7 @@ func newClient(t testing.TB, cfg rlsclient.Config) *rlsclient.Client {
 }
 
 // d builds a descriptor from "key=value" entries.
-func d(entries ...string) *rlv3.RateLimitDescriptor {
-	rd := &rlv3.RateLimitDescriptor{}
-	for _, s := range entries {
-		k, v, _ := strings.Cut(s, "=")
-		rd.Entries = append(rd.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
-	return rd
-}
+var d = rulestest.Desc
 
 func req(descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs}

@@ -102,16 +102,8 @@ func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Stor
 	return e
 }
 
-// d builds a descriptor from "key=value" entries ("key" alone has an
-// empty value).
-func d(entries ...string) *rlv3.RateLimitDescriptor {
-	rd := &rlv3.RateLimitDescriptor{}
-	for _, s := range entries {
-		k, v, _ := strings.Cut(s, "=")
-		rd.Entries = append(rd.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-	}
-	return rd
-}
+// d builds a descriptor from "key=value" entries.
+var d = rulestest.Desc
 
 func req(domain string, descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs}

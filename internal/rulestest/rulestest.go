@@ -1,9 +1,13 @@
-// Package rulestest builds rules configurations from YAML in tests.
+// Package rulestest builds, in tests, rules configurations from YAML and
+// the RLS descriptors that they match.
 package rulestest
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/rules"
 )
@@ -30,4 +34,15 @@ func Config(t testing.TB, srcs ...string) *rules.Config {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// Desc builds an RLS descriptor from "key=value" entries ("key" alone has
+// an empty value).
+func Desc(entries ...string) *rlv3.RateLimitDescriptor {
+	rd := &rlv3.RateLimitDescriptor{}
+	for _, s := range entries {
+		k, v, _ := strings.Cut(s, "=")
+		rd.Entries = append(rd.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+	}
+	return rd
 }
