@@ -103,10 +103,11 @@ func (f *failures) counts(status int) bool {
 func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error) {
 	s.fail.reset()
 	n, err := m.fill(&s.fail, f.descs, r, s.client, &s.zero)
-	if err != nil || n == 0 {
-		return n, err
+	if err != nil {
+		return 0, err
 	}
-	return m.fill(&s.main, f.descs, r, s.client, &s.zero)
+	s.main.appendCopy(&s.fail)
+	return n, nil
 }
 
 // checkFailures decides whether one more failure fits the failure limits

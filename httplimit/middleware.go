@@ -552,6 +552,24 @@ func (rs *reqScratch) reset() {
 	rs.next = 0
 }
 
+// appendCopy adds to rs copies of the descriptors of src, with their
+// hits_addend: the values already taken from the request, not again.
+func (rs *reqScratch) appendCopy(src *reqScratch) {
+	for _, spd := range src.pds {
+		pd := &rs.descs[len(rs.pds)]
+		start := rs.next
+		for _, e := range spd.Entries {
+			pe := &rs.entries[rs.next]
+			pe.Key, pe.Value = e.Key, e.Value
+			rs.next++
+		}
+		pd.Entries = rs.entPtrs[start:rs.next:rs.next]
+		pd.HitsAddend = spd.HitsAddend
+		rs.pds = append(rs.pds, pd)
+	}
+	rs.req.Descriptors = rs.pds
+}
+
 // fill adds to rs.req the descriptors set of r, each with hits (nil: the
 // request's hits_addend, 1), and returns how many it added.
 func (m *middleware) fill(rs *reqScratch, set [][]entry, r *http.Request, client string, hits *wrapperspb.UInt64Value) (int, error) {
