@@ -88,6 +88,27 @@ func readBody(t *testing.T, resp *http.Response) string {
 	return string(body)
 }
 
+// appendingProxy starts a real httputil.ReverseProxy in front of upstream
+// that keeps the incoming X-Forwarded-For and appends its client's address,
+// connecting out through out.
+func appendingProxy(t *testing.T, upstream string, out http.RoundTripper) *httptest.Server {
+	t.Helper()
+	target, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded() // appends the client's address
+		},
+		Transport: out,
+	})
+	t.Cleanup(proxy.Close)
+	return proxy
+}
+
 // A real client, a real httputil.ReverseProxy that appends X-Forwarded-For,
 // and a real upstream. The client connects from 127.0.0.2 and the proxy
 // from 127.0.0.3, so the two are told apart.
@@ -109,19 +130,7 @@ func TestResolveThroughReverseProxy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			upstream := keyServer(t, &httplimit.ClientIP{TrustedProxies: mustProxies(t, tt.trusted)})
-			target, err := url.Parse(upstream.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy := httptest.NewServer(&httputil.ReverseProxy{
-				Rewrite: func(pr *httputil.ProxyRequest) {
-					pr.SetURL(target)
-					pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-					pr.SetXForwarded() // appends the client's address
-				},
-				Transport: proxyOut,
-			})
-			t.Cleanup(proxy.Close)
+			proxy := appendingProxy(t, upstream.URL, proxyOut)
 
 			if got := get(t, client, proxy.URL, tt.header); got != tt.want {
 				t.Errorf("key through proxy = %q, want %q", got, tt.want)

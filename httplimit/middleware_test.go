@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -129,19 +127,7 @@ func TestRemoteAddressThroughTrustedProxy(t *testing.T) {
 		Domain:   "api",
 		ClientIP: httplimit.ClientIP{TrustedProxies: mustProxies(t, "127.0.0.3")},
 	})
-	target, err := url.Parse(upstream.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httptest.NewServer(&httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(target)
-			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-			pr.SetXForwarded()
-		},
-		Transport: proxyOut,
-	})
-	t.Cleanup(proxy.Close)
+	proxy := appendingProxy(t, upstream.URL, proxyOut)
 
 	spoof := http.Header{"X-Forwarded-For": {"127.0.0.4"}} // alice poses as bob
 	var got []string
