@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/loopback"
 )
 
 // keyServer starts a server that answers every request with the key c
@@ -34,22 +35,8 @@ func keyServer(t *testing.T, c *httplimit.ClientIP) *httptest.Server {
 	return srv
 }
 
-// clientFrom returns an HTTP client whose connections come from the local
-// address ip (a loopback address other than 127.0.0.1 on Linux), or skips
-// the test where the system cannot bind it.
-func clientFrom(t *testing.T, ip string) *http.Client {
-	t.Helper()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	probe, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Skipf("cannot use loopback address %s here: %v", ip, err)
-	}
-	probe.Close()
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = d.DialContext
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
+// clientFrom returns an HTTP client whose connections come from ip.
+var clientFrom = loopback.Client
 
 func get(t *testing.T, client *http.Client, url string, header http.Header) string {
 	t.Helper()

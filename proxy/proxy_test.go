@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpconf"
+	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/proxy"
@@ -193,22 +194,8 @@ func matches(m *dto.Metric, labels []string) bool {
 	return true
 }
 
-// clientFrom returns an HTTP client whose connections come from the local
-// address ip (a loopback address other than 127.0.0.1 on Linux), or skips
-// the test where the system cannot bind it.
-func clientFrom(t *testing.T, ip string) *http.Client {
-	t.Helper()
-	probe, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Skipf("cannot use loopback address %s here: %v", ip, err)
-	}
-	probe.Close()
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = d.DialContext
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
+// clientFrom returns an HTTP client whose connections come from ip.
+var clientFrom = loopback.Client
 
 // The test rules limit by sliding_log over an hour: a fixed window would
 // start afresh, and let a request through, when a test crosses its edge.
