@@ -316,23 +316,8 @@ type route struct {
 // hijacks, reach the server's own ResponseWriter.
 type recorder struct {
 	http.ResponseWriter
-	status      int
 	result      httplimit.Result // 0 until the middleware says
 	upstreamErr bool
-}
-
-func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
 }
 
 // Unwrap returns the server's ResponseWriter, for http.ResponseController.
