@@ -76,6 +76,10 @@ the difference is the work of sluice proxy. Runs until interrupted.
 		FlushInterval: -1,
 		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Its connections to the upstream are closed when it stops: one the
+	// transport dialed but never used is, to the upstream, a new
+	// connection, which its Shutdown waits 5 s for.
+	defer t.CloseIdleConnections()
 	return serveUntilDone(ctx, "plainproxy", *listen, newHTTPServer(rp, log), stderr)
 }
 
