@@ -114,8 +114,10 @@ type Outcome struct {
 	// It is FailDefault, the zero value, when the store answered.
 	Degraded rules.FailurePolicy
 
-	// StoreErr is the store's error when Degraded is set, for logs.
+	// StoreErr is the store's error when Degraded is set, for logs, and
+	// Reason why the store could not decide (sluice.ReasonOf(StoreErr)).
 	StoreErr error
+	Reason   sluice.FailReason
 
 	// ReuseResponse lets DecideInto build Response in the storage of the
 	// Response it built in an earlier call with this Outcome, instead of
@@ -263,7 +265,7 @@ func (d *Decider) decide(ctx context.Context, req *rlsv3.RateLimitRequest, o *Ou
 		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr); err != nil {
 			return err
 		}
-		o.Degraded, o.StoreErr = policy, storeErr
+		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, sluice.ReasonOf(storeErr)
 	}
 
 	n := len(p.Matches)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rls"
@@ -245,7 +246,7 @@ func (c *Client) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o 
 	}
 	if err := c.br.Allow(); err != nil {
 		c.metrics.calls[resultBreakerOpen].Add(1)
-		return c.degrade(ctx, req, o, resultBreakerOpen, errBreakerOpen)
+		return c.degrade(ctx, req, o, resultBreakerOpen, &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: errBreakerOpen})
 	}
 	timeout := c.timeout
 	if c.br.State() == breaker.HalfOpen {
@@ -293,13 +294,13 @@ func (c *Client) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o 
 		c.metrics.calls[resultInvalid].Add(1)
 		return fmt.Errorf("%w: %s", rls.ErrInvalid, status.Convert(err).Message())
 	}
-	res := resultError
+	res, why := resultError, sluice.FailUnreachable
 	if status.Code(err) == codes.DeadlineExceeded {
-		res = resultTimeout
+		res, why = resultTimeout, sluice.FailTimeout
 	}
 	c.metrics.calls[res].Add(1)
 	c.br.Done(err)
-	cause := fmt.Errorf("%w: %s: %w", ErrUnavailable, c.target, err)
+	var cause error = &sluice.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, c.target, err)}
 	c.lastErr.Store(&cause)
 	return c.degrade(ctx, req, o, res, cause)
 }

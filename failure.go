@@ -1,0 +1,93 @@
+package sluice
+
+// FailReason says why a store could not decide. A failure policy's answers
+// are counted by it, so that an operator can tell an overloaded node from a
+// dead backend.
+type FailReason uint8
+
+// The reasons, in the order of FailReasons.
+const (
+	// FailError: the backend answered with an error (Redis refused the
+	// call: an error reply), or the store failed in a way it cannot
+	// classify.
+	FailError FailReason = iota
+	// FailOverload: the node shed the call without asking the backend:
+	// its calls in flight were at their bound and its queue full.
+	FailOverload
+	// FailTimeout: the backend stayed silent past the store's deadline
+	// (it answered nothing at all, not merely slowly).
+	FailTimeout
+	// FailBreakerOpen: the circuit breaker is open after failures; the
+	// backend was not asked.
+	FailBreakerOpen
+	// FailUnreachable: not connected, or the connection failed (refused,
+	// reset, closed).
+	FailUnreachable
+	numFailReasons
+)
+
+var failReasonNames = [numFailReasons]string{
+	FailError:       "error",
+	FailOverload:    "overload",
+	FailTimeout:     "timeout",
+	FailBreakerOpen: "breaker_open",
+	FailUnreachable: "unreachable",
+}
+
+// String returns the reason's name as metrics label it: "error",
+// "overload", "timeout", "breaker_open" or "unreachable".
+func (r FailReason) String() string {
+	if r < numFailReasons {
+		return failReasonNames[r]
+	}
+	return "error"
+}
+
+// FailReasons lists every reason, in order.
+func FailReasons() []FailReason {
+	rs := make([]FailReason, numFailReasons)
+	for i := range rs {
+		rs[i] = FailReason(i)
+	}
+	return rs
+}
+
+// StoreError is a store's failure with its reason. Stores that know why
+// they failed return one (or wrap one); ReasonOf reads it.
+type StoreError struct {
+	Reason FailReason
+	Err    error
+}
+
+func (e *StoreError) Error() string { return e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// ReasonOf returns the reason of the first StoreError in err's chain (as
+// errors.As finds it, without allocating), or FailError when there is none.
+func ReasonOf(err error) FailReason {
+	if r, ok := reasonOf(err); ok {
+		return r
+	}
+	return FailError
+}
+
+func reasonOf(err error) (FailReason, bool) {
+	for err != nil {
+		switch e := err.(type) {
+		case *StoreError:
+			return e.Reason, true
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				if r, ok := reasonOf(x); ok {
+					return r, true
+				}
+			}
+			return 0, false
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,39 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestReasonOf(t *testing.T) {
+	timeout := &sluice.StoreError{Reason: sluice.FailTimeout, Err: context.DeadlineExceeded}
+	for _, c := range []struct {
+		err  error
+		want sluice.FailReason
+	}{
+		{nil, sluice.FailError},
+		{errors.New("plain"), sluice.FailError},
+		{timeout, sluice.FailTimeout},
+		{fmt.Errorf("wrapped: %w", timeout), sluice.FailTimeout},
+		{errors.Join(errors.New("other"), fmt.Errorf("x: %w", &sluice.StoreError{Reason: sluice.FailOverload, Err: errors.New("shed")})), sluice.FailOverload},
+		{fmt.Errorf("two: %w %w", errors.New("a"), &sluice.StoreError{Reason: sluice.FailUnreachable, Err: errors.New("b")}), sluice.FailUnreachable},
+	} {
+		if got := sluice.ReasonOf(c.err); got != c.want {
+			t.Errorf("ReasonOf(%v) = %s, want %s", c.err, got, c.want)
+		}
+	}
+	if !errors.Is(fmt.Errorf("w: %w", timeout), context.DeadlineExceeded) {
+		t.Error("a StoreError does not unwrap to its error")
+	}
+	var names []string
+	for _, r := range sluice.FailReasons() {
+		names = append(names, r.String())
+	}
+	if got := fmt.Sprint(names); got != "[error overload timeout breaker_open unreachable]" {
+		t.Errorf("reason names %s", got)
+	}
+}
