@@ -3,6 +3,7 @@
 package redistest
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -10,3 +11,11 @@ import (
 func sysProcAttr() *syscall.SysProcAttr { return nil }
 
 func killGroup(cmd *exec.Cmd) { cmd.Process.Kill() }
+
+// The signals of Server.Freeze and Server.Thaw: none here; Freeze fails.
+var stopSignal, contSignal os.Signal = unsupported{}, unsupported{}
+
+type unsupported struct{}
+
+func (unsupported) String() string { return "unsupported" }
+func (unsupported) Signal()        {}

@@ -3,6 +3,7 @@
 package redistest
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -16,3 +17,6 @@ func sysProcAttr() *syscall.SysProcAttr {
 func killGroup(cmd *exec.Cmd) {
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
+
+// The signals of Server.Freeze and Server.Thaw.
+var stopSignal, contSignal os.Signal = syscall.SIGSTOP, syscall.SIGCONT

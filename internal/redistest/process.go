@@ -242,3 +242,14 @@ func binary(name string) (string, error) {
 	}
 	return filepath.Abs(path)
 }
+
+// signal sends sig to the process, if it is running.
+func (p *process) signal(sig os.Signal) error {
+	p.mu.Lock()
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || isClosed(exited) {
+		return nil
+	}
+	return cmd.Process.Signal(sig)
+}

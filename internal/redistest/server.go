@@ -361,3 +361,39 @@ func (s *Server) Pause(d time.Duration) {
 	s.t.Helper()
 	s.Cmd("CLIENT", "PAUSE", max(d.Milliseconds(), 1), "ALL")
 }
+
+// Freeze stops the server process with SIGSTOP: the kernel still accepts
+// connections and takes in what clients send, but nothing is answered, as
+// with a server that hangs or a host that is gone without a reset. Thaw
+// resumes it; the test's cleanup thaws it too (a stopped process cannot be
+// shut down).
+func (s *Server) Freeze() {
+	s.t.Helper()
+	if err := s.proc.signal(stopSignal); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { s.proc.signal(contSignal) })
+}
+
+// Thaw resumes a server stopped by Freeze with SIGCONT.
+func (s *Server) Thaw() {
+	s.t.Helper()
+	if err := s.proc.signal(contSignal); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// Sleep blocks the server for d with DEBUG SLEEP, as a long command or a
+// slow disk would: it answers nothing meanwhile. It returns at once; the
+// sleep runs on a connection of its own.
+func (s *Server) Sleep(d time.Duration) {
+	s.t.Helper()
+	c, err := s.Dial()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	go func() {
+		defer c.Close()
+		c.Do("DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
+	}()
+}
