@@ -5,11 +5,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/wheremetric"
 )
 
 // metrics counts the store's calls; Collector exports them.
 type metrics struct {
 	ok, failed, rejected atomic.Int64
+	shed                 atomic.Int64
 	refundFailed         atomic.Int64
 	latency              prometheus.Histogram
 }
@@ -17,8 +20,8 @@ type metrics struct {
 func (m *metrics) init() {
 	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "sluice_redis_call_duration_seconds",
-		Help:    "Time of a Redis store call (one script call per slot, in parallel).",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		Help:    "Time of a Redis store call (one script call per slot, in parallel), from when it had a slot among the calls in flight.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	})
 }
 
@@ -33,8 +36,13 @@ func (m *metrics) observe(d time.Duration, err error) {
 
 var (
 	callsDesc = prometheus.NewDesc("sluice_redis_calls_total",
-		"Redis store calls by result: ok, error (Redis failed or timed out), rejected (not connected or circuit open, Redis not asked).",
+		"Redis store calls by result: ok, error (Redis refused, stayed silent, or the connection failed), rejected (not connected or circuit open, Redis not asked), shed (calls in flight and queue full, Redis not asked).",
 		[]string{"result"}, nil)
+	decisionsDesc = wheremetric.Desc("redis")
+	inFlightDesc  = prometheus.NewDesc("sluice_redis_in_flight",
+		"Requests in flight to Redis (at most --redis-max-in-flight).", nil, nil)
+	queuedDesc = prometheus.NewDesc("sluice_redis_queued",
+		"Requests waiting for a slot among the calls in flight (at most --redis-max-queue; beyond it they are shed).", nil, nil)
 	upDesc = prometheus.NewDesc("sluice_redis_up",
 		"1 when the Redis store is connected and its circuit breaker closed.", nil, nil)
 	refundDesc = prometheus.NewDesc("sluice_redis_refund_failures_total",
@@ -51,6 +59,9 @@ type collector struct{ s *Store }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- callsDesc
+	ch <- decisionsDesc
+	ch <- inFlightDesc
+	ch <- queuedDesc
 	ch <- upDesc
 	ch <- breakerDesc
 	ch <- refundDesc
@@ -62,6 +73,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.ok.Load()), "ok")
 	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.failed.Load()), "error")
 	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.rejected.Load()), "rejected")
+	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.shed.Load()), "shed")
+	ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue, float64(m.ok.Load()))
+	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(c.s.gate.inFlight()))
+	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(c.s.gate.queued()))
 	up := 0.0
 	if c.s.Health() == nil {
 		up = 1

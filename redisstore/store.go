@@ -1,19 +1,24 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
+	crand "crypto/rand"
 	"crypto/sha1"
 	"crypto/tls"
 	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -21,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
 )
 
@@ -37,28 +43,55 @@ var takeLua string
 // sluice versions sharing a Redis each call their own.
 var (
 	takeCode = luasrc.Lib + "\n" + takeLua
-	libHash  = func() string { h := sha1.Sum([]byte(takeCode)); return hex.EncodeToString(h[:6]) }()
+	libHash  = func() string { h := sha1.Sum([]byte(takeCode + "\n" + nodesLua)); return hex.EncodeToString(h[:6]) }()
 	fnName   = "sluice_take_" + libHash
+	nodesFn  = "sluice_nodes_" + libHash
 	libCode  = "#!lua name=sluice_" + libHash + "\n" +
 		"local function lib()\n" + takeCode + "\nreturn take\nend\n" +
 		"local take\n" +
 		"redis.register_function('" + fnName + "', function(keys, args)\n" +
 		"  take = take or lib()\n" +
 		"  return take(keys, args)\n" +
-		"end)\n"
+		"end)\n" +
+		"redis.register_function('" + nodesFn + "', function(keys, args)\n" + nodesLua + "\nend)\n"
 )
+
+// nodesLua is the body of the registry's function (KEYS[1] the registry,
+// a sorted set of node ids scored by when they expire, in Redis TIME
+// milliseconds; ARGV: the node's id, its time to live in milliseconds, and
+// "join" or "leave"): it renews or removes the node, drops the expired
+// ones, and returns how many are left.
+const nodesLua = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(args[2])
+if args[3] == 'leave' then
+  redis.call('ZREM', keys[1], args[1])
+else
+  redis.call('ZADD', keys[1], now + ttl, args[1])
+end
+redis.call('ZREMRANGEBYSCORE', keys[1], '-inf', '(' .. now)
+redis.call('PEXPIRE', keys[1], 2 * ttl)
+return redis.call('ZCARD', keys[1])`
 
 // Defaults of Config.
 const (
 	DefaultPrefix      = "sluice:"
-	DefaultTimeout     = 50 * time.Millisecond
+	DefaultTimeout     = 500 * time.Millisecond
 	DefaultDialTimeout = time.Second
+	DefaultMaxInFlight = 256
+	DefaultMaxQueue    = 4096
+	DefaultHeartbeat   = time.Second
 )
 
 // ErrUnavailable wraps every error of a call that did not reach a decision
-// because Redis could not be asked: not connected yet, or the circuit
-// breaker is open.
+// because Redis could not be asked: not connected yet, the circuit breaker
+// is open, or the node shed the call (ErrOverload).
 var ErrUnavailable = errors.New("redis unavailable")
+
+// ErrOverload wraps the error of a call the store shed without asking
+// Redis: Config.MaxInFlight calls were in flight and Config.MaxQueue more
+// waiting. It also wraps ErrUnavailable.
+var ErrOverload = fmt.Errorf("%w: %w", ErrUnavailable, errShed)
 
 // Config configures a Store. Give the server by URL, or by Addrs and the
 // fields after it.
@@ -86,11 +119,29 @@ type Config struct {
 	// HashTag chooses the Cluster slot of a key; nil means WholeKey.
 	HashTag HashTag
 
-	// Timeout bounds every call to Redis, within the caller's own
-	// deadline; 0 means DefaultTimeout.
+	// Timeout is how long Redis may stay silent before the store gives
+	// up on it: when a connection with calls waiting has had no reply for
+	// Timeout/2, the store asks Redis for a PING on it, and if that has no
+	// answer within Timeout, the connection is closed and its calls fail
+	// (sluice.FailTimeout). A Redis that answers, however slowly, is busy,
+	// not gone: calls wait for it, bounded by MaxInFlight and MaxQueue,
+	// and never fail because the node or Redis is slow. Zero means
+	// DefaultTimeout.
 	Timeout time.Duration
-	// DialTimeout bounds connecting; 0 means DefaultDialTimeout.
+	// DialTimeout bounds connecting, the handshake included; 0 means
+	// Timeout, at most DefaultDialTimeout.
 	DialTimeout time.Duration
+
+	// MaxInFlight bounds the store's requests in flight to Redis at once;
+	// more wait for a slot. A slot is held until Redis answers, even when
+	// the caller has given up, so the bound holds the work sent to Redis.
+	// Zero means DefaultMaxInFlight.
+	MaxInFlight int
+	// MaxQueue bounds the requests waiting for a slot (each for as long
+	// as its own context allows). Beyond it a request is shed at once
+	// with ErrOverload (sluice.FailOverload), counted and logged, and the
+	// caller's failure policy answers it. Zero means DefaultMaxQueue.
+	MaxQueue int
 
 	// BreakerFailures consecutive failed calls open the circuit breaker,
 	// which then fails calls at once for BreakerCooldown (doubling up to
@@ -98,6 +149,14 @@ type Config struct {
 	// values mean the internal/breaker defaults (5 and 200ms).
 	BreakerFailures int
 	BreakerCooldown time.Duration
+
+	// Heartbeat is how often the store registers its node in Redis, so
+	// that the nodes sharing the limits learn how many they are (Nodes;
+	// the local failure policy divides every limit by it). A node that
+	// has not renewed its entry for three heartbeats is no longer counted;
+	// Close removes it at once. Zero means DefaultHeartbeat; negative
+	// turns the registry off (Nodes is then 0).
+	Heartbeat time.Duration
 
 	// Client, when not nil, is used instead of connecting; Close leaves it
 	// open.
@@ -117,9 +176,21 @@ type Store struct {
 	timeout time.Duration
 	tag     HashTag
 
+	// ctx is the context of every Redis call: not the caller's, whose
+	// deadline measures more than Redis (see Config.Timeout); cancelled
+	// by Close.
+	ctx    context.Context
+	cancel context.CancelFunc
+	gate   *gate
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	shedLog   logsample.Sampler
+
+	nodeID string
+	nodes  atomic.Int64 // the nodes registered, as last learnt; 0 before
+	hbDone chan struct{}
 
 	lastErr atomic.Pointer[error]
 	loadMu  sync.Mutex // serializes reloads of the function library
@@ -153,7 +224,16 @@ func New(cfg Config) (*Store, error) {
 	}
 	if s.timeout <= 0 {
 		s.timeout = DefaultTimeout
+		s.cfg.Timeout = s.timeout
 	}
+	inFlight, queue := cfg.MaxInFlight, cfg.MaxQueue
+	if inFlight <= 0 {
+		inFlight = DefaultMaxInFlight
+	}
+	if queue <= 0 {
+		queue = DefaultMaxQueue
+	}
+	s.gate = newGate(inFlight, queue)
 	if s.tag == nil {
 		s.tag = WholeKey
 	}
@@ -169,25 +249,93 @@ func New(cfg Config) (*Store, error) {
 	s.br.OnChange(func(from, to breaker.State) {
 		s.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 	})
+	var opt rueidis.ClientOption
+	if cfg.Client == nil {
+		var err error
+		if opt, err = clientOption(s.cfg); err != nil {
+			return nil, err
+		}
+	}
+	s.opt = opt
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.nodeID = nodeID()
+	s.hbDone = make(chan struct{})
 	if cfg.Client != nil {
 		s.client.Store(&conn{c: cfg.Client, cluster: cfg.Client.Mode() == rueidis.ClientModeCluster})
 		close(s.done)
-		return s, nil
-	}
-	opt, err := clientOption(cfg)
-	if err != nil {
-		return nil, err
-	}
-	s.opt = opt
-	if err := s.connect(); err != nil {
+	} else if err := s.connect(); err != nil {
 		s.setErr(err)
 		s.log.Warn("redis not reachable; retrying in the background", "err", err)
 		go s.reconnect()
 	} else {
 		close(s.done)
 	}
+	if cfg.Heartbeat >= 0 {
+		go s.heartbeat(cmp.Or(cfg.Heartbeat, DefaultHeartbeat))
+	} else {
+		close(s.hbDone)
+	}
 	return s, nil
 }
+
+// nodeID names this node in the registry: host, process and a random part.
+func nodeID() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	crand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%x", host, os.Getpid(), b)
+}
+
+// registryKey is the key of the registry of the nodes sharing the prefix.
+func (s *Store) registryKey() string { return s.cfg.Prefix + "nodes" }
+
+// heartbeat registers the node every interval until Close, which removes
+// it. A node is counted for three intervals after its last beat.
+func (s *Store) heartbeat(every time.Duration) {
+	defer close(s.hbDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	ttl := 3 * every
+	for {
+		s.beat("join", ttl)
+		select {
+		case <-s.stop:
+			s.beat("leave", ttl)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// beat renews (op "join") or removes (op "leave") the node's entry in the
+// registry and, on a renewal, records how many nodes are registered. A
+// failure leaves the count as it was: during an outage the nodes divide
+// by the last count they learnt.
+func (s *Store) beat(op string, ttl time.Duration) {
+	c := s.client.Load()
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.timeout, time.Second))
+	defer cancel()
+	n, err := s.fcall(ctx, c, nodesFn, []string{s.registryKey()},
+		[]string{s.nodeID, strconv.FormatInt(ttl.Milliseconds(), 10), op}).AsInt64()
+	if err != nil {
+		s.log.Debug("redis: node registry", "op", op, "err", err)
+		return
+	}
+	if op == "join" {
+		if old := s.nodes.Swap(n); old != n {
+			s.log.Info("redis: nodes sharing the limits", "nodes", n, "was", old)
+		}
+	}
+}
+
+// Nodes returns the number of nodes sharing this store's prefix, as last
+// learnt from the registry in Redis (this one included): 0 before the
+// first heartbeat succeeded, or with Config.Heartbeat negative. It does no
+// I/O.
+func (s *Store) Nodes() int { return int(s.nodes.Load()) }
 
 // clientOption turns cfg into rueidis options.
 func clientOption(cfg Config) (rueidis.ClientOption, error) {
@@ -235,10 +383,22 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 		opt.Sentinel.TLSConfig = opt.TLSConfig
 	}
 	opt.DisableCache = true // no client-side caching: no CLIENT TRACKING
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
 	opt.Dialer.Timeout = cfg.DialTimeout
 	if opt.Dialer.Timeout <= 0 {
-		opt.Dialer.Timeout = DefaultDialTimeout
+		opt.Dialer.Timeout = min(timeout, DefaultDialTimeout)
 	}
+	// Silence, not slowness, fails a call. rueidis watches each
+	// connection: when it has had no reply for Dialer.KeepAlive, it sends
+	// a PING, and closes the connection (failing its calls) when that has
+	// no answer within ConnWriteTimeout. Calls carry no deadline of their
+	// own (see Store.ctx), so a busy Redis, or a busy node, only makes
+	// them slower.
+	opt.Dialer.KeepAlive = max(timeout/2, time.Millisecond)
+	opt.ConnWriteTimeout = timeout
 	return opt, nil
 }
 
@@ -294,6 +454,8 @@ func (s *Store) setErr(err error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
+		<-s.hbDone
+		s.cancel()
 		<-s.done
 		if c := s.client.Load(); c != nil && c.owned {
 			c.c.Close()
@@ -328,6 +490,13 @@ func (s *Store) notConnected() error {
 // several slots makes one call per slot, in parallel, and takes back what
 // the allowing slots consumed when another slot denies (see the package
 // documentation).
+//
+// ctx bounds only the wait for a slot among the calls in flight
+// (Config.MaxInFlight): once sent, a call waits for Redis's answer, or for
+// Redis to be found silent (Config.Timeout), whatever ctx does, so that a
+// caller's deadline, which measures the node's own queue as much as Redis,
+// never takes a busy Redis for a dead one. Errors are
+// *sluice.StoreError, whose reason says what failed.
 func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -341,38 +510,60 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	c := s.client.Load()
 	if c == nil {
 		s.metrics.rejected.Add(1)
-		return s.notConnected()
+		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: s.notConnected()}
 	}
+	if err := s.gate.enter(ctx); err != nil {
+		if err != errShed {
+			return err // the caller gave up waiting
+		}
+		s.metrics.shed.Add(1)
+		if n, ok := s.shedLog.Allow(time.Now()); ok {
+			s.log.Warn("redis: calls in flight and queue full; shedding calls to the failure policy",
+				"in_flight", s.gate.inFlight(), "queued", s.gate.queued(), "shed_not_logged", n)
+		}
+		return &sluice.StoreError{Reason: sluice.FailOverload, Err: fmt.Errorf("redisstore: %w", ErrOverload)}
+	}
+	defer s.gate.leave()
 	if err := s.br.Allow(); err != nil {
 		s.metrics.rejected.Add(1)
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
 	}
-	timeout := s.timeout
-	if s.br.State() == breaker.HalfOpen {
-		// The one probe that may close the breaker: give it more time,
-		// so that a Redis that is back but slow (a loaded machine, a
-		// cold start) is not taken for dead again.
-		timeout = max(timeout, min(4*timeout, time.Second))
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
 	start := time.Now()
-	err := s.take(cctx, c, hits, out)
-	cancel()
+	err := s.take(s.ctx, c, hits, out)
 	s.metrics.observe(time.Since(start), err)
-	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
-		// The caller gave up: that says nothing about Redis, so the
-		// breaker hears nothing (a probe that does not report is
-		// replaced after a cooldown). A caller's deadline that passed
-		// while Redis did not answer does count: Envoy's own deadline
-		// (20ms by default) can be shorter than Config.Timeout, and a
-		// silent Redis must still open the breaker.
-		return ctx.Err()
+	if err != nil && s.ctx.Err() != nil {
+		// Closed under the call: that says nothing about Redis.
+		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: fmt.Errorf("redisstore: closed: %w", err)}
 	}
 	s.br.Done(err)
 	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
+		return &sluice.StoreError{Reason: reasonOf(err), Err: fmt.Errorf("redisstore: %w", err)}
 	}
 	return nil
+}
+
+// reasonOf classifies the error of a call that reached rueidis: an error
+// reply is Redis refusing; a deadline is a connection found silent (or a
+// handshake that had no answer); a network error or a closed connection is
+// Redis unreachable; anything else (a malformed answer) an error.
+func reasonOf(err error) sluice.FailReason {
+	var re *rueidis.RedisError
+	var ne net.Error
+	switch {
+	case errors.As(err, &re):
+		return sluice.FailError
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return sluice.FailTimeout
+	case errors.As(err, &ne):
+		if ne.Timeout() {
+			return sluice.FailTimeout
+		}
+		return sluice.FailUnreachable
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, rueidis.ErrClosing),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return sluice.FailUnreachable
+	}
+	return sluice.FailError
 }
 
 // op is one hit, encoded for the script.
@@ -444,10 +635,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	}
 	if (failed != nil || !allowed) && len(groups) > 1 {
 		// Another slot denied, or failed: take back what the allowing
-		// slots consumed, and report their hits as peeks. The refunds
-		// get a deadline of their own: the request's is mostly spent.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-		defer cancel()
+		// slots consumed, and report their hits as peeks.
 		var refunds []*group
 		var taken [][]string
 		for _, g := range groups {
@@ -466,7 +654,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 				taken = append(taken, g.res)
 			}
 		}
-		s.run(rctx, c, refunds)
+		s.run(ctx, c, refunds)
 		for k, g := range refunds {
 			if g.err != nil {
 				// The slot's consumption stays (the safe side); its
@@ -507,7 +695,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 	exec := func(g *group) {
 		g.res, g.err = nil, nil
-		arr, err := s.fcall(ctx, c, g.keys, g.args).AsStrSlice()
+		arr, err := s.fcall(ctx, c, fnName, g.keys, g.args).AsStrSlice()
 		if err == nil && len(arr) != 8*len(g.idx) {
 			err = fmt.Errorf("script returned %d values for %d hits", len(arr), len(g.idx))
 		}
@@ -531,9 +719,9 @@ func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 // fcall calls the request function. When Redis does not know it (a fresh
 // or restarted server, FUNCTION FLUSH, a failover to a replica that was
 // never given it), it loads the library and calls again.
-func (s *Store) fcall(ctx context.Context, c *conn, keys, args []string) rueidis.RedisResult {
+func (s *Store) fcall(ctx context.Context, c *conn, fn string, keys, args []string) rueidis.RedisResult {
 	call := func() rueidis.RedisResult {
-		return c.c.Do(ctx, c.c.B().Fcall().Function(fnName).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		return c.c.Do(ctx, c.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	res := call()
 	if err := res.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
@@ -259,6 +260,13 @@ func TestIdleKeysExpire(t *testing.T) {
 	}
 	for _, k := range keys {
 		ttl := srv.Cmd("PTTL", k).(int64)
+		if k == "ttl:nodes" {
+			// The node registry: two lifetimes of an entry, 3 heartbeats.
+			if ttl <= 0 || ttl > 6*DefaultHeartbeat.Milliseconds() {
+				t.Errorf("the node registry has PTTL %d ms", ttl)
+			}
+			continue
+		}
 		// Windows end within a period (sliding: two), buckets refill
 		// within a period, sketches live two periods, blocks 3s.
 		if ttl <= 0 || ttl > 4000 {
@@ -368,66 +376,275 @@ func differential(t *testing.T, cfg Config, seed uint64) {
 	}
 }
 
-// TestOutage checks that a paused or dead Redis fails calls within the
-// timeout, that the breaker then fails them at once without asking Redis,
-// and that the store recovers when Redis comes back.
-func TestOutage(t *testing.T) {
-	srv := redistest.Standalone(t)
-	s := newTestStore(t, Config{URL: srv.URL(), Timeout: 30 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond}, nil)
-	lim := sluice.NewLimiter(s)
-	l := &sluice.Limit{Rate: 1000, Period: time.Second}
-	ctx := context.Background()
-	// The first call loads the script; under the race detector it may
-	// take longer than the 30ms timeout.
+// warm makes a first call, which loads the function library; under the
+// race detector on a busy machine it may fail a few times.
+func warm(t *testing.T, lim *sluice.Limiter, l *sluice.Limit) {
+	t.Helper()
 	for i := 0; ; i++ {
-		_, err := lim.Allow(ctx, "k", l)
+		_, err := lim.Allow(context.Background(), "warm", l)
 		if err == nil {
-			break
+			return
 		}
 		if i == 50 {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
 
-	srv.Pause(2 * time.Second)
+// TestSilentRedis checks that a Redis that stops answering (all its
+// clients paused, its process stopped, or blocked by a long command) fails
+// the calls waiting on it once it has been silent for about the timeout,
+// with the reason timeout; that the breaker then fails calls at once
+// without asking Redis; and that the store recovers when Redis answers
+// again.
+func TestSilentRedis(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	// A connection's silence is checked every timeout/2, and found once
+	// a whole check interval passed without a reply (so within timeout);
+	// then a PING has timeout to answer. The slack covers a busy machine
+	// and the race detector.
+	const most = 2*timeout + 700*time.Millisecond
+	for _, c := range []struct {
+		name          string
+		silence, back func(*redistest.Server)
+	}{
+		{"client pause", func(s *redistest.Server) { s.Pause(2 * time.Second) }, func(*redistest.Server) {}}, // UNPAUSE would wait too
+		{"SIGSTOP", (*redistest.Server).Freeze, (*redistest.Server).Thaw},
+		{"DEBUG SLEEP", func(s *redistest.Server) { s.Sleep(2 * time.Second) }, func(*redistest.Server) {}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Standalone(t)
+			s := newTestStore(t, Config{URL: srv.URL(), Timeout: timeout, BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond}, nil)
+			lim := sluice.NewLimiter(s)
+			l := &sluice.Limit{Rate: 1000, Period: time.Second}
+			warm(t, lim, l)
+			ctx := context.Background()
+
+			c.silence(srv)
+			time.Sleep(10 * time.Millisecond) // DEBUG SLEEP starts on a connection of its own
+			// Three calls at once, as a loaded node makes them: each
+			// fails, within the bound, with the reason timeout.
+			var wg sync.WaitGroup
+			for i := range 3 {
+				wg.Go(func() {
+					start := time.Now()
+					_, err := lim.Allow(ctx, "k", l)
+					el := time.Since(start)
+					switch {
+					case err == nil:
+						t.Errorf("call %d decided while Redis is silent", i)
+					case sluice.ReasonOf(err) != sluice.FailTimeout:
+						t.Errorf("call %d: %v, reason %s, want timeout", i, err, sluice.ReasonOf(err))
+					}
+					if el > most {
+						t.Errorf("call %d took %v with a %v timeout", i, el, timeout)
+					}
+					t.Logf("call %d failed after %v: %v", i, el.Round(time.Millisecond), err)
+				})
+			}
+			wg.Wait()
+			start := time.Now()
+			_, err := lim.Allow(ctx, "k", l)
+			if !errors.Is(err, ErrUnavailable) || sluice.ReasonOf(err) != sluice.FailBreakerOpen {
+				t.Fatalf("after 3 failures: %v (reason %s), want ErrUnavailable from the open breaker", err, sluice.ReasonOf(err))
+			}
+			if el := time.Since(start); el > 100*time.Millisecond {
+				t.Errorf("an open breaker took %v to answer", el)
+			}
+			if s.Health() == nil {
+				t.Error("Health reports nil while the breaker is open")
+			}
+
+			c.back(srv)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				d, err := lim.Allow(ctx, "k", l)
+				if err == nil && d.Allowed {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no recovery 10s after Redis answered again: %v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := s.Health(); err != nil {
+				t.Errorf("Health after recovery: %v", err)
+			}
+		})
+	}
+}
+
+// TestDeadRedis checks that a killed Redis fails calls at once with the
+// reason unreachable, and that the store recovers when it is back.
+func TestDeadRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: 100 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: 100 * time.Millisecond}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1000, Period: time.Second}
+	warm(t, lim, l)
+	srv.Kill()
 	for i := range 3 {
 		start := time.Now()
-		_, err := lim.Allow(ctx, "k", l)
+		_, err := lim.Allow(context.Background(), "k", l)
 		if err == nil {
-			t.Fatalf("call %d decided while Redis is paused", i)
+			t.Fatalf("call %d decided while Redis is dead", i)
 		}
-		if el := time.Since(start); el > 500*time.Millisecond {
-			t.Errorf("call %d took %v with a 30ms timeout", i, el)
+		if r := sluice.ReasonOf(err); r != sluice.FailUnreachable && r != sluice.FailBreakerOpen {
+			t.Errorf("call %d: %v, reason %s, want unreachable", i, err, r)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("call %d took %v against a dead Redis", i, el)
 		}
 	}
-	start := time.Now()
-	_, err := lim.Allow(ctx, "k", l)
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("after 3 failures: %v, want ErrUnavailable from the open breaker", err)
-	}
-	if el := time.Since(start); el > 5*time.Millisecond {
-		t.Errorf("an open breaker took %v to answer", el)
-	}
-	if s.Health() == nil {
-		t.Error("Health reports nil while the breaker is open")
-	}
-
-	srv.Kill()
 	srv.Restart()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := lim.Allow(ctx, "k", l)
-		if err == nil {
+		if _, err := lim.Allow(context.Background(), "k", l); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no recovery 10s after Redis came back: %v", err)
+			t.Fatal("no recovery 10s after Redis came back")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestBusyRedisIsNotDown checks that a Redis that is slow but not silent
+// for its timeout is waited for: calls made while it is blocked for less
+// than the timeout all succeed, even those whose caller's deadline passes
+// meanwhile (Envoy's is 20ms), and the breaker stays closed.
+func TestBusyRedisIsNotDown(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: 2 * time.Second, BreakerFailures: 1}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1000, Period: time.Minute}
+	warm(t, lim, l)
+	srv.Sleep(400 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for i := range 20 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			d, err := lim.Allow(ctx, "k", l)
+			if err != nil {
+				t.Errorf("call %d after %v: %v", i, time.Since(start), err)
+				return
+			}
+			if d.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if allowed.Load() != 20 {
+		t.Errorf("%d of 20 allowed", allowed.Load())
+	}
 	if err := s.Health(); err != nil {
-		t.Errorf("Health after recovery: %v", err)
+		t.Errorf("a busy Redis made the store unhealthy: %v", err)
+	}
+	if st := s.br.State(); st != breaker.Closed {
+		t.Errorf("breaker %s after a busy spell", st)
+	}
+	// The calls were counted once each, in Redis.
+	d, err := lim.AllowN(context.Background(), "k", l, 0)
+	if err != nil || d.Remaining != 1000-20 {
+		t.Errorf("after the spell: %+v, %v; want 980 remaining", d, err)
+	}
+}
+
+// TestShed checks the bound on calls in flight: beyond MaxInFlight calls
+// wait, beyond MaxQueue more they are shed at once with ErrOverload and the
+// reason overload, without asking Redis and without counting against it;
+// a waiting caller that gives up leaves the queue; and the calls that
+// waited are decided once Redis answers.
+func TestShed(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: 5 * time.Second, MaxInFlight: 2, MaxQueue: 2, BreakerFailures: 1}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1000, Period: time.Minute}
+	warm(t, lim, l)
+	srv.Sleep(time.Second)
+	time.Sleep(20 * time.Millisecond)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 2 { // in flight
+		wg.Go(func() { _, err := lim.Allow(ctx, "k", l); errs <- err })
+	}
+	waitFor(t, "2 calls in flight", func() bool { return s.gate.inFlight() == 2 })
+	for range 2 { // queued
+		wg.Go(func() { _, err := lim.Allow(ctx, "k", l); errs <- err })
+	}
+	waitFor(t, "2 calls queued", func() bool { return s.gate.queued() == 2 })
+	start := time.Now()
+	_, err := lim.Allow(ctx, "k", l)
+	if !errors.Is(err, ErrOverload) || sluice.ReasonOf(err) != sluice.FailOverload {
+		t.Fatalf("with 2 in flight and 2 queued: %v (reason %s), want ErrOverload", err, sluice.ReasonOf(err))
+	}
+	if el := time.Since(start); el > 100*time.Millisecond {
+		t.Errorf("shedding took %v", el)
+	}
+	// A caller that gives up while queued leaves the queue (it is full:
+	// this one is shed too, so cancel one that fits by making room).
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := lim.Allow(gone, "k", l); !errors.Is(err, context.Canceled) {
+		t.Errorf("a canceled caller: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a call that waited: %v", err)
+		}
+	}
+	if got := s.metrics.shed.Load(); got != 1 {
+		t.Errorf("%d calls shed, want 1", got)
+	}
+	if st := s.br.State(); st != breaker.Closed {
+		t.Errorf("shedding changed the breaker: %s", st)
+	}
+	d, err := lim.AllowN(ctx, "k", l, 0)
+	if err != nil || d.Remaining != 1000-4 {
+		t.Errorf("after the spell: %+v, %v; want 996 remaining (the shed call not counted)", d, err)
+	}
+}
+
+// TestNodeRegistry checks that stores sharing a prefix learn how many they
+// are, that a closed one leaves at once, and that another prefix is
+// another set of nodes.
+func TestNodeRegistry(t *testing.T) {
+	srv := redistest.Standalone(t)
+	open := func(prefix string) *Store {
+		return newTestStore(t, Config{URL: srv.URL(), Prefix: prefix, Heartbeat: 50 * time.Millisecond}, nil)
+	}
+	a, b, c := open("reg:"), open("reg:"), open("reg:")
+	other := open("other:")
+	waitFor(t, "3 nodes on reg:", func() bool { return a.Nodes() == 3 && b.Nodes() == 3 && c.Nodes() == 3 })
+	waitFor(t, "1 node on other:", func() bool { return other.Nodes() == 1 })
+	c.Close()
+	waitFor(t, "2 nodes after one closed", func() bool { return a.Nodes() == 2 && b.Nodes() == 2 })
+	// A node that stops beating without leaving (a crash) is dropped
+	// after three heartbeats.
+	srv.Cmd("ZADD", "reg:nodes", 0, "crashed") // expired long ago
+	waitFor(t, "the expired entry dropped", func() bool {
+		return srv.Cmd("ZSCORE", "reg:nodes", "crashed") == nil && a.Nodes() == 2
+	})
+}
+
+// waitFor polls cond for up to 10s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -499,43 +716,6 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	if d, err := lim.Allow(ctx, "k", l); err != nil || d.Allowed {
 		t.Fatalf("sixth request: %+v, %v; want denied", d, err)
-	}
-}
-
-// TestCallerDeadlineOpensBreaker checks that a Redis that stops answering
-// opens the breaker even when every caller's deadline (Envoy's 20ms) is
-// shorter than the store's own timeout, while a caller that cancels says
-// nothing about Redis.
-func TestCallerDeadlineOpensBreaker(t *testing.T) {
-	srv := redistest.Standalone(t)
-	s := newTestStore(t, Config{URL: srv.URL(), Timeout: time.Second, BreakerFailures: 3, BreakerCooldown: time.Minute}, nil)
-	lim := sluice.NewLimiter(s)
-	l := &sluice.Limit{Rate: 1000, Period: time.Second}
-	if _, err := lim.Allow(context.Background(), "k", l); err != nil {
-		t.Fatal(err)
-	}
-	srv.Pause(3 * time.Second)
-	canceled, cancel := context.WithCancel(context.Background())
-	cancel()
-	for range 5 {
-		// Canceled before the call: never reaches Redis nor the breaker.
-		if _, err := lim.Allow(canceled, "k", l); !errors.Is(err, context.Canceled) {
-			t.Fatalf("canceled call: %v", err)
-		}
-	}
-	if err := s.Health(); err != nil {
-		t.Fatalf("canceled calls changed the store's health: %v", err)
-	}
-	for i := range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := lim.Allow(ctx, "k", l)
-		cancel()
-		if err == nil {
-			t.Fatalf("call %d decided while Redis is paused", i)
-		}
-	}
-	if _, err := lim.Allow(context.Background(), "k", l); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("after 3 calls past their deadline: %v, want ErrUnavailable from the open breaker", err)
 	}
 }
 
