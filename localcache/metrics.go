@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/wheremetric"
 )
 
 // Stats counts what the cache did since it was created.
@@ -68,7 +70,8 @@ func (c *stripes) sum() int64 {
 // Collector returns the cache's Prometheus metrics, named
 // NAMESPACE_local_cache_hits_total, _misses_total, _inserts_total,
 // _evictions_total (counters) and _entries (a gauge), as Stats reports
-// them. An empty namespace means "sluice".
+// them, and the hits again as sluice_decisions_total{where="local_cache"}
+// (whatever the namespace). An empty namespace means "sluice".
 func (s *Store) Collector(namespace string) prometheus.Collector {
 	if namespace == "" {
 		namespace = "sluice"
@@ -81,12 +84,14 @@ func (s *Store) Collector(namespace string) prometheus.Collector {
 		inserts:   prometheus.NewDesc(name("inserts_total"), "Denials learned by the local cache, new or replacing an entry.", nil, nil),
 		evictions: prometheus.NewDesc(name("evictions_total"), "Live entries the local cache dropped to respect its size bound.", nil, nil),
 		entries:   prometheus.NewDesc(name("entries"), "Entries held by the local cache of denied keys.", nil, nil),
+		decided:   wheremetric.Desc("local_cache"),
 	}
 }
 
 type collector struct {
 	s                                         *Store
 	hits, misses, inserts, evictions, entries *prometheus.Desc
+	decided                                   *prometheus.Desc // sluice_decisions_total{where="local_cache"}: the hits
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
@@ -95,6 +100,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inserts
 	ch <- c.evictions
 	ch <- c.entries
+	ch <- c.decided
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -103,6 +109,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 	counter(c.hits, st.Hits)
+	counter(c.decided, st.Hits)
 	counter(c.misses, st.Misses)
 	counter(c.inserts, st.Inserts)
 	counter(c.evictions, st.Evictions)

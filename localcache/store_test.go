@@ -476,6 +476,7 @@ func TestSizeBound(t *testing.T) {
 			"sluice_local_cache_inserts_total":   float64(st.Inserts),
 			"sluice_local_cache_evictions_total": float64(st.Evictions),
 			"sluice_local_cache_entries":         float64(st.Entries),
+			"sluice_decisions_total":             float64(st.Hits), // where="local_cache"
 		}
 		if got := gather(t, reg); !maps.Equal(got, want) {
 			t.Fatalf("metrics %v, want %v", got, want)

@@ -49,7 +49,7 @@ func (s *downStore) set(err error) {
 	s.mu.Unlock()
 }
 
-var errRedisDown = errors.New("redis: circuit breaker open")
+var errRedisDown = &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: errors.New("redis: circuit breaker open")}
 
 // failoverEnv is a server over a downStore, with a decider whose failure
 // handling is f (its Local, if any, a fresh memstore).
@@ -132,7 +132,7 @@ func TestFailurePolicies(t *testing.T) {
 		domain, policy string
 		want           float64
 	}{{"api", "fail_open", 3}, {"auth", "local", 3}, {"pay", "fail_closed", 1}} {
-		if got := metric(t, e.reg, "sluice_failure_policy_total", "domain="+c.domain, "policy="+c.policy); got != c.want {
+		if got := metric(t, e.reg, "sluice_failure_policy_total", "domain="+c.domain, "policy="+c.policy, "reason=breaker_open"); got != c.want {
 			t.Errorf("%s %s: %v, want %v", c.domain, c.policy, got, c.want)
 		}
 	}
@@ -142,6 +142,9 @@ func TestFailurePolicies(t *testing.T) {
 	if got := metric(t, e.reg, "sluice_store_errors_total"); got != 7 {
 		t.Errorf("store errors %v, want 7", got)
 	}
+	if got := metric(t, e.reg, "sluice_decisions_total", "where=policy"); got != 7 {
+		t.Errorf("decisions by the policy %v, want 7", got)
+	}
 	// The per-rule metrics still count the hits.
 	if got := metric(t, e.reg, "sluice_rule_hits_total", "domain=api", "rule=api.user"); got != 4 {
 		t.Errorf("api hits %v, want 4", got)
@@ -149,12 +152,13 @@ func TestFailurePolicies(t *testing.T) {
 	if got := metric(t, e.reg, "sluice_requests_total", "transport=grpc", "result=over_limit"); got != 2 {
 		t.Errorf("over-limit requests %v, want 2", got)
 	}
-	// One log line per domain, not one per request.
+	// One log line at once, then at most one a minute: not one per
+	// request, nor per domain.
 	out := logs.String()
-	if n := strings.Count(out, "answered by the failure policy"); n != 3 {
+	if n := strings.Count(out, "the failure policy is answering"); n != 1 {
 		t.Errorf("%d log lines:\n%s", n, out)
 	}
-	for _, want := range []string{"domain=api policy=fail_open", "domain=auth policy=local", "domain=pay policy=fail_closed", "circuit breaker open"} {
+	for _, want := range []string{"level=WARN", "domain=api policy=fail_open reason=breaker_open", "circuit breaker open", "answered_since_last_line=1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}
@@ -163,7 +167,8 @@ func TestFailurePolicies(t *testing.T) {
 	// Still ready: every node pulled out of the load balancer would turn
 	// fail_open into an outage.
 	code, body := e.get("/readyz")
-	if code != http.StatusOK || !strings.Contains(body, "OK\nstore: down: redis: circuit breaker open") || !strings.Contains(body, "default is fail_open") {
+	if code != http.StatusOK || !strings.Contains(body, "OK\nstore: down: redis: circuit breaker open") || !strings.Contains(body, "default is fail_open") ||
+		!strings.Contains(body, "\nfailure policy: answered 7 requests since ") || !strings.Contains(body, "reason breaker_open") {
 		t.Errorf("/readyz: %d %q", code, body)
 	}
 	if st, err := e.health.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil || st.Status != healthpb.HealthCheckResponse_SERVING {
@@ -176,7 +181,8 @@ func TestFailurePolicies(t *testing.T) {
 	if codes(resp) != "OK: OK" || resp.Statuses[0].LimitRemaining != 8 || headers(resp)["X-RateLimit-Remaining"] != "8" {
 		t.Errorf("after recovery: %s %v", codes(resp), resp.Statuses[0])
 	}
-	if code, body := e.get("/readyz"); code != http.StatusOK || body != "OK\nstore: up\n" {
+	// For a minute after its last answer, /readyz still tells.
+	if code, body := e.get("/readyz"); code != http.StatusOK || !strings.HasPrefix(body, "OK\nstore: up\nfailure policy: answered 7 requests since ") {
 		t.Errorf("/readyz after recovery: %d %q", code, body)
 	}
 }
@@ -206,7 +212,7 @@ func TestReadinessFailClosed(t *testing.T) {
 	// Requests that still arrive are answered by the policy.
 	e.expect(req("api", d("user=a")), 1, "OVER_LIMIT: OVER_LIMIT")
 	store.set(nil)
-	if code, body := e.get("/readyz"); code != http.StatusOK || body != "OK\nstore: up\n" {
+	if code, body := e.get("/readyz"); code != http.StatusOK || !strings.HasPrefix(body, "OK\nstore: up\n") {
 		t.Errorf("/readyz after recovery: %d %q", code, body)
 	}
 	check(healthpb.HealthCheckResponse_SERVING)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,7 +32,10 @@ const MaxJSONBody = 1 << 20
 //	               passing, not draining, the store up or the default
 //	               failure policy not fail_closed), else 503 with the
 //	               reason; then a line with the store's state
-//	               ("store: up", "store: down: ...") when it reports one
+//	               ("store: up", "store: down: ...") when it reports one,
+//	               and while a failure policy answers requests (within
+//	               the last minute) a line that says since when, how
+//	               many and why ("failure policy: answered ...")
 //	GET /healthcheck  /readyz under envoyproxy/ratelimit's name
 //	GET /metrics   Prometheus metrics of Config.Registry
 func (s *Server) Handler() http.Handler {
@@ -167,12 +171,14 @@ func (s *Server) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	} else {
 		io.WriteString(w, "OK\n")
 	}
-	if s.storeUp == nil {
-		return
+	if s.storeUp != nil {
+		if err := s.storeUp(); err != nil {
+			io.WriteString(w, "store: down: "+err.Error()+" (requests are answered by the failure policies; the default is "+s.dec.Failover().Default.String()+")\n")
+		} else {
+			io.WriteString(w, "store: up\n")
+		}
 	}
-	if err := s.storeUp(); err != nil {
-		io.WriteString(w, "store: down: "+err.Error()+" (requests are answered by the failure policies; the default is "+s.dec.Failover().Default.String()+")\n")
-		return
+	if st := s.policy.status(time.Now()); st != "" {
+		io.WriteString(w, st+"\n")
 	}
-	io.WriteString(w, "store: up\n")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/wheremetric"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -42,6 +43,7 @@ type metrics struct {
 	latency       prometheus.Histogram
 	storeErrors   prometheus.Counter
 	failurePolicy *prometheus.CounterVec
+	policyDecided prometheus.Counter // sluice_decisions_total{where="policy"}
 	requests      [numTransports][numResults]prometheus.Counter
 	configLoads   struct{ success, failure prometheus.Counter }
 	configInfo    *prometheus.GaugeVec
@@ -80,8 +82,9 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, stor
 	})
 	m.failurePolicy = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_failure_policy_total",
-		Help: "Requests answered by a failure policy (fail_open, fail_closed, local) because the store failed, by domain.",
-	}, []string{"domain", "policy"})
+		Help: "Requests answered by a failure policy (fail_open, fail_closed, local) because the store could not decide, by domain and reason (overload: the node shed the call; timeout: the store stayed silent; breaker_open; unreachable; error: the store refused).",
+	}, []string{"domain", "policy", "reason"})
+	m.policyDecided = wheremetric.Counter("policy")
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_requests_total",
 		Help: "Rate limit requests by transport (grpc, http) and result (ok, over_limit, shadow_over_limit, invalid, error).",
@@ -108,7 +111,7 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, stor
 
 	cs := []prometheus.Collector{
 		m.hits, m.within, m.over, m.near, m.shadow, m.latency, m.storeErrors,
-		m.failurePolicy, requests, loads, m.configInfo, m.configTime,
+		m.failurePolicy, m.policyDecided, requests, loads, m.configInfo, m.configTime,
 	}
 	if storeUp != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -181,9 +184,10 @@ func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
 // degraded counts a request of domain answered by a failure policy. The
 // domain has a limit, so it is one of the configuration's: the label is
 // bounded as the per-rule metrics' is.
-func (m *metrics) degraded(domain string, p rules.FailurePolicy) {
+func (m *metrics) degraded(domain string, p rules.FailurePolicy, why sluice.FailReason) {
 	m.storeErrors.Inc()
-	m.failurePolicy.WithLabelValues(m.domain(domain).name, p.String()).Inc()
+	m.policyDecided.Inc()
+	m.failurePolicy.WithLabelValues(m.domain(domain).name, p.String(), why.String()).Inc()
 }
 
 // add counts cost hits decided by d. Near-limit hits are counted only when

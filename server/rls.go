@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	"strings"
+
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -130,17 +129,16 @@ func (s *Server) fail(err error, via transport) error {
 	}
 }
 
-// degraded counts and logs a request of domain that the failure policy
-// o.Degraded answered, logging at most once per logsample.Every per domain.
+// degraded counts a request of domain that the failure policy o.Degraded
+// answered, and logs while the policies answer: one line at once, then
+// at most one a minute, with the requests answered since the last line.
 func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
-	s.m.degraded(domain, o.Degraded)
-	v, ok := s.policyLog.Load(domain)
-	if !ok {
-		// Bounded like the metrics' domain label: only configured
-		// domains have limits, and so store decisions.
-		v, _ = s.policyLog.LoadOrStore(strings.Clone(domain), new(logsample.Sampler))
-	}
-	if n, ok := v.(*logsample.Sampler).Allow(time.Now()); ok {
-		s.log.Warn("rate limit store failed; answered by the failure policy", "domain", domain, "policy", o.Degraded.String(), "transport", transportNames[via], "err", o.StoreErr, "not_logged", n)
+	s.m.degraded(domain, o.Degraded, o.Reason)
+	now := time.Now()
+	s.policy.answered(now, o.Reason)
+	if n, ok := s.policyLog.Allow(now); ok {
+		s.log.Warn("rate limit store could not decide; the failure policy is answering",
+			"domain", domain, "policy", o.Degraded.String(), "reason", o.Reason.String(),
+			"transport", transportNames[via], "err", o.StoreErr, "answered_since_last_line", n+1)
 	}
 }

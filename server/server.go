@@ -178,7 +178,8 @@ type Server struct {
 
 	outcomes  sync.Pool         // *rls.Outcome
 	storeLog  logsample.Sampler // of the store failures logged
-	policyLog sync.Map          // domain -> *logsample.Sampler: requests answered by a failure policy
+	policyLog logsample.Sampler // of the requests answered by a failure policy: one line a minute
+	policy    policyWatch
 }
 
 // loadInfo is the configuration loaded last.
@@ -213,6 +214,7 @@ func New(cfg Config) (*Server, error) {
 		rulesDebug: cfg.Rules,
 		changed:    make(chan struct{}),
 	}
+	s.policyLog.Interval = policyLogEvery
 	if s.storeUp == nil {
 		if hr, ok := s.dec.Limiter().Store().(sluice.HealthReporter); ok {
 			s.storeUp = hr.Health

@@ -11,9 +11,13 @@ import (
 // Every is the least time between two lines a Sampler lets through.
 const Every = time.Second
 
-// Sampler lets one event through per Every and counts the others. The
+// Sampler lets one event through per Interval and counts the others. The
 // zero value is ready to use; it is safe for concurrent use.
 type Sampler struct {
+	// Interval is the least time between two lines; zero means Every.
+	// Set it before the Sampler is used.
+	Interval time.Duration
+
 	last    atomic.Int64 // UnixNano of the last event let through
 	dropped atomic.Int64
 }
@@ -23,7 +27,11 @@ type Sampler struct {
 func (s *Sampler) Allow(now time.Time) (dropped int64, ok bool) {
 	t := now.UnixNano()
 	last := s.last.Load()
-	if last != 0 && t-last < int64(Every) || !s.last.CompareAndSwap(last, t) {
+	every := s.Interval
+	if every <= 0 {
+		every = Every
+	}
+	if last != 0 && t-last < int64(every) || !s.last.CompareAndSwap(last, t) {
 		s.dropped.Add(1)
 		return 0, false
 	}
