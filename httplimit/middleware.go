@@ -487,7 +487,7 @@ func (m *middleware) decide(ctx context.Context, s *scratch) error {
 	err := m.dec.DecideInto(ctx, &s.main.req, &s.out)
 	if err == nil && s.out.Degraded != rules.FailDefault {
 		if n, ok := m.degLog.Allow(time.Now()); ok {
-			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "err", s.out.StoreErr, "not_logged", n)
+			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "reason", s.out.Reason.String(), "err", s.out.StoreErr, "not_logged", n)
 		}
 	}
 	return err

@@ -33,7 +33,8 @@ import (
 //     told to come back within a second finds out soon after the store
 //     recovers.
 //   - local: the same hits are decided on the Local limiter, a store of the
-//     node's own, with every limit divided by Nodes: its rate, burst and
+//     node's own, with every limit divided by the number of nodes (Nodes,
+//     or as the nodes learn it, NodeCount): its rate, burst and
 //     elastic ceiling (and the domain capacity's) each become
 //     ceil(x/Nodes), so that a small limit never becomes 0 and the nodes
 //     together admit at most Nodes*ceil(x/Nodes) <= x+Nodes-1 where the
@@ -62,8 +63,27 @@ type Failover struct {
 	Local *sluice.Limiter
 
 	// Nodes is the number of nodes that share the limits: the local
-	// policy divides every limit by it. Zero means 1.
+	// policy divides every limit by it. Zero means NodeCount's, or 1.
 	Nodes int
+
+	// NodeCount, when Nodes is zero, returns the number of nodes sharing
+	// the limits as the nodes learn it from each other (the Redis store's
+	// registry: redisstore.Store.Nodes), asked whenever the local policy
+	// answers. A result below 1 (not learnt yet) means 1.
+	NodeCount func() int
+}
+
+// nodes is the number of nodes the local policy divides by.
+func (f *Failover) nodes() int64 {
+	if f.Nodes > 0 {
+		return int64(f.Nodes)
+	}
+	if f.NodeCount != nil {
+		if n := f.NodeCount(); n > 1 {
+			return int64(n)
+		}
+	}
+	return 1
 }
 
 // failover is a Failover in force, with the local copies of the limits.
@@ -86,7 +106,7 @@ func (d *Decider) SetFailover(f Failover) error {
 	if f.Default == rules.FailDefault {
 		f.Default = rules.FailOpen
 	}
-	if f.Nodes == 0 {
+	if f.Nodes == 0 && f.NodeCount == nil {
 		f.Nodes = 1
 	}
 	d.failover.Store(&failover{Failover: f})
@@ -94,7 +114,8 @@ func (d *Decider) SetFailover(f Failover) error {
 }
 
 // Failover returns the failure handling in force, its defaults filled in:
-// Default is never FailDefault and Nodes at least 1.
+// Default is never FailDefault, and Nodes at least 1 unless NodeCount is
+// set.
 func (d *Decider) Failover() Failover { return d.failover.Load().Failover }
 
 // fail answers, by the domain's failure policy, the request planned in s
@@ -204,12 +225,13 @@ type scaledLimits struct {
 const maxScaled = 1 << 14
 
 // limitsFor returns the local copies for cfg, starting afresh when the rules
-// have changed.
+// or the number of nodes have changed.
 func (f *failover) limitsFor(cfg *rules.Config) *scaledLimits {
-	if sl := f.scaled.Load(); sl != nil && sl.cfg == cfg {
+	nodes := f.nodes()
+	if sl := f.scaled.Load(); sl != nil && sl.cfg == cfg && sl.nodes == nodes {
 		return sl
 	}
-	sl := &scaledLimits{cfg: cfg, nodes: int64(f.Nodes)}
+	sl := &scaledLimits{cfg: cfg, nodes: nodes}
 	f.scaled.Store(sl)
 	return sl
 }

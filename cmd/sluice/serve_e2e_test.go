@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,6 +392,41 @@ func (p *proc) metric(series string) string {
 		}
 	}
 	return ""
+}
+
+// metricSum adds up the series of the metric name whose labels include
+// every one of labels (each `key="value"`), 0 when there are none: a
+// metric summed over the labels left out.
+func (p *proc) metricSum(name string, labels ...string) float64 {
+	p.t.Helper()
+	code, body, _ := p.http("GET", "/metrics", "")
+	if code != 200 {
+		p.t.Fatalf("/metrics: %d", code)
+	}
+	sum := 0.0
+lines:
+	for _, line := range strings.Split(body, "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		got, set, _ := strings.Cut(series, "{")
+		if got != name {
+			continue
+		}
+		have := strings.Split(strings.TrimSuffix(set, "}"), ",")
+		for _, l := range labels {
+			if !slices.Contains(have, l) {
+				continue lines
+			}
+		}
+		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			p.t.Fatalf("metric %s: %q", line, value)
+		}
+		sum += v
+	}
+	return sum
 }
 
 // poll waits until cond holds.

@@ -32,8 +32,8 @@ func TestServeSettingsDefaults(t *testing.T) {
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		storeSettings: storeSettings{
 			store:         "memory",
-			redis:         redisSettings{prefix: "sluice:", timeout: 50 * time.Millisecond, hashTag: "entry", cacheSize: 100000},
-			failurePolicy: rules.FailOpen, localNodes: 1,
+			redis:         redisSettings{prefix: "sluice:", timeout: 500 * time.Millisecond, maxInFlight: 256, maxQueue: 4096, hashTag: "entry", cacheSize: 100000},
+			failurePolicy: rules.FailLocal, localNodes: 0,
 		},
 	}
 	s.sources, s.envoyIgnored = nil, nil
@@ -153,7 +153,9 @@ func TestServeSettingsErrors(t *testing.T) {
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--redis-hash-tag", "slot"}, nil, "--redis-hash-tag"},
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--redis-timeout", "0s"}, nil, "--redis-timeout must be positive"},
 		{[]string{"--store", "redis", "--redis-url", "x:1", "--local-cache-size", "-1"}, nil, "--local-cache-size"},
-		{[]string{"--local-nodes", "0"}, nil, "--local-nodes must be at least 1"},
+		{[]string{"--local-nodes", "-1"}, nil, "--local-nodes must not be negative"},
+		{[]string{"--redis-max-in-flight", "0", "--store", "redis", "--redis-url", "redis://x:1"}, nil, "--redis-max-in-flight must be at least 1"},
+		{[]string{"--redis-max-queue", "-1", "--store", "redis", "--redis-url", "redis://x:1"}, nil, "--redis-max-queue must not be negative"},
 		{[]string{"--response-headers", "fancy"}, nil, "--response-headers"},
 		{[]string{"--log-format", "xml"}, nil, "unknown log format"},
 		{[]string{"--near-limit-ratio", "1.5"}, nil, "near-limit-ratio"},
@@ -189,7 +191,7 @@ func TestServeHelp(t *testing.T) {
 		"--snapshot-interval", "--max-bytes", "--response-headers", "--shadow-mode", "SHADOW_MODE",
 		"--log-level", "LOG_LEVEL", "--log-format", "--shutdown-timeout", "--drain-delay", ".corrupt",
 		"--redis-url", "REDIS_URL", "--redis-sentinel-master", "--redis-timeout", "--redis-hash-tag",
-		"--local-cache-size", "--failure-policy", "--local-nodes",
+		"--local-cache-size", "--failure-policy", "--local-nodes", "--redis-max-in-flight", "--redis-max-queue",
 	} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("help lacks %q", want)

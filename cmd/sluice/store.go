@@ -33,6 +33,8 @@ type redisSettings struct {
 	tlsCA          string
 	prefix         string
 	timeout        time.Duration
+	maxInFlight    int
+	maxQueue       int
 	hashTag        string
 	tagMode        rules.TagMode
 	cacheSize      int
@@ -51,7 +53,9 @@ func (r *redisSettings) flags(fs interface {
 	fs.BoolVar(&r.tls, "redis-tls", false, "connect to Redis with TLS (implied by rediss://)")
 	fs.StringVar(&r.tlsCA, "redis-tls-ca", "", "PEM `file` of the CAs that sign Redis's certificate; empty means the system's")
 	fs.StringVar(&r.prefix, "redis-prefix", redisstore.DefaultPrefix, "`prefix` of every Redis key")
-	fs.DurationVar(&r.timeout, "redis-timeout", redisstore.DefaultTimeout, "deadline of each Redis call; past it the domain's failure policy answers")
+	fs.DurationVar(&r.timeout, "redis-timeout", redisstore.DefaultTimeout, "how long Redis may stay silent (no reply at all on a connection with calls waiting) before its calls fail and the domain's failure policy answers; a Redis that answers slowly is waited for")
+	fs.IntVar(&r.maxInFlight, "redis-max-in-flight", redisstore.DefaultMaxInFlight, "`requests` in flight to Redis at once from this node; more wait in a queue")
+	fs.IntVar(&r.maxQueue, "redis-max-queue", redisstore.DefaultMaxQueue, "`requests` that may wait for a slot among those in flight; beyond it a request is shed to the failure policy (counted, logged)")
 	fs.StringVar(&r.hashTag, "redis-hash-tag", "entry", "what places a counter in a Redis Cluster slot: entry (a descriptor's first entry: its limits decide in one call), key, or domain")
 	fs.IntVar(&r.cacheSize, "local-cache-size", 100000, "`entries` of the node-local cache of keys known to be over their limit (answered without Redis until they may pass); 0 disables it")
 }
@@ -147,6 +151,12 @@ func (r *redisSettings) check(store string) []string {
 	if r.timeout <= 0 {
 		probs = append(probs, fmt.Sprintf("--redis-timeout must be positive, got %s", r.timeout))
 	}
+	if r.maxInFlight < 1 {
+		probs = append(probs, fmt.Sprintf("--redis-max-in-flight must be at least 1, got %d", r.maxInFlight))
+	}
+	if r.maxQueue < 0 {
+		probs = append(probs, fmt.Sprintf("--redis-max-queue must not be negative, got %d", r.maxQueue))
+	}
 	if r.cacheSize < 0 {
 		probs = append(probs, fmt.Sprintf("--local-cache-size must not be negative, got %d", r.cacheSize))
 	}
@@ -166,6 +176,8 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 		Password:       r.password,
 		Prefix:         r.prefix,
 		Timeout:        r.timeout,
+		MaxInFlight:    r.maxInFlight,
+		MaxQueue:       max(r.maxQueue, 0),
 		HashTag:        rules.HashTag(r.tagMode),
 		Logger:         log,
 	}
@@ -233,8 +245,8 @@ func (s *storeSettings) flags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&s.store, "store", "memory", usage)
 	s.redis.flags(fs)
-	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailOpen, "`policy` when the store fails, for domains that set no failure_policy: fail_open, fail_closed, or local (limit on this node alone, each limit divided by --local-nodes)")
-	fs.IntVar(&s.localNodes, "local-nodes", 1, "`nodes` sharing the limits: the local failure policy divides every limit by this")
+	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailLocal, "`policy` when the store cannot decide, for domains that set no failure_policy: local (limit on this node alone, each limit divided by the number of nodes), fail_closed, or fail_open")
+	fs.IntVar(&s.localNodes, "local-nodes", 0, "`nodes` sharing the limits: the local failure policy divides every limit by this; 0 means the count the nodes learn from each other through Redis (1 with another store, or until learnt)")
 	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
 }
 
@@ -248,8 +260,8 @@ func (s *storeSettings) check() []string {
 	if s.failurePolicy == rules.FailDefault {
 		probs = append(probs, "--failure-policy must be fail_open, fail_closed or local")
 	}
-	if s.localNodes < 1 {
-		probs = append(probs, fmt.Sprintf("--local-nodes must be at least 1, got %d", s.localNodes))
+	if s.localNodes < 0 {
+		probs = append(probs, fmt.Sprintf("--local-nodes must not be negative, got %d", s.localNodes))
 	}
 	if s.store != "memory" && s.maxBytes != 0 {
 		probs = append(probs, "--max-bytes applies to --store memory only (Redis keeps its own state)")
@@ -270,7 +282,11 @@ func newLocalDecider(s *storeSettings, log *slog.Logger) (*rls.Decider, *storeSe
 	local := memstore.New(memstore.Config{})
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
-	if err := dec.SetFailover(rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}); err != nil {
+	f := rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
+	if set.redis != nil {
+		f.NodeCount = set.redis.Nodes
+	}
+	if err := dec.SetFailover(f); err != nil {
 		set.close()
 		return nil, nil, err
 	}
