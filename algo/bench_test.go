@@ -39,15 +39,17 @@ func BenchmarkLogStep(b *testing.B) {
 	for _, c := range []int64{10, 100, 1000} {
 		b.Run(fmtInt(c), func(b *testing.B) {
 			p := Params{Kind: SlidingLog, Rate: c, Period: sec, Capacity: c}
-			log := make([]LogEntry, 0, c+1)
+			log := Log{Entries: make([]LogEntry, 0, c+1)}
 			now := base
 			b.ReportAllocs()
 			for b.Loop() {
 				now += sec / (c + c/10) // slightly over the limit
-				expired, r := LogStep(&p, log, now, 1)
+				expired, r := LogStep(&p, &log, now, 1)
+				n := int64(0)
 				if r.Allowed {
-					log = LogAppend(log, expired, now, 1)
+					n = 1
 				}
+				log.Commit(expired, now, n)
 				sinkResult = r
 			}
 		})
@@ -82,7 +84,7 @@ func TestNoAllocs(t *testing.T) {
 	lp := Params{Kind: SlidingLog, Rate: 3, Period: sec, Capacity: 5}
 	sp := Params{Kind: Sketch, Rate: 3, Period: sec, Capacity: 5}
 	sk := NewSketch(64, 4)
-	log := make([]LogEntry, 0, 8)
+	log := Log{Entries: make([]LogEntry, 0, 8)}
 	now := base
 	for _, k := range []Kind{FixedWindow, TokenBucket, LeakyBucket, GCRA, SlidingWindow} {
 		p.Kind = k
@@ -99,9 +101,9 @@ func TestNoAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(200, func() {
 		now += sec / 7
-		expired, r := LogStep(&lp, log, now, 1)
+		expired, r := LogStep(&lp, &log, now, 1)
 		if r.Allowed {
-			log = LogAppend(log, expired, now, 1)
+			log.Commit(expired, now, 1)
 		}
 		if r := sk.Check(&sp, 99, now, 1); r.Allowed {
 			sk.Add(99, now, 1)

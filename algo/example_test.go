@@ -38,13 +38,15 @@ func ExampleStep() {
 // An exact rolling window of 2 per second: the log holds the admitted hits.
 func ExampleLogStep() {
 	p := algo.Params{Kind: algo.SlidingLog, Rate: 2, Period: int64(time.Second), Capacity: 2}
-	var log []algo.LogEntry
+	var log algo.Log
 	for _, ms := range []int64{0, 400, 900, 1000, 1300} {
 		now := ms * int64(time.Millisecond)
-		expired, r := algo.LogStep(&p, log, now, 1)
+		expired, r := algo.LogStep(&p, &log, now, 1)
+		cost := int64(0) // a denied request logs nothing but drops what expired
 		if r.Allowed {
-			log = algo.LogAppend(log, expired, now, 1)
+			cost = 1
 		}
+		log.Commit(expired, now, cost)
 		fmt.Printf("%4dms allowed=%v retry=%v\n", ms, r.Allowed, time.Duration(r.RetryAfter))
 	}
 	// Output:

@@ -147,24 +147,30 @@ func FuzzSlidingLog(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rate uint16, period uint32, capacity uint16, data []byte) {
 		p := fuzzParams(SlidingLog, rate, period, capacity)
 		var ref refLog
-		var log []LogEntry
+		var log Log
 		for i, ev := range trace(data, p.Period, p.Capacity+1) {
-			expired, got := LogStep(&p, log, ev.at, ev.n)
+			expired, got := LogStep(&p, &log, ev.at, ev.n)
 			want := ref.step(&p, ev.at, ev.n)
 			if got != want {
-				t.Fatalf("%+v\n#%d at %d n=%d on %v:\n got %s\nwant %s", p, i, ev.at, ev.n, log, fmtResult(got), fmtResult(want))
+				t.Fatalf("%+v\n#%d at %d n=%d on %+v:\n got %s\nwant %s", p, i, ev.at, ev.n, log, fmtResult(got), fmtResult(want))
 			}
+			n := int64(0)
 			if got.Allowed {
-				log = LogAppend(log, expired, ev.at, ev.n)
-				live := func(hits []int64) []int64 {
-					return slices.DeleteFunc(hits, func(t int64) bool { return t <= ev.at-p.Period })
+				n = ev.n
+			}
+			log.Commit(expired, ev.at, n)
+			if !slices.Equal(expand(log.Entries), ref.hits) || log.Seen != ref.seen {
+				t.Fatalf("#%d: log %+v, want hits %v seen %d", i, log, ref.hits, ref.seen)
+			}
+			var sum int64
+			for j, e := range log.Entries {
+				sum += e.N
+				if j > 0 && e.At <= log.Entries[j-1].At {
+					t.Fatalf("#%d: log out of order: %v", i, log.Entries)
 				}
-				if !slices.Equal(live(expand(log)), live(slices.Clone(ref.hits))) {
-					t.Fatalf("#%d: log %v, want hits %v", i, log, ref.hits)
-				}
-				if !slices.IsSortedFunc(log, func(a, b LogEntry) int { return int(a.At - b.At) }) {
-					t.Fatalf("#%d: log out of order: %v", i, log)
-				}
+			}
+			if sum != log.Sum {
+				t.Fatalf("#%d: Sum %d, entries hold %d", i, log.Sum, sum)
 			}
 		}
 	})
@@ -240,10 +246,11 @@ func FuzzStepBounds(f *testing.F) {
 			return
 		}
 		if p.Kind == SlidingLog {
-			log := []LogEntry{{a, b}, {a + 1, 1}, {now - 1, n}}
-			_, r := LogStep(&p, log, now, n)
+			log := Log{Entries: []LogEntry{{a, b}, {a + 1, 1}, {now - 1, n}}, Seen: a}
+			log.Recount()
+			_, r := LogStep(&p, &log, now, n)
 			checkBounds(t, &p, State{}, State{}, now, n, r)
-			LogAppend(log, int(b), now, n)
+			log.Commit(int(b), now, n)
 			return
 		}
 		sk := NewSketch(3, 2)

@@ -72,55 +72,97 @@ func TestSlidingLog(t *testing.T) {
 			if start == 0 {
 				start = base
 			}
-			var log []LogEntry
+			var log Log
 			for i, r := range tt.reqs {
-				before := slices.Clone(log)
-				expired, got := LogStep(&tt.p, log, start+r.at, r.n)
+				before := Log{Entries: slices.Clone(log.Entries), Sum: log.Sum, Seen: log.Seen}
+				expired, got := LogStep(&tt.p, &log, start+r.at, r.n)
 				check(t, i, r, got)
-				if !slices.Equal(log, before) {
+				if !slices.Equal(log.Entries, before.Entries) || log.Sum != before.Sum || log.Seen != before.Seen {
 					t.Fatalf("#%d: LogStep modified the log", i)
 				}
+				n := int64(0)
 				if got.Allowed {
-					log = LogAppend(log, expired, start+r.at, r.n)
+					n = r.n
 				}
+				log.Commit(expired, start+r.at, n)
 			}
 			if tt.want != nil {
-				for i := range log {
-					log[i].At -= start
+				es := slices.Clone(log.Entries)
+				for i := range es {
+					es[i].At -= start
 				}
-				if !slices.Equal(log, tt.want) {
-					t.Errorf("log %v, want %v", log, tt.want)
+				if !slices.Equal(es, tt.want) {
+					t.Errorf("log %v, want %v", es, tt.want)
 				}
 			}
 		})
 	}
 }
 
-func TestLogAppend(t *testing.T) {
-	log := make([]LogEntry, 0, 4)
-	log = LogAppend(log, 0, 10, 1)
-	log = LogAppend(log, 0, 10, 2)
-	log = LogAppend(log, 0, 20, 1)
-	log = LogAppend(log, 0, 15, 1) // backwards: merged into the entry at 20
-	if want := []LogEntry{{10, 3}, {20, 2}}; !slices.Equal(log, want) {
-		t.Fatalf("got %v, want %v", log, want)
+func TestLogCommit(t *testing.T) {
+	var log Log
+	log.Entries = make([]LogEntry, 0, 4)
+	log.Commit(0, 10, 1)
+	log.Commit(0, 10, 2)
+	log.Commit(0, 20, 1)
+	log.Commit(0, 15, 1) // backwards: logged at Seen, 20
+	if want := []LogEntry{{10, 3}, {20, 2}}; !slices.Equal(log.Entries, want) || log.Sum != 5 || log.Seen != 20 {
+		t.Fatalf("got %+v, want %v, Sum 5, Seen 20", log, want)
 	}
-	p := &log[0]
-	log = LogAppend(log, 1, 30, 1)
-	log = LogAppend(log, 1, 40, 0) // a peek drops nothing
-	if want := []LogEntry{{20, 2}, {30, 1}}; !slices.Equal(log, want) {
-		t.Fatalf("got %v, want %v", log, want)
+	if log.Commit(0, 40, 0) {
+		t.Error("a peek with nothing expired changed the log")
 	}
-	log = LogAppend(log, 5, 50, 1) // expired beyond the length: drops all
-	log = LogAppend(log, -1, 40, 1)
-	if want := []LogEntry{{50, 2}}; !slices.Equal(log, want) || &log[0] != p {
-		t.Fatalf("got %v, want %v in the same array", log, want)
+	if !log.Commit(1, 30, 0) || log.Seen != 30 || log.Sum != 2 {
+		t.Fatalf("dropping one entry: %+v", log)
+	}
+	log.Commit(0, 30, 1)
+	if want := []LogEntry{{20, 2}, {30, 1}}; !slices.Equal(log.Entries, want) || log.Sum != 3 {
+		t.Fatalf("got %+v, want %v", log, want)
+	}
+	if !log.Commit(2, 40, 0) || len(log.Entries) != 0 || log.Seen != 0 || log.Sum != 0 {
+		t.Fatalf("dropping every entry: %+v, want a fresh log", log)
+	}
+	log.Commit(0, 20, 2)
+	log.Commit(0, 30, 1)
+	log.Commit(5, 50, 1) // expired beyond the length: drops all
+	if want := []LogEntry{{50, 1}}; !slices.Equal(log.Entries, want) || log.Sum != 1 || log.Seen != 50 {
+		t.Fatalf("got %+v, want %v", log, want)
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		log = LogAppend(log[:0], 0, 1, 1)
-		log = LogAppend(log, 0, 2, 1)
+		log.Commit(len(log.Entries), log.Seen+1, 1)
+		log.Commit(0, log.Seen+1, 1)
 	}); n != 0 {
-		t.Errorf("LogAppend allocates %v times within capacity", n)
+		t.Errorf("Commit allocates %v times", n)
+	}
+}
+
+// TestLogConstantWork checks a request on a log of 10,000 entries: an
+// admission drops the one entry that left and appends one; a denial finds
+// its wait in the oldest entry.
+func TestLogConstantWork(t *testing.T) {
+	p := Params{Kind: SlidingLog, Rate: 10000, Period: 10000 * sec, Capacity: 10000}
+	var log Log
+	for i := range int64(10000) {
+		exp, r := LogStep(&p, &log, base+i*sec, 1)
+		if !r.Allowed || exp != 0 {
+			t.Fatalf("#%d: %s, %d expired", i, fmtResult(r), exp)
+		}
+		log.Commit(exp, base+i*sec, 1)
+	}
+	exp, r := LogStep(&p, &log, base+10000*sec-1, 1)
+	if r.Allowed || exp != 0 || r.RetryAfter != 1 {
+		t.Fatalf("full log: %s, %d expired", fmtResult(r), exp)
+	}
+	for i := range int64(100) {
+		now := base + (10000+i)*sec
+		exp, r := LogStep(&p, &log, now, 1)
+		if !r.Allowed || exp != 1 {
+			t.Fatalf("#%d: %s, %d expired", i, fmtResult(r), exp)
+		}
+		log.Commit(exp, now, 1)
+	}
+	if len(log.Entries) != 10000 || log.Sum != 10000 {
+		t.Fatalf("%d entries, sum %d", len(log.Entries), log.Sum)
 	}
 }
 

@@ -10,6 +10,7 @@ package algo
 import (
 	"math"
 	"math/big"
+	"slices"
 )
 
 func rat(x int64) *big.Rat     { return new(big.Rat).SetInt64(x) }
@@ -231,14 +232,27 @@ func (w *refWindows) sliding(p *Params, now, n int64) Result {
 	return res
 }
 
-// refLog keeps one timestamp per logged hit, oldest first.
-type refLog struct{ hits []int64 }
+// refLog keeps one timestamp per logged hit, oldest first, and the latest
+// time at which it changed (hits appended or expired hits dropped); a
+// request before that time is judged at it. Every step drops the expired
+// hits, admitted or not, as stores do.
+type refLog struct {
+	hits []int64
+	seen int64
+}
 
 func (l *refLog) step(p *Params, now, n int64) Result {
+	t := max(now, l.seen)
 	var in []int64 // hits in the window, oldest first
-	for _, t := range l.hits {
-		if t > now-p.Period {
-			in = append(in, t)
+	for _, h := range l.hits {
+		if h > t-p.Period {
+			in = append(in, h)
+		}
+	}
+	if len(in) < len(l.hits) {
+		l.hits, l.seen = in, t
+		if len(in) == 0 {
+			l.seen = 0 // an empty log is a fresh one
 		}
 	}
 	var reset int64
@@ -263,15 +277,11 @@ func (l *refLog) step(p *Params, now, n int64) Result {
 		// the hit that must leave last is the (count − (C − n))-th oldest
 		res.RetryAfter = in[count-(p.Capacity-n)-1] + p.Period - now
 	default:
-		at := now
-		if len(in) > 0 {
-			at = max(at, in[len(in)-1])
-		}
-		l.hits = in
+		l.hits, l.seen = slices.Clone(in), t
 		for range n {
-			l.hits = append(l.hits, at)
+			l.hits = append(l.hits, t)
 		}
-		return Result{Allowed: true, Remaining: p.Capacity - count - n, ResetAfter: at + p.Period - now}
+		return Result{Allowed: true, Remaining: p.Capacity - count - n, ResetAfter: t + p.Period - now}
 	}
 	return res
 }

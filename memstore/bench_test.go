@@ -154,3 +154,40 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSlidingLogLong measures one key whose sliding log holds entries
+// hits in its window, each at a time of its own: every request comes as
+// the oldest entry leaves (admitted: one entry dropped, one appended), or
+// twice as often (half of them denied). The work must not grow with the
+// log.
+func BenchmarkSlidingLogLong(b *testing.B) {
+	for _, entries := range []int64{500, 10_000} {
+		for _, c := range []struct {
+			name string
+			step int64 // clock step per request, in periods/entries
+		}{{"admitted", 2}, {"half-denied", 1}} {
+			b.Run(fmt.Sprintf("entries=%d/%s", entries, c.name), func(b *testing.B) {
+				const period = int64(time.Hour)
+				var now atomic.Int64
+				now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+				s := memstore.New(memstore.Config{SweepInterval: -1, Now: func() time.Time { return time.Unix(0, now.Load()) }})
+				defer s.Close()
+				lim := sluice.NewLimiter(s)
+				l := &sluice.Limit{Algorithm: sluice.SlidingLog, Rate: entries, Period: time.Duration(period)}
+				gap := period / entries
+				for range entries {
+					if d, _ := lim.Allow(ctx, "k", l); !d.Allowed {
+						b.Fatal("filling: denied")
+					}
+					now.Add(gap)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					now.Add(gap * c.step / 2)
+					lim.Allow(ctx, "k", l)
+				}
+			})
+		}
+	}
+}

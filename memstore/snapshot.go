@@ -155,8 +155,8 @@ func (s *Store) Snapshot(w io.Writer) error {
 		}
 		for k, ll := range sh.logs {
 			if ll.idle > now {
-				logs = append(logs, logRecord{key: k, idle: ll.idle, from: len(flat), to: len(flat) + len(ll.e)})
-				flat = append(flat, ll.e...)
+				logs = append(logs, logRecord{key: k, idle: ll.idle, from: len(flat), to: len(flat) + len(ll.l.Entries)})
+				flat = append(flat, ll.l.Entries...)
 			}
 		}
 		sh.mu.Unlock()
@@ -400,14 +400,21 @@ func (s *Store) Restore(r io.Reader) error {
 				continue
 			}
 			e := make([]algo.LogEntry, n)
+			var newest int64
 			for i := range e {
 				e[i] = algo.LogEntry{At: d.i64(), N: d.i64()}
+				newest = max(newest, e[i].At)
 			}
+			// The snapshot keeps no Seen: the newest entry's time is the
+			// latest the log surely changed at. Drops made later took only
+			// entries that leave the window before any time after them.
+			l := algo.Log{Entries: e, Seen: newest}
+			l.Recount()
 			sh := &next[s.shardOf(k)]
 			if old, ok := sh.logs[k]; ok {
-				sh.logBytes -= logKeyBytes + int64(cap(old.e))*logEntryBytes
+				sh.logBytes -= logKeyBytes + int64(cap(old.l.Entries))*logEntryBytes
 			}
-			sh.logs[k] = logList{idle: idle, e: e}
+			sh.logs[k] = logList{idle: idle, l: l}
 			sh.logBytes += logKeyBytes + int64(n)*logEntryBytes
 			if b := budget(); b > 0 {
 				trimLogsBudget(sh, k, b, &s.evicted)

@@ -88,7 +88,7 @@ type shard struct {
 // logList is the sliding log of one key.
 type logList struct {
 	idle int64 // the list is empty at and after idle
-	e    []algo.LogEntry
+	l    algo.Log
 }
 
 // Estimates of the memory held by a sliding log: per key (map slot, list
@@ -309,12 +309,13 @@ type op struct {
 	until   int64  // end of an active block_for penalty, 0 if none
 	where   uint8
 	sk      *sketchSlot
-	prev    int             // the previous hit on the same state, or -1
-	base    algo.State      // inTable: the state the hit saw
-	next    algo.State      // inTable: the state if committed
-	log     []algo.LogEntry // inLog: the list the hit saw
-	expired int             // inLog: expired prefix of log
-	pend    int64           // inSketch: cost of earlier hits on the same key
+	prev    int        // the previous hit on the same state, or -1
+	base    algo.State // inTable: the state the hit saw
+	next    algo.State // inTable: the state if committed
+	log     algo.Log   // inLog: the log the hit saw
+	expired int        // inLog: expired prefix of log
+	logDone bool       // inLog, on the first hit of a key: a hit on it committed
+	pend    int64      // inSketch: cost of earlier hits on the same key
 	r       algo.Result
 }
 
@@ -403,11 +404,22 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 		switch {
 		case allowed && o.commits(h.Cost):
 			s.commit(o, h, now)
+			if o.where == inLog {
+				chainHead(ops, i).logDone = true
+			}
 		case !o.r.Allowed && o.until == 0 && o.bk != 0 && h.Cost > 0:
 			// A denial (by an enforced limit, or by a shadow limit that
 			// reports what enforcing it would do) starts a block_for penalty.
 			o.until = addSat(now, int64(h.Limit.BlockFor))
 			s.put(&s.shards[s.shardOf(o.bk)], o.bk, algo.State{A: o.until}, now)
+		}
+	}
+	for i := range ops {
+		// A sliding log on which nothing was logged still drops its
+		// expired entries, so that the next request need not read them
+		// again (see algo.Log.Commit).
+		if o := &ops[i]; o.where == inLog && o.prev < 0 && !o.logDone && o.expired > 0 {
+			s.commitLog(o, now, 0)
 		}
 	}
 	if !allowed {
@@ -473,18 +485,19 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
 	case inLog:
 		switch {
 		case q != nil && q.commits(hits[o.prev].Cost):
-			// The list as the previous hit would leave it, copied so that
-			// the stored list stays untouched until commit.
-			pending := make([]algo.LogEntry, len(q.log), len(q.log)+1)
-			copy(pending, q.log)
-			o.log = algo.LogAppend(pending, q.expired, now, hits[o.prev].Cost)
+			// The log as the previous hit would leave it, its live
+			// entries copied so that the stored log stays untouched until
+			// commit (a request that names one key twice pays for it).
+			o.log = q.log
+			o.log.Entries = append(make([]algo.LogEntry, 0, len(q.log.Entries)+1), q.log.Entries...)
+			o.log.Commit(q.expired, now, hits[o.prev].Cost)
 		case q != nil:
 			o.log = q.log
 		default:
-			o.log = s.shards[s.shardOf(o.k)].logs[o.k].e
+			o.log = s.shards[s.shardOf(o.k)].logs[o.k].l
 		}
 		if o.until == 0 {
-			o.expired, o.r = algo.LogStep(&o.p, o.log, now, h.Cost)
+			o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
 		}
 	case inSketch:
 		if q != nil {
@@ -510,7 +523,7 @@ func (s *Store) peekStored(ops []op, i int, now int64) {
 	case inTable:
 		_, o.r = algo.Step(&o.p, first.base, now, 0)
 	case inLog:
-		_, o.r = algo.LogStep(&o.p, first.log, now, 0)
+		_, o.r = algo.LogStep(&o.p, &first.log, now, 0)
 	case inSketch:
 		o.r = o.sk.s.Check(&o.p, o.k, now, 0)
 	}
@@ -522,21 +535,43 @@ func (s *Store) commit(o *op, h *sluice.Hit, now int64) {
 	case inTable:
 		s.put(&s.shards[s.shardOf(o.k)], o.k, o.next, now)
 	case inLog:
-		sh := &s.shards[s.shardOf(o.k)]
-		ll, ok := sh.logs[o.k]
-		if !ok {
-			sh.logBytes += logKeyBytes
-		}
-		c := cap(ll.e)
-		ll.e = algo.LogAppend(ll.e, o.expired, now, h.Cost)
-		ll.idle = max(ll.idle, addSat(now, o.p.Period))
-		sh.logs[o.k] = ll
-		sh.logBytes += int64(cap(ll.e)-c) * logEntryBytes
-		s.trimLogs(sh, o.k)
+		s.commitLog(o, now, h.Cost)
 	case inSketch:
 		o.sk.s.Add(o.k, now, h.Cost)
 		o.sk.idle = max(o.sk.idle, addSat(now, addSat(o.p.Period, o.p.Period)))
 	}
+}
+
+// commitLog drops the expired entries of hit o's log and appends n hits
+// (n = 0: drops only).
+func (s *Store) commitLog(o *op, now, n int64) {
+	sh := &s.shards[s.shardOf(o.k)]
+	ll, ok := sh.logs[o.k]
+	if !ok {
+		if n <= 0 {
+			return
+		}
+		sh.logBytes += logKeyBytes
+	}
+	c := cap(ll.l.Entries)
+	ll.l.Commit(o.expired, now, n)
+	if len(ll.l.Entries) == 0 {
+		dropLog(sh, o.k)
+		return
+	}
+	ll.idle = max(ll.idle, addSat(ll.l.Newest(), o.p.Period))
+	sh.logs[o.k] = ll
+	sh.logBytes += int64(cap(ll.l.Entries)-c) * logEntryBytes
+	s.trimLogs(sh, o.k)
+}
+
+// chainHead returns the first hit on the same state as hit i.
+func chainHead(ops []op, i int) *op {
+	o := &ops[i]
+	for o.prev >= 0 {
+		o = &ops[o.prev]
+	}
+	return o
 }
 
 // put stores st under k in sh, or deletes k if st is idle at now.
@@ -690,7 +725,7 @@ func trimLogsBudget(sh *shard, keep uint64, b int64, evicted *atomic.Int64) {
 }
 
 func dropLog(sh *shard, k uint64) {
-	sh.logBytes -= logKeyBytes + int64(cap(sh.logs[k].e))*logEntryBytes
+	sh.logBytes -= logKeyBytes + int64(cap(sh.logs[k].l.Entries))*logEntryBytes
 	delete(sh.logs, k)
 }
 

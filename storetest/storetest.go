@@ -182,7 +182,7 @@ func (s suite) trace(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(li), 0x5eed))
 			costs := []int64{0, 1, 1, 1, 1, 2, 3, p.Capacity + 1}
 			var st algo.State
-			var log []algo.LogEntry
+			var log algo.Log
 			for i := range 500 {
 				step := time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
 				// Time goes backwards now and then, but never back across
@@ -190,8 +190,8 @@ func (s suite) trace(t *testing.T) {
 				// an idle state, and then a fresh key is all it can see.
 				now := e.clock.Now().UnixNano()
 				idle := st.A
-				if len(log) > 0 {
-					idle = log[len(log)-1].At + p.Period
+				if len(log.Entries) > 0 {
+					idle = log.Newest() + p.Period
 				}
 				if rng.IntN(25) == 0 && (idle > now || idle == 0) {
 					step = -step
@@ -202,10 +202,12 @@ func (s suite) trace(t *testing.T) {
 				var r algo.Result
 				if l.Algorithm == algo.SlidingLog {
 					var expired int
-					expired, r = algo.LogStep(&p, log, now, n)
-					if r.Allowed && n > 0 {
-						log = algo.LogAppend(log, expired, now, n)
+					expired, r = algo.LogStep(&p, &log, now, n)
+					cost := int64(0)
+					if r.Allowed {
+						cost = n
 					}
+					log.Commit(expired, now, cost)
 				} else {
 					var next algo.State
 					next, r = algo.Step(&p, st, now, n)
