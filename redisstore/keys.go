@@ -33,6 +33,10 @@ func WholeKey(key string) string { return key }
 // where <sk> is the hash of the sketch's identity (the limit's name, rate,
 // period, capacity, width and depth), the slot of all its keys.
 
+// logFormat is the version of the sliding log's list format (take.lua):
+// 2, a header then the entries.
+const logFormat = "log2"
+
 // keyer builds the Redis keys of hits.
 type keyer struct {
 	prefix string
@@ -66,8 +70,14 @@ func (k *keyer) stateKey(h *sluice.Hit, p *algo.Params) string {
 }
 
 // appendID appends the 32 hex digits identifying key under parameters p.
+// A sliding log's identity has a format version: a list in the format of
+// an older version (entries without a header) is another key, never read
+// as this one's.
 func (k *keyer) appendID(b []byte, key string, p *algo.Params) []byte {
 	id := paramBytes(make([]byte, 0, 64+len(key)), p)
+	if p.Kind == algo.SlidingLog {
+		id = append(id, logFormat...)
+	}
 	id = append(id, key...)
 	sum := xxh3.Hash128(id).Bytes()
 	return hex.AppendEncode(b, sum[:])

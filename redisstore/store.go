@@ -571,7 +571,9 @@ type op struct {
 	p     algo.Params
 	slot  uint16 // on a Cluster
 	state string // the state key, or a sketch's meta key
-	args  []string
+	spec  string // the limit's spec (spec.go)
+	req   []byte // the cost
+	cells []uint32
 	keys  []string
 }
 
@@ -616,8 +618,12 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	if s.now != nil {
 		nowArg = strconv.FormatInt(s.now().UnixNano(), 10)
 	}
+	mode := "t"
+	if len(groups) > 1 {
+		mode = "u" // with the undo strings of a refund
+	}
 	for _, g := range groups {
-		g.build(hits, ops, nowArg, "t", nil)
+		g.build(hits, ops, nowArg, mode, nil)
 	}
 	s.run(ctx, c, groups)
 	var failed error
@@ -628,7 +634,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 			continue
 		}
 		for j, i := range g.idx {
-			if g.res[8*j] != "1" && !hits[i].Limit.Shadow {
+			if g.res[j][0] != '1' && !hits[i].Limit.Shadow {
 				allowed = false
 			}
 		}
@@ -642,14 +648,13 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 			if g.err != nil {
 				continue
 			}
-			var undo []string
+			n := len(g.idx)
 			committed := false
 			for j := range g.idx {
-				committed = committed || g.res[8*j+5] == "1"
-				undo = append(undo, g.res[8*j+6], g.res[8*j+7])
+				committed = committed || field(g.res[j], 5) == "1"
 			}
 			if committed {
-				g.build(hits, ops, nowArg, "r", undo)
+				g.build(hits, ops, nowArg, "r", g.res[n:3*n])
 				refunds = append(refunds, g)
 				taken = append(taken, g.res)
 			}
@@ -669,8 +674,8 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 			// report them, the others (denying shadow limits, peeks)
 			// keep their answers.
 			for j, i := range g.idx {
-				if taken[k][8*j] != "1" || hits[i].Cost == 0 {
-					copy(g.res[8*j:8*j+5], taken[k][8*j:8*j+5])
+				if taken[k][j][0] != '1' || hits[i].Cost == 0 {
+					g.res[j] = taken[k][j]
 				}
 			}
 		}
@@ -680,7 +685,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	}
 	for _, g := range groups {
 		for j, i := range g.idx {
-			d, err := decision(&hits[i], &ops[i].p, g.res[8*j:8*j+5])
+			d, err := decision(&hits[i], &ops[i].p, g.res[j])
 			if err != nil {
 				return err
 			}
@@ -696,8 +701,17 @@ func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 	exec := func(g *group) {
 		g.res, g.err = nil, nil
 		arr, err := s.fcall(ctx, c, fnName, g.keys, g.args).AsStrSlice()
-		if err == nil && len(arr) != 8*len(g.idx) {
+		want := len(g.idx)
+		if g.args[0][0] != 't' {
+			want *= 3 // and two undo strings a hit
+		}
+		if err == nil && len(arr) != want {
 			err = fmt.Errorf("script returned %d values for %d hits", len(arr), len(g.idx))
+		}
+		for i := 0; err == nil && i < len(g.idx); i++ {
+			if len(arr[i]) < 2 {
+				err = fmt.Errorf("script returned %q for a hit", arr[i])
+			}
 		}
 		g.res, g.err = arr, err
 	}
@@ -767,30 +781,20 @@ func loadLibrary(ctx context.Context, c *conn) error {
 	return errors.Join(errs...)
 }
 
-// encode fills o with the keys and script arguments of hit h, except prev.
+// encode fills o with the keys of hit h and its spec; its cost, and for a
+// sketch its counters, go in req (prev, which depends on the group, is
+// added by build).
 func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 	o.p = h.Limit.Params()
 	p := &o.p
-	o.args = append(o.args,
-		strconv.Itoa(int(p.Kind)),
-		strconv.FormatInt(p.Rate, 10),
-		strconv.FormatInt(p.Period, 10),
-		strconv.FormatInt(p.Capacity, 10),
-		strconv.FormatInt(p.Interval, 10),
-		strconv.FormatInt(h.Cost, 10),
-		boolArg(h.Limit.Shadow),
-		strconv.FormatInt(int64(h.Limit.BlockFor), 10),
-	)
+	o.spec = specOf(h.Limit, p)
+	o.req = strconv.AppendInt(o.req[:0], h.Cost, 10)
 	if p.Kind == algo.Sketch {
 		meta, k0, k1, block := k.sketchKeys(h, p)
 		o.state = meta
 		o.keys = append(o.keys, meta, k0, k1)
 		w, d := h.Limit.SketchDims()
-		cells := algo.SketchCells(sketchHash(h.Key, p), w, d, nil)
-		o.args = append(o.args, strconv.Itoa(len(cells)))
-		for _, c := range cells {
-			o.args = append(o.args, strconv.FormatUint(uint64(c), 10))
-		}
+		o.cells = algo.SketchCells(sketchHash(h.Key, p), w, d, o.cells[:0])
 		if block != "" {
 			o.keys = append(o.keys, block)
 		}
@@ -807,7 +811,11 @@ func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 // strings of a refund.
 func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []string) {
 	g.keys = g.keys[:0]
-	g.args = append(g.args[:0], now, mode, strconv.Itoa(len(g.idx)))
+	head := mode + " " + strconv.Itoa(len(g.idx))
+	if now != "" {
+		head += " " + now
+	}
+	g.args = append(g.args[:0], head)
 	for j, i := range g.idx {
 		o := &ops[i]
 		prev := 0
@@ -818,36 +826,50 @@ func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []stri
 				break
 			}
 		}
-		g.args = append(g.args, o.args[:8]...)
-		g.args = append(g.args, strconv.Itoa(prev))
-		g.args = append(g.args, o.args[8:]...)
+		req := append(o.req, ' ')
+		req = strconv.AppendInt(req, int64(prev), 10)
+		for _, c := range o.cells {
+			req = append(req, ' ')
+			req = strconv.AppendUint(req, uint64(c), 10)
+		}
+		g.args = append(g.args, o.spec, string(req))
 		g.keys = append(g.keys, o.keys...)
 	}
 	g.args = append(g.args, undo...)
 }
 
-func boolArg(b bool) string {
-	if b {
-		return "1"
+// decision turns the script's answer for one hit, "allowed remaining
+// reset retry left committed" (ns; left: block time left), into a
+// Decision, as memstore does.
+func decision(h *sluice.Hit, p *algo.Params, f string) (sluice.Decision, error) {
+	var n [5]int64
+	rest := f
+	if len(rest) < 2 || rest[1] != ' ' {
+		return sluice.Decision{}, fmt.Errorf("script returned %q", f)
 	}
-	return "0"
-}
-
-// decision turns the script's answer for one hit (allowed, remaining,
-// reset, retry, block time left) into a Decision, as memstore does.
-func decision(h *sluice.Hit, p *algo.Params, f []string) (sluice.Decision, error) {
-	var n [4]int64
+	allowed := rest[0] == '1'
+	rest = rest[2:]
 	for i := range n {
-		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		tok, tail, _ := strings.Cut(rest, " ")
+		v, err := strconv.ParseInt(tok, 10, 64)
 		if err != nil {
-			return sluice.Decision{}, fmt.Errorf("script returned %q: %w", f[i+1], err)
+			return sluice.Decision{}, fmt.Errorf("script returned %q: %w", f, err)
 		}
-		n[i] = v
+		n[i], rest = v, tail
 	}
-	r := algo.Result{Allowed: f[0] == "1", Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2]}
+	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2]}
 	d := h.Limit.Decide(r, p)
 	if left := time.Duration(n[3]); left > 0 {
 		d = d.BlockedFor(left)
 	}
 	return d, nil
+}
+
+// field returns the i-th space-separated field of a hit's answer.
+func field(f string, i int) string {
+	for ; i > 0; i-- {
+		_, f, _ = strings.Cut(f, " ")
+	}
+	tok, _, _ := strings.Cut(f, " ")
+	return tok
 }

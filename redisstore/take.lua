@@ -1,69 +1,141 @@
 -- take.lua: the request function of the Redis store, take(KEYS, ARGV). It
--- is appended to the exact-integer library and the algorithms
--- (redisstore/internal/luasrc), so the tables int and algo are in scope; the
--- store loads the whole as a function library (see store.go), where these
--- definitions run once, not on every call. It mirrors memstore's takeMany: every hit of the
--- request is evaluated first, then, if every enforced hit allows, all are
--- committed; otherwise nothing is consumed, a denying hit with block_for
--- starts its block, and hits that would have allowed report a peek.
+-- is appended to the exact-integer library, the algorithms and their fast
+-- paths (redisstore/internal/luasrc), so the tables int, algo and fast are
+-- in scope; the store loads the whole as a function library (see store.go),
+-- where these definitions run once, not on every call. It mirrors
+-- memstore's takeMany: every hit of the request is evaluated first, then,
+-- if every enforced hit allows, all are committed; otherwise nothing is
+-- consumed, a denying hit with block_for starts its block, and hits that
+-- would have allowed report a peek. Sliding logs drop their expired entries
+-- either way (algo.Log.Commit).
 --
--- ARGV: [1] now in ns ("" = Redis TIME), [2] mode ("t" take, "r" refund),
--- [3] the number of hits, then per hit: kind, rate, period, capacity,
--- interval, cost, shadow (0/1), block_for (ns, 0 = none), prev (1-based
--- index of the previous hit on the same state, 0 = none), and for a sketch
--- the depth and that many counter indexes. In refund mode two undo strings
--- per hit follow the hits (see refund below).
+-- Each hit is decided by fast.lua in plain numbers when its case allows
+-- (the common one), else by algo.lua's exact arithmetic; both give the same
+-- answers and write the same states.
+--
+-- ARGV: [1] "mode hits [now]": the mode ("t" take, "u" take and return
+-- undo strings, "r" refund), the number of hits, and now in ns (absent:
+-- Redis TIME); then two per hit: its spec (the limit: see spec.go; parsed once and cached) and "cost
+-- prev" (prev: 1-based index of the previous hit on the same state, 0 =
+-- none), followed for a sketch by its counter indexes. In refund mode two
+-- undo strings per hit follow the hits (see refund below).
 --
 -- KEYS per hit: the state key (a string, or a list for sliding_log), or for
--- a sketch its meta key and the two window keys; then the block key if
--- block_for > 0.
+-- a sketch its meta key and the two window keys; then the block key if the
+-- limit has block_for.
 --
--- Reply: 8 strings per hit: allowed, remaining, reset, retry (ns), block
--- time left (ns, 0 = not blocked), committed (0/1), and two undo strings.
+-- Reply: a string per hit, "allowed remaining reset retry left committed"
+-- (ns; left: block time left, 0 = not blocked), and in modes "u" and "r"
+-- then two undo strings per hit.
 
 local X = int
-local step, log_step, log_append = algo.step, algo.log_step, algo.log_append
+local step, log_step, log_commit = algo.step, algo.log_step, algo.log_commit
 local slide_result, sketch_window = algo.slide_result, algo.sketch_window
 local add_sat, zero_limit = algo.add_sat, algo.zero_limit
 local MAXSWC = int.MAX_SLIDING_WINDOW_CAPACITY
 local NS_PER_MS = 1000000
 local MAXU32 = 4294967295
+local E9 = 1000000000
+local tonumber, format, match, concat = tonumber, string.format, string.match, table.concat
+local call = redis.call
 
 -- When the caller supplies now (tests, with a clock of their own), Redis
 -- still expires keys on its own clock: an hour more keeps a state alive
 -- for as long as the caller's clock needs it.
 local TTL_SLACK = 0 -- set by take for each call
 
-local function ttl_ms(at, now)
+-- ttl_ms is the time to live of a state idle at now + d (d in ns, a plain
+-- number): whole milliseconds, rounded up, as a string (Redis would
+-- format a number with %.17g, which costs more).
+local function ttl_ms(d)
+  local q = fast.dmc(d, NS_PER_MS) + TTL_SLACK
+  if q < 1 then q = 1 end
+  return format('%d', q)
+end
+
+-- ttl_ms_x is ttl_ms for an exact idle time at and now.
+local function ttl_ms_x(at, now)
   local q = X.add(X.divceil(X.sub(at, now), NS_PER_MS), TTL_SLACK)
   if X.lt(q, 1) then q = 1 end
   return X.str(q)
 end
+
+-- str formats a result's number: plain, or int.lua's (int.NEVER included).
+local function str(x)
+  if x + 0 == x then return format('%d', x) end
+  return X.str(x)
+end
+
+-- specs caches the parsed specs by their string: a limit's spec is the same
+-- on every call, and parsing it costs more than a decision.
+local specs, nspecs = {}, 0
+
+-- spec parses "kind rate period cap interval shadow block_for class a b c
+-- d" (see spec.go): the exact Params for algo.lua, and the fast path's
+-- quantities for the class (W window, G gcra, D discrete, L log, - none).
+local function spec(s)
+  local sp = specs[s]
+  if sp then return sp end
+  local f, k = {}, 0
+  for w in string.gmatch(s, '%S+') do
+    k = k + 1
+    f[k] = w
+  end
+  local kind = tonumber(f[1])
+  sp = {
+    kind = kind,
+    p = {kind = kind, rate = X.parse(f[2]), period = X.parse(f[3]), cap = X.parse(f[4]), interval = X.parse(f[5])},
+    shadow = f[6] == '1',
+    blockfor = X.parse(f[7]),
+    cls = f[8],
+    rate = tonumber(f[2]), -- plain: rates and capacities are at most 2^44
+    cap = tonumber(f[4]),
+  }
+  sp.block = not X.eq(sp.blockfor, 0)
+  local a, b, c, d = tonumber(f[9]), tonumber(f[10]), tonumber(f[11]), tonumber(f[12])
+  if sp.cls == 'W' then
+    sp.wk, sp.wn, sp.per, sp.c, sp.us = a, b, c, math.min(sp.cap, MAXSWC), d == 1
+  elseif sp.cls == 'G' then
+    sp.R, sp.Pp, sp.tolp, sp.g = a, b, c, d
+  elseif sp.cls == 'D' then
+    sp.a, sp.ik, sp.iN, sp.iv = a, b, c, d
+  elseif sp.cls == 'L' then
+    sp.per = a
+  end
+  if nspecs >= 4096 then specs, nspecs = {}, 0 end
+  specs[s] = sp
+  nspecs = nspecs + 1
+  return sp
+end
+
+-- reqs caches the parsed "cost prev [counters]" of hits: a few strings
+-- ("1 0") make almost every call without a sketch, and a sketch's key
+-- comes back with the same counters.
+local reqs, nreqs = {}, 0
 
 local function zero_state(kind)
   if kind == 4 then return {a = 0, prev = 0, curr = 0} end
   return {a = 0, b = 0}
 end
 
--- read_state returns the state of a table key as the algorithms see it (an
--- idle state is a fresh key) and the raw value.
-local function read_state(kind, key, now)
-  local v = redis.call('GET', key)
-  if not v then return zero_state(kind), '' end
+-- parse_state returns the state of a raw table value as the algorithms see
+-- it (an idle state is a fresh key).
+local function parse_state(kind, v, now)
+  if not v then return zero_state(kind) end
   if kind == 4 then
-    local a, pv, cu = string.match(v, '^(%d+) (%d+) (%d+)$')
+    local a, pv, cu = match(v, '^(%d+) (%d+) (%d+)$')
     if a then
       a = X.parse(a)
-      if X.lt(now, a) then return {a = a, prev = X.parse(pv), curr = X.parse(cu)}, v end
+      if X.lt(now, a) then return {a = a, prev = X.parse(pv), curr = X.parse(cu)} end
     end
   else
-    local a, b = string.match(v, '^(%d+) (%d+)$')
+    local a, b = match(v, '^(%d+) (%d+)$')
     if a then
       a = X.parse(a)
-      if X.lt(now, a) then return {a = a, b = X.parse(b)}, v end
+      if X.lt(now, a) then return {a = a, b = X.parse(b)} end
     end
   end
-  return zero_state(kind), v
+  return zero_state(kind)
 end
 
 local function encode_state(kind, st)
@@ -74,27 +146,92 @@ local function encode_state(kind, st)
 end
 
 -- write_raw stores a raw state value with the TTL of its idle-at time, or
--- deletes the key when the value is empty or already idle.
--- a is the value's idle-at time when the caller knows it, else nil.
-local function write_raw(key, v, now, a)
-  if v ~= '' then
-    if not a then a = X.parse(string.match(v, '^(%d+)') or '') end
+-- deletes the key when the value is empty or already idle (refunds).
+local function write_raw(key, v, now)
+  if v and v ~= '' then
+    local a = X.parse(match(v, '^(%d+)') or '')
     if a and X.lt(now, a) then
-      redis.call('SET', key, v, 'PX', ttl_ms(a, now))
+      call('SET', key, v, 'PX', ttl_ms_x(a, now))
       return
     end
   end
-  redis.call('DEL', key)
+  call('DEL', key)
 end
 
+-- Sliding logs are lists: a header "cnt sum seen nat nn" (the number of
+-- entries, their total, the log's Seen time, the newest entry's time and
+-- count), then the entries "at n", oldest first.
+
+local function parse_header(v)
+  if not v then return nil end
+  local cnt, sum, seen, nat, nn = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not cnt then return nil end
+  return {cnt = cnt, sum = sum, seen = seen, nat = nat, nn = nn}
+end
+
+-- read_log reads a whole log for algo.log_step: {entries=, sum=, seen=}.
 local function read_log(key)
-  local raw = redis.call('LRANGE', key, 0, -1)
+  local raw = call('LRANGE', key, 0, -1)
+  local h = parse_header(raw[1])
   local es = {}
-  for i = 1, #raw do
-    local at, n = string.match(raw[i], '^(%d+) (%d+)$')
+  if not h then return {entries = es, sum = 0, seen = 0, junk = raw[1] ~= nil} end
+  for i = 2, #raw do
+    local at, n = match(raw[i], '^(%d+) (%d+)$')
     if at then es[#es + 1] = {at = X.parse(at), n = X.parse(n)} end
   end
-  return es
+  return {entries = es, sum = X.parse(h.sum), seen = X.parse(h.seen)}
+end
+
+-- write_log applies a commit to a log list: drop the first e entries, put
+-- the header hdr, then append: "m" (merge: the last entry becomes ent),
+-- "a" (append ent) or nil; existed says whether the list exists, ttl
+-- (ms) renews its expiry when set; existed nil: a list to replace. A log
+-- left empty is deleted.
+local function write_log(key, existed, e, left, hdr, op, ent, ttl)
+  if left == 0 and not op then
+    call('DEL', key)
+    return
+  end
+  if not existed then
+    if existed == nil then call('DEL', key) end -- a list that is no log
+    call('RPUSH', key, hdr, ent)
+  else
+    if e > 0 then
+      call('LSET', key, e, hdr)
+      call('LTRIM', key, e, -1)
+    else
+      call('LSET', key, 0, hdr)
+    end
+    if op == 'm' then
+      call('LSET', key, -1, ent)
+    elseif op == 'a' then
+      call('RPUSH', key, ent)
+    end
+  end
+  if ttl then call('PEXPIRE', key, ttl) end
+end
+
+-- commit_log_x writes log2 = log_commit(log, e, now, n) of the exact path.
+local function commit_log_x(key, log, e, now, n, per)
+  local log2, changed = log_commit(log, e, now, n)
+  if not changed then return end
+  local es = log2.entries
+  local left = #es
+  if left == 0 then
+    call('DEL', key)
+    return
+  end
+  local last = es[left]
+  local hdr = left .. ' ' .. X.str(log2.sum) .. ' ' .. X.str(log2.seen) .. ' ' .. X.str(last.at) .. ' ' .. X.str(last.n)
+  local op, ent, ttl
+  if not X.eq(n, 0) then
+    ent = X.str(last.at) .. ' ' .. X.str(last.n)
+    if left == #log.entries - e then op = 'm' else op = 'a' end
+    ttl = ttl_ms_x(add_sat(last.at, per), now)
+  end
+  local existed = #log.entries > 0
+  if log.junk then existed = nil end
+  write_log(key, existed, e, left, hdr, op, ent, ttl)
 end
 
 -- window_parity returns 0 or 1: which of the sketch's two window keys holds
@@ -105,14 +242,11 @@ local function window_parity(ws, per)
   return r
 end
 
-local function bitfield_read(key, cells)
-  local args = {'BITFIELD_RO', key}
-  for i = 1, #cells do
-    args[#args + 1] = 'GET'
-    args[#args + 1] = 'u32'
-    args[#args + 1] = '#' .. cells[i]
-  end
-  local vals = redis.call(unpack(args))
+-- bitfield_read returns the least of the counters that rd (BITFIELD_RO
+-- arguments, the key left blank) names in key, and their values.
+local function bitfield_read(key, rd)
+  rd[2] = key
+  local vals = call(unpack(rd))
   local m = MAXU32
   for i = 1, #vals do
     if vals[i] < m then m = vals[i] end
@@ -120,81 +254,14 @@ local function bitfield_read(key, cells)
   return m, vals
 end
 
--- read_meta returns a sketch's latest window start (nil if none) and its
--- write sequence number, from its meta key: "start seq".
+-- read_meta returns a sketch's latest window start (a decimal string, nil
+-- if none) and its write sequence number, from its meta key: "start seq".
 local function read_meta(key)
-  local v = redis.call('GET', key)
+  local v = call('GET', key)
   if not v then return nil, 0 end
-  local ws, seq = string.match(v, '^(%d+) (%d+)$')
+  local ws, seq = match(v, '^(%d+) (%d+)$')
   if not ws then return nil, 0 end
-  return X.parse(ws), tonumber(seq)
-end
-
--- sketch_prepare brings the sketch's windows forward to now (as
--- CMSketch.rotate does on every Check) and records on o the keys of the
--- evaluation window and its start and elapsed time.
-local function sketch_prepare(o, now)
-  local per = o.p.period
-  local start, seq = read_meta(o.meta)
-  local ws, e, rel = sketch_window(per, start, now)
-  local cur
-  if rel == 'back' then cur = start else cur = ws end
-  o.parity = window_parity(cur, per)
-  if o.parity == 0 then
-    o.curk, o.prevk = o.k0, o.k1
-  else
-    o.curk, o.prevk = o.k1, o.k0
-  end
-  if rel == 'next' then
-    redis.call('DEL', o.curk)
-  elseif rel == 'reset' then
-    redis.call('DEL', o.k0, o.k1)
-  end
-  if rel == 'next' or rel == 'reset' then
-    redis.call('SET', o.meta, X.str(ws) .. ' ' .. seq, 'PX', ttl_ms(add_sat(now, add_sat(per, per)), now))
-  end
-  o.ws, o.e = ws, e
-end
-
-local function sketch_check(o, now, n)
-  local p = o.p
-  local per = p.period
-  if X.eq(p.rate, 0) then
-    return zero_limit(n, X.sub(add_sat(o.ws, per), now))
-  end
-  local curr = bitfield_read(o.curk, o.cells)
-  local prev = bitfield_read(o.prevk, o.cells)
-  return slide_result(per, X.min(p.cap, MAXSWC), now, n, prev, curr, o.ws, o.e)
-end
-
--- sketch_add counts n hits of o's key in the current window with the
--- conservative update, and returns the undo strings of a refund: the
--- sketch's meta value after this add, and the window's parity
--- followed by every changed counter and its old value.
-local function sketch_add(o, now, n)
-  local est, vals = bitfield_read(o.curk, o.cells)
-  local add = MAXU32
-  if X.lt(n, MAXU32) then add = n end
-  local target = math.min(est + add, MAXU32)
-  local args = {'BITFIELD', o.curk}
-  local undo = {tostring(o.parity)}
-  for i = 1, #o.cells do
-    if vals[i] < target then
-      args[#args + 1] = 'SET'
-      args[#args + 1] = 'u32'
-      args[#args + 1] = '#' .. o.cells[i]
-      args[#args + 1] = tostring(target)
-      undo[#undo + 1] = o.cells[i] .. ':' .. vals[i]
-    end
-  end
-  if #args > 2 then redis.call(unpack(args)) end
-  local ttl = ttl_ms(add_sat(now, add_sat(o.p.period, o.p.period)), now)
-  local start, seq = read_meta(o.meta)
-  seq = seq + 1
-  local meta = X.str(start or o.ws) .. ' ' .. seq
-  redis.call('SET', o.meta, meta, 'PX', ttl)
-  redis.call('PEXPIRE', o.curk, ttl)
-  return meta, table.concat(undo, ' ')
+  return ws, tonumber(seq)
 end
 
 -- fields splits a raw state value into its numbers (as strings).
@@ -215,59 +282,100 @@ local function refund_window(o, cur, before, after)
   local took = X.parse(w[idx])
   if b[1] == w[1] then took = X.sub(took, X.parse(b[idx])) end
   c[idx] = X.str(X.sub(X.parse(c[idx]), took))
-  redis.call('SET', o.key, table.concat(c, ' '), 'KEEPTTL')
+  call('SET', o.key, concat(c, ' '), 'KEEPTTL')
 end
 
 local function commits(o)
-  return o.r.allowed and not X.eq(o.cost, 0) and not o.untl
+  return o.r.allowed and o.cost ~= 0 and not o.blocked
 end
 
+local BLOCKED = {allowed = false, remaining = 0, reset = 0, retry = 0}
+
+local fast_table = {[0] = fast.fixed, [2] = fast.gcra, [3] = fast.gcra, [4] = fast.sliding}
+
 -- take decides one request; see the top of this file.
-local function take(KEYS, ARGV)
-  if ARGV[1] ~= '' then TTL_SLACK = 3600000 else TTL_SLACK = 0 end
-  local now
-  if ARGV[1] ~= '' then
-    now = X.parse(ARGV[1])
-  else
-    local t = redis.call('TIME')
-    now = X.add(X.mul(X.parse(t[1]), 1000000000), X.mul(X.parse(t[2]), 1000))
-  end
+-- The clock of the call in progress: now = S*1e9 + F (S nil outside the
+-- fast path's domain), and now exact (int.lua), made on demand by now_x.
+local S, F, now
+
+-- now_x returns now exact, for the exact path.
+local function now_x()
+  if not now then now = X.add(X.mul(S, E9), F) end
   if not X.lt(now, X.MAXI64) then now = X.sub(X.MAXI64, 1) end
-  local mode = ARGV[2]
-  local nhits = tonumber(ARGV[3])
+  return now
+end
+
+local function take(KEYS, ARGV)
+  S, F, now = nil, nil, nil
+  local head = ARGV[1]
+  local mode = string.sub(head, 1, 1)
+  local sp1 = string.find(head, ' ', 3, true)
+  local nhits
+  if sp1 then
+    local given = string.sub(head, sp1 + 1)
+    nhits = tonumber(string.sub(head, 3, sp1 - 1))
+    TTL_SLACK = 3600000
+    S, F = fast.clock(given)
+    now = X.parse(given)
+    now_x()
+  else
+    nhits = tonumber(string.sub(head, 3))
+    TTL_SLACK = 0
+    local t = call('TIME')
+    S, F = tonumber(t[1]), tonumber(t[2]) * 1000
+    if S < 1000000000 or S >= 9000000000 then
+      now = X.add(X.mul(X.parse(t[1]), E9), F)
+      S = nil
+      now_x()
+    end
+  end
 
   local ops = {}
-  local a, k = 4, 1
+  local a, k = 2, 1
+  local chained = false
   for i = 1, nhits do
-    local kind = tonumber(ARGV[a])
-    local o = {
-      kind = kind,
-      p = {kind = kind, rate = X.parse(ARGV[a + 1]), period = X.parse(ARGV[a + 2]),
-           cap = X.parse(ARGV[a + 3]), interval = X.parse(ARGV[a + 4])},
-      cost = X.parse(ARGV[a + 5]),
-      shadow = ARGV[a + 6] == '1',
-      blockfor = X.parse(ARGV[a + 7]),
-      prev = tonumber(ARGV[a + 8]),
-    }
-    a = a + 9
+    local sp = spec(ARGV[a])
+    local req = ARGV[a + 1]
+    a = a + 2
+    local rq = reqs[req]
+    if not rq then
+      local cost, prev, rest = match(req, '^(%d+) (%d+) ?(.*)$')
+      rq = {tonumber(cost), tonumber(prev)}
+      if rest ~= '' then
+        -- A sketch's counters, and the arguments that read them.
+        local cells = fields(rest)
+        local rd = {'BITFIELD_RO', ''}
+        for j = 1, #cells do
+          rd[#rd + 1] = 'GET'
+          rd[#rd + 1] = 'u32'
+          rd[#rd + 1] = '#' .. cells[j]
+        end
+        rq[3], rq[4] = cells, rd
+      end
+      if nreqs >= 16384 then reqs, nreqs = {}, 0 end
+      reqs[req] = rq
+      nreqs = nreqs + 1
+    end
+    local o = {sp = sp, kind = sp.kind, p = sp.p, cost = rq[1], prev = rq[2], shadow = sp.shadow}
     if mode == 'r' then o.cost = 0 end
-    if kind == 6 then
-      local depth = tonumber(ARGV[a])
-      o.cells = {}
-      for j = 1, depth do o.cells[j] = ARGV[a + j] end
-      a = a + depth + 1
+    if o.prev > 0 then chained = true end
+    if sp.kind == 6 then
+      o.cells, o.rd = rq[3], rq[4]
       o.meta, o.k0, o.k1 = KEYS[k], KEYS[k + 1], KEYS[k + 2]
       k = k + 3
     else
       o.key = KEYS[k]
       k = k + 1
     end
-    if not X.eq(o.blockfor, 0) then
+    if sp.block then
       o.bkey = KEYS[k]
       k = k + 1
     end
     ops[i] = o
   end
+  -- The fast path takes hits on their own; a request naming a state twice
+  -- takes the exact path, which chains them.
+  local fastok = S and not chained and mode ~= 'r'
 
   -- refund ---------------------------------------------------------------------
   --
@@ -280,11 +388,12 @@ local function take(KEYS, ARGV)
   -- otherwise they stay.
 
   if mode == 'r' then
+    now_x()
     for i = nhits, 1, -1 do
       local o = ops[i]
       local before, after = ARGV[a + 2 * (i - 1)], ARGV[a + 2 * (i - 1) + 1]
       if o.kind <= 4 and after ~= '' then
-        local cur = redis.call('GET', o.key)
+        local cur = call('GET', o.key)
         if cur == after then
           write_raw(o.key, before, now)
         elseif cur and (o.kind == 0 or o.kind == 4) then
@@ -295,8 +404,8 @@ local function take(KEYS, ARGV)
         -- number) after the take's add; if no add and no rotation came
         -- since, put the counters back and step the number back.
         local start, seq = read_meta(o.meta)
-        if start and redis.call('GET', o.meta) == before then
-          local parity, cells = string.match(after, '^(%d) ?(.*)$')
+        if start and call('GET', o.meta) == before then
+          local parity, cells = match(after, '^(%d) ?(.*)$')
           local key = o.k0
           if parity == '1' then key = o.k1 end
           local args = {'BITFIELD', key}
@@ -306,23 +415,40 @@ local function take(KEYS, ARGV)
             args[#args + 1] = '#' .. cell
             args[#args + 1] = old
           end
-          if #args > 2 then redis.call(unpack(args)) end
-          redis.call('SET', o.meta, X.str(start) .. ' ' .. (seq - 1), 'KEEPTTL')
+          if #args > 2 then call(unpack(args)) end
+          call('SET', o.meta, start .. ' ' .. (seq - 1), 'KEEPTTL')
         end
       elseif o.kind == 5 and before ~= '' then
-        -- before: the time of the entry the hits went into; after: their number
-        local raw = redis.call('LRANGE', o.key, 0, -1)
-        for j = #raw, 1, -1 do
-          local at, n = string.match(raw[j], '^(%d+) (%d+)$')
-          if at == before then
-            local left = X.sub(X.parse(n), X.parse(after))
-            if X.eq(left, 0) then
-              redis.call('LSET', o.key, j - 1, '-')
-              redis.call('LREM', o.key, 1, '-')
-            else
-              redis.call('LSET', o.key, j - 1, at .. ' ' .. X.str(left))
+        -- before: the time of the entry the hits went into; after: their
+        -- number. Take them off it (and off the header's total).
+        local raw = call('LRANGE', o.key, 0, -1)
+        local h = parse_header(raw[1])
+        if h then
+          for j = #raw, 2, -1 do
+            local at, n = match(raw[j], '^(%d+) (%d+)$')
+            if at == before then
+              local took = X.parse(after)
+              local left = X.sub(X.parse(n), took)
+              local cnt = tonumber(h.cnt)
+              local nat, nn = h.nat, h.nn
+              if X.eq(left, 0) then
+                call('LSET', o.key, j - 1, '-')
+                call('LREM', o.key, 1, '-')
+                cnt = cnt - 1
+                if j == #raw then
+                  if j > 2 then nat, nn = match(raw[j - 1], '^(%d+) (%d+)$') else nat, nn = '0', '0' end
+                end
+              else
+                call('LSET', o.key, j - 1, at .. ' ' .. X.str(left))
+                if j == #raw then nn = X.str(left) end
+              end
+              if cnt == 0 then
+                call('DEL', o.key)
+              else
+                call('LSET', o.key, 0, cnt .. ' ' .. X.str(X.sub(X.parse(h.sum), took)) .. ' ' .. h.seen .. ' ' .. nat .. ' ' .. nn)
+              end
+              break
             end
-            break
           end
         end
       end
@@ -334,53 +460,210 @@ local function take(KEYS, ARGV)
   local allowed = true
   for i = 1, nhits do
     local o = ops[i]
+    local sp = o.sp
     if o.bkey then
-      local v = redis.call('GET', o.bkey)
+      local v = call('GET', o.bkey)
       if v then
-        local u = X.parse(v)
-        if X.lt(now, u) then o.untl = u end
+        local d = fastok and fast.rel(v, S, F)
+        if d then
+          if d > 0 then o.blocked, o.left = true, d end
+        else
+          local u = X.parse(v)
+          if u and X.lt(now_x(), u) then o.blocked, o.left = true, X.sub(u, now) end
+        end
       end
     end
     local q = nil
     if o.prev > 0 then q = ops[o.prev] end
+    local done = false
     if o.kind <= 4 then
-      if q and commits(q) then
-        o.base, o.raw = q.next, q.written
-      elseif q then
-        o.base, o.raw = q.base, q.raw
-      else
-        o.base, o.raw = read_state(o.kind, o.key, now)
+      if fastok then
+        local fn = fast_table[o.kind]
+        if o.kind == 1 then
+          if sp.cls == 'D' then fn = fast.discrete elseif sp.cls == 'G' then fn = fast.gcra else fn = nil end
+        elseif (o.kind == 2 or o.kind == 3) and sp.cls ~= 'G' then
+          fn = nil
+        elseif (o.kind == 0 or o.kind == 4) and sp.cls ~= 'W' then
+          fn = nil
+        end
+        if fn and o.blocked then
+          o.r, done = BLOCKED, true
+        elseif fn then
+          o.raw = call('GET', o.key)
+          local r, w, ttl = fn(sp, o.raw, S, F, o.cost)
+          if r then
+            o.r, o.written, o.ttl, o.fast, done = r, w, ttl, fn, true
+          end
+        end
       end
-      if o.untl then
-        o.r = {allowed = false, remaining = 0, reset = 0, retry = 0}
-      else
-        o.next, o.r = step(o.p, o.base, now, o.cost)
-        if commits(o) then o.written = encode_state(o.kind, o.next) end
+      if not done then
+        now_x()
+        if q and commits(q) then
+          o.base, o.raw = q.next, q.written
+        elseif q then
+          o.base, o.raw = q.base, q.raw
+        else
+          if o.raw == nil then o.raw = call('GET', o.key) end
+          o.base = parse_state(o.kind, o.raw, now)
+        end
+        if o.blocked then
+          o.r = BLOCKED
+        else
+          o.next, o.r = step(o.p, o.base, now, o.cost)
+          if commits(o) then o.written = encode_state(o.kind, o.next) end
+        end
       end
     elseif o.kind == 5 then
-      if q and commits(q) then
-        o.log = log_append(q.log, q.expired, now, q.cost)
-      elseif q then
-        o.log = q.log
-      else
-        o.log = read_log(o.key)
+      if o.blocked then
+        -- A blocked key's log is not read, and drops nothing.
+        o.r, o.expired, done = BLOCKED, 0, true
+        if not fastok then o.log = read_log(o.key) end
+      elseif fastok and sp.cls == 'L' then
+        -- Read the header and the oldest entries; more only as needed.
+        local raw = call('LRANGE', o.key, 0, 2)
+        local h = nil
+        local ok = true
+        if raw[1] then
+          local hs = parse_header(raw[1])
+          if hs then
+            h = {cnt = tonumber(hs.cnt), sum = tonumber(hs.sum), seen = fast.rel(hs.seen, S, F),
+                 nat = fast.rel(hs.nat, S, F), nn = tonumber(hs.nn), hs = hs}
+            if #hs.sum > 15 or #hs.nn > 15 or not h.seen or not h.nat then ok = false end
+          else
+            ok = false
+          end
+        end
+        if ok then
+          local got = #raw - 1
+          local cache = {}
+          local function get(j)
+            if j > got then
+              local more = call('LRANGE', o.key, got + 1, got + got + 2)
+              for m = 1, #more do raw[got + 1 + m] = more[m] end
+              got = #raw - 1
+              if j > got then return nil end
+            end
+            local c = cache[j]
+            if c then return c[1], c[2] end
+            local at, n = match(raw[j + 1], '^(%d+) (%d+)$')
+            if not at or #n > 15 then return nil end
+            local d = fast.rel(at, S, F)
+            if not d then return nil end
+            n = tonumber(n)
+            cache[j] = {d, n}
+            return d, n
+          end
+          local r, e, t = fast.log_step(sp, h, get, S, F, o.cost)
+          if r then
+            o.r, o.expired, o.t, o.h, o.get, o.fast, done = r, e, t, h, get, true, true
+          end
+        end
       end
-      if o.untl then
-        o.r = {allowed = false, remaining = 0, reset = 0, retry = 0}
-      else
+      if not done then
+        now_x()
+        if q and commits(q) then
+          o.log = log_commit(q.log, q.expired, now, q.cost)
+        elseif q then
+          o.log = q.log
+        else
+          o.log = read_log(o.key)
+        end
         o.expired, o.r = log_step(o.p, o.log, now, o.cost)
       end
     else
+      -- A sketch: its windows are brought forward to now (as
+      -- CMSketch.rotate does on every Check), then the request is checked
+      -- against the key's estimates in them.
       o.pend = 0
       if q then
         o.pend = q.pend
-        if commits(q) then o.pend = X.add(o.pend, q.cost) end
+        if commits(q) then o.pend = o.pend + q.cost end
       end
-      sketch_prepare(o, now)
-      if o.untl then
-        o.r = {allowed = false, remaining = 0, reset = 0, retry = 0}
+      local start, seq = read_meta(o.meta)
+      o.seq = seq
+      local per = o.p.period
+      local e, wsr, rel
+      if fastok and sp.cls == 'W' then
+        e, wsr, rel = fast.sketch_window(sp, start, S, F)
+      end
+      if rel then
+        if rel == 'back' then o.ws_s = start else o.ws_s = fast.abs(S, F, wsr) end
+        o.parity = fast.parity(sp, o.ws_s)
       else
-        o.r = sketch_check(o, now, X.add(o.cost, o.pend))
+        now_x()
+        local st = nil
+        if start then st = X.parse(start) end
+        local ws
+        ws, e, rel = sketch_window(per, st, now)
+        local cur = ws
+        if rel == 'back' then cur = st end
+        o.ws_s = X.str(ws)
+        o.parity = window_parity(cur, per)
+        o.wsx, o.ex = ws, e
+      end
+      if o.parity == 0 then
+        o.curk, o.prevk = o.k0, o.k1
+      else
+        o.curk, o.prevk = o.k1, o.k0
+      end
+      if rel == 'next' then
+        call('DEL', o.curk)
+      elseif rel == 'reset' then
+        call('DEL', o.k0, o.k1)
+      end
+      local ttl2
+      if o.ex then
+        ttl2 = ttl_ms_x(add_sat(now, add_sat(per, per)), now)
+      else
+        ttl2 = ttl_ms(sp.per + sp.per)
+      end
+      o.ttl2 = ttl2
+      o.start = start
+      if rel == 'next' or rel == 'reset' then
+        call('SET', o.meta, o.ws_s .. ' ' .. seq, 'PX', ttl2)
+        o.start = o.ws_s
+      end
+      if o.blocked then
+        o.r = BLOCKED
+      else
+        local n = o.cost + o.pend
+        local prev, curr = 0, 0
+        if not (sp.rate == 0) then
+          -- Windows just cleared hold nothing: no need to read them.
+          if rel ~= 'next' and rel ~= 'reset' then
+            curr, o.vals = bitfield_read(o.curk, o.rd)
+          else
+            o.vals = {}
+            for j = 1, #o.cells do o.vals[j] = 0 end
+          end
+          if rel ~= 'reset' then
+            prev = bitfield_read(o.prevk, o.rd)
+          end
+        end
+        if o.ex then
+          if sp.rate == 0 then
+            o.r = zero_limit(n, X.sub(add_sat(o.wsx, per), now))
+          else
+            o.r = slide_result(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, o.wsx, o.ex)
+          end
+        else
+          if sp.rate == 0 then
+            if n == 0 then
+              o.r = {allowed = true, remaining = 0, reset = wsr + sp.per, retry = 0}
+            else
+              o.r = {allowed = false, remaining = 0, reset = wsr + sp.per, retry = X.NEVER}
+            end
+          else
+            o.r = fast.slide(sp, prev, curr, e, wsr, n)
+            if not o.r then
+              now_x()
+              local ws = X.parse(o.ws_s)
+              o.wsx, o.ex = ws, e
+              o.r = slide_result(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, ws, e)
+            end
+          end
+        end
+        o.sk = {e = e, wsr = wsr, prev = prev, curr = curr}
       end
     end
     if not o.r.allowed and not o.shadow then allowed = false end
@@ -388,36 +671,148 @@ local function take(KEYS, ARGV)
 
   -- commit ---------------------------------------------------------------------
 
+  local touched = {} -- the sketches (meta keys) added to
   for i = 1, nhits do
     local o = ops[i]
-    o.undo1, o.undo2 = '', ''
     if allowed and commits(o) then
       o.committed = true
       if o.kind <= 4 then
         o.undo1, o.undo2 = o.raw, o.written
-        write_raw(o.key, o.written, now, o.next.a)
-      elseif o.kind == 5 then
-        local keep = #o.log - o.expired
-        if o.expired > 0 then redis.call('LTRIM', o.key, o.expired, -1) end
-        local last = o.log[#o.log]
-        local at
-        if keep > 0 and X.le(now, last.at) then
-          at = last.at
-          redis.call('LSET', o.key, -1, X.str(at) .. ' ' .. X.str(add_sat(last.n, o.cost)))
+        if o.fast and o.ttl then
+          call('SET', o.key, o.written, 'PX', ttl_ms(o.ttl))
+        elseif o.fast then
+          -- The same window as the stored state: its TTL is already the
+          -- window's end.
+          call('SET', o.key, o.written, 'KEEPTTL')
         else
-          at = now
-          redis.call('RPUSH', o.key, X.str(now) .. ' ' .. X.str(o.cost))
+          write_raw(o.key, o.written, now)
         end
-        redis.call('PEXPIRE', o.key, ttl_ms(add_sat(at, o.p.period), now))
-        o.undo1, o.undo2 = X.str(at), X.str(o.cost)
+      elseif o.kind == 5 then
+        if o.fast then
+          -- drop o.expired entries, then append at t
+          local h, e, t, n = o.h, o.expired, o.t, o.cost
+          local sum = 0
+          local cnt = 0
+          if h then
+            cnt, sum = h.cnt, h.sum
+            for j = 1, e do
+              local _, kk = o.get(j)
+              sum = sum - kk
+              if sum < 0 then sum = 0 end
+            end
+          end
+          local left = cnt - e
+          local ts = fast.abs(S, F, t)
+          local hdr, op, ent
+          if left > 0 and h.nat == t then
+            ent = ts .. ' ' .. format('%d', h.nn + n)
+            hdr = left .. ' ' .. format('%d', sum + n) .. ' ' .. ts .. ' ' .. ent
+            op = 'm'
+          else
+            ent = ts .. ' ' .. format('%d', n)
+            hdr = (left + 1) .. ' ' .. format('%d', sum + n) .. ' ' .. ts .. ' ' .. ent
+            op = 'a'
+          end
+          write_log(o.key, h ~= nil, e, left + 1, hdr, op, ent, ttl_ms(t + o.sp.per))
+          o.undo1, o.undo2 = ts, format('%d', n)
+        else
+          local log2 = log_commit(o.log, o.expired, now, o.cost)
+          commit_log_x(o.key, o.log, o.expired, now, o.cost, o.p.period)
+          local last = log2.entries[#log2.entries]
+          o.undo1, o.undo2 = X.str(last.at), X.str(o.cost)
+        end
+        o.logdone = true
       else
-        o.undo1, o.undo2 = sketch_add(o, now, o.cost)
+        -- Count the hits in the current window with the conservative
+        -- update; the undo strings of a refund are the sketch's meta value
+        -- after this add, and the window's parity followed by every changed
+        -- counter and its old value.
+        -- What evaluate read stands unless another hit of this request
+        -- added to the sketch since.
+        local est, vals, start, seq
+        if touched[o.meta] or not o.vals then
+          est, vals = bitfield_read(o.curk, o.rd)
+          start, seq = read_meta(o.meta)
+        else
+          vals, start, seq = o.vals, o.start, o.seq
+          est = MAXU32
+          for j = 1, #vals do
+            if vals[j] < est then est = vals[j] end
+          end
+        end
+        touched[o.meta] = true
+        local add = MAXU32
+        if o.cost < MAXU32 then add = o.cost end
+        local target = math.min(est + add, MAXU32)
+        local ts = format('%d', target)
+        local args = {'BITFIELD', o.curk}
+        local undo = mode ~= 't' and {tostring(o.parity)}
+        local fresh = true -- every counter 0: the key may be new, without a TTL
+        for j = 1, #o.cells do
+          local v = vals[j]
+          if v > 0 then fresh = false end
+          if v < target then
+            args[#args + 1] = 'SET'
+            args[#args + 1] = 'u32'
+            args[#args + 1] = o.rd[3 * j + 2]
+            args[#args + 1] = ts
+            if undo then undo[#undo + 1] = o.cells[j] .. ':' .. v end
+          end
+        end
+        if #args > 2 then call(unpack(args)) end
+        local meta = (start or o.ws_s) .. ' ' .. (seq + 1)
+        -- The meta key's TTL was set when the window began (a rotation
+        -- writes it), two periods on: as long as the window matters.
+        call('SET', o.meta, meta, 'KEEPTTL')
+        if fresh then call('PEXPIRE', o.curk, o.ttl2) end
+        if undo then o.undo1, o.undo2 = meta, concat(undo, ' ') end
       end
-    elseif not o.r.allowed and not o.untl and o.bkey and not X.eq(o.cost, 0) then
+    elseif not o.r.allowed and not o.blocked and o.bkey and o.cost ~= 0 then
       -- A denial (by an enforced limit, or by a shadow limit that reports
       -- what enforcing it would do) starts a block_for penalty.
-      o.untl = add_sat(now, o.blockfor)
-      redis.call('SET', o.bkey, X.str(o.untl), 'PX', ttl_ms(o.untl, now))
+      local bf = o.sp.blockfor
+      if fastok and bf + 0 == bf and bf < fast.P52 then
+        o.blocked, o.left = true, bf
+        call('SET', o.bkey, fast.abs(S, F, bf), 'PX', ttl_ms(bf))
+      else
+        now_x()
+        local u = add_sat(now, bf)
+        o.blocked, o.left = true, X.sub(u, now)
+        call('SET', o.bkey, X.str(u), 'PX', ttl_ms_x(u, now))
+      end
+    end
+  end
+
+  -- Sliding logs on which nothing was logged still drop their expired
+  -- entries (algo.Log.Commit), so that the next request need not read them.
+  for i = 1, nhits do
+    local o = ops[i]
+    if o.kind == 5 and o.prev == 0 and o.expired and o.expired > 0 then
+      local logged = false
+      for j = i, nhits do
+        local p = ops[j]
+        if p.logdone then
+          local f = p
+          while f.prev > 0 do f = ops[f.prev] end
+          if f == o then logged = true end
+        end
+      end
+      if not logged then
+        if o.fast then
+          local h, e = o.h, o.expired
+          local sum = h.sum
+          for j = 1, e do
+            local _, kk = o.get(j)
+            sum = sum - kk
+            if sum < 0 then sum = 0 end
+          end
+          local left = h.cnt - e
+          local hdr = left .. ' ' .. format('%d', sum) .. ' ' .. fast.abs(S, F, o.t) .. ' ' .. h.hs.nat .. ' ' .. h.hs.nn
+          write_log(o.key, true, e, left, hdr, nil, nil, nil)
+        else
+          commit_log_x(o.key, o.log, o.expired, now, 0, o.p.period)
+        end
+      end
     end
   end
 
@@ -426,17 +821,30 @@ local function take(KEYS, ARGV)
     -- it stands, as a peek at what the first hit on its state saw.
     for i = 1, nhits do
       local o = ops[i]
-      if o.r.allowed and not o.untl and not X.eq(o.cost, 0) then
+      if o.r.allowed and not o.blocked and o.cost ~= 0 then
         local first = o
         while first.prev > 0 do first = ops[first.prev] end
         if o.kind <= 4 then
-          local _, r = step(o.p, first.base, now, 0)
-          o.r = r
+          if o.fast then
+            o.r = o.fast(o.sp, o.raw, S, F, 0)
+          else
+            local _, r = step(o.p, first.base, now, 0)
+            o.r = r
+          end
         elseif o.kind == 5 then
-          local _, r = log_step(o.p, first.log, now, 0)
-          o.r = r
+          if o.fast then
+            o.r = fast.log_step(o.sp, o.h, o.get, S, F, 0)
+          else
+            local _, r = log_step(o.p, first.log, now, 0)
+            o.r = r
+          end
         else
-          o.r = sketch_check(o, now, 0)
+          local sk = o.sk
+          if o.ex then
+            o.r = slide_result(o.p.period, X.min(o.p.cap, MAXSWC), now, 0, sk.prev, sk.curr, o.wsx, o.ex)
+          else
+            o.r = fast.slide(o.sp, sk.prev, sk.curr, sk.e, sk.wsr, 0)
+          end
         end
       end
     end
@@ -446,20 +854,24 @@ local function take(KEYS, ARGV)
   for i = 1, nhits do
     local o = ops[i]
     local r = o.r
-    local left = '0'
-    if o.untl then left = X.str(X.sub(o.untl, now)) end
-    local ok = '0'
-    if r.allowed and not o.untl then ok = '1' end
-    local c = '0'
-    if o.committed then c = '1' end
-    out[#out + 1] = ok
-    out[#out + 1] = X.str(r.remaining)
-    out[#out + 1] = X.str(r.reset)
-    out[#out + 1] = X.str(r.retry)
-    out[#out + 1] = left
-    out[#out + 1] = c
-    out[#out + 1] = o.undo1
-    out[#out + 1] = o.undo2
+    local ok = 0
+    if r.allowed and not o.blocked then ok = 1 end
+    local left = 0
+    if o.blocked then left = o.left end
+    local c = 0
+    if o.committed then c = 1 end
+    local rem, rst, rty = r.remaining, r.reset, r.retry
+    if rem + 0 == rem and rst + 0 == rst and rty + 0 == rty and left + 0 == left then
+      out[i] = format('%d %d %d %d %d %d', ok, rem, rst, rty, left, c)
+    else
+      out[i] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
+    end
+  end
+  if mode ~= 't' then
+    for i = 1, nhits do
+      out[#out + 1] = ops[i].undo1 or ''
+      out[#out + 1] = ops[i].undo2 or ''
+    end
   end
   return out
 end

@@ -11,8 +11,8 @@
 -- int.eq) for never. Functions never modify their arguments.
 --
 --   algo.step(p, st, now, n) -> st2, r          kinds 0-4 (Step)
---   algo.log_step(p, entries, now, n) -> expired, r    (LogStep)
---   algo.log_append(entries, expired, now, n) -> entries2 (LogAppend)
+--   algo.log_step(p, log, now, n) -> expired, r        (LogStep)
+--   algo.log_commit(log, expired, now, n) -> log2, changed (Log.Commit)
 --   algo.slide_result(per, c, now, n, prev, curr, ws, e) -> r (CMSketch.Check)
 --   algo.sketch_window(per, start, now) -> ws, e, rel (CMSketch.rotate)
 --   algo.add_sat(a, b), algo.align_down(t, per), algo.clamp_now(now),
@@ -339,43 +339,31 @@ do
 		return st, zero_limit(n, 0)
 	end
 
-	-- algo.log_step(p, entries, now, n) -> expired, r evaluates a request
-	-- against a sliding log (algo.LogStep): entries is an array of
-	-- {at=, n=}, oldest first; expired (a plain number) counts the leading
-	-- entries out of the window.
-	function algo.log_step(p, entries, now, n)
+	-- algo.log_step(p, log, now, n) -> expired, r evaluates a request
+	-- against a sliding log (algo.LogStep): log is {entries=, sum=, seen=},
+	-- entries an array of {at=, n=}, oldest first; expired (a plain number)
+	-- counts the leading entries out of the window at t = max(now, seen).
+	function algo.log_step(p, log, now, n)
 		now = clamp_now(now)
 		local per = p.period
 		if per == 0 then
 			return 0, zero_limit(n, 0)
 		end
-		local k = #entries
+		local es = log.entries
+		local k = #es
+		local t = imax(now, log.seen)
+		local sum = log.sum
 		local expired = 0
-		if not lt(now, per) then
-			local cut = sub(now, per)
-			while expired < k and le(entries[expired + 1].at, cut) do
+		if not lt(t, per) then
+			local cut = sub(t, per)
+			while expired < k and le(es[expired + 1].at, cut) do
+				sum = sub(sum, es[expired + 1].n) -- saturates at 0
 				expired = expired + 1
-			end
-		end
-		local sum, newest = 0, 0
-		for i = expired + 1, k do
-			local en = entries[i]
-			-- sum + x is false when either is a big value (int.lua's
-			-- metatable), and exact when below 2^53.
-			local x, at = en.n, en.at
-			local t = sum + x
-			if t and t < P53 then
-				sum = t
-			else
-				sum = add_sat(sum, x)
-			end
-			if lt(newest, at) then
-				newest = at
 			end
 		end
 		local reset = 0
 		if k > expired then
-			reset = sub(add_sat(newest, per), now)
+			reset = sub(add_sat(es[k].at, per), now)
 		end
 		if p.rate == 0 then
 			return expired, zero_limit(n, reset)
@@ -392,51 +380,67 @@ do
 			local drop = sub(sum, room)
 			local gone, at = 0, 0
 			for i = expired + 1, k do
-				local en = entries[i]
-				gone = add_sat(gone, en.n)
-				at = imax(at, en.at)
+				local en = es[i]
+				gone, at = add_sat(gone, en.n), imax(at, en.at)
 				if not lt(gone, drop) then
 					break
 				end
 			end
-			local t = add_sat(at, per)
+			local u = add_sat(at, per)
 			local retry = NEVER
-			if not eq(t, MAXI64) then
-				retry = sub(t, now)
+			if not eq(u, MAXI64) then
+				retry = sub(u, now)
 			end
 			return expired, { allowed = false, remaining = have, reset = reset, retry = retry }
 		end
 		return expired, {
 			allowed = true,
 			remaining = sub(room, sum),
-			reset = sub(add_sat(imax(now, newest), per), now),
+			reset = sub(add_sat(t, per), now),
 			retry = 0,
 		}
 	end
 
-	-- algo.log_append(entries, expired, now, n) -> entries2 records an
-	-- allowed request (algo.LogAppend) in a new array, leaving entries and
-	-- its entry tables unchanged; n == 0 returns entries itself.
-	function algo.log_append(entries, expired, now, n)
-		if n == 0 then
-			return entries
-		end
-		local k = #entries
+	-- algo.log_commit(log, expired, now, n) -> log2, changed drops the
+	-- first expired entries and appends n hits at max(now, seen)
+	-- (Log.Commit), in new tables, leaving log unchanged; log2 is log
+	-- itself when nothing changes. A log left empty is fresh (seen 0).
+	function algo.log_commit(log, expired, now, n)
+		local es = log.entries
+		local k = #es
 		if expired > k then
 			expired = k
 		end
-		local out, m = {}, 0
-		for i = expired + 1, k do
-			m = m + 1
-			out[m] = entries[i]
+		if expired == 0 and n == 0 then
+			return log, false
 		end
 		now = clamp_now(now)
-		if m > 0 and le(now, out[m].at) then
+		local t = imax(now, log.seen)
+		local out, m, sum = {}, 0, log.sum
+		if expired == k then
+			sum = 0
+		else
+			for i = 1, expired do
+				sum = sub(sum, es[i].n)
+			end
+			for i = expired + 1, k do
+				m = m + 1
+				out[m] = es[i]
+			end
+		end
+		if n == 0 then
+			if m == 0 then
+				return { entries = out, sum = 0, seen = 0 }, true
+			end
+			return { entries = out, sum = sum, seen = t }, true
+		end
+		sum = add_sat(sum, n)
+		if m > 0 and le(t, out[m].at) then
 			out[m] = { at = out[m].at, n = add_sat(out[m].n, n) }
 		else
-			out[m + 1] = { at = now, n = n }
+			out[m + 1] = { at = t, n = n }
 		end
-		return out
+		return { entries = out, sum = sum, seen = t }, true
 	end
 
 	-- algo.slide_result(per, c, now, n, prev, curr, ws, e) -> r decides a

@@ -1,6 +1,7 @@
 package luasrc_test
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -362,46 +363,51 @@ func fmtEntries(es []algo.LogEntry) string {
 	return strings.Join(parts, ",")
 }
 
-// logTrace generates a trace of algo.LogStep and LogAppend.
+// logTrace generates a trace of algo.LogStep and Log.Commit.
 func logTrace(r *rand.Rand) *trace {
 	p := genParams(r, algo.SlidingLog)
 	if r.IntN(2) == 0 {
 		p.Capacity = between(r, 0, 20) // a log that fills up
 	}
 	now := genStart(r, p.Period)
-	var es []algo.LogEntry
+	var log algo.Log
 	for range r.IntN(6) {
 		at := subSat(now, between(r, 0, 2*min(p.Period, maxI/2)))
 		if r.IntN(4) == 0 {
 			at = addSat(now, between(r, 0, min(p.Period, maxI/2)))
 		}
-		es = append(es, algo.LogEntry{At: at, N: genN(r, p.Capacity)})
+		log.Entries = append(log.Entries, algo.LogEntry{At: at, N: genN(r, p.Capacity)})
 	}
 	if r.IntN(2) == 0 {
-		// Sorted, as LogAppend keeps it; otherwise as it comes.
-		for i := 1; i < len(es); i++ {
-			for j := i; j > 0 && es[j].At < es[j-1].At; j-- {
-				es[j], es[j-1] = es[j-1], es[j]
-			}
+		// Sorted, as Commit keeps it; otherwise as it comes.
+		slices.SortFunc(log.Entries, func(a, b algo.LogEntry) int { return cmp.Compare(a.At, b.At) })
+	}
+	log.Recount()
+	if len(log.Entries) > 0 {
+		log.Seen = log.Newest()
+		if r.IntN(3) == 0 {
+			log.Seen = addSat(log.Seen, between(r, 0, min(p.Period, maxI/2)))
 		}
 	}
 	var in strings.Builder
-	fmt.Fprintf(&in, "%s %d", fmtParams(p), len(es))
-	for _, e := range es {
+	fmt.Fprintf(&in, "%s %d %d", fmtParams(p), log.Seen, len(log.Entries))
+	for _, e := range log.Entries {
 		fmt.Fprintf(&in, " %d %d", e.At, e.N)
 	}
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
 		n := genN(r, p.Capacity)
-		before := slices.Clone(es)
-		expired, res := algo.LogStep(&p, es, now, n)
+		before := fmt.Sprintf("seen %d sum %d [%s]", log.Seen, log.Sum, fmtEntries(log.Entries))
+		expired, res := algo.LogStep(&p, &log, now, n)
+		cost := int64(0)
 		if res.Allowed {
-			es = algo.LogAppend(es, expired, now, n)
+			cost = n
 		}
+		log.Commit(expired, now, cost)
 		fmt.Fprintf(&in, " %d %d", now, n)
 		now0 := now
-		tr.step(fmt.Sprintf("%d %s %s", expired, fmtResult(res), fmtEntries(es)), func() string {
-			return fmt.Sprintf("params %+v log [%s] now %d n %d", p, fmtEntries(before), now0, n)
+		tr.step(fmt.Sprintf("%d %s %d %d %s", expired, fmtResult(res), log.Seen, log.Sum, fmtEntries(log.Entries)), func() string {
+			return fmt.Sprintf("params %+v log %s now %d n %d", p, before, now0, n)
 		})
 		now = genNext(r, now, p.Period, p.Rate)
 	}
@@ -410,7 +416,7 @@ func logTrace(r *rand.Rand) *trace {
 }
 
 // TestLog runs random traces of the sliding log through algo.LogStep and
-// LogAppend and through algo.log_step and log_append.
+// Log.Commit and through algo.log_step and log_commit.
 func TestLog(t *testing.T) {
 	t.Parallel()
 	runRandom(t, newDriver(t), 10, "log", logTrace)

@@ -15,7 +15,11 @@
 // saturation at math.MaxInt64, all exact. algo.lua defines algo.step,
 // algo.log_step, algo.log_append, algo.slide_result and algo.sketch_window
 // on these integers; the comments at the top of each file and of each
-// function give the exact API.
+// function give the exact API. fast.lua computes the common cases in plain
+// numbers (times relative to now, the quantities of a limit prepared by
+// the Go side), where absolute nanosecond times would be limbs, and
+// answers nil outside its domain; within it, it answers exactly as
+// algo.lua does.
 //
 // Both files are one chunk of local definitions (Redis forbids globals):
 // a script is [Lib] followed by its own code, which sees the local tables
@@ -31,8 +35,8 @@
 // while a library loads sees only the redis table, not type, math or
 // string (see functionLib in the tests).
 //
-// The package imports only the standard library; its tests import algo
-// and internal/redistest.
+// The package imports algo (for Spec) and the standard library; its tests
+// import internal/redistest.
 package luasrc
 
 import _ "embed"
@@ -43,5 +47,9 @@ var intLua string
 //go:embed algo.lua
 var algoLua string
 
-// Lib is int.lua and algo.lua, the prefix of every script that uses them.
-var Lib = intLua + "\n" + algoLua
+//go:embed fast.lua
+var fastLua string
+
+// Lib is int.lua, algo.lua and fast.lua, the prefix of every script that
+// uses them.
+var Lib = intLua + "\n" + algoLua + "\n" + fastLua

@@ -19,7 +19,7 @@ local function words(s)
 end
 
 local MT = getmetatable(int.MAXI64)
-local floor, format = math.floor, string.format
+local floor, format, match = math.floor, string.format, string.match
 
 -- canonical reports whether x is in int.lua's canonical form.
 local function canonical(x)
@@ -143,35 +143,219 @@ function cases.step(w)
 	return table.concat(lines, "\n")
 end
 
--- log: "kind rate period cap interval k (at n)*k (now n)..." -> one line a
--- step: expired, the result, and the log after it.
+-- log: "kind rate period cap interval seen k (at n)*k (now n)..." -> one
+-- line a step: expired, the result, then the log after its commit (every
+-- step commits: the expired entries go, the hits of an allowed one are
+-- logged): "seen sum" and its entries.
 function cases.log(w)
 	local p = params(w)
-	local k = w[6]
+	local seen, k = w[6], w[7]
 	local es = {}
-	local i = 7
+	local sum = 0
+	local i = 8
 	for j = 1, k do
 		es[j] = { at = w[i], n = w[i + 1] }
+		sum = int.add_sat(sum, w[i + 1])
 		i = i + 2
 	end
+	local log = { entries = es, sum = sum, seen = seen }
 	local lines = {}
 	while w[i] do
 		local now, n = w[i], w[i + 1]
 		i = i + 2
-		local before = entries_str(es)
-		local expired, r = algo.log_step(p, es, now, n)
+		local before = entries_str(log.entries) .. s(log.sum, log.seen)
+		local expired, r = algo.log_step(p, log, now, n)
 		local line = s(expired) .. " " .. result(r)
+		local cost = 0
 		if r.allowed then
-			local es2 = algo.log_append(es, expired, now, n)
-			if n == 0 and es2 ~= es then
-				line = line .. " COPIED"
-			end
-			if entries_str(es) ~= before then
-				line = line .. " MUTATED"
-			end
-			es = es2
+			cost = n
 		end
-		lines[#lines + 1] = line .. " " .. entries_str(es)
+		local log2 = algo.log_commit(log, expired, now, cost)
+		if entries_str(log.entries) .. s(log.sum, log.seen) ~= before then
+			line = line .. " MUTATED"
+		end
+		log = log2
+		lines[#lines + 1] = line .. " " .. s(log.seen, log.sum) .. " " .. entries_str(log.entries)
+	end
+	return table.concat(lines, "\n")
+end
+
+-- The fast paths take their words unparsed: decimal strings and plain
+-- numbers.
+local function fwords(c)
+	local t = {}
+	for x in string.gmatch(c, "%S+") do
+		t[#t + 1] = x
+	end
+	return t
+end
+
+-- fspec parses a spec as take.lua does, for the fast path's functions.
+local function fspec(s)
+	local f = fwords(s)
+	local sp = { kind = tonumber(f[1]), rate = tonumber(f[2]), cap = tonumber(f[4]), cls = f[8] }
+	local a, b, c, d = tonumber(f[9]), tonumber(f[10]), tonumber(f[11]), tonumber(f[12])
+	if sp.cls == "W" then
+		sp.wk, sp.wn, sp.per, sp.c, sp.us = a, b, c, math.min(sp.cap, int.MAX_SLIDING_WINDOW_CAPACITY), d == 1
+	elseif sp.cls == "G" then
+		sp.R, sp.Pp, sp.tolp, sp.g = a, b, c, d
+	elseif sp.cls == "D" then
+		sp.a, sp.ik, sp.iN, sp.iv = a, b, c, d
+	elseif sp.cls == "L" then
+		sp.per = a
+	end
+	return sp, f
+end
+
+local function fnum(x)
+	if x + 0 == x then
+		return format("%d", x)
+	end
+	return str(x)
+end
+
+local function fresult(r)
+	return (r.allowed and "1 " or "0 ") .. fnum(r.remaining) .. " " .. fnum(r.reset) .. " " .. fnum(r.retry)
+end
+
+local fastfn = { [0] = fast.fixed, [2] = fast.gcra, [3] = fast.gcra, [4] = fast.sliding }
+
+-- fstep: "spec|state|now n|now n|..." (state "-" for none) runs a trace
+-- of one key through the fast path of its kind, falling back to algo.step
+-- where it answers nil, as take.lua does; one line a step: "f" (fast) or
+-- "x" (exact), the result, and the state string after the step ("-": none).
+-- A fast step's time to live must be its state's idle-at time less now.
+function cases.fstep(c)
+	local parts = {}
+	for x in string.gmatch(c, "[^|]+") do
+		parts[#parts + 1] = x
+	end
+	local sp, f = fspec(parts[1])
+	local p = { kind = sp.kind, rate = parse(f[2]), period = parse(f[3]), cap = parse(f[4]), interval = parse(f[5]) }
+	local fn = fastfn[sp.kind]
+	if sp.kind == 1 then
+		fn = (sp.cls == "D" and fast.discrete) or (sp.cls == "G" and fast.gcra) or nil
+	elseif sp.cls == "-" then
+		fn = nil
+	end
+	local v = parts[2]
+	if v == "-" then
+		v = nil
+	end
+	local lines = {}
+	for j = 3, #parts do
+		local nw, ns = match(parts[j], "^(%d+) (%d+)$")
+		local n = tonumber(ns)
+		local S, F = fast.clock(nw)
+		local r, w, ttl
+		if fn and S then
+			r, w, ttl = fn(sp, v, S, F, n)
+		end
+		local tag = "f"
+		if r then
+			if w then
+				-- The time to live is the new state's idle-at time, or
+				-- nil when it is the stored state's.
+				local d = fast.rel(match(w, "^(%d+)"), S, F)
+				if ttl ~= d and (ttl ~= nil or not v or match(v, "^(%d+)") ~= match(w, "^(%d+)")) then
+					tag = "TTL"
+				end
+				v = w
+			end
+		else
+			tag = "x"
+			local now = parse(nw)
+			local st
+			if sp.kind == 4 then
+				st = { a = 0, prev = 0, curr = 0 }
+				if v then
+					local a, pv, cu = match(v, "^(%d+) (%d+) (%d+)$")
+					if int.lt(now, parse(a)) then
+						st = { a = parse(a), prev = parse(pv), curr = parse(cu) }
+					end
+				end
+			else
+				st = { a = 0, b = 0 }
+				if v then
+					local a, b = match(v, "^(%d+) (%d+)$")
+					if int.lt(now, parse(a)) then
+						st = { a = parse(a), b = parse(b) }
+					end
+				end
+			end
+			local st2
+			st2, r = algo.step(p, st, now, n)
+			if r.allowed and n ~= 0 then
+				v = state_str(st2, sp.kind)
+			end
+		end
+		lines[#lines + 1] = tag .. " " .. fresult(r) .. " " .. (v or "-")
+	end
+	return table.concat(lines, "\n")
+end
+
+-- flog: "spec|seen sum|at n|...|#|now n|now n|..." runs a trace of one
+-- sliding log through fast.log_step (relative times, entries read on
+-- demand), falling back to algo.log_step where it answers nil, and commits
+-- with algo.log_commit; one line a step: "f" or "x", expired, the result.
+function cases.flog(c)
+	local parts = {}
+	for x in string.gmatch(c, "[^|]+") do
+		parts[#parts + 1] = x
+	end
+	local sp, f = fspec(parts[1])
+	local p = { kind = 5, rate = parse(f[2]), period = parse(f[3]), cap = parse(f[4]), interval = 0 }
+	local seen, sum = match(parts[2], "^(%d+) (%d+)$")
+	local log = { entries = {}, sum = parse(sum), seen = parse(seen) }
+	local j = 3
+	while parts[j] ~= "#" do
+		local at, n = match(parts[j], "^(%d+) (%d+)$")
+		log.entries[#log.entries + 1] = { at = parse(at), n = parse(n) }
+		j = j + 1
+	end
+	local lines = {}
+	for k = j + 1, #parts do
+		local nw, ns = match(parts[k], "^(%d+) (%d+)$")
+		local n = tonumber(ns)
+		local S, F = fast.clock(nw)
+		local r, e
+		local es = log.entries
+		if sp.cls == "L" and S and (#es == 0 or true) then
+			local h = nil
+			local ok = true
+			if #es > 0 then
+				local last = es[#es]
+				h = { cnt = #es, sum = tonumber(str(log.sum)), seen = fast.rel(str(log.seen), S, F), nat = fast.rel(str(last.at), S, F) }
+				if not h.seen or not h.nat or not h.sum or h.sum >= 2 ^ 52 then
+					ok = false
+				end
+			end
+			if ok then
+				local function get(i)
+					local en = es[i]
+					if not en then
+						return nil
+					end
+					local d = fast.rel(str(en.at), S, F)
+					if not d then
+						return nil
+					end
+					return d, tonumber(str(en.n))
+				end
+				r, e = fast.log_step(sp, h, get, S, F, n)
+			end
+		end
+		local tag = "f"
+		if not r then
+			tag = "x"
+			e, r = algo.log_step(p, log, parse(nw), n)
+		end
+		local cost = 0
+		if r.allowed then
+			cost = n
+		end
+		log = algo.log_commit(log, e, parse(nw), cost)
+		lines[#lines + 1] = tag .. " " .. format("%d", e) .. " " .. fresult(r)
 	end
 	return table.concat(lines, "\n")
 end
@@ -259,15 +443,17 @@ end
 function cases.benchlog(w)
 	local p = { kind = 5, rate = w[1], period = w[2], cap = w[3], interval = 0 }
 	local now, dt, n = w[4], w[5], w[6]
-	local es = {}
+	local log = { entries = {}, sum = 0, seen = 0 }
 	local allowed = 0
 	for _ = 1, w[7] do
 		now = int.add(now, dt)
-		local expired, r = algo.log_step(p, es, now, n)
+		local expired, r = algo.log_step(p, log, now, n)
+		local cost = 0
 		if r.allowed then
-			es = algo.log_append(es, expired, now, n)
+			cost = n
 			allowed = allowed + 1
 		end
+		log = algo.log_commit(log, expired, now, cost)
 	end
 	return str(allowed)
 end
@@ -275,7 +461,7 @@ end
 local run = cases[mode] or error("unknown mode " .. tostring(mode))
 local out = {}
 for j = 2, #ARGV do
-	if mode == "parse" then
+	if mode == "parse" or mode == "fstep" or mode == "flog" then
 		out[j - 1] = run(ARGV[j])
 	else
 		out[j - 1] = run(words(ARGV[j]))

@@ -1,0 +1,555 @@
+-- fast.lua: the common cases of the algorithms in plain Lua numbers, for
+-- the Redis store's hot path. algo.lua computes on nanosecond times (about
+-- 2^60.6 today) with int.lua's exact integers, where every absolute time is
+-- a table of limbs; most of a decision's cost went there. Here a time is
+-- split into whole seconds S and nanoseconds F (now = S*1e9 + F), the
+-- stored absolute times are read relative to now, and every quantity is a
+-- plain number below 2^52, exact in a double. A function returns nil
+-- whenever its case leaves that domain (a time more than 52 days from now,
+-- a product too large, time gone backwards across windows, a state no
+-- algorithm writes), and the caller then takes the exact path of algo.lua.
+-- Within its domain every function returns exactly what algo.lua (and Go's
+-- algo) returns, bit for bit; the differential tests hold them to it.
+--
+-- A spec (see redisstore's spec.go) carries what the Go side computed
+-- exactly for a limit: the window class (a period of whole seconds, or one
+-- dividing a second), the GCRA quantities scaled by gcd(Rate, Period), the
+-- tokens per tick of a discrete bucket. Results are {allowed=, remaining=,
+-- reset=, retry=} with plain numbers, retry = int.NEVER for never. A new
+-- state is returned as the string to store, with its time to live in ns.
+--
+--   fast.clock(s) -> S, F        a decimal ns time, nil outside the domain
+--   fast.rel(a, S, F) -> d       a decimal ns time minus now, or nil
+--   fast.abs(S, F, d) -> string  now + d (0 <= d < 2^52) in decimal ns
+--   fast.fixed, fast.gcra, fast.discrete, fast.sliding
+--                  (sp, v, S, F, n) -> r, state, ttl_ns   (kinds 0-4;
+--                  ttl_ns nil: the stored state's time to live stands)
+--   fast.sketch_window(sp, start, S, F) -> e, wsr, rel
+--   fast.parity(sp, t) -> 0 or 1          floor(t/Period) mod 2
+--   fast.slide(sp, prev, curr, e, wsr, n) -> r, fits
+--   fast.log_step(sp, h, get, S, F, n) -> r, expired, t
+local fast = {}
+do
+	local floor, tonumber, sub, match, format = math.floor, tonumber, string.sub, string.match, string.format
+	local NEVER = int.NEVER
+	local E9 = 1000000000
+	local P52 = 4503599627370496 -- every plain quantity stays below 2^52
+	local MINS = 1000000000 -- seconds: times before 2001 take the exact path
+	local MAXS = 9000000000 -- seconds: and times after 2255
+	local SPAN = 4500000 -- seconds within which a time relative to now is below 2^52 ns
+
+	-- dm returns floor(a/b) and a mod b for integers 0 <= a, 1 <= b with
+	-- a + b < 2^53, exactly: the double quotient corrected by one.
+	local function dm(a, b)
+		local q = floor(a / b)
+		local r = a - q * b
+		if r < 0 then
+			q, r = q - 1, r + b
+		elseif r >= b then
+			q, r = q + 1, r - b
+		end
+		return q, r
+	end
+
+	-- dmc returns ceil(a/b) under dm's conditions.
+	local function dmc(a, b)
+		local q, r = dm(a, b)
+		if r > 0 then
+			return q + 1
+		end
+		return q
+	end
+
+	local function zero_limit(n, reset)
+		if n == 0 then
+			return { allowed = true, remaining = 0, reset = reset, retry = 0 }
+		end
+		return { allowed = false, remaining = 0, reset = reset, retry = NEVER }
+	end
+
+	-- clock splits a decimal ns time into S and F.
+	function fast.clock(s)
+		local n = #s
+		if n < 10 or n > 19 then
+			return nil
+		end
+		local S, F = tonumber(sub(s, 1, n - 9)), tonumber(sub(s, n - 8))
+		if not S or S < MINS or S >= MAXS then
+			return nil
+		end
+		return S, F
+	end
+
+	-- rel returns the decimal ns time a minus now (S, F), or nil when a
+	-- is more than SPAN seconds from now.
+	local function rel(a, S, F)
+		local n = #a
+		if n < 10 or n > 19 then
+			return nil
+		end
+		local ds = tonumber(sub(a, 1, n - 9)) - S
+		if ds > SPAN or ds < -SPAN then
+			return nil
+		end
+		return ds * E9 + (tonumber(sub(a, n - 8)) - F)
+	end
+	fast.rel = rel
+
+	-- abs returns now + d in decimal ns, for 0 <= d < 2^52.
+	local function abs(S, F, d)
+		local q, f = dm(F + d, E9)
+		return format("%d%09d", S + q, f)
+	end
+	fast.abs = abs
+
+	-- into returns the time elapsed in the epoch-aligned window of the
+	-- spec's period (wk whole seconds, or wn ns dividing a second) that
+	-- holds now, or nil when the period is of neither kind.
+	local function into(wk, wn, S, F)
+		if wk > 0 then
+			local _, r = dm(S, wk)
+			return r * E9 + F
+		end
+		if wn > 0 then
+			local _, r = dm(F, wn)
+			return r
+		end
+		return nil
+	end
+
+	-- ab splits a stored "A B" state: A − now (nil when A is not a time
+	-- of the domain) and B (a string), or nothing when v is no such state.
+	local function ab(v, S, F)
+		if not v then
+			return false
+		end
+		local as, af, b = match(v, "^(%d+)(%d%d%d%d%d%d%d%d%d) (%d+)$")
+		if not as then
+			if match(v, "^%d+ %d+$") then
+				return nil -- a time before 2001
+			end
+			return false
+		end
+		local ds = tonumber(as) - S
+		if ds > SPAN or ds < -SPAN then
+			return nil
+		end
+		return ds * E9 + (tonumber(af) - F), b
+	end
+
+	-- small returns a stored count no algorithm state exceeds as a number,
+	-- or nil beyond 15 digits.
+	local function small(s)
+		if #s > 15 then
+			return nil
+		end
+		return tonumber(s)
+	end
+
+	-- fixed is algo.step for a fixed window (fixedWindow): sp.wk or sp.wn,
+	-- sp.per, sp.rate, sp.cap.
+	function fast.fixed(sp, v, S, F, n)
+		local e = into(sp.wk, sp.wn, S, F)
+		if not e then
+			return nil
+		end
+		local reset = sp.per - e
+		local count = 0
+		local d, b = ab(v, S, F)
+		if d == nil then
+			return nil
+		end
+		if d then
+			if d > 0 then
+				count = small(b)
+				if d > reset or not count then
+					return nil -- a later window (time went backwards)
+				end
+			end
+		end
+		if sp.rate == 0 then
+			return zero_limit(n, reset)
+		end
+		local cap = sp.cap
+		local have = cap - count
+		if have < 0 then
+			have = 0
+		end
+		if n == 0 then
+			return { allowed = true, remaining = have, reset = reset, retry = 0 }
+		end
+		if n > cap then
+			return { allowed = false, remaining = have, reset = reset, retry = NEVER }
+		end
+		if count > cap - n then
+			return { allowed = false, remaining = have, reset = reset, retry = reset }
+		end
+		local after = count + n
+		local q, f = dm(F + reset, E9)
+		if count > 0 then
+			reset = nil -- the stored state's window: its time to live stands
+		end
+		return { allowed = true, remaining = cap - after, reset = reset or sp.per - e, retry = 0 },
+			format("%d%09d %d", S + q, f, after), reset
+	end
+
+	-- gcra is algo.step for GCRA, the smooth token bucket and the leaky
+	-- bucket (gcra), in units of g/Rate ns where g = gcd(Rate, Period): sp.R
+	-- = Rate/g, sp.Pp = Period/g, sp.tolp = Capacity*Pp, sp.g, sp.rate,
+	-- sp.cap. Go's B, in units of 1/Rate ns, is a multiple of g in every
+	-- state Step writes.
+	function fast.gcra(sp, v, S, F, n)
+		if sp.rate == 0 then
+			return zero_limit(n, 0)
+		end
+		local R, Pp, tolp = sp.R, sp.Pp, sp.tolp
+		local x, reset = 0, 0
+		local d, b = ab(v, S, F)
+		if d == nil then
+			return nil
+		end
+		if d then
+			if d > 0 then
+				local bb = small(b) or 0 -- beyond 15 digits it is >= rate
+				if bb >= sp.rate then
+					bb = 0 -- not a state Step wrote
+				end
+				local q, r = dm(bb, sp.g)
+				local dr = d * R
+				if r ~= 0 or dr >= P52 then
+					return nil
+				end
+				x, reset = dr - q, d
+			end
+		end
+		local function left(y)
+			if y > tolp then
+				return 0
+			end
+			return (dm(tolp - y, Pp))
+		end
+		if n == 0 then
+			return { allowed = true, remaining = left(x), reset = reset, retry = 0 }
+		end
+		if n > sp.cap then
+			return { allowed = false, remaining = left(x), reset = reset, retry = NEVER }
+		end
+		local x2 = x + n * Pp
+		if x2 >= P52 then
+			return nil
+		end
+		local q = dmc(x2, R)
+		if x2 > tolp then
+			return { allowed = false, remaining = left(x), reset = reset, retry = dmc(x2 - tolp, R) }
+		end
+		local qs, f = dm(F + q, E9)
+		return { allowed = true, remaining = left(x2), reset = q, retry = 0 },
+			format("%d%09d %d", S + qs, f, (q * R - x2) * sp.g), q
+	end
+
+	-- discrete is algo.step for a token bucket with discrete refill
+	-- (discreteBucket): sp.a tokens a tick (0: no refill), ticks of sp.iv
+	-- ns (sp.ik whole seconds, or sp.in dividing a second), sp.cap.
+	function fast.discrete(sp, v, S, F, n)
+		local a = sp.a
+		if a == 0 then
+			return zero_limit(n, 0)
+		end
+		local off = into(sp.ik, sp.iN, S, F) -- now − tick
+		if not off then
+			return nil
+		end
+		local iv, c = sp.iv, sp.cap
+		local dd, reset = 0, 0
+		local d, B = ab(v, S, F)
+		if d == nil then
+			return nil
+		end
+		if d then
+			if d > 0 then
+				local r = small(B) or 0
+				if r >= a then
+					r = 0 -- not a state Step wrote
+				end
+				local ta = dmc(d + off, iv) * a
+				if ta >= P52 then
+					return nil
+				end
+				dd, reset = ta - r, d
+			end
+		end
+		local left = 0
+		if dd < c then
+			left = c - dd
+		end
+		if n == 0 then
+			return { allowed = true, remaining = left, reset = reset, retry = 0 }
+		end
+		if n > c then
+			return { allowed = false, remaining = left, reset = reset, retry = NEVER }
+		end
+		local d2 = dd + n
+		local q = dmc(d2, a)
+		local span = q * iv
+		if span >= P52 then
+			return nil
+		end
+		if d2 > c then
+			return { allowed = false, remaining = left, reset = reset, retry = dmc(d2 - c, a) * iv - off }
+		end
+		local ra = span - off
+		local qs, f = dm(F + ra, E9)
+		return { allowed = true, remaining = c - d2, reset = ra, retry = 0 }, format("%d%09d %d", S + qs, f, q * a - d2), ra
+	end
+
+	-- muldiv returns floor(a*b/c) for plain a, b, c whose quotient is
+	-- below 2^52, exactly (through int.lua when a*b is not).
+	local function muldiv(a, b, c)
+		local p = a * b
+		if p < P52 then
+			return (dm(p, c))
+		end
+		return (int.divmod(int.mul(a, b), c))
+	end
+
+	-- slide is the weighted two-window estimate (slide.result, never
+	-- pinned) on the counts prev and curr, with e elapsed in the current
+	-- window, whose start is wsr from now (-e, or later when time went
+	-- backwards), against sp.c (the capacity, at most 2^32 - 2) over sp.per.
+	-- It returns the result and whether the request fits; nil when the
+	-- weighted previous count is not a plain number.
+	function fast.slide(sp, prev, curr, e, wsr, n)
+		local per, c = sp.per, sp.c
+		local u = 1
+		if sp.us and e % 1000 == 0 then
+			u = 1000 -- the period and e in whole microseconds: smaller products
+		end
+		local pu = per / u
+		local W = prev * (pu - e / u) -- prev·(Period − e), in units of u ns
+		if W >= P52 then
+			return nil
+		end
+		local reset = wsr + per
+		-- left: c − count − ceil(W/pu), the whole requests left, or 0 when
+		-- the estimate exceeds c.
+		local function left(count)
+			if count > c then
+				return 0
+			end
+			local m = c - count
+			local mp = m * pu
+			if mp < P52 and W > mp then
+				return 0
+			end
+			return m - dmc(W, pu)
+		end
+		if n == 0 then
+			return { allowed = true, remaining = left(curr), reset = reset, retry = 0 }, true
+		end
+		if n > c then
+			return { allowed = false, remaining = left(curr), reset = reset, retry = NEVER }, false
+		end
+		local after = curr + n
+		if after <= c then
+			local mp = (c - after) * pu
+			if mp >= P52 or W <= mp then
+				return { allowed = true, remaining = left(after), reset = reset, retry = 0 }, true
+			end
+		end
+		-- retryAt, relative to now (base = ws; the next window at ws + per).
+		local room = c - n
+		local t
+		if curr <= room and prev > 0 then
+			local d = muldiv(room - curr, per, prev)
+			if d >= per then
+				t = wsr
+			else
+				t = wsr + per - d
+			end
+		elseif curr <= room then
+			t = wsr + per
+		else
+			t = wsr + per + per - muldiv(room, per, curr)
+		end
+		if t < 1 then
+			t = 1
+		end
+		return { allowed = false, remaining = left(curr), reset = reset, retry = t }, false
+	end
+	local slide = fast.slide
+
+	-- sliding is algo.step for the sliding window counter (slidingWindow)
+	-- with the state's window that of now or the one before: sp.wk or
+	-- sp.wn, sp.per, sp.c, sp.us, sp.rate.
+	function fast.sliding(sp, v, S, F, n)
+		local e = into(sp.wk, sp.wn, S, F)
+		if not e then
+			return nil
+		end
+		local per = sp.per
+		local prev, curr = 0, 0
+		if v then
+			local as, af, pv, cu = match(v, "^(%d+)(%d%d%d%d%d%d%d%d%d) (%d+) (%d+)$")
+			if not as and match(v, "^%d+ %d+ %d+$") then
+				return nil -- a time before 2001
+			end
+			if as then
+				local d = tonumber(as) - S
+				if d > SPAN or d < -SPAN then
+					return nil
+				end
+				d = d * E9 + (tonumber(af) - F)
+				if d > 0 then
+					local p2, c2 = small(pv), small(cu)
+					local delta = d + e -- A − ws: the state's idle-at time is its window's end plus a period
+					if not p2 or not c2 or delta > per + per then
+						return nil -- a later window (time went backwards)
+					end
+					if delta <= per then
+						prev = c2 -- the window before now's
+					else
+						prev, curr = p2, c2
+					end
+				end
+			end
+		end
+		if sp.rate == 0 then
+			return zero_limit(n, per - e)
+		end
+		local r, fits = slide(sp, prev, curr, e, -e, n)
+		if not r then
+			return nil
+		end
+		if not fits or n == 0 then
+			return r
+		end
+		local idle = per + per - e
+		local qs, f = dm(F + idle, E9)
+		local ttl = idle
+		if curr > 0 then
+			ttl = nil -- the stored state's window: its time to live stands
+		end
+		return r, format("%d%09d %d %d", S + qs, f, prev, curr + n), ttl
+	end
+
+	-- sketch_window is algo.sketch_window relative to now: the time e
+	-- elapsed in the evaluation window, that window's start wsr relative to
+	-- now, and how to rotate ("same", "back", "next", "reset") for a
+	-- sketch whose latest window starts at the decimal ns time start (nil:
+	-- none). nil when outside the domain.
+	function fast.sketch_window(sp, start, S, F)
+		local e = into(sp.wk, sp.wn, S, F)
+		if not e then
+			return nil
+		end
+		if start then
+			local d = rel(start, S, F)
+			if not d then
+				return nil
+			end
+			d = d + e -- start − ws
+			if d == 0 then
+				return e, -e, "same"
+			elseif d > 0 then
+				return 0, d - e, "back"
+			elseif d == -sp.per then
+				return e, -e, "next"
+			end
+		end
+		return e, -e, "reset"
+	end
+
+	-- parity returns floor(t/Period) mod 2 for a decimal ns time t of the
+	-- domain: which of a sketch's two window keys holds the window of t.
+	function fast.parity(sp, t)
+		local n = #t
+		local s, f = tonumber(sub(t, 1, n - 9)), tonumber(sub(t, n - 8))
+		if sp.wk > 0 then
+			local q = dm(s, sp.wk)
+			local _, r = dm(q, 2)
+			return r
+		end
+		-- floor(t/per) = s·(1e9/per) + floor(f/per)
+		local _, a = dm(s, 2)
+		local _, b = dm(E9 / sp.wn, 2)
+		local _, c = dm((dm(f, sp.wn)), 2)
+		local _, r = dm(a * b + c, 2)
+		return r
+	end
+
+	-- log_step is algo.log_step on a sliding log kept as the Redis store
+	-- keeps it: h the header {cnt=, sum=, seen=, nat=} (seen and nat
+	-- relative to now; nil for an empty log), and get(i) the i-th entry's
+	-- time (relative) and count, read as far as needed. sp.per, sp.rate,
+	-- sp.cap. It returns the result, the entries out of the window, and
+	-- the time t (relative) the log is judged at.
+	function fast.log_step(sp, h, get, S, F, n)
+		local per = sp.per
+		local t, sum, cnt = 0, 0, 0
+		if h then
+			t, sum, cnt = h.seen, h.sum, h.cnt
+			if t < 0 then
+				t = 0
+			end
+		end
+		local cut = t - per
+		local expired = 0
+		while expired < cnt do
+			local at, k = get(expired + 1)
+			if at == nil then
+				return nil
+			end
+			if at > cut then
+				break
+			end
+			sum = sum - k
+			if sum < 0 then
+				sum = 0
+			end
+			expired = expired + 1
+		end
+		local reset = 0
+		if expired < cnt then
+			reset = h.nat + per
+			if reset < 0 then
+				reset = 0
+			end
+		end
+		if sp.rate == 0 then
+			return zero_limit(n, reset), expired, t
+		end
+		local c = sp.cap
+		local have = c - sum
+		if have < 0 then
+			have = 0
+		end
+		if n == 0 then
+			return { allowed = true, remaining = have, reset = reset, retry = 0 }, expired, t
+		end
+		if n > c then
+			return { allowed = false, remaining = have, reset = reset, retry = NEVER }, expired, t
+		end
+		if sum > c - n then
+			local drop = sum - (c - n)
+			local gone, at = 0, -P52
+			for i = expired + 1, cnt do
+				local a, k = get(i)
+				if a == nil then
+					return nil
+				end
+				gone = gone + k
+				if a > at then
+					at = a
+				end
+				if gone >= drop then
+					break
+				end
+			end
+			return { allowed = false, remaining = have, reset = reset, retry = at + per }, expired, t
+		end
+		return { allowed = true, remaining = c - sum - n, reset = t + per, retry = 0 }, expired, t
+	end
+
+	fast.dm, fast.dmc = dm, dmc
+	fast.P52, fast.E9 = P52, E9
+end
