@@ -41,6 +41,8 @@ var (
 	decisionsDesc = wheremetric.Desc("redis")
 	inFlightDesc  = prometheus.NewDesc("sluice_redis_in_flight",
 		"Requests in flight to Redis (at most --redis-max-in-flight).", nil, nil)
+	nodesDesc = prometheus.NewDesc("sluice_nodes",
+		"Nodes sharing the limits, as the Redis store's registry last told (this one included; 0 before it first did): the local failure policy divides every limit by it unless --local-nodes is set.", nil, nil)
 	queuedDesc = prometheus.NewDesc("sluice_redis_queued",
 		"Requests waiting for a slot among the calls in flight (at most --redis-max-queue; beyond it they are shed).", nil, nil)
 	upDesc = prometheus.NewDesc("sluice_redis_up",
@@ -62,6 +64,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- decisionsDesc
 	ch <- inFlightDesc
 	ch <- queuedDesc
+	ch <- nodesDesc
 	ch <- upDesc
 	ch <- breakerDesc
 	ch <- refundDesc
@@ -77,6 +80,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue, float64(m.ok.Load()))
 	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(c.s.gate.inFlight()))
 	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(c.s.gate.queued()))
+	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(c.s.Nodes()))
 	up := 0.0
 	if c.s.Health() == nil {
 		up = 1

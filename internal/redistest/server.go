@@ -384,16 +384,32 @@ func (s *Server) Thaw() {
 }
 
 // Sleep blocks the server for d with DEBUG SLEEP, as a long command or a
-// slow disk would: it answers nothing meanwhile. It returns at once; the
-// sleep runs on a connection of its own.
-func (s *Server) Sleep(d time.Duration) {
+// slow disk would: it answers nothing meanwhile. The sleep runs on a
+// connection of its own; Sleep returns once the server is seen blocked (a
+// PING on another connection goes unanswered), with a channel closed when
+// the sleep has ended.
+func (s *Server) Sleep(d time.Duration) <-chan struct{} {
 	s.t.Helper()
-	c, err := s.Dial()
+	long := s.dialer
+	long.Timeout = d + 5*time.Second
+	c, err := long.Dial(s.Addr())
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		defer c.Close()
 		c.Do("DEBUG", "SLEEP", strconv.FormatFloat(d.Seconds(), 'f', -1, 64))
 	}()
+	probe := s.dialer
+	probe.Timeout = 20 * time.Millisecond
+	deadline := time.Now().Add(min(d, 5*time.Second))
+	for time.Now().Before(deadline) {
+		if _, err := probe.do(s.Addr(), "PING"); err != nil {
+			return done // blocked
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return done
 }
