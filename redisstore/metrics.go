@@ -13,6 +13,7 @@ import (
 type metrics struct {
 	ok, failed, rejected atomic.Int64
 	shed                 atomic.Int64
+	fcalls               atomic.Int64 // script calls that decide requests
 	refundFailed         atomic.Int64
 	latency              prometheus.Histogram
 }
@@ -41,6 +42,8 @@ var (
 	decisionsDesc = wheremetric.Desc("redis")
 	inFlightDesc  = prometheus.NewDesc("sluice_redis_in_flight",
 		"Requests in flight to Redis (at most --redis-max-in-flight).", nil, nil)
+	fcallsDesc = prometheus.NewDesc("sluice_redis_script_calls_total",
+		"Calls of the decision script (FCALL): fewer than the requests, when requests that arrive while calls are in flight go together.", nil, nil)
 	nodesDesc = prometheus.NewDesc("sluice_nodes",
 		"Nodes sharing the limits, as the Redis store's registry last told (this one included; 0 before it first did): the local failure policy divides every limit by it unless --local-nodes is set.", nil, nil)
 	queuedDesc = prometheus.NewDesc("sluice_redis_queued",
@@ -65,6 +68,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inFlightDesc
 	ch <- queuedDesc
 	ch <- nodesDesc
+	ch <- fcallsDesc
 	ch <- upDesc
 	ch <- breakerDesc
 	ch <- refundDesc
@@ -81,6 +85,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(c.s.gate.inFlight()))
 	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(c.s.gate.queued()))
 	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(c.s.Nodes()))
+	ch <- prometheus.MustNewConstMetric(fcallsDesc, prometheus.CounterValue, float64(m.fcalls.Load()))
 	up := 0.0
 	if c.s.Health() == nil {
 		up = 1

@@ -182,6 +182,7 @@ type Store struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	gate   *gate
+	batch  *batcher
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -234,6 +235,7 @@ func New(cfg Config) (*Store, error) {
 		queue = DefaultMaxQueue
 	}
 	s.gate = newGate(inFlight, queue)
+	s.batch = &batcher{s: s}
 	if s.tag == nil {
 		s.tag = WholeKey
 	}
@@ -537,7 +539,11 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	}
 	s.br.Done(err)
 	if err != nil {
-		return &sluice.StoreError{Reason: reasonOf(err), Err: fmt.Errorf("redisstore: %w", err)}
+		why := reasonOf(err)
+		if errors.Is(err, errOpenWhileQueued) {
+			why = sluice.FailBreakerOpen
+		}
+		return &sluice.StoreError{Reason: why, Err: fmt.Errorf("redisstore: %w", err)}
 	}
 	return nil
 }
@@ -625,7 +631,11 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	for _, g := range groups {
 		g.build(hits, ops, nowArg, mode, nil)
 	}
-	s.run(ctx, c, groups)
+	if len(groups) == 1 && !c.cluster {
+		s.batch.do(c, groups[0], nowArg)
+	} else {
+		s.run(ctx, c, groups)
+	}
 	var failed error
 	allowed := true
 	for _, g := range groups {
@@ -700,6 +710,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 	exec := func(g *group) {
 		g.res, g.err = nil, nil
+		s.metrics.fcalls.Add(1)
 		arr, err := s.fcall(ctx, c, fnName, g.keys, g.args).AsStrSlice()
 		want := len(g.idx)
 		if g.args[0][0] != 't' {

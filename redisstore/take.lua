@@ -293,9 +293,9 @@ local BLOCKED = {allowed = false, remaining = 0, reset = 0, retry = 0}
 
 local fast_table = {[0] = fast.fixed, [2] = fast.gcra, [3] = fast.gcra, [4] = fast.sliding}
 
--- take decides one request; see the top of this file.
--- The clock of the call in progress: now = S*1e9 + F (S nil outside the
--- fast path's domain), and now exact (int.lua), made on demand by now_x.
+-- The clock of the request in progress: now = S*1e9 + F (S nil outside
+-- the fast path's domain), and now exact (int.lua), made on demand by
+-- now_x.
 local S, F, now
 
 -- now_x returns now exact, for the exact path.
@@ -305,33 +305,82 @@ local function now_x()
   return now
 end
 
-local function take(KEYS, ARGV)
+-- clock sets the clock: given (a decimal ns time, the caller's clock) or
+-- Redis TIME ('').
+local function clock(given)
   S, F, now = nil, nil, nil
-  local head = ARGV[1]
-  local mode = string.sub(head, 1, 1)
-  local sp1 = string.find(head, ' ', 3, true)
-  local nhits
-  if sp1 then
-    local given = string.sub(head, sp1 + 1)
-    nhits = tonumber(string.sub(head, 3, sp1 - 1))
+  if given ~= '' then
     TTL_SLACK = 3600000
     S, F = fast.clock(given)
     now = X.parse(given)
     now_x()
+    return
+  end
+  TTL_SLACK = 0
+  local t = call('TIME')
+  S, F = tonumber(t[1]), tonumber(t[2]) * 1000
+  if S < 1000000000 or S >= 9000000000 then
+    now = X.add(X.mul(X.parse(t[1]), E9), F)
+    S = nil
+    now_x()
+  end
+end
+
+-- scratch holds decide1's result, used before the next.
+local scratch = {allowed = false, remaining = 0, reset = 0, retry = 0}
+
+-- decide1 decides, if it can, a request of one hit of a table kind
+-- without block_for on the fast path, as decide would, with none of its
+-- bookkeeping: most requests are such. It returns false when it cannot,
+-- having changed nothing.
+local function decide1(KEYS, k, ARGV, a, out)
+  local sp = spec(ARGV[a])
+  local kind = sp.kind
+  if kind > 4 or sp.block then return false end
+  local fn
+  if sp.cls == 'W' and (kind == 0 or kind == 4) then
+    fn = fast_table[kind]
+  elseif sp.cls == 'G' and kind >= 1 and kind <= 3 then
+    fn = fast.gcra
+  elseif sp.cls == 'D' and kind == 1 then
+    fn = fast.discrete
   else
-    nhits = tonumber(string.sub(head, 3))
-    TTL_SLACK = 0
-    local t = call('TIME')
-    S, F = tonumber(t[1]), tonumber(t[2]) * 1000
-    if S < 1000000000 or S >= 9000000000 then
-      now = X.add(X.mul(X.parse(t[1]), E9), F)
-      S = nil
-      now_x()
+    return false
+  end
+  local rq = reqs[ARGV[a + 1]]
+  if not rq or rq[2] ~= 0 then return false end
+  local cost, key = rq[1], KEYS[k]
+  local r, w, ttl = fn(sp, call('GET', key), S, F, cost, scratch)
+  if not r then return false end
+  local ok, c = 0, 0
+  if r.allowed then
+    ok = 1
+    if cost ~= 0 then
+      c = 1
+      if ttl then
+        call('SET', key, w, 'PX', ttl_ms(ttl))
+      else
+        call('SET', key, w, 'KEEPTTL')
+      end
     end
   end
+  local rem, rst, rty = r.remaining, r.reset, r.retry
+  if rty + 0 == rty then
+    out[#out + 1] = format('%d %d %d %d 0 %d', ok, rem, rst, rty, c)
+  else
+    out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' 0 ' .. c
+  end
+  return true
+end
 
+-- decide decides one request of nhits hits in mode, whose keys start at
+-- KEYS[k] and hits at ARGV[a], appending its reply to out; it returns the
+-- indexes after them.
+local function decide(KEYS, k, ARGV, a, mode, nhits, out)
+  if nhits == 1 and mode == 't' and S and decide1(KEYS, k, ARGV, a, out) then
+    return k + 1, a + 2
+  end
   local ops = {}
-  local a, k = 2, 1
   local chained = false
   for i = 1, nhits do
     local sp = spec(ARGV[a])
@@ -850,7 +899,6 @@ local function take(KEYS, ARGV)
     end
   end
 
-  local out = {}
   for i = 1, nhits do
     local o = ops[i]
     local r = o.r
@@ -862,9 +910,9 @@ local function take(KEYS, ARGV)
     if o.committed then c = 1 end
     local rem, rst, rty = r.remaining, r.reset, r.retry
     if rem + 0 == rem and rst + 0 == rst and rty + 0 == rty and left + 0 == left then
-      out[i] = format('%d %d %d %d %d %d', ok, rem, rst, rty, left, c)
+      out[#out + 1] = format('%d %d %d %d %d %d', ok, rem, rst, rty, left, c)
     else
-      out[i] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
+      out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
     end
   end
   if mode ~= 't' then
@@ -872,6 +920,37 @@ local function take(KEYS, ARGV)
       out[#out + 1] = ops[i].undo1 or ''
       out[#out + 1] = ops[i].undo2 or ''
     end
+  end
+  if mode == 'r' then a = a + 2 * nhits end
+  return k, a
+end
+
+-- take decides the requests of one call: ARGV[1] is "mode hits [now]" for
+-- one request, or "b requests [now]" for a batch of independent requests
+-- (each all-or-nothing on its own, in mode "t"), each of which starts with
+-- an argument "hits [now]" (now: the request's own clock). See the top of
+-- this file.
+local function take(KEYS, ARGV)
+  local head = ARGV[1]
+  local mode, n, given = match(head, '^(%a) (%d+) ?(%d*)$')
+  n = tonumber(n)
+  local out = {}
+  if mode ~= 'b' then
+    clock(given)
+    decide(KEYS, 1, ARGV, 2, mode, n, out)
+    return out
+  end
+  local k, a = 1, 2
+  local timed = false
+  for _ = 1, n do
+    local nhits, own = match(ARGV[a], '^(%d+) ?(%d*)$')
+    if own ~= '' then
+      clock(own)
+    elseif not timed then
+      clock('')
+      timed = true
+    end
+    k, a = decide(KEYS, k, ARGV, a + 1, 't', tonumber(nhits), out)
   end
   return out
 end

@@ -15,14 +15,15 @@
 -- exactly for a limit: the window class (a period of whole seconds, or one
 -- dividing a second), the GCRA quantities scaled by gcd(Rate, Period), the
 -- tokens per tick of a discrete bucket. Results are {allowed=, remaining=,
--- reset=, retry=} with plain numbers, retry = int.NEVER for never. A new
+-- reset=, retry=} with plain numbers, retry = int.NEVER for never, in the
+-- caller's table rt when given (sparing an allocation), else a new one. A new
 -- state is returned as the string to store, with its time to live in ns.
 --
 --   fast.clock(s) -> S, F        a decimal ns time, nil outside the domain
 --   fast.rel(a, S, F) -> d       a decimal ns time minus now, or nil
 --   fast.abs(S, F, d) -> string  now + d (0 <= d < 2^52) in decimal ns
 --   fast.fixed, fast.gcra, fast.discrete, fast.sliding
---                  (sp, v, S, F, n) -> r, state, ttl_ns   (kinds 0-4;
+--                  (sp, v, S, F, n[, rt]) -> r, state, ttl_ns   (kinds 0-4;
 --                  ttl_ns nil: the stored state's time to live stands)
 --   fast.sketch_window(sp, start, S, F) -> e, wsr, rel
 --   fast.parity(sp, t) -> 0 or 1          floor(t/Period) mod 2
@@ -60,11 +61,21 @@ do
 		return q
 	end
 
-	local function zero_limit(n, reset)
-		if n == 0 then
-			return { allowed = true, remaining = 0, reset = reset, retry = 0 }
+	-- res returns a result: in t when given (a caller's scratch table,
+	-- which spares an allocation), else in a new table.
+	local function res(t, allowed, remaining, reset, retry)
+		if t then
+			t.allowed, t.remaining, t.reset, t.retry = allowed, remaining, reset, retry
+			return t
 		end
-		return { allowed = false, remaining = 0, reset = reset, retry = NEVER }
+		return { allowed = allowed, remaining = remaining, reset = reset, retry = retry }
+	end
+
+	local function zero_limit(rt, n, reset)
+		if n == 0 then
+			return res(rt, true, 0, reset, 0)
+		end
+		return res(rt, false, 0, reset, NEVER)
 	end
 
 	-- clock splits a decimal ns time into S and F.
@@ -148,7 +159,7 @@ do
 
 	-- fixed is algo.step for a fixed window (fixedWindow): sp.wk or sp.wn,
 	-- sp.per, sp.rate, sp.cap.
-	function fast.fixed(sp, v, S, F, n)
+	function fast.fixed(sp, v, S, F, n, rt)
 		local e = into(sp.wk, sp.wn, S, F)
 		if not e then
 			return nil
@@ -168,7 +179,7 @@ do
 			end
 		end
 		if sp.rate == 0 then
-			return zero_limit(n, reset)
+			return zero_limit(rt, n, reset)
 		end
 		local cap = sp.cap
 		local have = cap - count
@@ -176,20 +187,20 @@ do
 			have = 0
 		end
 		if n == 0 then
-			return { allowed = true, remaining = have, reset = reset, retry = 0 }
+			return res(rt, true, have, reset, 0)
 		end
 		if n > cap then
-			return { allowed = false, remaining = have, reset = reset, retry = NEVER }
+			return res(rt, false, have, reset, NEVER)
 		end
 		if count > cap - n then
-			return { allowed = false, remaining = have, reset = reset, retry = reset }
+			return res(rt, false, have, reset, reset)
 		end
 		local after = count + n
 		local q, f = dm(F + reset, E9)
 		if count > 0 then
 			reset = nil -- the stored state's window: its time to live stands
 		end
-		return { allowed = true, remaining = cap - after, reset = reset or sp.per - e, retry = 0 },
+		return res(rt, true, cap - after, reset or sp.per - e, 0),
 			format("%d%09d %d", S + q, f, after), reset
 	end
 
@@ -198,9 +209,9 @@ do
 	-- = Rate/g, sp.Pp = Period/g, sp.tolp = Capacity*Pp, sp.g, sp.rate,
 	-- sp.cap. Go's B, in units of 1/Rate ns, is a multiple of g in every
 	-- state Step writes.
-	function fast.gcra(sp, v, S, F, n)
+	function fast.gcra(sp, v, S, F, n, rt)
 		if sp.rate == 0 then
-			return zero_limit(n, 0)
+			return zero_limit(rt, n, 0)
 		end
 		local R, Pp, tolp = sp.R, sp.Pp, sp.tolp
 		local x, reset = 0, 0
@@ -229,10 +240,10 @@ do
 			return (dm(tolp - y, Pp))
 		end
 		if n == 0 then
-			return { allowed = true, remaining = left(x), reset = reset, retry = 0 }
+			return res(rt, true, left(x), reset, 0)
 		end
 		if n > sp.cap then
-			return { allowed = false, remaining = left(x), reset = reset, retry = NEVER }
+			return res(rt, false, left(x), reset, NEVER)
 		end
 		local x2 = x + n * Pp
 		if x2 >= P52 then
@@ -240,20 +251,20 @@ do
 		end
 		local q = dmc(x2, R)
 		if x2 > tolp then
-			return { allowed = false, remaining = left(x), reset = reset, retry = dmc(x2 - tolp, R) }
+			return res(rt, false, left(x), reset, dmc(x2 - tolp, R))
 		end
 		local qs, f = dm(F + q, E9)
-		return { allowed = true, remaining = left(x2), reset = q, retry = 0 },
+		return res(rt, true, left(x2), q, 0),
 			format("%d%09d %d", S + qs, f, (q * R - x2) * sp.g), q
 	end
 
 	-- discrete is algo.step for a token bucket with discrete refill
 	-- (discreteBucket): sp.a tokens a tick (0: no refill), ticks of sp.iv
 	-- ns (sp.ik whole seconds, or sp.in dividing a second), sp.cap.
-	function fast.discrete(sp, v, S, F, n)
+	function fast.discrete(sp, v, S, F, n, rt)
 		local a = sp.a
 		if a == 0 then
-			return zero_limit(n, 0)
+			return zero_limit(rt, n, 0)
 		end
 		local off = into(sp.ik, sp.iN, S, F) -- now − tick
 		if not off then
@@ -283,10 +294,10 @@ do
 			left = c - dd
 		end
 		if n == 0 then
-			return { allowed = true, remaining = left, reset = reset, retry = 0 }
+			return res(rt, true, left, reset, 0)
 		end
 		if n > c then
-			return { allowed = false, remaining = left, reset = reset, retry = NEVER }
+			return res(rt, false, left, reset, NEVER)
 		end
 		local d2 = dd + n
 		local q = dmc(d2, a)
@@ -295,11 +306,11 @@ do
 			return nil
 		end
 		if d2 > c then
-			return { allowed = false, remaining = left, reset = reset, retry = dmc(d2 - c, a) * iv - off }
+			return res(rt, false, left, reset, dmc(d2 - c, a) * iv - off)
 		end
 		local ra = span - off
 		local qs, f = dm(F + ra, E9)
-		return { allowed = true, remaining = c - d2, reset = ra, retry = 0 }, format("%d%09d %d", S + qs, f, q * a - d2), ra
+		return res(rt, true, c - d2, ra, 0), format("%d%09d %d", S + qs, f, q * a - d2), ra
 	end
 
 	-- muldiv returns floor(a*b/c) for plain a, b, c whose quotient is
@@ -318,7 +329,7 @@ do
 	-- backwards), against sp.c (the capacity, at most 2^32 - 2) over sp.per.
 	-- It returns the result and whether the request fits; nil when the
 	-- weighted previous count is not a plain number.
-	function fast.slide(sp, prev, curr, e, wsr, n)
+	function fast.slide(sp, prev, curr, e, wsr, n, rt)
 		local per, c = sp.per, sp.c
 		local u = 1
 		if sp.us and e % 1000 == 0 then
@@ -344,16 +355,16 @@ do
 			return m - dmc(W, pu)
 		end
 		if n == 0 then
-			return { allowed = true, remaining = left(curr), reset = reset, retry = 0 }, true
+			return res(rt, true, left(curr), reset, 0), true
 		end
 		if n > c then
-			return { allowed = false, remaining = left(curr), reset = reset, retry = NEVER }, false
+			return res(rt, false, left(curr), reset, NEVER), false
 		end
 		local after = curr + n
 		if after <= c then
 			local mp = (c - after) * pu
 			if mp >= P52 or W <= mp then
-				return { allowed = true, remaining = left(after), reset = reset, retry = 0 }, true
+				return res(rt, true, left(after), reset, 0), true
 			end
 		end
 		-- retryAt, relative to now (base = ws; the next window at ws + per).
@@ -374,14 +385,14 @@ do
 		if t < 1 then
 			t = 1
 		end
-		return { allowed = false, remaining = left(curr), reset = reset, retry = t }, false
+		return res(rt, false, left(curr), reset, t), false
 	end
 	local slide = fast.slide
 
 	-- sliding is algo.step for the sliding window counter (slidingWindow)
 	-- with the state's window that of now or the one before: sp.wk or
 	-- sp.wn, sp.per, sp.c, sp.us, sp.rate.
-	function fast.sliding(sp, v, S, F, n)
+	function fast.sliding(sp, v, S, F, n, rt)
 		local e = into(sp.wk, sp.wn, S, F)
 		if not e then
 			return nil
@@ -414,9 +425,9 @@ do
 			end
 		end
 		if sp.rate == 0 then
-			return zero_limit(n, per - e)
+			return zero_limit(rt, n, per - e)
 		end
-		local r, fits = slide(sp, prev, curr, e, -e, n)
+		local r, fits = slide(sp, prev, curr, e, -e, n, rt)
 		if not r then
 			return nil
 		end
@@ -483,7 +494,7 @@ do
 	-- time (relative) and count, read as far as needed. sp.per, sp.rate,
 	-- sp.cap. It returns the result, the entries out of the window, and
 	-- the time t (relative) the log is judged at.
-	function fast.log_step(sp, h, get, S, F, n)
+	function fast.log_step(sp, h, get, S, F, n, rt)
 		local per = sp.per
 		local t, sum, cnt = 0, 0, 0
 		if h then
@@ -516,7 +527,7 @@ do
 			end
 		end
 		if sp.rate == 0 then
-			return zero_limit(n, reset), expired, t
+			return zero_limit(rt, n, reset), expired, t
 		end
 		local c = sp.cap
 		local have = c - sum
@@ -524,10 +535,10 @@ do
 			have = 0
 		end
 		if n == 0 then
-			return { allowed = true, remaining = have, reset = reset, retry = 0 }, expired, t
+			return res(rt, true, have, reset, 0), expired, t
 		end
 		if n > c then
-			return { allowed = false, remaining = have, reset = reset, retry = NEVER }, expired, t
+			return res(rt, false, have, reset, NEVER), expired, t
 		end
 		if sum > c - n then
 			local drop = sum - (c - n)
@@ -545,9 +556,9 @@ do
 					break
 				end
 			end
-			return { allowed = false, remaining = have, reset = reset, retry = at + per }, expired, t
+			return res(rt, false, have, reset, at + per), expired, t
 		end
-		return { allowed = true, remaining = c - sum - n, reset = t + per, retry = 0 }, expired, t
+		return res(rt, true, c - sum - n, t + per, 0), expired, t
 	end
 
 	fast.dm, fast.dmc = dm, dmc

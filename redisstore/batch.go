@@ -1,0 +1,161 @@
+package redisstore
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/sluicehq/sluice/internal/breaker"
+)
+
+// Batching. Every script call costs Redis the same overhead before the
+// first hit is decided (the command, the call into Lua, TIME, the reply):
+// about a third of a one-hit decision. While a node has calls in flight,
+// the requests that arrive meanwhile are independent of each other, so
+// they go together in one call, each decided on its own, all-or-nothing,
+// in turn. No request waits for a batch to fill: a request goes at once
+// while fewer than maxCalls calls are in flight, and otherwise waits for
+// one to return and then goes with every request waiting (up to
+// maxBatch). A lone request is a call of its own, as before; under load,
+// calls carry many.
+//
+// Only requests decided by one call are batched (all of them on a
+// standalone or Sentinel server; on a Cluster, whose calls must keep to
+// one slot, none are).
+//
+// One call in flight at a time gathers the most requests a call, and
+// measured best: Redis is one thread, so while it decides one call the
+// next gathers. With 64 requests in flight, calls carried about 10 each and
+// Redis spent 18 ms of CPU per 1,000 decisions, against 25 with four calls
+// in flight and 32 with none gathered (bench/envoyrl.sh, 10k keys).
+const (
+	maxCalls = 1  // calls in flight at once
+	maxBatch = 64 // requests in one call
+)
+
+// errOpenWhileQueued fails the requests of a call that would go while the
+// circuit breaker is open: they waited while it opened.
+var errOpenWhileQueued = fmt.Errorf("%w: circuit breaker opened while the request waited", ErrUnavailable)
+
+// batcher gathers the requests of a Store into calls.
+type batcher struct {
+	s     *Store
+	mu    sync.Mutex
+	queue []*batchReq
+	calls int // calls in flight
+}
+
+// batchReq is one request waiting to go.
+type batchReq struct {
+	g    *group
+	now  string        // the caller's clock, "" for Redis TIME
+	ch   chan struct{} // signalled once: the request has its answer, or leads
+	lead []*batchReq   // set before the signal: the batch this request leads
+}
+
+var batchReqs = sync.Pool{New: func() any { return &batchReq{ch: make(chan struct{}, 1)} }}
+
+// do decides the request of group g, built in mode "t", with others: its
+// answer is in g.res, or its error in g.err.
+func (b *batcher) do(c *conn, g *group, now string) {
+	r := batchReqs.Get().(*batchReq)
+	r.g, r.now, r.lead = g, now, nil
+	b.mu.Lock()
+	if b.calls < maxCalls {
+		b.calls++
+		b.mu.Unlock()
+		b.run(c, []*batchReq{r})
+	} else {
+		b.queue = append(b.queue, r)
+		b.mu.Unlock()
+		<-r.ch
+		if r.lead != nil {
+			b.run(c, r.lead)
+		}
+	}
+	r.g, r.lead = nil, nil
+	batchReqs.Put(r)
+}
+
+// run makes one call for batch, whose first request is the caller's; then,
+// if requests wait, it takes them out of the queue (up to maxBatch) and
+// hands them to the first of them to lead, as the next call; then it
+// signals the other requests of batch that they have their answers. Every
+// request is signalled exactly once.
+func (b *batcher) run(c *conn, batch []*batchReq) {
+	if b.s.br.State() == breaker.Open {
+		for _, r := range batch {
+			r.g.res, r.g.err = nil, errOpenWhileQueued
+		}
+	} else {
+		b.s.call(c, batch)
+	}
+	b.mu.Lock()
+	var next []*batchReq
+	if n := min(len(b.queue), maxBatch); n > 0 {
+		next = make([]*batchReq, n)
+		copy(next, b.queue)
+		b.queue = append(b.queue[:0], b.queue[n:]...)
+	} else {
+		b.calls--
+	}
+	b.mu.Unlock()
+	if next != nil {
+		next[0].lead = next
+		next[0].ch <- struct{}{}
+	}
+	for _, r := range batch[1:] {
+		r.ch <- struct{}{}
+	}
+}
+
+// call decides batch in one script call: one request alone as it is, more
+// as a batch ("b").
+func (s *Store) call(c *conn, batch []*batchReq) {
+	if len(batch) == 1 {
+		s.run(s.ctx, c, []*group{batch[0].g})
+		return
+	}
+	head := "b " + strconv.Itoa(len(batch))
+	nargs, nkeys := 1, 0
+	for _, r := range batch {
+		nargs += len(r.g.args)
+		nkeys += len(r.g.keys)
+	}
+	args := make([]string, 1, nargs)
+	keys := make([]string, 0, nkeys)
+	args[0] = head
+	for _, r := range batch {
+		// A request's own header, "hits [now]", then its hits.
+		h := strconv.Itoa(len(r.g.idx))
+		if r.now != "" {
+			h += " " + r.now
+		}
+		args = append(args, h)
+		args = append(args, r.g.args[1:]...)
+		keys = append(keys, r.g.keys...)
+	}
+	s.metrics.fcalls.Add(1)
+	arr, err := s.fcall(s.ctx, c, fnName, keys, args).AsStrSlice()
+	want := 0
+	for _, r := range batch {
+		want += len(r.g.idx)
+	}
+	if err == nil && len(arr) != want {
+		err = fmt.Errorf("script returned %d values for %d hits in %d requests", len(arr), want, len(batch))
+	}
+	for i := 0; err == nil && i < len(arr); i++ {
+		if len(arr[i]) < 2 {
+			err = fmt.Errorf("script returned %q for a hit", arr[i])
+		}
+	}
+	for _, r := range batch {
+		if err != nil {
+			r.g.res, r.g.err = nil, err
+			continue
+		}
+		n := len(r.g.idx)
+		r.g.res, r.g.err = arr[:n:n], nil
+		arr = arr[n:]
+	}
+}
