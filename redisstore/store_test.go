@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
@@ -310,6 +312,46 @@ func TestAuthAndTLS(t *testing.T) {
 			t.Fatal("a wrong password decided a request")
 		}
 	})
+}
+
+// aclRules are the ACL rules docs/redis.md gives a user of its own for
+// sluice: the key prefix, FCALL, FUNCTION LOAD and every command the
+// library calls.
+const aclRules = "~sluice:* +fcall +function|load +time +get +set +del +pexpire +lrange +lset +lrem +ltrim +rpush +bitfield +bitfield_ro +zadd +zrem +zremrangebyscore +zcard"
+
+// TestACLUser runs every algorithm, with block_for, on a standalone
+// server as a user with only aclRules, and the node registry:
+// a command the library calls and the rules lack would fail the call.
+// The rules are those of docs/redis.md.
+func TestACLUser(t *testing.T) {
+	doc, err := os.ReadFile("../docs/redis.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(string(doc)), " "), aclRules) {
+		t.Errorf("docs/redis.md does not give the ACL rules %q", aclRules)
+	}
+	rules := append([]string{"user", "sluice", "on", ">pw"}, strings.Fields(aclRules)...)
+	srv := redistest.Standalone(t, redistest.WithConfig(rules...))
+	s := newTestStore(t, Config{URL: srv.URL(), Username: "sluice", Password: "pw", Prefix: "sluice:", Heartbeat: 20 * time.Millisecond}, nil)
+	lim := sluice.NewLimiter(s)
+	for _, k := range algo.Kinds() {
+		l := &sluice.Limit{Algorithm: k, Rate: 2, Period: time.Minute, BlockFor: time.Second}
+		for i, want := range []bool{true, true, false, false} {
+			d, err := lim.Allow(context.Background(), "k", l)
+			if err != nil {
+				t.Fatalf("%s, request %d: %v", k, i, err)
+			}
+			if d.Allowed != want {
+				t.Fatalf("%s, request %d: allowed %v", k, i, d.Allowed)
+			}
+		}
+	}
+	waitFor(t, "the node registered", func() bool { return s.Nodes() == 1 })
+	s.Close()
+	if n := srv.Cmd("ZCARD", "sluice:nodes"); n != int64(0) {
+		t.Errorf("the node did not leave the registry: %v entries", n)
+	}
 }
 
 // TestDifferentialMemstore runs the same random requests, with several
@@ -780,5 +822,63 @@ func allowEventually(t *testing.T, lim *sluice.Limiter, key string, l *sluice.Li
 			t.Fatalf("no answer 20s after the failover: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBatching sends many requests at once from many goroutines: requests
+// that arrive while calls are in flight must go together (fewer script
+// calls than requests), each still decided on its own, all-or-nothing: a
+// limit of 500 admits exactly 500 of 2,000 requests, whatever the batches,
+// and a request of two limits, one of which denies, consumes neither.
+func TestBatching(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL()}, nil)
+	lim := sluice.NewLimiter(s)
+	shared := &sluice.Limit{Rate: 500, Period: time.Hour}
+	other := &sluice.Limit{Rate: 1_000_000, Period: time.Hour, Algorithm: sluice.SlidingLog} // no refill within the test
+	warm(t, lim, shared)
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 2000 / 64 {
+				// Each request: the shared limit and one of its own.
+				d, _, err := lim.Decide(context.Background(), []sluice.Hit{
+					{Key: "shared", Limit: shared, Cost: 1},
+					{Key: fmt.Sprintf("own:%d:%d", w, i), Limit: other, Cost: 1},
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 500 {
+		t.Errorf("%d admitted, want 500", got)
+	}
+	calls, requests := s.metrics.fcalls.Load(), s.metrics.ok.Load()
+	t.Logf("%d requests in %d script calls (%.1f a call)", requests, calls, float64(requests)/float64(calls))
+	if calls >= requests {
+		t.Errorf("%d script calls for %d requests: none went together", calls, requests)
+	}
+	// Denied requests consumed nothing of their own limits: the own keys
+	// consumed are exactly the admitted requests.
+	var consumed int64
+	for w := range 64 {
+		for i := range 2000 / 64 {
+			d, err := lim.AllowN(context.Background(), fmt.Sprintf("own:%d:%d", w, i), other, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			consumed += 1_000_000 - d.Remaining
+		}
+	}
+	if consumed != 500 {
+		t.Errorf("the own limits consumed %d, want 500", consumed)
 	}
 }

@@ -891,19 +891,29 @@ func overflow(spans []span, P, L int64) (n, k int64) {
 // outage is a way for Redis to stop deciding and come back.
 type outage struct {
 	name string
-	// stop makes Redis decide nothing from when it returns; back lets it
-	// decide again from when it returns, at the end of the outage.
-	stop func(*redistest.Server, time.Duration)
+	// stop makes Redis decide nothing from when it returns, for at least
+	// d; it returns the time before which Redis surely decides nothing,
+	// or zero when that is until back is called. back lets Redis decide
+	// again, at the latest when it returns.
+	stop func(s *redistest.Server, d time.Duration) time.Time
 	back func(*redistest.Server)
 }
 
 var outages = []outage{
-	{"killed", func(s *redistest.Server, _ time.Duration) { s.Kill() }, (*redistest.Server).Restart},
+	{"killed", func(s *redistest.Server, _ time.Duration) time.Time { s.Kill(); return time.Time{} }, (*redistest.Server).Restart},
 	// SIGSTOP: connections stay open and nothing is answered, as with a
 	// hung server or a partition that drops packets.
-	{"sigstop", func(s *redistest.Server, _ time.Duration) { s.Freeze() }, (*redistest.Server).Thaw},
-	// DEBUG SLEEP: Redis blocked by a long command.
-	{"debug sleep", func(s *redistest.Server, d time.Duration) { sleeping = s.Sleep(d) }, func(*redistest.Server) { <-sleeping }},
+	{"sigstop", func(s *redistest.Server, _ time.Duration) time.Time { s.Freeze(); return time.Time{} }, (*redistest.Server).Thaw},
+	// DEBUG SLEEP: Redis blocked by a long command, which ends by itself:
+	// d from when it was sent at the earliest. A second and a half longer
+	// than the others, so that the processes have found the outage (on
+	// a busy machine, under -race, that takes a good part of a second)
+	// well before it ends.
+	{"debug sleep", func(s *redistest.Server, d time.Duration) time.Time {
+		sent := time.Now()
+		sleeping = s.Sleep(d + 1500*time.Millisecond)
+		return sent.Add(d + 1500*time.Millisecond)
+	}, func(*redistest.Server) { <-sleeping }},
 }
 
 // sleeping is closed when the DEBUG SLEEP of the running outage ends.
@@ -982,7 +992,7 @@ func runOutage(t *testing.T, how outage) {
 	read := time.Now() // what the policy answered before this is in failedBefore
 	failedBefore := policyAnswers()
 	killed := time.Now()
-	how.stop(srv, outage)
+	resume := how.stop(srv, outage)
 	dead := time.Now() // Redis decides nothing after this
 	poll(t, "sluice_redis_up 0 on every process", func() bool { return allMetric("sluice_redis_up", "0") })
 	downAfter := time.Since(killed)
@@ -995,9 +1005,13 @@ func runOutage(t *testing.T, how outage) {
 			t.Errorf("process %d during the outage: sluice_store_up %s", i, got)
 		}
 	}
-	time.Sleep(time.Until(dead.Add(outage)))
-
-	restarting := time.Now() // Redis decides nothing before this
+	restarting := resume // Redis decides nothing before this
+	if resume.IsZero() {
+		time.Sleep(time.Until(dead.Add(outage)))
+		restarting = time.Now()
+	} else {
+		time.Sleep(time.Until(resume))
+	}
 	how.back(srv)
 	restarted := time.Now()
 	// Each process closes its breaker at the first probe that succeeds;
