@@ -1,7 +1,7 @@
 # lib.sh holds the setup that bench/serve.sh, bench/redis.sh and
 # bench/proxy.sh share; they source it after reading their settings (mode,
 # and the result name). Besides bench_setup it has machine_facts, loadavg,
-# cpu_ticks, ready and rls_flags (below).
+# cpu_ticks, ready, rls_flags and pick_port (below).
 #
 # bench_setup NAME: sets out (bench/results/DATE-NAME, -MODE when a mode
 # other than gRPC is set), work (a temporary directory), bin (sluice built
@@ -75,17 +75,40 @@ ready() {
 }
 
 # rls_flags SCENARIO prints the sluice bench flags of an RLS scenario of
-# serve.sh and redis.sh: 10k keys within the limit, hot (every request the
-# over-limit key), hot10 (one in ten), 1m keys.
+# serve.sh, redis.sh and envoyrl.sh: 10k keys within the limit, hot (every
+# request the over-limit key), hot10 (one in ten), 1m keys; log500 and
+# log10k, envoyrl.sh's long sliding logs (100 and 10 keys).
 rls_flags() {
 	case "$1" in
 	10k) echo "--keys 10000" ;;
 	hot) echo "--keys 10000 --hot 1" ;;
 	hot10) echo "--keys 10000 --hot 0.1" ;;
 	1m) echo "--keys 1000000" ;;
+	log500) echo "--keys 100" ;;  # bench/envoyrl.sh: filled to 500 hits a key first
+	log10k) echo "--keys 10" ;;   # and 10,000
 	*)
 		echo "${0##*/}: unknown scenario $1" >&2
 		exit 2
 		;;
 	esac
+}
+
+# pick_port VAR sets VAR to a TCP port that no socket uses, not one it gave
+# before, below the range the kernel picks outgoing ports from (so that a
+# client's connection cannot take it before the server binds it). It sets
+# a variable rather than printing, so that it runs in the calling shell
+# (not in the subshell of $(...)) and remembers the ports it gave.
+picked_ports=" "
+pick_port() { # VAR
+	local _p _lo
+	_lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range)
+	while :; do
+		_p=$((10000 + RANDOM % (_lo - 10000)))
+		case "$picked_ports" in *" $_p "*) continue ;; esac
+		if ! ss -Htan "sport = :$_p" | grep -q .; then
+			picked_ports="$picked_ports$_p "
+			printf -v "$1" %s "$_p"
+			return
+		fi
+	done
 }
