@@ -30,7 +30,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTimeout = 50 * time.Millisecond
+	// DefaultTimeout is long enough that a remote which is busy, or a
+	// node short of CPU, is waited for rather than taken for down: the
+	// deadline measures the call's queueing on both sides as much as the
+	// remote (with 50ms, a loaded machine answered by the failure policy).
+	// A remote that is down refuses the connection at once.
+	DefaultTimeout = 500 * time.Millisecond
 
 	// DefaultReconnectMax caps the wait between attempts to reconnect to
 	// a remote that is down (gRPC's own default is two minutes, too long

@@ -458,7 +458,7 @@ func TestRemoteHangs(t *testing.T) {
 	for i := range 7 {
 		start := time.Now()
 		o := decide(t, c, req(d("user=a")))
-		// A generous bound: the default timeout is 50ms.
+		// A generous bound: the default timeout is 500ms.
 		if el := time.Since(start); el > 2*time.Second {
 			t.Errorf("request %d answered after %v", i, el)
 		}
