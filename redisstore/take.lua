@@ -158,15 +158,18 @@ local function write_raw(key, v, now)
   call('DEL', key)
 end
 
--- Sliding logs are lists: a header "cnt sum seen nat nn" (the number of
--- entries, their total, the log's Seen time, the newest entry's time and
--- count), then the entries "at n", oldest first.
+-- Sliding logs are lists: a header "cnt sum seen nat nn exp" (the number
+-- of entries, their total, the log's Seen time, the newest entry's time and
+-- count, and when the TTL last set on the list ends), then the entries "at
+-- n", oldest first. The TTL is set at two periods past the newest entry,
+-- and renewed only when an entry would outlive it: once a period, not on
+-- every request; a log lives at most a period longer than it must.
 
 local function parse_header(v)
   if not v then return nil end
-  local cnt, sum, seen, nat, nn = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local cnt, sum, seen, nat, nn, exp = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
   if not cnt then return nil end
-  return {cnt = cnt, sum = sum, seen = seen, nat = nat, nn = nn}
+  return {cnt = cnt, sum = sum, seen = seen, nat = nat, nn = nn, exp = exp}
 end
 
 -- read_log reads a whole log for algo.log_step: {entries=, sum=, seen=}.
@@ -179,7 +182,7 @@ local function read_log(key)
     local at, n = match(raw[i], '^(%d+) (%d+)$')
     if at then es[#es + 1] = {at = X.parse(at), n = X.parse(n)} end
   end
-  return {entries = es, sum = X.parse(h.sum), seen = X.parse(h.seen)}
+  return {entries = es, sum = X.parse(h.sum), seen = X.parse(h.seen), exp = h.exp}
 end
 
 -- write_log applies a commit to a log list: drop the first e entries, put
@@ -222,13 +225,15 @@ local function commit_log_x(key, log, e, now, n, per)
     return
   end
   local last = es[left]
-  local hdr = left .. ' ' .. X.str(log2.sum) .. ' ' .. X.str(log2.seen) .. ' ' .. X.str(last.at) .. ' ' .. X.str(last.n)
+  local exp = log.exp or '0'
   local op, ent, ttl
   if not X.eq(n, 0) then
     ent = X.str(last.at) .. ' ' .. X.str(last.n)
     if left == #log.entries - e then op = 'm' else op = 'a' end
-    ttl = ttl_ms_x(add_sat(last.at, per), now)
+    local until_x = add_sat(last.at, add_sat(per, per))
+    ttl, exp = ttl_ms_x(until_x, now), X.str(until_x)
   end
+  local hdr = left .. ' ' .. X.str(log2.sum) .. ' ' .. X.str(log2.seen) .. ' ' .. X.str(last.at) .. ' ' .. X.str(last.n) .. ' ' .. exp
   local existed = #log.entries > 0
   if log.junk then existed = nil end
   write_log(key, existed, e, left, hdr, op, ent, ttl)
@@ -326,6 +331,66 @@ local function clock(given)
   end
 end
 
+-- log_key is the key of the sliding log that more_entries reads.
+local log_key
+
+-- more_entries appends to raw, a log list's first elements (its header
+-- then entries), as many more as it holds: the entries fast.log_step
+-- reads beyond the first few.
+local function more_entries(raw)
+  local got = #raw - 1
+  local more = call('LRANGE', log_key, got + 1, got + got + 2)
+  for m = 1, #more do raw[got + 1 + m] = more[m] end
+end
+
+-- log_header parses the header of raw, a log list's first elements, for
+-- fast.log_step: the header (nil for no list) and whether the fast path
+-- can take it.
+local function log_header(raw)
+  if not raw[1] then return nil, true end
+  local hs = parse_header(raw[1])
+  if not hs or #hs.sum > 15 or #hs.nn > 15 then return nil, false end
+  local h = {cnt = tonumber(hs.cnt), sum = tonumber(hs.sum), seen = fast.rel(hs.seen, S, F),
+             nat = fast.rel(hs.nat, S, F), nn = tonumber(hs.nn), exp = fast.rel(hs.exp, S, F), hs = hs}
+  if not h.seen or not h.nat then return nil, false end
+  return h, true
+end
+
+-- log_write_fast commits what fast.log_step found for a log: the first e
+-- entries dropped, then n hits (n > 0) logged at t, or none; live is the
+-- total of the entries left. It returns the undo strings of a refund: the
+-- entry's time and n.
+local function log_write_fast(key, per, h, e, t, live, n)
+  local cnt = 0
+  if h then cnt = h.cnt end
+  local left = cnt - e
+  local ts = fast.abs(S, F, t)
+  if n == 0 then
+    if e == 0 then return '', '' end
+    local hs = h.hs
+    write_log(key, true, e, left, left .. ' ' .. format('%d', live) .. ' ' .. ts .. ' ' .. hs.nat .. ' ' .. hs.nn .. ' ' .. hs.exp, nil, nil, nil)
+    return '', ''
+  end
+  -- Renew the TTL only when the newest entry would outlive it.
+  local ttl, exp = nil, nil
+  if h and h.exp and h.exp >= t + per then
+    exp = h.hs.exp
+  else
+    ttl, exp = ttl_ms(t + per + per), fast.abs(S, F, t + per + per)
+  end
+  local op, ent
+  if left > 0 and h.nat == t then
+    ent = ts .. ' ' .. format('%d', h.nn + n)
+    op = 'm'
+  else
+    ent = ts .. ' ' .. format('%d', n)
+    op = 'a'
+    left = left + 1
+  end
+  write_log(key, h ~= nil, e, left, left .. ' ' .. format('%d', live + n) .. ' ' .. ts .. ' ' .. ent .. ' ' .. exp, op, ent, ttl)
+  return ts, format('%d', n)
+end
+
 -- scratch holds decide1's result, used before the next.
 local scratch = {allowed = false, remaining = 0, reset = 0, retry = 0}
 
@@ -373,12 +438,127 @@ local function decide1(KEYS, k, ARGV, a, out)
   return true
 end
 
+-- sketch1 decides, if it can, a request of one hit of a sketch without
+-- block_for on the fast path, as decide would, with none of its
+-- bookkeeping. It returns false when it cannot; it may then have rotated
+-- the sketch's windows, which decide finds done.
+local function sketch1(KEYS, k, ARGV, a, out)
+  local sp = spec(ARGV[a])
+  if sp.kind ~= 6 or sp.block or sp.cls ~= 'W' then return false end
+  local rq = reqs[ARGV[a + 1]]
+  if not rq or rq[2] ~= 0 or not rq[3] then return false end
+  local meta, k0, k1 = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  local start, seq = read_meta(meta)
+  local e, wsr, rel = fast.sketch_window(sp, start, S, F)
+  if not rel then return false end
+  local parity, ws_s
+  if rel == 'back' then
+    ws_s = start
+    parity = fast.parity(sp, start)
+  else
+    parity = fast.parity_now(sp, S, F)
+  end
+  local curk, prevk = k0, k1
+  if parity == 1 then curk, prevk = k1, k0 end
+  local ttl2 = nil
+  if rel == 'next' or rel == 'reset' then
+    if rel == 'next' then call('DEL', curk) else call('DEL', k0, k1) end
+    ws_s = fast.abs(S, F, wsr)
+    ttl2 = ttl_ms(sp.per + sp.per)
+    call('SET', meta, ws_s .. ' ' .. seq, 'PX', ttl2)
+    start = ws_s
+  end
+  local cells, rd = rq[3], rq[4]
+  local n = rq[1]
+  local prev, curr, vals = 0, 0, nil
+  if sp.rate ~= 0 then
+    if rel ~= 'next' and rel ~= 'reset' then curr, vals = bitfield_read(curk, rd) end
+    if rel ~= 'reset' then prev = bitfield_read(prevk, rd) end
+  end
+  local r
+  if sp.rate == 0 then
+    r = scratch
+    r.allowed, r.remaining, r.reset, r.retry = n == 0, 0, wsr + sp.per, 0
+    if n ~= 0 then r.retry = X.NEVER end
+  else
+    r = fast.slide(sp, prev, curr, e, wsr, n, scratch)
+    if not r then return false end
+  end
+  local ok, c = 0, 0
+  if r.allowed then
+    ok = 1
+    if n ~= 0 then
+      c = 1
+      -- Count the hits in the current window with the conservative update.
+      local target = math.min(curr + math.min(n, MAXU32), MAXU32)
+      local ts = format('%d', target)
+      local args = {'BITFIELD', curk}
+      local fresh = true -- every counter 0: the key may be new, without a TTL
+      for j = 1, #cells do
+        local v = vals and vals[j] or 0
+        if v > 0 then fresh = false end
+        if v < target then
+          args[#args + 1] = 'SET'
+          args[#args + 1] = 'u32'
+          args[#args + 1] = rd[3 * j + 2]
+          args[#args + 1] = ts
+        end
+      end
+      if #args > 2 then call(unpack(args)) end
+      call('SET', meta, start .. ' ' .. (seq + 1), 'KEEPTTL')
+      if fresh then call('PEXPIRE', curk, ttl2 or ttl_ms(sp.per + sp.per)) end
+    end
+  end
+  local rty = r.retry
+  if rty + 0 == rty then
+    out[#out + 1] = format('%d %d %d %d 0 %d', ok, r.remaining, r.reset, rty, c)
+  else
+    out[#out + 1] = ok .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(rty) .. ' 0 ' .. c
+  end
+  return true
+end
+
+-- log1 decides, if it can, a request of one hit of a sliding log without
+-- block_for on the fast path, as decide would, with none of its
+-- bookkeeping. It returns false when it cannot, having changed nothing.
+local function log1(KEYS, k, ARGV, a, out)
+  local sp = spec(ARGV[a])
+  if sp.kind ~= 5 or sp.block or sp.cls ~= 'L' then return false end
+  local rq = reqs[ARGV[a + 1]]
+  if not rq or rq[2] ~= 0 then return false end
+  local key, n = KEYS[k], rq[1]
+  local raw = call('LRANGE', key, 0, 2)
+  local h, ok = log_header(raw)
+  if not ok then return false end
+  log_key = key
+  local r, e, t, live = fast.log_step(sp, h, raw, 1, more_entries, S, F, n, scratch)
+  if not r then return false end
+  local c = 0
+  if r.allowed and n ~= 0 then
+    c = 1
+    log_write_fast(key, sp.per, h, e, t, live, n)
+  elseif e > 0 then
+    log_write_fast(key, sp.per, h, e, t, live, 0)
+  end
+  local ok2 = 0
+  if r.allowed then ok2 = 1 end
+  local rty = r.retry
+  if rty + 0 == rty then
+    out[#out + 1] = format('%d %d %d %d 0 %d', ok2, r.remaining, r.reset, rty, c)
+  else
+    out[#out + 1] = ok2 .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(rty) .. ' 0 ' .. c
+  end
+  return true
+end
+
 -- decide decides one request of nhits hits in mode, whose keys start at
 -- KEYS[k] and hits at ARGV[a], appending its reply to out; it returns the
 -- indexes after them.
 local function decide(KEYS, k, ARGV, a, mode, nhits, out)
-  if nhits == 1 and mode == 't' and S and decide1(KEYS, k, ARGV, a, out) then
-    return k + 1, a + 2
+  if nhits == 1 and mode == 't' and S then
+    if decide1(KEYS, k, ARGV, a, out) then return k + 1, a + 2 end
+    if sketch1(KEYS, k, ARGV, a, out) then return k + 3, a + 2 end
+    if log1(KEYS, k, ARGV, a, out) then return k + 1, a + 2 end
   end
   local ops = {}
   local chained = false
@@ -494,7 +674,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
               if cnt == 0 then
                 call('DEL', o.key)
               else
-                call('LSET', o.key, 0, cnt .. ' ' .. X.str(X.sub(X.parse(h.sum), took)) .. ' ' .. h.seen .. ' ' .. nat .. ' ' .. nn)
+                call('LSET', o.key, 0, cnt .. ' ' .. X.str(X.sub(X.parse(h.sum), took)) .. ' ' .. h.seen .. ' ' .. nat .. ' ' .. nn .. ' ' .. h.exp)
               end
               break
             end
@@ -568,43 +748,14 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         o.r, o.expired, done = BLOCKED, 0, true
         if not fastok then o.log = read_log(o.key) end
       elseif fastok and sp.cls == 'L' then
-        -- Read the header and the oldest entries; more only as needed.
         local raw = call('LRANGE', o.key, 0, 2)
-        local h = nil
-        local ok = true
-        if raw[1] then
-          local hs = parse_header(raw[1])
-          if hs then
-            h = {cnt = tonumber(hs.cnt), sum = tonumber(hs.sum), seen = fast.rel(hs.seen, S, F),
-                 nat = fast.rel(hs.nat, S, F), nn = tonumber(hs.nn), hs = hs}
-            if #hs.sum > 15 or #hs.nn > 15 or not h.seen or not h.nat then ok = false end
-          else
-            ok = false
-          end
-        end
+        local h, ok = log_header(raw)
         if ok then
-          local got = #raw - 1
-          local cache = {}
-          local function get(j)
-            if j > got then
-              local more = call('LRANGE', o.key, got + 1, got + got + 2)
-              for m = 1, #more do raw[got + 1 + m] = more[m] end
-              got = #raw - 1
-              if j > got then return nil end
-            end
-            local c = cache[j]
-            if c then return c[1], c[2] end
-            local at, n = match(raw[j + 1], '^(%d+) (%d+)$')
-            if not at or #n > 15 then return nil end
-            local d = fast.rel(at, S, F)
-            if not d then return nil end
-            n = tonumber(n)
-            cache[j] = {d, n}
-            return d, n
-          end
-          local r, e, t = fast.log_step(sp, h, get, S, F, o.cost)
+          log_key = o.key
+          local r, e, t, live = fast.log_step(sp, h, raw, 1, more_entries, S, F, o.cost)
           if r then
-            o.r, o.expired, o.t, o.h, o.get, o.fast, done = r, e, t, h, get, true, true
+            o.r, o.expired, o.t, o.h, o.live, o.fast, done = r, e, t, h, live, true, true
+            o.rawlog = raw
           end
         end
       end
@@ -738,32 +889,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         end
       elseif o.kind == 5 then
         if o.fast then
-          -- drop o.expired entries, then append at t
-          local h, e, t, n = o.h, o.expired, o.t, o.cost
-          local sum = 0
-          local cnt = 0
-          if h then
-            cnt, sum = h.cnt, h.sum
-            for j = 1, e do
-              local _, kk = o.get(j)
-              sum = sum - kk
-              if sum < 0 then sum = 0 end
-            end
-          end
-          local left = cnt - e
-          local ts = fast.abs(S, F, t)
-          local hdr, op, ent
-          if left > 0 and h.nat == t then
-            ent = ts .. ' ' .. format('%d', h.nn + n)
-            hdr = left .. ' ' .. format('%d', sum + n) .. ' ' .. ts .. ' ' .. ent
-            op = 'm'
-          else
-            ent = ts .. ' ' .. format('%d', n)
-            hdr = (left + 1) .. ' ' .. format('%d', sum + n) .. ' ' .. ts .. ' ' .. ent
-            op = 'a'
-          end
-          write_log(o.key, h ~= nil, e, left + 1, hdr, op, ent, ttl_ms(t + o.sp.per))
-          o.undo1, o.undo2 = ts, format('%d', n)
+          o.undo1, o.undo2 = log_write_fast(o.key, o.sp.per, o.h, o.expired, o.t, o.live, o.cost)
         else
           local log2 = log_commit(o.log, o.expired, now, o.cost)
           commit_log_x(o.key, o.log, o.expired, now, o.cost, o.p.period)
@@ -848,16 +974,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
       end
       if not logged then
         if o.fast then
-          local h, e = o.h, o.expired
-          local sum = h.sum
-          for j = 1, e do
-            local _, kk = o.get(j)
-            sum = sum - kk
-            if sum < 0 then sum = 0 end
-          end
-          local left = h.cnt - e
-          local hdr = left .. ' ' .. format('%d', sum) .. ' ' .. fast.abs(S, F, o.t) .. ' ' .. h.hs.nat .. ' ' .. h.hs.nn
-          write_log(o.key, true, e, left, hdr, nil, nil, nil)
+          log_write_fast(o.key, o.sp.per, o.h, o.expired, o.t, o.live, 0)
         else
           commit_log_x(o.key, o.log, o.expired, now, 0, o.p.period)
         end
@@ -882,7 +999,10 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
           end
         elseif o.kind == 5 then
           if o.fast then
-            o.r = fast.log_step(o.sp, o.h, o.get, S, F, 0)
+            -- The log as read before any commit; a peek reads no entry
+            -- the request did not already read.
+            log_key = o.key
+            o.r = fast.log_step(o.sp, o.h, o.rawlog, 1, more_entries, S, F, 0)
           else
             local _, r = log_step(o.p, first.log, now, 0)
             o.r = r

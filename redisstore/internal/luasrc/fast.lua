@@ -27,8 +27,9 @@
 --                  ttl_ns nil: the stored state's time to live stands)
 --   fast.sketch_window(sp, start, S, F) -> e, wsr, rel
 --   fast.parity(sp, t) -> 0 or 1          floor(t/Period) mod 2
+--   fast.parity_now(sp, S, F) -> 0 or 1   the same for the window of now
 --   fast.slide(sp, prev, curr, e, wsr, n) -> r, fits
---   fast.log_step(sp, h, get, S, F, n) -> r, expired, t
+--   fast.log_step(sp, h, es, base, more, S, F, n[, rt]) -> r, expired, t, live
 local fast = {}
 do
 	local floor, tonumber, sub, match, format = math.floor, tonumber, string.sub, string.match, string.format
@@ -204,6 +205,15 @@ do
 			format("%d%09d %d", S + q, f, after), reset
 	end
 
+	-- bucket_left is bucketLeft scaled: the whole tokens left, floor((tolp
+	-- − y)/Pp), 0 when y exceeds tolp.
+	local function bucket_left(tolp, y, Pp)
+		if y > tolp then
+			return 0
+		end
+		return (dm(tolp - y, Pp))
+	end
+
 	-- gcra is algo.step for GCRA, the smooth token bucket and the leaky
 	-- bucket (gcra), in units of g/Rate ns where g = gcd(Rate, Period): sp.R
 	-- = Rate/g, sp.Pp = Period/g, sp.tolp = Capacity*Pp, sp.g, sp.rate,
@@ -233,17 +243,11 @@ do
 				x, reset = dr - q, d
 			end
 		end
-		local function left(y)
-			if y > tolp then
-				return 0
-			end
-			return (dm(tolp - y, Pp))
-		end
 		if n == 0 then
-			return res(rt, true, left(x), reset, 0)
+			return res(rt, true, bucket_left(tolp, x, Pp), reset, 0)
 		end
 		if n > sp.cap then
-			return res(rt, false, left(x), reset, NEVER)
+			return res(rt, false, bucket_left(tolp, x, Pp), reset, NEVER)
 		end
 		local x2 = x + n * Pp
 		if x2 >= P52 then
@@ -251,10 +255,10 @@ do
 		end
 		local q = dmc(x2, R)
 		if x2 > tolp then
-			return res(rt, false, left(x), reset, dmc(x2 - tolp, R))
+			return res(rt, false, bucket_left(tolp, x, Pp), reset, dmc(x2 - tolp, R))
 		end
 		local qs, f = dm(F + q, E9)
-		return res(rt, true, left(x2), q, 0),
+		return res(rt, true, bucket_left(tolp, x2, Pp), q, 0),
 			format("%d%09d %d", S + qs, f, (q * R - x2) * sp.g), q
 	end
 
@@ -323,6 +327,21 @@ do
 		return (int.divmod(int.mul(a, b), c))
 	end
 
+	-- slide_left is c − count − ceil(W/pu), the whole requests a sliding
+	-- estimate leaves with count in the current window and W the weighted
+	-- previous count, or 0 when the estimate exceeds c.
+	local function slide_left(c, count, W, pu)
+		if count > c then
+			return 0
+		end
+		local m = c - count
+		local mp = m * pu
+		if mp < P52 and W > mp then
+			return 0
+		end
+		return m - dmc(W, pu)
+	end
+
 	-- slide is the weighted two-window estimate (slide.result, never
 	-- pinned) on the counts prev and curr, with e elapsed in the current
 	-- window, whose start is wsr from now (-e, or later when time went
@@ -343,28 +362,18 @@ do
 		local reset = wsr + per
 		-- left: c − count − ceil(W/pu), the whole requests left, or 0 when
 		-- the estimate exceeds c.
-		local function left(count)
-			if count > c then
-				return 0
-			end
-			local m = c - count
-			local mp = m * pu
-			if mp < P52 and W > mp then
-				return 0
-			end
-			return m - dmc(W, pu)
-		end
+		local left = slide_left
 		if n == 0 then
-			return res(rt, true, left(curr), reset, 0), true
+			return res(rt, true, left(c, curr, W, pu), reset, 0), true
 		end
 		if n > c then
-			return res(rt, false, left(curr), reset, NEVER), false
+			return res(rt, false, left(c, curr, W, pu), reset, NEVER), false
 		end
 		local after = curr + n
 		if after <= c then
 			local mp = (c - after) * pu
 			if mp >= P52 or W <= mp then
-				return res(rt, true, left(after), reset, 0), true
+				return res(rt, true, left(c, after, W, pu), reset, 0), true
 			end
 		end
 		-- retryAt, relative to now (base = ws; the next window at ws + per).
@@ -385,7 +394,7 @@ do
 		if t < 1 then
 			t = 1
 		end
-		return res(rt, false, left(curr), reset, t), false
+		return res(rt, false, left(c, curr, W, pu), reset, t), false
 	end
 	local slide = fast.slide
 
@@ -488,13 +497,53 @@ do
 		return r
 	end
 
+	-- parity_now returns floor(ws/Period) mod 2 for the window ws that
+	-- holds now, with the window classes of into.
+	function fast.parity_now(sp, S, F)
+		if sp.wk > 0 then
+			local _, r = dm((dm(S, sp.wk)), 2)
+			return r
+		end
+		local _, a = dm(S, 2)
+		local _, b = dm(E9 / sp.wn, 2)
+		local _, c = dm((dm(F, sp.wn)), 2)
+		local _, r = dm(a * b + c, 2)
+		return r
+	end
+
+	-- entry returns the time (relative to now) and count of entry i of a
+	-- log whose raw "at n" strings are es[base + i], calling more(es) for
+	-- more when es holds too few; nil when there is no such entry or it
+	-- leaves the domain.
+	local function entry(es, base, more, i, S, F)
+		local v = es[base + i]
+		if v == nil then
+			more(es)
+			v = es[base + i]
+			if v == nil then
+				return nil
+			end
+		end
+		local at, k = match(v, "^(%d+) (%d+)$")
+		if not at or #k > 15 then
+			return nil
+		end
+		local d = rel(at, S, F)
+		if not d then
+			return nil
+		end
+		return d, tonumber(k)
+	end
+
 	-- log_step is algo.log_step on a sliding log kept as the Redis store
 	-- keeps it: h the header {cnt=, sum=, seen=, nat=} (seen and nat
-	-- relative to now; nil for an empty log), and get(i) the i-th entry's
-	-- time (relative) and count, read as far as needed. sp.per, sp.rate,
-	-- sp.cap. It returns the result, the entries out of the window, and
-	-- the time t (relative) the log is judged at.
-	function fast.log_step(sp, h, get, S, F, n, rt)
+	-- relative to now; nil for an empty log), and the entries' raw "at n"
+	-- strings es[base + 1], es[base + 2], ..., oldest first, of which es
+	-- may hold only the first few: more(es) appends the next ones, read as
+	-- far as needed. sp.per, sp.rate, sp.cap. It returns the result, the
+	-- entries out of the window, the time t (relative) the log is judged
+	-- at, and the total of the entries in the window.
+	function fast.log_step(sp, h, es, base, more, S, F, n, rt)
 		local per = sp.per
 		local t, sum, cnt = 0, 0, 0
 		if h then
@@ -506,7 +555,7 @@ do
 		local cut = t - per
 		local expired = 0
 		while expired < cnt do
-			local at, k = get(expired + 1)
+			local at, k = entry(es, base, more, expired + 1, S, F)
 			if at == nil then
 				return nil
 			end
@@ -527,7 +576,7 @@ do
 			end
 		end
 		if sp.rate == 0 then
-			return zero_limit(rt, n, reset), expired, t
+			return zero_limit(rt, n, reset), expired, t, sum
 		end
 		local c = sp.cap
 		local have = c - sum
@@ -535,16 +584,16 @@ do
 			have = 0
 		end
 		if n == 0 then
-			return res(rt, true, have, reset, 0), expired, t
+			return res(rt, true, have, reset, 0), expired, t, sum
 		end
 		if n > c then
-			return res(rt, false, have, reset, NEVER), expired, t
+			return res(rt, false, have, reset, NEVER), expired, t, sum
 		end
 		if sum > c - n then
 			local drop = sum - (c - n)
 			local gone, at = 0, -P52
 			for i = expired + 1, cnt do
-				local a, k = get(i)
+				local a, k = entry(es, base, more, i, S, F)
 				if a == nil then
 					return nil
 				end
@@ -556,9 +605,9 @@ do
 					break
 				end
 			end
-			return res(rt, false, have, reset, at + per), expired, t
+			return res(rt, false, have, reset, at + per), expired, t, sum
 		end
-		return res(rt, true, c - sum - n, t + per, 0), expired, t
+		return res(rt, true, c - sum - n, t + per, 0), expired, t, sum
 	end
 
 	fast.dm, fast.dmc = dm, dmc

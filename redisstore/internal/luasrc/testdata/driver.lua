@@ -331,18 +331,18 @@ function cases.flog(c)
 				end
 			end
 			if ok then
-				local function get(i)
-					local en = es[i]
-					if not en then
-						return nil
-					end
-					local d = fast.rel(str(en.at), S, F)
-					if not d then
-						return nil
-					end
-					return d, tonumber(str(en.n))
+				-- The entries as raw strings, the first two read, the
+				-- rest on demand.
+				local raw = {}
+				for i = 1, math.min(2, #es) do
+					raw[i] = str(es[i].at) .. " " .. str(es[i].n)
 				end
-				r, e = fast.log_step(sp, h, get, S, F, n)
+				local function more(t)
+					for i = #t + 1, math.min(2 * #t + 2, #es) do
+						t[i] = str(es[i].at) .. " " .. str(es[i].n)
+					end
+				end
+				r, e = fast.log_step(sp, h, raw, 0, more, S, F, n)
 			end
 		end
 		local tag = "f"
