@@ -3,7 +3,8 @@
 // change.
 //
 // It watches directories, never files, so that it survives the ways files
-// are replaced in practice: a Kubernetes ConfigMap swapping its ..data
+// are replaced in practice (but reacts only to the rules files in them, so
+// that a busy log beside the rules costs nothing): a Kubernetes ConfigMap swapping its ..data
 // symlink, an editor writing a temporary file and renaming it over the
 // original, a file truncated and written again, a file or directory deleted
 // and created again. Events are debounced, so that one burst gives one
@@ -201,6 +202,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if ev.Op == fsnotify.Chmod {
 				continue // touch, antivirus, backups: the content is the same
 			}
+			if !w.relevant(ev.Name) {
+				// A log, a backup or an editor's scratch file beside the
+				// rules: not ours, and not worth a log line either (a log
+				// written next to the rules would feed itself).
+				continue
+			}
 			w.log.Debug("rules file event", "event", ev.Op.String(), "name", ev.Name)
 			schedule()
 		case err, ok := <-errs:
@@ -282,6 +289,33 @@ func problemAttrs(p rules.Problem) []any {
 // isRulesFile reports whether LoadDir reads a directory entry of this name.
 func isRulesFile(name string) bool {
 	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
+}
+
+// relevant reports whether an event on name can change what Load reads:
+// the rules path itself or a directory on the way to it (created, removed,
+// a symlink swapped), a rules file (for a directory of rules: any name
+// LoadDir reads; for a file: the file's name or its symlink target's), or a
+// name starting with ".." (a ConfigMap's ..data symlink and the timestamped
+// directories it points to). Every other file in a watched directory, such
+// as a log written beside the rules, is ignored.
+func (w *Watcher) relevant(name string) bool {
+	base := filepath.Base(name)
+	if strings.HasPrefix(base, "..") {
+		return true
+	}
+	if name == w.abs || strings.HasPrefix(w.abs, name+string(filepath.Separator)) {
+		return true
+	}
+	if info, err := os.Stat(w.abs); err == nil && info.IsDir() {
+		return isRulesFile(base)
+	}
+	if base == filepath.Base(w.abs) {
+		return true
+	}
+	if t, err := filepath.EvalSymlinks(w.abs); err == nil && base == filepath.Base(t) {
+		return true
+	}
+	return false
 }
 
 // dirs returns the directories to watch, symlinks resolved: for a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -555,5 +556,65 @@ func TestNewErrors(t *testing.T) {
 	var re *rules.Error
 	if !errors.As(err, &re) || re.Problems[0].Line != 4 {
 		t.Errorf("bad file: %v", err)
+	}
+}
+
+// TestNeighbourFilesIgnored writes a busy file beside the rules and the
+// watcher's own debug log into the rules directory: neither may cause a
+// reload, and the log must not feed itself (on the old watcher, every log
+// line was an event that logged another line and reloaded the rules every
+// MaxDelayFactor × Debounce).
+func TestNeighbourFilesIgnored(t *testing.T) {
+	for _, dirMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("directory=%v", dirMode), func(t *testing.T) {
+			dir := t.TempDir()
+			rulesPath := filepath.Join(dir, "rules.yaml")
+			write(t, rulesPath, rulesFor("d", 1))
+			logFile, err := os.Create(filepath.Join(dir, "sluice.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer logFile.Close()
+			watched := rulesPath
+			if dirMode {
+				watched = dir
+			}
+			logs := &logBuffer{}
+			h := start(t, watched, func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(io.MultiWriter(logFile, logs), &slog.HandlerOptions{Level: slog.LevelDebug}))
+			})
+			h.logs = logs
+			// A change to the rules is seen, and logged into the directory.
+			write(t, rulesPath, rulesFor("d", 2))
+			h.waitLoad(t, rate("d", 2))
+			h.waitLog(t, "rules reloaded", 1)
+
+			// A second of a busy neighbour (a line every 5 ms, as an access
+			// log would write) and of the watcher's own log lines.
+			neighbour, err := os.Create(filepath.Join(dir, "access.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer neighbour.Close()
+			before := h.logs.String()
+			for i := range 200 {
+				fmt.Fprintf(neighbour, "line %d\n", i)
+				time.Sleep(5 * time.Millisecond)
+			}
+			// Then a quiet spell longer than the debounce bound.
+			time.Sleep(MaxDelayFactor * 20 * time.Millisecond * 2)
+			after := strings.TrimPrefix(h.logs.String(), before)
+			if after != "" {
+				t.Fatalf("the watcher reacted to files that are not rules:\n%s", after)
+			}
+			select {
+			case c := <-h.loads:
+				t.Fatalf("reloaded (hash %s) for a neighbour file", c.Hash())
+			default:
+			}
+			// The rules are still watched.
+			write(t, rulesPath, rulesFor("d", 3))
+			h.waitLoad(t, rate("d", 3))
+		})
 	}
 }
