@@ -89,7 +89,7 @@ func startRemote(t testing.TB, yaml string) *remote {
 }
 
 func (r *remote) serve(lis net.Listener) {
-	g := grpc.NewServer()
+	g := grpc.NewServer(server.GRPCServerOptions()...)
 	r.srv.RegisterGRPC(g)
 	go g.Serve(lis)
 	r.mu.Lock()

@@ -120,7 +120,7 @@ func BenchmarkGRPC(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			g := grpc.NewServer()
+			g := grpc.NewServer(server.GRPCServerOptions()...)
 			bc.register(g)
 			go g.Serve(lis)
 			defer g.Stop()

@@ -15,10 +15,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// MaxJSONBody bounds the body of a POST /json request, in bytes; a larger
-// one is answered 413.
-const MaxJSONBody = 1 << 20
-
 // Handler serves the HTTP API:
 //
 //	POST /json     a RateLimitRequest in protobuf JSON; 200 (OK) or 429
@@ -74,10 +70,16 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.m.requests[viaHTTP][resultInvalid].Inc()
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			s.m.tooLarge[viaHTTP].Inc()
 			writeError(w, http.StatusRequestEntityTooLarge, "request body larger than "+strconv.Itoa(MaxJSONBody)+" bytes")
 			return
 		}
 		writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
+		return
+	}
+	if err := scanJSON(body); err != nil {
+		st := status.Convert(s.fail(err, viaHTTP))
+		writeError(w, httpStatus(st.Code()), st.Message())
 		return
 	}
 	req := new(rlsv3.RateLimitRequest)

@@ -45,6 +45,7 @@ type metrics struct {
 	failurePolicy *prometheus.CounterVec
 	policyDecided prometheus.Counter // sluice_decisions_total{where="policy"}
 	requests      [numTransports][numResults]prometheus.Counter
+	tooLarge      [numTransports]prometheus.Counter
 	configLoads   struct{ success, failure prometheus.Counter }
 	configInfo    *prometheus.GaugeVec
 	configTime    prometheus.Gauge
@@ -94,6 +95,13 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, stor
 			m.requests[t][r] = requests.WithLabelValues(transportNames[t], resultNames[r])
 		}
 	}
+	tooLarge := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_requests_too_large_total",
+		Help: "Rate limit requests refused before decoding or matching because they were over a bound (bytes, descriptors, entries), by transport; each is also counted as invalid in sluice_requests_total.",
+	}, []string{"transport"})
+	for t := range numTransports {
+		m.tooLarge[t] = tooLarge.WithLabelValues(transportNames[t])
+	}
 	loads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_config_loads_total",
 		Help: "Loads of the rate limit configuration by result (success, failure); a failure keeps the previous configuration.",
@@ -111,7 +119,7 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, stor
 
 	cs := []prometheus.Collector{
 		m.hits, m.within, m.over, m.near, m.shadow, m.latency, m.storeErrors,
-		m.failurePolicy, m.policyDecided, requests, loads, m.configInfo, m.configTime,
+		m.failurePolicy, m.policyDecided, requests, tooLarge, loads, m.configInfo, m.configTime,
 	}
 	if storeUp != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

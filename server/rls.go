@@ -42,9 +42,10 @@ var resultNames = [numResults]string{"ok", "over_limit", "shadow_over_limit", "i
 
 // RegisterGRPC registers the Envoy rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) and the gRPC health service
-// (grpc.health.v1.Health) on g.
+// (grpc.health.v1.Health) on g, which must have been made with
+// GRPCServerOptions.
 func (s *Server) RegisterGRPC(g *grpc.Server) {
-	rlsv3.RegisterRateLimitServiceServer(g, s)
+	g.RegisterService(&rlsServiceDesc, s)
 	registerHealth(g, s)
 }
 
@@ -111,6 +112,9 @@ func (s *Server) fail(err error, via transport) error {
 	switch {
 	case errors.Is(err, rls.ErrInvalid):
 		s.m.requests[via][resultInvalid].Inc()
+		if errors.Is(err, rls.ErrTooLarge) {
+			s.m.tooLarge[via].Inc()
+		}
 		s.log.Debug("invalid rate limit request", "transport", transportNames[via], "err", err)
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, rls.ErrNoRules):

@@ -44,6 +44,7 @@ type env struct {
 	srv    *server.Server
 	cfg    *rules.Config // loaded at the start
 	reg    *prometheus.Registry
+	conn   *grpc.ClientConn
 	rls    rlsv3.RateLimitServiceClient
 	health healthpb.HealthClient
 	url    string
@@ -84,7 +85,7 @@ func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(server.GRPCServerOptions()...)
 	srv.RegisterGRPC(g)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
@@ -93,6 +94,7 @@ func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	e.conn = conn
 	e.rls = rlsv3.NewRateLimitServiceClient(conn)
 	e.health = healthpb.NewHealthClient(conn)
 

@@ -482,10 +482,10 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		}
 	}
 
-	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
+	gs := grpc.NewServer(append(server.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge:      s.grpcMaxConnAge,
 		MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace,
-	}))
+	}))...)
 	srv.RegisterGRPC(gs)
 	httpSrv := newHTTPServer(srv.Handler(), log)
 	var debugSrv *http.Server
