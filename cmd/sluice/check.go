@@ -35,7 +35,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	}
 	if *config == "" {
 		fmt.Fprintln(stderr, "sluice check: --config is required")
-		fs.Usage()
+		usageHint(fs)
 		return errUsage
 	}
 	load := reload.Load // as sluice serve and its reloads load rules
@@ -65,15 +65,32 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 // parseFlags parses args, rejecting positional arguments, and maps -help to
 // a clean exit.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
+	// The flag package prints the whole usage after a bad flag: a hundred
+	// lines in which the one that matters scrolls away. Print the usage
+	// only when asked (-h), and otherwise the error and a hint.
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.Usage()
+		return errHelp
+	case err != nil:
+		fmt.Fprintf(out, "sluice %s: %v\n", fs.Name(), err)
+		usageHint(fs)
 		return errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "sluice %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+	case fs.NArg() > 0:
+		fmt.Fprintf(out, "sluice %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		usageHint(fs)
 		return errUsage
 	}
 	return nil
+}
+
+// usageHint prints, after a usage error, where the usage is.
+func usageHint(fs *flag.FlagSet) {
+	fmt.Fprintf(fs.Output(), "Run 'sluice %s -h' for its flags.\n", fs.Name())
 }

@@ -107,3 +107,33 @@ func TestUsage(t *testing.T) {
 		t.Errorf("extra argument: exit %d", code)
 	}
 }
+
+// TestBadFlagIsOneLine: a bad flag, a missing required flag or a stray
+// argument prints the problem and a hint, not the whole usage, which only
+// -h prints.
+func TestBadFlagIsOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--bogus"},
+		{"serve", "--config"},
+		{"serve"},
+		{"proxy", "--listen"},
+		{"proxy", "--nope", "1"},
+		{"check", "--config", "x", "stray"},
+		{"simulate", "--trace"},
+		{"bench", "--bogus"},
+		{"nullserver", "--bogus"},
+	} {
+		code, stdout, stderr := runCmd(t, "", args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		hint := "Run 'sluice " + args[0] + " -h' for its flags."
+		if code != 2 || stdout != "" || len(lines) != 2 || !strings.HasPrefix(lines[0], "sluice "+args[0]+": ") || lines[1] != hint {
+			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2, a line and %q", args, code, stdout, stderr, hint)
+		}
+	}
+	for _, cmd := range []string{"serve", "proxy", "check", "simulate"} {
+		code, _, stderr := runCmd(t, "", cmd, "-h")
+		if code != 0 || strings.Count(stderr, "\n") < 4 || !strings.Contains(stderr, "Usage: sluice "+cmd) {
+			t.Errorf("%s -h: exit %d, %d lines", cmd, code, strings.Count(stderr, "\n"))
+		}
+	}
+}

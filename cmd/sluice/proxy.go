@@ -89,7 +89,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 		for _, m := range missing {
 			fmt.Fprintf(stderr, "sluice proxy: %s is required\n", m)
 		}
-		fs.Usage()
+		usageHint(fs)
 		return nil, errUsage
 	}
 	probs := s.storeSettings.check()

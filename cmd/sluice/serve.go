@@ -208,7 +208,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 
 	if s.config == "" {
 		fmt.Fprintln(stderr, "sluice serve: --config (or SLUICE_CONFIG) is required")
-		fs.Usage()
+		usageHint(fs)
 		return nil, errUsage
 	}
 	probs := s.storeSettings.check()

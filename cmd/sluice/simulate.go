@@ -45,7 +45,7 @@ line fails the run, with its line number, before any decision is printed.
 	}
 	if *config == "" || *tracePath == "" {
 		fmt.Fprintln(stderr, "sluice simulate: --config and --trace are required")
-		fs.Usage()
+		usageHint(fs)
 		return errUsage
 	}
 	cfg, err := reload.Load(*config)
