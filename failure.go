@@ -1,5 +1,15 @@
 package sluice
 
+import "errors"
+
+// ErrNeverConnected is wrapped by a store's health error while the store
+// has not reached its backend once since it was created: a wrong address,
+// or a backend not started yet. Servers report themselves not ready then,
+// rather than answer every request by the failure policy unnoticed; an
+// outage after the first connection leaves them ready, with the policy
+// answering.
+var ErrNeverConnected = errors.New("never connected since start")
+
 // FailReason says why a store could not decide. A failure policy's answers
 // are counted by it, so that an operator can tell an overloaded node from a
 // dead backend.

@@ -479,11 +479,13 @@ func (s *Store) Health() error {
 }
 
 // notConnected is the error of a call made before the store connected.
+// It wraps sluice.ErrNeverConnected: once connected, the store keeps its
+// client, and a lost connection fails calls in other ways.
 func (s *Store) notConnected() error {
 	if p := s.lastErr.Load(); p != nil {
-		return fmt.Errorf("%w: not connected: %v", ErrUnavailable, *p)
+		return fmt.Errorf("%w: not connected: %w: %v", ErrUnavailable, sluice.ErrNeverConnected, *p)
 	}
-	return fmt.Errorf("%w: not connected", ErrUnavailable)
+	return fmt.Errorf("%w: not connected: %w", ErrUnavailable, sluice.ErrNeverConnected)
 }
 
 // Take implements sluice.Store; see its documentation for the contract.

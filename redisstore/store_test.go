@@ -703,11 +703,24 @@ func TestStartWithoutRedis(t *testing.T) {
 	if _, err := lim.Allow(context.Background(), "k", l); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("with Redis down: %v, want ErrUnavailable", err)
 	}
+	if err := s.Health(); !errors.Is(err, sluice.ErrNeverConnected) {
+		t.Fatalf("health with Redis down since start: %v, want ErrNeverConnected", err)
+	}
 	srv.Restart()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		d, err := lim.Allow(context.Background(), "k", l)
 		if err == nil && d.Allowed {
+			// Connected once: a later outage is an outage, not a store
+			// that was never reached.
+			srv.Kill()
+			for s.Health() == nil && time.Now().Before(deadline) {
+				lim.Allow(context.Background(), "k", l)
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := s.Health(); err == nil || errors.Is(err, sluice.ErrNeverConnected) {
+				t.Fatalf("health after an outage that followed a connection: %v", err)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

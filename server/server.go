@@ -301,9 +301,9 @@ var (
 )
 
 // readiness returns nil when the server is ready: a configuration is
-// loaded, it is not draining, the Ready check passes, and the store is up
-// or the default failure policy answers without it (anything but
-// fail_closed).
+// loaded, it is not draining, the Ready check passes, the store has been
+// reached once since start, and it is up or the default failure policy
+// answers without it (anything but fail_closed).
 func (s *Server) readiness(ctx context.Context) error {
 	if s.draining.Load() {
 		return errDraining
@@ -317,6 +317,9 @@ func (s *Server) readiness(ctx context.Context) error {
 		}
 	}
 	if err := s.storeHealth(); err != nil {
+		if errors.Is(err, sluice.ErrNeverConnected) {
+			return fmt.Errorf("store not reached since start (%v); check that it runs and its address", err)
+		}
 		if p := s.dec.Failover().Default; p == rules.FailClosed {
 			return fmt.Errorf("store down (%v) and the default failure policy is %s", err, p)
 		}

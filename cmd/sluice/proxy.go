@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/proxy"
@@ -59,7 +60,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	fs.SetOutput(stderr)
 	fs.StringVar(&s.config, "config", "", "rules `file` with its http section (routes, client address, headers); required")
 	fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
-	fs.StringVar(&s.listen, "listen", ":8080", "`address` the proxy serves on")
+	fs.StringVar(&s.listen, "listen", ":8090", "`address` the proxy serves on (not :8080, so that it runs beside sluice serve)")
 	fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz and /readyz, kept apart from --listen so that no path of the upstream is shadowed")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
@@ -271,6 +272,9 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		case draining.Load():
 			w.WriteHeader(http.StatusServiceUnavailable)
 			io.WriteString(w, "not ready: draining\n")
+		case errors.Is(storeErr, sluice.ErrNeverConnected):
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: store not reached since start (%v); check that it runs and its address\n", storeErr)
 		case storeErr != nil && dec.policy == rules.FailClosed:
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: store down (%v) and the default failure policy is %s\n", storeErr, dec.policy)

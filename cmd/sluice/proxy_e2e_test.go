@@ -7,6 +7,7 @@ package main
 import (
 	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -195,7 +196,7 @@ func TestProxySettings(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%v %v: %v", tc.args, tc.env, err)
-		case tc.want == "" && (s.listen != ":8080" || s.adminListen != ":9090" || s.store != "memory"):
+		case tc.want == "" && (s.listen != ":8090" || s.adminListen != ":9090" || s.store != "memory"):
 			t.Errorf("%v: defaults %+v", tc.args, s)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%v %v: error %v, want %q", tc.args, tc.env, err, tc.want)
@@ -264,4 +265,61 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestServeAndProxyDefaultsApart: sluice serve and sluice proxy run side
+// by side on one machine with their defaults: no port of one is a port of
+// the other.
+func TestServeAndProxyDefaultsApart(t *testing.T) {
+	sv, err := parseServe([]string{"--config", "r.yaml"}, envMap(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := parseProxy([]string{"--config", "r.yaml", "--upstream", "http://api"}, envMap(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]string{}
+	for _, a := range []struct{ who, addr string }{
+		{"serve --grpc-addr", sv.grpcAddr}, {"serve --http-addr", sv.httpAddr}, {"serve --debug-addr", sv.debugAddr},
+		{"proxy --listen", px.listen}, {"proxy --admin-listen", px.adminListen},
+	} {
+		_, port, err := net.SplitHostPort(a.addr)
+		if err != nil {
+			t.Fatalf("%s %q: %v", a.who, a.addr, err)
+		}
+		if other, ok := ports[port]; ok {
+			t.Errorf("%s and %s both default to port %s", other, a.who, port)
+		}
+		ports[port] = a.who
+	}
+}
+
+// TestProxyExample runs the README's proxy example, examples/proxy.yaml,
+// as it is: every client is limited by its address out of the box.
+func TestProxyExample(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+	}))
+	defer up.Close()
+	p := startProxy(t, "--config", filepath.Join("..", "..", "examples", "proxy.yaml"), "--upstream", up.URL)
+	front := "http://" + p.addrs["proxy"]
+	for i, want := range []int{200, 200, 200, 200, 200, 429} {
+		code, h, body := fetch(t, "GET", front+"/items")
+		if code != want {
+			t.Fatalf("request %d: %d %q, want %d", i+1, code, body, want)
+		}
+		if code == 429 && (h.Get("Retry-After") == "" || h.Get("RateLimit-Policy") == "") {
+			t.Errorf("denial without its headers: %v", h)
+		}
+	}
+	for i, want := range []int{200, 200, 200, 429} {
+		if code, _, body := fetch(t, "POST", front+"/login"); code != want {
+			t.Fatalf("login %d: %d %q, want %d", i+1, code, body, want)
+		}
+	}
+	if n := hits.Load(); n != 8 {
+		t.Errorf("upstream saw %d requests, want 8", n)
+	}
 }

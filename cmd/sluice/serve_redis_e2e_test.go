@@ -1306,3 +1306,39 @@ func TestRedisE2EChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRedisNeverReached starts sluice serve on a Redis that is not
+// running: it says so at once on an ERROR line, is not ready until Redis
+// is reached (the failure policy answers meanwhile), and becomes ready
+// when Redis comes up.
+func TestServeRedisNeverReached(t *testing.T) {
+	sluiceBinary(t) // skips under -short
+	srv := redistest.Standalone(t)
+	srv.Kill()
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")
+	p := startSluice(t, nil, "--config", rules, "--store", "redis", "--redis-url", srv.URL(), "--debug-addr", "")
+	if log := p.log(); !strings.Contains(log, `"level":"ERROR","msg":"Redis is not reachable`) {
+		t.Errorf("no ERROR line about Redis at start:\n%s", log)
+	}
+	code, body, _ := p.http("GET", "/readyz", "")
+	if code != 503 || !strings.Contains(body, "store not reached since start") {
+		t.Errorf("/readyz with Redis never reached: %d %q", code, body)
+	}
+	// The policy (local) answers meanwhile.
+	if code, body, _ := p.http("POST", "/json", `{"domain":"d","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`); code != 200 {
+		t.Errorf("/json with Redis never reached: %d %q", code, body)
+	}
+	srv.Restart()
+	deadline := time.Now().Add(e2eWait)
+	for {
+		code, body, _ := p.http("GET", "/readyz", "")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready %s after Redis came up: %d %q", e2eWait, code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

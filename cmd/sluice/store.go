@@ -317,6 +317,10 @@ func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := r.Health(); errors.Is(err, sluice.ErrNeverConnected) {
+			log.Error("Redis is not reachable: until it is, this node is not ready (/readyz answers 503) and the failure policy answers every request; start redis-server or check --redis-url",
+				"failure_policy", s.failurePolicy, "err", err)
+		}
 		set := &storeSet{store: r, redis: r, close: func() { r.Close() }}
 		if s.redis.cacheSize > 0 {
 			set.cache = localcache.New(r, localcache.Config{MaxEntries: s.redis.cacheSize})
