@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -190,4 +191,75 @@ func BenchmarkSlidingLogLong(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkSnapshot writes a snapshot of a store of 1M fixed-window keys
+// (to io.Discard: the encoding and the copying, not the disk) while one
+// goroutine keeps deciding on the store; it reports the snapshot's size
+// and the slowest decision seen (max-take-µs), which is what a snapshot
+// can stall a request for: one shard's copy under its lock. The baseline
+// sleeps as long instead of snapshotting: its slowest decision is the
+// machine's own scheduling noise.
+func BenchmarkSnapshot(b *testing.B) {
+	const n = 1_000_000
+	s := memstore.New(memstore.Config{SweepInterval: -1})
+	defer s.Close()
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Name: "bench", Rate: 1_000_000, Period: time.Hour}
+	keys := keysN(n)
+	for _, key := range keys {
+		lim.Allow(ctx, key, l)
+	}
+	var size countWriter
+	start := time.Now()
+	if err := s.Snapshot(&size); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(start)
+	for _, bc := range []struct {
+		name string
+		op   func() error
+	}{
+		{"snapshot", func() error { return s.Snapshot(io.Discard) }},
+		{"baseline", func() error { time.Sleep(took); return nil }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			stop := make(chan struct{})
+			var slowest atomic.Int64
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for i := 0; ; i = (i + 7919) % n {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					t := time.Now()
+					lim.Allow(ctx, keys[i], l)
+					if d := int64(time.Since(t)); d > slowest.Load() {
+						slowest.Store(d)
+					}
+				}
+			})
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if err := bc.op(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			close(stop)
+			wg.Wait()
+			b.ReportMetric(float64(slowest.Load())/1e3, "max-take-µs")
+			b.ReportMetric(float64(size)/n, "B/key")
+		})
+	}
+}
+
+// countWriter counts the bytes written to it.
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	*c += countWriter(len(p))
+	return len(p), nil
 }
