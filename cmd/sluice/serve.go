@@ -181,7 +181,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
 	s.storeSettings.flags(fs)
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
-	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", time.Minute, "how often to save usage to --state-file; 0 saves only on shutdown")
+	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
@@ -667,6 +667,11 @@ func newSnapshotMetrics(reg *prometheus.Registry, store *memstore.Store) *snapsh
 }
 
 // snapshotLoop saves the store every interval until ctx is done.
+// defaultSnapshotInterval is the default of --snapshot-interval: what a
+// crash may lose. A snapshot of 1M keys costs some 15 ms of CPU and 24 MB
+// written (docs/operations.md).
+const defaultSnapshotInterval = 5 * time.Second
+
 func snapshotLoop(ctx context.Context, store *memstore.Store, path string, every time.Duration, m *snapshotMetrics, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()

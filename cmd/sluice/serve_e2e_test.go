@@ -943,6 +943,44 @@ func TestServeE2EPeriodicSnapshot(t *testing.T) {
 	}
 }
 
+// TestServeE2ECrashLossBound: with the default --snapshot-interval, a
+// kill -9 loses at most the hits of the last interval: 123 hits, a wait of
+// two intervals at most (the second snapshot began after the hits), a
+// crash, and the restarted process still counts all 123.
+func TestServeE2ECrashLossBound(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	state := filepath.Join(dir, "sluice.state")
+	writeRules(t, rules, dayRule("c", "client", 1000))
+	args := []string{"--config", rules, "--state-file", state}
+	p := startSluice(t, nil, args...)
+	d := desc("client", "c")
+	d.HitsAddend = wrapperspb.UInt64(123)
+	if got := codesOf(p.must("c", d)); got != "OK:OK" {
+		t.Fatal(got)
+	}
+	snapshots := func() int {
+		n, _ := strconv.Atoi(p.metric(`sluice_state_snapshots_total{result="success"}`))
+		return n
+	}
+	before := snapshots()
+	deadline := time.Now().Add(2*defaultSnapshotInterval + 5*time.Second)
+	for snapshots() < before+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than 2 snapshots in %s with the default interval (%s)", 2*defaultSnapshotInterval+5*time.Second, defaultSnapshotInterval)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.cmd.Process.Kill()
+	p.wait()
+
+	p2 := startSluice(t, nil, args...)
+	resp := p2.must("c", peek(desc("client", "c")))
+	if got := resp.Statuses[0].LimitRemaining; got != 1000-123 {
+		t.Errorf("after a kill -9: %d remaining, want %d", got, 1000-123)
+	}
+}
+
 func TestServeE2EInFlightRequestFinishes(t *testing.T) {
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, dayRule("f", "k", 1))
