@@ -391,6 +391,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	for _, name := range s.envoyIgnored {
 		log.Warn("envoyproxy/ratelimit setting has no effect in sluice", "variable", name)
 	}
+	s.limitMemory(env, log)
 
 	// Rules first: a bad initial config fails fast with every problem.
 	var srv *server.Server

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -1110,4 +1111,32 @@ func freePort(t *testing.T) string {
 	defer ln.Close()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
+}
+
+// TestServeE2EMaxBytesLimitsTheProcess: --max-bytes bounds the process,
+// not only the store's estimate: the Go runtime's soft memory limit is set
+// from it (docs/operations.md has the formula and the RSS measured), and
+// GOMEMLIMIT, when set, wins.
+func TestServeE2EMaxBytesLimitsTheProcess(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, dayRule("m", "k", 10))
+	limit := func(p *proc) float64 {
+		v, err := strconv.ParseFloat(p.metric("go_gc_gomemlimit_bytes"), 64)
+		if err != nil {
+			t.Fatalf("go_gc_gomemlimit_bytes: %v", err)
+		}
+		return v
+	}
+	p := startSluice(t, nil, "--config", rules, "--max-bytes", "32MiB")
+	if got, want := limit(p), float64(32<<20+4<<20+memLimitBase); got != want {
+		t.Errorf("--max-bytes 32MiB: go_gc_gomemlimit_bytes %v, want %v", got, want)
+	}
+	p = startSluice(t, []string{"GOMEMLIMIT=200MiB"}, "--config", rules, "--max-bytes", "32MiB")
+	if got, want := limit(p), float64(200<<20); got != want {
+		t.Errorf("GOMEMLIMIT=200MiB: go_gc_gomemlimit_bytes %v, want %v", got, want)
+	}
+	p = startSluice(t, nil, "--config", rules)
+	if got, want := limit(p), float64(math.MaxInt64); got != want {
+		t.Errorf("no --max-bytes: go_gc_gomemlimit_bytes %v, want %v", got, want)
+	}
 }

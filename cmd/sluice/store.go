@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -300,6 +301,37 @@ func (set *storeSet) health() func() error {
 		return set.redis.Health
 	}
 	return nil
+}
+
+// Headroom of the Go runtime's soft memory limit over --max-bytes: the
+// process's own heap (gRPC and HTTP buffers, metrics, the rules; some 5 MB
+// at rest) and the garbage of requests between two collections, and an
+// eighth more for the tables' growth (a shard's table grows by copying
+// itself, 1.2x larger, and the old copy is garbage). The binary's own
+// code and data (some 17 MB resident) come on top: docs/operations.md.
+const (
+	memLimitBase  = 24 << 20
+	memLimitShare = 8 // the limit is max-bytes + max-bytes/memLimitShare + memLimitBase
+)
+
+// limitMemory makes the process honour --max-bytes, not only the store:
+// with --store memory and a cap, it sets the Go runtime's soft memory
+// limit (runtime/debug.SetMemoryLimit) to the cap plus the headroom above,
+// so that the garbage collector works harder as the process nears it,
+// instead of letting the heap grow to twice what is live. GOMEMLIMIT, when
+// set, wins. It returns the limit set, or 0.
+func (s *storeSettings) limitMemory(env lookupEnv, log *slog.Logger) int64 {
+	if s.store != "memory" || s.maxBytes <= 0 {
+		return 0
+	}
+	if v, ok := env("GOMEMLIMIT"); ok {
+		log.Info("GOMEMLIMIT is set: the Go runtime's memory limit is its, not one derived from --max-bytes", "GOMEMLIMIT", v, "max_bytes", int64(s.maxBytes))
+		return 0
+	}
+	limit := int64(s.maxBytes) + int64(s.maxBytes)/memLimitShare + memLimitBase
+	debug.SetMemoryLimit(limit)
+	log.Info("memory limit of the process set from --max-bytes", "max_bytes", int64(s.maxBytes), "go_memory_limit", limit)
+	return limit
 }
 
 // openStore opens the store of s.
