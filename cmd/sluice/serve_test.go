@@ -27,7 +27,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 	}
 	want := serveSettings{
 		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
-		snapshotInterval: time.Minute, responseHeaders: "off",
+		snapshotInterval: 5 * time.Second, responseHeaders: "off",
 		nearLimitRatio: 0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		storeSettings: storeSettings{
