@@ -15,12 +15,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -687,6 +686,6 @@ func register(mux *http.ServeMux, pattern string) (msg string) {
 // nopDecider lets httplimit.New check a configuration.
 type nopDecider struct{}
 
-func (nopDecider) DecideInto(context.Context, *rlsv3.RateLimitRequest, *rls.Outcome) error {
+func (nopDecider) DecideInto(context.Context, string, []rules.Descriptor, *decide.Outcome) error {
 	return errors.New("httpconf: not a decider")
 }

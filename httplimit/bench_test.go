@@ -8,11 +8,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
 )
 
 func BenchmarkResolve(b *testing.B) {
@@ -172,20 +170,21 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 1000000000}
 `)
-	reqs := make([]*rlsv3.RateLimitRequest, 10_000)
+	reqs := make([][]rules.Descriptor, 10_000)
 	for i := range reqs {
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: "bench", HitsAddend: 1, Descriptors: []*rlv3.RateLimitDescriptor{{
-			Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i>>8&255, i&255)}},
-		}}}
+		reqs[i] = []rules.Descriptor{{
+			Entries: []rules.Entry{{Key: "remote_address", Value: fmt.Sprintf("10.0.%d.%d", i>>8&255, i&255)}},
+			Cost:    1,
+		}}
 	}
 	var next atomic.Uint64
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		var o rls.Outcome
+		var o decide.Outcome
 		i := next.Add(1) * 7919
 		for pb.Next() {
-			if err := dec.DecideInto(context.Background(), reqs[i%uint64(len(reqs))], &o); err != nil {
+			if err := dec.DecideInto(context.Background(), "bench", reqs[i%uint64(len(reqs))], &o); err != nil {
 				b.Error(err)
 				return
 			}

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rls"
 )
 
 // inFlight sums the counts of every shard, and counts the entries.
@@ -37,7 +37,7 @@ func TestConcurrencyKeysOutliveRequests(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
 	m, err := newMiddleware(Config{
-		Decider:     rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, "domain: api\n")),
+		Decider:     decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, "domain: api\n")),
 		Domain:      "api",
 		Concurrency: &Concurrency{Max: 2},
 	})

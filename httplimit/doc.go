@@ -8,7 +8,7 @@
 // library, chi (r.Use) and gorilla/mux (r.Use) take as they are:
 //
 //	limit, err := httplimit.New(httplimit.Config{
-//		Decider: rls.NewDecider(sluice.NewLimiter(store), cfg),
+//		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
 //		Domain:  "api",
 //	})
 //	...
@@ -48,7 +48,7 @@
 //     Config.OnDeny;
 //   - shadow mode (Config.ShadowMode, or a rule's shadow_mode): let
 //     through, as sluice serve answers;
-//   - store failure: the Decider's failure policy answers (rls.Failover);
+//   - store failure: the Decider's failure policy answers (decide.Failover);
 //     a fail_open answer carries no rate limit headers. When nothing can
 //     answer, Config.OnError, by default a 503 that says nothing of the
 //     cause;
@@ -108,6 +108,7 @@
 // combination: per user and per IP together are two descriptors, decided
 // all-or-nothing.
 //
-// This package imports the sluice root package, rls, rules and the Envoy
-// protos; never a store (tests aside) or a transport.
+// This package imports the sluice root package, decide, rules and the
+// standard library; never a store (tests aside), gRPC, protobuf or a
+// transport (a test holds it to that).
 package httplimit

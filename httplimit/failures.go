@@ -9,11 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -102,7 +98,7 @@ func (f *failures) counts(status int) bool {
 // left, for the headers, and a key serving a block_for penalty denies it.
 func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error) {
 	s.fail.reset()
-	n, err := m.fill(&s.fail, f.descs, r, s.client, &s.zero)
+	n, err := m.fill(&s.fail, f.descs, r, s.client, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -118,10 +114,10 @@ func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error)
 // decision was admitted, in a race with the limit freeing up).
 func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, charged bool, err error) {
 	o := &s.out
-	if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
+	if err := m.dec.DecideInto(ctx, m.domain, s.fail.descs, o); err != nil {
 		return false, false, err
 	}
-	if o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+	if o.OverLimit() {
 		return true, false, nil // a block_for penalty, or fail_closed
 	}
 	if o.Degraded != rules.FailDefault {
@@ -138,11 +134,11 @@ func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, 
 		denyAt(o, i)
 		return true, false, nil
 	}
-	setHits(s.fail.pds, &s.one)
-	if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
+	setCost(s.fail.descs, 1)
+	if err := m.dec.DecideInto(ctx, m.domain, s.fail.descs, o); err != nil {
 		return false, false, err
 	}
-	if o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+	if o.OverLimit() {
 		return true, false, nil
 	}
 	return false, o.Degraded == rules.FailDefault, nil
@@ -150,18 +146,17 @@ func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, 
 
 // denyAt turns the peek o into a denial by its limit i, retrying when that
 // limit has reset.
-func denyAt(o *rls.Outcome, i int) {
+func denyAt(o *decide.Outcome, i int) {
 	l := &o.Limits[i]
 	wait := max(l.Decision.ResetAfter, time.Second)
 	l.Decision.Allowed, l.Decision.RetryAfter = false, wait
 	o.Overall = l.Decision
 	o.Overall.Index = i
-	o.Response.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 }
 
 // exhausted returns the index of an enforced limit of o with nothing left,
 // or -1.
-func exhausted(o *rls.Outcome) int {
+func exhausted(o *decide.Outcome) int {
 	for i := range o.Limits {
 		if l := &o.Limits[i]; !l.Limit.Shadow && l.Decision.Remaining <= 0 {
 			return i
@@ -170,10 +165,10 @@ func exhausted(o *rls.Outcome) int {
 	return -1
 }
 
-// setHits sets the hits_addend of every descriptor of pds to h.
-func setHits(pds []*rlv3.RateLimitDescriptor, h *wrapperspb.UInt64Value) {
-	for _, pd := range pds {
-		pd.HitsAddend = h
+// setCost sets the cost of every descriptor of descs to n.
+func setCost(descs []rules.Descriptor, n int64) {
+	for i := range descs {
+		descs[i].Cost = n
 	}
 }
 
@@ -230,19 +225,17 @@ func (w *statusWriter) charge() {
 	// main limit's block must not keep it from the others.
 	ctx := context.WithoutCancel(w.ctx)
 	o := &s.out
-	setHits(s.fail.pds, &s.one)
-	for i := range s.fail.pds {
-		s.fail.req.Descriptors = s.fail.pds[i : i+1]
-		if err := m.dec.DecideInto(ctx, &s.fail.req, o); err != nil {
+	setCost(s.fail.descs, 1)
+	for i := range s.fail.descs {
+		if err := m.dec.DecideInto(ctx, m.domain, s.fail.descs[i:i+1], o); err != nil {
 			if n, ok := m.errLog.Allow(time.Now()); ok {
 				m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err, "not_logged", n)
 			}
 		}
 	}
-	s.fail.req.Descriptors = s.fail.pds
 	// The headers again, from a peek at every limit of the request.
-	setHits(s.main.pds, &s.zero)
-	if err := m.dec.DecideInto(ctx, &s.main.req, o); err == nil && o.Degraded != rules.FailOpen {
+	setCost(s.main.descs, 0)
+	if err := m.dec.DecideInto(ctx, m.domain, s.main.descs, o); err == nil && o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, false)
 	}
 }

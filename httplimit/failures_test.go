@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/logtest"
-	"github.com/sluicehq/sluice/rls"
 )
 
 // A login that fails (401) unless the password header is right.
@@ -43,7 +43,7 @@ func failureServer(t *testing.T, yaml string, other []httplimit.Descriptor, call
 	return failureServerOn(t, decider(t, yaml), other, calls)
 }
 
-func failureServerOn(t *testing.T, d *rls.Decider, other []httplimit.Descriptor, calls *atomic.Int64) string {
+func failureServerOn(t *testing.T, d *decide.Decider, other []httplimit.Descriptor, calls *atomic.Int64) string {
 	t.Helper()
 	mw, err := httplimit.New(httplimit.Config{
 		Decider:     d,

@@ -13,13 +13,9 @@ import (
 	"time"
 	"unsafe"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
-
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -51,22 +47,23 @@ const (
 	HeadersAll = HeadersIETF | HeadersXRateLimit | HeadersRetryAfter
 )
 
-// Decider decides RLS requests into an rls.Outcome: *rls.Decider, which
-// decides with local rules and a store, is the one most callers want.
-// DecideInto must fill o as rls.Decider.DecideInto documents, leave o
-// reset on error, and be safe for concurrent use. It must not use req, nor
-// keep the strings in it, after it returns: the middleware reuses their
-// storage for the next request (rls.Decider copies what it keeps).
+// Decider decides the descriptors of a request into a decide.Outcome:
+// *decide.Decider, which decides with local rules and a store, is the one
+// most callers want. DecideInto must fill o as decide.Decider.DecideInto
+// documents, leave o reset on error, and be safe for concurrent use. It
+// must not use descs, nor keep the strings in them, after it returns: the
+// middleware reuses their storage for the next request (decide.Decider
+// copies what it keeps).
 type Decider interface {
-	DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error
+	DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error
 }
 
 // Config configures the middleware made by New. Zero fields mean the
 // documented default; Decider and Domain are required.
 type Config struct {
-	// Decider decides every request: an *rls.Decider (the rules, the
+	// Decider decides every request: a *decide.Decider (the rules, the
 	// limiter, and the failure policy that answers when the store fails,
-	// rls.Failover), or a client of a remote sluice serve. Required.
+	// decide.Failover), or a client of a remote sluice serve. Required.
 	Decider Decider
 
 	// Domain is the rules domain the requests are decided in. Required.
@@ -268,29 +265,24 @@ func (m *middleware) compileAll(ds []Descriptor) ([][]entry, error) {
 	return out, nil
 }
 
-// scratch is the per-request state, pooled: the RLS requests with their
-// descriptors and entries, the outcome, and buffers.
+// scratch is the per-request state, pooled: the requests' descriptors
+// and entries, the outcome, and buffers.
 type scratch struct {
 	main    reqScratch // Config.Descriptors
 	fail    reqScratch // Failures.Descriptors
-	out     rls.Outcome
-	client  string                 // the resolved client key, when needed
-	zero    wrapperspb.UInt64Value // hits_addend 0: a peek
-	one     wrapperspb.UInt64Value // hits_addend 1
+	out     decide.Outcome
+	client  string // the resolved client key, when needed
 	key     []byte
 	ckey    []byte // the concurrency or queue key
 	hdr     []byte
-	entries []rlv3.RateLimitDescriptor_Entry // all of main's and fail's
+	entries []rules.Entry // all of main's and fail's
 }
 
-// reqScratch is one RLS request with the storage of its descriptors.
+// reqScratch is the descriptors of one decision with their storage.
 type reqScratch struct {
 	next    int // the next free entry
-	req     rlsv3.RateLimitRequest
-	pds     []*rlv3.RateLimitDescriptor
-	descs   []rlv3.RateLimitDescriptor
-	entPtrs []*rlv3.RateLimitDescriptor_Entry
-	entries []rlv3.RateLimitDescriptor_Entry
+	descs   []rules.Descriptor
+	entries []rules.Entry
 }
 
 func (m *middleware) newScratch() *scratch {
@@ -306,24 +298,16 @@ func (m *middleware) newScratch() *scratch {
 	s := &scratch{
 		key:     make([]byte, 0, 64),
 		hdr:     make([]byte, 0, 256),
-		entries: make([]rlv3.RateLimitDescriptor_Entry, m.entries+fails),
+		entries: make([]rules.Entry, m.entries+fails),
 	}
-	s.one.Value = 1
-	s.out.ReuseResponse = true // the middleware reads only the overall code
 	s.main.init(descs, s.entries[:m.entries])
 	s.fail.init(descs-len(m.descs), s.entries[m.entries:])
 	return s
 }
 
-func (rs *reqScratch) init(descs int, entries []rlv3.RateLimitDescriptor_Entry) {
-	rs.pds = make([]*rlv3.RateLimitDescriptor, 0, descs)
-	rs.descs = make([]rlv3.RateLimitDescriptor, descs)
+func (rs *reqScratch) init(descs int, entries []rules.Entry) {
+	rs.descs = make([]rules.Descriptor, 0, descs)
 	rs.entries = entries
-	rs.entPtrs = make([]*rlv3.RateLimitDescriptor_Entry, len(entries))
-	for i := range entries {
-		rs.entPtrs[i] = &entries[i]
-	}
-	rs.req.HitsAddend = 1
 }
 
 // release empties s of the request's values and returns it to the pool.
@@ -331,8 +315,8 @@ func (m *middleware) release(s *scratch) {
 	for i := range s.entries {
 		s.entries[i].Value = ""
 	}
-	s.main.req.Descriptors = nil
-	s.fail.req.Descriptors = nil
+	s.main.reset()
+	s.fail.reset()
 	s.client = ""
 	s.out.Reset()
 	m.scratch.Put(s)
@@ -436,7 +420,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case denied:
 		res = Denied
-	case o.Overall.Shadow || m.shadow && o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT:
+	case o.Overall.Shadow || m.shadow && o.OverLimit():
 		res = Shadow
 		if n, ok := m.shadowLog.Allow(time.Now()); ok {
 			m.log.Info("rate limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
@@ -475,16 +459,16 @@ func (m *middleware) report(w http.ResponseWriter, r *http.Request, res Result) 
 }
 
 // shadowLimit names the limit that would have denied o.
-func shadowLimit(o *rls.Outcome) string {
+func shadowLimit(o *decide.Outcome) string {
 	if i := o.Overall.Index; i >= 0 && i < len(o.Limits) {
 		return o.Limits[i].Limit.Name
 	}
 	return ""
 }
 
-// decide decides s.main.req into s.out.
+// decide decides s.main into s.out.
 func (m *middleware) decide(ctx context.Context, s *scratch) error {
-	err := m.dec.DecideInto(ctx, &s.main.req, &s.out)
+	err := m.dec.DecideInto(ctx, m.domain, s.main.descs, &s.out)
 	if err == nil && s.out.Degraded != rules.FailDefault {
 		if n, ok := m.degLog.Allow(time.Now()); ok {
 			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "reason", s.out.Reason.String(), "err", s.out.StoreErr, "not_logged", n)
@@ -494,8 +478,8 @@ func (m *middleware) decide(ctx context.Context, s *scratch) error {
 }
 
 // overLimit reports whether o denies the request (never in shadow mode).
-func (m *middleware) overLimit(o *rls.Outcome) bool {
-	return o.Response.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !m.shadow
+func (m *middleware) overLimit(o *decide.Outcome) bool {
+	return o.OverLimit() && !m.shadow
 }
 
 // deny answers the denied request whose outcome is s.out, its headers
@@ -543,41 +527,36 @@ func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
 		s.client = unsafe.String(unsafe.SliceData(s.key), len(s.key))
 	}
 	s.main.reset()
-	return m.fill(&s.main, m.descs, r, s.client, nil)
+	return m.fill(&s.main, m.descs, r, s.client, 1)
 }
 
 // reset empties rs of descriptors.
 func (rs *reqScratch) reset() {
-	rs.pds = rs.pds[:0]
+	clear(rs.descs)
+	rs.descs = rs.descs[:0]
 	rs.next = 0
 }
 
 // appendCopy adds to rs copies of the descriptors of src, with their
-// hits_addend: the values already taken from the request, not again.
+// costs: the values already taken from the request, not again.
 func (rs *reqScratch) appendCopy(src *reqScratch) {
-	for _, spd := range src.pds {
-		pd := &rs.descs[len(rs.pds)]
+	for _, sd := range src.descs {
 		start := rs.next
-		for _, e := range spd.Entries {
-			pe := &rs.entries[rs.next]
-			pe.Key, pe.Value = e.Key, e.Value
+		for _, e := range sd.Entries {
+			rs.entries[rs.next] = e
 			rs.next++
 		}
-		pd.Entries = rs.entPtrs[start:rs.next:rs.next]
-		pd.HitsAddend = spd.HitsAddend
-		rs.pds = append(rs.pds, pd)
+		rs.descs = append(rs.descs, rules.Descriptor{Entries: rs.entries[start:rs.next:rs.next], Cost: sd.Cost})
 	}
-	rs.req.Descriptors = rs.pds
 }
 
-// fill adds to rs.req the descriptors set of r, each with hits (nil: the
-// request's hits_addend, 1), and returns how many it added.
-func (m *middleware) fill(rs *reqScratch, set [][]entry, r *http.Request, client string, hits *wrapperspb.UInt64Value) (int, error) {
-	before := len(rs.pds)
+// fill adds to rs the descriptors set of r, each of cost hits, and returns
+// how many it added.
+func (m *middleware) fill(rs *reqScratch, set [][]entry, r *http.Request, client string, hits int64) (int, error) {
+	before := len(rs.descs)
 	next := rs.next
 descs:
 	for _, d := range set {
-		pd := &rs.descs[len(rs.pds)]
 		start := next
 		for i := range d {
 			e := &d[i]
@@ -592,18 +571,13 @@ descs:
 				next = start
 				continue descs
 			}
-			pe := &rs.entries[next]
-			pe.Key, pe.Value = e.key, v
+			rs.entries[next] = rules.Entry{Key: e.key, Value: v}
 			next++
 		}
-		pd.Entries = rs.entPtrs[start:next:next]
-		pd.HitsAddend = hits
-		rs.pds = append(rs.pds, pd)
+		rs.descs = append(rs.descs, rules.Descriptor{Entries: rs.entries[start:next:next], Cost: hits})
 	}
 	rs.next = next
-	rs.req.Domain = m.domain
-	rs.req.Descriptors = rs.pds
-	return len(rs.pds) - before, nil
+	return len(rs.descs) - before, nil
 }
 
 // setHeaders sets the rate limit headers of the outcome in s on h. The

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -37,7 +37,7 @@ descriptors:
 	defer store.Close()
 
 	limit, err := httplimit.New(httplimit.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
 		Domain:  "api",
 	})
 	if err != nil {

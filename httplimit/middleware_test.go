@@ -14,14 +14,12 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -30,11 +28,11 @@ import (
 var fixedNow = time.Unix(1_700_000_000, 250_000_000)
 
 // decider returns a Decider over a memstore whose clock stands at fixedNow.
-func decider(t testing.TB, yaml string) *rls.Decider {
+func decider(t testing.TB, yaml string) *decide.Decider {
 	t.Helper()
 	store := memstore.New(memstore.Config{Now: func() time.Time { return fixedNow }})
 	t.Cleanup(func() { store.Close() })
-	return rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml))
+	return decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml))
 }
 
 // okHandler answers 200 "ok".
@@ -301,8 +299,8 @@ func (failingStore) Take(context.Context, []sluice.Hit, []sluice.Decision) error
 }
 
 func TestStoreFailure(t *testing.T) {
-	newDecider := func(policy string) *rls.Decider {
-		return rls.NewDecider(sluice.NewLimiter(failingStore{}), rulestest.Config(t, ipRules+"failure_policy: "+policy+"\n"))
+	newDecider := func(policy string) *decide.Decider {
+		return decide.NewDecider(sluice.NewLimiter(failingStore{}), rulestest.Config(t, ipRules+"failure_policy: "+policy+"\n"))
 	}
 	t.Run("fail_open", func(t *testing.T) {
 		srv := limited(t, httplimit.Config{Decider: newDecider("fail_open"), Domain: "api"})
@@ -333,7 +331,7 @@ func TestStoreFailure(t *testing.T) {
 	t.Run("no rules: OnError", func(t *testing.T) {
 		var got error
 		mw, err := httplimit.New(httplimit.Config{
-			Decider: rls.NewDecider(sluice.NewLimiter(failingStore{}), nil),
+			Decider: decide.NewDecider(sluice.NewLimiter(failingStore{}), nil),
 			Domain:  "api",
 			OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 				got = err
@@ -345,7 +343,7 @@ func TestStoreFailure(t *testing.T) {
 		}
 		srv := httptest.NewServer(mw(okHandler))
 		defer srv.Close()
-		if r := do(t, srv.Client(), "GET", srv.URL, nil); r.status != http.StatusBadGateway || !errors.Is(got, rls.ErrNoRules) {
+		if r := do(t, srv.Client(), "GET", srv.URL, nil); r.status != http.StatusBadGateway || !errors.Is(got, decide.ErrNoRules) {
 			t.Errorf("got %d, OnError saw %v", r.status, got)
 		}
 	})
@@ -675,9 +673,8 @@ func TestConcurrentClientsExact(t *testing.T) {
 // without rules does: over limit, no limit to describe, a wait.
 type closedDecider struct{ wait time.Duration }
 
-func (d closedDecider) DecideInto(_ context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+func (d closedDecider) DecideInto(_ context.Context, _ string, _ []rules.Descriptor, o *decide.Outcome) error {
 	o.Reset()
-	o.Response = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT}
 	o.Overall = sluice.Decision{RetryAfter: d.wait, Index: -1}
 	o.Degraded = rules.FailClosed
 	return nil
@@ -710,7 +707,7 @@ func TestBlockFor(t *testing.T) {
 	now.Store(fixedNow.UnixNano())
 	store := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
 	t.Cleanup(func() { store.Close() })
-	dec := rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, `
+	dec := decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, `
 domain: api
 descriptors:
   - key: remote_address

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/rls"
 )
 
 // The problem types (RFC 9457) of the middleware's error bodies. Each is
@@ -57,7 +57,7 @@ type policy struct {
 }
 
 // denial is the problem body of the denied outcome o.
-func (m *middleware) denial(o *rls.Outcome) *problem {
+func (m *middleware) denial(o *decide.Outcome) *problem {
 	p := &problem{Type: ProblemRateLimited, Title: "Too many requests", Status: m.denyStatus}
 	retry := retryAfter(o)
 	p.RetryAfter = &retry
@@ -77,7 +77,7 @@ func (m *middleware) denial(o *rls.Outcome) *problem {
 // deciding limit's (ratelimitheaders.RetryAfter), or with no limit to
 // describe, the overall decision's wait, a minute when it is Never, and at
 // least 1.
-func retryAfter(o *rls.Outcome) int64 {
+func retryAfter(o *decide.Outcome) int64 {
 	if d := ratelimitheaders.Deciding(o); d >= 0 {
 		return ratelimitheaders.RetryAfter(o, &o.Limits[d])
 	}

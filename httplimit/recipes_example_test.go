@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -59,7 +59,7 @@ descriptors:
 	defer store.Close()
 
 	limit, err := httplimit.New(httplimit.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
 		Domain:  "auth",
 		// Every attempt, per client address.
 		Descriptors: []httplimit.Descriptor{
@@ -172,7 +172,7 @@ descriptors:
 	defer store.Close()
 
 	limit, err := httplimit.New(httplimit.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
 		Domain:  "api",
 		Descriptors: []httplimit.Descriptor{{
 			{Key: "plan", Source: httplimit.Header("X-Plan")},

@@ -8,10 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // results collects what OnResult is told.
@@ -36,7 +35,7 @@ func (rs *results) take() string {
 
 type errDecider struct{}
 
-func (errDecider) DecideInto(_ context.Context, _ *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+func (errDecider) DecideInto(_ context.Context, _ string, _ []rules.Descriptor, o *decide.Outcome) error {
 	o.Reset()
 	return errors.New("store on fire")
 }

@@ -7,9 +7,7 @@ import (
 	"sync"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
-	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -48,7 +46,7 @@ const DefaultMaxQueue = 100
 // the waiters of one key, the server's own limits on connections bound
 // them all.
 //
-// The pace comes from the Decider's Retry-After: exact with rls.Decider; a
+// The pace comes from the Decider's Retry-After: exact with decide.Decider; a
 // remote rate limit service (rlsclient) tells only when a limit resets, so
 // over one the queue is released a burst at a time, at each reset.
 type Shaping struct {
@@ -101,7 +99,7 @@ func newShaper(cfg *Shaping) (*shaper, error) {
 func (m *middleware) shaped(ctx context.Context, s *scratch) (waited bool, err error) {
 	sh := m.shaping
 	start := time.Now()
-	s.ckey = appendQueueKey(s.ckey[:0], s.main.pds)
+	s.ckey = appendQueueKey(s.ckey[:0], s.main.descs)
 	sh.mu.Lock()
 	busy := sh.queues[string(s.ckey)] != nil
 	sh.mu.Unlock()
@@ -157,7 +155,7 @@ func (m *middleware) shaped(ctx context.Context, s *scratch) (waited bool, err e
 
 // shapeable reports whether the outcome o is a denial that waiting up to
 // MaxDelay could turn into an admission.
-func (m *middleware) shapeable(o *rls.Outcome) bool {
+func (m *middleware) shapeable(o *decide.Outcome) bool {
 	// A denial that names no wait is not waited for: asking again at once
 	// would spin.
 	return m.overLimit(o) && o.Degraded == rules.FailDefault && o.Overall.RetryAfter > 0 && o.Overall.RetryAfter <= m.shaping.maxDelay
@@ -204,12 +202,12 @@ func (sh *shaper) leave(key string, w *waiter) {
 	}
 }
 
-// appendQueueKey appends the queue key of the descriptors pds: every
+// appendQueueKey appends the queue key of the descriptors descs: every
 // entry's key and value, length-prefixed.
-func appendQueueKey(b []byte, pds []*rlv3.RateLimitDescriptor) []byte {
-	for _, pd := range pds {
+func appendQueueKey(b []byte, descs []rules.Descriptor) []byte {
+	for _, d := range descs {
 		b = append(b, '|')
-		for _, e := range pd.Entries {
+		for _, e := range d.Entries {
 			b = strconv.AppendInt(b, int64(len(e.Key)), 10)
 			b = append(b, ':')
 			b = append(b, e.Key...)

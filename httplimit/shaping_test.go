@@ -12,13 +12,12 @@ import (
 	"testing/synctest"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // leakyRules releases 10 requests a second, one at a time: the outflow of
@@ -49,7 +48,7 @@ func newShapingRun(t *testing.T, sh httplimit.Shaping) *shapingRun {
 	t.Cleanup(func() { store.Close() })
 	run := &shapingRun{t: t, start: time.Now()}
 	mw, err := httplimit.New(httplimit.Config{
-		Decider:  rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, leakyRules)),
+		Decider:  decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, leakyRules)),
 		Domain:   "api",
 		Shaping:  &sh,
 		OnResult: run.res.on,
@@ -208,7 +207,7 @@ func TestShapingRealListener(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
 	mw, err := httplimit.New(httplimit.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, strings.Replace(leakyRules, "10,", "20,", 1))),
+		Decider: decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, strings.Replace(leakyRules, "10,", "20,", 1))),
 		Domain:  "api",
 		Shaping: &httplimit.Shaping{MaxDelay: 5 * time.Second},
 	})
@@ -261,9 +260,9 @@ type countingDecider struct {
 	calls atomic.Int64
 }
 
-func (d *countingDecider) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+func (d *countingDecider) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error {
 	d.calls.Add(1)
-	if err := d.closedDecider.DecideInto(ctx, req, o); err != nil {
+	if err := d.closedDecider.DecideInto(ctx, domain, descs, o); err != nil {
 		return err
 	}
 	o.Degraded = 0 // a store's answer, naming no wait

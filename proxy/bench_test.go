@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/proxy"
-	"github.com/sluicehq/sluice/rls"
 )
 
 // benchBody is what the upstream of BenchmarkProxy answers: a small JSON
@@ -92,7 +92,7 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	limited, err := proxy.New(proxy.Config{
 		Upstream: upURL,
-		Decider:  rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
+		Decider:  decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
 		Domain:   "api",
 		HTTP:     section,
 		Metrics:  m, // as sluice proxy runs it

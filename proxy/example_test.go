@@ -8,10 +8,10 @@ import (
 	"net/url"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/proxy"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -48,7 +48,7 @@ descriptors:
 	upstream, _ := url.Parse(api.URL)
 	p, err := proxy.New(proxy.Config{
 		Upstream: upstream,
-		Decider:  rls.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider:  decide.NewDecider(sluice.NewLimiter(store), cfg),
 		Domain:   d.Name,
 		HTTP:     section,
 	})

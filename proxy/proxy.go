@@ -92,7 +92,7 @@ type Config struct {
 	// (httputil.ProxyRequest.SetURL).
 	Upstream *url.URL
 
-	// Decider decides every limited request: an *rls.Decider over the
+	// Decider decides every limited request: an *decide.Decider over the
 	// rules and a store, or a client of a remote sluice serve.
 	Decider httplimit.Decider
 

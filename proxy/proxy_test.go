@@ -19,12 +19,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/proxy"
-	"github.com/sluicehq/sluice/rls"
 )
 
 // wait bounds every wait of these tests.
@@ -71,7 +71,7 @@ type fixture struct {
 	p     *proxy.Proxy
 	srv   *httptest.Server
 	reg   *prometheus.Registry
-	dec   *rls.Decider
+	dec   *decide.Decider
 	store sluice.Store
 
 	inflight atomic.Int64 // requests in the proxy's handler
@@ -92,7 +92,7 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store) *fixt
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, src))
+	dec := decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, src))
 	reg := prometheus.NewRegistry()
 	m, err := proxy.NewMetrics(reg)
 	if err != nil {
@@ -609,7 +609,7 @@ func TestSetRoutes(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	dec := rls.NewDecider(sluice.NewLimiter(memstore.New(memstore.Config{})), rulestest.Config(t, perIP))
+	dec := decide.NewDecider(sluice.NewLimiter(memstore.New(memstore.Config{})), rulestest.Config(t, perIP))
 	for _, tc := range []struct {
 		name     string
 		upstream string

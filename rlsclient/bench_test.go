@@ -33,9 +33,8 @@ func BenchmarkClient(b *testing.B) {
 		}
 		return rs
 	}
-	run := func(b *testing.B, dec interface {
-		DecideInto(context.Context, *rlsv3.RateLimitRequest, *rls.Outcome) error
-	}, rs []*rlsv3.RateLimitRequest, wantDegraded bool) {
+	run := func(b *testing.B, dec any, rs []*rlsv3.RateLimitRequest, wantDegraded bool) {
+		decideInto := rlsDecide(dec)
 		var next atomic.Int64
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -44,7 +43,7 @@ func BenchmarkClient(b *testing.B) {
 			var o rls.Outcome
 			for pb.Next() {
 				rq := rs[int(next.Add(1))%len(rs)]
-				if err := dec.DecideInto(ctx, rq, &o); err != nil {
+				if err := decideInto(ctx, rq, &o); err != nil {
 					b.Error(err)
 					return
 				}
@@ -69,7 +68,7 @@ func BenchmarkClient(b *testing.B) {
 		rs := reqs(1)
 		var o rls.Outcome
 		for range 5 { // open the breaker, for good
-			down.DecideInto(context.Background(), rs[0], &o)
+			down.DecideRLS(context.Background(), rs[0], &o)
 		}
 		run(b, down, rs, true)
 	})

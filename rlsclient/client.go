@@ -13,15 +13,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rls"
@@ -51,7 +55,7 @@ var ErrUnavailable = errors.New("remote rate limit service unavailable")
 // made once: a remote that is down turns every request away.
 var errBreakerOpen = fmt.Errorf("%w: %w", ErrUnavailable, breaker.ErrOpen)
 
-// ErrClosed is returned by DecideInto after Close.
+// ErrClosed is returned by DecideInto and DecideRLS after Close.
 var ErrClosed = errors.New("rlsclient: client closed")
 
 // Config configures a Client. Zero fields mean the default in their
@@ -120,6 +124,8 @@ type Client struct {
 	metrics  metrics
 	lastErr  atomic.Pointer[error]         // of the last call, nil once one succeeds
 	logs     [numResults]logsample.Sampler // of the failures answered by the policy
+
+	outcomes sync.Pool // *rls.Outcome, for DecideInto
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -204,7 +210,7 @@ func checkTarget(t string) error {
 	return nil
 }
 
-// Close closes the connection. Close is idempotent; DecideInto fails with
+// Close closes the connection. Close is idempotent; the calls fail with
 // ErrClosed afterwards.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
@@ -227,7 +233,7 @@ func (c *Client) Health() error {
 	return nil
 }
 
-// DecideInto decides req on the remote into o, as rls.Decider.DecideInto
+// DecideRLS decides req on the remote into o, as rls.Decider.DecideInto
 // does locally (see the package documentation for how the remote's
 // response maps to o), reusing o's storage. o.Response is the remote's
 // response, which the caller owns. On error o is left reset.
@@ -238,7 +244,7 @@ func (c *Client) Health() error {
 // checked here, or the remote's InvalidArgument), the caller's context
 // ending (wrapping its error), a malformed response (statuses that do not
 // match the descriptors), the Fallback's own errors, and ErrClosed.
-func (c *Client) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
 	o.Reset()
 	if err := checkRequest(req); err != nil {
 		return err
@@ -308,6 +314,53 @@ func (c *Client) DecideInto(ctx context.Context, req *rlsv3.RateLimitRequest, o 
 	var cause error = &sluice.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, c.target, err)}
 	c.lastErr.Store(&cause)
 	return c.degrade(ctx, req, o, res, cause)
+}
+
+// DecideInto decides the descriptors descs of domain on the remote into o,
+// as decide.Decider.DecideInto does locally: it is the httplimit.Decider
+// of a remote service. Each descriptor's cost is its hits_addend (the
+// request's, 1, when the cost is 1); the rest is DecideRLS's.
+func (c *Client) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error {
+	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: make([]*rlv3.RateLimitDescriptor, len(descs))}
+	for i := range descs {
+		d := &descs[i]
+		pd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))}
+		for j, e := range d.Entries {
+			pd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
+		}
+		if d.Cost != 1 {
+			if d.Cost < 0 {
+				o.Reset()
+				return fmt.Errorf("%w: descriptor %d: negative cost %d", rls.ErrInvalid, i, d.Cost)
+			}
+			pd.HitsAddend = wrapperspb.UInt64(uint64(d.Cost))
+		}
+		if ov := d.Override; ov != nil {
+			pd.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: ov.RequestsPerUnit, Unit: typev3.RateLimitUnit(ov.Unit)}
+			if ov.UnitMultiplier != 1 {
+				pd.Limit.UnitMultiplier = wrapperspb.UInt32(ov.UnitMultiplier)
+			}
+		}
+		req.Descriptors[i] = pd
+	}
+	ro, _ := c.outcomes.Get().(*rls.Outcome)
+	if ro == nil {
+		ro = new(rls.Outcome)
+	}
+	defer func() {
+		ro.Reset()
+		c.outcomes.Put(ro)
+	}()
+	if err := c.DecideRLS(ctx, req, ro); err != nil {
+		o.Reset()
+		return err
+	}
+	o.Reset()
+	src := &ro.Outcome
+	o.Overall, o.Degraded, o.StoreErr, o.Reason = src.Overall, src.Degraded, src.StoreErr, src.Reason
+	o.Descriptors = append(o.Descriptors, src.Descriptors...)
+	o.Limits = append(o.Limits, src.Limits...)
+	return nil
 }
 
 // degrade answers req by the failure policy, the remote having failed with

@@ -150,12 +150,22 @@ func req(descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs}
 }
 
-func decide(t testing.TB, dec interface {
-	DecideInto(context.Context, *rlsv3.RateLimitRequest, *rls.Outcome) error
-}, r *rlsv3.RateLimitRequest) *rls.Outcome {
+// rlsDecide is the RLS form of deciding of dec: a Client's DecideRLS, or a
+// local rls.Decider's DecideInto.
+func rlsDecide(dec any) func(context.Context, *rlsv3.RateLimitRequest, *rls.Outcome) error {
+	switch d := dec.(type) {
+	case *rlsclient.Client:
+		return d.DecideRLS
+	case *rls.Decider:
+		return d.DecideInto
+	}
+	panic(fmt.Sprintf("not a decider: %T", dec))
+}
+
+func decide(t testing.TB, dec any, r *rlsv3.RateLimitRequest) *rls.Outcome {
 	t.Helper()
 	o := new(rls.Outcome)
-	if err := dec.DecideInto(context.Background(), r, o); err != nil {
+	if err := rlsDecide(dec)(context.Background(), r, o); err != nil {
 		t.Fatalf("DecideInto(%v): %v", r, err)
 	}
 	return o
@@ -487,7 +497,7 @@ func TestCallerCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var o rls.Outcome
-	if err := c.DecideInto(ctx, req(d("user=a")), &o); !errors.Is(err, context.Canceled) || o.Response != nil {
+	if err := c.DecideRLS(ctx, req(d("user=a")), &o); !errors.Is(err, context.Canceled) || o.Response != nil {
 		t.Errorf("canceled before: %v, %+v", err, o)
 	}
 	for i := range 5 {
@@ -496,7 +506,7 @@ func TestCallerCanceled(t *testing.T) {
 			<-svc.calls // the remote has the call
 			cancel()
 		}()
-		err := c.DecideInto(ctx, req(d("user=a")), &o)
+		err := c.DecideRLS(ctx, req(d("user=a")), &o)
 		cancel()
 		if !errors.Is(err, context.Canceled) || o.Response != nil || o.Degraded != rules.FailDefault {
 			t.Errorf("canceled during call %d: %v, %+v", i, err, o)
@@ -551,8 +561,8 @@ func TestConfigErrors(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		if err := c.DecideInto(context.Background(), req(d("user=a")), new(rls.Outcome)); !errors.Is(err, rlsclient.ErrClosed) {
-			t.Errorf("DecideInto after Close: %v", err)
+		if err := c.DecideRLS(context.Background(), req(d("user=a")), new(rls.Outcome)); !errors.Is(err, rlsclient.ErrClosed) {
+			t.Errorf("DecideRLS after Close: %v", err)
 		}
 	}
 }
@@ -573,7 +583,7 @@ func TestInvalidRequest(t *testing.T) {
 			{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{nil}},
 		} {
 			var o rls.Outcome
-			if err := c.DecideInto(context.Background(), rq, &o); !errors.Is(err, rls.ErrInvalid) || o.Response != nil {
+			if err := c.DecideRLS(context.Background(), rq, &o); !errors.Is(err, rls.ErrInvalid) || o.Response != nil {
 				t.Errorf("%s: %v: %v", when, rq, err)
 			}
 		}
@@ -582,7 +592,7 @@ func TestInvalidRequest(t *testing.T) {
 	// What only the remote refuses.
 	for _, rq := range []*rlsv3.RateLimitRequest{req(d()), req(negative)} {
 		var o rls.Outcome
-		if err := c.DecideInto(context.Background(), rq, &o); !errors.Is(err, rls.ErrInvalid) || o.Response != nil || o.Degraded != rules.FailDefault {
+		if err := c.DecideRLS(context.Background(), rq, &o); !errors.Is(err, rls.ErrInvalid) || o.Response != nil || o.Degraded != rules.FailDefault {
 			t.Errorf("%v: %v, %+v", rq, err, o)
 		}
 	}
@@ -609,7 +619,7 @@ func (wrongService) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest
 func TestMalformedResponse(t *testing.T) {
 	c := newClient(t, rlsclient.Config{Target: serveRLS(t, wrongService{}), Timeout: 5 * time.Second})
 	var o rls.Outcome
-	err := c.DecideInto(context.Background(), req(d("user=a"), d("user=b")), &o)
+	err := c.DecideRLS(context.Background(), req(d("user=a"), d("user=b")), &o)
 	if err == nil || !strings.Contains(err.Error(), "3 descriptor statuses for 2 descriptors") || o.Response != nil || len(o.Descriptors) != 0 {
 		t.Errorf("%v, %+v", err, o)
 	}

@@ -1,8 +1,9 @@
 // Package rlsclient decides rate limit requests on a remote rate limit
 // service over Envoy RLS v3 gRPC (envoy.service.ratelimit.v3): a sluice
 // serve, or envoyproxy/ratelimit. Its Client has the DecideInto of
-// rls.Decider, so that httplimit and sluice proxy decide on a shared
-// remote service exactly as they would on local rules:
+// decide.Decider, so that httplimit and sluice proxy decide on a shared
+// remote service exactly as they would on local rules, and the DecideInto
+// of rls.Decider as DecideRLS, for Envoy's request and response:
 //
 //	c, err := rlsclient.New(rlsclient.Config{Target: "ratelimit:8081"})
 //	mw, err := httplimit.New(httplimit.Config{Decider: c, Domain: "api"})

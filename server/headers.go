@@ -114,7 +114,7 @@ func (m *HeaderMode) Set(s string) error {
 // ratelimitheaders package). over is the response's overall code;
 // shadow-mode limits, which never deny, are not advertised.
 func (s *Server) headerValues(o *rls.Outcome, over bool) []*corev3.HeaderValue {
-	deciding := ratelimitheaders.Deciding(o)
+	deciding := ratelimitheaders.Deciding(&o.Outcome)
 	if deciding < 0 {
 		return nil
 	}
@@ -149,7 +149,7 @@ func (s *Server) headerValues(o *rls.Outcome, over bool) []*corev3.HeaderValue {
 		add("X-RateLimit-Reset", strconv.FormatInt(ratelimitheaders.Reset(dl), 10))
 	}
 	if retry {
-		add("Retry-After", strconv.FormatInt(ratelimitheaders.RetryAfter(o, dl), 10))
+		add("Retry-After", strconv.FormatInt(ratelimitheaders.RetryAfter(&o.Outcome, dl), 10))
 	}
 	return out
 }

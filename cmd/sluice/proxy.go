@@ -172,7 +172,7 @@ func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.C
 	}
 	dec.SetRules(initial)
 	return &proxyDecider{
-		Decider:  dec,
+		Decider:  dec.Core(),
 		setRules: dec.SetRules,
 		health:   set.health(),
 		policy:   dec.Failover().Default,

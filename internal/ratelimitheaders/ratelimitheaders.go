@@ -1,5 +1,5 @@
 // Package ratelimitheaders formats the rate limit response header values of
-// an rls.Outcome: the IETF RateLimit-Policy and RateLimit fields
+// a decide.Outcome: the IETF RateLimit-Policy and RateLimit fields
 // (draft-ietf-httpapi-ratelimit-headers, -08 and later), X-RateLimit-* and
 // Retry-After. It owns the choice of the deciding limit and the rounding of
 // seconds, so that every front door (the server's response_headers_to_add,
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // MaxSeconds caps every number of seconds in a header (ten years).
@@ -37,7 +37,7 @@ func Seconds(d, period time.Duration) int64 {
 // or -1 when there is none: the limit that denied, else the enforced limit
 // with the least quota left (the later reset on a tie). Shadow-mode
 // limits, which never deny, are not advertised.
-func Deciding(o *rls.Outcome) int {
+func Deciding(o *decide.Outcome) int {
 	deciding := -1
 	if !o.Overall.Allowed && o.Overall.Index >= 0 && o.Overall.Index < len(o.Limits) && !o.Limits[o.Overall.Index].Limit.Shadow {
 		return o.Overall.Index
@@ -61,14 +61,14 @@ func Deciding(o *rls.Outcome) int {
 
 // Reset is the X-RateLimit-Reset and RateLimit t value of the deciding
 // limit dl: seconds until it resets, rounded up.
-func Reset(dl *rls.LimitOutcome) int64 {
+func Reset(dl *decide.LimitOutcome) int64 {
 	return Seconds(dl.Decision.ResetAfter, dl.Limit.Period)
 }
 
 // RetryAfter is the Retry-After of a denied request whose deciding limit
 // is dl: the overall decision's wait, never shorter than the deciding
 // limit's, rounded up, and at least 1.
-func RetryAfter(o *rls.Outcome, dl *rls.LimitOutcome) int64 {
+func RetryAfter(o *decide.Outcome, dl *decide.LimitOutcome) int64 {
 	wait := Seconds(o.Overall.RetryAfter, dl.Limit.Period)
 	return max(wait, Seconds(dl.Decision.RetryAfter, dl.Limit.Period), 1)
 }
@@ -77,7 +77,7 @@ func RetryAfter(o *rls.Outcome, dl *rls.LimitOutcome) int64 {
 // limit once (by name), with its quota q and window w in seconds:
 //
 //	"name";q=100;w=60, "other";q=1000;w=86400
-func AppendPolicy(b []byte, ls []rls.LimitOutcome) []byte {
+func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 	first := true
 	for i := range ls {
 		l := ls[i].Limit
@@ -101,7 +101,7 @@ func AppendPolicy(b []byte, ls []rls.LimitOutcome) []byte {
 // its remaining quota r and the seconds until it resets t:
 //
 //	"name";r=50;t=30
-func AppendRateLimit(b []byte, dl *rls.LimitOutcome) []byte {
+func AppendRateLimit(b []byte, dl *decide.LimitOutcome) []byte {
 	b = AppendSFString(b, dl.Limit.Name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, dl.Decision.Remaining, 10)
@@ -111,7 +111,7 @@ func AppendRateLimit(b []byte, dl *rls.LimitOutcome) []byte {
 
 // listed reports whether a limit of the same name as l, an enforced one,
 // is in ls: the policy names each limit once.
-func listed(ls []rls.LimitOutcome, l *sluice.Limit) bool {
+func listed(ls []decide.LimitOutcome, l *sluice.Limit) bool {
 	for i := range ls {
 		if x := ls[i].Limit; !x.Shadow && (x == l || x.Name == l.Name) {
 			return true

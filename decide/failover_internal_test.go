@@ -1,4 +1,4 @@
-package rls
+package decide
 
 import (
 	"math/bits"

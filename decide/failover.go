@@ -1,4 +1,4 @@
-package rls
+package decide
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
@@ -97,11 +95,11 @@ type failover struct {
 func (d *Decider) SetFailover(f Failover) error {
 	switch {
 	case f.Default > rules.FailLocal:
-		return fmt.Errorf("rls: unknown failure policy %v", f.Default)
+		return fmt.Errorf("decide: unknown failure policy %v", f.Default)
 	case f.Nodes < 0:
-		return fmt.Errorf("rls: %d nodes", f.Nodes)
+		return fmt.Errorf("decide: %d nodes", f.Nodes)
 	case f.Default == rules.FailLocal && f.Local == nil:
-		return errors.New("rls: the local failure policy needs a Local limiter")
+		return errors.New("decide: the local failure policy needs a Local limiter")
 	}
 	if f.Default == rules.FailDefault {
 		f.Default = rules.FailOpen
@@ -159,14 +157,6 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		}
 	}
 	return hits, sluice.Overall(hits, out), policy, nil
-}
-
-// forgetLimits takes out of resp what a fail_open answer cannot know: each
-// descriptor's current limit, remaining count and reset.
-func forgetLimits(resp *rlsv3.RateLimitResponse) {
-	for _, st := range resp.Statuses {
-		st.CurrentLimit, st.LimitRemaining, st.DurationUntilReset = nil, 0, nil
-	}
 }
 
 // Keys of the local policy: the plan's key after a prefix byte, so that they

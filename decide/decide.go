@@ -1,0 +1,344 @@
+// Package decide is the decision core of every front door: it takes a
+// domain and plain descriptors ([rules.Descriptor]: entries, a cost, an
+// optional per-request limit), matches them against the rules in force,
+// decides every matched limit together with a [sluice.Limiter], and says
+// what became of each descriptor and limit in an [Outcome]. When the store
+// fails, it answers by the domain's failure policy ([Failover]).
+//
+// Transports are codecs around it: package rls turns Envoy's
+// RateLimitRequest into descriptors and an Outcome into a
+// RateLimitResponse (for the gRPC service, the HTTP JSON API and sluice
+// simulate); httplimit and proxy build descriptors from HTTP requests and
+// call it directly.
+//
+// This package imports the root package, rules and the standard library.
+// It must not import protobuf, gRPC, a transport or a store.
+package decide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Decider decides requests with the current rules and a limiter. It is safe
+// for concurrent use; SetRules swaps the rules atomically.
+type Decider struct {
+	limiter  *sluice.Limiter
+	rules    atomic.Pointer[rules.Config]
+	failover atomic.Pointer[failover]
+	plans    sync.Pool
+}
+
+// NewDecider returns a Decider over lim with the rules cfg. Until
+// SetFailover, a store failure is answered fail_open in every domain that
+// sets no failure_policy. cfg may be nil: until SetRules, every request is
+// answered ErrNoRules.
+func NewDecider(lim *sluice.Limiter, cfg *rules.Config) *Decider {
+	d := &Decider{limiter: lim}
+	d.rules.Store(cfg)
+	d.failover.Store(&failover{Failover: Failover{Default: rules.FailOpen, Nodes: 1}})
+	d.plans.New = func() any { return new(scratch) }
+	return d
+}
+
+// Limiter returns the limiter the Decider decides with.
+func (d *Decider) Limiter() *sluice.Limiter { return d.limiter }
+
+// Rules returns the rules in force.
+func (d *Decider) Rules() *rules.Config { return d.rules.Load() }
+
+// SetRules replaces the rules in force.
+func (d *Decider) SetRules(cfg *rules.Config) { d.rules.Store(cfg) }
+
+// DescriptorOutcome is what became of one request descriptor.
+type DescriptorOutcome struct {
+	// Match is what the descriptor matched in the rules.
+	Status  rules.Status
+	StatKey string // the rule's stats key; empty when nothing matched
+	Rule    *rules.Rule
+
+	// Cost is the number of hits the descriptor applied (its own cost;
+	// Envoy's codec sets it from hits_addend); 0 is a check that consumed
+	// nothing.
+	Cost int64
+
+	// Limited reports that the descriptor had limits to decide (Status
+	// Limited or Overridden); the rest are meaningful only then.
+	Limited bool
+
+	// Over reports that a limit of the descriptor denied the request,
+	// shadow limits included.
+	Over bool
+
+	// ShadowOver reports that the denial came only from shadow-mode
+	// limits: the descriptor is allowed.
+	ShadowOver bool
+
+	// Decision is the deciding limit of the descriptor. Under the local
+	// failure policy, Limit is the node's divided copy of the configured
+	// limit (see Failover).
+	Decision sluice.Decision
+	Limit    *sluice.Limit
+}
+
+// LimitOutcome is one limit decided for a request and its decision.
+type LimitOutcome struct {
+	Limit    *sluice.Limit // as enforced: under the local failure policy, the node's copy
+	Decision sluice.Decision
+	Cost     int64 // the hits applied (or, in a denied request, not applied)
+
+	// Descriptor is the index of the request descriptor the limit belongs
+	// to, or -1 for the domain capacity.
+	Descriptor int
+}
+
+// Outcome is the full answer to one request, for callers that count or log
+// (metrics, response headers, the simulator's summary).
+type Outcome struct {
+	// Overall is the request's decision: denied when any limit denied it
+	// (a descriptor's, or the domain capacity), allowed otherwise.
+	Overall     sluice.Decision
+	Descriptors []DescriptorOutcome
+
+	// Limits lists every limit decided, in the order of the descriptors
+	// and the domain capacity last; Overall.Index indexes it.
+	Limits []LimitOutcome
+
+	// Degraded is the failure policy that answered the request because
+	// the store failed: FailOpen, FailClosed or FailLocal (see Failover).
+	// It is FailDefault, the zero value, when the store answered.
+	Degraded rules.FailurePolicy
+
+	// StoreErr is the store's error when Degraded is set, for logs, and
+	// Reason why the store could not decide (sluice.ReasonOf(StoreErr)).
+	StoreErr error
+	Reason   sluice.FailReason
+}
+
+// OverLimit reports whether the request is denied: Envoy's OVER_LIMIT.
+func (o *Outcome) OverLimit() bool { return !o.Overall.Allowed }
+
+// Reset empties o for reuse by DecideInto, keeping its slices' storage.
+func (o *Outcome) Reset() {
+	clear(o.Descriptors)
+	clear(o.Limits)
+	*o = Outcome{Descriptors: o.Descriptors[:0], Limits: o.Limits[:0]}
+}
+
+// ErrInvalid is wrapped by every error about the request itself (as opposed
+// to a store failure); it is sluice.ErrInvalid.
+var ErrInvalid = sluice.ErrInvalid
+
+// ErrTooLarge is wrapped, beside ErrInvalid, by the error of a request over
+// one of the bounds below: it is refused before any matching.
+var ErrTooLarge = errors.New("request too large")
+
+// Bounds on one request, checked before its descriptors are matched, so
+// that no request makes the server do more than a bounded amount of work:
+// Envoy sends a handful of descriptors of a few entries each. The
+// transports check them again on the wire, before decoding (see
+// server.MaxRequestBytes).
+const (
+	// MaxDescriptors is the most descriptors in one request.
+	MaxDescriptors = 256
+	// MaxEntries is the most entries in one descriptor (rules nest at
+	// most 64 deep, so no rule needs more).
+	MaxEntries = 64
+	// MaxTotalEntries is the most entries in all the descriptors of one
+	// request together.
+	MaxTotalEntries = 1024
+)
+
+// CheckCounts returns an error wrapping ErrInvalid and ErrTooLarge when a
+// request with these counts is over a bound: descriptors, the entries of
+// the largest descriptor, and the entries of all together.
+func CheckCounts(descriptors, most, total int) error {
+	switch {
+	case descriptors > MaxDescriptors:
+		return fmt.Errorf("%w: %w: more than %d descriptors", ErrInvalid, ErrTooLarge, MaxDescriptors)
+	case most > MaxEntries:
+		return fmt.Errorf("%w: %w: a descriptor of more than %d entries", ErrInvalid, ErrTooLarge, MaxEntries)
+	case total > MaxTotalEntries:
+		return fmt.Errorf("%w: %w: more than %d descriptor entries in all", ErrInvalid, ErrTooLarge, MaxTotalEntries)
+	}
+	return nil
+}
+
+// ErrNoRules is returned while no rules are loaded (a Decider made with nil
+// rules, before its first SetRules): the service is not ready.
+var ErrNoRules = errors.New("no rate limit configuration loaded")
+
+// Decide decides the descriptors descs of domain. An error wrapping
+// ErrInvalid means the request is malformed and nothing was consumed;
+// ErrNoRules that no rules are loaded. A store failure is answered by the
+// domain's failure policy (Outcome.Degraded says which), so that any other
+// error is the caller's context ending (context.Canceled or
+// DeadlineExceeded) or a store failure that no policy could answer (the
+// local policy without a local limiter, or the local limiter failing).
+func (d *Decider) Decide(ctx context.Context, domain string, descs []rules.Descriptor) (*Outcome, error) {
+	o := new(Outcome)
+	if err := d.DecideInto(ctx, domain, descs, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// DecideInto is Decide writing into o, whose Descriptors and Limits
+// storage it reuses: a server pools Outcomes to answer without allocating
+// them. descs is read during the call only. On error o is left reset.
+func (d *Decider) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome) error {
+	return d.decide(ctx, domain, descs, o, nil)
+}
+
+// DecideDegraded answers as DecideInto does when the store fails with
+// cause, without asking the store: by the domain's failure policy (see
+// Failover), with o.Degraded and o.StoreErr set. It is for a caller whose
+// own backend failed: a client of a remote rate limit service answers with
+// it, on a Decider of the same rules, while the service cannot answer.
+//
+// As with DecideInto, an invalid request is an error wrapping ErrInvalid;
+// a request that matches no limit (an unknown domain, descriptors that
+// match no rule) needs no store and is answered OK, not degraded; and
+// cause itself is returned when no policy answers (the caller's context
+// ended, the local policy without a local limiter, or cause wrapping
+// ErrInvalid). A nil cause is an error.
+func (d *Decider) DecideDegraded(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, cause error) error {
+	if cause == nil {
+		o.Reset()
+		return errors.New("decide: DecideDegraded without a cause")
+	}
+	return d.decide(ctx, domain, descs, o, cause)
+}
+
+// decide is DecideInto, or with a non-nil cause DecideDegraded: the store
+// is not asked, and its failure is cause.
+func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, cause error) error {
+	o.Reset()
+	s := d.plans.Get().(*scratch)
+	defer d.plans.Put(s)
+
+	if err := d.plan(s, domain, descs); err != nil {
+		return err
+	}
+	p := &s.plan
+	if cap(s.out) < len(p.Hits) {
+		s.out = make([]sluice.Decision, len(p.Hits))
+	}
+	out := s.out[:len(p.Hits)]
+	hits := p.Hits
+	var overall sluice.Decision
+	var err error
+	if cause == nil {
+		overall, err = d.limiter.DecideInto(ctx, hits, out)
+	} else {
+		overall, err = failedDecision(hits, cause)
+	}
+	if err != nil {
+		// The store failed: the domain's failure policy answers, with
+		// hits whose limits are those it enforced.
+		storeErr := err
+		var policy rules.FailurePolicy
+		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr); err != nil {
+			return err
+		}
+		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, sluice.ReasonOf(storeErr)
+	}
+
+	n := len(p.Matches)
+	o.Overall = overall
+	o.Descriptors = grow(o.Descriptors, n)
+	o.Limits = grow(o.Limits, len(hits))
+	for i := range hits {
+		o.Limits[i] = LimitOutcome{Limit: hits[i].Limit, Decision: out[i], Cost: hits[i].Cost, Descriptor: -1}
+	}
+	for i := range p.Matches {
+		m := &p.Matches[i]
+		do := &o.Descriptors[i]
+		do.Status, do.StatKey, do.Rule, do.Cost = m.Status, m.StatKey, m.Rule, descs[i].Cost
+		if m.Count == 0 {
+			continue
+		}
+		for j := m.First; j < m.First+m.Count; j++ {
+			o.Limits[j].Descriptor = i
+		}
+		do.Limited = true
+		dh := hits[m.First : m.First+m.Count]
+		dd := sluice.Overall(dh, out[m.First:m.First+m.Count])
+		do.Decision, do.Limit = dd, dh[dd.Index].Limit
+		do.Over = !dd.Allowed || dd.Shadow
+		do.ShadowOver = dd.Allowed && dd.Shadow
+	}
+	return nil
+}
+
+// failedDecision is what the limiter's DecideInto returns for hits when its
+// store fails with cause: the hits' own errors first, and no store call
+// (so no failure) for a request without hits.
+func failedDecision(hits []sluice.Hit, cause error) (sluice.Decision, error) {
+	if err := sluice.ValidateHits(hits); err != nil {
+		return sluice.Decision{}, err
+	}
+	if len(hits) == 0 {
+		return sluice.Decision{Allowed: true, Index: -1}, nil
+	}
+	return sluice.Decision{}, cause
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// Check reports whether a request is well formed for the rules in force,
+// without deciding anything: the errors Decide would return for the
+// request itself.
+func (d *Decider) Check(domain string, descs []rules.Descriptor) error {
+	s := d.plans.Get().(*scratch)
+	defer d.plans.Put(s)
+	return d.plan(s, domain, descs)
+}
+
+// plan checks descs and matches them against the rules in force into
+// s.plan.
+func (d *Decider) plan(s *scratch, domain string, descs []rules.Descriptor) error {
+	total, most := 0, 0
+	if len(descs) <= MaxDescriptors {
+		for i := range descs {
+			n := len(descs[i].Entries)
+			total, most = total+n, max(most, n)
+		}
+	}
+	if err := CheckCounts(len(descs), most, total); err != nil {
+		return err
+	}
+	for i := range descs {
+		if c := descs[i].Cost; c < 0 || c > sluice.MaxCost {
+			return fmt.Errorf("%w: descriptor %d: cost %d out of range (0 to %d)", ErrInvalid, i, c, int64(sluice.MaxCost))
+		}
+	}
+	cfg := d.Rules()
+	if cfg == nil {
+		return ErrNoRules
+	}
+	s.cfg = cfg
+	return cfg.Plan(domain, descs, &s.plan)
+}
+
+type scratch struct {
+	cfg  *rules.Config // the rules plan was matched against
+	plan rules.Plan
+	out  []sluice.Decision
+
+	// The local policy's hits and their keys (see failover.go).
+	local     []sluice.Hit
+	localKeys []byte
+	localEnds []int
+}

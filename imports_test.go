@@ -1,0 +1,69 @@
+package sluice_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestImportRules holds the packages to the import rules their doc
+// comments state, over their whole dependency graph (what each imports,
+// directly or not): data flows one way, from the transports through the
+// decision core to the stores and the algorithms, and the Envoy protocol
+// types stay in the codecs at the edge.
+func TestImportRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	const mod = "github.com/sluicehq/sluice"
+	transports := []string{mod + "/rls", mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/simulate", mod + "/httpconf"}
+	grpc := []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/"}
+	// What no store may import: the rules, the core, a transport, an
+	// RPC stack or the Envoy types (the Prometheus client of the store
+	// metrics brings protobuf in, which is fine).
+	storeBans := append([]string{mod + "/rules", mod + "/decide", "google.golang.org/grpc", "github.com/envoyproxy/"}, transports...)
+	rules := map[string][]string{
+		// The stores and the arithmetic know nothing of rules or of the
+		// ways requests arrive.
+		mod + "/algo":       append(storeBans, grpc...),
+		mod + "/memstore":   storeBans,
+		mod + "/redisstore": storeBans,
+		mod + "/localcache": storeBans,
+		mod + "/rules":      append(append([]string{mod + "/decide", mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
+		// The decision core: plain Go, no protocol, no store.
+		mod + "/decide": append(append([]string{mod + "/memstore", mod + "/redisstore", mod + "/localcache"}, transports...), grpc...),
+		// The HTTP middleware and the proxy call the core directly: no
+		// gRPC, no protobuf, no Envoy types.
+		mod + "/httplimit": append([]string{mod + "/rls", mod + "/server", mod + "/rlsclient", mod + "/proxy", mod + "/memstore", mod + "/redisstore"}, grpc...),
+		// (The proxy's Prometheus metrics bring protobuf along.)
+		mod + "/proxy": {mod + "/rls", mod + "/server", mod + "/rlsclient", mod + "/memstore", mod + "/redisstore", "google.golang.org/grpc", "github.com/envoyproxy/"},
+		// The Envoy codec decodes and encodes; it serves nothing and
+		// stores nothing (its proto package brings gRPC's stubs along).
+		mod + "/rls": {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/memstore", mod + "/redisstore", mod + "/localcache"},
+	}
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, deps, _ := strings.Cut(line, " ")
+		forbidden, ok := rules[pkg]
+		if !ok {
+			continue
+		}
+		seen[pkg] = true
+		for _, dep := range strings.Fields(deps) {
+			for _, f := range forbidden {
+				if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {
+					t.Errorf("%s depends on %s", pkg, dep)
+				}
+			}
+		}
+	}
+	for pkg := range rules {
+		if !seen[pkg] {
+			t.Errorf("%s: not found by go list", pkg)
+		}
+	}
+}
