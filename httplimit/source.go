@@ -73,6 +73,7 @@ type Entry struct {
 type Source struct {
 	kind   sourceKind
 	header string // canonical header name, or the Const value
+	fn     func(*http.Request) (string, error)
 }
 
 type sourceKind uint8
@@ -86,6 +87,7 @@ const (
 	method
 	path
 	constant
+	function
 )
 
 var defaultKeys = [...]string{
@@ -96,6 +98,7 @@ var defaultKeys = [...]string{
 	method:        "method",
 	path:          "path",
 	constant:      "generic_key",
+	function:      "key",
 }
 
 // RemoteAddress is the client's address as Config.ClientIP resolves it, in
@@ -135,11 +138,23 @@ func Country(name string) Source { return Source{kind: country, header: name} }
 // "generic_key".
 func Const(v string) Source { return Source{kind: constant, header: v} }
 
+// KeyFunc is the value f returns for the request: any key the
+// application knows (a user id from the session, a tenant from the path).
+// An empty value is absent (the descriptor is skipped: not limited); an
+// error, or a value that Header would refuse (longer than
+// MaxHeaderValueLen bytes, a control character, invalid UTF-8), makes the
+// request invalid (400, see [Descriptor]), with the error's text in the
+// problem's detail. f must be safe for concurrent use. Default key "key".
+func KeyFunc(f func(*http.Request) (string, error)) Source {
+	return Source{kind: function, fn: f}
+}
+
 // entry is an Entry compiled by New.
 type entry struct {
 	key  string
 	kind sourceKind
 	arg  string // the canonical header name, or the Const value
+	fn   func(*http.Request) (string, error)
 }
 
 // compile checks d and returns its compiled entries.
@@ -153,10 +168,14 @@ func compile(i int, d Descriptor) ([]entry, error) {
 	out := make([]entry, len(d))
 	for j, e := range d {
 		s := e.Source
-		c := entry{key: e.Key, kind: s.kind, arg: s.header}
+		c := entry{key: e.Key, kind: s.kind, arg: s.header, fn: s.fn}
 		switch s.kind {
 		case noSource:
 			return nil, fmt.Errorf("%w: descriptor %d entry %d has no Source", ErrConfig, i, j)
+		case function:
+			if s.fn == nil {
+				return nil, fmt.Errorf("%w: descriptor %d entry %d: KeyFunc of a nil function", ErrConfig, i, j)
+			}
 		case header, apiKey, country:
 			if !isToken(s.header) {
 				return nil, fmt.Errorf("%w: descriptor %d entry %d: %q is not a header name", ErrConfig, i, j, s.header)
@@ -241,6 +260,18 @@ func (e *entry) value(r *http.Request, client string) (v string, ok bool, err er
 			return "", false, fmt.Errorf("path: longer than %d bytes, or not printable UTF-8", MaxPathLen)
 		}
 		return p, true, nil
+	case function:
+		v, err := e.fn(r)
+		if err != nil {
+			return "", false, fmt.Errorf("key: %w", err)
+		}
+		if v == "" {
+			return "", false, nil
+		}
+		if checkValue(v, MaxHeaderValueLen) != nil {
+			return "", false, fmt.Errorf("key: longer than %d bytes, or not printable UTF-8", MaxHeaderValueLen)
+		}
+		return v, true, nil
 	}
 	return e.arg, true, nil // constant
 }
