@@ -47,6 +47,7 @@ package httpconf
 
 import (
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 )
 
 // Section is the parsed http section. It must not be changed once handed to
@@ -57,8 +58,8 @@ type Section struct {
 	ClientIP httplimit.ClientIP
 
 	// Headers is headers: the families of rate limit headers sent.
-	// Zero means all of them (httplimit.HeadersAll).
-	Headers httplimit.HeaderMode
+	// Zero means all of them (ratelimitheaders.HeadersAll).
+	Headers ratelimitheaders.HeaderMode
 
 	// ShadowMode is shadow_mode: decide and count every request, deny
 	// none.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -35,11 +36,11 @@ var (
 )
 
 // The values of headers.
-var headerModes = map[string]httplimit.HeaderMode{
-	"ietf":        httplimit.HeadersIETF,
-	"x-ratelimit": httplimit.HeadersXRateLimit,
-	"retry-after": httplimit.HeadersRetryAfter,
-	"none":        httplimit.HeadersNone,
+var headerModes = map[string]ratelimitheaders.HeaderMode{
+	"ietf":        ratelimitheaders.HeadersIETF,
+	"x-ratelimit": ratelimitheaders.HeadersXRateLimit,
+	"retry-after": ratelimitheaders.HeadersRetryAfter,
+	"none":        ratelimitheaders.HeadersNone,
 }
 
 // LoadFile reads the rules file at path and returns both its rules (as
@@ -293,7 +294,7 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 	})
 }
 
-func (p *parser) headers(n *yaml.Node) httplimit.HeaderMode {
+func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
 	items, ok := p.list(n, "headers", len(headerModes))
 	if !ok {
 		return 0
@@ -302,7 +303,7 @@ func (p *parser) headers(n *yaml.Node) httplimit.HeaderMode {
 		p.errf(node(n), "headers is empty (use [none] to send no rate limit header)")
 		return 0
 	}
-	var mode httplimit.HeaderMode
+	var mode ratelimitheaders.HeaderMode
 	for _, item := range items {
 		s, ok := p.str(item, "a header family")
 		if !ok {
@@ -312,7 +313,7 @@ func (p *parser) headers(n *yaml.Node) httplimit.HeaderMode {
 		switch {
 		case !known:
 			p.errf(node(item), "unknown header family %q (want ietf, x-ratelimit, retry-after, or none alone)", s)
-		case m == httplimit.HeadersNone && len(items) > 1:
+		case m == ratelimitheaders.HeadersNone && len(items) > 1:
 			p.errf(node(item), "none must be alone in headers")
 		default:
 			mode |= m

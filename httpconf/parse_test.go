@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -58,7 +59,7 @@ func TestParseFull(t *testing.T) {
 			IPv6Prefix:     56,
 			IPv4Prefix:     24,
 		},
-		Headers:    httplimit.HeadersIETF | httplimit.HeadersRetryAfter,
+		Headers:    ratelimitheaders.HeadersIETF | ratelimitheaders.HeadersRetryAfter,
 		ShadowMode: true,
 		Routes: []httpconf.Route{
 			{Pattern: "POST /login", Name: "login", Line: 11, Descriptors: []httplimit.Descriptor{

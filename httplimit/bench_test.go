@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -119,13 +120,13 @@ func BenchmarkMiddleware(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		keys    int
-		headers httplimit.HeaderMode
+		headers ratelimitheaders.HeaderMode
 		descs   []httplimit.Descriptor
 	}{
-		{"keys=1/headers=none", 1, httplimit.HeadersNone, nil},
-		{"keys=10k/headers=none", 10_000, httplimit.HeadersNone, nil},
-		{"keys=10k/headers=all", 10_000, httplimit.HeadersAll, nil},
-		{"keys=10k/ip+apikey/headers=all", 10_000, httplimit.HeadersAll, []httplimit.Descriptor{
+		{"keys=1/headers=none", 1, ratelimitheaders.HeadersNone, nil},
+		{"keys=10k/headers=none", 10_000, ratelimitheaders.HeadersNone, nil},
+		{"keys=10k/headers=all", 10_000, ratelimitheaders.HeadersAll, nil},
+		{"keys=10k/ip+apikey/headers=all", 10_000, ratelimitheaders.HeadersAll, []httplimit.Descriptor{
 			{{Source: httplimit.RemoteAddress()}}, {{Source: httplimit.APIKey("X-Api-Key")}}}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

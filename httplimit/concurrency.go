@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"hash/maphash"
 	"net/http"
 	"strconv"
@@ -135,7 +136,7 @@ func (c *concurrency) release(key string) {
 // tooConcurrent answers a request over its Concurrency cap.
 func (m *middleware) tooConcurrent(w http.ResponseWriter, r *http.Request) {
 	m.report(w, r, TooConcurrent)
-	if m.headers&HeadersRetryAfter != 0 {
+	if m.headers&ratelimitheaders.HeadersRetryAfter != 0 {
 		w.Header()["Retry-After"] = []string{"1"}
 	}
 	if m.onDeny != nil {

@@ -108,7 +108,8 @@
 // combination: per user and per IP together are two descriptors, decided
 // all-or-nothing.
 //
-// This package imports the sluice root package, decide, rules and the
+// This package imports the sluice root package, decide, rules,
+// ratelimitheaders (the HeaderMode and the header values) and the
 // standard library; never a store (tests aside), gRPC, protobuf or a
 // transport (a test holds it to that).
 package httplimit

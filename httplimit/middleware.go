@@ -15,36 +15,8 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/logsample"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
-)
-
-// HeaderMode selects the families of rate limit headers the middleware
-// sends. It is a bit set, except that its zero value means HeadersAll and
-// HeadersNone means none.
-type HeaderMode uint8
-
-const (
-	// HeadersIETF sends the RateLimit-Policy and RateLimit fields of the
-	// IETF draft (draft-ietf-httpapi-ratelimit-headers, -08 and later):
-	//	RateLimit-Policy: "name";q=100;w=60, "other";q=1000;w=86400
-	//	RateLimit: "name";r=50;t=30
-	// The policy lists every enforced limit of the request with its quota
-	// q and window w in seconds; RateLimit gives the deciding limit's
-	// remaining quota r and the seconds t until it resets.
-	HeadersIETF HeaderMode = 1 << iota
-	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining
-	// and X-RateLimit-Reset (seconds until the deciding limit resets).
-	HeadersXRateLimit
-	// HeadersRetryAfter sends Retry-After (whole seconds, rounded up) on
-	// denials.
-	HeadersRetryAfter
-	// HeadersNone sends no rate limit header (the problem body of a
-	// denial still carries retry-after).
-	HeadersNone
-
-	// HeadersAll is every family, the default.
-	HeadersAll = HeadersIETF | HeadersXRateLimit | HeadersRetryAfter
 )
 
 // Decider decides the descriptors of a request into a decide.Outcome:
@@ -84,8 +56,9 @@ type Config struct {
 	Descriptors []Descriptor
 
 	// Headers selects the rate limit headers sent, on allowed and denied
-	// responses alike. Zero means HeadersAll.
-	Headers HeaderMode
+	// responses alike. Zero means ratelimitheaders.HeadersAll;
+	// ratelimitheaders.HeadersNone sends none.
+	Headers ratelimitheaders.HeaderMode
 
 	// ShadowMode is the global shadow mode: every request is decided and
 	// counted, but none is denied; Logger gets a line (at most one a
@@ -145,8 +118,8 @@ type middleware struct {
 	ip         ClientIP
 	descs      [][]entry
 	needIP     bool
-	entries    int // over all descriptors
-	headers    HeaderMode
+	entries    int                         // over all descriptors
+	headers    ratelimitheaders.HeaderMode // the families sent; 0: none
 	shadow     bool
 	denyStatus int
 	onDeny     http.Handler
@@ -186,8 +159,8 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		return nil, fmt.Errorf("%w: Domain longer than %d bytes", ErrConfig, rules.MaxEntryLen)
 	case cfg.DenyStatus != 0 && (cfg.DenyStatus < 400 || cfg.DenyStatus > 599):
 		return nil, fmt.Errorf("%w: DenyStatus %d is not a 4xx or 5xx status", ErrConfig, cfg.DenyStatus)
-	case cfg.Headers&^(HeadersAll|HeadersNone) != 0 || cfg.Headers&HeadersNone != 0 && cfg.Headers != HeadersNone:
-		return nil, fmt.Errorf("%w: Headers %d is not a combination of HeadersIETF, HeadersXRateLimit and HeadersRetryAfter, or HeadersNone", ErrConfig, cfg.Headers)
+	case cfg.Headers.Validate() != nil:
+		return nil, fmt.Errorf("%w: %w", ErrConfig, cfg.Headers.Validate())
 	case len(cfg.Descriptors) > MaxDescriptors:
 		return nil, fmt.Errorf("%w: %d descriptors (at most %d)", ErrConfig, len(cfg.Descriptors), MaxDescriptors)
 	}
@@ -198,7 +171,7 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		dec:        cfg.Decider,
 		domain:     cfg.Domain,
 		ip:         cfg.ClientIP,
-		headers:    cfg.Headers,
+		headers:    cfg.Headers.With(ratelimitheaders.HeadersAll),
 		shadow:     cfg.ShadowMode,
 		denyStatus: cfg.DenyStatus,
 		onDeny:     cfg.OnDeny,
@@ -208,12 +181,6 @@ func newMiddleware(cfg Config) (*middleware, error) {
 	}
 	m.ip.TrustedProxies = append([]netip.Prefix(nil), cfg.ClientIP.TrustedProxies...)
 	m.ip.Headers = append([]string(nil), cfg.ClientIP.Headers...)
-	switch m.headers {
-	case 0:
-		m.headers = HeadersAll
-	case HeadersNone:
-		m.headers = 0
-	}
 	if m.denyStatus == 0 {
 		m.denyStatus = http.StatusTooManyRequests
 	}
@@ -592,7 +559,7 @@ func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
 	if deciding < 0 {
 		// No limit to describe (a remote's fail_closed answer, say): a
 		// denial still says when to retry.
-		if denied && m.headers&HeadersRetryAfter != 0 {
+		if denied && m.headers&ratelimitheaders.HeadersRetryAfter != 0 {
 			h["Retry-After"] = []string{strconv.FormatInt(retryAfter(o), 10)}
 		}
 		return
@@ -606,13 +573,13 @@ func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
 		names[n], ends[n] = name, len(b)
 		n++
 	}
-	if m.headers&HeadersIETF != 0 {
+	if m.headers&ratelimitheaders.HeadersIETF != 0 {
 		b = ratelimitheaders.AppendPolicy(b, o.Limits)
 		add("Ratelimit-Policy")
 		b = ratelimitheaders.AppendRateLimit(b, dl)
 		add("Ratelimit")
 	}
-	if m.headers&HeadersXRateLimit != 0 {
+	if m.headers&ratelimitheaders.HeadersXRateLimit != 0 {
 		b = strconv.AppendInt(b, dl.Decision.Limit, 10)
 		add("X-Ratelimit-Limit")
 		b = strconv.AppendInt(b, dl.Decision.Remaining, 10)
@@ -620,7 +587,7 @@ func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
 		b = strconv.AppendInt(b, ratelimitheaders.Reset(dl), 10)
 		add("X-Ratelimit-Reset")
 	}
-	if denied && m.headers&HeadersRetryAfter != 0 {
+	if denied && m.headers&ratelimitheaders.HeadersRetryAfter != 0 {
 		b = strconv.AppendInt(b, retryAfter(o), 10)
 		add("Retry-After")
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -155,21 +156,21 @@ func TestHeadersAtBoundaries(t *testing.T) {
 		{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": reset,
 			"RateLimit-Policy": policy, "RateLimit": `"api.remote_address";r=0;t=40`, "Retry-After": reset},
 	}
-	families := map[httplimit.HeaderMode][]string{
-		httplimit.HeadersIETF:       {"RateLimit-Policy", "RateLimit"},
-		httplimit.HeadersXRateLimit: {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"},
-		httplimit.HeadersRetryAfter: {"Retry-After"},
+	families := map[ratelimitheaders.HeaderMode][]string{
+		ratelimitheaders.HeadersIETF:       {"RateLimit-Policy", "RateLimit"},
+		ratelimitheaders.HeadersXRateLimit: {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"},
+		ratelimitheaders.HeadersRetryAfter: {"Retry-After"},
 	}
-	for _, mode := range []httplimit.HeaderMode{
-		0, httplimit.HeadersAll, httplimit.HeadersNone,
-		httplimit.HeadersIETF, httplimit.HeadersXRateLimit, httplimit.HeadersRetryAfter,
-		httplimit.HeadersAll &^ httplimit.HeadersIETF,
+	for _, mode := range []ratelimitheaders.HeaderMode{
+		0, ratelimitheaders.HeadersAll, ratelimitheaders.HeadersNone,
+		ratelimitheaders.HeadersIETF, ratelimitheaders.HeadersXRateLimit, ratelimitheaders.HeadersRetryAfter,
+		ratelimitheaders.HeadersAll &^ ratelimitheaders.HeadersIETF,
 	} {
 		on := mode
 		switch mode {
 		case 0:
-			on = httplimit.HeadersAll
-		case httplimit.HeadersNone:
+			on = ratelimitheaders.HeadersAll
+		case ratelimitheaders.HeadersNone:
 			on = 0
 		}
 		t.Run(strconv.Itoa(int(mode)), func(t *testing.T) {
@@ -571,7 +572,7 @@ func TestNewErrors(t *testing.T) {
 		{"no decider", httplimit.Config{Domain: "api"}, "Decider is required"},
 		{"no domain", httplimit.Config{Decider: dec}, "Domain is required"},
 		{"deny status", httplimit.Config{Decider: dec, Domain: "api", DenyStatus: 200}, "DenyStatus 200"},
-		{"headers", httplimit.Config{Decider: dec, Domain: "api", Headers: httplimit.HeadersNone | httplimit.HeadersIETF}, "Headers"},
+		{"headers", httplimit.Config{Decider: dec, Domain: "api", Headers: ratelimitheaders.HeadersNone | ratelimitheaders.HeadersIETF}, "Headers"},
 		{"client ip", httplimit.Config{Decider: dec, Domain: "api", ClientIP: httplimit.ClientIP{Headers: []string{"X-Client"}}}, "X-Client"},
 		{"empty descriptor", httplimit.Config{Decider: dec, Domain: "api", Descriptors: []httplimit.Descriptor{{}}}, "descriptor 0 has no entries"},
 		{"no source", httplimit.Config{Decider: dec, Domain: "api", Descriptors: []httplimit.Descriptor{{{Key: "k"}}}}, "has no Source"},

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
@@ -27,7 +28,7 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
-func benchServer(b *testing.B, headers server.HeaderMode) *server.Server {
+func benchServer(b *testing.B, headers ratelimitheaders.HeaderMode) *server.Server {
 	b.Helper()
 	store := memstore.New(memstore.Config{})
 	b.Cleanup(func() { store.Close() })
@@ -58,13 +59,13 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		name    string
 		keys    int
 		key     string
-		headers server.HeaderMode
+		headers ratelimitheaders.HeaderMode
 	}{
 		{"keys=1", 1, "user", 0},
 		{"keys=10k", 10_000, "user", 0},
 		{"keys=1M", 1_000_000, "user", 0},
 		{"hot-over-limit", 1, "hot", 0},
-		{"keys=10k/headers=all", 10_000, "user", server.HeadersAll},
+		{"keys=10k/headers=all", 10_000, "user", ratelimitheaders.HeadersAll},
 		{"no-match", 1, "other", 0},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
@@ -94,7 +95,7 @@ func threeDomains(t *testing.T) *rules.Config {
 func TestFailurePolicies(t *testing.T) {
 	var logs logtest.Buffer
 	e, store := failoverEnv(t, rls.Failover{Nodes: 2}, server.Config{
-		Headers: server.HeadersAll,
+		Headers: ratelimitheaders.HeadersAll,
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	e.srv.ConfigLoaded(threeDomains(t), epoch)

@@ -8,42 +8,9 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/server"
 )
-
-func TestParseHeaderMode(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want server.HeaderMode
-	}{
-		{"", 0},
-		{"off", 0},
-		{"OFF", 0},
-		{"ietf", server.HeadersIETF},
-		{"x-ratelimit", server.HeadersXRateLimit},
-		{"retry-after", server.HeadersRetryAfter},
-		{"ietf, Retry-After", server.HeadersIETF | server.HeadersRetryAfter},
-		{"all", server.HeadersAll},
-		{"ietf,x-ratelimit,retry-after", server.HeadersAll},
-	} {
-		got, err := server.ParseHeaderMode(tc.in)
-		if err != nil || got != tc.want {
-			t.Errorf("ParseHeaderMode(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
-		}
-		if back, err := server.ParseHeaderMode(got.String()); err != nil || back != got {
-			t.Errorf("%v does not parse back: %v %v", got, back, err)
-		}
-	}
-	for _, bad := range []string{"ietf,", "draft-03", "off,ietf", "x-ratelimit;retry-after"} {
-		if _, err := server.ParseHeaderMode(bad); err == nil || !strings.Contains(err.Error(), "unknown rate limit headers") {
-			t.Errorf("ParseHeaderMode(%q): %v", bad, err)
-		}
-	}
-	var m server.HeaderMode
-	if err := m.Set("x-ratelimit,ietf"); err != nil || m != server.HeadersIETF|server.HeadersXRateLimit || m.String() != "ietf,x-ratelimit" {
-		t.Errorf("Set: %v %v", m, err)
-	}
-}
 
 // headers returns the response headers to add of resp as a map.
 func headers(resp *rlsv3.RateLimitResponse) map[string]string {
@@ -99,7 +66,7 @@ func TestHeaders(t *testing.T) {
 	})
 
 	t.Run("x-ratelimit", func(t *testing.T) {
-		e := newEnv(t, headerRules, server.Config{Headers: server.HeadersXRateLimit})
+		e := newEnv(t, headerRules, server.Config{Headers: ratelimitheaders.HeadersXRateLimit})
 		checkHeaders(t, "first", headers(e.call(r)), map[string]string{
 			"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "2", "X-RateLimit-Reset": "60",
 		})
@@ -120,7 +87,7 @@ func TestHeaders(t *testing.T) {
 	})
 
 	t.Run("retry-after", func(t *testing.T) {
-		e := newEnv(t, headerRules, server.Config{Headers: server.HeadersRetryAfter})
+		e := newEnv(t, headerRules, server.Config{Headers: ratelimitheaders.HeadersRetryAfter})
 		for range 3 {
 			if h := headers(e.call(r)); len(h) != 0 {
 				t.Fatalf("headers on an allowed request: %v", h)
@@ -143,7 +110,7 @@ func TestHeaders(t *testing.T) {
 	})
 
 	t.Run("ietf", func(t *testing.T) {
-		e := newEnv(t, headerRules, server.Config{Headers: server.HeadersIETF})
+		e := newEnv(t, headerRules, server.Config{Headers: ratelimitheaders.HeadersIETF})
 		checkHeaders(t, "one limit", headers(e.call(r)), map[string]string{
 			"RateLimit-Policy": `"api.user";q=3;w=60`,
 			"RateLimit":        `"api.user";r=2;t=60`,
@@ -175,7 +142,7 @@ func TestHeaders(t *testing.T) {
 	})
 
 	t.Run("all over json", func(t *testing.T) {
-		e := newEnv(t, headerRules, server.Config{Headers: server.HeadersAll})
+		e := newEnv(t, headerRules, server.Config{Headers: ratelimitheaders.HeadersAll})
 		body := `{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"a"}]}],"hitsAddend":3}`
 		resp, b := e.post(body)
 		if resp.StatusCode != http.StatusOK {

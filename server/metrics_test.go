@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/server"
 )
 
@@ -295,7 +296,7 @@ descriptors:
 // Every bad request is InvalidArgument with a clear message, counts as
 // invalid, and changes no counter.
 func TestBadRequests(t *testing.T) {
-	e := newEnv(t, hitsRules, server.Config{Headers: server.HeadersAll})
+	e := newEnv(t, hitsRules, server.Config{Headers: ratelimitheaders.HeadersAll})
 	good := func() *rlv3.RateLimitDescriptor { return d("user=a") }
 	withHits := func(n uint64) *rlv3.RateLimitDescriptor {
 		x := good()

@@ -90,6 +90,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/logsample"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -111,8 +112,8 @@ type Config struct {
 	Registry *prometheus.Registry
 
 	// Headers selects the rate limit response headers; zero adds none,
-	// as Envoy's rate limit service by default.
-	Headers HeaderMode
+	// as Envoy's rate limit service by default (so does HeadersNone).
+	Headers ratelimitheaders.HeaderMode
 
 	// ShadowMode is the global shadow mode: every limit is decided and
 	// counted, but no request is answered OVER_LIMIT. Would-be denials
@@ -160,7 +161,7 @@ type Server struct {
 	dec        *rls.Decider
 	log        *slog.Logger
 	reg        *prometheus.Registry
-	headers    HeaderMode
+	headers    ratelimitheaders.HeaderMode // the families sent; 0: none
 	shadow     bool
 	nearRatio  float64
 	ready      func(ctx context.Context) error
@@ -199,14 +200,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxRuleLabels < 0 {
 		return nil, errors.New("server: MaxRuleLabels must not be negative")
 	}
-	if cfg.Headers&^HeadersAll != 0 {
-		return nil, errors.New("server: unknown bits in Headers")
+	if err := cfg.Headers.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{
 		dec:        cfg.Decider,
 		log:        cfg.Logger,
 		reg:        cfg.Registry,
-		headers:    cfg.Headers,
+		headers:    cfg.Headers.With(0),
 		shadow:     cfg.ShadowMode,
 		nearRatio:  cfg.NearLimitRatio,
 		ready:      cfg.Ready,

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
@@ -357,7 +358,7 @@ descriptors:
 }
 
 func TestGlobalShadowMode(t *testing.T) {
-	e := newEnv(t, hitsRules, server.Config{ShadowMode: true, Headers: server.HeadersAll})
+	e := newEnv(t, hitsRules, server.Config{ShadowMode: true, Headers: ratelimitheaders.HeadersAll})
 	r := req("api", d("user=a"))
 	r.HitsAddend = 10
 	e.expect(r, 1, "OK: OK")

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
 )
@@ -31,7 +32,7 @@ descriptors:
   - key: login
     rate_limit: {unit: hour, requests_per_unit: 1, burst: 2, algorithm: token_bucket}
 `)),
-			Headers: server.HeadersAll,
+			Headers: ratelimitheaders.HeadersAll,
 		})
 		if err != nil {
 			t.Fatal(err)

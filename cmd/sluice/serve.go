@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
@@ -57,7 +58,7 @@ type serveSettings struct {
 	drainDelay          time.Duration
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
-	headers             server.HeaderMode
+	headers             ratelimitheaders.HeaderMode
 	storeSettings
 	envoyIgnored, sources []string // for the startup log
 }
@@ -215,7 +216,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	if s.store != "memory" && s.stateFile != "" {
 		probs = append(probs, "--state-file applies to --store memory only (Redis keeps its own state)")
 	}
-	if s.headers, err = server.ParseHeaderMode(s.responseHeaders); err != nil {
+	if s.headers, err = ratelimitheaders.ParseHeaderMode(s.responseHeaders); err != nil {
 		probs = append(probs, fmt.Sprintf("--response-headers: %v", err))
 	}
 	probs = append(probs, checkLogFormat(s.logFormat)...)

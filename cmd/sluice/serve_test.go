@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/server"
 )
 
 func envMap(m map[string]string) lookupEnv {
@@ -27,7 +27,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 	}
 	want := serveSettings{
 		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
-		snapshotInterval: 5 * time.Second, responseHeaders: "off",
+		snapshotInterval: 5 * time.Second, responseHeaders: "off", headers: ratelimitheaders.HeadersNone,
 		nearLimitRatio: 0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		storeSettings: storeSettings{
@@ -264,7 +264,7 @@ func TestServeHeaderModes(t *testing.T) {
 			t.Errorf("%s: %v", v, err)
 			continue
 		}
-		if want, _ := server.ParseHeaderMode(v); s.headers != want {
+		if want, _ := ratelimitheaders.ParseHeaderMode(v); s.headers != want {
 			t.Errorf("%s: mode %v, want %v", v, s.headers, want)
 		}
 	}

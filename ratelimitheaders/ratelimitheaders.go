@@ -3,8 +3,10 @@
 // (draft-ietf-httpapi-ratelimit-headers, -08 and later), X-RateLimit-* and
 // Retry-After. It owns the choice of the deciding limit and the rounding of
 // seconds, so that every front door (the server's response_headers_to_add,
-// httplimit's http.Header) tells clients the same thing. It only formats:
-// it must not import a transport or a store.
+// httplimit's http.Header) tells clients the same thing, and the one
+// HeaderMode with which each front door is told which families to send.
+// It only formats: it imports the root package and decide, never a
+// transport or a store.
 package ratelimitheaders
 
 import (
