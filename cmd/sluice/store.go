@@ -61,82 +61,6 @@ func (r *redisSettings) flags(fs interface {
 	fs.IntVar(&r.cacheSize, "local-cache-size", 100000, "`entries` of the node-local cache of keys known to be over their limit (answered without Redis until they may pass); 0 disables it")
 }
 
-// envoyRedis maps envoyproxy/ratelimit's Redis variables onto the flags:
-// REDIS_TYPE (single, sentinel, cluster), REDIS_URL (host:port; for
-// sentinel "master,host:port,..."; for cluster "host:port,..."),
-// REDIS_SOCKET_TYPE (tcp, unix), REDIS_AUTH (password or user:password)
-// and REDIS_TLS.
-var envoyRedis = map[string]envoyVar{
-	"store": {
-		// Envoy's BACKEND_TYPE defaults to redis: a deployment that sets
-		// only REDIS_URL runs on Redis there, and here.
-		names: []string{"BACKEND_TYPE", "REDIS_URL"},
-		value: func(env lookupEnv) (string, bool) {
-			v, ok := env("BACKEND_TYPE")
-			if !ok {
-				if _, url := env("REDIS_URL"); url {
-					return "redis", true
-				}
-				return "", false
-			}
-			return strings.ToLower(v), true
-		},
-	},
-	"redis-url": {
-		names: []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE"},
-		value: func(env lookupEnv) (string, bool) {
-			u, ok := env("REDIS_URL")
-			if !ok {
-				return "", false
-			}
-			typ, _ := env("REDIS_TYPE")
-			if strings.EqualFold(typ, "sentinel") {
-				if _, addrs, ok := strings.Cut(u, ","); ok {
-					u = addrs
-				}
-			}
-			// Envoy's REDIS_SOCKET_TYPE defaults to unix.
-			if st, set := env("REDIS_SOCKET_TYPE"); !set || strings.EqualFold(st, "unix") {
-				u = "unix://" + u
-			}
-			return u, true
-		},
-	},
-	"redis-sentinel-master": {
-		names: []string{"REDIS_TYPE", "REDIS_URL"},
-		value: func(env lookupEnv) (string, bool) {
-			typ, _ := env("REDIS_TYPE")
-			u, ok := env("REDIS_URL")
-			if !ok || !strings.EqualFold(typ, "sentinel") {
-				return "", false
-			}
-			master, _, _ := strings.Cut(u, ",")
-			return master, true
-		},
-	},
-	"redis-password": {
-		names: []string{"REDIS_AUTH"},
-		value: func(env lookupEnv) (string, bool) {
-			v, ok := env("REDIS_AUTH")
-			if _, pw, found := strings.Cut(v, ":"); found {
-				return pw, ok
-			}
-			return v, ok
-		},
-	},
-	"redis-username": {
-		names: []string{"REDIS_AUTH"},
-		value: func(env lookupEnv) (string, bool) {
-			v, _ := env("REDIS_AUTH")
-			user, _, found := strings.Cut(v, ":")
-			return user, found
-		},
-	},
-	"redis-tls":    plain("REDIS_TLS"),
-	"redis-tls-ca": plain("REDIS_TLS_CACERT"),
-	"redis-prefix": plain("CACHE_KEY_PREFIX"),
-}
-
 // check validates the Redis settings when store is redis.
 func (r *redisSettings) check(store string) []string {
 	var probs []string
@@ -370,11 +294,5 @@ func (set *storeSet) register(reg *prometheus.Registry) {
 	}
 	if set.cache != nil {
 		reg.MustRegister(set.cache.Collector("sluice"))
-	}
-}
-
-func init() {
-	for name, v := range envoyRedis {
-		envoyVars[name] = v
 	}
 }
