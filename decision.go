@@ -41,21 +41,6 @@ type Decision struct {
 	Blocked bool
 }
 
-// Hit is one limit applied to one key with a cost.
-type Hit struct {
-	// Key identifies the counter. Keys of different limits must differ:
-	// the caller includes the limit's identity (the rules do).
-	Key string
-
-	// Limit is what to enforce. It must be valid (Limit.Validate) and must
-	// not change while it is in use.
-	Limit *Limit
-
-	// Cost is the number of hits to apply, 0 <= Cost <= MaxCost.
-	// Zero is a peek: it consumes nothing and reports the state.
-	Cost int64
-}
-
 // BlockedFor returns d as the decision of a key serving a block_for
 // penalty that ends in left: denied, nothing remaining, and RetryAfter and
 // ResetAfter no earlier than the end of the block. Stores call it.

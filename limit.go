@@ -226,9 +226,10 @@ func (l *Limit) Params() algo.Params {
 	}
 }
 
-// Decide turns an algorithm's result into a Decision, reporting against the
-// configured limit rather than the enforced capacity. Stores call it.
-func (l *Limit) Decide(r algo.Result, p *algo.Params) Decision {
+// DecisionOf turns an algorithm's result into a Decision, reporting against
+// the configured limit rather than the enforced capacity. Stores call it
+// (Limiter.Decide is what callers want).
+func (l *Limit) DecisionOf(r algo.Result, p *algo.Params) Decision {
 	nominal := l.nominal()
 	remaining := r.Remaining - (p.Capacity - nominal)
 	if remaining < 0 {

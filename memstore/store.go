@@ -291,7 +291,7 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64) {
 		sh.t.remove(i)
 	}
 	sh.mu.Unlock()
-	*out = h.Limit.Decide(r, &p)
+	*out = h.Limit.DecisionOf(r, &p)
 }
 
 // Where the state of a hit lives.
@@ -437,10 +437,10 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 	for i := range ops {
 		o, l := &ops[i], hits[i].Limit
 		if o.until == 0 {
-			out[i] = l.Decide(o.r, &o.p)
+			out[i] = l.DecisionOf(o.r, &o.p)
 			continue
 		}
-		out[i] = l.Decide(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
+		out[i] = l.DecisionOf(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
 	}
 }
 

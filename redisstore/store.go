@@ -871,7 +871,7 @@ func decision(h *sluice.Hit, p *algo.Params, f string) (sluice.Decision, error) 
 		n[i], rest = v, tail
 	}
 	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2]}
-	d := h.Limit.Decide(r, p)
+	d := h.Limit.DecisionOf(r, p)
 	if left := time.Duration(n[3]); left > 0 {
 		d = d.BlockedFor(left)
 	}

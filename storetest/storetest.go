@@ -215,7 +215,7 @@ func (s suite) trace(t *testing.T) {
 						st = next
 					}
 				}
-				wantD := l.Decide(r, &p)
+				wantD := l.DecisionOf(r, &p)
 				got := e.allow("trace", l, n)
 				if got.Allowed != wantD.Allowed || got.Limit != wantD.Limit || got.Remaining != wantD.Remaining ||
 					got.ResetAfter != wantD.ResetAfter || got.RetryAfter != wantD.RetryAfter || got.Over != wantD.Over {
