@@ -10,8 +10,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
@@ -78,8 +76,8 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := scanJSON(body); err != nil {
-		st := status.Convert(s.fail(err, viaHTTP))
-		writeError(w, httpStatus(st.Code()), st.Message())
+		f := s.fail(err, viaHTTP)
+		writeError(w, f.httpStatus(), f.msg)
 		return
 	}
 	req := new(rlsv3.RateLimitRequest)
@@ -88,10 +86,9 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed RateLimitRequest JSON: "+err.Error())
 		return
 	}
-	o, err := s.answer(r.Context(), req, viaHTTP)
-	if err != nil {
-		st := status.Convert(err)
-		writeError(w, httpStatus(st.Code()), st.Message())
+	o, f := s.answer(r.Context(), req, viaHTTP)
+	if f != nil {
+		writeError(w, f.httpStatus(), f.msg)
 		return
 	}
 	resp := o.Response
@@ -113,22 +110,6 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(code)
 	w.Write(out)
-}
-
-// httpStatus maps the gRPC code of a failed request to an HTTP status.
-func httpStatus(c codes.Code) int {
-	switch c {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.Canceled:
-		return 499 // client closed the request; nobody reads it
-	default:
-		return http.StatusInternalServerError
-	}
 }
 
 // writeError answers with code and a JSON body {"code":…,"error":msg}.

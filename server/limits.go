@@ -83,7 +83,7 @@ func shouldRateLimit(srv any, ctx context.Context, dec func(any) error, intercep
 	}
 	req := new(rlsv3.RateLimitRequest)
 	if err := decodeRequest(raw.b, req); err != nil {
-		return nil, s.fail(err, viaGRPC)
+		return nil, s.fail(err, viaGRPC).grpcErr()
 	}
 	if interceptor == nil {
 		return s.ShouldRateLimit(ctx, req)

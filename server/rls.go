@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net/http"
 
 	"time"
 
@@ -54,9 +55,9 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 // and changes nothing; an unloaded configuration or a store failure is
 // Unavailable; an unknown domain or descriptors that match no rule are OK.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	o, err := s.answer(ctx, req, viaGRPC)
-	if err != nil {
-		return nil, err
+	o, f := s.answer(ctx, req, viaGRPC)
+	if f != nil {
+		return nil, f.grpcErr()
 	}
 	resp := o.Response
 	s.release(o)
@@ -65,8 +66,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 
 // answer decides req and applies what the server adds: global shadow mode,
 // metrics and response headers. The outcome goes back with release; on
-// error (a gRPC status error) there is none.
-func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport) (*rls.Outcome, error) {
+// failure there is none.
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport) (*rls.Outcome, *failure) {
 	o := s.outcomes.Get().(*rls.Outcome)
 	start := time.Now()
 	err := s.dec.DecideInto(ctx, req, o)
@@ -107,8 +108,40 @@ func (s *Server) release(o *rls.Outcome) {
 	s.outcomes.Put(o)
 }
 
-// fail turns a Decider error into a gRPC status error and counts it.
-func (s *Server) fail(err error, via transport) error {
+// failure is a request the server could not answer: what kind of failure
+// and its message, which each transport spells its own way (a gRPC status,
+// an HTTP status), so that neither goes through the other's codes.
+type failure struct {
+	kind failKind
+	msg  string
+}
+
+type failKind uint8
+
+const (
+	failInvalid     failKind = iota // the request itself: gRPC InvalidArgument, HTTP 400
+	failUnavailable                 // no rules, or the store failed: Unavailable, 503
+	failCanceled                    // the caller gave up: Canceled, 499
+	failDeadline                    // the caller's deadline passed: DeadlineExceeded, 504
+)
+
+func (f *failure) Error() string { return f.msg }
+
+// grpcErr is f as a gRPC status error.
+func (f *failure) grpcErr() error {
+	code := [...]codes.Code{failInvalid: codes.InvalidArgument, failUnavailable: codes.Unavailable,
+		failCanceled: codes.Canceled, failDeadline: codes.DeadlineExceeded}[f.kind]
+	return status.Error(code, f.msg)
+}
+
+// httpStatus is f's HTTP status.
+func (f *failure) httpStatus() int {
+	return [...]int{failInvalid: http.StatusBadRequest, failUnavailable: http.StatusServiceUnavailable,
+		failCanceled: 499, failDeadline: http.StatusGatewayTimeout}[f.kind] // 499: client closed the request; nobody reads it
+}
+
+// fail turns a Decider error into a failure and counts it.
+func (s *Server) fail(err error, via transport) *failure {
 	switch {
 	case errors.Is(err, rls.ErrInvalid):
 		s.m.requests[via][resultInvalid].Inc()
@@ -116,20 +149,23 @@ func (s *Server) fail(err error, via transport) error {
 			s.m.tooLarge[via].Inc()
 		}
 		s.log.Debug("invalid rate limit request", "transport", transportNames[via], "err", err)
-		return status.Error(codes.InvalidArgument, err.Error())
+		return &failure{failInvalid, err.Error()}
 	case errors.Is(err, rls.ErrNoRules):
 		s.m.requests[via][resultError].Inc()
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return &failure{failUnavailable, err.Error()}
+	case errors.Is(err, context.Canceled):
 		s.m.requests[via][resultError].Inc()
-		return status.FromContextError(err).Err()
+		return &failure{failCanceled, err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		s.m.requests[via][resultError].Inc()
+		return &failure{failDeadline, err.Error()}
 	default:
 		s.m.requests[via][resultError].Inc()
 		s.m.storeErrors.Inc()
 		if n, ok := s.storeLog.Allow(time.Now()); ok {
 			s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err, "failures_not_logged", n)
 		}
-		return status.Error(codes.Unavailable, "rate limit store: "+err.Error())
+		return &failure{failUnavailable, "rate limit store: " + err.Error()}
 	}
 }
 
