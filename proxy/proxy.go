@@ -61,9 +61,13 @@
 // Denials, invalid requests and decisions that fail are answered by the
 // middleware (429, 400, 503; see httplimit).
 //
-// This package imports httplimit, httpconf, the Prometheus client and the
-// standard library; it must not import stores, rules loading, the reload
-// package or cmd/: the caller builds the Decider and wires reloads.
+// AdminHandler serves the operators' side of a proxy (/healthz, /readyz,
+// /metrics), apart from the API's paths.
+//
+// This package imports the root package, rules (the failure policy's
+// name), httplimit, httpconf, the Prometheus client and the standard
+// library; it must not import stores, rules loading, the reload package,
+// gRPC or cmd/: the caller builds the Decider and wires reloads.
 package proxy
 
 import (

@@ -18,9 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/proxy"
@@ -260,30 +258,12 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 
 	var draining atomic.Bool
-	admin := http.NewServeMux()
-	admin.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "OK\n")
+	admin := proxy.AdminHandler(proxy.AdminConfig{
+		StoreHealth: dec.health,
+		Policy:      dec.policy,
+		Draining:    draining.Load,
+		Gatherer:    reg,
 	})
-	admin.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		var storeErr error
-		if dec.health != nil {
-			storeErr = dec.health()
-		}
-		switch {
-		case draining.Load():
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "not ready: draining\n")
-		case errors.Is(storeErr, sluice.ErrNeverConnected):
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: store not reached since start (%v); check that it runs and its address\n", storeErr)
-		case storeErr != nil && dec.policy == rules.FailClosed:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: store down (%v) and the default failure policy is %s\n", storeErr, dec.policy)
-		default:
-			io.WriteString(w, "OK\n")
-		}
-	})
-	admin.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 
 	var lns []net.Listener
 	defer func() {

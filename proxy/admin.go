@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// AdminConfig configures AdminHandler. Every field is optional.
+type AdminConfig struct {
+	// StoreHealth is the store's health: nil when it can decide. Nil
+	// means a store that is always up (the embedded one).
+	StoreHealth func() error
+
+	// Policy is the failure policy of the domains that set none: while
+	// the store is down and it is fail_closed, every request would be
+	// denied, so the proxy is not ready.
+	Policy rules.FailurePolicy
+
+	// Draining reports that the proxy is shutting down, which makes it
+	// not ready, so that load balancers stop sending first. Nil means
+	// never.
+	Draining func() bool
+
+	// Gatherer is served on /metrics (OpenMetrics when asked). Nil means
+	// no /metrics.
+	Gatherer prometheus.Gatherer
+}
+
+// AdminHandler serves what operators and orchestrators ask a proxy,
+// apart from the API's own paths: GET /healthz (the process answers),
+// GET /readyz (200 "OK", or 503 "not ready: why" while draining, while
+// the store has never been reached since start, or while it is down and
+// the default policy is fail_closed) and GET /metrics.
+func AdminHandler(cfg AdminConfig) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "OK\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		var storeErr error
+		if cfg.StoreHealth != nil {
+			storeErr = cfg.StoreHealth()
+		}
+		switch {
+		case cfg.Draining != nil && cfg.Draining():
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, "not ready: draining\n")
+		case errors.Is(storeErr, sluice.ErrNeverConnected):
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: store not reached since start (%v); check that it runs and its address\n", storeErr)
+		case storeErr != nil && cfg.Policy == rules.FailClosed:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: store down (%v) and the default failure policy is %s\n", storeErr, cfg.Policy)
+		default:
+			io.WriteString(w, "OK\n")
+		}
+	})
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	}
+	return mux
+}
