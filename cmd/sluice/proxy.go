@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -265,49 +262,21 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Gatherer:    reg,
 	})
 
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for _, l := range []struct{ name, addr string }{{"proxy", s.listen}, {"admin", s.adminListen}} {
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			return fmt.Errorf("%s listener: %w", l.name, err)
-		}
-		lns = append(lns, ln)
-		log.Info("listening", "listener", l.name, "addr", ln.Addr().String())
+	rs := runSettings{
+		endpoints: []endpoint{
+			{name: "proxy", addr: s.listen, http: newHTTPServer(p, log)},
+			{name: "admin", addr: s.adminListen, http: newHTTPServer(admin, log)},
+		},
+		watcher: watcher,
+		ready: func() {
+			log.Info("ready", "domain", domain, "routes", len(section.Routes), "hash", cfg.Hash())
+		},
+		drain:           func() { draining.Store(true) },
+		drainDelay:      s.drainDelay,
+		shutdownTimeout: s.shutdownTimeout,
+		log:             log,
 	}
-	proxySrv := newHTTPServer(p, log)
-	adminSrv := newHTTPServer(admin, log)
-
-	failed := make(chan error, 2)
-	var wg sync.WaitGroup
-	for i, hs := range []*http.Server{proxySrv, adminSrv} {
-		wg.Go(func() {
-			if err := hs.Serve(lns[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				failed <- err
-			}
-		})
-	}
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	wg.Go(func() {
-		if err := watcher.Run(watchCtx); err != nil {
-			log.Error("rules watcher stopped; the configuration is no longer reloaded", "err", err)
-		}
-	})
-	log.Info("ready", "domain", domain, "routes", len(section.Routes), "hash", cfg.Hash())
-
-	runErr := waitForStop(ctx, failed, watcher.Reload, log)
-	draining.Store(true)
-	if s.drainDelay > 0 {
-		time.Sleep(s.drainDelay)
-	}
-	stopWatch()
-	shutdown(nil, proxySrv, adminSrv, s.shutdownTimeout, log)
-	wg.Wait()
+	runErr := rs.run(ctx)
 	log.Info("stopped")
 	return runErr
 }

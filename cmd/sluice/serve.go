@@ -353,88 +353,42 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	srv.ConfigLoaded(initial, time.Now())
 
-	// Listen on every address before serving any, so that a taken port
-	// fails the start rather than half of the service.
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	listen := func(name, addr string) (net.Listener, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s listener: %w", name, err)
-		}
-		lns = append(lns, ln)
-		log.Info("listening", "listener", name, "addr", ln.Addr().String())
-		return ln, nil
-	}
-	grpcLn, err := listen("grpc", s.grpcAddr)
-	if err != nil {
-		return err
-	}
-	httpLn, err := listen("http", s.httpAddr)
-	if err != nil {
-		return err
-	}
-	var debugLn net.Listener
-	if s.debugAddr != "" {
-		if debugLn, err = listen("debug", s.debugAddr); err != nil {
-			return err
-		}
-	}
-
 	gs := grpc.NewServer(append(server.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge:      s.grpcMaxConnAge,
 		MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace,
 	}))...)
 	srv.RegisterGRPC(gs)
-	httpSrv := newHTTPServer(srv.Handler(), log)
-	var debugSrv *http.Server
-	if debugLn != nil {
-		debugSrv = newHTTPServer(srv.DebugHandler(), log)
+	endpoints := []endpoint{
+		{name: "grpc", addr: s.grpcAddr, grpc: gs},
+		{name: "http", addr: s.httpAddr, http: newHTTPServer(srv.Handler(), log)},
+	}
+	if s.debugAddr != "" {
+		endpoints = append(endpoints, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(srv.DebugHandler(), log)})
 	}
 
-	failed := make(chan error, 4)
-	var wg sync.WaitGroup
-	serve := func(name string, f func() error) {
-		wg.Go(func() {
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				failed <- fmt.Errorf("%s listener: %w", name, err)
-			}
-		})
-	}
-	serve("grpc", func() error { return gs.Serve(grpcLn) })
-	serve("http", func() error { return httpSrv.Serve(httpLn) })
-	if debugSrv != nil {
-		serve("debug", func() error { return debugSrv.Serve(debugLn) })
-	}
-
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
-	wg.Go(func() {
-		if err := watcher.Run(watchCtx); err != nil {
-			log.Error("rules watcher stopped; rules are no longer reloaded", "err", err)
-		}
-	})
 	snapCtx, stopSnaps := context.WithCancel(context.Background())
+	defer stopSnaps()
 	var snapWG sync.WaitGroup
 	if s.stateFile != "" && s.snapshotInterval > 0 {
 		snapWG.Go(func() { snapshotLoop(snapCtx, store, s.stateFile, s.snapshotInterval, snaps, log) })
 	}
-	log.Info("ready", "domains", initial.Domains(), "hash", initial.Hash())
-
-	runErr := waitForStop(ctx, failed, watcher.Reload, log)
-	srv.SetDraining()
-	if s.drainDelay > 0 {
-		time.Sleep(s.drainDelay)
+	rs := runSettings{
+		endpoints: endpoints,
+		watcher:   watcher,
+		ready: func() {
+			log.Info("ready", "domains", initial.Domains(), "hash", initial.Hash())
+		},
+		drain:           srv.SetDraining,
+		drainDelay:      s.drainDelay,
+		shutdownTimeout: s.shutdownTimeout,
+		log:             log,
 	}
-	stopWatch()
-	shutdown(gs, httpSrv, debugSrv, s.shutdownTimeout, log)
-	wg.Wait()
+	runErr := rs.run(ctx)
 	stopSnaps()
 	snapWG.Wait()
+	if !rs.started {
+		return runErr // an address was taken: nothing served, nothing to save
+	}
 
 	if s.stateFile != "" {
 		if err := saveState(store, s.stateFile, snaps, log, slog.LevelInfo); err != nil {
@@ -452,39 +406,6 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-}
-
-// shutdown stops the listeners (gs and debugSrv may be nil) and waits for
-// in-flight requests, at most timeout; then it closes what is left.
-func shutdown(gs *grpc.Server, httpSrv, debugSrv *http.Server, timeout time.Duration, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	if gs != nil {
-		wg.Go(func() {
-			done := make(chan struct{})
-			go func() { gs.GracefulStop(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				log.Warn("gRPC requests still running at the shutdown timeout; closing them")
-				gs.Stop()
-				<-done
-			}
-		})
-	}
-	for _, hs := range []*http.Server{httpSrv, debugSrv} {
-		if hs == nil {
-			continue
-		}
-		wg.Go(func() {
-			if err := hs.Shutdown(ctx); err != nil {
-				log.Warn("HTTP requests still running at the shutdown timeout; closing them", "err", err)
-				hs.Close()
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // restoreState loads the state file into store. A missing file is a first

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/reload"
+)
+
+// endpoint is one listener of a command and the server on it.
+type endpoint struct {
+	name, addr string
+	http       *http.Server // one of http and grpc
+	grpc       *grpc.Server
+}
+
+// runSettings are what sluice serve and sluice proxy share of a run:
+// their listeners, their rules watcher, and how they drain and stop.
+type runSettings struct {
+	endpoints       []endpoint
+	watcher         *reload.Watcher
+	ready           func()        // logs that the command is ready; called once serving
+	drain           func()        // starts failing readiness (at SIGTERM, SIGINT or a failed listener)
+	drainDelay      time.Duration // how long to keep serving, not ready, before stopping
+	shutdownTimeout time.Duration // how long in-flight requests may take to finish
+	log             *slog.Logger
+
+	started bool // set by run once every address listens
+}
+
+// run listens on every address before serving any, so that a taken port
+// fails the start rather than half of the command; serves; runs the rules
+// watcher; then, when ctx is done or a listener fails (SIGHUP reloads the
+// rules meanwhile), drains: readiness fails, drainDelay passes, the
+// watcher stops, and the servers finish their requests within
+// shutdownTimeout before what is left is closed. It returns the error of a
+// failed listener, or nil.
+func (rs *runSettings) run(ctx context.Context) error {
+	lns := make([]net.Listener, 0, len(rs.endpoints))
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, e := range rs.endpoints {
+		ln, err := net.Listen("tcp", e.addr)
+		if err != nil {
+			return fmt.Errorf("%s listener: %w", e.name, err)
+		}
+		lns = append(lns, ln)
+		rs.log.Info("listening", "listener", e.name, "addr", ln.Addr().String())
+	}
+	rs.started = true
+
+	failed := make(chan error, len(rs.endpoints))
+	var wg sync.WaitGroup
+	for i, e := range rs.endpoints {
+		wg.Go(func() {
+			var err error
+			if e.grpc != nil {
+				err = e.grpc.Serve(lns[i])
+			} else {
+				err = e.http.Serve(lns[i])
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("%s listener: %w", e.name, err)
+			}
+		})
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	wg.Go(func() {
+		if err := rs.watcher.Run(watchCtx); err != nil {
+			rs.log.Error("rules watcher stopped; the rules are no longer reloaded", "err", err)
+		}
+	})
+	rs.ready()
+
+	runErr := waitForStop(ctx, failed, rs.watcher.Reload, rs.log)
+	rs.drain()
+	if rs.drainDelay > 0 {
+		time.Sleep(rs.drainDelay)
+	}
+	stopWatch()
+	rs.shutdown()
+	wg.Wait()
+	return runErr
+}
+
+// shutdown stops the listeners and waits for in-flight requests, at most
+// shutdownTimeout; then it closes what is left.
+func (rs *runSettings) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), rs.shutdownTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, e := range rs.endpoints {
+		if gs := e.grpc; gs != nil {
+			wg.Go(func() {
+				done := make(chan struct{})
+				go func() { gs.GracefulStop(); close(done) }()
+				select {
+				case <-done:
+				case <-ctx.Done():
+					rs.log.Warn("gRPC requests still running at the shutdown timeout; closing them")
+					gs.Stop()
+					<-done
+				}
+			})
+			continue
+		}
+		hs := e.http
+		wg.Go(func() {
+			if err := hs.Shutdown(ctx); err != nil {
+				rs.log.Warn("HTTP requests still running at the shutdown timeout; closing them", "err", err)
+				hs.Close()
+			}
+		})
+	}
+	wg.Wait()
+}
