@@ -313,136 +313,186 @@ func (s *Store) Restore(r io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("memstore: restore: %w", err)
 	}
-	if len(data) < headerLen+trailerLen {
-		return corrupt("truncated: %d bytes", len(data))
+	records, seed, err := checkSnapshot(data)
+	if err != nil {
+		return err
 	}
-	if string(data[:8]) != snapMagic {
-		return corrupt("not a memstore snapshot (bad magic)")
-	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != snapVersion {
-		return corrupt("unsupported version %d (this build reads version %d)", v, snapVersion)
-	}
-	body, trailer := data[:len(data)-4], data[len(data)-4:]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(trailer) || body[len(body)-1] != tagEnd {
-		return corrupt("checksum mismatch: the file is truncated or corrupted")
-	}
-	seed := binary.LittleEndian.Uint64(data[16:])
-	if seed == 0 {
-		return corrupt("zero seed")
-	}
-
-	now := s.now().UnixNano()
-	next := make([]shard, len(s.shards))
-	for i := range next {
-		next[i].logs = make(map[uint64]logList)
-		next[i].rng = mix64(seed ^ uint64(i))
-	}
-	type restoredSketch struct {
-		id   sketchID
-		s    *countMin
-		idle int64
-	}
-	var sketches []restoredSketch
-	var sketchBytes int64
-	budget := func() int64 {
-		if s.maxBytes == 0 {
-			return 0
-		}
-		return max((s.maxBytes-sketchBytes)/int64(len(next))-shardBytes, 1)
-	}
-
-	d := decoder{b: body[headerLen : len(body)-1], ok: true}
+	rs := s.newRestorer(seed)
+	d := decoder{b: records, ok: true}
 	for d.ok && len(d.b) > 0 {
 		switch tag := d.u8(); tag {
 		case tagSketch:
-			n := d.u32()
-			if n > maxNameLen {
-				return corrupt("sketch name of %d bytes", n)
-			}
-			var id sketchID
-			id.name = string(d.take(int(n)))
-			id.rate, id.period, id.capacity = d.i64(), d.i64(), d.i64()
-			id.width, id.depth = int(d.u32()), int(d.u32())
-			idle := d.i64()
-			blob := d.take(int(d.u32()))
-			if !d.ok {
-				break
-			}
-			if id.width < 1 || id.depth < 1 || id.width*id.depth > sluice.MaxSketchCells {
-				return corrupt("sketch %q of %dx%d cells", id.name, id.width, id.depth)
-			}
-			if idle <= now {
-				continue
-			}
-			sk := algo.NewSketch(id.width, id.depth)
-			if err := sk.UnmarshalBinary(blob); err != nil {
-				return corrupt("sketch %q: %v", id.name, err)
-			}
-			sketches = append(sketches, restoredSketch{id: id, s: sk, idle: idle})
-			sketchBytes += int64(sk.Bytes())
+			err = rs.sketch(&d)
 		case tagEntries:
-			n := int(d.u32())
-			b := budget()
-			for range n {
-				k, st := d.u64(), algo.State{A: d.i64(), B: d.i64()}
-				if !d.ok {
-					break
-				}
-				if k == 0 {
-					return corrupt("entry with key 0")
-				}
-				if st.A <= now {
-					continue
-				}
-				sh := &next[s.shardOf(k)]
-				if i := sh.t.find(k); i >= 0 {
-					sh.t.slots[i].st = st
-					continue
-				}
-				if sh.t.n >= limitFor(len(sh.t.slots)) {
-					s.makeRoom(sh, now, b)
-				}
-				sh.t.insert(k, st)
-			}
+			err = rs.entries(&d)
 		case tagLog:
-			k, idle, n := d.u64(), d.i64(), int(d.u32())
-			if n > len(d.b)/16 {
-				return corrupt("log of %d entries in %d bytes", n, len(d.b))
-			}
-			if idle <= now || n == 0 {
-				d.take(16 * n)
-				continue
-			}
-			e := make([]algo.LogEntry, n)
-			var newest int64
-			for i := range e {
-				e[i] = algo.LogEntry{At: d.i64(), N: d.i64()}
-				newest = max(newest, e[i].At)
-			}
-			// The snapshot keeps no Seen: the newest entry's time is the
-			// latest the log surely changed at. Drops made later took only
-			// entries that leave the window before any time after them.
-			l := algo.Log{Entries: e, Seen: newest}
-			l.Recount()
-			sh := &next[s.shardOf(k)]
-			if old, ok := sh.logs[k]; ok {
-				sh.logBytes -= logKeyBytes + int64(cap(old.l.Entries))*logEntryBytes
-			}
-			sh.logs[k] = logList{idle: idle, l: l}
-			sh.logBytes += logKeyBytes + int64(n)*logEntryBytes
-			if b := budget(); b > 0 {
-				trimLogsBudget(sh, k, b, &s.evicted)
-			}
+			err = rs.log(&d)
 		default:
-			return corrupt("unknown record tag %#x", tag)
+			err = corrupt("unknown record tag %#x", tag)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if !d.ok {
 		return corrupt("a record overruns the snapshot")
 	}
+	s.swapIn(rs, seed)
+	return nil
+}
 
-	// Swap the new content in: lock every shard (ascending), then the
-	// sketch set, as Take does.
+// checkSnapshot checks the header, the version, the checksum and the seed
+// of a snapshot and returns its records and its seed.
+func checkSnapshot(data []byte) (records []byte, seed uint64, err error) {
+	if len(data) < headerLen+trailerLen {
+		return nil, 0, corrupt("truncated: %d bytes", len(data))
+	}
+	if string(data[:8]) != snapMagic {
+		return nil, 0, corrupt("not a memstore snapshot (bad magic)")
+	}
+	if v := binary.LittleEndian.Uint32(data[8:]); v != snapVersion {
+		return nil, 0, corrupt("unsupported version %d (this build reads version %d)", v, snapVersion)
+	}
+	body, trailer := data[:len(data)-4], data[len(data)-4:]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(trailer) || body[len(body)-1] != tagEnd {
+		return nil, 0, corrupt("checksum mismatch: the file is truncated or corrupted")
+	}
+	seed = binary.LittleEndian.Uint64(data[16:])
+	if seed == 0 {
+		return nil, 0, corrupt("zero seed")
+	}
+	return body[headerLen : len(body)-1], seed, nil
+}
+
+// restorer builds, apart from the store, the content a snapshot restores.
+type restorer struct {
+	s           *Store
+	now         int64
+	next        []shard
+	sketches    []restoredSketch
+	sketchBytes int64
+}
+
+type restoredSketch struct {
+	id   sketchID
+	s    *countMin
+	idle int64
+}
+
+func (s *Store) newRestorer(seed uint64) *restorer {
+	rs := &restorer{s: s, now: s.now().UnixNano(), next: make([]shard, len(s.shards))}
+	for i := range rs.next {
+		rs.next[i].logs = make(map[uint64]logList)
+		rs.next[i].rng = mix64(seed ^ uint64(i))
+	}
+	return rs
+}
+
+// budget is a shard's share of Config.MaxBytes after the sketches read so
+// far; 0 without a cap.
+func (rs *restorer) budget() int64 {
+	if rs.s.maxBytes == 0 {
+		return 0
+	}
+	return max((rs.s.maxBytes-rs.sketchBytes)/int64(len(rs.next))-shardBytes, 1)
+}
+
+// sketch reads a sketch record; an expired sketch is dropped.
+func (rs *restorer) sketch(d *decoder) error {
+	n := d.u32()
+	if n > maxNameLen {
+		return corrupt("sketch name of %d bytes", n)
+	}
+	var id sketchID
+	id.name = string(d.take(int(n)))
+	id.rate, id.period, id.capacity = d.i64(), d.i64(), d.i64()
+	id.width, id.depth = int(d.u32()), int(d.u32())
+	idle := d.i64()
+	blob := d.take(int(d.u32()))
+	if !d.ok {
+		return nil // Restore reports the overrun
+	}
+	if id.width < 1 || id.depth < 1 || id.width*id.depth > sluice.MaxSketchCells {
+		return corrupt("sketch %q of %dx%d cells", id.name, id.width, id.depth)
+	}
+	if idle <= rs.now {
+		return nil
+	}
+	sk := algo.NewSketch(id.width, id.depth)
+	if err := sk.UnmarshalBinary(blob); err != nil {
+		return corrupt("sketch %q: %v", id.name, err)
+	}
+	rs.sketches = append(rs.sketches, restoredSketch{id: id, s: sk, idle: idle})
+	rs.sketchBytes += int64(sk.Bytes())
+	return nil
+}
+
+// entries reads a record of one-state entries into the new tables, within
+// the memory cap; expired ones are dropped.
+func (rs *restorer) entries(d *decoder) error {
+	n := int(d.u32())
+	b := rs.budget()
+	for range n {
+		k, st := d.u64(), algo.State{A: d.i64(), B: d.i64()}
+		if !d.ok {
+			return nil // Restore reports the overrun
+		}
+		if k == 0 {
+			return corrupt("entry with key 0")
+		}
+		if st.A <= rs.now {
+			continue
+		}
+		sh := &rs.next[rs.s.shardOf(k)]
+		if i := sh.t.find(k); i >= 0 {
+			sh.t.slots[i].st = st
+			continue
+		}
+		if sh.t.n >= limitFor(len(sh.t.slots)) {
+			rs.s.makeRoom(sh, rs.now, b)
+		}
+		sh.t.insert(k, st)
+	}
+	return nil
+}
+
+// log reads a sliding log record, within the memory cap; an expired or
+// empty log is dropped.
+func (rs *restorer) log(d *decoder) error {
+	k, idle, n := d.u64(), d.i64(), int(d.u32())
+	if n > len(d.b)/16 {
+		return corrupt("log of %d entries in %d bytes", n, len(d.b))
+	}
+	if idle <= rs.now || n == 0 {
+		d.take(16 * n)
+		return nil
+	}
+	e := make([]algo.LogEntry, n)
+	var newest int64
+	for i := range e {
+		e[i] = algo.LogEntry{At: d.i64(), N: d.i64()}
+		newest = max(newest, e[i].At)
+	}
+	// The snapshot keeps no Seen: the newest entry's time is the
+	// latest the log surely changed at. Drops made later took only
+	// entries that leave the window before any time after them.
+	l := algo.Log{Entries: e, Seen: newest}
+	l.Recount()
+	sh := &rs.next[rs.s.shardOf(k)]
+	if old, ok := sh.logs[k]; ok {
+		sh.logBytes -= logKeyBytes + int64(cap(old.l.Entries))*logEntryBytes
+	}
+	sh.logs[k] = logList{idle: idle, l: l}
+	sh.logBytes += logKeyBytes + int64(n)*logEntryBytes
+	if b := rs.budget(); b > 0 {
+		trimLogsBudget(sh, k, b, &rs.s.evicted)
+	}
+	return nil
+}
+
+// swapIn replaces the store's content with what rs read: every shard is
+// locked (ascending), then the sketch set, as Take does.
+func (s *Store) swapIn(rs *restorer, seed uint64) {
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
 	}
@@ -452,19 +502,19 @@ func (s *Store) Restore(r io.Reader) error {
 		sk.dead = true
 		sk.mu.Unlock()
 	}
-	s.sketches.m = make(map[sketchID]*sketchSlot, len(sketches))
+	s.sketches.m = make(map[sketchID]*sketchSlot, len(rs.sketches))
 	s.sketches.bytes.Store(0)
-	for _, r := range sketches {
+	for _, r := range rs.sketches {
 		s.sketches.addLocked(r.id, r.s, r.idle)
 	}
 	s.seed.Store(seed)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.t, sh.logs, sh.logBytes, sh.rng = next[i].t, next[i].logs, next[i].logBytes, next[i].rng
+		next := &rs.next[i]
+		sh.t, sh.logs, sh.logBytes, sh.rng = next.t, next.logs, next.logBytes, next.rng
 	}
 	s.sketches.mu.Unlock()
 	for i := range s.shards {
 		s.shards[i].mu.Unlock()
 	}
-	return nil
 }
