@@ -298,31 +298,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	s := m.scratch.Get().(*scratch)
 	defer m.release(s)
-	shadowed := false // over the concurrency cap or a failure limit, in shadow mode
 	n, err := m.build(s, r)
 	if err != nil {
 		m.invalid(w, r, err)
 		return
 	}
-	if m.conc != nil {
-		key, ok, err := m.conc.key(s, r)
-		if err != nil {
-			m.invalid(w, r, err)
-			return
-		}
-		if ok {
-			if m.conc.acquire(key) {
-				defer m.conc.release(key)
-			} else if !m.shadow {
-				m.tooConcurrent(w, r)
-				return
-			} else {
-				shadowed = true
-				if n, ok := m.shadowLog.Allow(time.Now()); ok {
-					m.log.Info("concurrency cap exceeded in shadow mode; let through", "domain", m.domain, "not_logged", n)
-				}
-			}
-		}
+	key, held, shadowed, ok := m.admitConcurrent(w, r, s)
+	if !ok {
+		return
+	}
+	if held {
+		defer m.conc.release(key)
 	}
 	var fails int
 	if m.failures != nil {
@@ -340,33 +326,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	o := &s.out
 	precharged := false
 	if fails > 0 {
 		// The failure limits are checked first, on their own: a request
 		// they deny must consume nothing from the others.
-		var wouldDeny bool
-		if wouldDeny, precharged, err = m.checkFailures(r.Context(), s); err != nil {
-			if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
-				m.report(w, r, Canceled)
-				return // the client went away: no one to answer
-			}
-			m.fail(w, r, err)
+		var shadow bool
+		if precharged, shadow, ok = m.failuresFirst(w, r, s); !ok {
 			return
 		}
-		switch {
-		case wouldDeny && !m.shadow:
-			if o.Degraded != rules.FailOpen {
-				m.setHeaders(w.Header(), s, true)
-			}
-			m.deny(w, r, s)
-			return
-		case wouldDeny:
-			shadowed = true
-			if n, ok := m.shadowLog.Allow(time.Now()); ok {
-				m.log.Info("failure limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
-			}
-		}
+		shadowed = shadowed || shadow
 	}
 	delayed := false
 	if m.shaping != nil {
@@ -375,28 +343,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = m.decide(r.Context(), s)
 	}
 	if err != nil {
-		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
-			m.report(w, r, Canceled)
-			return // the client went away: no one to answer
-		}
-		m.fail(w, r, err)
+		m.decisionFailed(w, r, err)
 		return
 	}
-	denied := m.overLimit(o)
-	res := Allowed
-	switch {
-	case denied:
-		res = Denied
-	case o.Overall.Shadow || m.shadow && o.OverLimit():
-		res = Shadow
-		if n, ok := m.shadowLog.Allow(time.Now()); ok {
-			m.log.Info("rate limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
-		}
-	case shadowed:
-		res = Shadow
-	case delayed:
-		res = Delayed
-	}
+	o := &s.out
+	denied, res := m.result(o, shadowed, delayed)
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, denied)
@@ -416,6 +367,89 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sw.status = http.StatusOK
 		sw.charge()
 	}
+}
+
+// admitConcurrent applies the concurrency cap to r: it reports the key
+// whose slot r holds (held: the caller releases it when r is done),
+// whether r went over the cap in shadow mode, and whether r may go on
+// (when not, it has been answered).
+func (m *middleware) admitConcurrent(w http.ResponseWriter, r *http.Request, s *scratch) (key string, held, shadowed, ok bool) {
+	if m.conc == nil {
+		return "", false, false, true
+	}
+	key, limited, err := m.conc.key(s, r)
+	switch {
+	case err != nil:
+		m.invalid(w, r, err)
+		return "", false, false, false
+	case !limited:
+		return "", false, false, true
+	case m.conc.acquire(key):
+		return key, true, false, true
+	case !m.shadow:
+		m.tooConcurrent(w, r)
+		return "", false, false, false
+	}
+	if n, ok := m.shadowLog.Allow(time.Now()); ok {
+		m.log.Info("concurrency cap exceeded in shadow mode; let through", "domain", m.domain, "not_logged", n)
+	}
+	return "", false, true, true
+}
+
+// failuresFirst checks the failure limits of r before its other limits:
+// it reports whether r was charged its failure already, whether the
+// failure limits would have denied it in shadow mode, and whether r may go
+// on (when not, it has been answered: denied, or failed).
+func (m *middleware) failuresFirst(w http.ResponseWriter, r *http.Request, s *scratch) (precharged, shadowed, ok bool) {
+	wouldDeny, precharged, err := m.checkFailures(r.Context(), s)
+	switch {
+	case err != nil:
+		m.decisionFailed(w, r, err)
+		return false, false, false
+	case wouldDeny && !m.shadow:
+		if s.out.Degraded != rules.FailOpen {
+			m.setHeaders(w.Header(), s, true)
+		}
+		m.deny(w, r, s)
+		return false, false, false
+	case wouldDeny:
+		if n, ok := m.shadowLog.Allow(time.Now()); ok {
+			m.log.Info("failure limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(&s.out), "not_logged", n)
+		}
+		return precharged, true, true
+	}
+	return precharged, false, true
+}
+
+// decisionFailed answers r whose decision failed with err: nothing when
+// the client went away, else by fail.
+func (m *middleware) decisionFailed(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+		m.report(w, r, Canceled)
+		return // the client went away: no one to answer
+	}
+	m.fail(w, r, err)
+}
+
+// result reports whether o denies the request and what became of it, for
+// OnResult: shadowed, the request went over a cap or a failure limit in
+// shadow mode; delayed, shaping held it.
+func (m *middleware) result(o *decide.Outcome, shadowed, delayed bool) (denied bool, res Result) {
+	denied = m.overLimit(o)
+	switch {
+	case denied:
+		return true, Denied
+	case o.Overall.Shadow || m.shadow && o.OverLimit():
+		if n, ok := m.shadowLog.Allow(time.Now()); ok {
+			m.log.Info("rate limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
+		}
+		return false, Shadow
+	case shadowed:
+		return false, Shadow
+	case delayed:
+		return false, Delayed
+	}
+	return false, Allowed
 }
 
 // report tells Config.OnResult what became of r.
