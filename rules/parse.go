@@ -805,7 +805,23 @@ func (p *parser) replacesList(r *Rule, n *yaml.Node) {
 func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limit, bool) {
 	before := len(p.probs)
 	l := &sluice.Limit{}
+	p.algorithm(l, s)
+	p.rate(l, s, at, what)
+	p.extras(l, s, before)
+	if len(p.probs) > before {
+		return nil, false
+	}
+	if err := l.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p.errf(at, "%s: %s", what, line)
+		}
+		return nil, false
+	}
+	return l, true
+}
 
+// algorithm reads the spec's algorithm into l.
+func (p *parser) algorithm(l *sluice.Limit, s *limitSpec) {
 	if s.alg != nil {
 		if name, ok := p.str(s.alg, "algorithm"); ok {
 			k, err := algo.ParseKind(name)
@@ -815,7 +831,12 @@ func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limi
 			l.Algorithm = k
 		}
 	}
+}
 
+// rate reads into l the rate of the spec at (a limit of what): its count
+// and period, or its refill amount and interval, and the refill interval
+// of a discrete token bucket.
+func (p *parser) rate(l *sluice.Limit, s *limitSpec, at *yaml.Node, what string) {
 	// The rate: requests_per_unit per unit (times unit_multiplier) or per
 	// period, or refill_amount per refill_interval.
 	var rpu int64
@@ -887,6 +908,13 @@ func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limi
 	if l.RefillInterval > 0 && l.Algorithm != sluice.TokenBucket {
 		p.errf(p.deref(s.refillInterval), "refill_interval needs algorithm: token_bucket, not %s", l.Algorithm)
 	}
+}
+
+// extras reads into l what the spec adds to its rate: burst, soft and
+// elastic margins, block_for and the sketch's size. before is the count of
+// problems when the limit's reading began: the elastic ceiling is checked
+// against the limit only when the rest read without one.
+func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 	if s.burst != nil {
 		if b, ok := p.integer(s.burst, "burst", 1, sluice.MaxCost); ok {
 			// DESIGN.md's own example sets a burst on a sliding window:
@@ -919,16 +947,6 @@ func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limi
 	if s.sketch != nil {
 		p.sketch(l, s.sketch)
 	}
-	if len(p.probs) > before {
-		return nil, false
-	}
-	if err := l.Validate(); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			p.errf(at, "%s: %s", what, line)
-		}
-		return nil, false
-	}
-	return l, true
 }
 
 func (p *parser) sketch(l *sluice.Limit, n *yaml.Node) {
