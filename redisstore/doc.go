@@ -57,6 +57,11 @@
 // once with ErrUnavailable, letting one probe through after a cooldown
 // that doubles up to 5 seconds; Health reports the state. A store error is
 // never a decision: the caller's failure policy (fail open, fail closed, or
-// node-local limits; see package rls) decides what happens. New returns a
-// working Store even when Redis is down, and connects in the background.
+// node-local limits; see package decide) decides what happens. New returns
+// a working Store even when Redis is down, and connects in the background.
+//
+// This package imports the root package, algo, rueidis, the Prometheus
+// client, xxh3, its Lua (internal/luasrc) and small internal helpers; it
+// must not import rules, the decision core or a transport (imports_test.go
+// in the root holds it to that).
 package redisstore
