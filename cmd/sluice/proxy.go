@@ -154,7 +154,7 @@ type proxyDecider struct {
 // openProxyDecider builds the proxy's Decider from the store flags, with
 // the rules initial. This is the one place that chooses how the proxy
 // decides: --store memory and redis decide here with the rules of the
-// file, through an rls.Decider over that store; --store remote asks the
+// file, through the decision core (decide.Decider) over that store; --store remote asks the
 // sluice serve at --rls-addr, and the rules of the file answer by their
 // failure policy when it cannot.
 func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.Config, log *slog.Logger) (*proxyDecider, error) {
