@@ -538,89 +538,108 @@ func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
 
 // entry reads one descriptor entry: a key and exactly one source.
 func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
-	var e httplimit.Entry
-	var src *yaml.Node // the first source key
-	sources := 0
-	ok := true
-	setSource := func(k *yaml.Node, s httplimit.Source) {
-		sources++
-		if sources > 1 {
-			p.errf(k, "%q is a second source in one entry (give each entry one of source, header, api_key, country, value)", k.Value)
-			ok = false
-			return
-		}
-		src, e.Source = k, s
-	}
-	header := func(v *yaml.Node, what string) (string, bool) {
-		h, hok := p.str(v, what)
-		if hok && !httpguts.ValidHeaderFieldName(h) {
-			p.errf(node(v), "%q is not a header name", h)
-			hok = false
-		}
-		ok = ok && hok
-		return h, hok
-	}
+	er := entryReader{p: p, ok: true}
 	before := len(p.probs)
-	isMap := p.fields(n, "an entry", entryKeys, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "key":
-			s, kok := p.str(v, "key")
-			if kok && len(s) > rules.MaxEntryLen {
-				p.errf(node(v), "key longer than %d bytes", rules.MaxEntryLen)
-				kok = false
-			}
-			ok = ok && kok
-			e.Key = s
-		case "source":
-			s, sok := p.str(v, "source")
-			switch s {
-			case "remote_address":
-				setSource(k, httplimit.RemoteAddress())
-			case "method":
-				setSource(k, httplimit.Method())
-			case "path":
-				setSource(k, httplimit.Path())
-			default:
-				if sok {
-					p.errf(node(v), "unknown source %q (want remote_address, method or path; or header, api_key, country or value instead of source)", s)
-				}
-				ok = false
-			}
-		case "header":
-			if h, hok := header(v, "header"); hok {
-				setSource(k, httplimit.Header(h))
-			}
-		case "api_key":
-			if h, hok := header(v, "api_key"); hok {
-				setSource(k, httplimit.APIKey(h))
-			}
-		case "country":
-			if h, hok := header(v, "country"); hok {
-				setSource(k, httplimit.Country(h))
-			}
-		case "value":
-			s, vok := p.str(v, "value")
-			if vok && (len(s) > rules.MaxEntryLen || !printable(s)) {
-				p.errf(node(v), "value must be printable and at most %d bytes", rules.MaxEntryLen)
-				vok = false
-			}
-			if vok {
-				setSource(k, httplimit.Const(s))
-			}
-			ok = ok && vok
-		}
-	})
+	isMap := p.fields(n, "an entry", entryKeys, er.field)
 	if !isMap || len(p.probs) > before {
-		return e, false
+		return er.e, false
 	}
-	if src == nil && ok {
-		if e.Key != "remote_address" {
+	if er.src == nil && er.ok {
+		if er.e.Key != "remote_address" {
 			p.errf(node(n), "an entry needs a source: source (remote_address, method, path), header, api_key, country or value; only key remote_address implies its source")
-			return e, false
+			return er.e, false
 		}
-		e.Source = httplimit.RemoteAddress()
+		er.e.Source = httplimit.RemoteAddress()
 	}
-	return e, ok
+	return er.e, er.ok
+}
+
+// entryReader reads the fields of one descriptor entry.
+type entryReader struct {
+	p   *parser
+	e   httplimit.Entry
+	src *yaml.Node // the first source key
+	n   int        // source keys seen
+	ok  bool
+}
+
+// field reads one field of the entry.
+func (er *entryReader) field(key string, k, v *yaml.Node) {
+	p := er.p
+	switch key {
+	case "key":
+		s, kok := p.str(v, "key")
+		if kok && len(s) > rules.MaxEntryLen {
+			p.errf(node(v), "key longer than %d bytes", rules.MaxEntryLen)
+			kok = false
+		}
+		er.ok = er.ok && kok
+		er.e.Key = s
+	case "source":
+		er.source(k, v)
+	case "header":
+		if h, hok := er.header(v, "header"); hok {
+			er.setSource(k, httplimit.Header(h))
+		}
+	case "api_key":
+		if h, hok := er.header(v, "api_key"); hok {
+			er.setSource(k, httplimit.APIKey(h))
+		}
+	case "country":
+		if h, hok := er.header(v, "country"); hok {
+			er.setSource(k, httplimit.Country(h))
+		}
+	case "value":
+		s, vok := p.str(v, "value")
+		if vok && (len(s) > rules.MaxEntryLen || !printable(s)) {
+			p.errf(node(v), "value must be printable and at most %d bytes", rules.MaxEntryLen)
+			vok = false
+		}
+		if vok {
+			er.setSource(k, httplimit.Const(s))
+		}
+		er.ok = er.ok && vok
+	}
+}
+
+// source reads the source field: remote_address, method or path.
+func (er *entryReader) source(k, v *yaml.Node) {
+	s, sok := er.p.str(v, "source")
+	switch s {
+	case "remote_address":
+		er.setSource(k, httplimit.RemoteAddress())
+	case "method":
+		er.setSource(k, httplimit.Method())
+	case "path":
+		er.setSource(k, httplimit.Path())
+	default:
+		if sok {
+			er.p.errf(node(v), "unknown source %q (want remote_address, method or path; or header, api_key, country or value instead of source)", s)
+		}
+		er.ok = false
+	}
+}
+
+// setSource sets the entry's source from key k; a second one is a problem.
+func (er *entryReader) setSource(k *yaml.Node, s httplimit.Source) {
+	er.n++
+	if er.n > 1 {
+		er.p.errf(k, "%q is a second source in one entry (give each entry one of source, header, api_key, country, value)", k.Value)
+		er.ok = false
+		return
+	}
+	er.src, er.e.Source = k, s
+}
+
+// header reads a header name given as what.
+func (er *entryReader) header(v *yaml.Node, what string) (string, bool) {
+	h, hok := er.p.str(v, what)
+	if hok && !httpguts.ValidHeaderFieldName(h) {
+		er.p.errf(node(v), "%q is not a header name", h)
+		hok = false
+	}
+	er.ok = er.ok && hok
+	return h, hok
 }
 
 func printable(s string) bool {
