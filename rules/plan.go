@@ -136,16 +136,7 @@ func invalid(format string, args ...any) error {
 // sluice.ErrInvalid) means the request itself is invalid; an unknown domain
 // is not an error but matches nothing.
 func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
-	p.Domain = nil
-	p.Hits = p.Hits[:0]
-	p.Matches = p.Matches[:0]
-	p.Capacity = -1
-	p.buf = p.buf[:0]
-	p.levels = p.levels[:0]
-	p.spans = p.spans[:0]
-	p.starts = p.starts[:0]
-	p.replacing = p.replacing[:0]
-
+	p.reset()
 	if domain == "" {
 		return invalid("rate limit domain must not be empty")
 	}
@@ -165,35 +156,7 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 		return nil
 	}
 	p.Domain = d
-
-	// Match every descriptor, collecting the names replaced.
-	for i := range descs {
-		m := &p.Matches[i]
-		if descs[i].Override != nil {
-			m.Status = Overridden
-			continue
-		}
-		m.lv = len(p.levels)
-		r := p.walk(d, descs[i].Entries)
-		if r == nil {
-			continue
-		}
-		m.Rule = r
-		m.Status = Limited
-		if r.Unlimited {
-			m.Status = Unlimited
-		}
-		p.replacing = append(p.replacing, r.Replaces...)
-	}
-	// Envoy drops every matched limit whose name a matched limit replaces.
-	if len(p.replacing) > 0 {
-		for i := range p.Matches {
-			m := &p.Matches[i]
-			if m.Status == Limited && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
-				m.Status = Replaced
-			}
-		}
-	}
+	p.match(d, descs)
 
 	// Keys.
 	var capCost int64
@@ -217,54 +180,120 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 		case Unlimited, Replaced:
 			p.stat(m, d.Name, desc.Entries, p.levels[m.lv:m.lv+len(desc.Entries)])
 		case Overridden:
-			o := desc.Override
-			l := c.overrideLimit(o.RequestsPerUnit, o.Unit, o.UnitMultiplier)
-			m.First = len(p.Hits)
-			m.Count = 1
-			start := len(p.buf)
-			p.buf = append(p.buf, 'o')
-			p.buf = appendField(p.buf, d.Name)
-			p.buf = append(p.buf, '/')
-			p.buf = strconv.AppendInt(p.buf, int64(l.Period), 10)
-			for _, e := range desc.Entries {
-				p.buf = append(p.buf, 'v')
-				p.buf = appendField(p.buf, e.Key)
-				p.buf = appendField(p.buf, e.Value)
-			}
-			if err := p.addHit(start, l, desc.Cost); err != nil {
+			if err := p.override(c, d, desc, m); err != nil {
 				return err
 			}
-			m.statStart = len(p.buf)
-			p.buf = append(p.buf, d.Name...)
-			for _, e := range desc.Entries {
-				p.buf = append(p.buf, '.')
-				p.buf = append(p.buf, e.Key...)
-				if e.Value != "" {
-					p.buf = append(p.buf, '_')
-					p.buf = append(p.buf, e.Value...)
-				}
-			}
-			m.statEnd = len(p.buf)
 		}
 	}
 	if d.Capacity != nil {
-		start := len(p.buf)
-		p.buf = append(p.buf, 'c')
-		p.buf = appendField(p.buf, d.Name)
-		p.buf = append(p.buf, '/')
-		p.buf = append(p.buf, d.Capacity.Algorithm.String()...)
-		p.buf = append(p.buf, '/')
-		p.buf = strconv.AppendInt(p.buf, int64(d.Capacity.Period), 10)
-		p.Capacity = len(p.Hits)
-		if err := p.addHit(start, d.Capacity, capCost); err != nil {
+		if err := p.capacity(d, capCost); err != nil {
 			return err
 		}
 	}
 	if len(p.Hits) > sluice.MaxHits {
 		return invalid("%d limits in one request (at most %d)", len(p.Hits), sluice.MaxHits)
 	}
+	p.strings()
+	return nil
+}
 
-	// One string for every key of the request.
+// reset empties p for a new plan, keeping its storage.
+func (p *Plan) reset() {
+	p.Domain = nil
+	p.Hits = p.Hits[:0]
+	p.Matches = p.Matches[:0]
+	p.Capacity = -1
+	p.buf = p.buf[:0]
+	p.levels = p.levels[:0]
+	p.spans = p.spans[:0]
+	p.starts = p.starts[:0]
+	p.replacing = p.replacing[:0]
+}
+
+// match matches every descriptor of descs in d into p.Matches, and marks
+// Replaced the matched limits whose name another matched limit replaces,
+// as Envoy drops them.
+func (p *Plan) match(d *Domain, descs []Descriptor) {
+	for i := range descs {
+		m := &p.Matches[i]
+		if descs[i].Override != nil {
+			m.Status = Overridden
+			continue
+		}
+		m.lv = len(p.levels)
+		r := p.walk(d, descs[i].Entries)
+		if r == nil {
+			continue
+		}
+		m.Rule = r
+		m.Status = Limited
+		if r.Unlimited {
+			m.Status = Unlimited
+		}
+		p.replacing = append(p.replacing, r.Replaces...)
+	}
+	if len(p.replacing) > 0 {
+		for i := range p.Matches {
+			m := &p.Matches[i]
+			if m.Status == Limited && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
+				m.Status = Replaced
+			}
+		}
+	}
+}
+
+// override adds the hit of a descriptor's own limit (Envoy's per-request
+// override), keyed by the domain, its period and the entries, and its
+// stats key.
+func (p *Plan) override(c *Config, d *Domain, desc *Descriptor, m *Match) error {
+	o := desc.Override
+	l := c.overrideLimit(o.RequestsPerUnit, o.Unit, o.UnitMultiplier)
+	m.First = len(p.Hits)
+	m.Count = 1
+	start := len(p.buf)
+	p.buf = append(p.buf, 'o')
+	p.buf = appendField(p.buf, d.Name)
+	p.buf = append(p.buf, '/')
+	p.buf = strconv.AppendInt(p.buf, int64(l.Period), 10)
+	for _, e := range desc.Entries {
+		p.buf = append(p.buf, 'v')
+		p.buf = appendField(p.buf, e.Key)
+		p.buf = appendField(p.buf, e.Value)
+	}
+	if err := p.addHit(start, l, desc.Cost); err != nil {
+		return err
+	}
+	m.statStart = len(p.buf)
+	p.buf = append(p.buf, d.Name...)
+	for _, e := range desc.Entries {
+		p.buf = append(p.buf, '.')
+		p.buf = append(p.buf, e.Key...)
+		if e.Value != "" {
+			p.buf = append(p.buf, '_')
+			p.buf = append(p.buf, e.Value...)
+		}
+	}
+	m.statEnd = len(p.buf)
+	return nil
+}
+
+// capacity adds the hit of the domain capacity, at the largest cost of the
+// request's descriptors.
+func (p *Plan) capacity(d *Domain, cost int64) error {
+	start := len(p.buf)
+	p.buf = append(p.buf, 'c')
+	p.buf = appendField(p.buf, d.Name)
+	p.buf = append(p.buf, '/')
+	p.buf = append(p.buf, d.Capacity.Algorithm.String()...)
+	p.buf = append(p.buf, '/')
+	p.buf = strconv.AppendInt(p.buf, int64(d.Capacity.Period), 10)
+	p.Capacity = len(p.Hits)
+	return p.addHit(start, d.Capacity, cost)
+}
+
+// strings makes one string of every key of the request and points the
+// hits' keys and the matches' stats keys into it.
+func (p *Plan) strings() {
 	all := string(p.buf)
 	for i := range p.Hits {
 		p.Hits[i].Key = all[p.starts[i]:p.spans[i]]
@@ -275,7 +304,6 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 			m.StatKey = all[m.statStart:m.statEnd]
 		}
 	}
-	return nil
 }
 
 func (p *Plan) addHit(start int, l *sluice.Limit, cost int64) error {
