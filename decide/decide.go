@@ -310,19 +310,15 @@ func (d *Decider) Check(domain string, descs []rules.Descriptor) error {
 // s.plan.
 func (d *Decider) plan(s *scratch, domain string, descs []rules.Descriptor) error {
 	total, most := 0, 0
-	if len(descs) <= MaxDescriptors {
-		for i := range descs {
-			n := len(descs[i].Entries)
-			total, most = total+n, max(most, n)
-		}
-	}
-	if err := CheckCounts(len(descs), most, total); err != nil {
-		return err
-	}
 	for i := range descs {
 		if c := descs[i].Cost; c < 0 || c > sluice.MaxCost {
 			return fmt.Errorf("%w: descriptor %d: cost %d out of range (0 to %d)", ErrInvalid, i, c, int64(sluice.MaxCost))
 		}
+		n := len(descs[i].Entries)
+		total, most = total+n, max(most, n)
+	}
+	if err := CheckCounts(len(descs), most, total); err != nil {
+		return err
 	}
 	cfg := d.Rules()
 	if cfg == nil {

@@ -290,15 +290,9 @@ func (s *convScratch) convert(req *rlsv3.RateLimitRequest) error {
 		reqCost = 1
 	}
 	descs := req.GetDescriptors()
-	n, most := 0, 0
-	if len(descs) <= MaxDescriptors {
-		for _, pd := range descs {
-			n += len(pd.GetEntries())
-			most = max(most, len(pd.GetEntries()))
-		}
-	}
-	if err := CheckCounts(len(descs), most, n); err != nil {
-		return err
+	n := 0 // the entries, for the storage below; the core checks the bounds
+	for _, pd := range descs {
+		n += len(pd.GetEntries())
 	}
 	s.descs = s.descs[:0]
 	s.entries = s.entries[:0]

@@ -101,11 +101,8 @@ var (
 )
 
 // decodeRequest decodes a RateLimitRequest in protobuf after checking its
-// counts on the wire.
+// counts on the wire. (Its size gRPC has bounded: MaxRecvMsgSize.)
 func decodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
-	if len(b) > MaxRequestBytes {
-		return fmt.Errorf("%w: %w: %d bytes (at most %d)", rls.ErrInvalid, rls.ErrTooLarge, len(b), MaxRequestBytes)
-	}
 	if err := scanProto(b); err != nil {
 		return err
 	}
@@ -121,28 +118,25 @@ func decodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 func scanProto(b []byte) error {
 	descriptors, most, total := 0, 0, 0
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
-		}
-		b = b[n:]
-		if num != descriptorsField || typ != protowire.BytesType {
-			n = protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
-			}
-			b = b[n:]
-			continue
-		}
-		d, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
-		}
-		b = b[n:]
-		descriptors++
-		entries, err := countField(d, entriesField)
+		num, typ, val, rest, err := nextField(b)
 		if err != nil {
 			return err
+		}
+		b = rest
+		if num != descriptorsField || typ != protowire.BytesType {
+			continue
+		}
+		descriptors++
+		entries := 0
+		for len(val) > 0 {
+			num, _, _, rest, err := nextField(val)
+			if err != nil {
+				return err
+			}
+			val = rest
+			if num == entriesField {
+				entries++
+			}
 		}
 		total += entries
 		most = max(most, entries)
@@ -153,25 +147,24 @@ func scanProto(b []byte) error {
 	return nil
 }
 
-// countField counts the occurrences of field want in the encoded message b.
-func countField(b []byte, want protowire.Number) (int, error) {
-	count := 0
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
-		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
-		}
-		b = b[n:]
-		if num == want {
-			count++
-		}
+// nextField splits the first field off the encoded message b: its number
+// and wire type, its value's bytes when it is length-delimited, and the
+// rest of b.
+func nextField(b []byte) (num protowire.Number, typ protowire.Type, val, rest []byte, err error) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
 	}
-	return count, nil
+	b = b[n:]
+	if typ == protowire.BytesType {
+		val, n = protowire.ConsumeBytes(b)
+	} else {
+		n = protowire.ConsumeFieldValue(num, typ, b)
+	}
+	if n < 0 {
+		return 0, 0, nil, nil, fmt.Errorf("%w: %v", errMalformed, protowire.ParseError(n))
+	}
+	return num, typ, val, b[n:], nil
 }
 
 // maxJSONDepth bounds the nesting of a /json body: a RateLimitRequest
