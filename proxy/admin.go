@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -49,19 +49,16 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 		if cfg.StoreHealth != nil {
 			storeErr = cfg.StoreHealth()
 		}
-		switch {
-		case cfg.Draining != nil && cfg.Draining():
-			w.WriteHeader(http.StatusServiceUnavailable)
-			io.WriteString(w, "not ready: draining\n")
-		case errors.Is(storeErr, sluice.ErrNeverConnected):
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: store not reached since start (%v); check that it runs and its address\n", storeErr)
-		case storeErr != nil && cfg.Policy == rules.FailClosed:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: store down (%v) and the default failure policy is %s\n", storeErr, cfg.Policy)
-		default:
-			io.WriteString(w, "OK\n")
+		err := decide.StoreReadiness(storeErr, cfg.Policy)
+		if cfg.Draining != nil && cfg.Draining() {
+			err = errors.New("draining")
 		}
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		io.WriteString(w, "OK\n")
 	})
 	if cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))

@@ -89,6 +89,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
@@ -317,15 +318,7 @@ func (s *Server) readiness(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.storeHealth(); err != nil {
-		if errors.Is(err, sluice.ErrNeverConnected) {
-			return fmt.Errorf("store not reached since start (%v); check that it runs and its address", err)
-		}
-		if p := s.dec.Failover().Default; p == rules.FailClosed {
-			return fmt.Errorf("store down (%v) and the default failure policy is %s", err, p)
-		}
-	}
-	return nil
+	return decide.StoreReadiness(s.storeHealth(), s.dec.Failover().Default)
 }
 
 // storeHealth is the store's state: nil when it is up or cannot tell.
