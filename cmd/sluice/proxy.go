@@ -276,7 +276,10 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		shutdownTimeout: s.shutdownTimeout,
 		log:             log,
 	}
-	runErr := rs.run(ctx)
+	if err := rs.listen(); err != nil {
+		return err
+	}
+	runErr := rs.serve(ctx)
 	log.Info("stopped")
 	return runErr
 }

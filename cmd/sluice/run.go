@@ -33,32 +33,40 @@ type runSettings struct {
 	shutdownTimeout time.Duration // how long in-flight requests may take to finish
 	log             *slog.Logger
 
-	started bool // set by run once every address listens
+	lns []net.Listener // by listen, one an endpoint
 }
 
-// run listens on every address before serving any, so that a taken port
-// fails the start rather than half of the command; serves; runs the rules
-// watcher; then, when ctx is done or a listener fails (SIGHUP reloads the
-// rules meanwhile), drains: readiness fails, drainDelay passes, the
-// watcher stops, and the servers finish their requests within
-// shutdownTimeout before what is left is closed. It returns the error of a
-// failed listener, or nil.
-func (rs *runSettings) run(ctx context.Context) error {
-	lns := make([]net.Listener, 0, len(rs.endpoints))
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
+// listen listens on every address before any is served, so that a taken
+// port fails the start rather than half of the command. On error it has
+// closed what it opened.
+func (rs *runSettings) listen() error {
 	for _, e := range rs.endpoints {
 		ln, err := net.Listen("tcp", e.addr)
 		if err != nil {
+			rs.closeListeners()
 			return fmt.Errorf("%s listener: %w", e.name, err)
 		}
-		lns = append(lns, ln)
+		rs.lns = append(rs.lns, ln)
 		rs.log.Info("listening", "listener", e.name, "addr", ln.Addr().String())
 	}
-	rs.started = true
+	return nil
+}
+
+func (rs *runSettings) closeListeners() {
+	for _, ln := range rs.lns {
+		ln.Close()
+	}
+	rs.lns = nil
+}
+
+// serve serves the listeners of listen; runs the rules watcher; then, when
+// ctx is done or a listener fails (SIGHUP reloads the rules meanwhile),
+// drains: readiness fails, drainDelay passes, the watcher stops, and the
+// servers finish their requests within shutdownTimeout before what is left
+// is closed. It returns the error of a failed listener, or nil.
+func (rs *runSettings) serve(ctx context.Context) error {
+	defer rs.closeListeners()
+	lns := rs.lns
 
 	failed := make(chan error, len(rs.endpoints))
 	var wg sync.WaitGroup

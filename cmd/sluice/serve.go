@@ -366,12 +366,6 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		endpoints = append(endpoints, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(srv.DebugHandler(), log)})
 	}
 
-	snapCtx, stopSnaps := context.WithCancel(context.Background())
-	defer stopSnaps()
-	var snapWG sync.WaitGroup
-	if s.stateFile != "" && s.snapshotInterval > 0 {
-		snapWG.Go(func() { snapshotLoop(snapCtx, store, s.stateFile, s.snapshotInterval, snaps, log) })
-	}
 	rs := runSettings{
 		endpoints: endpoints,
 		watcher:   watcher,
@@ -383,12 +377,18 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		shutdownTimeout: s.shutdownTimeout,
 		log:             log,
 	}
-	runErr := rs.run(ctx)
+	if err := rs.listen(); err != nil {
+		return err
+	}
+	snapCtx, stopSnaps := context.WithCancel(context.Background())
+	defer stopSnaps()
+	var snapWG sync.WaitGroup
+	if s.stateFile != "" && s.snapshotInterval > 0 {
+		snapWG.Go(func() { snapshotLoop(snapCtx, store, s.stateFile, s.snapshotInterval, snaps, log) })
+	}
+	runErr := rs.serve(ctx)
 	stopSnaps()
 	snapWG.Wait()
-	if !rs.started {
-		return runErr // an address was taken: nothing served, nothing to save
-	}
 
 	if s.stateFile != "" {
 		if err := saveState(store, s.stateFile, snaps, log, slog.LevelInfo); err != nil {

@@ -243,19 +243,18 @@ const (
 // limit (runtime/debug.SetMemoryLimit) to the cap plus the headroom above,
 // so that the garbage collector works harder as the process nears it,
 // instead of letting the heap grow to twice what is live. GOMEMLIMIT, when
-// set, wins. It returns the limit set, or 0.
-func (s *storeSettings) limitMemory(env lookupEnv, log *slog.Logger) int64 {
+// set, wins.
+func (s *storeSettings) limitMemory(env lookupEnv, log *slog.Logger) {
 	if s.store != "memory" || s.maxBytes <= 0 {
-		return 0
+		return
 	}
 	if v, ok := env("GOMEMLIMIT"); ok {
 		log.Info("GOMEMLIMIT is set: the Go runtime's memory limit is its, not one derived from --max-bytes", "GOMEMLIMIT", v, "max_bytes", int64(s.maxBytes))
-		return 0
+		return
 	}
 	limit := int64(s.maxBytes) + int64(s.maxBytes)/memLimitShare + memLimitBase
 	debug.SetMemoryLimit(limit)
 	log.Info("memory limit of the process set from --max-bytes", "max_bytes", int64(s.maxBytes), "go_memory_limit", limit)
-	return limit
 }
 
 // openStore opens the store of s.
