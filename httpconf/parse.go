@@ -558,8 +558,7 @@ func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
 type entryReader struct {
 	p   *parser
 	e   httplimit.Entry
-	src *yaml.Node // the first source key
-	n   int        // source keys seen
+	src *yaml.Node // the source key, once one is read
 	ok  bool
 }
 
@@ -622,8 +621,7 @@ func (er *entryReader) source(k, v *yaml.Node) {
 
 // setSource sets the entry's source from key k; a second one is a problem.
 func (er *entryReader) setSource(k *yaml.Node, s httplimit.Source) {
-	er.n++
-	if er.n > 1 {
+	if er.src != nil {
 		er.p.errf(k, "%q is a second source in one entry (give each entry one of source, header, api_key, country, value)", k.Value)
 		er.ok = false
 		return

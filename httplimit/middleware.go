@@ -159,10 +159,11 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		return nil, fmt.Errorf("%w: Domain longer than %d bytes", ErrConfig, rules.MaxEntryLen)
 	case cfg.DenyStatus != 0 && (cfg.DenyStatus < 400 || cfg.DenyStatus > 599):
 		return nil, fmt.Errorf("%w: DenyStatus %d is not a 4xx or 5xx status", ErrConfig, cfg.DenyStatus)
-	case cfg.Headers.Validate() != nil:
-		return nil, fmt.Errorf("%w: %w", ErrConfig, cfg.Headers.Validate())
 	case len(cfg.Descriptors) > MaxDescriptors:
 		return nil, fmt.Errorf("%w: %d descriptors (at most %d)", ErrConfig, len(cfg.Descriptors), MaxDescriptors)
+	}
+	if err := cfg.Headers.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := cfg.ClientIP.Validate(); err != nil {
 		return nil, err
