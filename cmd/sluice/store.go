@@ -228,8 +228,9 @@ func (set *storeSet) health() func() error {
 }
 
 // Headroom of the Go runtime's soft memory limit over --max-bytes: the
-// process's own heap (gRPC and HTTP buffers, metrics, the rules; some 5 MB
-// at rest) and the garbage of requests between two collections, and an
+// process's own heap (gRPC and HTTP buffers, metrics, the rules: some 5 MB
+// beside a full 32 MiB store under load, measured once) and the garbage of
+// requests between two collections, and an
 // eighth more for the tables' growth (a shard's table grows by copying
 // itself, 1.2x larger, and the old copy is garbage). The binary's own
 // code and data (some 17 MB resident) come on top: docs/operations.md.
