@@ -3,11 +3,11 @@
 // change.
 //
 // It watches directories, never files, so that it survives the ways files
-// are replaced in practice (but reacts only to the rules files in them, so
-// that a busy log beside the rules costs nothing): a Kubernetes ConfigMap swapping its ..data
+// are replaced in practice: a Kubernetes ConfigMap swapping its ..data
 // symlink, an editor writing a temporary file and renaming it over the
 // original, a file truncated and written again, a file or directory deleted
-// and created again. Events are debounced, so that one burst gives one
+// and created again. It reacts only to the rules files in those
+// directories, so that a busy log beside the rules costs nothing. Events are debounced, so that one burst gives one
 // reload. A reload that fails keeps the rules in force, logs every problem
 // with its line, and calls Config.OnError; one that gives the same
 // [rules.Config.Hash] as the rules in force does nothing.
