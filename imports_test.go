@@ -37,6 +37,8 @@ func TestImportRules(t *testing.T) {
 		mod + "/httplimit": append([]string{mod + "/rls", mod + "/server", mod + "/rlsclient", mod + "/proxy", mod + "/memstore", mod + "/redisstore"}, grpc...),
 		// (The proxy's Prometheus metrics bring protobuf along.)
 		mod + "/proxy": {mod + "/rls", mod + "/server", mod + "/rlsclient", mod + "/memstore", mod + "/redisstore", "google.golang.org/grpc", "github.com/envoyproxy/"},
+		// The YAML walker of the rules and http readers owns no schema.
+		mod + "/internal/yamlwalk": {mod},
 		// The header values and modes every front door shares.
 		mod + "/ratelimitheaders": append(append([]string{mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
 		// The Envoy codec decodes and encodes; it serves nothing and

@@ -1,11 +1,9 @@
 package httpconf
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/yamlwalk"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -83,20 +82,13 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 // section: a file whose rules are invalid, or that is not a mapping, has a
 // valid section as long as the section is.
 func Parse(name string, data []byte) (*Section, error) {
-	p := &parser{file: name}
-	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return Default(), nil
-		}
+	doc, err := yamlwalk.Load(data)
+	if err != nil {
 		return nil, &rules.Error{Problems: []rules.Problem{rules.SyntaxProblem(name, err)}}
 	}
-	root := &doc
-	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
-		root = root.Content[0]
-	}
+	root := doc.Root
 	var section *yaml.Node
-	if root.Kind == yaml.MappingNode {
+	if root != nil && root.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(root.Content); i += 2 {
 			if k := root.Content[i]; k.Kind == yaml.ScalarNode && k.Value == "http" {
 				section = root.Content[i+1]
@@ -106,124 +98,93 @@ func Parse(name string, data []byte) (*Section, error) {
 	if section == nil {
 		return Default(), nil
 	}
+	p := &parser{Walker: yamlwalk.New(yamlwalk.DefaultBudget), file: name}
+	p.Describe = kind
 	s := p.section(section)
-	if len(p.probs) > 0 {
-		return nil, &rules.Error{Problems: p.probs}
+	if p.Failed() {
+		return nil, &rules.Error{Problems: p.problems()}
 	}
 	return s, nil
 }
 
+// parser reads the section with the walker rules files are read with
+// (positions, alias budget, strict keys); the section's scalars are
+// sluice's own and read strictly (YAML 1.2), not as Envoy's yaml.v2.
 type parser struct {
-	file  string
-	probs []rules.Problem
+	*yamlwalk.Walker
+	file string
 }
 
-func (p *parser) errf(n *yaml.Node, format string, args ...any) {
-	p.probs = append(p.probs, rules.Problem{File: p.file, Line: n.Line, Column: n.Column, Msg: fmt.Sprintf(format, args...)})
-}
-
-// node follows an alias. The section's shape is fixed and its lists are
-// bounded, so that aliases cannot make the walk run away.
-func node(n *yaml.Node) *yaml.Node {
-	for n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+// problems gives the walk's problems as the file's.
+func (p *parser) problems() []rules.Problem {
+	out := make([]rules.Problem, len(p.Errs))
+	for i, n := range p.Errs {
+		out[i] = rules.Problem{File: p.file, Line: n.Line, Column: n.Column, Msg: n.Msg}
 	}
-	return n
+	return out
+}
+
+// spent stands in for a node once the walk's budget is spent (the walk
+// has recorded why, and records nothing more).
+var spent = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null"}
+
+// node follows n's aliases, charging the walk's budget.
+func (p *parser) node(n *yaml.Node) *yaml.Node {
+	if d := p.Deref(n); d != nil {
+		return d
+	}
+	return spent
 }
 
 func kind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
+	if n.Kind == yaml.ScalarNode && !yamlwalk.IsNull(n) {
+		return strconv.Quote(n.Value)
 	}
-	if n.ShortTag() == "!!null" {
-		return "null"
-	}
-	return strconv.Quote(n.Value)
+	return yamlwalk.Describe(n)
 }
 
 // fields calls f with each key and value of the mapping n, described as
 // what, reporting keys that are repeated, not strings, or not in allowed.
 func (p *parser) fields(n *yaml.Node, what string, allowed []string, f func(key string, k, v *yaml.Node)) bool {
-	n = node(n)
-	if n.Kind != yaml.MappingNode {
-		p.errf(n, "%s must be a mapping, got %s", what, kind(n))
-		return false
-	}
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := node(n.Content[i]), n.Content[i+1]
-		switch {
-		case k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str":
-			p.errf(k, "key is not a string: %s", kind(k))
-		case seen[k.Value] > 0:
-			p.errf(k, "key %q repeated (first at line %d)", k.Value, seen[k.Value])
-		case !contains(allowed, k.Value):
-			p.errf(k, "unknown key %q in %s (want one of %s)", k.Value, what, strings.Join(allowed, ", "))
-		default:
-			seen[k.Value] = k.Line
-			f(k.Value, k, v)
-		}
-	}
-	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, e := range list {
-		if e == s {
-			return true
-		}
-	}
-	return false
+	return p.Fields(n, what, allowed, func(kv yamlwalk.Pair) { f(kv.K.Value, kv.K, kv.V) })
 }
 
 // list returns the items of the list n, reporting anything else and a list
 // longer than maxLen.
 func (p *parser) list(n *yaml.Node, what string, maxLen int) ([]*yaml.Node, bool) {
-	n = node(n)
-	if n.Kind != yaml.SequenceNode {
-		p.errf(n, "%s must be a list, got %s", what, kind(n))
-		return nil, false
-	}
-	if len(n.Content) > maxLen {
-		p.errf(n, "%s has %d items (at most %d)", what, len(n.Content), maxLen)
-		return nil, false
-	}
-	return n.Content, true
+	return p.List(n, what, maxLen)
 }
 
 // str returns a non-empty string scalar.
 func (p *parser) str(n *yaml.Node, what string) (string, bool) {
-	n = node(n)
+	n = p.node(n)
 	if n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" || n.Value == "" {
-		p.errf(n, "%s must be a non-empty string, got %s", what, kind(n))
+		p.Errorf(n, "%s must be a non-empty string, got %s", what, kind(n))
 		return "", false
 	}
 	return n.Value, true
 }
 
 func (p *parser) boolean(n *yaml.Node, what string) bool {
-	n = node(n)
+	n = p.node(n)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
 		v, err := strconv.ParseBool(n.Value)
 		if err == nil {
 			return v
 		}
 	}
-	p.errf(n, "%s must be true or false, got %s", what, kind(n))
+	p.Errorf(n, "%s must be true or false, got %s", what, kind(n))
 	return false
 }
 
 func (p *parser) integer(n *yaml.Node, what string, lo, hi int) int {
-	n = node(n)
+	n = p.node(n)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" {
 		if v, err := strconv.Atoi(n.Value); err == nil && v >= lo && v <= hi {
 			return v
 		}
 	}
-	p.errf(n, "%s must be a whole number from %d to %d, got %s", what, lo, hi, kind(n))
+	p.Errorf(n, "%s must be a whole number from %d to %d, got %s", what, lo, hi, kind(n))
 	return 0
 }
 
@@ -242,12 +203,12 @@ func (p *parser) section(n *yaml.Node) *Section {
 			routes = v
 		}
 	})
-	if routes == nil || node(routes).ShortTag() == "!!null" {
+	if routes == nil || p.node(routes).ShortTag() == "!!null" {
 		s.Routes = Default().Routes
 	} else {
 		p.routes(s, routes)
 	}
-	if len(p.probs) == 0 {
+	if len(p.Errs) == 0 {
 		p.check(s)
 	}
 	return s
@@ -265,7 +226,7 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 				}
 				pfx, err := httplimit.ParseTrustedProxies(s)
 				if err != nil || strings.Contains(s, ",") {
-					p.errf(node(item), "%q is not an IP address or a CIDR prefix", s)
+					p.Errorf(p.node(item), "%q is not an IP address or a CIDR prefix", s)
 					continue
 				}
 				c.TrustedProxies = append(c.TrustedProxies, pfx...)
@@ -278,13 +239,13 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 					continue
 				}
 				if (&httplimit.ClientIP{Headers: []string{h}}).Validate() != nil {
-					p.errf(node(item), "forwarding header %q is not X-Forwarded-For, Forwarded or X-Real-IP", h)
+					p.Errorf(p.node(item), "forwarding header %q is not X-Forwarded-For, Forwarded or X-Real-IP", h)
 					continue
 				}
 				c.Headers = append(c.Headers, h)
 			}
-			if len(items) == 0 && len(p.probs) == 0 {
-				p.errf(node(v), "client_ip headers is empty (leave it out for X-Forwarded-For)")
+			if len(items) == 0 && len(p.Errs) == 0 {
+				p.Errorf(p.node(v), "client_ip headers is empty (leave it out for X-Forwarded-For)")
 			}
 		case "ipv6_prefix":
 			c.IPv6Prefix = p.integer(v, "ipv6_prefix", 1, 128)
@@ -300,7 +261,7 @@ func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
 		return 0
 	}
 	if len(items) == 0 {
-		p.errf(node(n), "headers is empty (use [none] to send no rate limit header)")
+		p.Errorf(p.node(n), "headers is empty (use [none] to send no rate limit header)")
 		return 0
 	}
 	var mode ratelimitheaders.HeaderMode
@@ -312,9 +273,9 @@ func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
 		m, known := headerModes[strings.ToLower(s)]
 		switch {
 		case !known:
-			p.errf(node(item), "unknown header family %q (want ietf, x-ratelimit, retry-after, or none alone)", s)
+			p.Errorf(p.node(item), "unknown header family %q (want ietf, x-ratelimit, retry-after, or none alone)", s)
 		case m == ratelimitheaders.HeadersNone && len(items) > 1:
-			p.errf(node(item), "none must be alone in headers")
+			p.Errorf(p.node(item), "none must be alone in headers")
 		default:
 			mode |= m
 		}
@@ -328,12 +289,12 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 		return
 	}
 	if len(items) == 0 {
-		p.errf(node(n), "routes is empty (leave it out for one route \"/\" limited by the client address)")
+		p.Errorf(p.node(n), "routes is empty (leave it out for one route \"/\" limited by the client address)")
 		return
 	}
 	names := map[string]int{}
 	for _, item := range items {
-		r := Route{Line: node(item).Line}
+		r := Route{Line: p.node(item).Line}
 		var nameNode *yaml.Node
 		patternSeen := false
 		p.fields(item, "a route", routeKeys, func(key string, k, v *yaml.Node) {
@@ -344,7 +305,7 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 					r.Pattern = pat
 				}
 			case "name":
-				nameNode = node(v)
+				nameNode = p.node(v)
 				r.Name, _ = p.str(v, "name")
 			case "descriptors":
 				r.Descriptors = p.descriptors(v)
@@ -357,17 +318,17 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 			}
 		})
 		if !patternSeen {
-			p.errf(node(item), "a route needs a pattern")
+			p.Errorf(p.node(item), "a route needs a pattern")
 		}
 		if nameNode == nil {
-			nameNode = node(item)
+			nameNode = p.node(item)
 			r.Name = r.Pattern
 		} else if r.Name != "" && !validName(r.Name) {
-			p.errf(nameNode, "route name %q must be printable, at most %d bytes, and not start with _", r.Name, MaxNameLen)
+			p.Errorf(nameNode, "route name %q must be printable, at most %d bytes, and not start with _", r.Name, MaxNameLen)
 		}
 		if r.Name != "" {
 			if first, dup := names[r.Name]; dup {
-				p.errf(nameNode, "route name %q repeated (first at line %d); name the routes apart", r.Name, first)
+				p.Errorf(nameNode, "route name %q repeated (first at line %d); name the routes apart", r.Name, first)
 			}
 			names[r.Name] = nameNode.Line
 		}
@@ -386,10 +347,10 @@ func (p *parser) pattern(n *yaml.Node, pat string) bool {
 	rest = strings.TrimLeft(rest, " \t")
 	switch {
 	case !httpguts.ValidHeaderFieldName(method) || strings.ToUpper(method) != method:
-		p.errf(node(n), "pattern %q: the method must be upper case, as requests send it (%q)", pat, strings.ToUpper(method))
+		p.Errorf(p.node(n), "pattern %q: the method must be upper case, as requests send it (%q)", pat, strings.ToUpper(method))
 		return false
 	case strings.ContainsAny(rest, " \t"):
-		p.errf(node(n), "pattern %q: a pattern is [METHOD ][HOST]/PATH, without spaces in the host or path", pat)
+		p.Errorf(p.node(n), "pattern %q: a pattern is [METHOD ][HOST]/PATH, without spaces in the host or path", pat)
 		return false
 	}
 	return true
@@ -410,7 +371,7 @@ func (p *parser) shaping(n *yaml.Node) *httplimit.Shaping {
 		}
 	})
 	if isMap && !delay {
-		p.errf(node(n), "shaping needs max_delay (how long a request may wait, such as 500ms)")
+		p.Errorf(p.node(n), "shaping needs max_delay (how long a request may wait, such as 500ms)")
 	}
 	return sh
 }
@@ -432,7 +393,7 @@ func (p *parser) failures(n *yaml.Node) *httplimit.Failures {
 				return
 			}
 			if len(items) == 0 {
-				p.errf(node(v), "statuses is empty: name the statuses that count as failures, such as [401, 403]")
+				p.Errorf(p.node(v), "statuses is empty: name the statuses that count as failures, such as [401, 403]")
 			}
 			for _, it := range items {
 				f.Statuses = append(f.Statuses, p.integer(it, "a status", 100, 599))
@@ -442,10 +403,10 @@ func (p *parser) failures(n *yaml.Node) *httplimit.Failures {
 		return f
 	}
 	if !descs {
-		p.errf(node(n), "failures needs descriptors: the descriptors whose limits count the failures")
+		p.Errorf(p.node(n), "failures needs descriptors: the descriptors whose limits count the failures")
 	}
 	if !statuses {
-		p.errf(node(n), "failures needs statuses: the response statuses that count as failures, such as [401, 403]")
+		p.Errorf(p.node(n), "failures needs statuses: the response statuses that count as failures, such as [401, 403]")
 	}
 	return f
 }
@@ -466,7 +427,7 @@ func (p *parser) concurrency(n *yaml.Node) *httplimit.Concurrency {
 				return
 			}
 			if len(entries) == 0 {
-				p.errf(node(v), "descriptor is empty (leave it out for the client address)")
+				p.Errorf(p.node(v), "descriptor is empty (leave it out for the client address)")
 				return
 			}
 			for _, e := range entries {
@@ -477,20 +438,20 @@ func (p *parser) concurrency(n *yaml.Node) *httplimit.Concurrency {
 		}
 	})
 	if isMap && !hasMax {
-		p.errf(node(n), "concurrency needs max: the most requests in flight per key")
+		p.Errorf(p.node(n), "concurrency needs max: the most requests in flight per key")
 	}
 	return c
 }
 
 // duration reads a Go duration string ("500ms", "2s") from lo to hi.
 func (p *parser) duration(n *yaml.Node, what string, lo, hi time.Duration) time.Duration {
-	n = node(n)
+	n = p.node(n)
 	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
 		if d, err := time.ParseDuration(n.Value); err == nil && d >= lo && d <= hi {
 			return d
 		}
 	}
-	p.errf(n, "%s must be a duration from %v to %v (such as 500ms or 2s), got %s", what, lo, hi, kind(n))
+	p.Errorf(n, "%s must be a duration from %v to %v (such as 500ms or 2s), got %s", what, lo, hi, kind(n))
 	return 0
 }
 
@@ -512,7 +473,7 @@ func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
 		return nil
 	}
 	if len(items) == 0 {
-		p.errf(node(n), "descriptors is empty (leave it out for the client address)")
+		p.Errorf(p.node(n), "descriptors is empty (leave it out for the client address)")
 		return nil
 	}
 	out := make([]httplimit.Descriptor, 0, len(items))
@@ -522,7 +483,7 @@ func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
 			continue
 		}
 		if len(entries) == 0 {
-			p.errf(node(item), "a descriptor needs at least one entry")
+			p.Errorf(p.node(item), "a descriptor needs at least one entry")
 			continue
 		}
 		d := make(httplimit.Descriptor, 0, len(entries))
@@ -539,14 +500,14 @@ func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
 // entry reads one descriptor entry: a key and exactly one source.
 func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
 	er := entryReader{p: p, ok: true}
-	before := len(p.probs)
+	before := len(p.Errs)
 	isMap := p.fields(n, "an entry", entryKeys, er.field)
-	if !isMap || len(p.probs) > before {
+	if !isMap || len(p.Errs) > before {
 		return er.e, false
 	}
 	if er.src == nil && er.ok {
 		if er.e.Key != "remote_address" {
-			p.errf(node(n), "an entry needs a source: source (remote_address, method, path), header, api_key, country or value; only key remote_address implies its source")
+			p.Errorf(p.node(n), "an entry needs a source: source (remote_address, method, path), header, api_key, country or value; only key remote_address implies its source")
 			return er.e, false
 		}
 		er.e.Source = httplimit.RemoteAddress()
@@ -569,7 +530,7 @@ func (er *entryReader) field(key string, k, v *yaml.Node) {
 	case "key":
 		s, kok := p.str(v, "key")
 		if kok && len(s) > rules.MaxEntryLen {
-			p.errf(node(v), "key longer than %d bytes", rules.MaxEntryLen)
+			p.Errorf(p.node(v), "key longer than %d bytes", rules.MaxEntryLen)
 			kok = false
 		}
 		er.ok = er.ok && kok
@@ -591,7 +552,7 @@ func (er *entryReader) field(key string, k, v *yaml.Node) {
 	case "value":
 		s, vok := p.str(v, "value")
 		if vok && (len(s) > rules.MaxEntryLen || !printable(s)) {
-			p.errf(node(v), "value must be printable and at most %d bytes", rules.MaxEntryLen)
+			p.Errorf(p.node(v), "value must be printable and at most %d bytes", rules.MaxEntryLen)
 			vok = false
 		}
 		if vok {
@@ -613,7 +574,7 @@ func (er *entryReader) source(k, v *yaml.Node) {
 		er.setSource(k, httplimit.Path())
 	default:
 		if sok {
-			er.p.errf(node(v), "unknown source %q (want remote_address, method or path; or header, api_key, country or value instead of source)", s)
+			er.p.Errorf(er.p.node(v), "unknown source %q (want remote_address, method or path; or header, api_key, country or value instead of source)", s)
 		}
 		er.ok = false
 	}
@@ -622,7 +583,7 @@ func (er *entryReader) source(k, v *yaml.Node) {
 // setSource sets the entry's source from key k; a second one is a problem.
 func (er *entryReader) setSource(k *yaml.Node, s httplimit.Source) {
 	if er.src != nil {
-		er.p.errf(k, "%q is a second source in one entry (give each entry one of source, header, api_key, country, value)", k.Value)
+		er.p.Errorf(k, "%q is a second source in one entry (give each entry one of source, header, api_key, country, value)", k.Value)
 		er.ok = false
 		return
 	}
@@ -633,7 +594,7 @@ func (er *entryReader) setSource(k *yaml.Node, s httplimit.Source) {
 func (er *entryReader) header(v *yaml.Node, what string) (string, bool) {
 	h, hok := er.p.str(v, what)
 	if hok && !httpguts.ValidHeaderFieldName(h) {
-		er.p.errf(node(v), "%q is not a header name", h)
+		er.p.Errorf(er.p.node(v), "%q is not a header name", h)
 		hok = false
 	}
 	er.ok = er.ok && hok
@@ -664,11 +625,11 @@ func (p *parser) check(s *Section) {
 		if msg := register(mux, r.Pattern); msg != "" {
 			if m := conflict.FindStringSubmatch(msg); m != nil {
 				other, _ := strconv.Unquote(m[1])
-				p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: fmt.Sprintf(
+				p.Errs = append(p.Errs, yamlwalk.Note{Line: r.Line, Msg: fmt.Sprintf(
 					"pattern %q conflicts with the pattern %q of the route at line %d: both match some requests and neither is more specific",
 					r.Pattern, other, lines[other])})
 			} else {
-				p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: fmt.Sprintf("pattern %q: %s", r.Pattern, msg)})
+				p.Errs = append(p.Errs, yamlwalk.Note{Line: r.Line, Msg: fmt.Sprintf("pattern %q: %s", r.Pattern, msg)})
 			}
 			continue
 		}
@@ -684,7 +645,7 @@ func (p *parser) check(s *Section) {
 			Concurrency: r.Concurrency,
 		})
 		if err != nil {
-			p.probs = append(p.probs, rules.Problem{File: p.file, Line: r.Line, Msg: err.Error()})
+			p.Errs = append(p.Errs, yamlwalk.Note{Line: r.Line, Msg: err.Error()})
 		}
 	}
 }

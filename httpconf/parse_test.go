@@ -235,3 +235,39 @@ func TestLoadFile(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// TestParseAliasBudget: aliases that expand the section past what any real
+// file holds stop the walk with one problem, as they stop a rules file's.
+func TestParseAliasBudget(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("domain: api\nx:\n  e: &e {key: k, header: X-K}\n")
+	b.WriteString("  d: &d [" + strings.TrimSuffix(strings.Repeat("*e, ", httplimit.MaxEntries), ", ") + "]\n")
+	b.WriteString("  ds: &ds [" + strings.TrimSuffix(strings.Repeat("*d, ", httplimit.MaxDescriptors), ", ") + "]\n")
+	b.WriteString("  r: &r {pattern: /, descriptors: *ds, failures: {statuses: [401], descriptors: *ds}, concurrency: {max: 1, descriptor: *d}}\n")
+	b.WriteString("http:\n  routes: [" + strings.TrimSuffix(strings.Repeat("*r, ", httpconf.MaxRoutes), ", ") + "]\n")
+	_, err := httpconf.Parse("bomb.yaml", []byte(b.String()))
+	var re *rules.Error
+	if !errors.As(err, &re) {
+		t.Fatalf("error %v, want a *rules.Error", err)
+	}
+	last := re.Problems[len(re.Problems)-1]
+	if last.Msg != "file too large or too deeply aliased" {
+		t.Errorf("last problem %v, want the budget's", last)
+	}
+	if len(re.Problems) >= httpconf.MaxRoutes {
+		t.Errorf("%d problems: the walk went on past the budget", len(re.Problems))
+	}
+}
+
+// TestParseMergeKeys: the section takes YAML merge keys as the rules do,
+// the mapping's own keys first.
+func TestParseMergeKeys(t *testing.T) {
+	src := "domain: api\nbase: &base {max_delay: 1s, max_queue: 5}\nhttp:\n  routes:\n    - pattern: /a\n      shaping: {<<: *base, max_queue: 7}\n"
+	s, err := httpconf.Parse("merge.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := s.Routes[0].Shaping; sh == nil || sh.MaxDelay != time.Second || sh.MaxQueue != 7 {
+		t.Errorf("shaping %+v, want max_delay 1s from the merge and max_queue 7 of its own", sh)
+	}
+}

@@ -1,0 +1,186 @@
+package rules
+
+import (
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+)
+
+// compile turns a limit block into a valid sluice.Limit, reporting every
+// problem; at is the block, for problems of the block as a whole.
+func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limit, bool) {
+	before := len(p.Errs)
+	l := &sluice.Limit{}
+	p.algorithm(l, s)
+	p.rate(l, s, at, what)
+	p.extras(l, s, before)
+	if len(p.Errs) > before {
+		return nil, false
+	}
+	if err := l.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p.Errorf(at, "%s: %s", what, line)
+		}
+		return nil, false
+	}
+	return l, true
+}
+
+// algorithm reads the spec's algorithm into l.
+func (p *parser) algorithm(l *sluice.Limit, s *limitSpec) {
+	if s.alg != nil {
+		if name, ok := p.str(s.alg, "algorithm"); ok {
+			k, err := algo.ParseKind(name)
+			if err != nil {
+				p.Errorf(p.Deref(s.alg), "%v", err)
+			}
+			l.Algorithm = k
+		}
+	}
+}
+
+// rate reads into l the rate of the spec at (a limit of what): its count
+// and period, or its refill amount and interval, and the refill interval
+// of a discrete token bucket.
+func (p *parser) rate(l *sluice.Limit, s *limitSpec, at *yaml.Node, what string) {
+	// The rate: requests_per_unit per unit (times unit_multiplier) or per
+	// period, or refill_amount per refill_interval.
+	var rpu int64
+	if s.rpu != nil {
+		rpu, _ = p.integer(s.rpu, "requests_per_unit", 0, sluice.MaxCost)
+	}
+	var unitNode *yaml.Node
+	if s.unit != nil {
+		unitNode = p.Deref(s.unit)
+	}
+	switch {
+	case s.refillAmount != nil:
+		amount, ok := p.integer(s.refillAmount, "refill_amount", 1, sluice.MaxCost)
+		for _, other := range []*yaml.Node{s.rpu, s.unit, s.period, s.mult} {
+			if other != nil {
+				p.Errorf(p.Deref(other), "refill_amount (with refill_interval) states the rate; leave out requests_per_unit, unit, unit_multiplier and period")
+				break
+			}
+		}
+		if s.refillInterval == nil {
+			p.Errorf(p.Deref(s.refillAmount), "refill_amount needs refill_interval")
+		} else if iv, ok2 := p.duration(s.refillInterval, "refill_interval"); ok && ok2 {
+			l.Rate, l.Period, l.RefillInterval = amount, iv, iv
+		}
+	case s.period != nil:
+		if s.unit != nil {
+			p.Errorf(unitNode, "set either unit (with unit_multiplier) or period, not both")
+		}
+		if s.mult != nil {
+			p.Errorf(p.Deref(s.mult), "unit_multiplier goes with unit, not with period")
+		}
+		if d, ok := p.duration(s.period, "period"); ok {
+			l.Period = d
+		}
+		l.Rate = rpu
+	case s.unit != nil:
+		name, ok := p.str(s.unit, "unit")
+		if !ok {
+			break
+		}
+		u, err := ParseUnit(name)
+		if err != nil {
+			p.Errorf(unitNode, "%v", err)
+			break
+		}
+		mult := int64(1)
+		if s.mult != nil {
+			maxMult := int64(MaxPeriod / u.Duration())
+			m, ok := p.integer(s.mult, "unit_multiplier", 1, maxMult)
+			if !ok {
+				break
+			}
+			mult = m
+		}
+		l.Period = u.Duration() * time.Duration(mult)
+		l.Rate = rpu
+	default:
+		p.Errorf(at, "invalid rate limit unit '' (%s needs unit: one of %s, or a period, or unlimited: true)", what, unitNames)
+	}
+	if s.rpu == nil && s.refillAmount == nil && l.Period > 0 {
+		p.Warnf(at, "requests_per_unit is missing, so it is 0 and every request is denied (as in Envoy)")
+	}
+
+	if s.refillInterval != nil && s.refillAmount == nil {
+		if d, ok := p.duration(s.refillInterval, "refill_interval"); ok {
+			l.RefillInterval = d
+		}
+	}
+	if l.RefillInterval > 0 && l.Algorithm != sluice.TokenBucket {
+		p.Errorf(p.Deref(s.refillInterval), "refill_interval needs algorithm: token_bucket, not %s", l.Algorithm)
+	}
+}
+
+// extras reads into l what the spec adds to its rate: burst, soft and
+// elastic margins, block_for and the sketch's size. before is the count of
+// problems when the limit's reading began: the elastic ceiling is checked
+// against the limit only when the rest read without one.
+func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
+	if s.burst != nil {
+		if b, ok := p.integer(s.burst, "burst", 1, sluice.MaxCost); ok {
+			// DESIGN.md's own example sets a burst on a sliding window:
+			// it loads, with a warning.
+			if l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyBucket || l.Algorithm == sluice.GCRA {
+				l.Burst = b
+			} else {
+				p.Warnf(p.Deref(s.burst), "burst has no effect on %s (only on token_bucket, leaky_bucket and gcra) and is ignored", l.Algorithm)
+			}
+		}
+	}
+	if s.soft != nil {
+		if v, ok := p.integer(s.soft, "soft_percent", 0, sluice.MaxPercent); ok {
+			l.SoftPercent = int(v)
+		}
+	}
+	if s.elastic != nil {
+		if v, ok := p.integer(s.elastic, "elastic_ceiling", 1, sluice.MaxCost); ok {
+			l.ElasticCeiling = v
+			if len(p.Errs) == before && v < l.Nominal() {
+				p.Errorf(p.Deref(s.elastic), "elastic_ceiling %d is below the limit %d", v, l.Nominal())
+			}
+		}
+	}
+	if s.blockFor != nil {
+		if d, ok := p.duration(s.blockFor, "block_for"); ok {
+			l.BlockFor = d
+		}
+	}
+	if s.sketch != nil {
+		p.sketch(l, s.sketch)
+	}
+}
+
+func (p *parser) sketch(l *sluice.Limit, n *yaml.Node) {
+	pairs, ok := p.Mapping(n, "sketch")
+	if !ok {
+		return
+	}
+	if l.Algorithm != sluice.Sketch {
+		p.Errorf(p.Deref(n), "sketch settings apply only to algorithm: sketch, not %s", l.Algorithm)
+	}
+	var w, d int64
+	for _, kv := range pairs {
+		switch kv.K.Value {
+		case "width":
+			w, _ = p.integer(kv.V, "sketch width", 1, sluice.MaxSketchCells)
+		case "depth":
+			d, _ = p.integer(kv.V, "sketch depth", 1, 64)
+		default:
+			p.unknown(kv.K, "sketch", sketchKeys, false)
+		}
+	}
+	l.Sketch = sluice.SketchConfig{Width: int(w), Depth: int(d)}
+	ww, dd := l.SketchDims()
+	if ww > 0 && dd > 0 && int64(ww)*int64(dd) > sluice.MaxSketchCells {
+		p.Errorf(p.Deref(n), "sketch width*depth must be at most %d, got %dx%d", sluice.MaxSketchCells, ww, dd)
+	}
+}

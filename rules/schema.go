@@ -1,0 +1,487 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/yamlwalk"
+)
+
+// envoyKeys are the keys envoyproxy/ratelimit accepts anywhere in a file
+// (its validation is flat); where they have no meaning it ignores them.
+var envoyKeys = map[string]bool{
+	"domain": true, "key": true, "value": true, "descriptors": true,
+	"rate_limit": true, "unit": true, "requests_per_unit": true,
+	"unlimited": true, "shadow_mode": true, "name": true, "replaces": true,
+	"detailed_metric": true, "value_to_metric": true, "share_threshold": true,
+}
+
+// The keys each kind of mapping takes.
+var (
+	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "http"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
+	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
+	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
+	capacityKeys   = append(slices.Clone(limitKeys), "shadow_mode")
+	replacesKeys   = []string{"name"}
+	sketchKeys     = []string{"width", "depth"}
+)
+
+// unknown reports a key that the mapping does not take. Keys that
+// envoyproxy/ratelimit accepts anywhere are warnings where Envoy ignores them
+// (envoyPos), errors in the sluice-only mappings.
+func (p *parser) unknown(k *yaml.Node, what string, allowed []string, envoyPos bool) {
+	if envoyPos && envoyKeys[k.Value] {
+		p.Warnf(k, "%q has no effect in %s and is ignored (as Envoy does)", k.Value, what)
+		return
+	}
+	p.Unknown(k, what, allowed)
+}
+
+func (p *parser) root(n *yaml.Node) {
+	if yamlwalk.IsNull(n) {
+		p.Errorf(n, "config file cannot have empty domain")
+		return
+	}
+	pairs, ok := p.Mapping(n, "a rules file")
+	if !ok {
+		return
+	}
+	var descs, capacity *yaml.Node
+	domainSeen := false
+	for _, kv := range pairs {
+		switch kv.K.Value {
+		case "domain":
+			domainSeen = true
+			if s, ok := p.str(kv.V, "domain"); ok {
+				p.d.Name = s
+				if s == "" {
+					p.Errorf(kv.V, "config file cannot have empty domain")
+				}
+			}
+		case "descriptors":
+			descs = kv.V
+		case "capacity":
+			capacity = kv.V
+		case "failure_policy":
+			p.failurePolicy(kv.V)
+		case "http":
+			// The section of the HTTP front doors (sluice proxy), which
+			// read it themselves (package httpconf): not rules.
+		default:
+			p.unknown(kv.K, "the file's top level", rootKeys, true)
+		}
+	}
+	if !domainSeen {
+		p.Errorf(n, "config file cannot have empty domain")
+	}
+	if capacity != nil {
+		p.capacity(capacity)
+	}
+	if descs != nil {
+		p.descriptors(&p.d.root, descs)
+	}
+	if p.d.Capacity == nil {
+		for _, e := range p.elastic {
+			p.Errorf(e, "elastic_ceiling needs a domain capacity (a top-level capacity: block)")
+		}
+	}
+	for _, r := range p.replaces {
+		if !p.d.names[r.Value] {
+			p.Warnf(r, "replaces names %q, which no rate_limit of domain %q has", r.Value, p.d.Name)
+		}
+	}
+}
+
+func (p *parser) failurePolicy(n *yaml.Node) {
+	name, ok := p.str(n, "failure_policy")
+	if !ok {
+		return
+	}
+	fp, err := ParseFailurePolicy(name)
+	if err != nil {
+		p.Errorf(p.Deref(n), "%v", err)
+		return
+	}
+	p.d.FailurePolicy = fp
+}
+
+func (p *parser) capacity(n *yaml.Node) {
+	pairs, ok := p.Mapping(n, "capacity")
+	if !ok {
+		return
+	}
+	var spec limitSpec
+	var shadow bool
+	for _, kv := range pairs {
+		if kv.K.Value == "shadow_mode" {
+			shadow, _ = p.boolean(kv.V, "shadow_mode")
+			continue
+		}
+		if !p.limitKey(&spec, kv) {
+			p.unknown(kv.K, "capacity", capacityKeys, false)
+		}
+	}
+	l, ok := p.compile(p.Deref(n), &spec, "capacity")
+	if !ok {
+		return
+	}
+	l.Name = p.d.Name + ".capacity"
+	l.Shadow = shadow
+	p.d.Capacity = l
+}
+
+func (p *parser) descriptors(parent *Rule, n *yaml.Node) {
+	n = p.Deref(n)
+	if n == nil {
+		return
+	}
+	if parent.depth >= maxDepth {
+		p.Errorf(n, "descriptors nested deeper than %d levels", maxDepth)
+		return
+	}
+	if yamlwalk.IsNull(n) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.Errorf(n, "descriptors must be a list, got %s", yamlwalk.Describe(n))
+		return
+	}
+	for _, item := range n.Content {
+		p.descriptor(parent, item)
+	}
+}
+
+func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
+	pairs, ok := p.Mapping(n, "a descriptor")
+	if !ok {
+		return
+	}
+	n = p.Deref(n)
+	r := &Rule{File: p.file, Line: n.Line, Column: n.Column, depth: parent.depth + 1}
+	if parent != &p.d.root {
+		r.Parent = parent
+	}
+	var rl, rls, children, valueNode *yaml.Node
+	keySeen := false
+	for _, kv := range pairs {
+		switch kv.K.Value {
+		case "key":
+			keySeen = true
+			r.Key, _ = p.str(kv.V, "key")
+		case "value":
+			r.Value, _ = p.str(kv.V, "value")
+			valueNode = kv.V
+		case "rate_limit":
+			rl = kv.V
+		case "rate_limits":
+			rls = kv.V
+		case "descriptors":
+			children = kv.V
+		case "shadow_mode":
+			r.ShadowMode, _ = p.boolean(kv.V, "shadow_mode")
+		case "detailed_metric":
+			r.DetailedMetric, _ = p.boolean(kv.V, "detailed_metric")
+		case "value_to_metric":
+			r.ValueToMetric, _ = p.boolean(kv.V, "value_to_metric")
+		case "share_threshold":
+			r.ShareThreshold, _ = p.boolean(kv.V, "share_threshold")
+		default:
+			p.unknown(kv.K, "a descriptor", descriptorKeys, true)
+		}
+	}
+	// A descriptor in error is still checked through, nested descriptors
+	// included, so that every problem of the file is reported; it is not
+	// added to the tree.
+	valid := true
+	if r.Key == "" {
+		if keySeen {
+			p.Errorf(n, "descriptor has empty key")
+		} else {
+			p.Errorf(n, "descriptor has empty key (every descriptor needs a key:)")
+		}
+		valid = false
+	}
+	r.composite = r.Key
+	if r.Value != "" {
+		r.composite += "_" + r.Value
+	}
+	parentStat := p.d.Name
+	parentIdent := ""
+	if r.Parent != nil {
+		parentStat = r.Parent.StatKey
+		parentIdent = r.Parent.ident
+	}
+	r.StatKey = parentStat + "." + r.composite
+	r.ident = parentIdent + field(r.Key) + field(r.Value)
+	if first, dup := parent.children[r.composite]; dup && valid {
+		p.Errorf(n, "duplicate descriptor composite key '%s' (first at line %d)", r.StatKey, first.Line)
+		valid = false
+	}
+	r.glob = compileGlob(r.Key, r.Value)
+	if r.ShareThreshold && r.glob == nil {
+		at := valueNode
+		if at == nil {
+			at = n
+		}
+		p.Errorf(at, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", r.composite)
+	}
+	r.children = map[string]*Rule{}
+	if valid {
+		parent.children[r.composite] = r
+		if r.glob != nil {
+			parent.wildcards = append(parent.wildcards, r)
+		}
+		p.d.Rules = append(p.d.Rules, r)
+	}
+
+	switch {
+	case rl != nil && rls != nil:
+		p.Errorf(rls, "rate_limits and rate_limit cannot both be set; put every limit in rate_limits")
+	case rl != nil:
+		p.rateLimit(r, rl)
+	case rls != nil:
+		p.rateLimits(r, rls)
+	}
+	if children != nil {
+		p.descriptors(r, children)
+	}
+}
+
+// limitSpec collects the keys of one limit block before compiling it.
+type limitSpec struct {
+	unit, rpu, mult, period, alg, burst *yaml.Node
+	refillInterval, refillAmount        *yaml.Node
+	soft, elastic, blockFor, sketch     *yaml.Node
+}
+
+// limitKey records kv in s if it is a limit key.
+func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
+	slot := map[string]**yaml.Node{
+		"unit": &s.unit, "requests_per_unit": &s.rpu, "unit_multiplier": &s.mult,
+		"period": &s.period, "algorithm": &s.alg, "burst": &s.burst,
+		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
+		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
+	}[kv.K.Value]
+	if slot == nil {
+		return false
+	}
+	*slot = kv.V
+	return true
+}
+
+// extensions reports the first sluice-only key of s, or nil.
+func (s *limitSpec) extension() *yaml.Node {
+	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch} {
+		if n != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+func (p *parser) rateLimit(r *Rule, n *yaml.Node) {
+	n = p.Deref(n)
+	if n == nil {
+		return
+	}
+	if yamlwalk.IsNull(n) {
+		p.Warnf(n, "rate_limit is empty: the descriptor has no limit (as in Envoy)")
+		return
+	}
+	pairs, ok := p.Mapping(n, "rate_limit")
+	if !ok {
+		return
+	}
+	var spec limitSpec
+	var unlimited bool
+	unlimitedOK := true
+	for _, kv := range pairs {
+		switch kv.K.Value {
+		case "unlimited":
+			unlimited, unlimitedOK = p.boolean(kv.V, "unlimited")
+		case "name":
+			p.name(r, kv.V)
+		case "replaces":
+			p.replacesList(r, kv.V)
+		case "elastic_ceiling":
+			spec.elastic = kv.V
+		default:
+			if !p.limitKey(&spec, kv) {
+				p.unknown(kv.K, "rate_limit", rateLimitKeys, true)
+			}
+		}
+	}
+	r.limited = true
+	if !unlimitedOK {
+		return
+	}
+	if unlimited {
+		r.Unlimited = true
+		if spec.unit != nil {
+			if s, ok := p.str(spec.unit, "unit"); ok {
+				if _, err := ParseUnit(s); err == nil {
+					p.Errorf(spec.unit, "should not specify rate limit unit when unlimited")
+				}
+			}
+		}
+		if e := spec.extension(); e != nil {
+			p.Errorf(e, "an unlimited rate_limit takes no other settings")
+		}
+		if spec.rpu != nil {
+			p.Warnf(spec.rpu, "requests_per_unit is ignored when unlimited")
+		}
+		return
+	}
+	l, ok := p.compile(n, &spec, "rate_limit")
+	if !ok {
+		return
+	}
+	p.finish(r, []*sluice.Limit{l}, []*limitSpec{&spec})
+}
+
+func (p *parser) rateLimits(r *Rule, n *yaml.Node) {
+	n = p.Deref(n)
+	if n == nil {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.Errorf(n, "rate_limits must be a list of limits, got %s", yamlwalk.Describe(n))
+		return
+	}
+	if len(n.Content) == 0 {
+		p.Errorf(n, "rate_limits is empty")
+		return
+	}
+	r.limited = true
+	var limits []*sluice.Limit
+	var specs []*limitSpec
+	okAll := true
+	for _, item := range n.Content {
+		pairs, ok := p.Mapping(item, "a rate_limits entry")
+		if !ok {
+			okAll = false
+			continue
+		}
+		spec := &limitSpec{}
+		for _, kv := range pairs {
+			switch kv.K.Value {
+			case "name":
+				p.name(r, kv.V)
+			case "replaces":
+				p.replacesList(r, kv.V)
+			case "elastic_ceiling":
+				spec.elastic = kv.V
+			case "unlimited":
+				p.Errorf(kv.K, "unlimited is not allowed in rate_limits; use rate_limit: {unlimited: true}")
+			default:
+				if !p.limitKey(spec, kv) {
+					p.unknown(kv.K, "a rate_limits entry", listItemKeys, false)
+				}
+			}
+		}
+		l, ok := p.compile(p.Deref(item), spec, "this limit")
+		if !ok {
+			okAll = false
+			continue
+		}
+		limits = append(limits, l)
+		specs = append(specs, spec)
+	}
+	if okAll {
+		p.finish(r, limits, specs)
+	}
+}
+
+// finish names the rule's limits and applies the descriptor's flags.
+func (p *parser) finish(r *Rule, limits []*sluice.Limit, specs []*limitSpec) {
+	for i, l := range limits {
+		base := r.Name
+		if base == "" {
+			base = r.StatKey
+		}
+		l.Name = base
+		if len(limits) > 1 {
+			l.Name = fmt.Sprintf("%s#%d", base, i)
+		}
+		l.Shadow = r.ShadowMode
+		if specs[i].elastic != nil {
+			p.elastic = append(p.elastic, specs[i].elastic)
+		}
+		r.tags = append(r.tags, fmt.Sprintf("#%d/%s/%d/%d", i, l.Algorithm, int64(l.Period), int64(l.RefillInterval)))
+	}
+	r.Limits = limits
+}
+
+func (p *parser) name(r *Rule, n *yaml.Node) {
+	s, ok := p.str(n, "name")
+	if !ok || s == "" {
+		return
+	}
+	if r.Name != "" && r.Name != s {
+		p.Errorf(n, "the limits of one descriptor share one name: %q and %q differ", r.Name, s)
+		return
+	}
+	r.Name = s
+	p.d.names[s] = true
+	for _, rep := range r.Replaces {
+		if rep == s {
+			p.Errorf(n, "replaces should not contain name of same descriptor")
+		}
+	}
+}
+
+func (p *parser) replacesList(r *Rule, n *yaml.Node) {
+	n = p.Deref(n)
+	if n == nil || (yamlwalk.IsNull(n)) {
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.Errorf(n, "replaces must be a list like [{name: other}], got %s", yamlwalk.Describe(n))
+		return
+	}
+	for _, item := range n.Content {
+		it := p.Deref(item)
+		if it == nil {
+			return
+		}
+		if it.Kind != yaml.MappingNode {
+			p.Errorf(it, "replaces entries must be mappings like {name: other}, got %s", yamlwalk.Describe(it))
+			continue
+		}
+		pairs, _ := p.Mapping(it, "a replaces entry")
+		var name string
+		var nameNode *yaml.Node
+		for _, kv := range pairs {
+			if kv.K.Value == "name" {
+				name, _ = p.str(kv.V, "name")
+				nameNode = p.Deref(kv.V)
+				continue
+			}
+			p.unknown(kv.K, "a replaces entry", replacesKeys, true)
+		}
+		if name == "" {
+			p.Errorf(it, "should not have an empty replaces entry")
+			continue
+		}
+		if name == r.Name {
+			p.Errorf(nameNode, "replaces should not contain name of same descriptor")
+			continue
+		}
+		if !slices.Contains(r.Replaces, name) {
+			r.Replaces = append(r.Replaces, name)
+		}
+		p.replaces = append(p.replaces, nameNode)
+	}
+}
+
+// field encodes s length-prefixed, so that concatenated fields are never
+// ambiguous whatever bytes s holds.
+func field(s string) string {
+	return strconv.Itoa(len(s)) + ":" + s
+}
