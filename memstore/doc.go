@@ -55,6 +55,13 @@
 // fresh quota. States hold absolute times, so a snapshot restored after
 // downtime is still exact: whatever expired in between is dropped.
 //
+// # Metrics
+//
+// [Store.Stats] gives the keys held, the memory estimate and the evictions
+// in one pass; package memstoremetrics exports them to Prometheus, as the
+// other stores' Collector methods export theirs.
+//
 // This package imports the sluice root package, algo, xxh3 and the standard
-// library; nothing imports it but callers and the command.
+// library (not Prometheus: that is memstoremetrics); nothing imports it but
+// callers and the command.
 package memstore

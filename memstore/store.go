@@ -797,3 +797,24 @@ func (s *Store) Bytes() int64 {
 // Evictions returns how many live keys the memory cap has evicted since the
 // store was created.
 func (s *Store) Evictions() int64 { return s.evicted.Load() }
+
+// Stats is what the store holds and has done, as Len, Bytes and Evictions
+// report it. Package memstoremetrics exports it to Prometheus.
+type Stats struct {
+	Keys      int   // keys held (Len)
+	Bytes     int64 // estimated memory (Bytes), which Config.MaxBytes caps
+	Evictions int64 // live keys evicted by the memory cap since creation
+}
+
+// Stats returns the store's figures, from one pass over its shards.
+func (s *Store) Stats() Stats {
+	st := Stats{Bytes: s.sketches.bytes.Load(), Evictions: s.evicted.Load()}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		st.Keys += sh.t.n + len(sh.logs)
+		st.Bytes += shardBytes + sh.t.bytes() + sh.logBytes
+		sh.mu.Unlock()
+	}
+	return st
+}

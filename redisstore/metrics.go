@@ -56,8 +56,42 @@ var (
 		"The Redis store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil)
 )
 
-// Collector returns the store's Prometheus metrics: calls by result, call
-// duration, whether Redis is up, and the circuit breaker's state.
+// Stats counts the store's calls since it was created, and its state now.
+type Stats struct {
+	Calls        int64 // calls Redis answered
+	Errors       int64 // calls Redis refused, stayed silent on, or lost the connection for
+	Rejected     int64 // calls not made: not connected, or the circuit open
+	Shed         int64 // calls not made: calls in flight and queue full
+	ScriptCalls  int64 // decision script calls (FCALL); fewer than Calls when requests go together
+	RefundFailed int64 // cross-slot consumption that could not be taken back
+	InFlight     int   // calls in flight now
+	Queued       int   // requests waiting for a slot now
+	Nodes        int   // nodes sharing the limits, as the registry last told (0 before it did)
+	Up           bool  // connected and the circuit breaker closed
+	BreakerState int   // 0 closed, 1 half-open, 2 open
+}
+
+// Stats returns the store's counters and state.
+func (s *Store) Stats() Stats {
+	m := &s.metrics
+	return Stats{
+		Calls:        m.ok.Load(),
+		Errors:       m.failed.Load(),
+		Rejected:     m.rejected.Load(),
+		Shed:         m.shed.Load(),
+		ScriptCalls:  m.fcalls.Load(),
+		RefundFailed: m.refundFailed.Load(),
+		InFlight:     int(s.gate.inFlight()),
+		Queued:       int(s.gate.queued()),
+		Nodes:        s.Nodes(),
+		Up:           s.Health() == nil,
+		BreakerState: int(s.br.State()),
+	}
+}
+
+// Collector returns the store's Prometheus metrics, read from Stats: calls
+// by result, call duration, calls in flight and queued, nodes, whether
+// Redis is up, and the circuit breaker's state.
 func (s *Store) Collector() prometheus.Collector { return collector{s} }
 
 type collector struct{ s *Store }
@@ -76,22 +110,28 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	m := &c.s.metrics
-	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.ok.Load()), "ok")
-	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.failed.Load()), "error")
-	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.rejected.Load()), "rejected")
-	ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(m.shed.Load()), "shed")
-	ch <- prometheus.MustNewConstMetric(decisionsDesc, prometheus.CounterValue, float64(m.ok.Load()))
-	ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(c.s.gate.inFlight()))
-	ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(c.s.gate.queued()))
-	ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(c.s.Nodes()))
-	ch <- prometheus.MustNewConstMetric(fcallsDesc, prometheus.CounterValue, float64(m.fcalls.Load()))
-	up := 0.0
-	if c.s.Health() == nil {
+	st := c.s.Stats()
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v int) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+	counter(callsDesc, st.Calls, "ok")
+	counter(callsDesc, st.Errors, "error")
+	counter(callsDesc, st.Rejected, "rejected")
+	counter(callsDesc, st.Shed, "shed")
+	counter(decisionsDesc, st.Calls)
+	counter(fcallsDesc, st.ScriptCalls)
+	counter(refundDesc, st.RefundFailed)
+	gauge(inFlightDesc, st.InFlight)
+	gauge(queuedDesc, st.Queued)
+	gauge(nodesDesc, st.Nodes)
+	up := 0
+	if st.Up {
 		up = 1
 	}
-	ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, up)
-	ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(c.s.br.State()))
-	ch <- prometheus.MustNewConstMetric(refundDesc, prometheus.CounterValue, float64(m.refundFailed.Load()))
-	m.latency.Collect(ch)
+	gauge(upDesc, up)
+	gauge(breakerDesc, st.BreakerState)
+	c.s.metrics.latency.Collect(ch)
 }

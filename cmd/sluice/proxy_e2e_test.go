@@ -118,6 +118,8 @@ func TestProxyE2E(t *testing.T) {
 		`sluice_proxy_requests_total{result="allowed",route="/"} 2`,
 		`sluice_proxy_request_duration_seconds_count{route="login"} 3`,
 		`sluice_config_loads_total{result="success"} 1`,
+		`sluice_store_evictions_total 0`, // the embedded store's own metrics, as serve has them
+		`sluice_store_keys `,
 		`go_goroutines`,
 	}
 	var metrics string

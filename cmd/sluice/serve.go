@@ -336,7 +336,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	reg := prometheus.NewRegistry()
 	var snaps *snapshotMetrics
 	if store != nil {
-		snaps = newSnapshotMetrics(reg, store)
+		snaps = newSnapshotMetrics(reg)
 	}
 	stores.register(reg)
 	srv, err = server.New(server.Config{
@@ -459,8 +459,10 @@ type snapshotMetrics struct {
 	last             prometheus.Gauge
 }
 
-// newSnapshotMetrics registers the metrics of the store and its snapshots.
-func newSnapshotMetrics(reg *prometheus.Registry, store *memstore.Store) *snapshotMetrics {
+// newSnapshotMetrics registers the metrics of the snapshots written to
+// --state-file (the store's own are registered with the store's, by
+// storeSet.register).
+func newSnapshotMetrics(reg *prometheus.Registry) *snapshotMetrics {
 	writes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_state_snapshots_total",
 		Help: "Snapshots of the store written to --state-file, by result.",
@@ -473,20 +475,7 @@ func newSnapshotMetrics(reg *prometheus.Registry, store *memstore.Store) *snapsh
 			Help: "Unix time of the last snapshot written to --state-file.",
 		}),
 	}
-	reg.MustRegister(writes, m.last,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_store_keys",
-			Help: "Keys the embedded store holds state for.",
-		}, func() float64 { return float64(store.Len()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_store_bytes",
-			Help: "Estimated memory of the embedded store, which --max-bytes caps.",
-		}, func() float64 { return float64(store.Bytes()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_store_evictions_total",
-			Help: "Keys evicted to stay within --max-bytes.",
-		}, func() float64 { return float64(store.Evictions()) }),
-	)
+	reg.MustRegister(writes, m.last)
 	return m
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/memstore/memstoremetrics"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
@@ -289,6 +290,9 @@ func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
 
 // register adds the store's metrics to reg.
 func (set *storeSet) register(reg *prometheus.Registry) {
+	if set.mem != nil {
+		reg.MustRegister(memstoremetrics.Collector(set.mem))
+	}
 	if set.redis != nil {
 		reg.MustRegister(set.redis.Collector())
 	}
