@@ -326,6 +326,11 @@ const smallOps = 4
 
 var opPool = sync.Pool{New: func() any { return new([sluice.MaxHits]op) }}
 
+// takeMany decides several hits all-or-nothing: it finds where each hit's
+// state lives, locks every shard (and sketch) involved at once, decides
+// each hit on the state it would see (earlier hits of the request on the
+// same key included), commits only if every enforced hit allows, and
+// reports.
 func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 	var small [smallOps]op
 	var ops []op
@@ -339,6 +344,26 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 	default:
 		ops = make([]op, len(hits))
 	}
+	s.prepare(hits, ops)
+	var locked [MaxShards / 64]uint64
+	s.lockAll(hits, ops, &locked)
+	s.apply(hits, ops, now)
+	unlockSketches(ops)
+	s.unlockShards(&locked)
+
+	for i := range ops {
+		o, l := &ops[i], hits[i].Limit
+		if o.until == 0 {
+			out[i] = l.DecisionOf(o.r, &o.p)
+			continue
+		}
+		out[i] = l.DecisionOf(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
+	}
+}
+
+// prepare fills ops from hits: each hit's parameters, key hash, where its
+// state lives, and the earlier hit of the request on the same state.
+func (s *Store) prepare(hits []sluice.Hit, ops []op) {
 	for i := range hits {
 		h := &hits[i]
 		o := &ops[i]
@@ -363,8 +388,11 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 			}
 		}
 	}
+}
 
-	var locked [MaxShards / 64]uint64
+// lockAll locks every shard that holds a state or a block_for penalty of
+// the hits, recording them in locked, and the sketches of the hits.
+func (s *Store) lockAll(hits []sluice.Hit, ops []op, locked *[MaxShards / 64]uint64) {
 	for i := range ops {
 		o := &ops[i]
 		if o.where != inSketch {
@@ -377,21 +405,25 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 		}
 	}
 	for {
-		s.lockShards(&locked)
+		s.lockShards(locked)
 		if lockSketches(ops) {
-			break
+			return
 		}
 		// A sketch was dropped by a sweep or a restore between lookup and
 		// lock: look it up again.
 		unlockSketches(ops)
-		s.unlockShards(&locked)
+		s.unlockShards(locked)
 		for i := range ops {
 			if o := &ops[i]; o.where == inSketch {
 				o.sk = s.sketches.get(hits[i].Limit, &o.p)
 			}
 		}
 	}
+}
 
+// apply decides every hit and, if every enforced one allows, commits them;
+// denials start their block_for penalties. The locks of lockAll are held.
+func (s *Store) apply(hits []sluice.Hit, ops []op, now int64) {
 	allowed := true
 	for i := range ops {
 		s.evaluate(hits, ops, i, now)
@@ -430,17 +462,6 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 				s.peekStored(ops, i, now)
 			}
 		}
-	}
-	unlockSketches(ops)
-	s.unlockShards(&locked)
-
-	for i := range ops {
-		o, l := &ops[i], hits[i].Limit
-		if o.until == 0 {
-			out[i] = l.DecisionOf(o.r, &o.p)
-			continue
-		}
-		out[i] = l.DecisionOf(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
 	}
 }
 

@@ -594,6 +594,10 @@ type group struct {
 	err  error
 }
 
+// take decides hits all-or-nothing in one script call per slot (one call
+// on a standalone server or Sentinel, batched with concurrent requests):
+// when several slots are involved and one denies or fails, the others'
+// consumption is taken back.
 func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []sluice.Decision) error {
 	ops := make([]op, len(hits))
 	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
@@ -603,25 +607,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 			ops[i].slot = slotOf(ops[i].state)
 		}
 	}
-	var groups []*group
-	if !c.cluster {
-		g := &group{idx: make([]int, len(hits))}
-		for i := range hits {
-			g.idx[i] = i
-		}
-		groups = []*group{g}
-	} else {
-		bySlot := make(map[uint16]*group, 1)
-		for i := range ops {
-			g := bySlot[ops[i].slot]
-			if g == nil {
-				g = &group{}
-				bySlot[ops[i].slot] = g
-				groups = append(groups, g)
-			}
-			g.idx = append(g.idx, i)
-		}
-	}
+	groups := groupBySlot(c, ops)
 	nowArg := ""
 	if s.now != nil {
 		nowArg = strconv.FormatInt(s.now().UnixNano(), 10)
@@ -638,59 +624,9 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	} else {
 		s.run(ctx, c, groups)
 	}
-	var failed error
-	allowed := true
-	for _, g := range groups {
-		if g.err != nil {
-			failed = g.err
-			continue
-		}
-		for j, i := range g.idx {
-			if g.res[j][0] != '1' && !hits[i].Limit.Shadow {
-				allowed = false
-			}
-		}
-	}
+	failed, allowed := verdict(hits, groups)
 	if (failed != nil || !allowed) && len(groups) > 1 {
-		// Another slot denied, or failed: take back what the allowing
-		// slots consumed, and report their hits as peeks.
-		var refunds []*group
-		var taken [][]string
-		for _, g := range groups {
-			if g.err != nil {
-				continue
-			}
-			n := len(g.idx)
-			committed := false
-			for j := range g.idx {
-				committed = committed || field(g.res[j], 5) == "1"
-			}
-			if committed {
-				g.build(hits, ops, nowArg, "r", g.res[n:3*n])
-				refunds = append(refunds, g)
-				taken = append(taken, g.res)
-			}
-		}
-		s.run(ctx, c, refunds)
-		for k, g := range refunds {
-			if g.err != nil {
-				// The slot's consumption stays (the safe side); its
-				// hits report what the take answered.
-				s.metrics.refundFailed.Add(1)
-				s.log.Warn("redis: could not take back a cross-slot request's consumption", "err", g.err)
-				g.err, g.res = nil, taken[k]
-				continue
-			}
-			// The refund answers peeks; as in a request denied in one
-			// slot, only the hits that allowed and would have consumed
-			// report them, the others (denying shadow limits, peeks)
-			// keep their answers.
-			for j, i := range g.idx {
-				if taken[k][j][0] != '1' || hits[i].Cost == 0 {
-					g.res[j] = taken[k][j]
-				}
-			}
-		}
+		s.refund(ctx, c, hits, ops, groups, nowArg)
 	}
 	if failed != nil {
 		return failed
@@ -705,6 +641,90 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 		}
 	}
 	return nil
+}
+
+// groupBySlot puts the hits in script calls: all in one, or on a Cluster
+// one a slot.
+func groupBySlot(c *conn, ops []op) []*group {
+	if !c.cluster {
+		g := &group{idx: make([]int, len(ops))}
+		for i := range ops {
+			g.idx[i] = i
+		}
+		return []*group{g}
+	}
+	var groups []*group
+	bySlot := make(map[uint16]*group, 1)
+	for i := range ops {
+		g := bySlot[ops[i].slot]
+		if g == nil {
+			g = &group{}
+			bySlot[ops[i].slot] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+	}
+	return groups
+}
+
+// verdict reads the calls' answers: an error of a call, and whether every
+// enforced hit allowed.
+func verdict(hits []sluice.Hit, groups []*group) (failed error, allowed bool) {
+	allowed = true
+	for _, g := range groups {
+		if g.err != nil {
+			failed = g.err
+			continue
+		}
+		for j, i := range g.idx {
+			if g.res[j][0] != '1' && !hits[i].Limit.Shadow {
+				allowed = false
+			}
+		}
+	}
+	return failed, allowed
+}
+
+// refund takes back what the allowing slots consumed when another slot
+// denied, or failed, and has their hits report peeks.
+func (s *Store) refund(ctx context.Context, c *conn, hits []sluice.Hit, ops []op, groups []*group, nowArg string) {
+	var refunds []*group
+	var taken [][]string
+	for _, g := range groups {
+		if g.err != nil {
+			continue
+		}
+		n := len(g.idx)
+		committed := false
+		for j := range g.idx {
+			committed = committed || field(g.res[j], 5) == "1"
+		}
+		if committed {
+			g.build(hits, ops, nowArg, "r", g.res[n:3*n])
+			refunds = append(refunds, g)
+			taken = append(taken, g.res)
+		}
+	}
+	s.run(ctx, c, refunds)
+	for k, g := range refunds {
+		if g.err != nil {
+			// The slot's consumption stays (the safe side); its
+			// hits report what the take answered.
+			s.metrics.refundFailed.Add(1)
+			s.log.Warn("redis: could not take back a cross-slot request's consumption", "err", g.err)
+			g.err, g.res = nil, taken[k]
+			continue
+		}
+		// The refund answers peeks; as in a request denied in one
+		// slot, only the hits that allowed and would have consumed
+		// report them, the others (denying shadow limits, peeks)
+		// keep their answers.
+		for j, i := range g.idx {
+			if taken[k][j][0] != '1' || hits[i].Cost == 0 {
+				g.res[j] = taken[k][j]
+			}
+		}
+	}
 }
 
 // run executes the script for every group, in parallel when there are
