@@ -154,9 +154,19 @@ func TestFailClosed(t *testing.T) {
 	if user.GetDurationUntilReset().AsDuration() != time.Second || user.LimitRemaining != 0 || user.GetCurrentLimit().GetRequestsPerUnit() != 10 {
 		t.Errorf("user status %v", user)
 	}
-	// Never longer than the limit's period.
-	if fast.GetDurationUntilReset().AsDuration() != 100*time.Millisecond {
+	// Never longer than the limit's period, in whole seconds rounded up
+	// as Envoy tells resets: 1 s.
+	if fast.GetDurationUntilReset().AsDuration() != time.Second {
 		t.Errorf("fast status %v", fast)
+	}
+	// In the exact dialect, the period itself.
+	exact := &rls.Outcome{Dialect: rls.DialectExact}
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("fast", "b")}}
+	if err := e.dec.DecideInto(context.Background(), req, exact); err != nil {
+		t.Fatal(err)
+	}
+	if d := exact.Response.Statuses[0].GetDurationUntilReset().AsDuration(); d != 100*time.Millisecond {
+		t.Errorf("fast status, exact dialect: reset %v, want 100ms", d)
 	}
 	if o.Overall.Allowed || o.Overall.RetryAfter != time.Second {
 		t.Errorf("overall %+v", o.Overall)

@@ -99,9 +99,38 @@ type Outcome struct {
 	// allocating one: for callers that never keep a Response past the
 	// next decision or Reset. Reset keeps it and the storage.
 	ReuseResponse bool
-	statuses      []statusBlock // the storage ReuseResponse reuses
-	response      *rlsv3.RateLimitResponse
+
+	// Dialect is how Response tells limits and times; the zero value is
+	// envoyproxy/ratelimit's. Reset keeps it.
+	Dialect Dialect
+
+	statuses []statusBlock // the storage ReuseResponse reuses
+	response *rlsv3.RateLimitResponse
 }
+
+// Dialect is how a Response tells each descriptor's limit and reset.
+type Dialect uint8
+
+const (
+	// DialectEnvoy answers as envoyproxy/ratelimit does: a limit's name is
+	// the rule's name: (empty when it has none; Envoy adds a name it gets
+	// to its x-ratelimit-limit header), and the reset is whole seconds,
+	// rounded up.
+	DialectEnvoy Dialect = iota
+	// DialectExact tells what sluice knows: a limit's name as sluice names
+	// it (the rule's name:, else its stats key, with #i for one of several
+	// limits) and the reset to the nanosecond. sluice's own client
+	// (rlsclient) asks for it with the gRPC metadata DialectKey:
+	// DialectExactValue; Envoy never does.
+	DialectExact
+)
+
+// DialectKey is the gRPC metadata key (and HTTP header) by which a client
+// asks for a dialect; DialectExactValue its value for DialectExact.
+const (
+	DialectKey        = "sluice-dialect"
+	DialectExactValue = "exact"
+)
 
 // Reset empties o for reuse by DecideInto, keeping its slices' storage. It
 // drops the Response, which the caller may still hold, unless
@@ -227,6 +256,11 @@ func (o *Outcome) respond() {
 		st := &b.status
 		st.Code = rlsv3.RateLimitResponse_OK
 		o.Response.Statuses[i] = st
+		if do.Status == rules.Unlimited {
+			// Envoy's answer for unlimited: nothing left to count.
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
 		if !do.Limited {
 			continue
 		}
@@ -234,13 +268,22 @@ func (o *Outcome) respond() {
 		if !dd.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		b.setCurrentLimit(do.Limit)
 		st.CurrentLimit = &b.limit
 		st.LimitRemaining = clampUint32(dd.Remaining)
-		reset := max(0, dd.ResetAfter)
-		b.reset.Seconds = int64(reset / time.Second)
-		b.reset.Nanos = int32(reset % time.Second)
 		st.DurationUntilReset = &b.reset
+		if o.Dialect == DialectExact {
+			b.setCurrentLimit(do.Limit, do.Limit.Name)
+			reset := max(0, dd.ResetAfter)
+			b.reset.Seconds = int64(reset / time.Second)
+			b.reset.Nanos = int32(reset % time.Second)
+			continue
+		}
+		name := ""
+		if do.Status == rules.Limited && do.Rule != nil {
+			name = do.Rule.Name // the rule's name:, never its stats key
+		}
+		b.setCurrentLimit(do.Limit, name)
+		b.reset.Seconds = WholeSeconds(dd.ResetAfter)
 	}
 	// The domain capacity belongs to no descriptor: when it denies, the
 	// request is over limit although every descriptor's own limits allow.
@@ -341,16 +384,32 @@ func (s *convScratch) convert(req *rlsv3.RateLimitRequest) error {
 	return nil
 }
 
-// setCurrentLimit describes l as Envoy's RateLimit in b.limit: requests
-// per unit, with the unit and multiplier that spell its period exactly (a
-// 90 s period is 90 SECOND).
-func (b *statusBlock) setCurrentLimit(l *sluice.Limit) {
+// WholeSeconds is a reset time as envoyproxy/ratelimit tells it: whole
+// seconds, rounded up, so that a client never retries early (Envoy's
+// x-ratelimit-reset header keeps the seconds alone). A reset within a
+// second is 1, never 0; a negative one is 0.
+func WholeSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+
+// setCurrentLimit describes l as Envoy's RateLimit in b.limit: its name
+// (the rule's name:, empty when the rule has none, as Envoy sends it),
+// requests per unit, with the unit and multiplier that spell its period
+// exactly (a 90 s period is 90 SECOND).
+func (b *statusBlock) setCurrentLimit(l *sluice.Limit, name string) {
 	rl := &b.limit
-	rl.Name = l.Name
+	rl.Name = name
 	rl.RequestsPerUnit = clampUint32(l.Rate)
 	unit, mult := UnitOf(l.Period)
 	rl.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(unit)
-	if mult != 1 {
+	if unit != rules.UnitUnknown && mult != 1 {
 		b.mult.Value = mult
 		rl.UnitMultiplier = &b.mult
 	}

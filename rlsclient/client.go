@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -31,6 +32,10 @@ import (
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
+
+// exactDialect is the metadata by which the client asks for
+// rls.DialectExact.
+var exactDialect = metadata.Pairs(rls.DialectKey, rls.DialectExactValue)
 
 // Defaults of Config.
 const (
@@ -267,6 +272,9 @@ func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *
 		timeout = max(timeout, min(4*timeout, time.Second))
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
+	// Ask sluice serve for what it knows (rls.DialectExact): limits named
+	// as its rules name them, resets to the nanosecond.
+	cctx = metadata.NewOutgoingContext(cctx, exactDialect)
 	start := time.Now()
 	resp, err := c.rls.ShouldRateLimit(cctx, req)
 	cancel()

@@ -164,7 +164,10 @@ func rlsDecide(dec any) func(context.Context, *rlsv3.RateLimitRequest, *rls.Outc
 
 func decide(t testing.TB, dec any, r *rlsv3.RateLimitRequest) *rls.Outcome {
 	t.Helper()
-	o := new(rls.Outcome)
+	// The client asks the remote for the exact dialect (names as sluice
+	// gives them, resets to the nanosecond): the local decider answers in
+	// it too, to compare.
+	o := &rls.Outcome{Dialect: rls.DialectExact}
 	if err := rlsDecide(dec)(context.Background(), r, o); err != nil {
 		t.Fatalf("DecideInto(%v): %v", r, err)
 	}

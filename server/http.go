@@ -11,6 +11,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice/rls"
 )
 
 // Handler serves the HTTP API:
@@ -86,7 +88,11 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed RateLimitRequest JSON: "+err.Error())
 		return
 	}
-	o, f := s.answer(r.Context(), req, viaHTTP)
+	dialect := rls.DialectEnvoy
+	if r.Header.Get(rls.DialectKey) == rls.DialectExactValue {
+		dialect = rls.DialectExact
+	}
+	o, f := s.answer(r.Context(), req, viaHTTP, dialect)
 	if f != nil {
 		writeError(w, f.httpStatus(), f.msg)
 		return

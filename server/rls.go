@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/rls"
@@ -55,7 +56,13 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 // and changes nothing; an unloaded configuration or a store failure is
 // Unavailable; an unknown domain or descriptors that match no rule are OK.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	o, f := s.answer(ctx, req, viaGRPC)
+	dialect := rls.DialectEnvoy
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(rls.DialectKey); len(v) == 1 && v[0] == rls.DialectExactValue {
+			dialect = rls.DialectExact
+		}
+	}
+	o, f := s.answer(ctx, req, viaGRPC, dialect)
 	if f != nil {
 		return nil, f.grpcErr()
 	}
@@ -64,11 +71,12 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	return resp, nil
 }
 
-// answer decides req and applies what the server adds: global shadow mode,
+// answer decides req, answering in dialect, and applies what the server adds: global shadow mode,
 // metrics and response headers. The outcome goes back with release; on
 // failure there is none.
-func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport) (*rls.Outcome, *failure) {
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport, dialect rls.Dialect) (*rls.Outcome, *failure) {
 	o := s.outcomes.Get().(*rls.Outcome)
+	o.Dialect = dialect
 	start := time.Now()
 	err := s.dec.DecideInto(ctx, req, o)
 	s.m.latency.Observe(time.Since(start).Seconds())
@@ -83,11 +91,10 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 	res := resultOK
 	switch {
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
+		// As envoyproxy/ratelimit: the request is let through, and each
+		// descriptor still says what its limit decided.
 		res = resultShadowOverLimit
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
-		for _, st := range resp.Statuses {
-			st.Code = rlsv3.RateLimitResponse_OK
-		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		res = resultOverLimit
 	case o.Overall.Shadow:

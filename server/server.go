@@ -117,7 +117,9 @@ type Config struct {
 	Headers ratelimitheaders.HeaderMode
 
 	// ShadowMode is the global shadow mode: every limit is decided and
-	// counted, but no request is answered OVER_LIMIT. Would-be denials
+	// counted, but no request is answered OVER_LIMIT overall; each
+	// descriptor's status still says OVER_LIMIT where its limit denied, as
+	// envoyproxy/ratelimit answers. Would-be denials
 	// count in sluice_rule_shadow_mode_total and as requests with result
 	// shadow_over_limit.
 	ShadowMode bool
