@@ -39,6 +39,10 @@ type Decision struct {
 
 	// Blocked reports that the key is serving a block_for penalty.
 	Blocked bool
+
+	// Overdrawn reports a denied hit consumed all the same, past the limit
+	// (Limiter.DecideEach): its limit carries a debt.
+	Overdrawn bool
 }
 
 // BlockedFor returns d as the decision of a key serving a block_for

@@ -242,5 +242,6 @@ func (l *Limit) DecisionOf(r algo.Result, p *algo.Params) Decision {
 		ResetAfter: time.Duration(r.ResetAfter),
 		RetryAfter: time.Duration(r.RetryAfter),
 		Over:       r.Allowed && r.Remaining < p.Capacity-nominal,
+		Overdrawn:  r.Overdrawn,
 	}
 }

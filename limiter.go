@@ -12,13 +12,15 @@ import (
 // concurrent use.
 type Limiter struct {
 	store Store
-	one   OneTaker // the store, if it takes single hits directly
+	one   OneTaker  // the store, if it takes single hits directly
+	each  EachTaker // the store, if it decides hits one by one
 }
 
 // NewLimiter returns a Limiter over store.
 func NewLimiter(store Store) *Limiter {
 	one, _ := store.(OneTaker)
-	return &Limiter{store: store, one: one}
+	each, _ := store.(EachTaker)
+	return &Limiter{store: store, one: one, each: each}
 }
 
 // Store returns the limiter's store.
@@ -84,6 +86,12 @@ func (l *Limiter) Decide(ctx context.Context, hits []Hit) (Decision, []Decision,
 // DecideInto is Decide writing the per-hit decisions into out, which must
 // have at least len(hits) elements; it does not allocate.
 func (l *Limiter) DecideInto(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
+	return l.decide(ctx, hits, out, l.store.Take)
+}
+
+// decide validates hits and out, has take decide them, and combines the
+// decisions.
+func (l *Limiter) decide(ctx context.Context, hits []Hit, out []Decision, take func(context.Context, []Hit, []Decision) error) (Decision, error) {
 	if err := ValidateHits(hits); err != nil {
 		return Decision{}, err
 	}
@@ -94,10 +102,34 @@ func (l *Limiter) DecideInto(ctx context.Context, hits []Hit, out []Decision) (D
 		return Decision{Allowed: true, Index: -1}, nil
 	}
 	out = out[:len(hits)]
-	if err := l.store.Take(ctx, hits, out); err != nil {
+	if err := take(ctx, hits, out); err != nil {
 		return Decision{}, err
 	}
 	return Overall(hits, out), nil
+}
+
+// DecideEach is DecideInto with each hit decided on its own, as
+// envoyproxy/ratelimit counts a request's descriptors: a hit that allows
+// is consumed even when another denies the request, and a denied hit that
+// finds its limit not exhausted is consumed past the limit, a debt (see
+// EachTaker). The overall decision is Overall's, as for DecideInto. A
+// store without TakeEach decides each hit with a Take of its own, in
+// order: the same, except that nothing is overdrawn.
+func (l *Limiter) DecideEach(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
+	if l.each != nil {
+		return l.decide(ctx, hits, out, l.each.TakeEach)
+	}
+	return l.decide(ctx, hits, out, l.takeEach)
+}
+
+// takeEach is TakeEach for a store without it: a Take a hit, in order.
+func (l *Limiter) takeEach(ctx context.Context, hits []Hit, out []Decision) error {
+	for i := range hits {
+		if err := l.store.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrInvalid wraps every input error of ValidateHits, so that transports can

@@ -30,6 +30,31 @@ type Store interface {
 	Take(ctx context.Context, hits []Hit, out []Decision) error
 }
 
+// EachTaker is an optional interface of a Store: hits decided one by one,
+// as envoyproxy/ratelimit counts a request's descriptors, instead of all
+// or nothing. Limiter.DecideEach uses it. The contract, which storetest
+// checks for every store that has it:
+//
+//   - Hits are decided in order, each on the state the previous ones left.
+//   - A hit that allows is consumed, whatever the others decide.
+//   - A hit that denies is consumed all the same when it finds its limit
+//     not exhausted (a hit of cost 1 would be allowed): past the limit, as
+//     a debt that later hits see, peeks included, until time repays it
+//     (algo.Overdraw; for sliding logs and sketches algo.Overdraws). Its
+//     decision is a denial with Overdrawn set. A hit that finds its limit
+//     exhausted consumes nothing: a denied client never digs itself a
+//     deeper hole.
+//   - A denial starts its limit's BlockFor; a hit in a block consumes
+//     nothing.
+//   - A shadow limit is decided and consumed the same way; only the
+//     request's overall answer ignores it.
+//
+// The other clauses of Take (cost 0, separate state per limit, the clock)
+// hold as well.
+type EachTaker interface {
+	TakeEach(ctx context.Context, hits []Hit, out []Decision) error
+}
+
 // OneTaker is an optional interface of a Store: Take for a single hit.
 // Limiter.Allow and AllowN use it when the store has it, which spares them
 // the one-element slices that would escape to the heap through Take. It must

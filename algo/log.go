@@ -82,9 +82,11 @@ func LogStep(p *Params, l *Log, now, n int64) (expired int, r Result) {
 	}
 	c := p.Capacity
 	r = Result{Allowed: true, Remaining: max(c-sum, 0), ResetAfter: reset}
-	if n == 0 {
+	if n == 0 && sum <= c {
 		return expired, r
 	}
+	// A request, or a peek at a log in debt (Overdraw), which is over the
+	// limit until enough entries have left.
 	r.Allowed = false
 	switch {
 	case n > c:

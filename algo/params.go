@@ -146,4 +146,7 @@ type Result struct {
 	Remaining  int64
 	ResetAfter int64 // until the state is fully replenished / the window ends
 	RetryAfter int64 // until the same request would be allowed
+	// Overdrawn reports a denied hit consumed all the same, past the
+	// limit (Overdraw): the state carries a debt.
+	Overdrawn bool
 }

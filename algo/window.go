@@ -27,6 +27,11 @@ func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
 	}
 	res.Remaining = max(p.Capacity-count, 0)
 	if n == 0 {
+		if count > p.Capacity {
+			// In debt (Overdraw): even a peek is over the limit until
+			// the window ends.
+			res.Allowed, res.RetryAfter = false, end-now
+		}
 		return s, res
 	}
 	res.Allowed = false
@@ -75,6 +80,22 @@ func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
 func slidingWindow(p *Params, s State, now, n int64) (State, Result) {
 	per := p.Period
 	c := min(p.Capacity, MaxSlidingWindowCapacity)
+	w := readSlide(per, s, now)
+	if p.Rate == 0 {
+		return s, zeroLimit(n, w.end(per)-now)
+	}
+	res := w.result(per, c, now, n)
+	if !res.Allowed || n == 0 {
+		return s, res
+	}
+	idle := addSat(w.end(per), per)
+	return State{A: idle, B: int64(w.prev<<32 | (w.curr + uint64(n)))}, res
+}
+
+// readSlide reads the sliding window counter's state s at now: the counts
+// of the window of now and the one before (see slidingWindow for the
+// clock going backwards and the windows cut at math.MaxInt64).
+func readSlide(per int64, s State, now int64) slide {
 	w := slide{ws: alignDown(now, per)}
 	w.e = now - w.ws
 	if s.A > now {
@@ -104,15 +125,7 @@ func slidingWindow(p *Params, s State, now, n int64) (State, Result) {
 			w.prev = curr
 		}
 	}
-	if p.Rate == 0 {
-		return s, zeroLimit(n, w.end(per)-now)
-	}
-	res := w.result(per, c, now, n)
-	if !res.Allowed || n == 0 {
-		return s, res
-	}
-	idle := addSat(w.end(per), per)
-	return State{A: idle, B: int64(w.prev<<32 | (w.curr + uint64(n)))}, res
+	return w
 }
 
 // slide is the weighted two-window estimate shared by the sliding window
@@ -139,6 +152,16 @@ func (w *slide) result(per, c int64, now, n int64) Result {
 	res := Result{Allowed: true, ResetAfter: w.end(per) - now}
 	if n == 0 {
 		res.Remaining = w.left(per, limit, w.curr)
+		if limit.less(w.weighted(per, w.curr)) {
+			// In debt (Overdraw): even a peek is over the limit until
+			// the estimate falls back to the capacity.
+			res.Allowed = false
+			if t := w.retryAt(per, c, 0); t == math.MaxInt64 {
+				res.RetryAfter = Never
+			} else {
+				res.RetryAfter = max(t-now, 1)
+			}
+		}
 		return res
 	}
 	if n > c {

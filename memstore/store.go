@@ -225,6 +225,20 @@ func addSat(a, b int64) int64 {
 
 // Take implements sluice.Store; see its documentation for the contract.
 func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.take(ctx, hits, out, false)
+}
+
+// TakeEach decides hits one by one (sluice.EachTaker): each hit that
+// allows is consumed whatever the others decide, and a denied hit that
+// finds its limit not exhausted is consumed past it, a debt
+// (algo.Overdraw). The shards of every hit are locked together, as for
+// Take, so that the hits are decided in order with nothing in between.
+func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.take(ctx, hits, out, true)
+}
+
+// take is Take, or TakeEach when each is set.
+func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -236,10 +250,10 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	}
 	now := s.now().UnixNano()
 	if len(hits) == 1 {
-		s.takeSingle(hits, out, now)
+		s.takeSingle(hits, out, now, each)
 		return nil
 	}
-	s.takeMany(hits, out, now)
+	s.takeMany(hits, out, now, each)
 	return nil
 }
 
@@ -251,23 +265,23 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 	}
 	hits := [1]sluice.Hit{h}
 	var out [1]sluice.Decision
-	s.takeSingle(hits[:], out[:], s.now().UnixNano())
+	s.takeSingle(hits[:], out[:], s.now().UnixNano(), false)
 	return out[0], nil
 }
 
 // takeSingle decides a request of one hit: takeOne for a one-state
-// algorithm without block_for, takeMany for the rest.
-func (s *Store) takeSingle(hits []sluice.Hit, out []sluice.Decision, now int64) {
+// algorithm without block_for, takeMany for the rest. each: as TakeEach.
+func (s *Store) takeSingle(hits []sluice.Hit, out []sluice.Decision, now int64, each bool) {
 	if h := &hits[0]; h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
-		s.takeOne(h, &out[0], now)
+		s.takeOne(h, &out[0], now, each)
 		return
 	}
-	s.takeMany(hits, out, now)
+	s.takeMany(hits, out, now, each)
 }
 
-// takeOne is Take for the common request: one hit of a one-state algorithm
-// without block_for.
-func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64) {
+// takeOne is Take (each: TakeEach) for the common request: one hit of a
+// one-state algorithm without block_for.
+func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each bool) {
 	p := h.Limit.Params()
 	k := s.keyHash(h.Key, &p)
 	sh := &s.shards[s.shardOf(k)]
@@ -281,9 +295,9 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64) {
 			st, idle = algo.State{}, true
 		}
 	}
-	next, r := algo.Step(&p, st, now, h.Cost)
+	next, r := step(each, &p, st, now, h.Cost)
 	switch {
-	case r.Allowed && h.Cost > 0:
+	case (r.Allowed || r.Overdrawn) && h.Cost > 0:
 		// An idle slot is overwritten in place, not removed and
 		// inserted again.
 		s.putAt(sh, i, k, next, now)
@@ -319,19 +333,31 @@ type op struct {
 	r       algo.Result
 }
 
-// commits reports whether a hit consumes if its request is allowed.
-func (o *op) commits(cost int64) bool { return o.r.Allowed && cost > 0 && o.until == 0 }
+// commits reports whether a hit consumes if its request is allowed (an
+// overdrawn hit of TakeEach consumes, denied).
+func (o *op) commits(cost int64) bool {
+	return (o.r.Allowed || o.r.Overdrawn) && cost > 0 && o.until == 0
+}
+
+// step is algo.Step, or algo.Overdraw for TakeEach.
+func step(each bool, p *algo.Params, st algo.State, now, n int64) (algo.State, algo.Result) {
+	if each {
+		return algo.Overdraw(p, st, now, n)
+	}
+	return algo.Step(p, st, now, n)
+}
 
 const smallOps = 4
 
 var opPool = sync.Pool{New: func() any { return new([sluice.MaxHits]op) }}
 
-// takeMany decides several hits all-or-nothing: it finds where each hit's
-// state lives, locks every shard (and sketch) involved at once, decides
-// each hit on the state it would see (earlier hits of the request on the
-// same key included), commits only if every enforced hit allows, and
-// reports.
-func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
+// takeMany decides several hits all-or-nothing (each: one by one, as
+// TakeEach): it finds where each hit's state lives, locks every shard (and
+// sketch) involved at once, decides each hit on the state it would see
+// (earlier hits of the request on the same key included), commits only if
+// every enforced hit allows (each: every hit that allows or overdraws),
+// and reports.
+func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64, each bool) {
 	var small [smallOps]op
 	var ops []op
 	switch {
@@ -347,7 +373,7 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64) {
 	s.prepare(hits, ops)
 	var locked [MaxShards / 64]uint64
 	s.lockAll(hits, ops, &locked)
-	s.apply(hits, ops, now)
+	s.apply(hits, ops, now, each)
 	unlockSketches(ops)
 	s.unlockShards(&locked)
 
@@ -421,25 +447,26 @@ func (s *Store) lockAll(hits []sluice.Hit, ops []op, locked *[MaxShards / 64]uin
 	}
 }
 
-// apply decides every hit and, if every enforced one allows, commits them;
-// denials start their block_for penalties. The locks of lockAll are held.
-func (s *Store) apply(hits []sluice.Hit, ops []op, now int64) {
+// apply decides every hit and, if every enforced one allows, commits them
+// (each: commits every hit that allows or overdraws); denials start their
+// block_for penalties. The locks of lockAll are held.
+func (s *Store) apply(hits []sluice.Hit, ops []op, now int64, each bool) {
 	allowed := true
 	for i := range ops {
-		s.evaluate(hits, ops, i, now)
+		s.evaluate(hits, ops, i, now, each)
 		if !ops[i].r.Allowed && !hits[i].Limit.Shadow {
 			allowed = false
 		}
 	}
 	for i := range ops {
 		o, h := &ops[i], &hits[i]
-		switch {
-		case allowed && o.commits(h.Cost):
+		if (allowed || each) && o.commits(h.Cost) {
 			s.commit(o, h, now)
 			if o.where == inLog {
 				chainHead(ops, i).logDone = true
 			}
-		case !o.r.Allowed && o.until == 0 && o.bk != 0 && h.Cost > 0:
+		}
+		if !o.r.Allowed && o.until == 0 && o.bk != 0 && h.Cost > 0 {
 			// A denial (by an enforced limit, or by a shadow limit that
 			// reports what enforcing it would do) starts a block_for penalty.
 			o.until = addSat(now, int64(h.Limit.BlockFor))
@@ -454,7 +481,7 @@ func (s *Store) apply(hits []sluice.Hit, ops []op, now int64) {
 			s.commitLog(o, now, 0)
 		}
 	}
-	if !allowed {
+	if !allowed && !each {
 		// Nothing was consumed: a hit that would have allowed reports the
 		// state as it stands, as a peek.
 		for i := range ops {
@@ -467,7 +494,7 @@ func (s *Store) apply(hits []sluice.Hit, ops []op, now int64) {
 
 // evaluate decides hit i on the state it would see: the stored state, or
 // the pending state of the previous hit on the same key.
-func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
+func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each bool) {
 	o, h := &ops[i], &hits[i]
 	if o.bk != 0 {
 		sh := &s.shards[s.shardOf(o.bk)]
@@ -501,7 +528,7 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
 			}
 		}
 		if o.until == 0 {
-			o.next, o.r = algo.Step(&o.p, o.base, now, h.Cost)
+			o.next, o.r = step(each, &o.p, o.base, now, h.Cost)
 		}
 	case inLog:
 		switch {
@@ -519,6 +546,7 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
 		}
 		if o.until == 0 {
 			o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
+			o.r.Overdrawn = each && algo.Overdraws(o.r, h.Cost)
 		}
 	case inSketch:
 		if q != nil {
@@ -529,6 +557,7 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64) {
 		}
 		if o.until == 0 {
 			o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
+			o.r.Overdrawn = each && algo.Overdraws(o.r, h.Cost)
 		}
 	}
 }
@@ -550,17 +579,33 @@ func (s *Store) peekStored(ops []op, i int, now int64) {
 	}
 }
 
-// commit consumes an allowed hit.
+// commit consumes an allowed (or overdrawn) hit.
 func (s *Store) commit(o *op, h *sluice.Hit, now int64) {
 	switch o.where {
 	case inTable:
 		s.put(&s.shards[s.shardOf(o.k)], o.k, o.next, now)
 	case inLog:
 		s.commitLog(o, now, h.Cost)
+		if o.r.Overdrawn {
+			// Report the debt as algo.Overdraw does: when a hit of cost
+			// 1 fits again.
+			l := s.shards[s.shardOf(o.k)].logs[o.k].l
+			_, after := algo.LogStep(&o.p, &l, now, 1)
+			o.r = overdrawn(after)
+		}
 	case inSketch:
 		o.sk.s.Add(o.k, now, h.Cost)
 		o.sk.idle = max(o.sk.idle, addSat(now, addSat(o.p.Period, o.p.Period)))
+		if o.r.Overdrawn {
+			o.r = overdrawn(o.sk.s.Check(&o.p, o.k, now, 1))
+		}
 	}
+}
+
+// overdrawn is the result of an overdrawn hit, from after, a hit of cost
+// 1 on the state it left.
+func overdrawn(after algo.Result) algo.Result {
+	return algo.Result{ResetAfter: after.ResetAfter, RetryAfter: after.RetryAfter, Overdrawn: true}
 }
 
 // commitLog drops the expired entries of hit o's log and appends n hits

@@ -12,7 +12,10 @@
 // trace of times and costs), all-or-nothing requests, shadow limits,
 // block_for, peeks, several hits on one key, concurrency, long keys, soft and
 // elastic margins and the fields of a Decision. It also requires that two
-// different limits given the same key string keep separate state.
+// different limits given the same key string keep separate state. For a
+// store with TakeEach ([sluice.EachTaker]) it checks that contract too:
+// hits decided one by one, and debts (algo.Overdraw); a store without it
+// is checked through Limiter.DecideEach's fallback.
 //
 // The store must read the suite's Clock for every decision. This package
 // imports sluice, algo and the standard library, never a store.
@@ -57,6 +60,9 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) sluice.Store) {
 		{"SoftAndElastic", s.softAndElastic},
 		{"DecisionFields", s.decisionFields},
 		{"CanceledContext", s.canceledContext},
+		{"EachIndependent", s.eachIndependent},
+		{"EachOverdraw", s.eachOverdraw},
+		{"EachTrace", s.eachTrace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
@@ -615,4 +621,154 @@ func (s suite) canceledContext(t *testing.T) {
 		t.Fatalf("Allow with a canceled context returned no error")
 	}
 	want(t, "after the canceled request", e.allow("k", l, 1), true, 0)
+}
+
+// each decides hits one by one (Limiter.DecideEach).
+func (e *env) each(hits ...sluice.Hit) (sluice.Decision, []sluice.Decision) {
+	e.t.Helper()
+	out := make([]sluice.Decision, len(hits))
+	d, err := e.lim.DecideEach(context.Background(), hits, out)
+	if err != nil {
+		e.t.Fatalf("DecideEach: %v", err)
+	}
+	return d, out
+}
+
+// eachIndependent: hits decided one by one, as envoyproxy/ratelimit
+// counts descriptors: a request denied by one limit still consumes the
+// others.
+func (s suite) eachIndependent(t *testing.T) {
+	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
+		day := &sluice.Limit{Name: "day", Algorithm: k, Rate: 100, Period: 24 * time.Hour}
+		sec := &sluice.Limit{Name: "sec", Rate: 1, Period: time.Second}
+		if d, _ := e.each(hit("u:day", day, 1), hit("u:sec", sec, 1)); !d.Allowed {
+			t.Fatalf("first request denied: %+v", d)
+		}
+		d, per := e.each(hit("u:day", day, 1), hit("u:sec", sec, 1))
+		if d.Allowed || d.Index != 1 || !per[0].Allowed || per[1].Allowed {
+			t.Fatalf("second request: %+v %+v, want denied by the per-second limit (index 1)", d, per)
+		}
+		// The per-day limit allowed its hit, and it was consumed.
+		want(t, "per-day limit in a denied request", per[0], true, 98)
+		want(t, "per-day quota after the denied request", e.allow("u:day", day, 0), true, 98)
+		// The per-second limit was exhausted: its denial consumed nothing
+		// (no debt, whatever the store).
+		e.clock.Advance(time.Second)
+		want(t, "per-second limit a second later", e.allow("u:sec", sec, 0), true, 1)
+	})
+}
+
+// eachOverdraw: with TakeEach, the debit of envoyproxy/ratelimit's
+// apply_on_stream_done pattern: a check of cost 0, a charge after the fact
+// that goes over, and the next check denied until time repays the debt;
+// a denied client digs no deeper. Without TakeEach, nothing is overdrawn.
+func (s suite) eachOverdraw(t *testing.T) {
+	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
+		_, hasEach := e.lim.Store().(sluice.EachTaker)
+		l := &sluice.Limit{Name: "tokens", Algorithm: k, Rate: 10, Period: time.Minute}
+		if d, _ := e.each(hit("u", l, 8)); !d.Allowed {
+			t.Fatalf("8 of 10: %+v", d)
+		}
+		if d, _ := e.each(hit("u", l, 0)); !d.Allowed {
+			t.Fatalf("check before the charge: %+v", d)
+		}
+		d, per := e.each(hit("u", l, 5))
+		if d.Allowed || per[0].Allowed || per[0].Overdrawn != hasEach {
+			t.Fatalf("charge of 5 with 2 left: %+v, want denied, overdrawn %v", per[0], hasEach)
+		}
+		if !hasEach {
+			// The fallback consumes nothing of a denied hit: 2 are left.
+			want(t, "check after a denied charge (no TakeEach)", e.allow("u", l, 0), true, 2)
+			return
+		}
+		if per[0].Remaining != 0 || per[0].RetryAfter <= 0 || per[0].RetryAfter == sluice.Never {
+			t.Fatalf("overdrawn charge: %+v, want nothing remaining and a finite RetryAfter", per[0])
+		}
+		retry := per[0].RetryAfter
+		if d, _ := e.each(hit("u", l, 0)); d.Allowed {
+			t.Fatalf("check after the overdrawing charge: %+v, want denied (in debt)", d)
+		}
+		for range 3 {
+			if d, per := e.each(hit("u", l, 2)); d.Allowed || per[0].Overdrawn {
+				t.Fatalf("cost 2 in debt: %+v, want denied without overdrawing", per[0])
+			}
+		}
+		// The same key twice in one request: the second hit sees the
+		// debt the first left (here still the same debt: nothing fits).
+		if _, per := e.each(hit("u", l, 1), hit("u", l, 0)); per[0].Allowed || per[1].Allowed {
+			t.Fatalf("two hits in debt: %+v", per)
+		}
+		e.clock.Advance(retry)
+		if d, _ := e.each(hit("u", l, 1)); !d.Allowed {
+			t.Fatalf("cost 1 after the RetryAfter %v of the overdrawn charge: %+v", retry, d)
+		}
+		// Exhausted, not in debt: a charge finds no room and consumes
+		// nothing.
+		f := &sluice.Limit{Name: "full", Algorithm: k, Rate: 3, Period: time.Hour}
+		e.each(hit("f", f, 3))
+		if _, per := e.each(hit("f", f, 2)); per[0].Allowed || per[0].Overdrawn {
+			t.Fatalf("charge on an exhausted limit: %+v, want denied, not overdrawn", per[0])
+		}
+		if d, _ := e.each(hit("f", f, 0)); !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("check on an exhausted limit that no charge overdrew: %+v, want allowed with 0 left", d)
+		}
+	})
+}
+
+// eachTrace compares TakeEach with the algo package on a random trace, as
+// trace does for Take: every decision exactly algo.Overdraw's (for sliding
+// logs, LogStep with algo.Overdraws) on the state it left.
+func (s suite) eachTrace(t *testing.T) {
+	limits := []*sluice.Limit{
+		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
+		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
+		{Name: "tb-discrete", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
+		{Name: "lb", Algorithm: algo.LeakyBucket, Rate: 5, Period: time.Second, Burst: 8},
+		{Name: "gcra", Algorithm: algo.GCRA, Rate: 7, Period: time.Second, Burst: 3},
+		{Name: "sw", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second},
+		{Name: "log", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second},
+	}
+	for li, l := range limits {
+		t.Run(l.Name, func(t *testing.T) {
+			e := s.env(t)
+			if _, ok := e.lim.Store().(sluice.EachTaker); !ok {
+				t.Log("no TakeEach: eachOverdraw checked the fallback")
+				return
+			}
+			p := l.Params()
+			rng := rand.New(rand.NewPCG(uint64(li), 0xeac4))
+			costs := []int64{0, 0, 1, 1, 1, 2, 3, p.Capacity + 1}
+			var st algo.State
+			var log algo.Log
+			for i := range 500 {
+				e.clock.Advance(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+				now := e.clock.Now().UnixNano()
+				n := costs[rng.IntN(len(costs))]
+				var r algo.Result
+				if l.Algorithm == algo.SlidingLog {
+					var expired int
+					expired, r = algo.LogStep(&p, &log, now, n)
+					cost := int64(0)
+					if r.Allowed || algo.Overdraws(r, n) {
+						cost = n
+					}
+					log.Commit(expired, now, cost)
+					if algo.Overdraws(r, n) {
+						_, after := algo.LogStep(&p, &log, now, 1)
+						r = algo.Result{ResetAfter: after.ResetAfter, RetryAfter: after.RetryAfter, Overdrawn: true}
+					}
+				} else {
+					st, r = algo.Overdraw(&p, st, now, n)
+				}
+				wantD := l.DecisionOf(r, &p)
+				_, per := e.each(hit("trace", l, n))
+				got := per[0]
+				if got.Allowed != wantD.Allowed || got.Remaining != wantD.Remaining || got.Overdrawn != wantD.Overdrawn ||
+					got.ResetAfter != wantD.ResetAfter || got.RetryAfter != wantD.RetryAfter {
+					t.Fatalf("step %d (t=+%v, cost %d): store decided %+v, algo %+v",
+						i, e.clock.Now().Sub(Start), n, got, wantD)
+				}
+			}
+		})
+	}
 }

@@ -1,0 +1,202 @@
+package algo
+
+import (
+	"math"
+	"math/bits"
+)
+
+// Overdraw is Step for a hit decided on its own, as envoyproxy/ratelimit
+// counts (sluice.Limiter.DecideEach): a hit that fits is admitted as by
+// Step; a hit of cost n > 0 that does not fit, but finds the limit not
+// exhausted (Step's Remaining at least 1: a hit of cost 1 would fit), is
+// consumed all the same, past the limit. The returned state then carries
+// the debt, which later hits see, peeks included (a limit in debt denies
+// them), until time repays it. That is what makes a debit after the fact
+// limit: Envoy's apply_on_stream_done checks with a cost of 0, then
+// charges the real cost when the response ends, and a charge that goes
+// over must deny the next check.
+//
+// The Result of an overdrawn hit is a denial with Overdrawn set,
+// Remaining 0, and its times measured on the new state: ResetAfter until
+// the state is idle, RetryAfter until a hit of cost 1 would fit again.
+//
+// A limit that is exhausted already, or zero, is left as Step leaves it:
+// a denied hit never digs a deeper hole, so a client that keeps asking
+// while limited never pushes its own recovery further away. The debt is
+// bounded by the cost of one hit (at most MaxCost) beyond the limit.
+//
+// For the algorithms without a State (SlidingLog, Sketch), a store applies
+// the same rule with Overdraws: it commits the hit's cost (Log.Commit,
+// CMSketch.Add) when Overdraws says so.
+func Overdraw(p *Params, s State, now, n int64) (State, Result) {
+	next, r := Step(p, s, now, n)
+	now = clampNow(now)
+	if n <= 0 && r.Allowed && p.Rate > 0 {
+		// A peek at a bucket in debt is over the limit until the debt is
+		// repaid (the windows' Step says so itself: their counts exceed
+		// the capacity only in debt). Time going backwards makes a bucket
+		// look fuller, and so may deny a peek that Step allows: the safe
+		// side.
+		if retry, ok := bucketDebt(p, s, now); ok {
+			r.Allowed, r.RetryAfter = false, retry
+		}
+		return next, r
+	}
+	if !Overdraws(r, n) {
+		return next, r
+	}
+	var f State
+	switch p.Kind {
+	case FixedWindow:
+		f = fixedForce(p, s, now, n)
+	case TokenBucket:
+		if p.Interval > 0 {
+			f = discreteForce(p, s, now, n)
+		} else {
+			f = gcraForce(p, s, now, n)
+		}
+	case LeakyBucket, GCRA:
+		f = gcraForce(p, s, now, n)
+	case SlidingWindow:
+		f = slidingForce(p, s, now, n)
+	default:
+		return next, r
+	}
+	_, after := Step(p, f, now, 1)
+	return f, Result{
+		Remaining:  0,
+		ResetAfter: after.ResetAfter,
+		RetryAfter: after.RetryAfter,
+		Overdrawn:  true,
+	}
+}
+
+// Overdraws reports whether a hit of cost n that Step, LogStep or
+// CMSketch.Check answered with r is consumed under Overdraw's rule: it
+// was denied, costs something, and found the limit not exhausted.
+func Overdraws(r Result, n int64) bool {
+	return !r.Allowed && n > 0 && r.Remaining >= 1
+}
+
+// fixedForce counts n in the window of now (or the state's, when the
+// clock went backwards), past the capacity: fixedWindow's admitted state
+// without its check.
+func fixedForce(p *Params, s State, now, n int64) State {
+	ws := alignDown(now, p.Period)
+	var count int64
+	if s.A > now {
+		ws = max(ws, alignDown(s.A-1, p.Period))
+		count = max(s.B, 0)
+	}
+	return State{A: addSat(ws, p.Period), B: addSat(count, n)}
+}
+
+// gcraForce sets TAT' = max(TAT, now) + n·T past the tolerance: gcra's
+// admitted state without its check. A TAT' beyond math.MaxInt64 is cut
+// there (the key then stays limited to the end of representable time).
+func gcraForce(p *Params, s State, now, n int64) State {
+	rate, period := uint64(p.Rate), uint64(p.Period)
+	var x u128
+	if s.A > now {
+		b := uint64(s.B)
+		if s.B < 0 || b >= rate {
+			b = 0
+		}
+		x = mulU(uint64(s.A-now), rate).sub(u64(b))
+	}
+	x2 := x.add(mulU(uint64(n), period))
+	q := x2.divCeil(rate)
+	if q.hi != 0 || q.lo > uint64(math.MaxInt64-now) {
+		return State{A: math.MaxInt64}
+	}
+	b := mulU(q.lo, rate).sub(x2).lo
+	return State{A: now + int64(q.lo), B: int64(b)}
+}
+
+// discreteForce takes n tokens past an empty bucket: discreteBucket's
+// admitted state without its check, cut at math.MaxInt64 like gcraForce.
+func discreteForce(p *Params, s State, now, n int64) State {
+	d, a, tick, ok := discreteDeficit(p, s, now)
+	if !ok {
+		return s
+	}
+	iv := p.Interval
+	d2 := d.add(u64(uint64(n)))
+	q := d2.divCeil(a)
+	span := mulU(q.lo, uint64(iv))
+	if q.hi != 0 || span.hi != 0 || span.lo > uint64(math.MaxInt64-tick) {
+		return State{A: math.MaxInt64}
+	}
+	b := mulU(q.lo, a).sub(d2).lo
+	return State{A: tick + int64(span.lo), B: int64(b)}
+}
+
+// discreteDeficit reads the discrete token bucket's state s at now, as
+// discreteBucket does: the deficit d at the tick of now, the tokens a a
+// tick adds, and that tick. ok is false for Params with no refill.
+func discreteDeficit(p *Params, s State, now int64) (d u128, a uint64, tick int64, ok bool) {
+	hi, lo := bits.Mul64(uint64(p.Rate), uint64(p.Interval))
+	a = lo / uint64(p.Period)
+	if hi != 0 || a == 0 {
+		return d, a, 0, false
+	}
+	iv := p.Interval
+	tick = alignDown(now, iv)
+	if s.A > now {
+		ticks := uint64(s.A-tick) / uint64(iv)
+		if (s.A-tick)%iv != 0 {
+			ticks++
+		}
+		r := uint64(s.B)
+		if s.B < 0 || r >= a {
+			r = 0
+		}
+		d = mulU(ticks, a).sub(u64(r))
+	}
+	return d, a, tick, true
+}
+
+// slidingForce counts n in the current window past the capacity; the
+// count saturates at the 32 bits the state packs it in (above any
+// capacity, so a saturated count still denies).
+func slidingForce(p *Params, s State, now, n int64) State {
+	w := readSlide(p.Period, s, now)
+	curr := min(w.curr+uint64(n), math.MaxUint32)
+	return State{A: addSat(w.end(p.Period), p.Period), B: int64(w.prev<<32 | curr)}
+}
+
+// bucketDebt reports whether the bucket state s is in debt at now (holds
+// more than its Capacity: TAT − now beyond Capacity·T, or a deficit beyond
+// Capacity) and the time until it is not.
+func bucketDebt(p *Params, s State, now int64) (retry int64, inDebt bool) {
+	if s.A <= now {
+		return 0, false
+	}
+	switch {
+	case p.Kind == TokenBucket && p.Interval > 0:
+		d, a, tick, ok := discreteDeficit(p, s, now)
+		c := u64(uint64(p.Capacity))
+		if !ok || !c.less(d) {
+			return 0, false
+		}
+		j := d.sub(c).divCeil(a)
+		span := mulU(j.lo, uint64(p.Interval))
+		if j.hi != 0 || span.hi != 0 || span.lo > uint64(math.MaxInt64-tick) {
+			return Never, true
+		}
+		return tick + int64(span.lo) - now, true
+	case p.Kind == TokenBucket || p.Kind == LeakyBucket || p.Kind == GCRA:
+		rate := uint64(p.Rate)
+		tol := mulU(uint64(p.Capacity), uint64(p.Period))
+		b := uint64(s.B)
+		if s.B < 0 || b >= rate {
+			b = 0
+		}
+		x := mulU(uint64(s.A-now), rate).sub(u64(b))
+		if !tol.less(x) {
+			return 0, false
+		}
+		return x.sub(tol).divCeil(rate).int64(), true
+	}
+	return 0, false
+}
