@@ -55,7 +55,11 @@
 //     decisions.
 //
 // Everything else goes to the store: peeks (cost 0), shadow hits, and
-// requests that only some entries cover. An expired entry is removed when a
+// requests that only some entries cover. A request decided one by one
+// (TakeEach, Envoy's way) is answered only from entries that deny every
+// cost of at least 1 (learned from a denial of cost 1, an overdrawn hit or
+// a block): there a hit with room left overdraws instead of being denied,
+// and only such an entry says there is no room. An expired entry is removed when a
 // lookup meets it. When a request passed to the store is allowed, it has
 // consumed: the entries of its hits, whose Remaining is now out of date, are
 // dropped.

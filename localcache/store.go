@@ -125,6 +125,33 @@ func (s *Store) clock() int64 {
 // Take implements sluice.Store; see its documentation for the contract, and
 // the package documentation for which requests are answered locally.
 func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.take(ctx, hits, out, nil)
+}
+
+// TakeEach implements sluice.EachTaker when the wrapped store does (else
+// it decides each hit with a Take, as Limiter.DecideEach would): hits
+// decided one by one, a denied hit with room left overdrawn. A request is
+// answered locally only from entries that deny every cost of at least 1
+// (learned from a denial of cost 1, an overdrawn hit, or a block): a
+// denial of a larger cost says nothing of when its limit has room again,
+// which is when a hit there would overdraw rather than be denied.
+func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if each, ok := s.next.(sluice.EachTaker); ok {
+		return s.take(ctx, hits, out, each.TakeEach)
+	}
+	return s.take(ctx, hits, out, func(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+		for i := range hits {
+			if err := s.next.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// take is Take, or with each set TakeEach, which each passes the request
+// to the wrapped store.
+func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each func(context.Context, []sluice.Hit, []sluice.Decision) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -142,7 +169,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 			local = false
 			break
 		}
-		if ok, _ := s.answer(s.identity(h), h, now, &out[i]); !ok {
+		if ok, _ := s.answer(s.identity(h), h, now, &out[i], each != nil); !ok {
 			local = false
 			break
 		}
@@ -155,8 +182,16 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		now = int64(rand.Uint64())
 	}
 	s.misses.add(uint64(now))
-	if err := s.next.Take(ctx, hits, out); err != nil {
+	take := s.next.Take
+	if each != nil {
+		take = each
+	}
+	if err := take(ctx, hits, out); err != nil {
 		return err
+	}
+	if each != nil {
+		s.learnEach(hits, out, now)
+		return nil
 	}
 	allowed := true
 	for i := range hits {
@@ -195,7 +230,7 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 		now = s.clock()
 		id = s.identity(&h)
 		var ok bool
-		if ok, held = s.answer(id, &h, now, &d); ok {
+		if ok, held = s.answer(id, &h, now, &d, false); ok {
 			s.hits.add(uint64(now))
 			return d, nil
 		}
@@ -288,10 +323,27 @@ func (s *Store) identity(h *sluice.Hit) ident {
 	return ident{hi: u.Hi | 1, lo: u.Lo}
 }
 
+// learnEach learns what a request decided one by one teaches: the denials
+// (an overdrawn hit's denies every cost of at least 1 until its
+// RetryAfter), and forgets the entries of the hits that consumed.
+func (s *Store) learnEach(hits []sluice.Hit, out []sluice.Decision, now int64) {
+	for i := range hits {
+		h, d := &hits[i], &out[i]
+		switch {
+		case keyBefore(hits, i) || h.Cost == 0:
+		case learnable(h, d):
+			s.learn(s.identity(h), h, d, now)
+		case d.Allowed:
+			s.forget(s.identity(h))
+		}
+	}
+}
+
 // answer writes to d the cached denial of h, whose identity is id, and
 // reports whether there was one (ok), and whether the cache held an entry
-// of id, live or not (held).
-func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision) (ok, held bool) {
+// of id, live or not (held). each: only an entry that denies every cost
+// of at least 1 answers (see TakeEach).
+func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision, each bool) (ok, held bool) {
 	var e entry
 	held = s.lookup(id, &e)
 	switch {
@@ -300,7 +352,7 @@ func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision) (
 	case now >= e.until:
 		s.expire(id, now)
 		return false, true
-	case h.Cost < e.minCost:
+	case h.Cost < e.minCost, each && e.minCost > 1:
 		return false, true
 	}
 	*d = sluice.Decision{Limit: e.limit, Remaining: max(e.remaining, 0), Blocked: e.remaining < 0}
@@ -342,6 +394,11 @@ func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64) {
 		minCost:   h.Cost,
 		limit:     d.Limit,
 		remaining: d.Remaining,
+	}
+	if d.Overdrawn {
+		// In debt until RetryAfter, when a hit of cost 1 fits again: every
+		// cost is denied until then.
+		e.minCost = 1
 	}
 	if d.Blocked {
 		// The key is blocked until t0 + BlockFor at least (the store

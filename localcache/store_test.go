@@ -37,6 +37,11 @@ func (c *counting) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, 
 	return c.next.TakeOne(ctx, h)
 }
 
+func (c *counting) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	c.calls.Add(1)
+	return c.next.TakeEach(ctx, hits, out)
+}
+
 func (c *counting) Close() error { return c.next.Close() }
 
 // env is a cache over a counting memstore (A), and a second memstore (B)
@@ -608,5 +613,63 @@ func TestForwarding(t *testing.T) {
 		if c.Unwrap() != next || c.Health() != errDown || c.Close() != errDown || !next.closed {
 			t.Fatal("Unwrap, Health or Close not forwarded")
 		}
+	})
+}
+
+// each is take for requests decided one by one (TakeEach).
+func (e *env) each(hits ...sluice.Hit) (got, want []sluice.Decision, local bool) {
+	e.t.Helper()
+	before := e.a.calls.Load()
+	got = make([]sluice.Decision, len(hits))
+	want = make([]sluice.Decision, len(hits))
+	if err := e.cache.TakeEach(ctx, hits, got); err != nil {
+		e.t.Fatalf("cache TakeEach: %v", err)
+	}
+	if err := e.b.TakeEach(ctx, hits, want); err != nil {
+		e.t.Fatalf("store TakeEach: %v", err)
+	}
+	return got, want, e.a.calls.Load() == before
+}
+
+// TestEach: requests decided one by one are answered locally only from
+// entries that deny every cost (a denial of cost 1, an overdrawn hit), so
+// that a hit that would overdraw once its limit has room again always
+// reaches the store; what the cache answers is what the store would.
+func TestEach(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, localcache.Config{})
+		l := &sluice.Limit{Rate: 10, Period: time.Minute}
+		e.each(hit("k", l, 8))
+		// A charge of 5 with 2 left overdraws: the store is asked.
+		got, want, local := e.each(hit("k", l, 5))
+		if local || !got[0].Overdrawn {
+			t.Fatalf("overdrawing charge: %+v, local %v", got[0], local)
+		}
+		e.same("overdrawing charge", got[0], want[0])
+		// Every cost is denied until the debt is repaid: answered here.
+		for _, cost := range []int64{1, 3, 50} {
+			got, want, local = e.each(hit("k", l, cost))
+			if !local || got[0].Allowed {
+				t.Fatalf("cost %d in debt: %+v, local %v, want a local denial", cost, got[0], local)
+			}
+			if got[0].Allowed != want[0].Allowed || got[0].RetryAfter != want[0].RetryAfter {
+				t.Fatalf("cost %d in debt: cache %+v, store %+v", cost, got[0], want[0])
+			}
+		}
+		// A denial of cost 3 on a limit with 2 left (learned by Take)
+		// does not answer TakeEach, where the hit overdraws.
+		m := &sluice.Limit{Rate: 10, Period: time.Minute}
+		e.take(hit("m", m, 8))
+		if got, _, _ := e.take(hit("m", m, 3)); got[0].Allowed {
+			t.Fatalf("cost 3 with 2 left: %+v", got[0])
+		}
+		if _, _, local := e.take(hit("m", m, 3)); !local {
+			t.Fatal("Take: the cost-3 denial was not answered locally")
+		}
+		got, want, local = e.each(hit("m", m, 3))
+		if local || !got[0].Overdrawn {
+			t.Fatalf("TakeEach after a cost-3 denial: %+v, local %v, want the store's overdrawn hit", got[0], local)
+		}
+		e.same("TakeEach after a cost-3 denial", got[0], want[0])
 	})
 }
