@@ -33,6 +33,7 @@ type Decider struct {
 	rules    atomic.Pointer[rules.Config]
 	failover atomic.Pointer[failover]
 	plans    sync.Pool
+	each     atomic.Bool // the default of domains that set no all_or_nothing: each limit on its own
 }
 
 // NewDecider returns a Decider over lim with the rules cfg. Until
@@ -45,6 +46,35 @@ func NewDecider(lim *sluice.Limiter, cfg *rules.Config) *Decider {
 	d.failover.Store(&failover{Failover: Failover{Default: rules.FailOpen, Nodes: 1}})
 	d.plans.New = func() any { return new(scratch) }
 	return d
+}
+
+// SetAllOrNothing sets how the requests of a domain whose rules say
+// nothing (no `all_or_nothing:`) consume: true (the default of
+// NewDecider), every limit of a request decided together and none
+// consumed when one denies (Limiter.DecideInto); false, each limit on its
+// own, as envoyproxy/ratelimit counts: a limit that allows is consumed
+// even when another denies, and a denied hit with room left is consumed
+// past the limit as a debt (Limiter.DecideEach). sluice serve sets false,
+// Envoy's way, unless told otherwise.
+func (d *Decider) SetAllOrNothing(all bool) { d.each.Store(!all) }
+
+// AllOrNothing reports how domain's requests consume under the rules in
+// force (see SetAllOrNothing).
+func (d *Decider) AllOrNothing(domain string) bool {
+	if cfg := d.Rules(); cfg != nil {
+		if dom := cfg.Domain(domain); dom != nil {
+			return d.allOrNothing(dom)
+		}
+	}
+	return !d.each.Load()
+}
+
+// allOrNothing is AllOrNothing for a domain of the rules (nil: unknown).
+func (d *Decider) allOrNothing(dom *rules.Domain) bool {
+	if dom != nil && dom.AllOrNothing != nil {
+		return *dom.AllOrNothing
+	}
+	return !d.each.Load()
 }
 
 // Limiter returns the limiter the Decider decides with.
@@ -234,9 +264,13 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	hits := p.Hits
 	var overall sluice.Decision
 	var err error
-	if cause == nil {
+	each := !d.allOrNothing(p.Domain)
+	switch {
+	case cause == nil && each:
+		overall, err = d.limiter.DecideEach(ctx, hits, out)
+	case cause == nil:
 		overall, err = d.limiter.DecideInto(ctx, hits, out)
-	} else {
+	default:
 		overall, err = failedDecision(hits, cause)
 	}
 	if err != nil {

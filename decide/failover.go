@@ -144,7 +144,11 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 			return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("%w (failure_policy local, but no local limiter is set)", storeErr)
 		}
 		hits = f.localHits(s)
-		overall, err := f.Local.DecideInto(ctx, hits, out)
+		decide := f.Local.DecideInto
+		if !d.allOrNothing(p.Domain) {
+			decide = f.Local.DecideEach
+		}
+		overall, err := decide(ctx, hits, out)
 		if err != nil {
 			return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("local failure policy: %w (after the store failed: %v)", err, storeErr)
 		}

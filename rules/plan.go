@@ -96,8 +96,9 @@ type Plan struct {
 	// domain (every descriptor then matches nothing).
 	Domain *Domain
 
-	// Hits are the limits to decide together, all-or-nothing, in the order
-	// of the descriptors; the domain capacity last.
+	// Hits are the limits to decide, in the order of the descriptors; the
+	// domain capacity last. They are decided together, all-or-nothing, or
+	// one by one (Domain.AllOrNothing).
 	Hits []sluice.Hit
 
 	// Matches has one element per request descriptor.

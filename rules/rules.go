@@ -23,6 +23,14 @@ type Domain struct {
 	// file sets none, leaves it to the server.
 	FailurePolicy FailurePolicy
 
+	// AllOrNothing is how the domain's requests consume (the
+	// `all_or_nothing:` extension): true, every limit of a request decided
+	// together, none consumed when one denies; false, each limit on its
+	// own, as envoyproxy/ratelimit counts; nil, when the file says
+	// nothing, the front door's default (sluice serve: Envoy's way; the
+	// library, httplimit and sluice proxy: all-or-nothing).
+	AllOrNothing *bool
+
 	// Rules lists every descriptor of the file, nested ones included, in
 	// file order (depth first).
 	Rules []*Rule

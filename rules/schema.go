@@ -22,7 +22,7 @@ var envoyKeys = map[string]bool{
 
 // The keys each kind of mapping takes.
 var (
-	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "http"}
+	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
@@ -70,6 +70,10 @@ func (p *parser) root(n *yaml.Node) {
 			capacity = kv.V
 		case "failure_policy":
 			p.failurePolicy(kv.V)
+		case "all_or_nothing":
+			if b, ok := p.boolean(kv.V, "all_or_nothing"); ok {
+				p.d.AllOrNothing = &b
+			}
 		case "http":
 			// The section of the HTTP front doors (sluice proxy), which
 			// read it themselves (package httpconf): not rules.

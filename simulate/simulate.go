@@ -40,15 +40,30 @@ type Summary struct {
 	Rules    []RuleStats
 }
 
-// Run reads the whole trace from in (nothing is decided if any line is
-// malformed), replays it through cfg on a fresh memstore whose clock is the
-// trace's "at", and writes one RateLimitResponse in protobuf JSON plus "at"
-// per request to out.
+// Options are how a run decides, as the flags of sluice serve set it.
+type Options struct {
+	// AllOrNothing is the default of the domains that set no
+	// all_or_nothing: (sluice serve's --all-or-nothing): false counts each
+	// limit on its own, as envoyproxy/ratelimit and sluice serve do.
+	AllOrNothing bool
+}
+
+// Run is RunOptions with the default Options: the answers of sluice serve
+// run with its defaults.
 func Run(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Writer) (*Summary, error) {
+	return RunOptions(ctx, cfg, in, out, Options{})
+}
+
+// RunOptions reads the whole trace from in (nothing is decided if any line
+// is malformed), replays it through cfg on a fresh memstore whose clock is
+// the trace's "at", and writes one RateLimitResponse in protobuf JSON plus
+// "at" per request to out.
+func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Writer, opt Options) (*Summary, error) {
 	var now time.Time
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer store.Close()
 	dec := rls.NewDecider(sluice.NewLimiter(store), cfg)
+	dec.Core().SetAllOrNothing(opt.AllOrNothing)
 	events, err := ReadTrace(in, dec.Check)
 	if err != nil {
 		return nil, err

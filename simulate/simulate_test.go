@@ -95,7 +95,7 @@ descriptors:
 {"at":3001,"domain":"d","descriptors":[{"entries":[{"key":"probe","value":"x"}]}]}
 `
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), cfg, strings.NewReader(trace), &out)
+	sum, err := RunOptions(context.Background(), cfg, strings.NewReader(trace), &out, Options{AllOrNothing: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,16 +165,27 @@ func TestHitsAddendAndPeek(t *testing.T) {
 {"at":2,"domain":"d","descriptors":[{"entries":[{"key":"k"}],"hitsAddend":"4"}]}
 {"at":3,"domain":"d","descriptors":[{"entries":[{"key":"k"}],"hitsAddend":"3"}]}
 `
-	var out bytes.Buffer
-	if _, err := Run(context.Background(), cfg, strings.NewReader(trace), &out); err != nil {
-		t.Fatal(err)
-	}
-	got := decode(t, out.String())
-	wantCode := []string{"OK", "OK", "OVER_LIMIT", "OK"}
-	wantRemaining := []int{3, 3, 3, 0}
-	for i, l := range got {
-		if l.OverallCode != wantCode[i] || l.Statuses[0].LimitRemaining != wantRemaining[i] {
-			t.Errorf("request %d: %s remaining %d, want %s remaining %d", i, l.OverallCode, l.Statuses[0].LimitRemaining, wantCode[i], wantRemaining[i])
+	for _, mode := range []struct {
+		opt           Options
+		wantCode      []string
+		wantRemaining []int
+	}{
+		// All-or-nothing: the charge of 4 with 3 left is denied and
+		// consumes nothing, so 3 more fit.
+		{Options{AllOrNothing: true}, []string{"OK", "OK", "OVER_LIMIT", "OK"}, []int{3, 3, 3, 0}},
+		// As envoyproxy/ratelimit (INCRBY): the charge of 4 counts, past
+		// the limit, and the request after it is over the limit too.
+		{Options{}, []string{"OK", "OK", "OVER_LIMIT", "OVER_LIMIT"}, []int{3, 3, 0, 0}},
+	} {
+		var out bytes.Buffer
+		if _, err := RunOptions(context.Background(), cfg, strings.NewReader(trace), &out, mode.opt); err != nil {
+			t.Fatal(err)
+		}
+		got := decode(t, out.String())
+		for i, l := range got {
+			if l.OverallCode != mode.wantCode[i] || l.Statuses[0].LimitRemaining != mode.wantRemaining[i] {
+				t.Errorf("%+v, request %d: %s remaining %d, want %s remaining %d", mode.opt, i, l.OverallCode, l.Statuses[0].LimitRemaining, mode.wantCode[i], mode.wantRemaining[i])
+			}
 		}
 	}
 }

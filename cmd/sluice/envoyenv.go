@@ -39,10 +39,14 @@ var envoyVars = map[string]envoyVar{
 			return filepath.Join(root, sub, app), true
 		},
 	},
-	"grpc-addr":        hostPort("GRPC_HOST", "GRPC_PORT", "8081"),
-	"http-addr":        hostPort("HOST", "PORT", "8080"),
-	"debug-addr":       hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
-	"shadow-mode":      plain("SHADOW_MODE"),
+	"grpc-addr":   hostPort("GRPC_HOST", "GRPC_PORT", "8081"),
+	"http-addr":   hostPort("HOST", "PORT", "8080"),
+	"debug-addr":  hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
+	"shadow-mode": plain("SHADOW_MODE"),
+	// envoy-rl's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true keeps a
+	// request that one descriptor denies from counting the others: what
+	// all-or-nothing does (the denying descriptor's own count stays too).
+	"all-or-nothing":   plain("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
 	"near-limit-ratio": plain("NEAR_LIMIT_RATIO"),
 	"log-format":       plain("LOG_FORMAT"),
 	"log-level": {
@@ -108,7 +112,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"GRPC_SERVER_USE_TLS", "a TLS-terminating sidecar"},
 	{"CONFIG_TYPE", "--config (files only)"},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "nothing: the embedded store is local"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "nothing: denied requests never consume"},
 }
 
 // envoyRedis maps envoyproxy/ratelimit's Redis variables onto the flags:

@@ -51,6 +51,7 @@ type serveSettings struct {
 	snapshotInterval    time.Duration
 	responseHeaders     string
 	shadowMode          bool
+	allOrNothing        bool
 	nearLimitRatio      float64
 	logLevel            slog.Level
 	logFormat           string
@@ -86,6 +87,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
+	fs.BoolVar(&s.allOrNothing, "all-or-nothing", false, "decide every limit of a request together, none consumed when one denies (default: each on its own, as envoyproxy/ratelimit; a domain's all_or_nothing: wins)")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
@@ -286,7 +288,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	log := newLogger(s.logLevel, s.logFormat, stderr)
 	log.Info("starting sluice serve", "version", version, "config", s.config, "store", s.store,
 		"failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes,
-		"state_file", s.stateFile, "shadow_mode", s.shadowMode, "response_headers", s.responseHeaders)
+		"state_file", s.stateFile, "shadow_mode", s.shadowMode, "all_or_nothing", s.allOrNothing, "response_headers", s.responseHeaders)
 	for _, src := range s.sources {
 		log.Debug("setting from the environment", "setting", src)
 	}
@@ -326,6 +328,8 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		return err
 	}
 	defer stores.close()
+	// Envoy's way by default: each limit of a request counts on its own.
+	dec.Core().SetAllOrNothing(s.allOrNothing)
 	store := stores.mem
 	if store != nil {
 		if err := restoreState(store, s.stateFile, log); err != nil {

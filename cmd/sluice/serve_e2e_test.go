@@ -500,7 +500,9 @@ func TestServeE2E(t *testing.T) {
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	writeRules(t, rules, e2eRules)
-	p := startSluice(t, nil, "--config", rules, "--response-headers", "all")
+	// All-or-nothing, sluice's own way, which the subtests below check
+	// (envoy_count_e2e_test.go checks Envoy's, the default).
+	p := startSluice(t, nil, "--config", rules, "--response-headers", "all", "--all-or-nothing")
 
 	t.Run("limit", func(t *testing.T) {
 		p.t = t

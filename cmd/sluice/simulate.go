@@ -24,6 +24,7 @@ func cmdSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	config := fs.String("config", "", "rules file, or directory of rules files (one domain each)")
 	tracePath := fs.String("trace", "", `trace of requests, one JSON object per line ("-" for stdin)`)
 	quiet := fs.Bool("quiet", false, "do not print the summary")
+	allOrNothing := fs.Bool("all-or-nothing", false, "decide every limit of a request together, as sluice serve --all-or-nothing (default: each on its own, as sluice serve and envoyproxy/ratelimit)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: sluice simulate --config FILE --trace FILE
 
@@ -61,7 +62,7 @@ line fails the run, with its line number, before any decision is printed.
 		defer f.Close()
 		in = f
 	}
-	sum, err := simulate.Run(ctx, cfg, in, stdout)
+	sum, err := simulate.RunOptions(ctx, cfg, in, stdout, simulate.Options{AllOrNothing: *allOrNothing})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *tracePath, err)
 	}

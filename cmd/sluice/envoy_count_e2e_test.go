@@ -1,0 +1,104 @@
+package main
+
+import (
+	"path/filepath"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// countRules: a per-user limit of 1 a day and a per-ip limit of 10 a day,
+// the usual Envoy pair, and a token quota for the debit pattern.
+const countRules = `domain: count
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: ip
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: tokens
+    rate_limit: {unit: day, requests_per_unit: 100}
+`
+
+// remainingOf returns the limit_remaining of descriptor i of r.
+func remainingOf(r *rlsv3.RateLimitResponse, i int) uint32 {
+	return r.GetStatuses()[i].GetLimitRemaining()
+}
+
+// TestServeE2ECountsAsEnvoy: sluice serve counts as envoyproxy/ratelimit
+// by default: a request over one descriptor's limit still counts on the
+// others, unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true (envoy-rl's
+// test/integration/integration_test.go, testBasicConfig, "Limit now
+// against 2 keys in the same domain": key2's remaining goes on falling, or
+// stays with the setting). all_or_nothing: true in the domain, or
+// --all-or-nothing, decides every limit together.
+func TestServeE2ECountsAsEnvoy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		header string // prepended to the rules
+		ipLeft []uint32
+	}{
+		// Envoy's default: the denied requests count on ip (9, 8, 7).
+		{name: "default", ipLeft: []uint32{9, 8, 7}},
+		{name: "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", env: []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}, ipLeft: []uint32{9, 9, 9}},
+		{name: "all_or_nothing in the file", header: "all_or_nothing: true\n", ipLeft: []uint32{9, 9, 9}},
+		{name: "all_or_nothing false in the file beats the flag", env: []string{"SLUICE_ALL_OR_NOTHING=true"}, header: "all_or_nothing: false\n", ipLeft: []uint32{9, 8, 7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := filepath.Join(t.TempDir(), "rules.yaml")
+			writeRules(t, rules, tc.header+countRules)
+			p := startSluice(t, tc.env, "--config", rules)
+			for i, want := range tc.ipLeft {
+				r := p.must("count", desc("user", "u"), desc("ip", "1.2.3.4"))
+				wantCodes := "OVER_LIMIT:OVER_LIMIT,OK"
+				if i == 0 {
+					wantCodes = "OK:OK,OK"
+				}
+				if codesOf(r) != wantCodes || remainingOf(r, 1) != want {
+					t.Errorf("request %d: %s, ip remaining %d; want %s, %d", i+1, codesOf(r), remainingOf(r, 1), wantCodes, want)
+				}
+			}
+		})
+	}
+}
+
+// TestServeE2EDebit: Envoy's apply_on_stream_done pattern (LLM token
+// quotas): a check with hits_addend 0 before the request, the real cost
+// charged when the response ends. The charge that goes over the limit is
+// counted, so the next check is OVER_LIMIT, as envoyproxy/ratelimit
+// answers; once the limit is exhausted, denied charges count no more.
+func TestServeE2EDebit(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, countRules)
+	p := startSluice(t, nil, "--config", rules)
+	call := func(cost uint64) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := desc("tokens", "team-a")
+		d.HitsAddend = wrapperspb.UInt64(cost)
+		r, err := p.rlReq(&rlsv3.RateLimitRequest{Domain: "count", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatalf("cost %d: %v", cost, err)
+		}
+		return r
+	}
+	if r := call(0); codesOf(r) != "OK:OK" || remainingOf(r, 0) != 100 {
+		t.Fatalf("first check: %s %d", codesOf(r), remainingOf(r, 0))
+	}
+	if r := call(70); codesOf(r) != "OK:OK" || remainingOf(r, 0) != 30 {
+		t.Fatalf("charge of 70: %s %d", codesOf(r), remainingOf(r, 0))
+	}
+	if r := call(0); codesOf(r) != "OK:OK" {
+		t.Fatalf("check with 30 left: %s", codesOf(r))
+	}
+	// The response used 45 tokens: over the limit, counted all the same.
+	if r := call(45); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" || remainingOf(r, 0) != 0 {
+		t.Fatalf("charge of 45 with 30 left: %s %d", codesOf(r), remainingOf(r, 0))
+	}
+	for i := range 3 {
+		if r := call(0); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
+			t.Fatalf("check %d after the overdrawing charge: %s, want OVER_LIMIT", i+1, codesOf(r))
+		}
+	}
+}
