@@ -209,7 +209,7 @@ func FuzzSketch(f *testing.F) {
 				t.Fatalf("%+v #%d key %d at %d n=%d: sketch admits what the exact counts deny (prev %d curr %d)", p, i, key, ev.at, ev.n, w.prev, w.curr)
 			}
 			if keys == 1 {
-				want := w.result(p.Period, p.Capacity, ev.at, ev.n)
+				want := w.result(p.Period, p.Capacity, ev.at, ev.n, false)
 				if p.Rate == 0 {
 					want = zeroLimit(ev.n, w.end(p.Period)-ev.at)
 				}

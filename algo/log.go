@@ -57,6 +57,17 @@ func (l *Log) Newest() int64 {
 // hits are logged at t, keeping the log sorted. An entry with a negative N
 // counts as 0.
 func LogStep(p *Params, l *Log, now, n int64) (expired int, r Result) {
+	return logStep(p, l, now, n, false)
+}
+
+// LogStepEach is LogStep for a hit decided on its own (see Overdraw): a
+// peek at a log holding more than its capacity, a debt, is denied until
+// enough entries have left.
+func LogStepEach(p *Params, l *Log, now, n int64) (expired int, r Result) {
+	return logStep(p, l, now, n, true)
+}
+
+func logStep(p *Params, l *Log, now, n int64, debt bool) (expired int, r Result) {
 	if n < 0 {
 		n = 0
 	}
@@ -82,11 +93,11 @@ func LogStep(p *Params, l *Log, now, n int64) (expired int, r Result) {
 	}
 	c := p.Capacity
 	r = Result{Allowed: true, Remaining: max(c-sum, 0), ResetAfter: reset}
-	if n == 0 && sum <= c {
+	if n == 0 && (!debt || sum <= c) {
 		return expired, r
 	}
-	// A request, or a peek at a log in debt (Overdraw), which is over the
-	// limit until enough entries have left.
+	// A request, or a peek at a log in debt, which waits until enough
+	// entries have left.
 	r.Allowed = false
 	switch {
 	case n > c:

@@ -32,12 +32,11 @@ func Overdraw(p *Params, s State, now, n int64) (State, Result) {
 	next, r := Step(p, s, now, n)
 	now = clampNow(now)
 	if n <= 0 && r.Allowed && p.Rate > 0 {
-		// A peek at a bucket in debt is over the limit until the debt is
-		// repaid (the windows' Step says so itself: their counts exceed
-		// the capacity only in debt). Time going backwards makes a bucket
-		// look fuller, and so may deny a peek that Step allows: the safe
-		// side.
-		if retry, ok := bucketDebt(p, s, now); ok {
+		// A peek at a state in debt is over the limit until the debt is
+		// repaid. Time going backwards makes a bucket look fuller, and a
+		// sliding window weigh its previous count in full, and so may
+		// deny a peek that no debt explains: the safe side.
+		if retry, ok := debt(p, s, now); ok {
 			r.Allowed, r.RetryAfter = false, retry
 		}
 		return next, r
@@ -165,14 +164,25 @@ func slidingForce(p *Params, s State, now, n int64) State {
 	return State{A: addSat(w.end(p.Period), p.Period), B: int64(w.prev<<32 | curr)}
 }
 
-// bucketDebt reports whether the bucket state s is in debt at now (holds
-// more than its Capacity: TAT − now beyond Capacity·T, or a deficit beyond
-// Capacity) and the time until it is not.
-func bucketDebt(p *Params, s State, now int64) (retry int64, inDebt bool) {
+// debt reports whether the state s is in debt at now (counts more than
+// its Capacity: a window's count or estimate above it, a bucket's TAT −
+// now beyond Capacity·T or deficit beyond Capacity) and the time until it
+// is not.
+func debt(p *Params, s State, now int64) (retry int64, inDebt bool) {
 	if s.A <= now {
 		return 0, false
 	}
 	switch {
+	case p.Kind == FixedWindow:
+		ws := max(alignDown(now, p.Period), alignDown(s.A-1, p.Period))
+		if s.B <= p.Capacity {
+			return 0, false
+		}
+		return addSat(ws, p.Period) - now, true
+	case p.Kind == SlidingWindow:
+		w := readSlide(p.Period, s, now)
+		r := w.result(p.Period, min(p.Capacity, MaxSlidingWindowCapacity), now, 0, true)
+		return r.RetryAfter, !r.Allowed
 	case p.Kind == TokenBucket && p.Interval > 0:
 		d, a, tick, ok := discreteDeficit(p, s, now)
 		c := u64(uint64(p.Capacity))

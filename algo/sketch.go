@@ -148,6 +148,17 @@ func (s *CMSketch) estimate(w []uint32, h uint64) uint64 {
 // allowed request. RetryAfter assumes no other key adds to the key's
 // counters meanwhile.
 func (s *CMSketch) Check(p *Params, h uint64, now, n int64) Result {
+	return s.check(p, h, now, n, false)
+}
+
+// CheckEach is Check for a hit decided on its own (see Overdraw): a peek
+// at a key whose estimate is above the capacity, a debt, is denied until
+// the estimate is back within it.
+func (s *CMSketch) CheckEach(p *Params, h uint64, now, n int64) Result {
+	return s.check(p, h, now, n, true)
+}
+
+func (s *CMSketch) check(p *Params, h uint64, now, n int64, debt bool) Result {
 	if n < 0 {
 		n = 0
 	}
@@ -160,7 +171,7 @@ func (s *CMSketch) Check(p *Params, h uint64, now, n int64) Result {
 	if p.Rate == 0 {
 		return zeroLimit(n, w.end(p.Period)-now)
 	}
-	return w.result(p.Period, min(p.Capacity, MaxSlidingWindowCapacity), now, n)
+	return w.result(p.Period, min(p.Capacity, MaxSlidingWindowCapacity), now, n, debt)
 }
 
 // Add counts n hits for the key with hash h in the window holding now (or

@@ -15,10 +15,9 @@ package algo
 //
 //   - The zero State is a fresh key, and s.A is the idle-at time: at or after
 //     s.A the state is equivalent to the zero State.
-//   - n = 0 is a peek: it consumes nothing and reports Remaining and
-//     ResetAfter. It is allowed, except by a window that counts more than
-//     its capacity, which only a debt makes (see Overdraw, which denies a
-//     peek at a bucket in debt too). A negative n is treated as 0.
+//   - n = 0 is a peek: it is always allowed, consumes nothing and reports
+//     Remaining and ResetAfter (Overdraw's peek at a state in debt is
+//     denied). A negative n is treated as 0.
 //   - A zero limit (Rate 0 or Capacity 0) denies every n > 0 with RetryAfter
 //     [Never], as does any n above Capacity.
 //   - Times before the Unix epoch are treated as the epoch, and now is at most

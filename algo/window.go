@@ -27,11 +27,6 @@ func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
 	}
 	res.Remaining = max(p.Capacity-count, 0)
 	if n == 0 {
-		if count > p.Capacity {
-			// In debt (Overdraw): even a peek is over the limit until
-			// the window ends.
-			res.Allowed, res.RetryAfter = false, end-now
-		}
 		return s, res
 	}
 	res.Allowed = false
@@ -84,7 +79,7 @@ func slidingWindow(p *Params, s State, now, n int64) (State, Result) {
 	if p.Rate == 0 {
 		return s, zeroLimit(n, w.end(per)-now)
 	}
-	res := w.result(per, c, now, n)
+	res := w.result(per, c, now, n, false)
 	if !res.Allowed || n == 0 {
 		return s, res
 	}
@@ -147,14 +142,15 @@ func (w *slide) weighted(per int64, count uint64) u128 {
 // result decides a request of cost n against capacity c (c <= n is checked
 // against the estimate, never the raw counts). curr + n stays within uint64
 // because both are at most MaxSlidingWindowCapacity or MaxInt64.
-func (w *slide) result(per, c int64, now, n int64) Result {
+//
+// debt: a peek at an estimate above the capacity (a debt, see Overdraw) is
+// denied until the estimate is back within it.
+func (w *slide) result(per, c int64, now, n int64, debt bool) Result {
 	limit := mulU(uint64(c), uint64(per))
 	res := Result{Allowed: true, ResetAfter: w.end(per) - now}
 	if n == 0 {
 		res.Remaining = w.left(per, limit, w.curr)
-		if limit.less(w.weighted(per, w.curr)) {
-			// In debt (Overdraw): even a peek is over the limit until
-			// the estimate falls back to the capacity.
+		if debt && limit.less(w.weighted(per, w.curr)) {
 			res.Allowed = false
 			if t := w.retryAt(per, c, 0); t == math.MaxInt64 {
 				res.RetryAfter = Never

@@ -545,8 +545,12 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 			o.log = s.shards[s.shardOf(o.k)].logs[o.k].l
 		}
 		if o.until == 0 {
-			o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
-			o.r.Overdrawn = each && algo.Overdraws(o.r, h.Cost)
+			if each {
+				o.expired, o.r = algo.LogStepEach(&o.p, &o.log, now, h.Cost)
+				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost)
+			} else {
+				o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
+			}
 		}
 	case inSketch:
 		if q != nil {
@@ -556,8 +560,12 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 			}
 		}
 		if o.until == 0 {
-			o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
-			o.r.Overdrawn = each && algo.Overdraws(o.r, h.Cost)
+			if each {
+				o.r = o.sk.s.CheckEach(&o.p, o.k, now, h.Cost+o.pend)
+				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost)
+			} else {
+				o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
+			}
 		}
 	}
 }

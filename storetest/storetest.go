@@ -747,7 +747,7 @@ func (s suite) eachTrace(t *testing.T) {
 				var r algo.Result
 				if l.Algorithm == algo.SlidingLog {
 					var expired int
-					expired, r = algo.LogStep(&p, &log, now, n)
+					expired, r = algo.LogStepEach(&p, &log, now, n)
 					cost := int64(0)
 					if r.Allowed || algo.Overdraws(r, n) {
 						cost = n
