@@ -55,8 +55,8 @@ type batchReq struct {
 
 var batchReqs = sync.Pool{New: func() any { return &batchReq{ch: make(chan struct{}, 1)} }}
 
-// do decides the request of group g, built in mode "t", with others: its
-// answer is in g.res, or its error in g.err.
+// do decides the request of group g, built in mode "t" or "e", with
+// others: its answer is in g.res, or its error in g.err.
 func (b *batcher) do(c *conn, g *group, now string) {
 	r := batchReqs.Get().(*batchReq)
 	r.g, r.now, r.lead = g, now, nil
@@ -126,8 +126,12 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 	keys := make([]string, 0, nkeys)
 	args[0] = head
 	for _, r := range batch {
-		// A request's own header, "hits [now]", then its hits.
+		// A request's own header, "[e]hits [now]" (e: decided one by
+		// one), then its hits.
 		h := strconv.Itoa(len(r.g.idx))
+		if r.g.args[0][0] == 'e' {
+			h = "e" + h
+		}
 		if r.now != "" {
 			h += " " + r.now
 		}

@@ -502,6 +502,20 @@ func (s *Store) notConnected() error {
 // never takes a busy Redis for a dead one. Errors are
 // *sluice.StoreError, whose reason says what failed.
 func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.call1(ctx, hits, out, false)
+}
+
+// TakeEach implements sluice.EachTaker: the hits decided one by one, in
+// order, in the same script calls as Take (mode "e"), a denied hit with
+// room left consumed past its limit (algo.Overdraw). On a Cluster, the
+// slots' calls need no refund: each hit stands on its own.
+func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.call1(ctx, hits, out, true)
+}
+
+// call1 is Take, or TakeEach when each is set: one request, through the
+// gate, the breaker and the batcher.
+func (s *Store) call1(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -533,7 +547,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		return &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
 	}
 	start := time.Now()
-	err := s.take(s.ctx, c, hits, out)
+	err := s.take(s.ctx, c, hits, out, each)
 	s.metrics.observe(time.Since(start), err)
 	if err != nil && s.ctx.Err() != nil {
 		// Closed under the call: that says nothing about Redis.
@@ -598,7 +612,7 @@ type group struct {
 // on a standalone server or Sentinel, batched with concurrent requests):
 // when several slots are involved and one denies or fails, the others'
 // consumption is taken back.
-func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []sluice.Decision) error {
+func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	ops := make([]op, len(hits))
 	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
 	for i := range hits {
@@ -613,7 +627,10 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 		nowArg = strconv.FormatInt(s.now().UnixNano(), 10)
 	}
 	mode := "t"
-	if len(groups) > 1 {
+	switch {
+	case each:
+		mode = "e" // one by one: nothing to refund
+	case len(groups) > 1:
 		mode = "u" // with the undo strings of a refund
 	}
 	for _, g := range groups {
@@ -625,7 +642,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 		s.run(ctx, c, groups)
 	}
 	failed, allowed := verdict(hits, groups)
-	if (failed != nil || !allowed) && len(groups) > 1 {
+	if (failed != nil || !allowed) && len(groups) > 1 && !each {
 		s.refund(ctx, c, hits, ops, groups, nowArg)
 	}
 	if failed != nil {
@@ -735,7 +752,7 @@ func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 		s.metrics.fcalls.Add(1)
 		arr, err := s.fcall(ctx, c, fnName, g.keys, g.args).AsStrSlice()
 		want := len(g.idx)
-		if g.args[0][0] != 't' {
+		if m := g.args[0][0]; m == 'u' || m == 'r' {
 			want *= 3 // and two undo strings a hit
 		}
 		if err == nil && len(arr) != want {
@@ -890,7 +907,8 @@ func decision(h *sluice.Hit, p *algo.Params, f string) (sluice.Decision, error) 
 		}
 		n[i], rest = v, tail
 	}
-	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2]}
+	// A hit denied yet committed was overdrawn (mode "e").
+	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2], Overdrawn: !allowed && n[4] == 1}
 	d := h.Limit.DecisionOf(r, p)
 	if left := time.Duration(n[3]); left > 0 {
 		d = d.BlockedFor(left)

@@ -895,3 +895,76 @@ func TestBatching(t *testing.T) {
 		t.Errorf("the own limits consumed %d, want 500", consumed)
 	}
 }
+
+// TestBatchingEach: requests decided one by one (TakeEach, sluice serve's
+// default) go together in calls too, mixed with all-or-nothing ones, and
+// each keeps its own semantics: 2,000 requests from 64 goroutines, half
+// one by one, on a shared limit of 500 admit exactly 500; the one-by-one
+// requests consume their own limits whether the shared limit allows or
+// not, the all-or-nothing ones only when it does.
+func TestBatchingEach(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL()}, nil)
+	lim := sluice.NewLimiter(s)
+	shared := &sluice.Limit{Rate: 500, Period: time.Hour}
+	other := &sluice.Limit{Rate: 1_000_000, Period: time.Hour, Algorithm: sluice.SlidingLog}
+	warm(t, lim, shared)
+	const per = 2000 / 64
+	var wg sync.WaitGroup
+	var admitted, admittedAll atomic.Int64
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range per {
+				hits := []sluice.Hit{
+					{Key: "shared", Limit: shared, Cost: 1},
+					{Key: fmt.Sprintf("own:%d:%d", w, i), Limit: other, Cost: 1},
+				}
+				out := make([]sluice.Decision, 2)
+				var d sluice.Decision
+				var err error
+				if w%2 == 0 {
+					d, err = lim.DecideEach(context.Background(), hits, out)
+				} else {
+					d, err = lim.DecideInto(context.Background(), hits, out)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+					if w%2 == 1 {
+						admittedAll.Add(1)
+					}
+				}
+				if out[0].Overdrawn {
+					t.Errorf("a cost-1 hit overdrew: %+v", out[0])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 500 {
+		t.Errorf("%d admitted, want 500", got)
+	}
+	calls, requests := s.metrics.fcalls.Load(), s.metrics.ok.Load()
+	t.Logf("%d requests in %d script calls (%.1f a call)", requests, calls, float64(requests)/float64(calls))
+	if calls >= requests {
+		t.Errorf("%d script calls for %d requests: none went together", calls, requests)
+	}
+	var consumed int64
+	for w := range 64 {
+		for i := range per {
+			d, err := lim.AllowN(context.Background(), fmt.Sprintf("own:%d:%d", w, i), other, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			consumed += 1_000_000 - d.Remaining
+		}
+	}
+	// Every one-by-one request consumed its own limit; of the others,
+	// only the admitted.
+	if want := int64(32*per) + admittedAll.Load(); consumed != want {
+		t.Errorf("the own limits consumed %d, want %d (%d one by one, %d admitted all-or-nothing)", consumed, want, 32*per, admittedAll.Load())
+	}
+}

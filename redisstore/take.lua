@@ -14,7 +14,9 @@
 -- answers and write the same states.
 --
 -- ARGV: [1] "mode hits [now]": the mode ("t" take, "u" take and return
--- undo strings, "r" refund), the number of hits, and now in ns (absent:
+-- undo strings, "r" refund, "e" each: the hits decided one by one, as
+-- memstore's TakeEach, a denied hit with room left consumed past its limit
+-- (algo.overdraw), a peek at a state in debt denied), the number of hits, and now in ns (absent:
 -- Redis TIME); then two per hit: its spec (the limit: see spec.go; parsed once and cached) and "cost
 -- prev" (prev: 1-based index of the previous hit on the same state, 0 =
 -- none), followed for a sketch by its counter indexes. In refund mode two
@@ -30,7 +32,9 @@
 
 local X = int
 local step, log_step, log_commit = algo.step, algo.log_step, algo.log_commit
+local overdraw, overdraws, log_step_each = algo.overdraw, algo.overdraws, algo.log_step_each
 local slide_result, sketch_window = algo.slide_result, algo.sketch_window
+local slide_result_each = algo.slide_result_each
 local add_sat, zero_limit = algo.add_sat, algo.zero_limit
 local MAXSWC = int.MAX_SLIDING_WINDOW_CAPACITY
 local NS_PER_MS = 1000000
@@ -291,7 +295,23 @@ local function refund_window(o, cur, before, after)
 end
 
 local function commits(o)
-  return o.r.allowed and o.cost ~= 0 and not o.blocked
+  return (o.r.allowed or o.r.overdrawn) and o.cost ~= 0 and not o.blocked
+end
+
+-- fast_each reports whether a fast path's result r for a hit of cost n
+-- stands in mode "e": a peek may meet a debt, and a denial with room left
+-- overdraws, which only the exact path decides.
+local function fast_each(r, n)
+  if n == 0 then return false end
+  if r.allowed then return true end
+  local m = r.remaining
+  return m + 0 == m and m < 1
+end
+
+-- overdrawn is the result of an overdrawn hit from after, a hit of cost 1
+-- on the state it left (algo.Overdraw).
+local function overdrawn(after)
+  return {allowed = false, remaining = 0, reset = after.reset, retry = after.retry, overdrawn = true}
 end
 
 local BLOCKED = {allowed = false, remaining = 0, reset = 0, retry = 0}
@@ -398,7 +418,7 @@ local scratch = {allowed = false, remaining = 0, reset = 0, retry = 0}
 -- without block_for on the fast path, as decide would, with none of its
 -- bookkeeping: most requests are such. It returns false when it cannot,
 -- having changed nothing.
-local function decide1(KEYS, k, ARGV, a, out)
+local function decide1(KEYS, k, ARGV, a, out, each)
   local sp = spec(ARGV[a])
   local kind = sp.kind
   if kind > 4 or sp.block then return false end
@@ -416,7 +436,7 @@ local function decide1(KEYS, k, ARGV, a, out)
   if not rq or rq[2] ~= 0 then return false end
   local cost, key = rq[1], KEYS[k]
   local r, w, ttl = fn(sp, call('GET', key), S, F, cost, scratch)
-  if not r then return false end
+  if not r or (each and not fast_each(r, cost)) then return false end
   local ok, c = 0, 0
   if r.allowed then
     ok = 1
@@ -555,8 +575,11 @@ end
 -- KEYS[k] and hits at ARGV[a], appending its reply to out; it returns the
 -- indexes after them.
 local function decide(KEYS, k, ARGV, a, mode, nhits, out)
+  if nhits == 1 and mode == 'e' and S then
+    if decide1(KEYS, k, ARGV, a, out, true) then return k + 1, a + 2 end
+  end
   if nhits == 1 and mode == 't' and S then
-    if decide1(KEYS, k, ARGV, a, out) then return k + 1, a + 2 end
+    if decide1(KEYS, k, ARGV, a, out, false) then return k + 1, a + 2 end
     if sketch1(KEYS, k, ARGV, a, out) then return k + 3, a + 2 end
     if log1(KEYS, k, ARGV, a, out) then return k + 1, a + 2 end
   end
@@ -720,7 +743,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         elseif fn then
           o.raw = call('GET', o.key)
           local r, w, ttl = fn(sp, o.raw, S, F, o.cost)
-          if r then
+          if r and (mode ~= 'e' or fast_each(r, o.cost)) then
             o.r, o.written, o.ttl, o.fast, done = r, w, ttl, fn, true
           end
         end
@@ -737,6 +760,9 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         end
         if o.blocked then
           o.r = BLOCKED
+        elseif mode == 'e' then
+          o.next, o.r = overdraw(o.p, o.base, now, o.cost)
+          if commits(o) then o.written = encode_state(o.kind, o.next) end
         else
           o.next, o.r = step(o.p, o.base, now, o.cost)
           if commits(o) then o.written = encode_state(o.kind, o.next) end
@@ -753,7 +779,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         if ok then
           log_key = o.key
           local r, e, t, live = fast.log_step(sp, h, raw, 1, more_entries, S, F, o.cost)
-          if r then
+          if r and (mode ~= 'e' or fast_each(r, o.cost)) then
             o.r, o.expired, o.t, o.h, o.live, o.fast, done = r, e, t, h, live, true, true
             o.rawlog = raw
           end
@@ -768,7 +794,12 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         else
           o.log = read_log(o.key)
         end
-        o.expired, o.r = log_step(o.p, o.log, now, o.cost)
+        if mode == 'e' then
+          o.expired, o.r = log_step_each(o.p, o.log, now, o.cost)
+          if overdraws(o.r, o.cost) then o.r.overdrawn = true end
+        else
+          o.expired, o.r = log_step(o.p, o.log, now, o.cost)
+        end
       end
     else
       -- A sketch: its windows are brought forward to now (as
@@ -863,6 +894,15 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
             end
           end
         end
+        if mode == 'e' and not (sp.rate == 0) then
+          -- One by one: a peek may meet a debt and a denial with room
+          -- left overdraws (CheckEach), on the exact path.
+          now_x()
+          local ws = o.wsx or X.parse(o.ws_s)
+          o.wsx, o.ex = ws, o.ex or e
+          o.r = slide_result_each(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, ws, o.ex)
+          if overdraws(o.r, o.cost) then o.r.overdrawn = true end
+        end
         o.sk = {e = e, wsr = wsr, prev = prev, curr = curr}
       end
     end
@@ -874,7 +914,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
   local touched = {} -- the sketches (meta keys) added to
   for i = 1, nhits do
     local o = ops[i]
-    if allowed and commits(o) then
+    if (allowed or mode == 'e') and commits(o) then
       o.committed = true
       if o.kind <= 4 then
         o.undo1, o.undo2 = o.raw, o.written
@@ -895,6 +935,10 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
           commit_log_x(o.key, o.log, o.expired, now, o.cost, o.p.period)
           local last = log2.entries[#log2.entries]
           o.undo1, o.undo2 = X.str(last.at), X.str(o.cost)
+          if o.r.overdrawn then
+            local _, after = log_step(o.p, log2, now, 1)
+            o.r = overdrawn(after)
+          end
         end
         o.logdone = true
       else
@@ -921,7 +965,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         local target = math.min(est + add, MAXU32)
         local ts = format('%d', target)
         local args = {'BITFIELD', o.curk}
-        local undo = mode ~= 't' and {tostring(o.parity)}
+        local undo = (mode == 'u' or mode == 'r') and {tostring(o.parity)}
         local fresh = true -- every counter 0: the key may be new, without a TTL
         for j = 1, #o.cells do
           local v = vals[j]
@@ -941,8 +985,12 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         call('SET', o.meta, meta, 'KEEPTTL')
         if fresh then call('PEXPIRE', o.curk, o.ttl2) end
         if undo then o.undo1, o.undo2 = meta, concat(undo, ' ') end
+        if o.r.overdrawn then
+          o.r = overdrawn(slide_result(o.p.period, X.min(o.p.cap, MAXSWC), now, 1, o.sk.prev, target, o.wsx, o.ex))
+        end
       end
-    elseif not o.r.allowed and not o.blocked and o.bkey and o.cost ~= 0 then
+    end
+    if not o.r.allowed and not o.blocked and o.bkey and o.cost ~= 0 then
       -- A denial (by an enforced limit, or by a shadow limit that reports
       -- what enforcing it would do) starts a block_for penalty.
       local bf = o.sp.blockfor
@@ -982,7 +1030,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
     end
   end
 
-  if not allowed then
+  if not allowed and mode ~= 'e' then
     -- Nothing was consumed: a hit that would have allowed reports the state as
     -- it stands, as a peek at what the first hit on its state saw.
     for i = 1, nhits do
@@ -1035,7 +1083,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
       out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
     end
   end
-  if mode ~= 't' then
+  if mode == 'u' or mode == 'r' then
     for i = 1, nhits do
       out[#out + 1] = ops[i].undo1 or ''
       out[#out + 1] = ops[i].undo2 or ''
@@ -1063,14 +1111,16 @@ local function take(KEYS, ARGV)
   local k, a = 1, 2
   local timed = false
   for _ = 1, n do
-    local nhits, own = match(ARGV[a], '^(%d+) ?(%d*)$')
+    local one, nhits, own = match(ARGV[a], '^(e?)(%d+) ?(%d*)$')
     if own ~= '' then
       clock(own)
     elseif not timed then
       clock('')
       timed = true
     end
-    k, a = decide(KEYS, k, ARGV, a + 1, 't', tonumber(nhits), out)
+    local m = 't'
+    if one == 'e' then m = 'e' end
+    k, a = decide(KEYS, k, ARGV, a + 1, m, tonumber(nhits), out)
   end
   return out
 end

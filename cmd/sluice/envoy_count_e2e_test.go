@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/redistest"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -21,6 +23,20 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 100}
 `
 
+// storeArgs are the stores the counting tests run on: the embedded one,
+// and a real redis-server (the Lua scripts decide there), each test with
+// keys of its own (a prefix of its name).
+func storeArgs(t *testing.T) map[string]func(t *testing.T) []string {
+	t.Helper()
+	srv := redistest.Standalone(t)
+	return map[string]func(t *testing.T) []string{
+		"memory": func(*testing.T) []string { return []string{"--store", "memory"} },
+		"redis": func(t *testing.T) []string {
+			return []string{"--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":"}
+		},
+	}
+}
+
 // remainingOf returns the limit_remaining of descriptor i of r.
 func remainingOf(r *rlsv3.RateLimitResponse, i int) uint32 {
 	return r.GetStatuses()[i].GetLimitRemaining()
@@ -34,6 +50,12 @@ func remainingOf(r *rlsv3.RateLimitResponse, i int) uint32 {
 // stays with the setting). all_or_nothing: true in the domain, or
 // --all-or-nothing, decides every limit together.
 func TestServeE2ECountsAsEnvoy(t *testing.T) {
+	for store, sargs := range storeArgs(t) {
+		t.Run(store, func(t *testing.T) { countsAsEnvoy(t, sargs) })
+	}
+}
+
+func countsAsEnvoy(t *testing.T, sargs func(*testing.T) []string) {
 	for _, tc := range []struct {
 		name   string
 		env    []string
@@ -49,7 +71,7 @@ func TestServeE2ECountsAsEnvoy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rules := filepath.Join(t.TempDir(), "rules.yaml")
 			writeRules(t, rules, tc.header+countRules)
-			p := startSluice(t, tc.env, "--config", rules)
+			p := startSluice(t, tc.env, append([]string{"--config", rules}, sargs(t)...)...)
 			for i, want := range tc.ipLeft {
 				r := p.must("count", desc("user", "u"), desc("ip", "1.2.3.4"))
 				wantCodes := "OVER_LIMIT:OVER_LIMIT,OK"
@@ -70,9 +92,15 @@ func TestServeE2ECountsAsEnvoy(t *testing.T) {
 // counted, so the next check is OVER_LIMIT, as envoyproxy/ratelimit
 // answers; once the limit is exhausted, denied charges count no more.
 func TestServeE2EDebit(t *testing.T) {
+	for store, sargs := range storeArgs(t) {
+		t.Run(store, func(t *testing.T) { debit(t, sargs) })
+	}
+}
+
+func debit(t *testing.T, sargs func(*testing.T) []string) {
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, countRules)
-	p := startSluice(t, nil, "--config", rules)
+	p := startSluice(t, nil, append([]string{"--config", rules}, sargs(t)...)...)
 	call := func(cost uint64) *rlsv3.RateLimitResponse {
 		t.Helper()
 		d := desc("tokens", "team-a")

@@ -11,9 +11,13 @@
 -- int.eq) for never. Functions never modify their arguments.
 --
 --   algo.step(p, st, now, n) -> st2, r          kinds 0-4 (Step)
+--   algo.overdraw(p, st, now, n) -> st2, r      kinds 0-4 (Overdraw)
+--   algo.overdraws(r, n) -> bool                        (Overdraws)
 --   algo.log_step(p, log, now, n) -> expired, r        (LogStep)
+--   algo.log_step_each(p, log, now, n) -> expired, r   (LogStepEach)
 --   algo.log_commit(log, expired, now, n) -> log2, changed (Log.Commit)
 --   algo.slide_result(per, c, now, n, prev, curr, ws, e) -> r (CMSketch.Check)
+--   algo.slide_result_each(...) -> r, the same as CMSketch.CheckEach
 --   algo.sketch_window(per, start, now) -> ws, e, rel (CMSketch.rotate)
 --   algo.add_sat(a, b), algo.align_down(t, per), algo.clamp_now(now),
 --   algo.zero_limit(n, reset)
@@ -223,13 +227,22 @@ do
 
 	-- slide decides a request of cost n against capacity c (slide.result)
 	-- and returns the result and the end of the window.
-	local function slide(per, c, now, n, prev, curr, ws, e, pinned)
+	local function slide(per, c, now, n, prev, curr, ws, e, pinned, debt)
 		local limit = mul(c, per)
 		local wend = add_sat(ws, per)
 		local reset = sub(wend, now)
 		if n == 0 then
-			return { allowed = true, remaining = left(limit, weighted(per, prev, e, curr), per), reset = reset, retry = 0 },
-				wend
+			local x = weighted(per, prev, e, curr)
+			if debt and lt(limit, x) then
+				-- A peek at an estimate in debt (slide.result with debt).
+				local t = retry_at(per, c, 0, prev, curr, ws, wend, pinned)
+				local retry = NEVER
+				if not eq(t, MAXI64) then
+					if lt(now, t) then retry = sub(t, now) else retry = 1 end
+				end
+				return { allowed = false, remaining = left(limit, x, per), reset = reset, retry = retry }, wend
+			end
+			return { allowed = true, remaining = left(limit, x, per), reset = reset, retry = 0 }, wend
 		end
 		local after = add(curr, n)
 		if not lt(c, n) then
@@ -258,9 +271,9 @@ do
 			wend
 	end
 
-	local function sliding_window(p, s, now, n)
-		local per = p.period
-		local c = imin(p.cap, MSWC)
+	-- read_slide reads the sliding window counter's state at now
+	-- (readSlide): prev, curr, ws, e, pinned.
+	local function read_slide(per, s, now)
 		local e = mod(now, per)
 		local ws = sub(now, e)
 		local prev, curr, pinned = 0, 0, false
@@ -303,6 +316,13 @@ do
 				prev = s.curr
 			end
 		end
+		return prev, curr, ws, e, pinned
+	end
+
+	local function sliding_window(p, s, now, n)
+		local per = p.period
+		local c = imin(p.cap, MSWC)
+		local prev, curr, ws, e, pinned = read_slide(per, s, now)
 		if p.rate == 0 then
 			return s, zero_limit(n, sub(add_sat(ws, per), now))
 		end
@@ -343,7 +363,7 @@ do
 	-- against a sliding log (algo.LogStep): log is {entries=, sum=, seen=},
 	-- entries an array of {at=, n=}, oldest first; expired (a plain number)
 	-- counts the leading entries out of the window at t = max(now, seen).
-	function algo.log_step(p, log, now, n)
+	local function log_step(p, log, now, n, debt)
 		now = clamp_now(now)
 		local per = p.period
 		if per == 0 then
@@ -370,9 +390,10 @@ do
 		end
 		local c = p.cap
 		local r, have = settled(n, c, sum, reset)
-		if r then
+		if r and not (debt and n == 0 and lt(c, sum)) then
 			return expired, r
 		end
+		-- A request, or a peek at a log in debt (logStep with debt).
 		local room = sub(c, n)
 		if lt(room, sum) then
 			-- Wait until the oldest entries holding sum - room hits have
@@ -399,6 +420,14 @@ do
 			reset = sub(add_sat(t, per), now),
 			retry = 0,
 		}
+	end
+
+	function algo.log_step(p, log, now, n)
+		return log_step(p, log, now, n, false)
+	end
+
+	function algo.log_step_each(p, log, now, n)
+		return log_step(p, log, now, n, true)
 	end
 
 	-- algo.log_commit(log, expired, now, n) -> log2, changed drops the
@@ -449,7 +478,12 @@ do
 	-- window before and the window starting at ws, e into it, as
 	-- CMSketch.Check does (slide.result, never pinned). now is clamped.
 	function algo.slide_result(per, c, now, n, prev, curr, ws, e)
-		local r = slide(per, c, clamp_now(now), n, prev, curr, ws, e, false)
+		local r = slide(per, c, clamp_now(now), n, prev, curr, ws, e, false, false)
+		return r
+	end
+
+	function algo.slide_result_each(per, c, now, n, prev, curr, ws, e)
+		local r = slide(per, c, clamp_now(now), n, prev, curr, ws, e, false, true)
 		return r
 	end
 
@@ -474,6 +508,175 @@ do
 			end
 		end
 		return ws, sub(now, ws), "reset"
+	end
+
+	-- Overdraw: the hit that Step denies with room left is consumed past
+	-- the limit, a debt; a peek at a state in debt is denied. The force
+	-- functions mirror fixedForce, gcraForce, discreteForce and
+	-- slidingForce; debt mirrors debt.
+
+	local MAXU32 = 4294967295
+
+	local function fixed_force(p, s, now, n)
+		local per = p.period
+		local ws = align_down(now, per)
+		local count = 0
+		if lt(now, s.a) then
+			ws = imax(ws, align_down(sub(s.a, 1), per))
+			count = s.b
+		end
+		return { a = add_sat(ws, per), b = add_sat(count, n) }
+	end
+
+	local function gcra_x(p, s, now)
+		local x = 0
+		if lt(now, s.a) then
+			local b = s.b
+			if not lt(b, p.rate) then
+				b = 0
+			end
+			x = sub(mul(sub(s.a, now), p.rate), b)
+		end
+		return x
+	end
+
+	local function gcra_force(p, s, now, n)
+		local rate = p.rate
+		local x2 = add(gcra_x(p, s, now), mul(n, p.period))
+		local q = divceil(x2, rate)
+		local a2 = add(now, q)
+		if lt(MAXI64, a2) then
+			return { a = MAXI64, b = 0 }
+		end
+		return { a = a2, b = sub(mul(q, rate), x2) }
+	end
+
+	-- discrete_deficit returns the deficit d at the tick of now, the tokens
+	-- a tick adds and that tick (discreteDeficit), or nil for no refill.
+	local function discrete_deficit(p, s, now)
+		local prod = mul(p.rate, p.interval)
+		if not lt(prod, P64) then
+			return nil
+		end
+		local a = divmod(prod, p.period)
+		if a == 0 then
+			return nil
+		end
+		local iv = p.interval
+		local tick = align_down(now, iv)
+		local d = 0
+		if lt(now, s.a) then
+			local ticks, rem = divmod(sub(s.a, tick), iv)
+			if rem ~= 0 then
+				ticks = add(ticks, 1)
+			end
+			local r = s.b
+			if not lt(r, a) then
+				r = 0
+			end
+			d = sub(mul(ticks, a), r)
+		end
+		return d, a, tick
+	end
+
+	local function discrete_force(p, s, now, n)
+		local d, a, tick = discrete_deficit(p, s, now)
+		if d == nil then
+			return s
+		end
+		local d2 = add(d, n)
+		local q = divceil(d2, a)
+		local a2 = add(tick, mul(q, p.interval))
+		if lt(MAXI64, a2) then
+			return { a = MAXI64, b = 0 }
+		end
+		return { a = a2, b = sub(mul(q, a), d2) }
+	end
+
+	local function sliding_force(p, s, now, n)
+		local per = p.period
+		local prev, curr, ws = read_slide(per, s, now)
+		return { a = add_sat(add_sat(ws, per), per), prev = prev, curr = imin(add(curr, n), MAXU32) }
+	end
+
+	-- debt returns the time until the state s is out of debt at now, or
+	-- nil when it is not in debt.
+	local function debt(p, s, now)
+		if not lt(now, s.a) then
+			return nil
+		end
+		local kind = p.kind
+		if kind == 0 then
+			if not lt(p.cap, s.b) then
+				return nil
+			end
+			local ws = imax(align_down(now, p.period), align_down(sub(s.a, 1), p.period))
+			return sub(add_sat(ws, p.period), now)
+		elseif kind == 4 then
+			local per = p.period
+			local prev, curr, ws, e, pinned = read_slide(per, s, now)
+			local r = slide(per, imin(p.cap, MSWC), now, 0, prev, curr, ws, e, pinned, true)
+			if r.allowed then
+				return nil
+			end
+			return r.retry
+		elseif kind == 1 and p.interval ~= 0 then
+			local d, a, tick = discrete_deficit(p, s, now)
+			if d == nil or not lt(p.cap, d) then
+				return nil
+			end
+			local j = divceil(sub(d, p.cap), a)
+			local u = add(tick, mul(j, p.interval))
+			if lt(MAXI64, u) then
+				return NEVER
+			end
+			return sub(u, now)
+		elseif kind >= 1 and kind <= 3 then
+			local x = gcra_x(p, s, now)
+			local tol = mul(p.cap, p.period)
+			if not lt(tol, x) then
+				return nil
+			end
+			return sat(divceil(sub(x, tol), p.rate))
+		end
+		return nil
+	end
+
+	-- algo.overdraws(r, n): a hit of cost n answered r is consumed under
+	-- Overdraw's rule (Overdraws).
+	function algo.overdraws(r, n)
+		return not r.allowed and n ~= 0 and not lt(r.remaining, 1)
+	end
+
+	function algo.overdraw(p, st, now, n)
+		local st2, r = algo.step(p, st, now, n)
+		now = clamp_now(now)
+		if n == 0 then
+			if r.allowed and p.rate ~= 0 and p.period ~= 0 then
+				local retry = debt(p, st, now)
+				if retry ~= nil then
+					return st2, { allowed = false, remaining = r.remaining, reset = r.reset, retry = retry }
+				end
+			end
+			return st2, r
+		end
+		if not algo.overdraws(r, n) then
+			return st2, r
+		end
+		local kind, f = p.kind, nil
+		if kind == 0 then
+			f = fixed_force(p, st, now, n)
+		elseif kind == 1 and p.interval ~= 0 then
+			f = discrete_force(p, st, now, n)
+		elseif kind >= 1 and kind <= 3 then
+			f = gcra_force(p, st, now, n)
+		elseif kind == 4 then
+			f = sliding_force(p, st, now, n)
+		else
+			return st2, r
+		end
+		local _, after = algo.step(p, f, now, 1)
+		return f, { allowed = false, remaining = 0, reset = after.reset, retry = after.retry, overdrawn = true }
 	end
 
 	algo.add_sat = add_sat
