@@ -355,6 +355,48 @@ func TestStep(t *testing.T) {
 	}
 }
 
+// overdrawTrace generates a trace of algo.Overdraw and its expected output.
+func overdrawTrace(r *rand.Rand, kind algo.Kind) *trace {
+	p := genParams(r, kind)
+	now := genStart(r, p.Period)
+	s := genState(r, p, now)
+	var in strings.Builder
+	fmt.Fprintf(&in, "%s %s", fmtParams(p), fmtState(kind, s))
+	tr := &trace{}
+	for range between(r, stepsLo, stepsHi) {
+		n := genN(r, p.Capacity)
+		s2, res := algo.Overdraw(&p, s, now, n)
+		if res.Allowed || res.Overdrawn {
+			s = s2
+		}
+		flag := "-"
+		if res.Overdrawn {
+			flag = "o"
+		}
+		fmt.Fprintf(&in, " %d %d", now, n)
+		s0, now0 := s, now
+		tr.step(fmtResult(res)+" "+flag+" "+fmtState(kind, s), func() string {
+			return fmt.Sprintf("params %+v state after %+v now %d n %d", p, s0, now0, n)
+		})
+		now = genNext(r, now, p.Period, p.Rate)
+	}
+	tr.in = in.String()
+	return tr
+}
+
+// TestOverdraw runs random traces of the five algorithms with a State
+// through algo.Overdraw and algo.overdraw: the debts of requests decided
+// one by one, and peeks at them, as Redis computes them.
+func TestOverdraw(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t)
+	for i, kind := range []algo.Kind{algo.FixedWindow, algo.TokenBucket, algo.LeakyBucket, algo.GCRA, algo.SlidingWindow} {
+		t.Run(kind.String(), func(t *testing.T) {
+			runRandom(t, d, uint64(101+i), "overdraw", func(r *rand.Rand) *trace { return overdrawTrace(r, kind) })
+		})
+	}
+}
+
 func fmtEntries(es []algo.LogEntry) string {
 	parts := make([]string, len(es))
 	for i, e := range es {

@@ -143,6 +143,31 @@ function cases.step(w)
 	return table.concat(lines, "\n")
 end
 
+-- overdraw: as step, through algo.overdraw: one line a step: the result,
+-- "o" when overdrawn else "-", and the state after it (kept when allowed
+-- or overdrawn).
+function cases.overdraw(w)
+	local p = params(w)
+	local kind = p.kind
+	local st, i
+	if kind == 4 then
+		st, i = { a = w[6], prev = w[7], curr = w[8] }, 9
+	else
+		st, i = { a = w[6], b = w[7] }, 8
+	end
+	local lines = {}
+	while w[i] do
+		local now, n = w[i], w[i + 1]
+		i = i + 2
+		local st2, r = algo.overdraw(p, st, now, n)
+		if r.allowed or r.overdrawn then
+			st = st2
+		end
+		lines[#lines + 1] = result(r) .. " " .. (r.overdrawn and "o" or "-") .. " " .. state_str(st, kind)
+	end
+	return table.concat(lines, "\n")
+end
+
 -- log: "kind rate period cap interval seen k (at n)*k (now n)..." -> one
 -- line a step: expired, the result, then the log after its commit (every
 -- step commits: the expired entries go, the hits of an allowed one are
