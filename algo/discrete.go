@@ -25,27 +25,14 @@ import (
 // would fit, or Never for n > Capacity. Time going backwards moves to an
 // earlier tick, which only makes the deficit larger.
 func discreteBucket(p *Params, s State, now, n int64) (State, Result) {
-	hi, lo := bits.Mul64(uint64(p.Rate), uint64(p.Interval))
-	a := lo / uint64(p.Period) // tokens per tick
-	if hi != 0 || a == 0 {
+	d, a, tick, ok := discreteDeficit(p, s, now) // d: the deficit at this tick; a: tokens per tick
+	if !ok {
 		return s, zeroLimit(n, 0) // not valid Params: no refill
 	}
 	iv := p.Interval
 	c := uint64(p.Capacity)
-	tick := alignDown(now, iv)
-
-	var d u128 // deficit at this tick
 	var reset int64
 	if s.A > now {
-		ticks := uint64(s.A-tick) / uint64(iv) // whole ticks until the bucket is full
-		if (s.A-tick)%iv != 0 {
-			ticks++ // not a state Step wrote; the later tick is the safe reading
-		}
-		r := uint64(s.B)
-		if s.B < 0 || r >= a {
-			r = 0
-		}
-		d = mulU(ticks, a).sub(u64(r))
 		reset = s.A - now
 	}
 	left := int64(0)
@@ -83,4 +70,29 @@ func discreteBucket(p *Params, s State, now, n int64) (State, Result) {
 		Remaining:  int64(c - d2.lo),
 		ResetAfter: newA - now,
 	}
+}
+
+// discreteDeficit reads the discrete token bucket's state s at now, as
+// discreteBucket does: the deficit d at the tick of now, the tokens a a
+// tick adds, and that tick. ok is false for Params with no refill.
+func discreteDeficit(p *Params, s State, now int64) (d u128, a uint64, tick int64, ok bool) {
+	hi, lo := bits.Mul64(uint64(p.Rate), uint64(p.Interval))
+	a = lo / uint64(p.Period)
+	if hi != 0 || a == 0 {
+		return d, a, 0, false
+	}
+	iv := p.Interval
+	tick = alignDown(now, iv)
+	if s.A > now {
+		ticks := uint64(s.A-tick) / uint64(iv) // whole ticks until the bucket is full
+		if (s.A-tick)%iv != 0 {
+			ticks++ // not a state Step wrote; the later tick is the safe reading
+		}
+		r := uint64(s.B)
+		if s.B < 0 || r >= a {
+			r = 0
+		}
+		d = mulU(ticks, a).sub(u64(r))
+	}
+	return d, a, tick, true
 }

@@ -1,9 +1,6 @@
 package algo
 
-import (
-	"math"
-	"math/bits"
-)
+import "math"
 
 // Overdraw is Step for a hit decided on its own, as envoyproxy/ratelimit
 // counts (sluice.Limiter.DecideEach): a hit that fits is admitted as by
@@ -128,31 +125,6 @@ func discreteForce(p *Params, s State, now, n int64) State {
 	}
 	b := mulU(q.lo, a).sub(d2).lo
 	return State{A: tick + int64(span.lo), B: int64(b)}
-}
-
-// discreteDeficit reads the discrete token bucket's state s at now, as
-// discreteBucket does: the deficit d at the tick of now, the tokens a a
-// tick adds, and that tick. ok is false for Params with no refill.
-func discreteDeficit(p *Params, s State, now int64) (d u128, a uint64, tick int64, ok bool) {
-	hi, lo := bits.Mul64(uint64(p.Rate), uint64(p.Interval))
-	a = lo / uint64(p.Period)
-	if hi != 0 || a == 0 {
-		return d, a, 0, false
-	}
-	iv := p.Interval
-	tick = alignDown(now, iv)
-	if s.A > now {
-		ticks := uint64(s.A-tick) / uint64(iv)
-		if (s.A-tick)%iv != 0 {
-			ticks++
-		}
-		r := uint64(s.B)
-		if s.B < 0 || r >= a {
-			r = 0
-		}
-		d = mulU(ticks, a).sub(u64(r))
-	}
-	return d, a, tick, true
 }
 
 // slidingForce counts n in the current window past the capacity; the

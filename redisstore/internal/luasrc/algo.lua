@@ -150,18 +150,20 @@ do
 			{ allowed = true, remaining = left(tol, x2, period), reset = q, retry = 0 }
 	end
 
-	local function discrete_bucket(p, s, now, n)
+	-- discrete_deficit returns the deficit d at the tick of now, the tokens
+	-- a tick adds and that tick (discreteDeficit), or nil for no refill.
+	local function discrete_deficit(p, s, now)
 		local prod = mul(p.rate, p.interval)
 		if not lt(prod, P64) then
-			return s, zero_limit(n, 0)
+			return nil
 		end
-		local a = divmod(prod, p.period) -- tokens per tick
+		local a = divmod(prod, p.period)
 		if a == 0 then
-			return s, zero_limit(n, 0)
+			return nil
 		end
-		local iv, c = p.interval, p.cap
+		local iv = p.interval
 		local tick = align_down(now, iv)
-		local d, reset = 0, 0
+		local d = 0
 		if lt(now, s.a) then
 			local ticks, rem = divmod(sub(s.a, tick), iv)
 			if rem ~= 0 then
@@ -172,6 +174,18 @@ do
 				r = 0
 			end
 			d = sub(mul(ticks, a), r)
+		end
+		return d, a, tick
+	end
+
+	local function discrete_bucket(p, s, now, n)
+		local d, a, tick = discrete_deficit(p, s, now) -- a: tokens per tick
+		if d == nil then
+			return s, zero_limit(n, 0)
+		end
+		local iv, c = p.interval, p.cap
+		local reset = 0
+		if lt(now, s.a) then
 			reset = sub(s.a, now)
 		end
 		local res, have = settled(n, c, d, reset)
@@ -549,34 +563,6 @@ do
 			return { a = MAXI64, b = 0 }
 		end
 		return { a = a2, b = sub(mul(q, rate), x2) }
-	end
-
-	-- discrete_deficit returns the deficit d at the tick of now, the tokens
-	-- a tick adds and that tick (discreteDeficit), or nil for no refill.
-	local function discrete_deficit(p, s, now)
-		local prod = mul(p.rate, p.interval)
-		if not lt(prod, P64) then
-			return nil
-		end
-		local a = divmod(prod, p.period)
-		if a == 0 then
-			return nil
-		end
-		local iv = p.interval
-		local tick = align_down(now, iv)
-		local d = 0
-		if lt(now, s.a) then
-			local ticks, rem = divmod(sub(s.a, tick), iv)
-			if rem ~= 0 then
-				ticks = add(ticks, 1)
-			end
-			local r = s.b
-			if not lt(r, a) then
-				r = 0
-			end
-			d = sub(mul(ticks, a), r)
-		end
-		return d, a, tick
 	end
 
 	local function discrete_force(p, s, now, n)

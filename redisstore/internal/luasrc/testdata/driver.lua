@@ -115,15 +115,19 @@ end
 
 -- step: "kind rate period cap interval a b|prev curr (now n)..." -> one
 -- line a step: the result, "=" when st2 is st else "*", and the state.
+-- state_of reads the state after the params of w, for kind: the state and
+-- the index of the first step.
+local function state_of(w, kind)
+	if kind == 4 then
+		return { a = w[6], prev = w[7], curr = w[8] }, 9
+	end
+	return { a = w[6], b = w[7] }, 8
+end
+
 function cases.step(w)
 	local p = params(w)
 	local kind = p.kind
-	local st, i
-	if kind == 4 then
-		st, i = { a = w[6], prev = w[7], curr = w[8] }, 9
-	else
-		st, i = { a = w[6], b = w[7] }, 8
-	end
+	local st, i = state_of(w, kind)
 	local lines = {}
 	local before = state_str(st, kind) -- to tell that step leaves st alone
 	while w[i] do
@@ -149,12 +153,7 @@ end
 function cases.overdraw(w)
 	local p = params(w)
 	local kind = p.kind
-	local st, i
-	if kind == 4 then
-		st, i = { a = w[6], prev = w[7], curr = w[8] }, 9
-	else
-		st, i = { a = w[6], b = w[7] }, 8
-	end
+	local st, i = state_of(w, kind)
 	local lines = {}
 	while w[i] do
 		local now, n = w[i], w[i + 1]
