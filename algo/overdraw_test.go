@@ -102,6 +102,7 @@ func TestOverdrawBeyondCapacity(t *testing.T) {
 func TestOverdrawProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	kinds := []Kind{FixedWindow, SlidingWindow, TokenBucket, LeakyBucket, GCRA}
+	overdrawn := map[Kind]int{}
 	for trial := range 2000 {
 		p := Params{Kind: kinds[trial%len(kinds)], Rate: 1 + rng.Int64N(20), Period: (1 + rng.Int64N(60)) * sec}
 		p.Capacity = p.Rate
@@ -136,14 +137,28 @@ func TestOverdrawProperties(t *testing.T) {
 				t.Fatalf("%+v: overdrew with no room left: %+v", p, sr)
 			}
 			if r.Overdrawn {
-				// The debt is at most the hit's cost beyond the limit:
-				// a peek is denied now and allowed once the
-				// retry time is past.
+				overdrawn[p.Kind]++
+				// The debt bound: a hit overdraws only with room for
+				// one more (usage at most Capacity − 1), and adds its
+				// own cost, no more: the state is exactly the one the
+				// same limit with n more capacity admits the hit to.
+				big := p
+				big.Capacity += n
+				bigNext, br := Step(&big, s, now, n)
+				if !br.Allowed || bigNext != next {
+					t.Fatalf("%+v at %d cost %d: overdrawn state %+v, but with %d more capacity Step gives %+v (%+v)", p, now, n, next, n, bigNext, br)
+				}
+				// A peek sees the debt.
 				if _, pk := Overdraw(&p, next, now, 0); pk.Allowed {
 					t.Fatalf("%+v: peek allowed right after overdrawing", p)
 				}
 			}
 			s = next
+		}
+	}
+	for _, k := range kinds {
+		if overdrawn[k] < 100 {
+			t.Errorf("%s: %d overdrawn hits in the traces; the properties were hardly exercised", k, overdrawn[k])
 		}
 	}
 }
