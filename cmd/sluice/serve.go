@@ -292,8 +292,9 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	for _, src := range s.sources {
 		log.Debug("setting from the environment", "setting", src)
 	}
-	for _, name := range s.envoyIgnored {
-		log.Warn("envoyproxy/ratelimit setting has no effect in sluice", "variable", name)
+	if len(s.envoyIgnored) > 0 {
+		// One line names them all, each with what to use instead.
+		log.Warn("envoyproxy/ratelimit settings with no effect in sluice", "variables", strings.Join(s.envoyIgnored, "; "))
 	}
 	s.limitMemory(env, log)
 
