@@ -34,7 +34,13 @@ type Decider struct {
 	failover atomic.Pointer[failover]
 	plans    sync.Pool
 	each     atomic.Bool // the default of domains that set no all_or_nothing: each limit on its own
+	quota    atomic.Bool // every descriptor a quota (envoy-rl's QUOTA_MODE)
 }
+
+// SetQuotaMode makes every limited descriptor a quota, as if each rule set
+// quota_mode (envoyproxy/ratelimit's QUOTA_MODE): a request is denied by
+// its descriptors only when all of them are over their limits.
+func (d *Decider) SetQuotaMode(on bool) { d.quota.Store(on) }
 
 // NewDecider returns a Decider over lim with the rules cfg. Until
 // SetFailover, a store failure is answered fail_open in every domain that
@@ -110,6 +116,11 @@ type DescriptorOutcome struct {
 	// limits: the descriptor is allowed.
 	ShadowOver bool
 
+	// Quota reports a quota descriptor (its rule's quota_mode, or the
+	// Decider's SetQuotaMode): the request is denied by its quota
+	// descriptors only when every one of them is over its limit.
+	Quota bool
+
 	// Decision is the deciding limit of the descriptor. Under the local
 	// failure policy, Limit is the node's divided copy of the configured
 	// limit (see Failover).
@@ -132,7 +143,8 @@ type LimitOutcome struct {
 // (metrics, response headers, the simulator's summary).
 type Outcome struct {
 	// Overall is the request's decision: denied when any limit denied it
-	// (a descriptor's, or the domain capacity), allowed otherwise.
+	// (a descriptor's, or the domain capacity), allowed otherwise; but
+	// quota descriptors deny only all together (DescriptorOutcome.Quota).
 	Overall     sluice.Decision
 	Descriptors []DescriptorOutcome
 
@@ -264,7 +276,12 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	hits := p.Hits
 	var overall sluice.Decision
 	var err error
-	each := !d.allOrNothing(p.Domain)
+	// A request with quota descriptors is decided one by one whatever
+	// all_or_nothing says: a quota over its limit does not deny the
+	// request while another has room, so it must not stop the others
+	// from counting either.
+	quota := d.hasQuota(p)
+	each := quota || !d.allOrNothing(p.Domain)
 	switch {
 	case cause == nil && each:
 		overall, err = d.limiter.DecideEach(ctx, hits, out)
@@ -307,8 +324,58 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 		do.Decision, do.Limit = dd, dh[dd.Index].Limit
 		do.Over = !dd.Allowed || dd.Shadow
 		do.ShadowOver = dd.Allowed && dd.Shadow
+		do.Quota = quota && (d.quota.Load() || m.Rule != nil && m.Rule.QuotaMode)
+	}
+	if quota {
+		o.quotaOverall(p.Capacity)
 	}
 	return nil
+}
+
+// hasQuota reports whether a descriptor of the plan is a quota.
+func (d *Decider) hasQuota(p *rules.Plan) bool {
+	global := d.quota.Load()
+	for i := range p.Matches {
+		m := &p.Matches[i]
+		if m.Count > 0 && (global || m.Rule != nil && m.Rule.QuotaMode) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotaOverall sets o.Overall as envoyproxy/ratelimit decides a request
+// with quota descriptors: denied when a descriptor that is not a quota is
+// over its limit (or the domain capacity, the hit at index capacity of
+// o.Limits, -1 if none), or when every quota descriptor is.
+func (o *Outcome) quotaOverall(capacity int) {
+	quotas, quotasOver, otherOver := 0, 0, false
+	for i := range o.Descriptors {
+		do := &o.Descriptors[i]
+		if !do.Limited {
+			continue
+		}
+		over := do.Over && !do.ShadowOver
+		switch {
+		case do.Quota:
+			quotas++
+			if over {
+				quotasOver++
+			}
+		case over:
+			otherOver = true
+		}
+	}
+	if capacity >= 0 && capacity < len(o.Limits) {
+		if c := o.Limits[capacity].Decision; !c.Allowed && !o.Limits[capacity].Limit.Shadow {
+			otherOver = true
+		}
+	}
+	if otherOver || quotas > 0 && quotas == quotasOver || o.Overall.Allowed {
+		return
+	}
+	// Only quotas denied, and not all of them: the request passes.
+	o.Overall.Allowed, o.Overall.RetryAfter, o.Overall.Blocked = true, 0, false
 }
 
 // failedDecision is what the limiter's DecideInto returns for hits when its

@@ -16,10 +16,13 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -31,9 +34,18 @@ import (
 // and the failure policies of a decide.Decider. It is safe for concurrent
 // use.
 type Decider struct {
-	core  *decide.Decider
-	convs sync.Pool // *convScratch
+	core     *decide.Decider
+	convs    sync.Pool // *convScratch
+	metadata atomic.Bool
 }
+
+// SetDynamicMetadata adds to every response the dynamic metadata of
+// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA, for Envoy to route or
+// log on: the domain, the request's descriptors (their entries as
+// "key=value", their limit and hits_addend when set), the request's
+// hits_addend when set, and the metadata of the rules of the descriptors
+// that passed, merged.
+func (d *Decider) SetDynamicMetadata(on bool) { d.metadata.Store(on) }
 
 // NewDecider returns a Decider over a new decide.Decider of lim and cfg
 // (see decide.NewDecider).
@@ -240,7 +252,66 @@ func (d *Decider) decide(ctx context.Context, req *rlsv3.RateLimitRequest, o *Ou
 		return err
 	}
 	o.respond()
+	if d.metadata.Load() {
+		o.Response.DynamicMetadata = dynamicMetadata(req, o)
+	}
 	return nil
+}
+
+// dynamicMetadata is envoyproxy/ratelimit's response dynamic metadata for
+// req and its outcome o.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, o *Outcome) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, pd := range req.GetDescriptors() {
+		f := map[string]*structpb.Value{}
+		entries := make([]*structpb.Value, 0, len(pd.GetEntries()))
+		for _, e := range pd.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		f["entries"] = structpb.NewListValue(&structpb.ListValue{Values: entries})
+		if l := pd.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(prototext.Format(l))
+		}
+		if h := pd.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i := range o.Descriptors {
+		do := &o.Descriptors[i]
+		if do.Status != rules.Limited || do.Rule == nil || do.Rule.Metadata == nil || do.Over && !do.ShadowOver {
+			continue
+		}
+		if s, err := structpb.NewStruct(do.Rule.Metadata); err == nil {
+			mergeMetadata(passed, s)
+		}
+	}
+	if len(passed.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata merges src into dst: a key dst lacks is added, two
+// structs under one key are merged, and otherwise dst's value stays (as
+// envoyproxy/ratelimit merges).
+func mergeMetadata(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		dv, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = v
+			continue
+		}
+		if ds, ss := dv.GetStructValue(), v.GetStructValue(); ds != nil && ss != nil {
+			mergeMetadata(ds, ss)
+		}
+	}
 }
 
 // respond builds o.Response from the core's outcome, as

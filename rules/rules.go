@@ -85,6 +85,16 @@ type Rule struct {
 	ValueToMetric  bool // value_to_metric: this level's request value in the stats key
 	ShareThreshold bool // share_threshold: all values matching this wildcard share a counter
 
+	// QuotaMode (quota_mode) makes the descriptor a quota: a request is
+	// denied by its quota descriptors only when every one of them is over
+	// its limit (envoyproxy/ratelimit's quota mode).
+	QuotaMode bool
+
+	// Metadata (metadata) is what the rule tells Envoy when it allows a
+	// request, in the response's dynamic metadata: a tree of maps, lists,
+	// strings, float64 numbers, booleans and nils, as in JSON.
+	Metadata map[string]any
+
 	// Position of the descriptor in its file.
 	File         string
 	Line, Column int

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -18,12 +19,13 @@ var envoyKeys = map[string]bool{
 	"rate_limit": true, "unit": true, "requests_per_unit": true,
 	"unlimited": true, "shadow_mode": true, "name": true, "replaces": true,
 	"detailed_metric": true, "value_to_metric": true, "share_threshold": true,
+	"quota_mode": true, "metadata": true,
 }
 
 // The keys each kind of mapping takes.
 var (
 	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "http"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
@@ -195,6 +197,10 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
 			r.ValueToMetric, _ = p.boolean(kv.V, "value_to_metric")
 		case "share_threshold":
 			r.ShareThreshold, _ = p.boolean(kv.V, "share_threshold")
+		case "quota_mode":
+			r.QuotaMode, _ = p.boolean(kv.V, "quota_mode")
+		case "metadata":
+			r.Metadata = p.metadata(kv.V)
 		default:
 			p.unknown(kv.K, "a descriptor", descriptorKeys, true)
 		}
@@ -488,4 +494,62 @@ func (p *parser) replacesList(r *Rule, n *yaml.Node) {
 // ambiguous whatever bytes s holds.
 func field(s string) string {
 	return strconv.Itoa(len(s)) + ":" + s
+}
+
+// metadata reads a descriptor's metadata: a mapping whose values may be
+// anything JSON holds, as envoyproxy/ratelimit turns it into a protobuf
+// Struct (keys as their text, whole and decimal numbers as float64).
+func (p *parser) metadata(n *yaml.Node) map[string]any {
+	n = p.Deref(n)
+	if n == nil || yamlwalk.IsNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.Errorf(n, "metadata must be a mapping, got %s", yamlwalk.Describe(n))
+		return nil
+	}
+	v, _ := p.value(n, 0).(map[string]any)
+	return v
+}
+
+// value reads any YAML node as a JSON-like Go value (see metadata).
+func (p *parser) value(n *yaml.Node, depth int) any {
+	n = p.Deref(n)
+	if n == nil {
+		return nil
+	}
+	if depth > maxDepth {
+		p.Errorf(n, "metadata nested deeper than %d levels", maxDepth)
+		return nil
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		pairs, _ := p.Mapping(n, "metadata")
+		m := make(map[string]any, len(pairs))
+		for _, kv := range pairs {
+			m[kv.K.Value] = p.value(kv.V, depth+1)
+		}
+		return m
+	case yaml.SequenceNode:
+		l := make([]any, 0, len(n.Content))
+		for _, item := range n.Content {
+			l = append(l, p.value(item, depth+1))
+		}
+		return l
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return nil
+	case "!!bool":
+		b, _ := p.boolean(n, "a metadata value")
+		return b
+	case "!!int", "!!float":
+		if f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); err == nil {
+			return f
+		}
+		if i, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64); err == nil {
+			return float64(i)
+		}
+	}
+	return n.Value
 }

@@ -49,9 +49,11 @@ var envoyVars = map[string]envoyVar{
 	"all-or-nothing": plain("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
 	// envoy-rl's REDIS_TIMEOUT (10s by default) bounds a Redis call;
 	// sluice's deadline is for a Redis found silent (docs/operations.md).
-	"redis-timeout":    plain("REDIS_TIMEOUT"),
-	"near-limit-ratio": plain("NEAR_LIMIT_RATIO"),
-	"log-format":       plain("LOG_FORMAT"),
+	"redis-timeout":             plain("REDIS_TIMEOUT"),
+	"quota-mode":                plain("QUOTA_MODE"),
+	"response-dynamic-metadata": plain("RESPONSE_DYNAMIC_METADATA"),
+	"near-limit-ratio":          plain("NEAR_LIMIT_RATIO"),
+	"log-format":                plain("LOG_FORMAT"),
 	"log-level": {
 		names: []string{"LOG_LEVEL"},
 		value: func(env lookupEnv) (string, bool) {
@@ -180,8 +182,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"XDS_CLIENT_BACKOFF_JITTER", "--config (files only)"},
 	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "--config (files only)"},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "--local-cache-size (entries, not bytes)"},
-	{"QUOTA_MODE", "nothing yet: no quota descriptors"},
-	{"RESPONSE_DYNAMIC_METADATA", "nothing yet: no dynamic metadata in responses"},
 	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "nothing: a directory without rules starts, allowing every request"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "nothing: readiness does not wait for a domain"},
 	{"RUNTIME_WATCH_ROOT", "nothing: the rules directory is watched"},

@@ -52,6 +52,8 @@ type serveSettings struct {
 	responseHeaders     string
 	shadowMode          bool
 	allOrNothing        bool
+	quotaMode           bool
+	dynamicMetadata     bool
 	nearLimitRatio      float64
 	logLevel            slog.Level
 	logFormat           string
@@ -88,6 +90,8 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
 	fs.BoolVar(&s.allOrNothing, "all-or-nothing", false, "decide every limit of a request together, none consumed when one denies (default: each on its own, as envoyproxy/ratelimit; a domain's all_or_nothing: wins)")
+	fs.BoolVar(&s.quotaMode, "quota-mode", false, "make every descriptor a quota: a request is denied by its descriptors only when all of them are over their limits")
+	fs.BoolVar(&s.dynamicMetadata, "response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every response (the domain, the descriptors, and the metadata of the rules of those that passed)")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
@@ -331,6 +335,8 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	defer stores.close()
 	// Envoy's way by default: each limit of a request counts on its own.
 	dec.Core().SetAllOrNothing(s.allOrNothing)
+	dec.Core().SetQuotaMode(s.quotaMode)
+	dec.SetDynamicMetadata(s.dynamicMetadata)
 	store := stores.mem
 	if store != nil {
 		if err := restoreState(store, s.stateFile, log); err != nil {
