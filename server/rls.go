@@ -88,6 +88,10 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		s.degraded(req.GetDomain(), o, via)
 	}
 	resp := o.Response
+	if s.envoyHdrs != nil {
+		// Before global shadow mode turns the overall code, as Envoy.
+		resp.ResponseHeadersToAdd = s.envoyHdrs.values(resp, &o.Outcome)
+	}
 	res := resultOK
 	switch {
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
@@ -103,7 +107,7 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 	s.m.count(req.GetDomain(), o, s.shadow)
 	// A fail_open answer knows no quota to advertise.
 	if s.headers != 0 && o.Degraded != rules.FailOpen {
-		resp.ResponseHeadersToAdd = s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)...)
 	}
 	s.m.requests[via][res].Inc()
 	return o, nil

@@ -116,6 +116,13 @@ type Config struct {
 	// as Envoy's rate limit service by default (so does HeadersNone).
 	Headers ratelimitheaders.HeaderMode
 
+	// EnvoyHeaders, when set, adds envoyproxy/ratelimit's own rate limit
+	// headers (its LIMIT_RESPONSE_HEADERS_ENABLED) under these names: the
+	// limit, remaining count and reset (whole seconds) of the descriptor
+	// with the least remaining, or of the last one over its limit that is
+	// not a quota.
+	EnvoyHeaders *EnvoyHeaderNames
+
 	// ShadowMode is the global shadow mode: every limit is decided and
 	// counted, but no request is answered OVER_LIMIT overall; each
 	// descriptor's status still says OVER_LIMIT where its limit denied, as
@@ -165,6 +172,7 @@ type Server struct {
 	log        *slog.Logger
 	reg        *prometheus.Registry
 	headers    ratelimitheaders.HeaderMode // the families sent; 0: none
+	envoyHdrs  *EnvoyHeaderNames           // envoy-rl's own headers; nil: none
 	shadow     bool
 	nearRatio  float64
 	ready      func(ctx context.Context) error
@@ -206,11 +214,15 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Headers.Validate(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	if err := cfg.EnvoyHeaders.validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	s := &Server{
 		dec:        cfg.Decider,
 		log:        cfg.Logger,
 		reg:        cfg.Registry,
 		headers:    cfg.Headers.With(0),
+		envoyHdrs:  cfg.EnvoyHeaders,
 		shadow:     cfg.ShadowMode,
 		nearRatio:  cfg.NearLimitRatio,
 		ready:      cfg.Ready,

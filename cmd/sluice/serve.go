@@ -53,6 +53,8 @@ type serveSettings struct {
 	shadowMode          bool
 	allOrNothing        bool
 	quotaMode           bool
+	envoyHeaders        bool
+	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
 	nearLimitRatio      float64
 	logLevel            slog.Level
@@ -90,6 +92,10 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
 	fs.BoolVar(&s.allOrNothing, "all-or-nothing", false, "decide every limit of a request together, none consumed when one denies (default: each on its own, as envoyproxy/ratelimit; a domain's all_or_nothing: wins)")
+	fs.BoolVar(&s.envoyHeaders, "envoy-headers", false, "add envoyproxy/ratelimit's own rate limit headers (the limit, remaining and reset of the descriptor with the least left), under the names below")
+	fs.StringVar(&s.envoyHeaderNames.Limit, "envoy-limit-header", server.DefaultEnvoyHeaderNames.Limit, "`name` of --envoy-headers' limit header")
+	fs.StringVar(&s.envoyHeaderNames.Remaining, "envoy-remaining-header", server.DefaultEnvoyHeaderNames.Remaining, "`name` of --envoy-headers' remaining header")
+	fs.StringVar(&s.envoyHeaderNames.Reset, "envoy-reset-header", server.DefaultEnvoyHeaderNames.Reset, "`name` of --envoy-headers' reset header")
 	fs.BoolVar(&s.quotaMode, "quota-mode", false, "make every descriptor a quota: a request is denied by its descriptors only when all of them are over their limits")
 	fs.BoolVar(&s.dynamicMetadata, "response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every response (the domain, the descriptors, and the metadata of the rules of those that passed)")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
@@ -356,6 +362,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Logger:         log.With("component", "server"),
 		Registry:       reg,
 		Headers:        s.headers,
+		EnvoyHeaders:   s.envoyHeadersConfig(),
 		ShadowMode:     s.shadowMode,
 		NearLimitRatio: s.nearLimitRatio,
 	})
@@ -559,4 +566,13 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// envoyHeadersConfig is the server's EnvoyHeaders: nil unless --envoy-headers.
+func (s *serveSettings) envoyHeadersConfig() *server.EnvoyHeaderNames {
+	if !s.envoyHeaders {
+		return nil
+	}
+	names := s.envoyHeaderNames
+	return &names
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/server"
 )
 
 func envMap(m map[string]string) lookupEnv {
@@ -28,7 +29,8 @@ func TestServeSettingsDefaults(t *testing.T) {
 	want := serveSettings{
 		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
 		snapshotInterval: 5 * time.Second, responseHeaders: "off", headers: ratelimitheaders.HeadersNone,
-		nearLimitRatio: 0.8, logLevel: slog.LevelInfo, logFormat: "text",
+		envoyHeaderNames: server.DefaultEnvoyHeaderNames,
+		nearLimitRatio:   0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		storeSettings: storeSettings{
 			store:         "memory",
