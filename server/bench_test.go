@@ -28,12 +28,16 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 `
 
-func benchServer(b *testing.B, headers ratelimitheaders.HeaderMode) *server.Server {
+// benchServer is a server as sluice serve makes it: each limit decided on
+// its own (Envoy's way) unless all, all-or-nothing.
+func benchServer(b *testing.B, headers ratelimitheaders.HeaderMode, all bool) *server.Server {
 	b.Helper()
 	store := memstore.New(memstore.Config{})
 	b.Cleanup(func() { store.Close() })
+	dec := rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules))
+	dec.Core().SetAllOrNothing(all)
 	srv, err := server.New(server.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
+		Decider: dec,
 		Headers: headers,
 	})
 	if err != nil {
@@ -60,16 +64,18 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		keys    int
 		key     string
 		headers ratelimitheaders.HeaderMode
+		all     bool
 	}{
-		{"keys=1", 1, "user", 0},
-		{"keys=10k", 10_000, "user", 0},
-		{"keys=1M", 1_000_000, "user", 0},
-		{"hot-over-limit", 1, "hot", 0},
-		{"keys=10k/headers=all", 10_000, "user", ratelimitheaders.HeadersAll},
-		{"no-match", 1, "other", 0},
+		{"keys=1", 1, "user", 0, false},
+		{"keys=10k", 10_000, "user", 0, false},
+		{"keys=1M", 1_000_000, "user", 0, false},
+		{"hot-over-limit", 1, "hot", 0, false},
+		{"keys=10k/headers=all", 10_000, "user", ratelimitheaders.HeadersAll, false},
+		{"no-match", 1, "other", 0, false},
+		{"keys=10k/all-or-nothing", 10_000, "user", 0, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			srv := benchServer(b, bc.headers)
+			srv := benchServer(b, bc.headers, bc.all)
 			ctx := context.Background()
 			reqs := benchRequests(bc.keys, bc.key)
 			for _, r := range reqs { // every key in the store
@@ -114,7 +120,7 @@ func BenchmarkGRPC(b *testing.B) {
 		register func(*grpc.Server)
 	}{
 		{"null", func(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, nullRLS{}) }},
-		{"sluice", func(g *grpc.Server) { benchServer(b, 0).RegisterGRPC(g) }},
+		{"sluice", func(g *grpc.Server) { benchServer(b, 0, false).RegisterGRPC(g) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			lis, err := net.Listen("tcp", "127.0.0.1:0")

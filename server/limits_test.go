@@ -206,7 +206,7 @@ func TestScanAgreesWithDecoding(t *testing.T) {
 // BenchmarkJSON is POST /json in process (no listener): a request of one
 // descriptor, and one of 20,000 that is refused on its counts.
 func BenchmarkJSON(b *testing.B) {
-	srv := benchServer(b, 0)
+	srv := benchServer(b, 0, false)
 	h := srv.Handler()
 	for _, bc := range []struct {
 		name string

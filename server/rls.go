@@ -107,7 +107,12 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 	s.m.count(req.GetDomain(), o, s.shadow)
 	// A fail_open answer knows no quota to advertise.
 	if s.headers != 0 && o.Degraded != rules.FailOpen {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)...)
+		hv := s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
+		if resp.ResponseHeadersToAdd == nil {
+			resp.ResponseHeadersToAdd = hv // the common case: no copy
+		} else {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, hv...)
+		}
 	}
 	s.m.requests[via][res].Inc()
 	return o, nil
