@@ -56,8 +56,13 @@ var envoyVars = map[string]envoyVar{
 	"envoy-limit-header":        plain("LIMIT_LIMIT_HEADER"),
 	"envoy-remaining-header":    plain("LIMIT_REMAINING_HEADER"),
 	"envoy-reset-header":        plain("LIMIT_RESET_HEADER"),
-	"near-limit-ratio":          plain("NEAR_LIMIT_RATIO"),
-	"log-format":                plain("LOG_FORMAT"),
+	// envoy-rl reads its gRPC TLS files only with GRPC_SERVER_USE_TLS=true.
+	"grpc-tls-cert":    withTLS("GRPC_SERVER_TLS_CERT"),
+	"grpc-tls-key":     withTLS("GRPC_SERVER_TLS_KEY"),
+	"grpc-client-ca":   withTLS("GRPC_CLIENT_TLS_CACERT"),
+	"grpc-client-san":  withTLS("GRPC_CLIENT_TLS_SAN"),
+	"near-limit-ratio": plain("NEAR_LIMIT_RATIO"),
+	"log-format":       plain("LOG_FORMAT"),
 	"log-level": {
 		names: []string{"LOG_LEVEL"},
 		value: func(env lookupEnv) (string, bool) {
@@ -76,6 +81,19 @@ var envoyVars = map[string]envoyVar{
 	},
 	"grpc-max-connection-age":       plain("GRPC_MAX_CONNECTION_AGE"),
 	"grpc-max-connection-age-grace": plain("GRPC_MAX_CONNECTION_AGE_GRACE"),
+}
+
+// withTLS maps name when GRPC_SERVER_USE_TLS is true, as envoy-rl reads it.
+func withTLS(name string) envoyVar {
+	return envoyVar{
+		names: []string{"GRPC_SERVER_USE_TLS", name},
+		value: func(env lookupEnv) (string, bool) {
+			if on, _ := env("GRPC_SERVER_USE_TLS"); !strings.EqualFold(on, "true") && on != "1" {
+				return "", false
+			}
+			return env(name)
+		},
+	}
 }
 
 func plain(name string) envoyVar {
@@ -160,11 +178,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"TRACING_SERVICE_INSTANCE_ID", "nothing yet: no tracing"},
 	{"MERGE_DOMAIN_CONFIG", "one file per domain"},
 	{"GRPC_UDS", "--grpc-addr (TCP only)"},
-	{"GRPC_SERVER_USE_TLS", "a TLS-terminating sidecar"},
-	{"GRPC_SERVER_TLS_CERT", "a TLS-terminating sidecar"},
-	{"GRPC_SERVER_TLS_KEY", "a TLS-terminating sidecar"},
-	{"GRPC_CLIENT_TLS_CACERT", "a TLS-terminating sidecar"},
-	{"GRPC_CLIENT_TLS_SAN", "a TLS-terminating sidecar"},
 	{"CONFIG_TYPE", "--config (files only)"},
 	{"CONFIG_GRPC_XDS_SERVER_URL", "--config (files only)"},
 	{"CONFIG_GRPC_XDS_NODE_ID", "--config (files only)"},

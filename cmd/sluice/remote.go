@@ -2,11 +2,9 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,13 +59,9 @@ func (r *remoteSettings) dialOptions() ([]grpc.DialOption, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if r.tlsCA != "" {
-		pem, err := os.ReadFile(r.tlsCA)
+		pool, err := readCAs("rls-tls-ca", r.tlsCA)
 		if err != nil {
-			return nil, fmt.Errorf("--rls-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--rls-tls-ca: no PEM certificates in %s", r.tlsCA)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}

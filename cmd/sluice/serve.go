@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/memstore"
@@ -54,6 +55,7 @@ type serveSettings struct {
 	allOrNothing        bool
 	quotaMode           bool
 	envoyHeaders        bool
+	tls                 tlsSettings
 	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
 	nearLimitRatio      float64
@@ -87,6 +89,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
 	s.storeSettings.flags(fs)
+	s.tls.flags(fs)
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
@@ -126,6 +129,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		return nil, errUsage
 	}
 	probs := s.storeSettings.check()
+	probs = append(probs, s.tls.check()...)
 	if s.store != "memory" && s.stateFile != "" {
 		probs = append(probs, "--state-file applies to --store memory only (Redis keeps its own state)")
 	}
@@ -371,10 +375,19 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	srv.ConfigLoaded(initial, time.Now())
 
-	gs := grpc.NewServer(append(server.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
+	tlsCfg, err := s.tls.config()
+	if err != nil {
+		return err
+	}
+	gopts := append(server.GRPCServerOptions(), grpc.KeepaliveParams(keepalive.ServerParameters{
 		MaxConnectionAge:      s.grpcMaxConnAge,
 		MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace,
-	}))...)
+	}))
+	if tlsCfg != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+		log.Info("gRPC listener speaks TLS", "cert", s.tls.cert, "mutual", s.tls.clientCA != "", "client_san", s.tls.clientSAN)
+	}
+	gs := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(gs)
 	endpoints := []endpoint{
 		{name: "grpc", addr: s.grpcAddr, grpc: gs},

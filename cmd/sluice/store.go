@@ -2,12 +2,10 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -117,13 +115,9 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 	if r.tls || r.tlsCA != "" {
 		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if r.tlsCA != "" {
-			pem, err := os.ReadFile(r.tlsCA)
+			pool, err := readCAs("redis-tls-ca", r.tlsCA)
 			if err != nil {
-				return cfg, fmt.Errorf("--redis-tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return cfg, fmt.Errorf("--redis-tls-ca: no PEM certificates in %s", r.tlsCA)
+				return cfg, err
 			}
 			cfg.TLS.RootCAs = pool
 		}

@@ -1,18 +1,13 @@
 package redistest
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/testpki"
 )
 
 // certs are the files of a throwaway CA and of one certificate it signed
@@ -28,47 +23,17 @@ func newCerts(dir string) (*certs, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("redistest CA")
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "redistest CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	cert, key, pair, err := ca.Issue(testpki.Leaf{
+		Serial:   2,
+		Name:     "127.0.0.1",
+		IPs:      []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames: []string{"localhost"},
+		Usages:   []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -77,22 +42,14 @@ func newCerts(dir string) (*certs, error) {
 		CertFile: filepath.Join(dir, "redis.crt"),
 		KeyFile:  filepath.Join(dir, "redis.key"),
 		pool:     x509.NewCertPool(),
+		pair:     pair,
 	}
-	c.pool.AddCert(ca)
-	files := []struct {
-		path, kind string
-		der        []byte
-	}{
-		{c.CAFile, "CERTIFICATE", caDER},
-		{c.CertFile, "CERTIFICATE", der},
-		{c.KeyFile, "EC PRIVATE KEY", keyDER},
-	}
-	for _, f := range files {
-		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der}), 0o600); err != nil {
+	c.pool.AddCert(ca.Cert)
+	for path, data := range map[string][]byte{c.CAFile: ca.PEM, c.CertFile: cert, c.KeyFile: key} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
 			return nil, err
 		}
 	}
-	c.pair = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	return c, nil
 }
 
