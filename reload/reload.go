@@ -37,8 +37,20 @@ import (
 // value means the default written in its comment.
 type Config struct {
 	// Path is the rules file, or the directory of rules files (one domain
-	// each, read with rules.LoadDir). Required.
+	// each, read with rules.LoadDirWith, subdirectories included).
+	// Required.
 	Path string
+
+	// MergeDomains lets several files of the directory define one domain
+	// (rules.LoadOptions.MergeDomains: envoyproxy/ratelimit's
+	// MERGE_DOMAIN_CONFIG).
+	MergeDomains bool
+
+	// AllowMissing starts with no rules when Path does not exist, and
+	// loads them when it appears (envoyproxy/ratelimit's
+	// FORCE_START_WITHOUT_INITIAL_CONFIG). Without it, a missing Path is
+	// an error of New.
+	AllowMissing bool
 
 	// Logger receives a line for every reload, every problem of a rejected
 	// one, and every warning of an accepted one. Nil discards them.
@@ -128,7 +140,11 @@ func New(cfg Config) (*Watcher, error) {
 	w.fs = fs
 	w.sync()
 	w.print = w.fingerprint()
-	c, err := Load(cfg.Path)
+	c, err := LoadWith(cfg.Path, rules.LoadOptions{MergeDomains: cfg.MergeDomains})
+	if err != nil && cfg.AllowMissing && errors.Is(err, os.ErrNotExist) {
+		w.log.Warn("no rules yet: every request is allowed until they appear", "path", cfg.Path)
+		c, err = rules.NewConfig()
+	}
 	if err != nil {
 		w.close()
 		return nil, err
@@ -137,15 +153,21 @@ func New(cfg Config) (*Watcher, error) {
 	return w, nil
 }
 
-// Load loads the rules at path: every rules file of it if it is a directory
-// (rules.LoadDir), else the one file (rules.LoadFile).
+// Load is LoadWith with the default options.
 func Load(path string) (*rules.Config, error) {
+	return LoadWith(path, rules.LoadOptions{})
+}
+
+// LoadWith loads the rules at path: every rules file of it, in its
+// subdirectories too, if it is a directory (rules.LoadDirWith), else the
+// one file (rules.LoadFile).
+func LoadWith(path string, opt rules.LoadOptions) (*rules.Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
 	if info.IsDir() {
-		return rules.LoadDir(path)
+		return rules.LoadDirWith(path, opt)
 	}
 	return rules.LoadFile(path)
 }
@@ -244,7 +266,7 @@ func (w *Watcher) close() {
 func (w *Watcher) reload() {
 	w.print = w.fingerprint()
 	cur := w.current.Load()
-	c, err := Load(w.cfg.Path)
+	c, err := LoadWith(w.cfg.Path, rules.LoadOptions{MergeDomains: w.cfg.MergeDomains})
 	if err == nil && len(c.Domains()) == 0 && len(cur.Domains()) > 0 {
 		err = fmt.Errorf("%s: %w", w.cfg.Path, ErrEmpty)
 	}
@@ -307,7 +329,18 @@ func (w *Watcher) relevant(name string) bool {
 		return true
 	}
 	if info, err := os.Stat(w.abs); err == nil && info.IsDir() {
-		return isRulesFile(base)
+		if isRulesFile(base) {
+			return true
+		}
+		// A subdirectory created, removed or renamed: its rules files
+		// come or go, and the watches must follow.
+		if strings.HasPrefix(base, ".") {
+			return false
+		}
+		if fi, err := os.Stat(name); err == nil {
+			return fi.IsDir()
+		}
+		return w.fs != nil && slices.Contains(w.fs.WatchList(), name)
 	}
 	if base == filepath.Base(w.abs) {
 		return true
@@ -346,13 +379,23 @@ func (w *Watcher) dirs() []string {
 		}
 	}
 	if info, err := os.Stat(p); err == nil && info.IsDir() {
-		if t, err := filepath.EvalSymlinks(p); err == nil {
-			add(t)
+		// The directory and its subdirectories (rules.DirFiles), each
+		// resolved, and the directories of symlinked rules files'
+		// targets.
+		files, dirs, _ := rules.DirFiles(p)
+		for _, d := range dirs {
+			if t, err := filepath.EvalSymlinks(d); err == nil {
+				add(t)
+			}
 		}
-		ents, _ := os.ReadDir(p)
-		for _, e := range ents {
-			if isRulesFile(e.Name()) && e.Type()&os.ModeSymlink != 0 {
-				addTarget(filepath.Join(p, e.Name()))
+		for _, f := range files {
+			if li, err := os.Lstat(f); err == nil && li.Mode()&os.ModeSymlink != 0 {
+				addTarget(f)
+			}
+		}
+		if len(dirs) == 0 {
+			if t, err := filepath.EvalSymlinks(p); err == nil {
+				add(t)
 			}
 		}
 	} else {
@@ -437,14 +480,15 @@ func (w *Watcher) fingerprint() string {
 	p := w.abs
 	describe(p)
 	if info, err := os.Stat(p); err == nil && info.IsDir() {
-		ents, err := os.ReadDir(p)
+		files, dirs, err := rules.DirFiles(p)
 		if err != nil {
 			fmt.Fprintf(&b, "!%v\n", err)
 		}
-		for _, e := range ents {
-			if isRulesFile(e.Name()) {
-				describe(filepath.Join(p, e.Name()))
-			}
+		for _, d := range dirs[min(1, len(dirs)):] {
+			describe(d)
+		}
+		for _, f := range files {
+			describe(f)
 		}
 	}
 	return b.String()

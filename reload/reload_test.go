@@ -618,3 +618,53 @@ func TestNeighbourFilesIgnored(t *testing.T) {
 		})
 	}
 }
+
+// TestSubdirectories: rules files in subdirectories are read and watched,
+// as envoy-rl reads its runtime directory: a file changed deep down, a
+// subdirectory created with files in it, and one removed, each reload.
+func TestSubdirectories(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.yaml"), rulesFor("a", 1))
+	write(t, filepath.Join(dir, "teams", "x", "b.yaml"), rulesFor("b", 1))
+	h := start(t, dir, nil)
+	if got := h.w.Current().Domains(); fmt.Sprint(got) != "[a b]" {
+		t.Fatalf("domains %v", got)
+	}
+	write(t, filepath.Join(dir, "teams", "x", "b.yaml"), rulesFor("b", 2))
+	h.waitLoad(t, rate("b", 2))
+
+	// A new subdirectory, then a file in it.
+	if err := os.MkdirAll(filepath.Join(dir, "teams", "y"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "teams", "y", "c.yaml"), rulesFor("c", 3))
+	h.waitLoad(t, rate("c", 3))
+
+	if err := os.RemoveAll(filepath.Join(dir, "teams")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitLoad(t, func(c *rules.Config) bool { return fmt.Sprint(c.Domains()) == "[a]" })
+}
+
+// TestMergeAndAllowMissing: MergeDomains (MERGE_DOMAIN_CONFIG) merges the
+// files of one domain on every reload; AllowMissing
+// (FORCE_START_WITHOUT_INITIAL_CONFIG) starts without the directory and
+// loads it when it appears.
+func TestMergeAndAllowMissing(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "config")
+	if _, err := New(Config{Path: dir}); err == nil {
+		t.Fatal("a missing path without AllowMissing: no error")
+	}
+	h := start(t, dir, func(c *Config) { c.MergeDomains, c.AllowMissing = true, true })
+	if n := len(h.w.Current().Domains()); n != 0 {
+		t.Fatalf("%d domains before the directory exists", n)
+	}
+	write(t, filepath.Join(dir, "a.yaml"), rulesFor("api", 1))
+	h.waitLoad(t, rate("api", 1))
+	write(t, filepath.Join(dir, "more", "b.yaml"), "domain: api\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 9}\n")
+	c := h.waitLoad(t, func(c *rules.Config) bool { d := c.Domain("api"); return d != nil && len(d.Rules) == 2 })
+	if rateOf(c, "api") != 1 {
+		t.Errorf("the first file's rule changed: %d", rateOf(c, "api"))
+	}
+}

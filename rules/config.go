@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,31 +73,91 @@ func LoadFile(path string) (*Config, error) {
 	return NewConfig(d)
 }
 
-// LoadDir parses every *.yaml and *.yml file directly in dir (not in
-// subdirectories, and not hidden files, so that the ..data directories of
-// a Kubernetes ConfigMap mount are not read twice), one domain per file.
-// Every problem of every file is reported together. A directory without
-// rules files gives an empty Config.
+// LoadOptions are how LoadDirWith reads a directory.
+type LoadOptions struct {
+	// MergeDomains lets several files define one domain: their top-level
+	// descriptors are merged (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
+	// A descriptor that two files define, or two different values of a
+	// domain-wide setting (capacity, failure_policy, all_or_nothing), is a
+	// problem. Without it, a domain in two files is a problem.
+	MergeDomains bool
+}
+
+// LoadDir is LoadDirWith with the default options: one domain per file.
 func LoadDir(dir string) (*Config, error) {
-	ents, err := os.ReadDir(dir)
+	return LoadDirWith(dir, LoadOptions{})
+}
+
+// maxDirDepth bounds how deep LoadDirWith looks into subdirectories.
+const maxDirDepth = 16
+
+// DirFiles returns the rules files LoadDirWith reads in dir: every *.yaml
+// and *.yml file in it and in its subdirectories (as envoyproxy/ratelimit
+// reads its runtime directory), sorted, and the directories it looked in.
+// Hidden entries (a name starting with ".") are skipped, so that the
+// ..data directories of a Kubernetes ConfigMap mount are not read twice.
+// Symlinked files and directories are followed, each directory once,
+// at most 16 levels down.
+func DirFiles(dir string) (files, dirs []string, err error) {
+	seen := map[string]bool{}
+	var walk func(d string, depth int) error
+	walk = func(d string, depth int) error {
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return err
+		}
+		if seen[real] || depth > maxDirDepth {
+			return nil
+		}
+		seen[real] = true
+		dirs = append(dirs, d)
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if strings.HasPrefix(name, ".") {
+				continue
+			}
+			path := filepath.Join(d, name)
+			info, err := os.Stat(path) // follows symlinks
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // a dangling symlink, or removed meanwhile
+				}
+				return err
+			}
+			switch {
+			case info.IsDir():
+				if err := walk(path, depth+1); err != nil {
+					return err
+				}
+			case strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"):
+				files = append(files, path)
+			}
+		}
+		return nil
+	}
+	if err := walk(dir, 0); err != nil {
+		return nil, nil, err
+	}
+	slices.Sort(files)
+	return files, dirs, nil
+}
+
+// LoadDirWith parses every rules file of dir (DirFiles), one domain per
+// file unless opt.MergeDomains. Every problem of every file is reported
+// together. A directory without rules files gives an empty Config.
+func LoadDirWith(dir string, opt LoadOptions) (*Config, error) {
+	files, _, err := DirFiles(dir)
 	if err != nil {
 		return nil, err
 	}
 	var domains []*Domain
+	byName := map[string]*Domain{}
 	var probs []Problem
-	for _, e := range ents {
-		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
-			continue
-		}
-		path := filepath.Join(dir, name)
-		info, err := os.Stat(path) // follows symlinks
-		if err != nil {
-			return nil, err
-		}
-		if info.IsDir() {
-			continue
-		}
+	for _, path := range files {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, err
@@ -110,6 +171,11 @@ func LoadDir(dir string) (*Config, error) {
 			}
 			return nil, err
 		}
+		if first := byName[d.Name]; first != nil && opt.MergeDomains {
+			probs = append(probs, first.merge(d)...)
+			continue
+		}
+		byName[d.Name] = d
 		domains = append(domains, d)
 	}
 	c, err := NewConfig(domains...)

@@ -33,7 +33,8 @@ func TestLoadDir(t *testing.T) {
 		"b.yml":           "domain: b\n",
 		"notes.txt":       "not rules",
 		".hidden.yaml":    "domain: a\n",
-		"sub/c.yaml":      "domain: a\n",
+		"sub/c.yaml":      "domain: c\n", // subdirectories are read, as envoy-rl reads its runtime directory
+		"sub/.x/d.yaml":   "domain: a\n",
 		"..data/a.yaml":   "domain: a\n",
 		"warn.yaml":       "domain: w\ndescriptors: [{key: k, unit: second}]\n",
 		"config.yaml.bak": "broken: [",
@@ -42,7 +43,7 @@ func TestLoadDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(c.Domains(), ","); got != "a,b,w" {
+	if got := strings.Join(c.Domains(), ","); got != "a,b,c,w" {
 		t.Errorf("domains %s", got)
 	}
 	if c.Domain("a") == nil || c.Domain("a").File != filepath.Join(dir, "a.yaml") || c.Domain("zzz") != nil {
@@ -157,5 +158,78 @@ func TestParseUnit(t *testing.T) {
 	}
 	if rules.Week != 7 || rules.Month != 5 || rules.Year != 6 || rules.UnitUnknown.Duration() != 0 {
 		t.Error("unit numbering differs from Envoy's")
+	}
+}
+
+// TestLoadDirMerge: with MergeDomains (envoy-rl's MERGE_DOMAIN_CONFIG),
+// files of one domain merge their descriptors; a descriptor both define,
+// or different domain-wide settings, are problems naming both files.
+func TestLoadDirMerge(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"a.yaml":      "domain: api\ndescriptors: [{key: user, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+		"team/b.yaml": "domain: api\nfailure_policy: fail_closed\ndescriptors: [{key: ip, rate_limit: {unit: minute, requests_per_unit: 5}}]\n",
+		"other.yaml":  "domain: web\n",
+	})
+	if _, err := rules.LoadDir(dir); err == nil || !strings.Contains(err.Error(), "duplicate domain 'api'") {
+		t.Fatalf("without merging: %v, want a duplicate domain", err)
+	}
+	c, err := rules.LoadDirWith(dir, rules.LoadOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domain("api")
+	if d == nil || len(d.Rules) != 2 || d.FailurePolicy != rules.FailClosed {
+		t.Fatalf("merged domain %+v", d)
+	}
+	var p rules.Plan
+	if err := c.Plan("api", []rules.Descriptor{{Entries: []rules.Entry{{Key: "ip", Value: "1"}}, Cost: 1}}, &p); err != nil || len(p.Hits) != 1 || p.Hits[0].Limit.Rate != 5 {
+		t.Fatalf("a descriptor of the second file: %+v %v", p.Hits, err)
+	}
+	// The merged hash changes with either file.
+	h := c.Hash()
+	if err := os.WriteFile(filepath.Join(dir, "team/b.yaml"), []byte("domain: api\ndescriptors: [{key: ip, rate_limit: {unit: minute, requests_per_unit: 6}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c2, err := rules.LoadDirWith(dir, rules.LoadOptions{MergeDomains: true}); err != nil || c2.Hash() == h {
+		t.Fatalf("after changing the second file: %v, hash unchanged %v", err, c2 != nil && c2.Hash() == h)
+	}
+
+	bad := writeFiles(t, map[string]string{
+		"a.yaml": "domain: api\nfailure_policy: local\ndescriptors: [{key: user, rate_limit: {unit: second, requests_per_unit: 1}}]\n",
+		"b.yaml": "domain: api\nfailure_policy: fail_open\ndescriptors: [{key: user, rate_limit: {unit: minute, requests_per_unit: 5}}]\n",
+	})
+	_, err = rules.LoadDirWith(bad, rules.LoadOptions{MergeDomains: true})
+	if err == nil {
+		t.Fatal("conflicting files merged")
+	}
+	for _, want := range []string{"b.yaml:3:15: duplicate descriptor composite key 'api.user' (also in " + filepath.Join(bad, "a.yaml") + " at line 3)", "failure_policy of domain 'api' differs"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error\n%v\nlacks %q", err, want)
+		}
+	}
+}
+
+// TestDirFiles: subdirectories at any depth, hidden entries skipped, a
+// symlinked directory read once even in a loop.
+func TestDirFiles(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"a.yaml":          "domain: a\n",
+		"x/y/z/b.yml":     "domain: b\n",
+		".git/c.yaml":     "domain: c\n",
+		"x/..data/d.yaml": "domain: d\n",
+	})
+	if err := os.Symlink(dir, filepath.Join(dir, "x", "loop")); err != nil {
+		t.Fatal(err)
+	}
+	files, dirs, err := rules.DirFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "x/y/z/b.yml")}
+	if strings.Join(files, " ") != strings.Join(want, " ") {
+		t.Errorf("files %v, want %v", files, want)
+	}
+	if len(dirs) != 4 { // dir, x, x/y, x/y/z (the loop back is dir again)
+		t.Errorf("dirs %v", dirs)
 	}
 }

@@ -1,6 +1,9 @@
 package rules
 
 import (
+	"crypto/sha256"
+	"fmt"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -113,3 +116,50 @@ type Rule struct {
 // block, unlimited included: a request whose last entry reaches a rule
 // without one matches nothing.
 func (r *Rule) HasRateLimit() bool { return r.limited }
+
+// merge adds the descriptors of o, another file of the same domain, to d
+// (LoadOptions.MergeDomains) and returns the problems: a top-level
+// descriptor both define, or a domain-wide setting both set to different
+// values. d's digest becomes that of both sources, in order.
+func (d *Domain) merge(o *Domain) []Problem {
+	var probs []Problem
+	conflict := func(what string) {
+		probs = append(probs, Problem{File: o.File, Line: 1, Msg: fmt.Sprintf("%s of domain '%s' differs from the one in %s (files of one domain merge their descriptors, not their %s)", what, d.Name, d.File, what)})
+	}
+	for k, r := range o.root.children {
+		if first, dup := d.root.children[k]; dup {
+			probs = append(probs, Problem{File: r.File, Line: r.Line, Column: r.Column, Msg: fmt.Sprintf("duplicate descriptor composite key '%s' (also in %s at line %d)", r.StatKey, first.File, first.Line)})
+			continue
+		}
+		d.root.children[k] = r
+	}
+	d.root.wildcards = append(d.root.wildcards, o.root.wildcards...)
+	d.Rules = append(d.Rules, o.Rules...)
+	for n := range o.names {
+		d.names[n] = true
+	}
+	switch {
+	case o.Capacity == nil:
+	case d.Capacity == nil:
+		d.Capacity = o.Capacity
+	case *d.Capacity != *o.Capacity:
+		conflict("capacity")
+	}
+	switch {
+	case o.FailurePolicy == FailDefault:
+	case d.FailurePolicy == FailDefault:
+		d.FailurePolicy = o.FailurePolicy
+	case d.FailurePolicy != o.FailurePolicy:
+		conflict("failure_policy")
+	}
+	switch {
+	case o.AllOrNothing == nil:
+	case d.AllOrNothing == nil:
+		d.AllOrNothing = o.AllOrNothing
+	case *d.AllOrNothing != *o.AllOrNothing:
+		conflict("all_or_nothing")
+	}
+	d.Warnings = append(d.Warnings, o.Warnings...)
+	d.sum = sha256.Sum256(append(d.sum[:], o.sum[:]...))
+	return probs
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -127,6 +128,40 @@ func debit(t *testing.T, sargs func(*testing.T) []string) {
 	for i := range 3 {
 		if r := call(0); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
 			t.Fatalf("check %d after the overdrawing charge: %s, want OVER_LIMIT", i+1, codesOf(r))
+		}
+	}
+}
+
+// TestServeE2EConfigDirectory: envoy-rl's runtime directory settings. With
+// FORCE_START_WITHOUT_INITIAL_CONFIG the service starts before its rules
+// directory exists; with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED it is not
+// ready until rules with a domain load; with MERGE_DOMAIN_CONFIG two files
+// (in subdirectories, which are read) define one domain together.
+func TestServeE2EConfigDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "runtime", "config")
+	p := startSluice(t, []string{"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "MERGE_DOMAIN_CONFIG=true"}, "--config", dir)
+	if code, body, _ := p.http("GET", "/readyz", ""); code != 503 {
+		t.Fatalf("/readyz before any rules: %d %s, want 503", code, body)
+	}
+	if got := codesOf(p.must("merged", desc("user", "u"))); got != "OK:OK" {
+		t.Fatalf("before any rules: %s", got)
+	}
+	// The directories first, then the files, as a deployment writes them.
+	for _, sub := range []string{"team-a", "team-b"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeRules(t, filepath.Join(dir, "team-a", "users.yaml"), "domain: merged\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
+	writeRules(t, filepath.Join(dir, "team-b", "ips.yaml"), "domain: merged\ndescriptors:\n  - key: ip\n    rate_limit: {unit: day, requests_per_unit: 1}\n")
+	poll(t, "both files loaded", func() bool {
+		code, _, _ := p.http("GET", "/readyz", "")
+		r, err := p.rl("merged", peek(desc("ip", "x")))
+		return code == 200 && err == nil && r.GetStatuses()[0].GetCurrentLimit() != nil
+	})
+	for i, want := range []string{"OK:OK,OK", "OVER_LIMIT:OVER_LIMIT,OVER_LIMIT"} {
+		if got := codesOf(p.must("merged", desc("user", "u"), desc("ip", "1"))); got != want {
+			t.Errorf("request %d: %s, want %s", i+1, got, want)
 		}
 	}
 }

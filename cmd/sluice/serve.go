@@ -55,6 +55,9 @@ type serveSettings struct {
 	allOrNothing        bool
 	quotaMode           bool
 	envoyHeaders        bool
+	mergeDomains        bool
+	startWithoutConfig  bool
+	readyNeedsDomain    bool
 	tls                 tlsSettings
 	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
@@ -99,6 +102,9 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.envoyHeaderNames.Limit, "envoy-limit-header", server.DefaultEnvoyHeaderNames.Limit, "`name` of --envoy-headers' limit header")
 	fs.StringVar(&s.envoyHeaderNames.Remaining, "envoy-remaining-header", server.DefaultEnvoyHeaderNames.Remaining, "`name` of --envoy-headers' remaining header")
 	fs.StringVar(&s.envoyHeaderNames.Reset, "envoy-reset-header", server.DefaultEnvoyHeaderNames.Reset, "`name` of --envoy-headers' reset header")
+	fs.BoolVar(&s.mergeDomains, "merge-domains", false, "let several rules files define one domain, merging their descriptors (default: one domain per file)")
+	fs.BoolVar(&s.startWithoutConfig, "start-without-config", false, "start when --config does not exist yet, allowing every request, and load the rules when it appears")
+	fs.BoolVar(&s.readyNeedsDomain, "ready-needs-domain", false, "report not ready (/readyz, gRPC health) until rules with at least one domain are loaded")
 	fs.BoolVar(&s.quotaMode, "quota-mode", false, "make every descriptor a quota: a request is denied by its descriptors only when all of them are over their limits")
 	fs.BoolVar(&s.dynamicMetadata, "response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every response (the domain, the descriptors, and the metadata of the rules of those that passed)")
 	fs.Float64Var(&s.nearLimitRatio, "near-limit-ratio", server.DefaultNearLimitRatio, "`ratio`: the share of a limit beyond which admitted hits count as near the limit")
@@ -315,10 +321,12 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	// Rules first: a bad initial config fails fast with every problem.
 	var srv *server.Server
 	watcher, err := reload.New(reload.Config{
-		Path:    s.config,
-		Logger:  log.With("component", "reload"),
-		OnLoad:  func(c *rules.Config) { srv.ConfigLoaded(c, time.Now()) },
-		OnError: func(err error) { srv.ConfigRejected(err) },
+		Path:         s.config,
+		Logger:       log.With("component", "reload"),
+		OnLoad:       func(c *rules.Config) { srv.ConfigLoaded(c, time.Now()) },
+		OnError:      func(err error) { srv.ConfigRejected(err) },
+		MergeDomains: s.mergeDomains,
+		AllowMissing: s.startWithoutConfig,
 	})
 	if err != nil {
 		var re *rules.Error
@@ -369,6 +377,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		EnvoyHeaders:   s.envoyHeadersConfig(),
 		ShadowMode:     s.shadowMode,
 		NearLimitRatio: s.nearLimitRatio,
+		Ready:          s.readyCheck(dec.Core().Rules),
 	})
 	if err != nil {
 		return err
@@ -588,4 +597,19 @@ func (s *serveSettings) envoyHeadersConfig() *server.EnvoyHeaderNames {
 	}
 	names := s.envoyHeaderNames
 	return &names
+}
+
+// readyCheck is the server's extra readiness check: with
+// --ready-needs-domain, not ready until rules with a domain are loaded
+// (envoy-rl's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+func (s *serveSettings) readyCheck(current func() *rules.Config) func(context.Context) error {
+	if !s.readyNeedsDomain {
+		return nil
+	}
+	return func(context.Context) error {
+		if c := current(); c == nil || len(c.Domains()) == 0 {
+			return errors.New("no rules with a domain loaded yet")
+		}
+		return nil
+	}
 }
