@@ -50,11 +50,14 @@ type metrics struct {
 	configInfo    *prometheus.GaugeVec
 	configTime    prometheus.Gauge
 	infoMu        sync.Mutex
+
+	statsd *statsdStats // envoy-rl's stats to statsd; nil: none
 }
 
 // ruleCounters are the counters of one rule label, curried once.
 type ruleCounters struct {
 	hits, within, over, near, shadow prometheus.Counter
+	statsd                           *ruleStatsd // nil without statsd
 }
 
 type domainMetrics struct {
@@ -202,15 +205,28 @@ func (m *metrics) degraded(domain string, p rules.FailurePolicy, why sluice.Fail
 // the request was admitted: a denied request consumed nothing.
 func (m *metrics) add(rc *ruleCounters, cost int64, d *sluice.Decision, over, shadow, consumed bool) {
 	c := float64(cost)
+	sd := rc.statsd
 	rc.hits.Add(c)
+	if sd != nil {
+		sd.hits.Add(uint64(cost))
+	}
 	if over {
 		rc.over.Add(c)
 		if shadow {
 			rc.shadow.Add(c)
 		}
+		if sd != nil {
+			sd.over.Add(uint64(cost))
+			if shadow {
+				sd.shadow.Add(uint64(cost))
+			}
+		}
 		return
 	}
 	rc.within.Add(c)
+	if sd != nil {
+		sd.within.Add(uint64(cost))
+	}
 	// Envoy's arithmetic: of the hits that brought the use of the limit
 	// from before to after, those beyond floor(limit × ratio).
 	if d.Limit <= 0 || !consumed {
@@ -220,7 +236,11 @@ func (m *metrics) add(rc *ruleCounters, cost int64, d *sluice.Decision, over, sh
 	after := d.Limit - d.Remaining
 	if after > threshold {
 		before := after - cost
-		rc.near.Add(float64(after - max(before, threshold)))
+		near := after - max(before, threshold)
+		rc.near.Add(float64(near))
+		if sd != nil {
+			sd.near.Add(uint64(near))
+		}
 	}
 }
 
@@ -253,6 +273,13 @@ func (m *metrics) rule(dm *domainMetrics, label string, capped bool) *ruleCounte
 		over:   m.over.WithLabelValues(dm.name, label),
 		near:   m.near.WithLabelValues(dm.name, label),
 		shadow: m.shadow.WithLabelValues(dm.name, label),
+	}
+	if m.statsd != nil {
+		key := label // a stats key starts with its domain
+		if !strings.HasPrefix(key, dm.name+".") {
+			key = dm.name + "." + label // _override, _capacity, _other
+		}
+		rc.statsd = m.statsd.rule(key)
 	}
 	v, loaded := dm.rules.LoadOrStore(label, rc)
 	if loaded && capped {

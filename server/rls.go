@@ -99,6 +99,9 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		// descriptor still says what its limit decided.
 		res = resultShadowOverLimit
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		if sd := s.m.statsd; sd != nil {
+			sd.globalShadow.Inc()
+		}
 	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
 		res = resultOverLimit
 	case o.Overall.Shadow:
@@ -158,6 +161,9 @@ func (f *failure) httpStatus() int {
 
 // fail turns a Decider error into a failure and counts it.
 func (s *Server) fail(err error, via transport) *failure {
+	if sd := s.m.statsd; sd != nil && (errors.Is(err, rls.ErrInvalid) || errors.Is(err, rls.ErrNoRules)) {
+		sd.serviceError.Inc() // envoy-rl's service errors: a bad request, no configuration
+	}
 	switch {
 	case errors.Is(err, rls.ErrInvalid):
 		s.m.requests[via][resultInvalid].Inc()
@@ -178,6 +184,9 @@ func (s *Server) fail(err error, via transport) *failure {
 	default:
 		s.m.requests[via][resultError].Inc()
 		s.m.storeErrors.Inc()
+		if sd := s.m.statsd; sd != nil {
+			sd.redisError.Inc()
+		}
 		if n, ok := s.storeLog.Allow(time.Now()); ok {
 			s.log.Warn("rate limit store failed", "transport", transportNames[via], "err", err, "failures_not_logged", n)
 		}
@@ -190,6 +199,9 @@ func (s *Server) fail(err error, via transport) *failure {
 // at most one a minute, with the requests answered since the last line.
 func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
 	s.m.degraded(domain, o.Degraded, o.Reason)
+	if sd := s.m.statsd; sd != nil {
+		sd.redisError.Inc() // the store failed, as envoy-rl counts it
+	}
 	now := time.Now()
 	s.policy.answered(now, o.Reason)
 	if n, ok := s.policyLog.Allow(now); ok {

@@ -86,6 +86,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
@@ -115,6 +116,12 @@ type Config struct {
 	// Headers selects the rate limit response headers; zero adds none,
 	// as Envoy's rate limit service by default (so does HeadersNone).
 	Headers ratelimitheaders.HeaderMode
+
+	// Statsd, when set, receives envoyproxy/ratelimit's stats with its
+	// names (see statsdStats), tagged with StatsdTags (its EXTRA_TAGS),
+	// beside the Prometheus metrics. The caller starts and flushes it.
+	Statsd     gostats.Store
+	StatsdTags map[string]string
 
 	// EnvoyHeaders, when set, adds envoyproxy/ratelimit's own rate limit
 	// headers (its LIMIT_RESPONSE_HEADERS_ENABLED) under these names: the
@@ -250,6 +257,9 @@ func New(cfg Config) (*Server, error) {
 		maxLabels = DefaultMaxRuleLabels
 	}
 	m, err := newMetrics(s.reg, maxLabels, s.nearRatio, s.storeUp)
+	if err == nil && cfg.Statsd != nil {
+		m.statsd = newStatsdStats(cfg.Statsd, cfg.StatsdTags)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -272,6 +282,9 @@ func (s *Server) ConfigLoaded(cfg *rules.Config, at time.Time) {
 	s.dec.SetRules(cfg)
 	s.loaded.Store(&loadInfo{cfg: cfg, at: at})
 	s.m.configLoads.success.Inc()
+	if sd := s.m.statsd; sd != nil {
+		sd.configLoadSuccess.Inc()
+	}
 	s.m.setConfig(cfg.Hash(), at)
 	s.log.Info("rate limit configuration loaded", "hash", cfg.Hash(), "domains", len(cfg.Domains()))
 	s.notify()
@@ -281,6 +294,9 @@ func (s *Server) ConfigLoaded(cfg *rules.Config, at time.Time) {
 // force stay.
 func (s *Server) ConfigRejected(err error) {
 	s.m.configLoads.failure.Inc()
+	if sd := s.m.statsd; sd != nil {
+		sd.configLoadErr.Inc()
+	}
 	s.log.Error("rate limit configuration rejected; the previous one stays in force", "err", err)
 }
 

@@ -64,8 +64,29 @@ var envoyVars = map[string]envoyVar{
 	"merge-domains":        plain("MERGE_DOMAIN_CONFIG"),
 	"start-without-config": plain("FORCE_START_WITHOUT_INITIAL_CONFIG"),
 	"ready-needs-domain":   plain("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
-	"near-limit-ratio":     plain("NEAR_LIMIT_RATIO"),
-	"log-format":           plain("LOG_FORMAT"),
+	// envoy-rl sends statsd with USE_STATSD=true, to STATSD_HOST (default
+	// localhost) and STATSD_PORT (8125).
+	"statsd": {
+		names: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"},
+		value: func(env lookupEnv) (string, bool) {
+			if on, _ := env("USE_STATSD"); !strings.EqualFold(on, "true") && on != "1" {
+				return "", false
+			}
+			host, ok := env("STATSD_HOST")
+			if !ok {
+				host = "localhost"
+			}
+			port, ok := env("STATSD_PORT")
+			if !ok {
+				port = "8125"
+			}
+			return net.JoinHostPort(host, port), true
+		},
+	},
+	"statsd-flush-interval": plain("STATS_FLUSH_INTERVAL"),
+	"statsd-tags":           plain("EXTRA_TAGS"),
+	"near-limit-ratio":      plain("NEAR_LIMIT_RATIO"),
+	"log-format":            plain("LOG_FORMAT"),
 	"log-level": {
 		names: []string{"LOG_LEVEL"},
 		value: func(env lookupEnv) (string, bool) {
@@ -165,13 +186,8 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"PROMETHEUS_PATH", "/metrics on --http-addr"},
 	{"PROMETHEUS_MAPPER_YAML", "/metrics on --http-addr (sluice's own metric names)"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "/metrics on --http-addr (durations in seconds)"},
-	{"USE_STATSD", "Prometheus /metrics (no statsd output yet)"},
-	{"STATSD_HOST", "Prometheus /metrics (no statsd output yet)"},
-	{"STATSD_PORT", "Prometheus /metrics (no statsd output yet)"},
 	{"USE_DOG_STATSD", "Prometheus /metrics (no statsd output yet)"},
 	{"USE_DOG_STATSD_MOGRIFIERS", "Prometheus /metrics (no statsd output yet)"},
-	{"EXTRA_TAGS", "Prometheus /metrics (no statsd output yet)"},
-	{"STATS_FLUSH_INTERVAL", "Prometheus /metrics (no statsd output yet)"},
 	{"DISABLE_STATS", "nothing: /metrics costs nothing unscraped"},
 	{"TRACING_ENABLED", "nothing yet: no tracing"},
 	{"TRACING_EXPORTER_PROTOCOL", "nothing yet: no tracing"},

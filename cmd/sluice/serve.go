@@ -59,6 +59,7 @@ type serveSettings struct {
 	startWithoutConfig  bool
 	readyNeedsDomain    bool
 	tls                 tlsSettings
+	statsd              statsdSettings
 	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
 	nearLimitRatio      float64
@@ -93,6 +94,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
 	s.storeSettings.flags(fs)
 	s.tls.flags(fs)
+	s.statsd.flags(fs)
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
@@ -136,6 +138,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	}
 	probs := s.storeSettings.check()
 	probs = append(probs, s.tls.check()...)
+	probs = append(probs, s.statsd.check()...)
 	if s.store != "memory" && s.stateFile != "" {
 		probs = append(probs, "--state-file applies to --store memory only (Redis keeps its own state)")
 	}
@@ -368,7 +371,12 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		snaps = newSnapshotMetrics(reg)
 	}
 	stores.register(reg)
+	statsCtx, stopStats := context.WithCancel(context.Background())
+	defer stopStats() // sends the last stats
+	statsdStore, statsdTags := s.statsd.start(statsCtx, log)
 	srv, err = server.New(server.Config{
+		Statsd:         statsdStore,
+		StatsdTags:     statsdTags,
 		Decider:        dec,
 		StoreHealth:    stores.health(),
 		Logger:         log.With("component", "server"),

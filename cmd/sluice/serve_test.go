@@ -30,6 +30,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
 		snapshotInterval: 5 * time.Second, responseHeaders: "off", headers: ratelimitheaders.HeadersNone,
 		envoyHeaderNames: server.DefaultEnvoyHeaderNames,
+		statsd:           statsdSettings{protocol: "tcp", interval: 10 * time.Second},
 		nearLimitRatio:   0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		storeSettings: storeSettings{

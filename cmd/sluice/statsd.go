@@ -1,0 +1,100 @@
+package main
+
+// envoyproxy/ratelimit's stats to statsd, for the dashboards built on its
+// names: --statsd (USE_STATSD with STATSD_HOST and STATSD_PORT),
+// --statsd-protocol, --statsd-flush-interval (STATS_FLUSH_INTERVAL) and
+// --statsd-tags (EXTRA_TAGS), through lyft/gostats, the library envoy-rl
+// sends them with.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	gostats "github.com/lyft/gostats"
+)
+
+// statsdSettings are the statsd flags of sluice serve.
+type statsdSettings struct {
+	addr     string // host:port; empty: no statsd
+	protocol string
+	interval time.Duration
+	tags     string // k:v,k:v
+}
+
+func (s *statsdSettings) flags(fs *flag.FlagSet) {
+	fs.StringVar(&s.addr, "statsd", "", "`host:port` of a statsd server to send envoyproxy/ratelimit's stats to, with its names (ratelimit.service.rate_limit.<stats key>.total_hits, ...); empty sends none")
+	fs.StringVar(&s.protocol, "statsd-protocol", "tcp", "`protocol` of --statsd: tcp (as envoy-rl) or udp")
+	fs.DurationVar(&s.interval, "statsd-flush-interval", 10*time.Second, "how often the stats are sent to --statsd")
+	fs.StringVar(&s.tags, "statsd-tags", "", "`tags` added to every stat, as k:v,k:v (envoy-rl's EXTRA_TAGS)")
+}
+
+func (s *statsdSettings) check() []string {
+	var probs []string
+	if s.addr != "" {
+		if _, port, err := net.SplitHostPort(s.addr); err != nil {
+			probs = append(probs, fmt.Sprintf("--statsd %q: %v", s.addr, err))
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			probs = append(probs, fmt.Sprintf("--statsd %q: port %q is not a number", s.addr, port))
+		}
+	}
+	if s.protocol != "tcp" && s.protocol != "udp" {
+		probs = append(probs, fmt.Sprintf("--statsd-protocol %q: want tcp or udp", s.protocol))
+	}
+	if s.interval <= 0 {
+		probs = append(probs, "--statsd-flush-interval must be positive")
+	}
+	if _, err := parseTags(s.tags); err != nil {
+		probs = append(probs, "--statsd-tags: "+err.Error())
+	}
+	return probs
+}
+
+// parseTags reads k:v,k:v as envoy-rl reads EXTRA_TAGS.
+func parseTags(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	tags := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key:value", kv)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
+// start returns the stats store that sends to --statsd every interval
+// until ctx ends (then once more), and the tags; nil without --statsd.
+func (s *statsdSettings) start(ctx context.Context, log *slog.Logger) (gostats.Store, map[string]string) {
+	if s.addr == "" {
+		return nil, nil
+	}
+	host, portStr, _ := net.SplitHostPort(s.addr)
+	port, _ := strconv.Atoi(portStr)
+	sink := gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(port),
+		gostats.WithStatsdProtocol(s.protocol), gostats.WithLogger(statsdLogger{log}))
+	store := gostats.NewStore(sink, false)
+	go store.StartContext(ctx, time.NewTicker(s.interval))
+	tags, _ := parseTags(s.tags)
+	log.Info("sending envoyproxy/ratelimit's stats to statsd", "addr", s.addr, "protocol", s.protocol, "interval", s.interval, "tags", s.tags)
+	return store, tags
+}
+
+// statsdLogger is gostats' logger on slog.
+type statsdLogger struct{ log *slog.Logger }
+
+func (l statsdLogger) Errorf(msg string, args ...any) {
+	l.log.Error("statsd: " + fmt.Sprintf(msg, args...))
+}
+
+func (l statsdLogger) Warnf(msg string, args ...any) {
+	l.log.Warn("statsd: " + fmt.Sprintf(msg, args...))
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// statsdListener collects what a statsd server receives: counters summed
+// by name over every flush.
+type statsdListener struct {
+	mu     sync.Mutex
+	counts map[string]uint64
+}
+
+func (l *statsdListener) line(s string) {
+	name, rest, ok := strings.Cut(s, ":")
+	if !ok || !strings.HasSuffix(rest, "|c") {
+		return
+	}
+	v, err := strconv.ParseUint(strings.TrimSuffix(rest, "|c"), 10, 64)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	l.counts[name] += v
+	l.mu.Unlock()
+}
+
+func (l *statsdListener) get(name string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.counts[name]
+}
+
+// udpStatsd and tcpStatsd start real statsd listeners on loopback.
+func udpStatsd(t *testing.T) (*statsdListener, string) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	l := &statsdListener{counts: map[string]uint64{}}
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			for _, s := range strings.Split(string(buf[:n]), "\n") {
+				l.line(s)
+			}
+		}
+	}()
+	return l, pc.LocalAddr().String()
+}
+
+func tcpStatsd(t *testing.T) (*statsdListener, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	l := &statsdListener{counts: map[string]uint64{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					l.line(sc.Text())
+				}
+			}()
+		}
+	}()
+	return l, ln.Addr().String()
+}
+
+// TestServeE2EStatsd: envoy-rl's stats, with its names and EXTRA_TAGS, to
+// a real statsd listener over UDP and over TCP (envoy-rl's own protocol),
+// set by envoy-rl's variables: three hits on a limit of 2 are 3 total, 2
+// within, 1 over and 1 near the limit (Envoy's arithmetic at 0.8).
+func TestServeE2EStatsd(t *testing.T) {
+	for _, proto := range []string{"udp", "tcp"} {
+		t.Run(proto, func(t *testing.T) {
+			l, addr := udpStatsd(t)
+			if proto == "tcp" {
+				l, addr = tcpStatsd(t)
+			}
+			host, port, _ := net.SplitHostPort(addr)
+			rules := filepath.Join(t.TempDir(), "rules.yaml")
+			writeRules(t, rules, dayRule("stats", "k", 2))
+			p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port,
+				"STATS_FLUSH_INTERVAL=100ms", "EXTRA_TAGS=env:test,team:edge"},
+				"--config", rules, "--statsd-protocol", proto)
+			for range 3 {
+				p.must("stats", desc("k", "v"))
+			}
+			const prefix = "ratelimit.service.rate_limit.stats.k."
+			const tags = ".__env=test.__team=edge"
+			want := map[string]uint64{"total_hits": 3, "within_limit": 2, "over_limit": 1, "near_limit": 1}
+			poll(t, "the stats at the statsd listener", func() bool {
+				for stat, n := range want {
+					if l.get(prefix+stat+tags) != n {
+						return false
+					}
+				}
+				return l.get("ratelimit.service.config_load_success"+tags) == 1
+			})
+		})
+	}
+}
