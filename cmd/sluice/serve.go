@@ -60,6 +60,7 @@ type serveSettings struct {
 	readyNeedsDomain    bool
 	tls                 tlsSettings
 	statsd              statsdSettings
+	tracing             tracingSettings
 	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
 	nearLimitRatio      float64
@@ -95,6 +96,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	s.storeSettings.flags(fs)
 	s.tls.flags(fs)
 	s.statsd.flags(fs)
+	s.tracing.flags(fs)
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
@@ -139,6 +141,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	probs := s.storeSettings.check()
 	probs = append(probs, s.tls.check()...)
 	probs = append(probs, s.statsd.check()...)
+	probs = append(probs, s.tracing.check()...)
 	if s.store != "memory" && s.stateFile != "" {
 		probs = append(probs, "--state-file applies to --store memory only (Redis keeps its own state)")
 	}
@@ -400,6 +403,18 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		MaxConnectionAge:      s.grpcMaxConnAge,
 		MaxConnectionAgeGrace: s.grpcMaxConnAgeGrace,
 	}))
+	traceOpts, stopTracing, err := s.tracing.start(context.Background(), log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			log.Warn("tracing: spans not sent at shutdown", "err", err)
+		}
+	}()
+	gopts = append(gopts, traceOpts...)
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 		log.Info("gRPC listener speaks TLS", "cert", s.tls.cert, "mutual", s.tls.clientCA != "", "client_san", s.tls.clientSAN)

@@ -31,6 +31,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 		snapshotInterval: 5 * time.Second, responseHeaders: "off", headers: ratelimitheaders.HeadersNone,
 		envoyHeaderNames: server.DefaultEnvoyHeaderNames,
 		statsd:           statsdSettings{protocol: "tcp", interval: 10 * time.Second},
+		tracing:          tracingSettings{protocol: "http", sampling: 1, service: "RateLimit"},
 		nearLimitRatio:   0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		storeSettings: storeSettings{
