@@ -39,6 +39,8 @@ func TestImportRules(t *testing.T) {
 		mod + "/httplimit": append([]string{mod + "/rls", mod + "/server", mod + "/rlsclient", mod + "/proxy", mod + "/memstore", mod + "/redisstore"}, grpc...),
 		// (The proxy's Prometheus metrics bring protobuf along.)
 		mod + "/proxy": {mod + "/rls", mod + "/server", mod + "/rlsclient", mod + "/memstore", mod + "/redisstore", "google.golang.org/grpc", "github.com/envoyproxy/"},
+		// Rules from xDS: a source of rules, deciding and serving nothing.
+		mod + "/xdsrules": {mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rls", mod + "/rlsclient"},
 		// The YAML walker of the rules and http readers owns no schema.
 		mod + "/internal/yamlwalk": {mod},
 		// The header values and modes every front door shares.

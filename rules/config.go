@@ -155,7 +155,6 @@ func LoadDirWith(dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	var domains []*Domain
-	byName := map[string]*Domain{}
 	var probs []Problem
 	for _, path := range files {
 		data, err := os.ReadFile(path)
@@ -171,24 +170,44 @@ func LoadDirWith(dir string, opt LoadOptions) (*Config, error) {
 			}
 			return nil, err
 		}
-		if first := byName[d.Name]; first != nil && opt.MergeDomains {
-			probs = append(probs, first.merge(d)...)
-			continue
-		}
-		byName[d.Name] = d
 		domains = append(domains, d)
 	}
-	c, err := NewConfig(domains...)
+	c, err := NewConfigWith(domains, opt)
 	if err != nil {
 		var re *Error
-		if errors.As(err, &re) {
-			probs = append(probs, re.Problems...)
+		if !errors.As(err, &re) {
+			return nil, err
 		}
+		probs = append(probs, re.Problems...)
 	}
 	if len(probs) > 0 {
 		return nil, &Error{Problems: probs}
 	}
 	return c, nil
+}
+
+// NewConfigWith is NewConfig, merging the domains of one name when
+// opt.MergeDomains (see LoadOptions). It takes the domains over: a merge
+// changes the first of a name. Every problem is reported together.
+func NewConfigWith(domains []*Domain, opt LoadOptions) (*Config, error) {
+	if !opt.MergeDomains {
+		return NewConfig(domains...)
+	}
+	var probs []Problem
+	byName := map[string]*Domain{}
+	var merged []*Domain
+	for _, d := range domains {
+		if first := byName[d.Name]; first != nil {
+			probs = append(probs, first.merge(d)...)
+			continue
+		}
+		byName[d.Name] = d
+		merged = append(merged, d)
+	}
+	if len(probs) > 0 {
+		return nil, &Error{Problems: probs}
+	}
+	return NewConfig(merged...)
 }
 
 // Domain returns the domain with the given name, or nil.

@@ -83,13 +83,13 @@ func TestEnvoyVariablesAccountedFor(t *testing.T) {
 		}
 	}
 	// Every one that has no effect is named when set.
-	env := map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "USE_DOG_STATSD": "true", "REDIS_TIMEOUT": "3s"}
+	env := map[string]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "USE_DOG_STATSD": "true", "REDIS_TIMEOUT": "3s"}
 	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(env), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(s.envoyIgnored, "; ")
-	if len(s.envoyIgnored) != 2 || !strings.Contains(got, "CONFIG_TYPE (use --config") || !strings.Contains(got, "USE_DOG_STATSD") {
+	if len(s.envoyIgnored) != 2 || !strings.Contains(got, "CONFIG_GRPC_XDS_SERVER_USE_TLS (use a plaintext xDS server") || !strings.Contains(got, "USE_DOG_STATSD") {
 		t.Errorf("named as having no effect: %q", got)
 	}
 	if s.redis.timeout != 3*time.Second {

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-
-	"github.com/sluicehq/sluice/reload"
 )
 
 // endpoint is one listener of a command and the server on it.
@@ -22,11 +20,18 @@ type endpoint struct {
 	grpc       *grpc.Server
 }
 
+// rulesSource keeps the rules in step with where they come from: a
+// reload.Watcher (files) or an xdsrules.Client (an xDS server).
+type rulesSource interface {
+	Run(ctx context.Context) error
+	Reload()
+}
+
 // runSettings are what sluice serve and sluice proxy share of a run:
 // their listeners, their rules watcher, and how they drain and stop.
 type runSettings struct {
 	endpoints       []endpoint
-	watcher         *reload.Watcher
+	watcher         rulesSource
 	ready           func()        // logs that the command is ready; called once serving
 	drain           func()        // starts failing readiness (at SIGTERM, SIGINT or a failed listener)
 	drainDelay      time.Duration // how long to keep serving, not ready, before stopping

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/xdsrules"
 )
 
 func init() {
@@ -61,6 +62,7 @@ type serveSettings struct {
 	tls                 tlsSettings
 	statsd              statsdSettings
 	tracing             tracingSettings
+	xds                 xdsSettings
 	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
 	nearLimitRatio      float64
@@ -97,6 +99,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	s.tls.flags(fs)
 	s.statsd.flags(fs)
 	s.tracing.flags(fs)
+	s.xds.flags(fs)
 	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
 	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.StringVar(&s.responseHeaders, "response-headers", "off", "`modes` of rate limit response headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
@@ -133,8 +136,8 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		}
 	}
 
-	if s.config == "" {
-		fmt.Fprintln(stderr, "sluice serve: --config (or SLUICE_CONFIG) is required")
+	if s.config == "" && s.xds.addr == "" {
+		fmt.Fprintln(stderr, "sluice serve: --config (or SLUICE_CONFIG) is required, or --config-xds")
 		usageHint(fs)
 		return nil, errUsage
 	}
@@ -142,6 +145,10 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	probs = append(probs, s.tls.check()...)
 	probs = append(probs, s.statsd.check()...)
 	probs = append(probs, s.tracing.check()...)
+	probs = append(probs, s.xds.check()...)
+	if s.config != "" && s.xds.addr != "" {
+		probs = append(probs, "--config and --config-xds exclude each other: the rules come from files or from xDS")
+	}
 	if s.store != "memory" && s.stateFile != "" {
 		probs = append(probs, "--state-file applies to --store memory only (Redis keeps its own state)")
 	}
@@ -326,30 +333,15 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 
 	// Rules first: a bad initial config fails fast with every problem.
 	var srv *server.Server
-	watcher, err := reload.New(reload.Config{
-		Path:         s.config,
-		Logger:       log.With("component", "reload"),
-		OnLoad:       func(c *rules.Config) { srv.ConfigLoaded(c, time.Now()) },
-		OnError:      func(err error) { srv.ConfigRejected(err) },
-		MergeDomains: s.mergeDomains,
-		AllowMissing: s.startWithoutConfig,
-	})
+	source, initial, err := s.rulesSource(func(c *rules.Config) { srv.ConfigLoaded(c, time.Now()) }, func(err error) { srv.ConfigRejected(err) }, log)
 	if err != nil {
-		var re *rules.Error
-		if errors.As(err, &re) {
-			for _, p := range re.Problems {
-				log.Error("rules problem", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
-			}
-			return fmt.Errorf("%d problem(s) in %s:\n%s", len(re.Problems), s.config, re.Error())
-		}
-		return fmt.Errorf("rules: %w", err)
+		return err
 	}
-	initial := watcher.Current()
 	for _, p := range initial.Warnings() {
 		log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
 	}
 	if len(initial.Domains()) == 0 {
-		log.Warn("no domains in the rules: every request is allowed", "config", s.config)
+		log.Warn("no domains in the rules: every request is allowed", "config", s.config, "config_xds", s.xds.addr)
 	}
 
 	dec, stores, err := newLocalDecider(&s.storeSettings, log)
@@ -388,7 +380,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		EnvoyHeaders:   s.envoyHeadersConfig(),
 		ShadowMode:     s.shadowMode,
 		NearLimitRatio: s.nearLimitRatio,
-		Ready:          s.readyCheck(dec.Core().Rules),
+		Ready:          s.readyCheck(dec.Core().Rules, source),
 	})
 	if err != nil {
 		return err
@@ -431,7 +423,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 
 	rs := runSettings{
 		endpoints: endpoints,
-		watcher:   watcher,
+		watcher:   source,
 		ready: func() {
 			log.Info("ready", "domains", initial.Domains(), "hash", initial.Hash())
 		},
@@ -624,15 +616,59 @@ func (s *serveSettings) envoyHeadersConfig() *server.EnvoyHeaderNames {
 
 // readyCheck is the server's extra readiness check: with
 // --ready-needs-domain, not ready until rules with a domain are loaded
-// (envoy-rl's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
-func (s *serveSettings) readyCheck(current func() *rules.Config) func(context.Context) error {
-	if !s.readyNeedsDomain {
+// (envoy-rl's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); with --config-xds,
+// not ready until the server's first rules are in force, unless
+// --start-without-config (envoy-rl waits for them before it serves).
+func (s *serveSettings) readyCheck(current func() *rules.Config, source rulesSource) func(context.Context) error {
+	xc, _ := source.(*xdsrules.Client)
+	waitXDS := xc != nil && !s.startWithoutConfig
+	if !s.readyNeedsDomain && !waitXDS {
 		return nil
 	}
 	return func(context.Context) error {
-		if c := current(); c == nil || len(c.Domains()) == 0 {
+		if waitXDS {
+			select {
+			case <-xc.First():
+			default:
+				return errors.New("no rules from the xDS server yet")
+			}
+		}
+		if c := current(); s.readyNeedsDomain && (c == nil || len(c.Domains()) == 0) {
 			return errors.New("no rules with a domain loaded yet")
 		}
 		return nil
 	}
+}
+
+// rulesSource starts where the rules come from, files or xDS, and returns
+// it with the rules in force at start. With files, a bad initial config
+// fails the start with every problem; with xDS, the start waits for the
+// server's first rules unless --start-without-config.
+func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(error), log *slog.Logger) (rulesSource, *rules.Config, error) {
+	if s.xds.addr != "" {
+		c, err := s.xds.client(onLoad, onError, s.mergeDomains, log.With("component", "xds"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return c, c.Current(), nil
+	}
+	watcher, err := reload.New(reload.Config{
+		Path:         s.config,
+		Logger:       log.With("component", "reload"),
+		OnLoad:       onLoad,
+		OnError:      onError,
+		MergeDomains: s.mergeDomains,
+		AllowMissing: s.startWithoutConfig,
+	})
+	if err != nil {
+		var re *rules.Error
+		if errors.As(err, &re) {
+			for _, p := range re.Problems {
+				log.Error("rules problem", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+			}
+			return nil, nil, fmt.Errorf("%d problem(s) in %s:\n%s", len(re.Problems), s.config, re.Error())
+		}
+		return nil, nil, fmt.Errorf("rules: %w", err)
+	}
+	return watcher, watcher.Current(), nil
 }

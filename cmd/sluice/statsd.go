@@ -56,19 +56,22 @@ func (s *statsdSettings) check() []string {
 }
 
 // parseTags reads k:v,k:v as envoy-rl reads EXTRA_TAGS.
-func parseTags(s string) (map[string]string, error) {
+func parseTags(s string) (map[string]string, error) { return keyValues(s, ":") }
+
+// keyValues reads a list of key<sep>value separated by commas.
+func keyValues(s, sep string) (map[string]string, error) {
 	if s == "" {
 		return nil, nil
 	}
-	tags := map[string]string{}
+	m := map[string]string{}
 	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(kv, ":")
+		k, v, ok := strings.Cut(kv, sep)
 		if !ok || k == "" {
-			return nil, fmt.Errorf("%q is not key:value", kv)
+			return nil, fmt.Errorf("%q is not key%svalue", kv, sep)
 		}
-		tags[k] = v
+		m[k] = v
 	}
-	return tags, nil
+	return m, nil
 }
 
 // start returns the stats store that sends to --statsd every interval
