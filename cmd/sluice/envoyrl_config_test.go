@@ -1,0 +1,127 @@
+package main
+
+import (
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// TestEnvoyRLBasicConfig translates envoyproxy/ratelimit's TestBasicConfig
+// (test/config/config_test.go at f2fb157) to the real binary: the same
+// rules (testdata/envoyrl/basic_config.yaml), the same descriptors, the
+// same expected limit (or none), limit name, unlimited, and stats keys,
+// read where envoy-rl writes them: its statsd counters, here from a real
+// UDP statsd listener.
+func TestEnvoyRLBasicConfig(t *testing.T) {
+	l, addr := udpStatsd(t)
+	host, port, _ := net.SplitHostPort(addr)
+	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
+		"--config", filepath.Join("testdata", "envoyrl", "basic_config.yaml"), "--statsd-protocol", "udp")
+	for _, c := range []struct {
+		entries   []string // key, value, key, value...
+		rate      uint32   // 0: no limit
+		unit      rlsv3.RateLimitResponse_RateLimit_Unit
+		name      string
+		unlimited bool
+		statKey   string // where its hits are counted; empty: nowhere
+	}{
+		{entries: []string{"key1", "something"}},
+		{entries: []string{"key1", "value1"}},
+		{entries: []string{"key2", "value2", "subkey", "subvalue"}},
+		{entries: []string{"key5", "value5", "subkey5", "subvalue"}},
+		{entries: []string{"key1", "value1", "subkey1", "something"}, rate: 5, unit: rlsv3.RateLimitResponse_RateLimit_SECOND, statKey: "test-domain.key1_value1.subkey1"},
+		{entries: []string{"key1", "value1", "subkey1", "subvalue1"}, rate: 10, unit: rlsv3.RateLimitResponse_RateLimit_SECOND, statKey: "test-domain.key1_value1.subkey1_subvalue1"},
+		{entries: []string{"key2", "something"}, rate: 20, unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, statKey: "test-domain.key2"},
+		{entries: []string{"key2", "value2"}, rate: 30, unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, statKey: "test-domain.key2_value2"},
+		{entries: []string{"key2", "value3"}},
+		{entries: []string{"key3", "foo"}, rate: 1, unit: rlsv3.RateLimitResponse_RateLimit_HOUR, statKey: "test-domain.key3"},
+		{entries: []string{"key4", "foo"}, rate: 1, unit: rlsv3.RateLimitResponse_RateLimit_DAY, name: "key4_rate_limit", statKey: "test-domain.key4"},
+		{entries: []string{"key6", "foo"}, unlimited: true},
+		{entries: []string{"key7", "unspecified_value"}, rate: 70, unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, statKey: "test-domain.key7_unspecified_value"},
+		{entries: []string{"key7", "another_value"}, rate: 70, unit: rlsv3.RateLimitResponse_RateLimit_MINUTE, statKey: "test-domain.key7_another_value"},
+	} {
+		d := &ratelimitv3.RateLimitDescriptor{}
+		for i := 0; i+1 < len(c.entries); i += 2 {
+			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: c.entries[i], Value: c.entries[i+1]})
+		}
+		st := p.must("test-domain", d).GetStatuses()[0]
+		what := strings.Join(c.entries, ",")
+		cl := st.GetCurrentLimit()
+		switch {
+		case c.unlimited:
+			if cl != nil || st.GetLimitRemaining() != 4294967295 {
+				t.Errorf("%s: %v, want unlimited", what, st)
+			}
+		case c.rate == 0:
+			if cl != nil {
+				t.Errorf("%s: limit %v, want none", what, cl)
+			}
+		case cl.GetRequestsPerUnit() != c.rate || cl.GetUnit() != c.unit || cl.GetName() != c.name:
+			t.Errorf("%s: limit %v, want %d per %v named %q", what, cl, c.rate, c.unit, c.name)
+		}
+		if c.statKey != "" {
+			key := "ratelimit.service.rate_limit." + c.statKey + ".total_hits"
+			poll(t, key, func() bool { return l.get(key) == 1 })
+		}
+	}
+	// No other stats key got a hit: the statsd names above are all.
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name, n := range l.counts {
+		if strings.HasSuffix(name, ".total_hits") && n != 1 {
+			t.Errorf("%s counted %d", name, n)
+		}
+	}
+}
+
+// TestEnvoyRLConfigErrors translates envoy-rl's tests of configs it
+// refuses (test/config/config_test.go at f2fb157): each is refused by
+// sluice check too, with envoy-rl's own message.
+func TestEnvoyRLConfigErrors(t *testing.T) {
+	for _, c := range []struct{ test, src, want string }{
+		{"TestEmptyDomain", "descriptors:\n  - key: k\n", "config file cannot have empty domain"},
+		{"TestEmptyKey", "domain: test-domain\ndescriptors:\n  - value: v\n", "descriptor has empty key"},
+		{"TestDuplicateKey", "domain: test-domain\ndescriptors:\n  - key: key1\n    value: value1\n  - key: key1\n    value: value1\n", "duplicate descriptor composite key 'test-domain.key1_value1'"},
+		{"TestBadLimitUnit", "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit: {unit: foo, requests_per_unit: 5}\n", "invalid rate limit unit 'foo'"},
+		{"TestReplacesSelf", "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit:\n      name: self\n      unit: second\n      requests_per_unit: 5\n      replaces: [{name: self}]\n", "replaces should not contain name of same descriptor"},
+		{"TestReplacesEmpty", "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit:\n      name: n\n      unit: second\n      requests_per_unit: 5\n      replaces: [{name: \"\"}]\n", "should not have an empty replaces entry"},
+		{"TestUnlimitedWithRateLimitUnit", "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit: {unlimited: true, unit: second}\n", "should not specify rate limit unit when unlimited"},
+		{"TestBadYaml", "domain: test-domain\ndescriptors:\n  - key: key1\n   value: [\n", "invalid YAML"},
+		{"TestNonStringKey", "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit: {unit: second, requests_per_unit: 5}\n    1: x\n", "key is not a string"},
+		{"TestNonMapList", "domain: test-domain\ndescriptors:\n  - a\n", "a descriptor must be a mapping"},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			writeRules(t, path, c.src)
+			code, _, errOut := runCmd(t, "", "check", "--config", path)
+			if code != 1 || !strings.Contains(errOut, c.want) {
+				t.Errorf("sluice check: exit %d, %q; want 1 and %q", code, errOut, c.want)
+			}
+		})
+	}
+	// TestDuplicateDomain, and TestDomainMerge / TestDuplicateKeyDomainMerge
+	// with MERGE_DOMAIN_CONFIG.
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "a.yaml"), "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	writeRules(t, filepath.Join(dir, "b.yaml"), "domain: test-domain\ndescriptors:\n  - key: key2\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+	if code, _, errOut := runCmd(t, "", "check", "--config", dir); code != 1 || !strings.Contains(errOut, "duplicate domain 'test-domain'") {
+		t.Errorf("TestDuplicateDomain: exit %d, %q", code, errOut)
+	}
+	merged := startSluice(t, []string{"MERGE_DOMAIN_CONFIG=true"}, "--config", dir)
+	for _, key := range []string{"key1", "key2"} {
+		if st := merged.must("test-domain", desc(key, "v")).GetStatuses()[0]; st.GetCurrentLimit().GetRequestsPerUnit() != 5 {
+			t.Errorf("TestDomainMerge: %s: %v", key, st)
+		}
+	}
+	writeRules(t, filepath.Join(dir, "c.yaml"), "domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit: {unit: second, requests_per_unit: 9}\n")
+	// What sluice serve --merge-domains loads, as reload does.
+	if _, err := rules.LoadDirWith(dir, rules.LoadOptions{MergeDomains: true}); err == nil || !strings.Contains(err.Error(), "duplicate descriptor composite key 'test-domain.key1'") {
+		t.Errorf("TestDuplicateKeyDomainMerge: %v", err)
+	}
+}
