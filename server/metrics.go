@@ -61,8 +61,9 @@ type ruleCounters struct {
 }
 
 type domainMetrics struct {
-	name  string
-	rules sync.Map // rule label -> *ruleCounters
+	name      string
+	rules     sync.Map // rule label -> *ruleCounters
+	overrides sync.Map // statsd only: override stats key -> *ruleCounters
 }
 
 func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, storeUp func() error) (*metrics, error) {
@@ -180,7 +181,13 @@ func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
 		if d.Status == rules.Overridden {
 			label, capped = labelOverride, false
 		}
-		m.add(m.rule(dm, label, capped), d.Cost, &d.Decision, d.Over, d.ShadowOver || (d.Over && shadow), o.Overall.Allowed)
+		rc := m.rule(dm, label, capped)
+		if d.Status == rules.Overridden && m.statsd != nil {
+			// statsd names an override's stats by the request's entries,
+			// as envoy-rl does; Prometheus keeps one label for them all.
+			rc = m.override(dm, rc, d.StatKey)
+		}
+		m.add(rc, d.Cost, &d.Decision, d.Over, d.ShadowOver || (d.Over && shadow), o.Overall.Allowed)
 	}
 	if n := len(o.Limits); n > 0 && o.Limits[n-1].Descriptor < 0 {
 		if dm == nil {
@@ -252,6 +259,27 @@ func (m *metrics) domain(name string) *domainMetrics {
 	name = strings.Clone(name)
 	v, _ := m.domains.LoadOrStore(name, &domainMetrics{name: name})
 	return v.(*domainMetrics)
+}
+
+// override returns the counters of an override's stats key: rc's
+// Prometheus counters (the one _override label) with statsd counters of
+// the key's own, within the cap on keys (beyond it, _other's).
+func (m *metrics) override(dm *domainMetrics, rc *ruleCounters, key string) *ruleCounters {
+	if v, ok := dm.overrides.Load(key); ok {
+		return v.(*ruleCounters)
+	}
+	if m.labels.Add(1) > m.maxLabels {
+		m.labels.Add(-1)
+		return m.rule(dm, labelOther, false)
+	}
+	key = strings.Clone(key)
+	oc := *rc
+	oc.statsd = m.statsd.rule(key)
+	v, loaded := dm.overrides.LoadOrStore(key, &oc)
+	if loaded {
+		m.labels.Add(-1)
+	}
+	return v.(*ruleCounters)
 }
 
 // rule returns the counters of a rule label of dm. A capped label counts

@@ -8,6 +8,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluicehq/sluice/rules"
 )
@@ -124,4 +125,33 @@ func TestEnvoyRLConfigErrors(t *testing.T) {
 	if _, err := rules.LoadDirWith(dir, rules.LoadOptions{MergeDomains: true}); err == nil || !strings.Contains(err.Error(), "duplicate descriptor composite key 'test-domain.key1'") {
 		t.Errorf("TestDuplicateKeyDomainMerge: %v", err)
 	}
+}
+
+// TestEnvoyRLConfigLimitOverride translates envoy-rl's
+// TestConfigLimitOverride: a descriptor's own limit wins over the rules,
+// its stats are named by the request's entries, and a changed override
+// keeps counting under the same name.
+func TestEnvoyRLConfigLimitOverride(t *testing.T) {
+	l, addr := udpStatsd(t)
+	host, port, _ := net.SplitHostPort(addr)
+	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
+		"--config", filepath.Join("testdata", "envoyrl", "basic_config.yaml"), "--statsd-protocol", "udp")
+	override := func(domain string, n uint32, unit typev3.RateLimitUnit, entries ...string) *rlsv3.RateLimitResponse_DescriptorStatus {
+		d := desc(entries...)
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
+		return p.must(domain, d).GetStatuses()[0]
+	}
+	// No matching domain: no limit, override or not.
+	if st := override("foo_domain", 10, typev3.RateLimitUnit_DAY, "key1", "value1"); st.GetCurrentLimit() != nil {
+		t.Errorf("unknown domain: %v", st)
+	}
+	const key = "ratelimit.service.rate_limit.test-domain.key1_value1.subkey1_something.total_hits"
+	if cl := override("test-domain", 10, typev3.RateLimitUnit_DAY, "key1", "value1", "subkey1", "something").GetCurrentLimit(); cl.GetRequestsPerUnit() != 10 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_DAY {
+		t.Errorf("override 10/day: %v", cl)
+	}
+	poll(t, key+" = 1", func() bool { return l.get(key) == 1 })
+	if cl := override("test-domain", 42, typev3.RateLimitUnit_HOUR, "key1", "value1", "subkey1", "something").GetCurrentLimit(); cl.GetRequestsPerUnit() != 42 || cl.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+		t.Errorf("override 42/hour: %v", cl)
+	}
+	poll(t, key+" = 2", func() bool { return l.get(key) == 2 })
 }
