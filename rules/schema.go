@@ -163,32 +163,31 @@ func (p *parser) descriptors(parent *Rule, n *yaml.Node) {
 	}
 }
 
-func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
-	pairs, ok := p.Mapping(n, "a descriptor")
-	if !ok {
-		return
-	}
-	n = p.Deref(n)
-	r := &Rule{File: p.file, Line: n.Line, Column: n.Column, depth: parent.depth + 1}
-	if parent != &p.d.root {
-		r.Parent = parent
-	}
-	var rl, rls, children, valueNode *yaml.Node
-	keySeen := false
+// descriptorNodes are the keys of a descriptor read later than its flags:
+// its limits, children and value, and whether it has a key.
+type descriptorNodes struct {
+	rl, rls, children, value *yaml.Node
+	keySeen                  bool
+}
+
+// descriptorFields reads a descriptor's keys into r, and returns those
+// read later.
+func (p *parser) descriptorFields(r *Rule, pairs []yamlwalk.Pair) descriptorNodes {
+	var f descriptorNodes
 	for _, kv := range pairs {
 		switch kv.K.Value {
 		case "key":
-			keySeen = true
+			f.keySeen = true
 			r.Key, _ = p.str(kv.V, "key")
 		case "value":
 			r.Value, _ = p.str(kv.V, "value")
-			valueNode = kv.V
+			f.value = kv.V
 		case "rate_limit":
-			rl = kv.V
+			f.rl = kv.V
 		case "rate_limits":
-			rls = kv.V
+			f.rls = kv.V
 		case "descriptors":
-			children = kv.V
+			f.children = kv.V
 		case "shadow_mode":
 			r.ShadowMode, _ = p.boolean(kv.V, "shadow_mode")
 		case "detailed_metric":
@@ -205,6 +204,21 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
 			p.unknown(kv.K, "a descriptor", descriptorKeys, true)
 		}
 	}
+	return f
+}
+
+func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
+	pairs, ok := p.Mapping(n, "a descriptor")
+	if !ok {
+		return
+	}
+	n = p.Deref(n)
+	r := &Rule{File: p.file, Line: n.Line, Column: n.Column, depth: parent.depth + 1}
+	if parent != &p.d.root {
+		r.Parent = parent
+	}
+	f := p.descriptorFields(r, pairs)
+	rl, rls, children, valueNode, keySeen := f.rl, f.rls, f.children, f.value, f.keySeen
 	// A descriptor in error is still checked through, nested descriptors
 	// included, so that every problem of the file is reported; it is not
 	// added to the tree.
