@@ -155,3 +155,50 @@ func TestEnvoyRLConfigLimitOverride(t *testing.T) {
 	}
 	poll(t, key+" = 2", func() bool { return l.get(key) == 2 })
 }
+
+// TestEnvoyRLWildcardConfig translates envoy-rl's TestWildcardConfig: a *
+// anywhere in a value matches any run of characters (the empty run
+// included), every value it matches shares the rule and its stats key,
+// which keeps the *, and a value without the pattern's prefix, suffix or
+// middle matches nothing.
+func TestEnvoyRLWildcardConfig(t *testing.T) {
+	l, addr := udpStatsd(t)
+	host, port, _ := net.SplitHostPort(addr)
+	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
+		"--config", filepath.Join("testdata", "envoyrl", "wildcard.yaml"), "--statsd-protocol", "udp")
+	hits := map[string]uint64{}
+	for _, c := range []struct {
+		entries []string
+		rate    uint32 // 0: no limit
+		statKey string
+	}{
+		{[]string{"noVal", "foo1"}, 20, "test-domain.noVal"},
+		{[]string{"noVal", "foo2"}, 20, "test-domain.noVal"},
+		{[]string{"wild", "foo1"}, 20, "test-domain.wild_foo*"},
+		{[]string{"wild", "foo2"}, 20, "test-domain.wild_foo*"},
+		{[]string{"nestedWild", "val1", "wild", "goo2"}, 20, "test-domain.nestedWild_val1.wild_goo*"},
+		{[]string{"wild", "bar"}, 0, ""},
+		{[]string{"noWild", "foo1"}, 0, ""},
+		{[]string{"midWild", "barab"}, 20, "test-domain.midWild_bar*b"},
+		{[]string{"midWild", "bar123b"}, 20, "test-domain.midWild_bar*b"},
+		{[]string{"midWild", "barb"}, 20, "test-domain.midWild_bar*b"},
+		{[]string{"midWild", "bara"}, 0, ""},
+		{[]string{"midWild", "xbarb"}, 0, ""},
+		{[]string{"multiWild", "foo123bar456baz"}, 10, "test-domain.multiWild_foo*bar*baz"},
+		{[]string{"multiWild", "foobarbaz"}, 10, "test-domain.multiWild_foo*bar*baz"},
+		{[]string{"multiWild", "foo123baz"}, 0, ""},
+		{[]string{"multiWild", "bar456baz"}, 0, ""},
+	} {
+		st := p.must("test-domain", desc(c.entries...)).GetStatuses()[0]
+		if got := st.GetCurrentLimit().GetRequestsPerUnit(); got != c.rate {
+			t.Errorf("%v: limit %d, want %d", c.entries, got, c.rate)
+		}
+		if c.statKey != "" {
+			hits[c.statKey]++
+		}
+	}
+	for key, n := range hits {
+		name := "ratelimit.service.rate_limit." + key + ".total_hits"
+		poll(t, name, func() bool { return l.get(name) == n })
+	}
+}
