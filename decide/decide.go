@@ -77,8 +77,18 @@ func (d *Decider) AllOrNothing(domain string) bool {
 
 // allOrNothing is AllOrNothing for a domain of the rules (nil: unknown).
 func (d *Decider) allOrNothing(dom *rules.Domain) bool {
-	if dom != nil && dom.AllOrNothing != nil {
+	return d.allOrNothingFor(dom, PreferDecider)
+}
+
+// allOrNothingFor is allOrNothing with a caller's preference.
+func (d *Decider) allOrNothingFor(dom *rules.Domain, pref Preference) bool {
+	switch {
+	case dom != nil && dom.AllOrNothing != nil:
 		return *dom.AllOrNothing
+	case pref == PreferAllOrNothing:
+		return true
+	case pref == PreferEach:
+		return false
 	}
 	return !d.each.Load()
 }
@@ -235,7 +245,25 @@ func (d *Decider) Decide(ctx context.Context, domain string, descs []rules.Descr
 // storage it reuses: a server pools Outcomes to answer without allocating
 // them. descs is read during the call only. On error o is left reset.
 func (d *Decider) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome) error {
-	return d.decide(ctx, domain, descs, o, nil)
+	return d.decide(ctx, domain, descs, o, nil, PreferDecider)
+}
+
+// Preference is a caller's default, for one request, for the domains whose
+// rules set no all_or_nothing: (see SetAllOrNothing).
+type Preference uint8
+
+const (
+	PreferDecider      Preference = iota // the Decider's default
+	PreferAllOrNothing                   // every limit of the request together
+	PreferEach                           // each limit on its own, as Envoy
+)
+
+// DecideIntoPreferring is DecideInto with the caller's default pref for a
+// domain whose rules say nothing; a domain's all_or_nothing: wins. sluice
+// proxy decides on a remote sluice serve preferring all-or-nothing, its
+// own default, while Envoy's requests there count Envoy's way.
+func (d *Decider) DecideIntoPreferring(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, pref Preference) error {
+	return d.decide(ctx, domain, descs, o, nil, pref)
 }
 
 // DecideDegraded answers as DecideInto does when the store fails with
@@ -255,15 +283,16 @@ func (d *Decider) DecideDegraded(ctx context.Context, domain string, descs []rul
 		o.Reset()
 		return errors.New("decide: DecideDegraded without a cause")
 	}
-	return d.decide(ctx, domain, descs, o, cause)
+	return d.decide(ctx, domain, descs, o, cause, PreferDecider)
 }
 
 // decide is DecideInto, or with a non-nil cause DecideDegraded: the store
 // is not asked, and its failure is cause.
-func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, cause error) error {
+func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, cause error, pref Preference) error {
 	o.Reset()
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
+	s.pref = pref
 
 	if err := d.plan(s, domain, descs); err != nil {
 		return err
@@ -281,7 +310,7 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	// request while another has room, so it must not stop the others
 	// from counting either.
 	quota := d.hasQuota(p)
-	each := quota || !d.allOrNothing(p.Domain)
+	each := quota || !d.allOrNothingFor(p.Domain, pref)
 	switch {
 	case cause == nil && each:
 		overall, err = d.limiter.DecideEach(ctx, hits, out)
@@ -433,6 +462,7 @@ type scratch struct {
 	cfg  *rules.Config // the rules plan was matched against
 	plan rules.Plan
 	out  []sluice.Decision
+	pref Preference // the caller's default of all_or_nothing
 
 	// The local policy's hits and their keys (see failover.go).
 	local     []sluice.Hit

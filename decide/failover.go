@@ -145,7 +145,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		}
 		hits = f.localHits(s)
 		decide := f.Local.DecideInto
-		if !d.allOrNothing(p.Domain) {
+		if !d.allOrNothingFor(p.Domain, s.pref) {
 			decide = f.Local.DecideEach
 		}
 		overall, err := decide(ctx, hits, out)

@@ -116,6 +116,11 @@ type Outcome struct {
 	// envoyproxy/ratelimit's. Reset keeps it.
 	Dialect Dialect
 
+	// Prefer is the caller's default of all_or_nothing for domains whose
+	// rules set none (decide.DecideIntoPreferring); the zero value is the
+	// Decider's. Reset keeps it.
+	Prefer decide.Preference
+
 	statuses []statusBlock // the storage ReuseResponse reuses
 	response *rlsv3.RateLimitResponse
 }
@@ -139,9 +144,12 @@ const (
 
 // DialectKey is the gRPC metadata key (and HTTP header) by which a client
 // asks for a dialect; DialectExactValue its value for DialectExact.
+// AllOrNothingKey is the one by which it states its default of
+// all_or_nothing ("true" or "false") for domains that set none.
 const (
 	DialectKey        = "sluice-dialect"
 	DialectExactValue = "exact"
+	AllOrNothingKey   = "sluice-all-or-nothing"
 )
 
 // Reset empties o for reuse by DecideInto, keeping its slices' storage. It
@@ -244,7 +252,7 @@ func (d *Decider) decide(ctx context.Context, req *rlsv3.RateLimitRequest, o *Ou
 	}
 	var err error
 	if cause == nil {
-		err = d.core.DecideInto(ctx, req.GetDomain(), s.descs, &o.Outcome)
+		err = d.core.DecideIntoPreferring(ctx, req.GetDomain(), s.descs, &o.Outcome, o.Prefer)
 	} else {
 		err = d.core.DecideDegraded(ctx, req.GetDomain(), s.descs, &o.Outcome, cause)
 	}

@@ -34,8 +34,9 @@ import (
 )
 
 // exactDialect is the metadata by which the client asks for
-// rls.DialectExact.
-var exactDialect = metadata.Pairs(rls.DialectKey, rls.DialectExactValue)
+// rls.DialectExact, and states all-or-nothing as its default (the
+// proxy's) for the domains whose rules set no all_or_nothing:.
+var exactDialect = metadata.Pairs(rls.DialectKey, rls.DialectExactValue, rls.AllOrNothingKey, "true")
 
 // Defaults of Config.
 const (

@@ -9,8 +9,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/storetest"
 )
 
 const envoyAnswerRules = `
@@ -81,6 +84,41 @@ func TestWholeSeconds(t *testing.T) {
 	} {
 		if got := rls.WholeSeconds(c.d); got != c.want {
 			t.Errorf("WholeSeconds(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
+
+// TestClientPreference: a client may state its own default of
+// all_or_nothing (sluice proxy's rlsclient says true) for domains whose
+// rules set none: Envoy's requests, which say nothing, count Envoy's way
+// on the same server; a domain's all_or_nothing: wins over both.
+func TestClientPreference(t *testing.T) {
+	const rules = "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1}\n  - key: ip\n    rate_limit: {unit: day, requests_per_unit: 10}\n"
+	clock := storetest.NewClock(epoch)
+	store := memstore.New(memstore.Config{Now: clock.Now, SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	dec := rls.NewDecider(sluice.NewLimiter(store), nil)
+	dec.Core().SetAllOrNothing(false) // sluice serve's default
+	e := newEnvStore(t, rules, server.Config{Decider: dec}, store)
+	ipLeft := func(ctx context.Context, user, ip string) uint32 {
+		t.Helper()
+		resp, err := e.rls.ShouldRateLimit(ctx, req("d", d("user="+user), d("ip="+ip)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[1].GetLimitRemaining()
+	}
+	// Envoy's way: the denied requests count on ip.
+	for i, want := range []uint32{9, 8, 7} {
+		if got := ipLeft(context.Background(), "a", "1"); got != want {
+			t.Errorf("Envoy request %d: ip remaining %d, want %d", i+1, got, want)
+		}
+	}
+	// The proxy's preference: the denied requests count nothing.
+	ctx := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(rls.AllOrNothingKey, "true"))
+	for i, want := range []uint32{9, 9, 9} {
+		if got := ipLeft(ctx, "b", "2"); got != want {
+			t.Errorf("all-or-nothing request %d: ip remaining %d, want %d", i+1, got, want)
 		}
 	}
 }

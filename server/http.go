@@ -92,7 +92,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(rls.DialectKey) == rls.DialectExactValue {
 		dialect = rls.DialectExact
 	}
-	o, f := s.answer(r.Context(), req, viaHTTP, dialect)
+	o, f := s.answer(r.Context(), req, viaHTTP, dialect, preference(r.Header.Get(rls.AllOrNothingKey)))
 	if f != nil {
 		writeError(w, f.httpStatus(), f.msg)
 		return

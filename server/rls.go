@@ -13,9 +13,21 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
+
+// preference reads a client's all_or_nothing default (rls.AllOrNothingKey).
+func preference(v string) decide.Preference {
+	switch v {
+	case "true":
+		return decide.PreferAllOrNothing
+	case "false":
+		return decide.PreferEach
+	}
+	return decide.PreferDecider
+}
 
 // transport is where a request came from, a label of sluice_requests_total.
 type transport uint8
@@ -56,13 +68,16 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 // and changes nothing; an unloaded configuration or a store failure is
 // Unavailable; an unknown domain or descriptors that match no rule are OK.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	dialect := rls.DialectEnvoy
+	dialect, prefer := rls.DialectEnvoy, decide.PreferDecider
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(rls.DialectKey); len(v) == 1 && v[0] == rls.DialectExactValue {
 			dialect = rls.DialectExact
 		}
+		if v := md.Get(rls.AllOrNothingKey); len(v) == 1 {
+			prefer = preference(v[0])
+		}
 	}
-	o, f := s.answer(ctx, req, viaGRPC, dialect)
+	o, f := s.answer(ctx, req, viaGRPC, dialect, prefer)
 	if f != nil {
 		return nil, f.grpcErr()
 	}
@@ -74,9 +89,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // answer decides req, answering in dialect, and applies what the server adds: global shadow mode,
 // metrics and response headers. The outcome goes back with release; on
 // failure there is none.
-func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport, dialect rls.Dialect) (*rls.Outcome, *failure) {
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport, dialect rls.Dialect, prefer decide.Preference) (*rls.Outcome, *failure) {
 	o := s.outcomes.Get().(*rls.Outcome)
-	o.Dialect = dialect
+	o.Dialect, o.Prefer = dialect, prefer
 	start := time.Now()
 	err := s.dec.DecideInto(ctx, req, o)
 	s.m.latency.Observe(time.Since(start).Seconds())
