@@ -68,14 +68,15 @@ func (s *Server) RegisterGRPC(g *grpc.Server) {
 // and changes nothing; an unloaded configuration or a store failure is
 // Unavailable; an unknown domain or descriptors that match no rule are OK.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	// ValueFromIncomingContext copies only a key that is there (never for
+	// Envoy, which sends neither), where FromIncomingContext would copy
+	// every header of every request.
 	dialect, prefer := rls.DialectEnvoy, decide.PreferDecider
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(rls.DialectKey); len(v) == 1 && v[0] == rls.DialectExactValue {
-			dialect = rls.DialectExact
-		}
-		if v := md.Get(rls.AllOrNothingKey); len(v) == 1 {
-			prefer = preference(v[0])
-		}
+	if v := metadata.ValueFromIncomingContext(ctx, rls.DialectKey); len(v) == 1 && v[0] == rls.DialectExactValue {
+		dialect = rls.DialectExact
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, rls.AllOrNothingKey); len(v) == 1 {
+		prefer = preference(v[0])
 	}
 	o, f := s.answer(ctx, req, viaGRPC, dialect, prefer)
 	if f != nil {
