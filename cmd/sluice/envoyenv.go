@@ -9,6 +9,7 @@ package main
 import (
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -69,7 +70,7 @@ var envoyVars = map[string]envoyVar{
 	"statsd": {
 		names: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"},
 		value: func(env lookupEnv) (string, bool) {
-			if on, _ := env("USE_STATSD"); !strings.EqualFold(on, "true") && on != "1" {
+			if !envTrue(env, "USE_STATSD") {
 				return "", false
 			}
 			host, ok := env("STATSD_HOST")
@@ -126,12 +127,20 @@ var envoyVars = map[string]envoyVar{
 	"grpc-max-connection-age-grace": plain("GRPC_MAX_CONNECTION_AGE_GRACE"),
 }
 
+// envTrue reports whether the boolean variable name is set true, as
+// envoy-rl's envconfig reads booleans (strconv.ParseBool).
+func envTrue(env lookupEnv, name string) bool {
+	v, _ := env(name)
+	on, err := strconv.ParseBool(v)
+	return err == nil && on
+}
+
 // withTLS maps name when GRPC_SERVER_USE_TLS is true, as envoy-rl reads it.
 func withTLS(name string) envoyVar {
 	return envoyVar{
 		names: []string{"GRPC_SERVER_USE_TLS", name},
 		value: func(env lookupEnv) (string, bool) {
-			if on, _ := env("GRPC_SERVER_USE_TLS"); !strings.EqualFold(on, "true") && on != "1" {
+			if !envTrue(env, "GRPC_SERVER_USE_TLS") {
 				return "", false
 			}
 			return env(name)

@@ -96,3 +96,18 @@ func TestEnvoyVariablesAccountedFor(t *testing.T) {
 		t.Errorf("REDIS_TIMEOUT=3s: --redis-timeout %v", s.redis.timeout)
 	}
 }
+
+// TestEnvoyBooleans: the switches of envoy-rl's variables read booleans as
+// its envconfig does (strconv.ParseBool: t, TRUE, 1, ...).
+func TestEnvoyBooleans(t *testing.T) {
+	for _, on := range []string{"t", "TRUE", "1", "true"} {
+		s, err := parseServe([]string{"--config", "r.yaml"}, envMap(map[string]string{"USE_STATSD": on, "STATSD_PORT": "9"}), &bytes.Buffer{})
+		if err != nil || s.statsd.addr != "localhost:9" {
+			t.Errorf("USE_STATSD=%s: --statsd %q, %v", on, s.statsd.addr, err)
+		}
+	}
+	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(map[string]string{"USE_STATSD": "false"}), &bytes.Buffer{})
+	if err != nil || s.statsd.addr != "" {
+		t.Errorf("USE_STATSD=false: --statsd %q, %v", s.statsd.addr, err)
+	}
+}
