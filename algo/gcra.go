@@ -38,17 +38,7 @@ func gcra(p *Params, s State, now, n int64) (State, Result) {
 	rate, period := uint64(p.Rate), uint64(p.Period)
 	tol := mulU(uint64(p.Capacity), period) // Capacity·T in units of 1/Rate ns
 
-	// x: TAT − now in units of 1/Rate ns, 0 when the bucket is full.
-	var x u128
-	var reset int64
-	if s.A > now {
-		b := uint64(s.B)
-		if s.B < 0 || b >= rate {
-			b = 0 // not a state Step wrote; the later TAT is the safe reading
-		}
-		x = mulU(uint64(s.A-now), rate).sub(u64(b))
-		reset = s.A - now
-	}
+	x, reset := readGCRA(p, s, now)
 	res := Result{Allowed: true, Remaining: bucketLeft(tol, x, period), ResetAfter: reset}
 	if n == 0 {
 		return s, res
@@ -76,6 +66,20 @@ func gcra(p *Params, s State, now, n int64) (State, Result) {
 		Remaining:  bucketLeft(tol, x2, period),
 		ResetAfter: int64(q.lo),
 	}
+}
+
+// readGCRA reads the state s at now: x, TAT − now in units of 1/Rate ns
+// (0 when the bucket is full), and the time until the bucket is full.
+func readGCRA(p *Params, s State, now int64) (x u128, reset int64) {
+	if s.A <= now {
+		return x, 0
+	}
+	rate := uint64(p.Rate)
+	b := uint64(s.B)
+	if s.B < 0 || b >= rate {
+		b = 0 // not a state Step wrote; the later TAT is the safe reading
+	}
+	return mulU(uint64(s.A-now), rate).sub(u64(b)), s.A - now
 }
 
 // bucketLeft returns the whole tokens left in a bucket of tolerance tol

@@ -78,12 +78,7 @@ func Overdraws(r Result, n int64) bool {
 // clock went backwards), past the capacity: fixedWindow's admitted state
 // without its check.
 func fixedForce(p *Params, s State, now, n int64) State {
-	ws := alignDown(now, p.Period)
-	var count int64
-	if s.A > now {
-		ws = max(ws, alignDown(s.A-1, p.Period))
-		count = max(s.B, 0)
-	}
+	ws, count := readFixed(p.Period, s, now)
 	return State{A: addSat(ws, p.Period), B: addSat(count, n)}
 }
 
@@ -92,14 +87,7 @@ func fixedForce(p *Params, s State, now, n int64) State {
 // there (the key then stays limited to the end of representable time).
 func gcraForce(p *Params, s State, now, n int64) State {
 	rate, period := uint64(p.Rate), uint64(p.Period)
-	var x u128
-	if s.A > now {
-		b := uint64(s.B)
-		if s.B < 0 || b >= rate {
-			b = 0
-		}
-		x = mulU(uint64(s.A-now), rate).sub(u64(b))
-	}
+	x, _ := readGCRA(p, s, now)
 	x2 := x.add(mulU(uint64(n), period))
 	q := x2.divCeil(rate)
 	if q.hi != 0 || q.lo > uint64(math.MaxInt64-now) {
@@ -146,8 +134,8 @@ func debt(p *Params, s State, now int64) (retry int64, inDebt bool) {
 	}
 	switch {
 	case p.Kind == FixedWindow:
-		ws := max(alignDown(now, p.Period), alignDown(s.A-1, p.Period))
-		if s.B <= p.Capacity {
+		ws, count := readFixed(p.Period, s, now)
+		if count <= p.Capacity {
 			return 0, false
 		}
 		return addSat(ws, p.Period) - now, true
@@ -168,17 +156,12 @@ func debt(p *Params, s State, now int64) (retry int64, inDebt bool) {
 		}
 		return tick + int64(span.lo) - now, true
 	case p.Kind == TokenBucket || p.Kind == LeakyBucket || p.Kind == GCRA:
-		rate := uint64(p.Rate)
 		tol := mulU(uint64(p.Capacity), uint64(p.Period))
-		b := uint64(s.B)
-		if s.B < 0 || b >= rate {
-			b = 0
-		}
-		x := mulU(uint64(s.A-now), rate).sub(u64(b))
+		x, _ := readGCRA(p, s, now)
 		if !tol.less(x) {
 			return 0, false
 		}
-		return x.sub(tol).divCeil(rate).int64(), true
+		return x.sub(tol).divCeil(uint64(p.Rate)).int64(), true
 	}
 	return 0, false
 }

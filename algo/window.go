@@ -12,14 +12,7 @@ import "math"
 // limit. When now falls in a window before the state's (time went
 // backwards), the request is counted in the state's window.
 func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
-	ws := alignDown(now, p.Period)
-	var count int64
-	if s.A > now {
-		// s.A-1 is in the state's window, which is this one or, when the
-		// clock went backwards, a later one.
-		ws = max(ws, alignDown(s.A-1, p.Period))
-		count = max(s.B, 0)
-	}
+	ws, count := readFixed(p.Period, s, now)
 	end := addSat(ws, p.Period)
 	res := Result{Allowed: true, ResetAfter: end - now}
 	if p.Rate == 0 {
@@ -43,6 +36,19 @@ func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
 		Remaining:  p.Capacity - count - n,
 		ResetAfter: end - now,
 	}
+}
+
+// readFixed reads the fixed window state s at now: the start of the
+// window it counts in and its count.
+func readFixed(per int64, s State, now int64) (ws, count int64) {
+	ws = alignDown(now, per)
+	if s.A > now {
+		// s.A-1 is in the state's window, which is this one or, when the
+		// clock went backwards, a later one.
+		ws = max(ws, alignDown(s.A-1, per))
+		count = max(s.B, 0)
+	}
+	return ws, count
 }
 
 // slidingWindow is the sliding window counter: the counts of the current and
