@@ -110,20 +110,29 @@ do
 		return sat((divmod(sub(limit, x), per)))
 	end
 
+	-- gcra_x returns TAT - now in units of 1/rate ns, 0 when the bucket is
+	-- full (readGCRA).
+	local function gcra_x(p, s, now)
+		local x = 0
+		if lt(now, s.a) then
+			local b = s.b
+			if not lt(b, p.rate) then
+				b = 0 -- not a state Step wrote
+			end
+			x = sub(mul(sub(s.a, now), p.rate), b)
+		end
+		return x
+	end
+
 	local function gcra(p, s, now, n)
 		local rate, period, cap = p.rate, p.period, p.cap
 		if rate == 0 then
 			return s, zero_limit(n, 0)
 		end
 		local tol = mul(cap, period)
-		local x, reset = 0, 0
+		local x, reset = gcra_x(p, s, now), 0
 		if lt(now, s.a) then
-			local b = s.b
-			if not lt(b, rate) then
-				b = 0 -- not a state Step wrote
-			end
 			reset = sub(s.a, now)
-			x = sub(mul(reset, rate), b)
 		end
 		if n == 0 then
 			return s, { allowed = true, remaining = left(tol, x, period), reset = reset, retry = 0 }
@@ -540,18 +549,6 @@ do
 			count = s.b
 		end
 		return { a = add_sat(ws, per), b = add_sat(count, n) }
-	end
-
-	local function gcra_x(p, s, now)
-		local x = 0
-		if lt(now, s.a) then
-			local b = s.b
-			if not lt(b, p.rate) then
-				b = 0
-			end
-			x = sub(mul(sub(s.a, now), p.rate), b)
-		end
-		return x
 	end
 
 	local function gcra_force(p, s, now, n)
