@@ -128,9 +128,11 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return s.take(ctx, hits, out, nil)
 }
 
-// TakeEach implements sluice.EachTaker when the wrapped store does (else
-// it decides each hit with a Take, as Limiter.DecideEach would): hits
-// decided one by one, a denied hit with room left overdrawn. A request is
+// TakeEach implements sluice.EachTaker when the wrapped store does: hits
+// decided one by one, a denied hit with room left overdrawn. Over a store
+// without TakeEach it decides each hit with a Take, as
+// Limiter.DecideEach's fallback does, and so overdraws nothing: short of
+// the EachTaker contract, as the wrapped store is. A request is
 // answered locally only from entries that deny every cost of at least 1
 // (learned from a denial of cost 1, an overdrawn hit, or a block): a
 // denial of a larger cost says nothing of when its limit has room again,

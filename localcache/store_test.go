@@ -673,3 +673,35 @@ func TestEach(t *testing.T) {
 		e.same("TakeEach after a cost-3 denial", got[0], want[0])
 	})
 }
+
+// TestEachOverTakeOnly: over a store without TakeEach, TakeEach decides
+// each hit with a Take of its own: the hits are independent (a request
+// denied by one still consumes the other), and nothing is overdrawn.
+func TestEachOverTakeOnly(t *testing.T) {
+	m := memstore.New(memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { m.Close() })
+	cache := localcache.New(takeOnly{m}, localcache.Config{})
+	t.Cleanup(func() { cache.Close() })
+	one := &sluice.Limit{Rate: 1, Period: time.Hour}
+	ten := &sluice.Limit{Rate: 10, Period: time.Hour}
+	out := make([]sluice.Decision, 2)
+	for i := range 3 {
+		if err := cache.TakeEach(ctx, []sluice.Hit{hit("u", one, 1), hit("ip", ten, 1)}, out); err != nil {
+			t.Fatal(err)
+		}
+		if out[0].Allowed != (i == 0) || !out[1].Allowed || out[1].Remaining != int64(9-i) {
+			t.Fatalf("request %d: %+v", i+1, out)
+		}
+	}
+	// A charge of 5 with 7 left fits; one of 5 with 2 left is denied
+	// and overdraws nothing.
+	if err := cache.TakeEach(ctx, []sluice.Hit{hit("ip", ten, 5), hit("ip2", ten, 8)}, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.TakeEach(ctx, []sluice.Hit{hit("ip2", ten, 5)}, out[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Allowed || out[0].Overdrawn {
+		t.Fatalf("charge of 5 with 2 left: %+v, want denied, not overdrawn", out[0])
+	}
+}

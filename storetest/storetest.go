@@ -717,7 +717,9 @@ func (s suite) eachOverdraw(t *testing.T) {
 
 // eachTrace compares TakeEach with the algo package on a random trace, as
 // trace does for Take: every decision exactly algo.Overdraw's (for sliding
-// logs, LogStep with algo.Overdraws) on the state it left.
+// logs, LogStepEach with algo.Overdraws) on the state it left. A store
+// without TakeEach is checked through Limiter.DecideEach's fallback, a
+// Take a hit: algo.Step's (LogStep's) decisions, nothing overdrawn.
 func (s suite) eachTrace(t *testing.T) {
 	limits := []*sluice.Limit{
 		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
@@ -731,10 +733,7 @@ func (s suite) eachTrace(t *testing.T) {
 	for li, l := range limits {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			if _, ok := e.lim.Store().(sluice.EachTaker); !ok {
-				t.Log("no TakeEach: eachOverdraw checked the fallback")
-				return
-			}
+			_, each := e.lim.Store().(sluice.EachTaker)
 			p := l.Params()
 			rng := rand.New(rand.NewPCG(uint64(li), 0xeac4))
 			costs := []int64{0, 0, 1, 1, 1, 2, 3, p.Capacity + 1}
@@ -745,7 +744,8 @@ func (s suite) eachTrace(t *testing.T) {
 				now := e.clock.Now().UnixNano()
 				n := costs[rng.IntN(len(costs))]
 				var r algo.Result
-				if l.Algorithm == algo.SlidingLog {
+				switch {
+				case l.Algorithm == algo.SlidingLog && each:
 					var expired int
 					expired, r = algo.LogStepEach(&p, &log, now, n)
 					cost := int64(0)
@@ -757,8 +757,22 @@ func (s suite) eachTrace(t *testing.T) {
 						_, after := algo.LogStep(&p, &log, now, 1)
 						r = algo.Result{ResetAfter: after.ResetAfter, RetryAfter: after.RetryAfter, Overdrawn: true}
 					}
-				} else {
+				case l.Algorithm == algo.SlidingLog:
+					var expired int
+					expired, r = algo.LogStep(&p, &log, now, n)
+					cost := int64(0)
+					if r.Allowed {
+						cost = n
+					}
+					log.Commit(expired, now, cost)
+				case each:
 					st, r = algo.Overdraw(&p, st, now, n)
+				default:
+					var next algo.State
+					next, r = algo.Step(&p, st, now, n)
+					if r.Allowed && n > 0 {
+						st = next
+					}
 				}
 				wantD := l.DecisionOf(r, &p)
 				_, per := e.each(hit("trace", l, n))
