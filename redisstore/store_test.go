@@ -881,17 +881,7 @@ func TestBatching(t *testing.T) {
 	}
 	// Denied requests consumed nothing of their own limits: the own keys
 	// consumed are exactly the admitted requests.
-	var consumed int64
-	for w := range 64 {
-		for i := range 2000 / 64 {
-			d, err := lim.AllowN(context.Background(), fmt.Sprintf("own:%d:%d", w, i), other, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			consumed += 1_000_000 - d.Remaining
-		}
-	}
-	if consumed != 500 {
+	if consumed := ownConsumed(t, lim, other); consumed != 500 {
 		t.Errorf("the own limits consumed %d, want 500", consumed)
 	}
 }
@@ -952,9 +942,21 @@ func TestBatchingEach(t *testing.T) {
 	if calls >= requests {
 		t.Errorf("%d script calls for %d requests: none went together", calls, requests)
 	}
+	consumed := ownConsumed(t, lim, other)
+	// Every one-by-one request consumed its own limit; of the others,
+	// only the admitted.
+	if want := int64(32*per) + admittedAll.Load(); consumed != want {
+		t.Errorf("the own limits consumed %d, want %d (%d one by one, %d admitted all-or-nothing)", consumed, want, 32*per, admittedAll.Load())
+	}
+}
+
+// ownConsumed is what the batching tests' requests consumed of their own
+// limits (one own key each, 64 goroutines × 2000/64 requests).
+func ownConsumed(t *testing.T, lim *sluice.Limiter, other *sluice.Limit) int64 {
+	t.Helper()
 	var consumed int64
 	for w := range 64 {
-		for i := range per {
+		for i := range 2000 / 64 {
 			d, err := lim.AllowN(context.Background(), fmt.Sprintf("own:%d:%d", w, i), other, 0)
 			if err != nil {
 				t.Fatal(err)
@@ -962,9 +964,5 @@ func TestBatchingEach(t *testing.T) {
 			consumed += 1_000_000 - d.Remaining
 		}
 	}
-	// Every one-by-one request consumed its own limit; of the others,
-	// only the admitted.
-	if want := int64(32*per) + admittedAll.Load(); consumed != want {
-		t.Errorf("the own limits consumed %d, want %d (%d one by one, %d admitted all-or-nothing)", consumed, want, 32*per, admittedAll.Load())
-	}
+	return consumed
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +69,7 @@ type Client struct {
 	log     *slog.Logger
 	current atomic.Pointer[rules.Config]
 	first   chan struct{} // closed when the first config is in force
-	loaded  atomic.Bool
+	once    sync.Once     // closes first
 }
 
 // New returns a Client of cfg, with no rules until the server sends them.
@@ -158,9 +159,7 @@ func (c *Client) stream(ctx context.Context) error {
 			return err
 		}
 		prev := c.current.Swap(cfg)
-		if !c.loaded.Swap(true) {
-			close(c.first)
-		}
+		c.once.Do(func() { close(c.first) })
 		if prev.Hash() == cfg.Hash() {
 			continue
 		}
