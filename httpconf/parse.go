@@ -149,12 +149,6 @@ func (p *parser) fields(n *yaml.Node, what string, allowed []string, f func(key 
 	return p.Fields(n, what, allowed, func(kv yamlwalk.Pair) { f(kv.K.Value, kv.K, kv.V) })
 }
 
-// list returns the items of the list n, reporting anything else and a list
-// longer than maxLen.
-func (p *parser) list(n *yaml.Node, what string, maxLen int) ([]*yaml.Node, bool) {
-	return p.List(n, what, maxLen)
-}
-
 // str returns a non-empty string scalar.
 func (p *parser) str(n *yaml.Node, what string) (string, bool) {
 	n = p.node(n)
@@ -218,7 +212,7 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 	p.fields(n, "client_ip", clientIPKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "trusted_proxies":
-			items, _ := p.list(v, "trusted_proxies", 1<<16)
+			items, _ := p.List(v, "trusted_proxies", 1<<16)
 			for _, item := range items {
 				s, ok := p.str(item, "a trusted proxy")
 				if !ok {
@@ -232,7 +226,7 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 				c.TrustedProxies = append(c.TrustedProxies, pfx...)
 			}
 		case "headers":
-			items, _ := p.list(v, "client_ip headers", 3)
+			items, _ := p.List(v, "client_ip headers", 3)
 			for _, item := range items {
 				h, ok := p.str(item, "a forwarding header")
 				if !ok {
@@ -256,7 +250,7 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 }
 
 func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
-	items, ok := p.list(n, "headers", len(headerModes))
+	items, ok := p.List(n, "headers", len(headerModes))
 	if !ok {
 		return 0
 	}
@@ -284,7 +278,7 @@ func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
 }
 
 func (p *parser) routes(s *Section, n *yaml.Node) {
-	items, ok := p.list(n, "routes", MaxRoutes)
+	items, ok := p.List(n, "routes", MaxRoutes)
 	if !ok {
 		return
 	}
@@ -388,7 +382,7 @@ func (p *parser) failures(n *yaml.Node) *httplimit.Failures {
 			f.Descriptors = p.descriptors(v)
 		case "statuses":
 			statuses = true
-			items, ok := p.list(v, "statuses", 100)
+			items, ok := p.List(v, "statuses", 100)
 			if !ok {
 				return
 			}
@@ -422,7 +416,7 @@ func (p *parser) concurrency(n *yaml.Node) *httplimit.Concurrency {
 			hasMax = true
 			c.Max = p.integer(v, "max", 1, 1<<30)
 		case "descriptor":
-			entries, ok := p.list(v, "descriptor (a list of entries)", httplimit.MaxEntries)
+			entries, ok := p.List(v, "descriptor (a list of entries)", httplimit.MaxEntries)
 			if !ok {
 				return
 			}
@@ -468,7 +462,7 @@ func validName(s string) bool {
 }
 
 func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
-	items, ok := p.list(n, "descriptors", httplimit.MaxDescriptors)
+	items, ok := p.List(n, "descriptors", httplimit.MaxDescriptors)
 	if !ok {
 		return nil
 	}
@@ -478,7 +472,7 @@ func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
 	}
 	out := make([]httplimit.Descriptor, 0, len(items))
 	for _, item := range items {
-		entries, ok := p.list(item, "a descriptor (a list of entries)", httplimit.MaxEntries)
+		entries, ok := p.List(item, "a descriptor (a list of entries)", httplimit.MaxEntries)
 		if !ok {
 			continue
 		}
