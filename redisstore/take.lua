@@ -894,9 +894,11 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
             end
           end
         end
-        if mode == 'e' and not (sp.rate == 0) then
+        if mode == 'e' and not (sp.rate == 0) and
+            (n == 0 or not o.r.allowed and o.cost ~= 0 and not X.lt(o.r.remaining, 1)) then
           -- One by one: a peek may meet a debt and a denial with room
-          -- left overdraws (CheckEach), on the exact path.
+          -- left overdraws (CheckEach), on the exact path; any other
+          -- answer is the same either way.
           now_x()
           local ws = o.wsx or X.parse(o.ws_s)
           o.wsx, o.ex = ws, o.ex or e
