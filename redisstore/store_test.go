@@ -874,11 +874,7 @@ func TestBatching(t *testing.T) {
 	if got := admitted.Load(); got != 500 {
 		t.Errorf("%d admitted, want 500", got)
 	}
-	calls, requests := s.metrics.fcalls.Load(), s.metrics.ok.Load()
-	t.Logf("%d requests in %d script calls (%.1f a call)", requests, calls, float64(requests)/float64(calls))
-	if calls >= requests {
-		t.Errorf("%d script calls for %d requests: none went together", calls, requests)
-	}
+	wentTogether(t, s)
 	// Denied requests consumed nothing of their own limits: the own keys
 	// consumed are exactly the admitted requests.
 	if consumed := ownConsumed(t, lim, other); consumed != 500 {
@@ -937,16 +933,23 @@ func TestBatchingEach(t *testing.T) {
 	if got := admitted.Load(); got != 500 {
 		t.Errorf("%d admitted, want 500", got)
 	}
-	calls, requests := s.metrics.fcalls.Load(), s.metrics.ok.Load()
-	t.Logf("%d requests in %d script calls (%.1f a call)", requests, calls, float64(requests)/float64(calls))
-	if calls >= requests {
-		t.Errorf("%d script calls for %d requests: none went together", calls, requests)
-	}
+	wentTogether(t, s)
 	consumed := ownConsumed(t, lim, other)
 	// Every one-by-one request consumed its own limit; of the others,
 	// only the admitted.
 	if want := int64(32*per) + admittedAll.Load(); consumed != want {
 		t.Errorf("the own limits consumed %d, want %d (%d one by one, %d admitted all-or-nothing)", consumed, want, 32*per, admittedAll.Load())
+	}
+}
+
+// wentTogether fails t unless the requests s served took fewer script
+// calls than there were requests.
+func wentTogether(t *testing.T, s *Store) {
+	t.Helper()
+	calls, requests := s.metrics.fcalls.Load(), s.metrics.ok.Load()
+	t.Logf("%d requests in %d script calls (%.1f a call)", requests, calls, float64(requests)/float64(calls))
+	if calls >= requests {
+		t.Errorf("%d script calls for %d requests: none went together", calls, requests)
 	}
 }
 
