@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -51,7 +52,8 @@ type metrics struct {
 	configTime    prometheus.Gauge
 	infoMu        sync.Mutex
 
-	statsd *statsdStats // envoy-rl's stats to statsd; nil: none
+	statsd  *statsdStats // envoy-rl's stats to statsd; nil: none
+	unknown sync.Map     // statsd only: unknown domain -> its domain_not_found counter
 }
 
 // ruleCounters are the counters of one rule label, curried once.
@@ -259,6 +261,29 @@ func (m *metrics) domain(name string) *domainMetrics {
 	name = strings.Clone(name)
 	v, _ := m.domains.LoadOrStore(name, &domainMetrics{name: name})
 	return v.(*domainMetrics)
+}
+
+// notFound counts n descriptors of a request to a domain the rules do not
+// have, on statsd as envoy-rl does (<domain>.domain_not_found, once per
+// descriptor, as its GetLimit counts). Any client can name any domain, so
+// the names count against the cap on keys; beyond it they count as
+// _other.domain_not_found.
+func (m *metrics) notFound(domain string, n int) {
+	if v, ok := m.unknown.Load(domain); ok {
+		v.(gostats.Counter).Add(uint64(n))
+		return
+	}
+	name := domain
+	if m.labels.Add(1) > m.maxLabels {
+		m.labels.Add(-1)
+		name = labelOther
+	}
+	name = strings.Clone(name)
+	v, loaded := m.unknown.LoadOrStore(name, m.statsd.notFound(name))
+	if loaded && name != labelOther {
+		m.labels.Add(-1)
+	}
+	v.(gostats.Counter).Add(uint64(n))
 }
 
 // override returns the counters of an override's stats key: rc's

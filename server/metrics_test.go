@@ -9,6 +9,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	gostats "github.com/lyft/gostats"
+	statsmock "github.com/lyft/gostats/mock"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	grpccodes "google.golang.org/grpc/codes"
@@ -289,6 +291,44 @@ descriptors:
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("rule %q: %v, want %v (all %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// TestDomainNotFoundCap: envoy-rl's <domain>.domain_not_found counts each
+// descriptor of a request to a domain the rules lack, under the domain's
+// sanitized name; a flood of made-up domains shares the cap on keys, and
+// beyond it counts as _other, so the stats store stays bounded.
+func TestDomainNotFoundCap(t *testing.T) {
+	sink := statsmock.NewSink()
+	store := gostats.NewStore(sink, false)
+	e := newEnv(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`, server.Config{MaxRuleLabels: 2, Statsd: store})
+	e.expect(req("api", d("user=a")), 1, "OK: OK") // known: one label
+	e.expect(req("a:b", d("user=a"), d("user=b")), 1, "OK: OK OK")
+	for i := range 5 {
+		e.expect(req(fmt.Sprintf("flood%d", i), d("user=a")), 1, "OK: OK")
+	}
+	e.expect(req("a:b", d("user=a")), 1, "OK: OK")
+	store.Flush()
+	var names []string
+	for name := range sink.Counters() {
+		if strings.HasSuffix(name, ".domain_not_found") {
+			names = append(names, name)
+		}
+	}
+	const p = "ratelimit.service.rate_limit."
+	want := map[string]uint64{p + "a_b.domain_not_found": 3, p + "_other.domain_not_found": 5}
+	if len(names) != len(want) {
+		t.Errorf("domain_not_found counters %v, want %v", names, want)
+	}
+	for name, n := range want {
+		if got := sink.Counter(name); got != n {
+			t.Errorf("%s = %d, want %d", name, got, n)
 		}
 	}
 }

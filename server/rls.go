@@ -124,6 +124,11 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		res = resultShadowOverLimit
 	}
 	s.m.count(req.GetDomain(), o, s.shadow)
+	if s.m.statsd != nil && len(req.Descriptors) > 0 {
+		if cfg := s.dec.Rules(); cfg != nil && cfg.Domain(req.GetDomain()) == nil {
+			s.m.notFound(req.GetDomain(), len(req.Descriptors))
+		}
+	}
 	// A fail_open answer knows no quota to advertise.
 	if s.headers != 0 && o.Degraded != rules.FailOpen {
 		hv := s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
