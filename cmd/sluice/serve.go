@@ -407,6 +407,9 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		}
 	}()
 	gopts = append(gopts, traceOpts...)
+	if statsdStore != nil {
+		gopts = append(gopts, grpc.ChainUnaryInterceptor(server.StatsdInterceptor(statsdStore, statsdTags)))
+	}
 	if tlsCfg != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 		log.Info("gRPC listener speaks TLS", "cert", s.tls.cert, "mutual", s.tls.clientCA != "", "client_san", s.tls.clientSAN)

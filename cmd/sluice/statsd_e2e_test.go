@@ -11,24 +11,39 @@ import (
 )
 
 // statsdListener collects what a statsd server receives: counters summed
-// by name over every flush.
+// by name over every flush, and the number of samples of each timer.
 type statsdListener struct {
 	mu     sync.Mutex
 	counts map[string]uint64
+	timers map[string]uint64
 }
 
 func (l *statsdListener) line(s string) {
 	name, rest, ok := strings.Cut(s, ":")
-	if !ok || !strings.HasSuffix(rest, "|c") {
+	if !ok {
+		return
+	}
+	if v, ok := strings.CutSuffix(rest, "|ms"); ok {
+		if _, err := strconv.ParseFloat(v, 64); err == nil {
+			l.mu.Lock()
+			l.timers[name]++
+			l.mu.Unlock()
+		}
 		return
 	}
 	v, err := strconv.ParseUint(strings.TrimSuffix(rest, "|c"), 10, 64)
-	if err != nil {
+	if err != nil || !strings.HasSuffix(rest, "|c") {
 		return
 	}
 	l.mu.Lock()
 	l.counts[name] += v
 	l.mu.Unlock()
+}
+
+func (l *statsdListener) timed(name string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.timers[name]
 }
 
 func (l *statsdListener) get(name string) uint64 {
@@ -44,7 +59,7 @@ func udpStatsd(t *testing.T) (*statsdListener, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pc.Close() })
-	l := &statsdListener{counts: map[string]uint64{}}
+	l := &statsdListener{counts: map[string]uint64{}, timers: map[string]uint64{}}
 	go func() {
 		buf := make([]byte, 65536)
 		for {
@@ -66,7 +81,7 @@ func tcpStatsd(t *testing.T) (*statsdListener, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	l := &statsdListener{counts: map[string]uint64{}}
+	l := &statsdListener{counts: map[string]uint64{}, timers: map[string]uint64{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -88,7 +103,10 @@ func tcpStatsd(t *testing.T) (*statsdListener, string) {
 // TestServeE2EStatsd: envoy-rl's stats, with its names and EXTRA_TAGS, to
 // a real statsd listener over UDP and over TCP (envoy-rl's own protocol),
 // set by envoy-rl's variables: three hits on a limit of 2 are 3 total, 2
-// within, 1 over and 1 near the limit (Envoy's arithmetic at 0.8).
+// within, 1 over and 1 near the limit (Envoy's arithmetic at 0.8); a
+// request of two descriptors to a domain the rules lack counts 2
+// domain_not_found; and envoy-rl's gRPC server reporter counts each call
+// and times it (ratelimit_server.<method>).
 func TestServeE2EStatsd(t *testing.T) {
 	for _, proto := range []string{"udp", "tcp"} {
 		t.Run(proto, func(t *testing.T) {
@@ -105,16 +123,23 @@ func TestServeE2EStatsd(t *testing.T) {
 			for range 3 {
 				p.must("stats", desc("k", "v"))
 			}
+			p.must("no:such", desc("k", "v"), desc("k", "w"))
 			const prefix = "ratelimit.service.rate_limit.stats.k."
 			const tags = ".__env=test.__team=edge"
-			want := map[string]uint64{"total_hits": 3, "within_limit": 2, "over_limit": 1, "near_limit": 1}
+			want := map[string]uint64{
+				prefix + "total_hits" + tags: 3, prefix + "within_limit" + tags: 2, prefix + "over_limit" + tags: 1, prefix + "near_limit" + tags: 1,
+				"ratelimit.service.config_load_success" + tags:                 1,
+				"ratelimit.service.rate_limit.no_such.domain_not_found" + tags: 2,
+				"ratelimit_server.ShouldRateLimit.total_requests" + tags:       4,
+			}
+			const timer = "ratelimit_server.ShouldRateLimit.response_time" + tags
 			poll(t, "the stats at the statsd listener", func() bool {
 				for stat, n := range want {
-					if l.get(prefix+stat+tags) != n {
+					if l.get(stat) != n {
 						return false
 					}
 				}
-				return l.get("ratelimit.service.config_load_success"+tags) == 1
+				return l.timed(timer) == 4
 			})
 		})
 	}
