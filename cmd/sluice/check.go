@@ -26,8 +26,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	config := fs.String("config", "", "rules file, or directory of rules files (one domain each)")
+	merge := fs.Bool("merge-domains", false, "let several rules files define one domain, as sluice serve --merge-domains (envoy-rl's MERGE_DOMAIN_CONFIG)")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: sluice check --config FILE\n\nValidates rules (and a file's http section, for sluice proxy) and prints every problem with its line. Exits 1 on any problem.\n\n")
+		fmt.Fprint(stderr, "Usage: sluice check --config FILE [--merge-domains]\n\nValidates rules (and a file's http section, for sluice proxy) and prints every problem with its line. Exits 1 on any problem.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -38,7 +39,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		usageHint(fs)
 		return errUsage
 	}
-	load := reload.Load // as sluice serve and its reloads load rules
+	load := func(path string) (*rules.Config, error) { // as sluice serve and its reloads load rules
+		return reload.LoadWith(path, rules.LoadOptions{MergeDomains: *merge})
+	}
 	if info, err := os.Stat(*config); err == nil && !info.IsDir() {
 		// One file may also hold the http section of sluice proxy.
 		load = func(path string) (*rules.Config, error) {

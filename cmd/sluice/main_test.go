@@ -58,6 +58,16 @@ descriptors:
 	if code, _, _ := runCmd(t, "", "check", "--config", filepath.Join(t.TempDir(), "missing.yaml")); code != 1 {
 		t.Errorf("missing file: exit %d, want 1", code)
 	}
+	// Two files of one domain: refused, unless merged as serve merges.
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "a.yaml"), "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	writeRules(t, filepath.Join(dir, "b.yaml"), "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	if code, _, errOut := runCmd(t, "", "check", "--config", dir); code != 1 || !strings.Contains(errOut, "duplicate domain 'd'") {
+		t.Errorf("one domain in two files: exit %d, %q", code, errOut)
+	}
+	if code, out, errOut := runCmd(t, "", "check", "--config", dir, "--merge-domains"); code != 0 || !strings.Contains(out, "1 domain(s): [d]") {
+		t.Errorf("--merge-domains: exit %d, %q %q", code, out, errOut)
+	}
 }
 
 func TestSimulateFromStdin(t *testing.T) {
