@@ -105,8 +105,18 @@ var envoyVars = map[string]envoyVar{
 	"xds-node-id":       plain("CONFIG_GRPC_XDS_NODE_ID"),
 	"xds-node-metadata": plain("CONFIG_GRPC_XDS_NODE_METADATA"),
 	"xds-headers":       plain("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
-	"near-limit-ratio":  plain("NEAR_LIMIT_RATIO"),
-	"log-format":        plain("LOG_FORMAT"),
+	"xds-tls":           plain("CONFIG_GRPC_XDS_SERVER_USE_TLS"),
+	// envoy-rl reads its xDS TLS files only with
+	// CONFIG_GRPC_XDS_SERVER_USE_TLS=true.
+	"xds-tls-ca":          whenTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
+	"xds-tls-cert":        whenTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+	"xds-tls-key":         whenTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+	"xds-tls-server-name": whenTrue("CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+	"xds-backoff-min":     plain("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"),
+	"xds-backoff-max":     plain("XDS_CLIENT_BACKOFF_MAX_INTERVAL"),
+	"xds-max-msg-size":    plain("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"),
+	"near-limit-ratio":    plain("NEAR_LIMIT_RATIO"),
+	"log-format":          plain("LOG_FORMAT"),
 	"log-level": {
 		names: []string{"LOG_LEVEL"},
 		value: func(env lookupEnv) (string, bool) {
@@ -136,11 +146,14 @@ func envTrue(env lookupEnv, name string) bool {
 }
 
 // withTLS maps name when GRPC_SERVER_USE_TLS is true, as envoy-rl reads it.
-func withTLS(name string) envoyVar {
+func withTLS(name string) envoyVar { return whenTrue("GRPC_SERVER_USE_TLS", name) }
+
+// whenTrue maps name when the boolean variable on is true.
+func whenTrue(on, name string) envoyVar {
 	return envoyVar{
-		names: []string{"GRPC_SERVER_USE_TLS", name},
+		names: []string{on, name},
 		value: func(env lookupEnv) (string, bool) {
-			if !envTrue(env, "GRPC_SERVER_USE_TLS") {
+			if !envTrue(env, on) {
 				return "", false
 			}
 			return env(name)
@@ -218,17 +231,9 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"USE_DOG_STATSD_MOGRIFIERS", "--statsd (plain statsd: DogStatsD is not supported)"},
 	{"DISABLE_STATS", "nothing: /metrics costs nothing unscraped"},
 	{"GRPC_UDS", "--grpc-addr (TCP only)"},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "nothing: a failed xDS stream is opened again after 500ms, doubling with jitter up to 30s"},
-	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "a plaintext xDS server on a trusted network, or a TLS-terminating sidecar (xDS over TLS is not supported yet)"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "a plaintext xDS server on a trusted network, or a TLS-terminating sidecar (xDS over TLS is not supported yet)"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "a plaintext xDS server on a trusted network, or a TLS-terminating sidecar (xDS over TLS is not supported yet)"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "a plaintext xDS server on a trusted network, or a TLS-terminating sidecar (xDS over TLS is not supported yet)"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "a plaintext xDS server on a trusted network, or a TLS-terminating sidecar (xDS over TLS is not supported yet)"},
-	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "nothing: a failed xDS stream is opened again after 500ms, doubling with jitter up to 30s"},
-	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "nothing: a failed xDS stream is opened again after 500ms, doubling with jitter up to 30s"},
-	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "nothing: a failed xDS stream is opened again after 500ms, doubling with jitter up to 30s"},
-	{"XDS_CLIENT_BACKOFF_JITTER", "nothing: a failed xDS stream is opened again after 500ms, doubling with jitter up to 30s"},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "nothing: gRPC's 4 MiB limit on a message"},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "--xds-backoff-min and --xds-backoff-max (one backoff for connecting and for streams)"},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "nothing: the xDS backoff (--xds-backoff-min, --xds-backoff-max) doubles, waiting a random time between half and all of each step"},
+	{"XDS_CLIENT_BACKOFF_JITTER", "nothing: the xDS backoff (--xds-backoff-min, --xds-backoff-max) doubles, waiting a random time between half and all of each step"},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "--local-cache-size (entries, not bytes)"},
 	{"RUNTIME_WATCH_ROOT", "nothing: the rules directory is watched"},
 	{"RUNTIME_IGNOREDOTFILES", "nothing: files whose names start with . are never read"},

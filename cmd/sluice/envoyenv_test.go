@@ -83,17 +83,21 @@ func TestEnvoyVariablesAccountedFor(t *testing.T) {
 		}
 	}
 	// Every one that has no effect is named when set.
-	env := map[string]string{"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "USE_DOG_STATSD": "true", "REDIS_TIMEOUT": "3s"}
+	env := map[string]string{"XDS_CLIENT_BACKOFF_JITTER": "false", "USE_DOG_STATSD": "true", "REDIS_TIMEOUT": "3s",
+		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.mesh", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1m"}
 	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(env), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(s.envoyIgnored, "; ")
-	if len(s.envoyIgnored) != 2 || !strings.Contains(got, "CONFIG_GRPC_XDS_SERVER_USE_TLS (use a plaintext xDS server") || !strings.Contains(got, "USE_DOG_STATSD") {
+	if len(s.envoyIgnored) != 2 || !strings.Contains(got, "XDS_CLIENT_BACKOFF_JITTER (use nothing: the xDS backoff") || !strings.Contains(got, "USE_DOG_STATSD") {
 		t.Errorf("named as having no effect: %q", got)
 	}
 	if s.redis.timeout != 3*time.Second {
 		t.Errorf("REDIS_TIMEOUT=3s: --redis-timeout %v", s.redis.timeout)
+	}
+	if !s.xds.tls || s.xds.serverName != "xds.mesh" || s.xds.maxBackoff != time.Minute {
+		t.Errorf("xDS TLS and backoff variables: tls %v, server name %q, max backoff %v", s.xds.tls, s.xds.serverName, s.xds.maxBackoff)
 	}
 }
 

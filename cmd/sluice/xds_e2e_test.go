@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // xdsServer is a real go-control-plane xDS management server on loopback,
@@ -27,7 +31,7 @@ type xdsServer struct {
 	nacks []string
 }
 
-func startXDS(t *testing.T) *xdsServer {
+func startXDS(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
 	t.Helper()
 	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
 	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
@@ -39,7 +43,7 @@ func startXDS(t *testing.T) *xdsServer {
 		return nil
 	}}
 	srv := serverv3.NewServer(context.Background(), x.cache, cb)
-	g := grpc.NewServer()
+	g := grpc.NewServer(opts...)
 	discovery.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -108,6 +112,65 @@ func TestServeE2EXDS(t *testing.T) {
 	}
 	if got := codesOf(p.must("xds", desc("user", "a"))); got != "OVER_LIMIT:OVER_LIMIT" {
 		t.Errorf("after the refused snapshot: %s, want the rules in force", got)
+	}
+}
+
+// TestServeE2EXDSMutualTLS: with envoy-rl's CONFIG_GRPC_XDS_SERVER_USE_TLS
+// and its files, the rules come from a real go-control-plane xDS server
+// that speaks TLS only and requires a client certificate of its CA: a
+// sluice that trusts the server's CA and shows such a certificate gets the
+// rules; one that shows none is refused by the server, and one that does
+// not trust the server's CA refuses it; neither becomes ready, and each
+// says why.
+func TestServeE2EXDSMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA := newTestCA(t, "xds server CA"), newTestCA(t, "xds client CA")
+	files := map[string][]byte{"server-ca.crt": serverCA.PEM, "client-ca.crt": clientCA.PEM}
+	files["client.crt"], files["client.key"] = issue(t, clientCA, 20, false, "sluice.mesh")
+	srvCert, srvKey := issue(t, serverCA, 21, true, "xds.mesh")
+	for name, b := range files {
+		writeRules(t, filepath.Join(dir, name), string(b))
+	}
+	pair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clients := x509.NewCertPool()
+	clients.AddCert(clientCA.Cert)
+	x := startXDS(t, grpc.Creds(credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{pair}, ClientCAs: clients, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+	})))
+	x.set(t, "1", map[string]uint32{"user": 1}, rlconf.RateLimitUnit_DAY)
+	env := func(extra ...string) []string {
+		return append([]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.addr, "CONFIG_GRPC_XDS_NODE_ID=sluice-test",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=200ms"}, extra...)
+	}
+	good := startSluice(t, env("CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+filepath.Join(dir, "server-ca.crt"),
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+filepath.Join(dir, "client.crt"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+filepath.Join(dir, "client.key")))
+	poll(t, "the rules over mutual TLS", func() bool {
+		code, _, _ := good.http("GET", "/readyz", "")
+		return code == 200
+	})
+	if got := codesOf(good.must("xds", desc("user", "a"))); got != "OK:OK" {
+		t.Errorf("over mutual TLS: %s, want OK:OK", got)
+	}
+	for _, c := range []struct {
+		name, why string
+		extra     []string
+	}{
+		{"no client certificate", "certificate required", []string{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + filepath.Join(dir, "server-ca.crt")}},
+		{"untrusted server", "certificate signed by unknown authority", []string{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=" + filepath.Join(dir, "client-ca.crt"),
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=" + filepath.Join(dir, "client.crt"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=" + filepath.Join(dir, "client.key")}},
+	} {
+		p := launch(t, env(c.extra...))
+		p.waitLog("xDS stream to the management server failed", c.why)
+		// A second failure: it tries again, and still gets nothing.
+		poll(t, c.name+": a second failed stream", func() bool {
+			return strings.Count(p.log(), "xDS stream to the management server failed") >= 2
+		})
+		if code, _, _ := p.http("GET", "/readyz", ""); code != 503 {
+			t.Errorf("%s: /readyz %d, want 503", c.name, code)
+		}
 	}
 }
 
