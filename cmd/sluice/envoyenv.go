@@ -40,7 +40,16 @@ var envoyVars = map[string]envoyVar{
 			return filepath.Join(root, sub, app), true
 		},
 	},
-	"grpc-addr":   hostPort("GRPC_HOST", "GRPC_PORT", "8081"),
+	"grpc-addr": {
+		// envoy-rl listens on GRPC_UDS, a Unix socket, when it is set.
+		names: []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"},
+		value: func(env lookupEnv) (string, bool) {
+			if uds, ok := env("GRPC_UDS"); ok && uds != "" {
+				return "unix:" + uds, true
+			}
+			return hostPort("GRPC_HOST", "GRPC_PORT", "8081").value(env)
+		},
+	},
 	"http-addr":   hostPort("HOST", "PORT", "8080"),
 	"debug-addr":  hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
 	"shadow-mode": plain("SHADOW_MODE"),
@@ -230,7 +239,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"USE_DOG_STATSD", "--statsd (plain statsd: DogStatsD is not supported)"},
 	{"USE_DOG_STATSD_MOGRIFIERS", "--statsd (plain statsd: DogStatsD is not supported)"},
 	{"DISABLE_STATS", "nothing: /metrics costs nothing unscraped"},
-	{"GRPC_UDS", "--grpc-addr (TCP only)"},
 	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "--xds-backoff-min and --xds-backoff-max (one backoff for connecting and for streams)"},
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "nothing: the xDS backoff (--xds-backoff-min, --xds-backoff-max) doubles, waiting a random time between half and all of each step"},
 	{"XDS_CLIENT_BACKOFF_JITTER", "nothing: the xDS backoff (--xds-backoff-min, --xds-backoff-max) doubles, waiting a random time between half and all of each step"},

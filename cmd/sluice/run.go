@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,7 +48,7 @@ type runSettings struct {
 // closed what it opened.
 func (rs *runSettings) listen() error {
 	for _, e := range rs.endpoints {
-		ln, err := net.Listen("tcp", e.addr)
+		ln, err := listenOn(e.addr)
 		if err != nil {
 			rs.closeListeners()
 			return fmt.Errorf("%s listener: %w", e.name, err)
@@ -55,6 +57,24 @@ func (rs *runSettings) listen() error {
 		rs.log.Info("listening", "listener", e.name, "addr", ln.Addr().String())
 	}
 	return nil
+}
+
+// listenOn listens on a TCP host:port, or on a Unix socket for
+// unix:PATH (envoy-rl's GRPC_UDS). A socket file left by a process that
+// is gone (nothing accepts on it) is replaced; one in use is not.
+func listenOn(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen unix %s: a process is serving on it", path)
+		}
+		os.Remove(path)
+	}
+	return net.Listen("unix", path)
 }
 
 func (rs *runSettings) closeListeners() {

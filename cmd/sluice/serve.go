@@ -92,7 +92,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&s.config, "config", "", "rules `path`: a file, or a directory of files (one domain each); required")
-	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health)")
+	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health): host:port, or unix:PATH for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
 	s.storeSettings.flags(fs)
@@ -223,6 +223,12 @@ func checkAddrs(addrs map[string]string) []string {
 	var probs []string
 	for _, name := range slices.Sorted(maps.Keys(addrs)) {
 		addr := addrs[name]
+		if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+			if name != "grpc-addr" || path == "" {
+				probs = append(probs, fmt.Sprintf("--%s %q: a Unix socket is for --grpc-addr only, as unix:PATH", name, addr))
+			}
+			continue
+		}
 		if _, port, err := net.SplitHostPort(addr); err != nil {
 			probs = append(probs, fmt.Sprintf("--%s %q: %v", name, addr, err))
 		} else if _, err := net.LookupPort("tcp", port); err != nil {
