@@ -74,12 +74,13 @@ var envoyVars = map[string]envoyVar{
 	"merge-domains":        plain("MERGE_DOMAIN_CONFIG"),
 	"start-without-config": plain("FORCE_START_WITHOUT_INITIAL_CONFIG"),
 	"ready-needs-domain":   plain("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
-	// envoy-rl sends statsd with USE_STATSD=true, to STATSD_HOST (default
-	// localhost) and STATSD_PORT (8125).
+	// envoy-rl sends statsd with USE_STATSD=true, or DogStatsD with
+	// USE_DOG_STATSD=true, to STATSD_HOST (default localhost) and
+	// STATSD_PORT (8125).
 	"statsd": {
-		names: []string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT"},
+		names: []string{"USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT"},
 		value: func(env lookupEnv) (string, bool) {
-			if !envTrue(env, "USE_STATSD") {
+			if !envTrue(env, "USE_STATSD") && !envTrue(env, "USE_DOG_STATSD") {
 				return "", false
 			}
 			host, ok := env("STATSD_HOST")
@@ -93,6 +94,19 @@ var envoyVars = map[string]envoyVar{
 			return net.JoinHostPort(host, port), true
 		},
 	},
+	"statsd-format": {
+		names: []string{"USE_DOG_STATSD"},
+		value: func(env lookupEnv) (string, bool) {
+			switch {
+			case !envTrue(env, "USE_DOG_STATSD"):
+				return "", false
+			case envTrue(env, "USE_STATSD"):
+				return bothStatsd, true
+			}
+			return "dogstatsd", true
+		},
+	},
+	"dogstatsd-mogrifiers":        plain("USE_DOG_STATSD_MOGRIFIERS"),
 	"statsd-flush-interval":       plain("STATS_FLUSH_INTERVAL"),
 	"statsd-tags":                 plain("EXTRA_TAGS"),
 	"tracing":                     plain("TRACING_ENABLED"),
@@ -236,8 +250,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"PROMETHEUS_PATH", "/metrics on --http-addr"},
 	{"PROMETHEUS_MAPPER_YAML", "/metrics on --http-addr (sluice's own metric names)"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "/metrics on --http-addr (durations in seconds)"},
-	{"USE_DOG_STATSD", "--statsd (plain statsd: DogStatsD is not supported)"},
-	{"USE_DOG_STATSD_MOGRIFIERS", "--statsd (plain statsd: DogStatsD is not supported)"},
 	{"DISABLE_STATS", "nothing: /metrics costs nothing unscraped"},
 	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "--xds-backoff-min and --xds-backoff-max (one backoff for connecting and for streams)"},
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "nothing: the xDS backoff (--xds-backoff-min, --xds-backoff-max) doubles, waiting a random time between half and all of each step"},

@@ -83,14 +83,14 @@ func TestEnvoyVariablesAccountedFor(t *testing.T) {
 		}
 	}
 	// Every one that has no effect is named when set.
-	env := map[string]string{"XDS_CLIENT_BACKOFF_JITTER": "false", "USE_DOG_STATSD": "true", "REDIS_TIMEOUT": "3s",
+	env := map[string]string{"XDS_CLIENT_BACKOFF_JITTER": "false", "DISABLE_STATS": "true", "REDIS_TIMEOUT": "3s",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "xds.mesh", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1m"}
 	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(env), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(s.envoyIgnored, "; ")
-	if len(s.envoyIgnored) != 2 || !strings.Contains(got, "XDS_CLIENT_BACKOFF_JITTER (use nothing: the xDS backoff") || !strings.Contains(got, "USE_DOG_STATSD") {
+	if len(s.envoyIgnored) != 2 || !strings.Contains(got, "XDS_CLIENT_BACKOFF_JITTER (use nothing: the xDS backoff") || !strings.Contains(got, "DISABLE_STATS") {
 		t.Errorf("named as having no effect: %q", got)
 	}
 	if s.redis.timeout != 3*time.Second {

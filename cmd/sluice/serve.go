@@ -143,6 +143,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	}
 	probs := s.storeSettings.check()
 	probs = append(probs, s.tls.check()...)
+	s.statsd.env = env
 	probs = append(probs, s.statsd.check()...)
 	probs = append(probs, s.tracing.check()...)
 	probs = append(probs, s.xds.check()...)
@@ -374,7 +375,10 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	stores.register(reg)
 	statsCtx, stopStats := context.WithCancel(context.Background())
 	defer stopStats() // sends the last stats
-	statsdStore, statsdTags := s.statsd.start(statsCtx, log)
+	statsdStore, statsdTags, err := s.statsd.start(statsCtx, log)
+	if err != nil {
+		return err
+	}
 	srv, err = server.New(server.Config{
 		Statsd:         statsdStore,
 		StatsdTags:     statsdTags,

@@ -21,15 +21,22 @@ import (
 
 // statsdSettings are the statsd flags of sluice serve.
 type statsdSettings struct {
-	addr     string // host:port; empty: no statsd
-	protocol string
-	interval time.Duration
-	tags     string // k:v,k:v
+	addr       string // host:port; empty: no statsd
+	protocol   string
+	format     string // statsd or dogstatsd
+	mogrifiers string // names of DogStatsD mogrifiers, k,k
+	interval   time.Duration
+	tags       string // k:v,k:v
+
+	env  lookupEnv   // where the mogrifiers are defined
+	mogs []mogrifier // parsed by check
 }
 
 func (s *statsdSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.addr, "statsd", "", "`host:port` of a statsd server to send envoyproxy/ratelimit's stats to, with its names (ratelimit.service.rate_limit.<stats key>.total_hits, ...); empty sends none")
-	fs.StringVar(&s.protocol, "statsd-protocol", "tcp", "`protocol` of --statsd: tcp (as envoy-rl) or udp")
+	fs.StringVar(&s.protocol, "statsd-protocol", "tcp", "`protocol` of --statsd: tcp (as envoy-rl) or udp; DogStatsD is always udp")
+	fs.StringVar(&s.format, "statsd-format", "statsd", "`format` of --statsd: statsd, or dogstatsd (tags as DogStatsD tags, envoy-rl's USE_DOG_STATSD)")
+	fs.StringVar(&s.mogrifiers, "dogstatsd-mogrifiers", "", "`names` (k,k) of the mogrifiers that rewrite DogStatsD names into tags, each defined by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS as in envoy-rl")
 	fs.DurationVar(&s.interval, "statsd-flush-interval", 10*time.Second, "how often the stats are sent to --statsd")
 	fs.StringVar(&s.tags, "statsd-tags", "", "`tags` added to every stat, as k:v,k:v (envoy-rl's EXTRA_TAGS)")
 }
@@ -45,6 +52,26 @@ func (s *statsdSettings) check() []string {
 	}
 	if s.protocol != "tcp" && s.protocol != "udp" {
 		probs = append(probs, fmt.Sprintf("--statsd-protocol %q: want tcp or udp", s.protocol))
+	}
+	switch s.format {
+	case "statsd":
+		if s.mogrifiers != "" {
+			probs = append(probs, "--dogstatsd-mogrifiers needs --statsd-format dogstatsd")
+		}
+	case "dogstatsd":
+		env := s.env
+		if env == nil {
+			env = func(string) (string, bool) { return "", false }
+		}
+		ms, err := parseMogrifiers(s.mogrifiers, env)
+		if err != nil {
+			probs = append(probs, "--dogstatsd-mogrifiers: "+err.Error())
+		}
+		s.mogs = ms
+	case bothStatsd:
+		probs = append(probs, "USE_STATSD and USE_DOG_STATSD are both true: set one (envoy-rl refuses both too)")
+	default:
+		probs = append(probs, fmt.Sprintf("--statsd-format %q: want statsd or dogstatsd", s.format))
 	}
 	if s.interval <= 0 {
 		probs = append(probs, "--statsd-flush-interval must be positive")
@@ -74,21 +101,34 @@ func keyValues(s, sep string) (map[string]string, error) {
 	return m, nil
 }
 
+// bothStatsd is the --statsd-format envoy-rl's variables give when both
+// of its statsd switches are on, which check refuses.
+const bothStatsd = "USE_STATSD and USE_DOG_STATSD"
+
 // start returns the stats store that sends to --statsd every interval
 // until ctx ends (then once more), and the tags; nil without --statsd.
-func (s *statsdSettings) start(ctx context.Context, log *slog.Logger) (gostats.Store, map[string]string) {
+func (s *statsdSettings) start(ctx context.Context, log *slog.Logger) (gostats.Store, map[string]string, error) {
 	if s.addr == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	host, portStr, _ := net.SplitHostPort(s.addr)
-	port, _ := strconv.Atoi(portStr)
-	sink := gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(port),
-		gostats.WithStatsdProtocol(s.protocol), gostats.WithLogger(statsdLogger{log}))
+	var sink gostats.Sink
+	if s.format == "dogstatsd" {
+		d, err := newDogSink(s.addr, s.mogs)
+		if err != nil {
+			return nil, nil, err
+		}
+		sink = d
+	} else {
+		host, portStr, _ := net.SplitHostPort(s.addr)
+		port, _ := strconv.Atoi(portStr)
+		sink = gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(port),
+			gostats.WithStatsdProtocol(s.protocol), gostats.WithLogger(statsdLogger{log}))
+	}
 	store := gostats.NewStore(sink, false)
 	go store.StartContext(ctx, time.NewTicker(s.interval))
 	tags, _ := parseTags(s.tags)
-	log.Info("sending envoyproxy/ratelimit's stats to statsd", "addr", s.addr, "protocol", s.protocol, "interval", s.interval, "tags", s.tags)
-	return store, tags
+	log.Info("sending envoyproxy/ratelimit's stats to statsd", "addr", s.addr, "format", s.format, "protocol", s.protocol, "interval", s.interval, "tags", s.tags)
+	return store, tags, nil
 }
 
 // statsdLogger is gostats' logger on slog.

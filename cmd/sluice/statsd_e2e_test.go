@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,12 +55,18 @@ func (l *statsdListener) get(name string) uint64 {
 
 // udpStatsd and tcpStatsd start real statsd listeners on loopback.
 func udpStatsd(t *testing.T) (*statsdListener, string) {
+	l := &statsdListener{counts: map[string]uint64{}, timers: map[string]uint64{}}
+	return l, udpLines(t, l.line)
+}
+
+// udpLines starts a UDP listener on loopback that gives each line of each
+// datagram to line, and returns its address.
+func udpLines(t *testing.T, line func(string)) string {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pc.Close() })
-	l := &statsdListener{counts: map[string]uint64{}, timers: map[string]uint64{}}
 	go func() {
 		buf := make([]byte, 65536)
 		for {
@@ -68,11 +75,11 @@ func udpStatsd(t *testing.T) (*statsdListener, string) {
 				return
 			}
 			for _, s := range strings.Split(string(buf[:n]), "\n") {
-				l.line(s)
+				line(s)
 			}
 		}
 	}()
-	return l, pc.LocalAddr().String()
+	return pc.LocalAddr().String()
 }
 
 func tcpStatsd(t *testing.T) (*statsdListener, string) {
@@ -142,5 +149,98 @@ func TestServeE2EStatsd(t *testing.T) {
 				return l.timed(timer) == 4
 			})
 		})
+	}
+}
+
+// dogLine is one DogStatsD datagram line: name:value|type|#tag,tag.
+type dogLine struct {
+	name, value, typ string
+	tags             []string // sorted
+}
+
+// parseDog reads a DogStatsD line; ok is false for anything else.
+func parseDog(s string) (dogLine, bool) {
+	name, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return dogLine{}, false
+	}
+	parts := strings.Split(rest, "|")
+	if len(parts) < 2 {
+		return dogLine{}, false
+	}
+	l := dogLine{name: name, value: parts[0], typ: parts[1]}
+	for _, p := range parts[2:] {
+		if t, ok := strings.CutPrefix(p, "#"); ok {
+			l.tags = strings.Split(t, ",")
+			slices.Sort(l.tags)
+		}
+	}
+	return l, true
+}
+
+// TestServeE2EDogStatsd: with envoy-rl's USE_DOG_STATSD, the same stats go
+// to a real UDP listener in DogStatsD's format, EXTRA_TAGS as tags, and
+// envoy-rl's mogrifiers (its README's example) rewrite the per-rule names
+// into one name per stat with the domain and descriptor as tags. A
+// mogrifier without its pattern, or both statsd switches on, stop the
+// start with a message that says so.
+func TestServeE2EDogStatsd(t *testing.T) {
+	var mu sync.Mutex
+	var lines []dogLine
+	addr := udpLines(t, func(s string) {
+		if l, ok := parseDog(s); ok {
+			mu.Lock()
+			lines = append(lines, l)
+			mu.Unlock()
+		}
+	})
+	// sum adds up the values of a counter with exactly these tags.
+	sum := func(name string, tags ...string) int {
+		slices.Sort(tags)
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, l := range lines {
+			if l.name == name && l.typ == "c" && slices.Equal(l.tags, tags) {
+				v, _ := strconv.Atoi(l.value)
+				n += v
+			}
+		}
+		return n
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, dayRule("stats", "k", 2))
+	env := []string{"USE_DOG_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port,
+		"STATS_FLUSH_INTERVAL=100ms", "EXTRA_TAGS=env:test", "USE_DOG_STATSD_MOGRIFIERS=HITS",
+		`DOG_STATSD_MOGRIFIER_HITS_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+		"DOG_STATSD_MOGRIFIER_HITS_NAME=ratelimit.service.rate_limit.$3",
+		"DOG_STATSD_MOGRIFIER_HITS_TAGS=domain:$1,descriptor:$2"}
+	p := startSluice(t, env, "--config", rules)
+	for range 3 {
+		p.must("stats", desc("k", "v"))
+	}
+	want := map[string]int{"total_hits": 3, "within_limit": 2, "over_limit": 1, "near_limit": 1}
+	poll(t, "the DogStatsD stats", func() bool {
+		for stat, n := range want {
+			if sum("ratelimit.service.rate_limit."+stat, "env:test", "domain:stats", "descriptor:k") != n {
+				return false
+			}
+		}
+		// Not mogrified: tagged only with EXTRA_TAGS.
+		return sum("ratelimit.service.config_load_success", "env:test") == 1
+	})
+
+	for name, c := range map[string]struct {
+		env  []string
+		want string
+	}{
+		"mogrifier without a pattern": {[]string{"USE_DOG_STATSD=true", "USE_DOG_STATSD_MOGRIFIERS=X", "DOG_STATSD_MOGRIFIER_X_NAME=n"}, "mogrifier X: no DOG_STATSD_MOGRIFIER_X_PATTERN"},
+		"both sinks":                  {[]string{"USE_DOG_STATSD=true", "USE_STATSD=true"}, "USE_STATSD and USE_DOG_STATSD are both true"},
+	} {
+		bad := launch(t, c.env, "--config", rules)
+		if code := bad.wait(); code == 0 || !strings.Contains(bad.log(), c.want) {
+			t.Errorf("%s: exit %d, want a refusal saying %q:\n%s", name, code, c.want, bad.log())
+		}
 	}
 }
