@@ -15,7 +15,8 @@ import (
 
 // TestEnvoyRLBasicConfig translates envoyproxy/ratelimit's TestBasicConfig
 // (test/config/config_test.go at f2fb157) to the real binary: the same
-// rules (testdata/envoyrl/basic_config.yaml), the same descriptors, the
+// rules (envoy-rl's basic_config.yaml, unchanged, in
+// testdata/envoyrl/upstream/test-config), the same descriptors, the
 // same expected limit (or none), limit name, unlimited, and stats keys,
 // read where envoy-rl writes them: its statsd counters, here from a real
 // UDP statsd listener.
@@ -23,7 +24,7 @@ func TestEnvoyRLBasicConfig(t *testing.T) {
 	l, addr := udpStatsd(t)
 	host, port, _ := net.SplitHostPort(addr)
 	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
-		"--config", filepath.Join("testdata", "envoyrl", "basic_config.yaml"), "--statsd-protocol", "udp")
+		"--config", filepath.Join("testdata", "envoyrl", "upstream", "test-config", "basic_config.yaml"), "--statsd-protocol", "udp")
 	for _, c := range []struct {
 		entries   []string // key, value, key, value...
 		rate      uint32   // 0: no limit
@@ -135,7 +136,7 @@ func TestEnvoyRLConfigLimitOverride(t *testing.T) {
 	l, addr := udpStatsd(t)
 	host, port, _ := net.SplitHostPort(addr)
 	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
-		"--config", filepath.Join("testdata", "envoyrl", "basic_config.yaml"), "--statsd-protocol", "udp")
+		"--config", filepath.Join("testdata", "envoyrl", "upstream", "test-config", "basic_config.yaml"), "--statsd-protocol", "udp")
 	override := func(domain string, n uint32, unit typev3.RateLimitUnit, entries ...string) *rlsv3.RateLimitResponse_DescriptorStatus {
 		d := desc(entries...)
 		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
@@ -160,12 +161,12 @@ func TestEnvoyRLConfigLimitOverride(t *testing.T) {
 // anywhere in a value matches any run of characters (the empty run
 // included), every value it matches shares the rule and its stats key,
 // which keeps the *, and a value without the pattern's prefix, suffix or
-// middle matches nothing.
+// middle matches nothing; on envoy-rl's wildcard.yaml, unchanged.
 func TestEnvoyRLWildcardConfig(t *testing.T) {
 	l, addr := udpStatsd(t)
 	host, port, _ := net.SplitHostPort(addr)
 	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
-		"--config", filepath.Join("testdata", "envoyrl", "wildcard.yaml"), "--statsd-protocol", "udp")
+		"--config", filepath.Join("testdata", "envoyrl", "upstream", "test-config", "wildcard.yaml"), "--statsd-protocol", "udp")
 	hits := map[string]uint64{}
 	for _, c := range []struct {
 		entries []string
