@@ -81,6 +81,16 @@ type Limit struct {
 	// request. A shadow limit that would deny consumes nothing.
 	Shadow bool
 
+	// Debit marks a limit charged after the fact (Envoy's
+	// apply_on_stream_done: checked with a cost of 0, charged the real cost
+	// when the response ends). Decided one by one (Limiter.DecideEach), a
+	// charge that finds it exhausted, but not in debt, is still counted, so
+	// that the next check denies (algo.Params.Debit). A fixed window always
+	// does so; without Debit, a bucket or sliding limit counts nothing of
+	// a charge that finds it exhausted, so that a denied client digs no
+	// hole.
+	Debit bool
+
 	// Sketch configures the count-min sketch of a Sketch limit.
 	Sketch SketchConfig
 }
@@ -223,6 +233,7 @@ func (l *Limit) Params() algo.Params {
 		Period:   int64(l.Period),
 		Capacity: capacity,
 		Interval: int64(l.RefillInterval),
+		Debit:    l.Debit,
 	}
 }
 

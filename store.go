@@ -41,8 +41,11 @@ type Store interface {
 //     not exhausted (a hit of cost 1 would be allowed): past the limit, as
 //     a debt that later hits see, peeks included, until time repays it
 //     (algo.Overdraw; for sliding logs and sketches algo.Overdraws). Its
-//     decision is a denial with Overdrawn set. A hit that finds its limit
-//     exhausted consumes nothing: a denied client never digs itself a
+//     decision is a denial with Overdrawn set. So is a hit that finds its
+//     limit exhausted but not in debt, where the limit charges an
+//     exhausted one (algo.Params.ChargesExhausted: a fixed window, or a
+//     Limit with Debit; algo.OverdrawsExhausted). A hit that finds its
+//     limit in debt consumes nothing: a denied client never digs itself a
 //     deeper hole.
 //   - A denial starts its limit's BlockFor; a hit in a block consumes
 //     nothing.

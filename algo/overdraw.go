@@ -17,14 +17,19 @@ import "math"
 // Remaining 0, and its times measured on the new state: ResetAfter until
 // the state is idle, RetryAfter until a hit of cost 1 would fit again.
 //
-// A limit that is exhausted already, or zero, is left as Step leaves it:
-// a denied hit never digs a deeper hole, so a client that keeps asking
-// while limited never pushes its own recovery further away. The debt is
+// A limit in debt already, or zero, is left as Step leaves it: a denied
+// hit never digs a deeper hole, so a client that keeps asking while
+// limited never pushes its own recovery further away. A limit exhausted
+// exactly (Remaining 0, not in debt) is charged only where that pushes no
+// recovery away, or the limit asks for it (ChargesExhausted): a fixed
+// window, whose debt ends with its window, and a limit with Debit set. So
+// a charge of 1 after the fact that lands on an exhausted limit still
+// makes the next check deny, as in envoyproxy/ratelimit. The debt is
 // bounded by the cost of one hit (at most MaxCost) beyond the limit.
 //
 // For the algorithms without a State (SlidingLog, Sketch), a store applies
-// the same rule with Overdraws: it commits the hit's cost (Log.Commit,
-// CMSketch.Add) when Overdraws says so.
+// the same rule with Overdraws and OverdrawsExhausted: it commits the
+// hit's cost (Log.Commit, CMSketch.Add) when one of them says so.
 func Overdraw(p *Params, s State, now, n int64) (State, Result) {
 	next, r := Step(p, s, now, n)
 	now = clampNow(now)
@@ -39,7 +44,12 @@ func Overdraw(p *Params, s State, now, n int64) (State, Result) {
 		return next, r
 	}
 	if !Overdraws(r, n) {
-		return next, r
+		if !p.ChargesExhausted() {
+			return next, r
+		}
+		if _, inDebt := debt(p, s, now); !OverdrawsExhausted(p, r, n, inDebt) {
+			return next, r
+		}
 	}
 	var f State
 	switch p.Kind {
@@ -72,6 +82,22 @@ func Overdraw(p *Params, s State, now, n int64) (State, Result) {
 // was denied, costs something, and found the limit not exhausted.
 func Overdraws(r Result, n int64) bool {
 	return !r.Allowed && n > 0 && r.Remaining >= 1
+}
+
+// ChargesExhausted reports whether, under Overdraw, a charge that finds
+// p's limit exhausted but not in debt is counted: for a limit charged
+// after the fact (Debit), and for a fixed window, whose debt ends with its
+// window and so never delays a recovery. Not for a zero limit.
+func (p *Params) ChargesExhausted() bool {
+	return (p.Debit || p.Kind == FixedWindow) && p.Rate > 0 && p.Capacity > 0
+}
+
+// OverdrawsExhausted reports whether a hit of cost n answered r, which
+// found the limit exhausted (no room left), is consumed all the same:
+// when p ChargesExhausted and the limit was not in debt (inDebt: a hit of
+// cost 0 would have been denied, as Overdraw denies a peek at a debt).
+func OverdrawsExhausted(p *Params, r Result, n int64, inDebt bool) bool {
+	return p.ChargesExhausted() && !r.Allowed && n > 0 && r.Remaining < 1 && !inDebt
 }
 
 // fixedForce counts n in the window of now (or the state's, when the

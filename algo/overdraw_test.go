@@ -8,17 +8,9 @@ import (
 // TestOverdraw follows envoyproxy/ratelimit's debit pattern on every
 // algorithm with a State: check with cost 0, charge the real cost after
 // the fact, and the charge that goes over makes the next check deny until
-// time repays it. A hit that finds the limit exhausted changes nothing.
+// time repays it. A hit that finds the limit in debt changes nothing.
 func TestOverdraw(t *testing.T) {
-	const minute = 60 * sec
-	for _, p := range []Params{
-		{Kind: FixedWindow, Rate: 10, Period: minute, Capacity: 10},
-		{Kind: SlidingWindow, Rate: 10, Period: minute, Capacity: 10},
-		{Kind: TokenBucket, Rate: 10, Period: minute, Capacity: 10},
-		{Kind: TokenBucket, Rate: 10, Period: minute, Capacity: 10, Interval: 6 * sec},
-		{Kind: LeakyBucket, Rate: 10, Period: minute, Capacity: 10},
-		{Kind: GCRA, Rate: 10, Period: minute, Capacity: 10},
-	} {
+	for _, p := range tenAMinute() {
 		name := p.Kind.String()
 		if p.Interval > 0 {
 			name += "/discrete"
@@ -73,6 +65,70 @@ func TestOverdraw(t *testing.T) {
 	}
 }
 
+// TestOverdrawExhausted: a charge of 1 after the fact that lands on a
+// limit exhausted exactly (the last check passed with 0 left) is counted
+// on a fixed window, whose debt ends with its window, and on every
+// algorithm whose limit is charged after the fact (Debit), so that the
+// next check denies, as in envoyproxy/ratelimit; on the others it changes
+// nothing, so that a denied client digs no hole. Once in debt, no charge
+// counts.
+func TestOverdrawExhausted(t *testing.T) {
+	const minute = 60 * sec
+	for _, debit := range []bool{false, true} {
+		for _, p := range tenAMinute() {
+			p.Debit = debit
+			name := p.Kind.String()
+			if p.Interval > 0 {
+				name += "/discrete"
+			}
+			if debit {
+				name += "/debit"
+			}
+			t.Run(name, func(t *testing.T) {
+				now := alignDown(base, minute)
+				s, r := Overdraw(&p, State{}, now, 10)
+				if !r.Allowed || r.Remaining != 0 {
+					t.Fatalf("10 of 10: %+v", r)
+				}
+				if _, r := Overdraw(&p, s, now, 0); !r.Allowed {
+					t.Fatalf("check at exactly the limit: %+v, want allowed", r)
+				}
+				next, r := Overdraw(&p, s, now, 1)
+				counted := p.Kind == FixedWindow || debit
+				if r.Allowed || r.Overdrawn != counted || (next != s) != counted {
+					t.Fatalf("charge of 1 on the exhausted limit: %+v, state %+v -> %+v; want counted %v", r, s, next, counted)
+				}
+				if _, pk := Overdraw(&p, next, now, 0); pk.Allowed == counted {
+					t.Fatalf("check after the charge: %+v, want denied %v", pk, counted)
+				}
+				if !counted {
+					return
+				}
+				// In debt: a client that keeps asking digs no deeper.
+				for range 3 {
+					if again, r := Overdraw(&p, next, now, 1); r.Overdrawn || again != next {
+						t.Fatalf("charge in debt: %+v, state %+v -> %+v", r, next, again)
+					}
+				}
+			})
+		}
+	}
+}
+
+// tenAMinute is a limit of 10 a minute in every algorithm with a State
+// (the token bucket smooth and discrete).
+func tenAMinute() []Params {
+	const minute = 60 * sec
+	return []Params{
+		{Kind: FixedWindow, Rate: 10, Period: minute, Capacity: 10},
+		{Kind: SlidingWindow, Rate: 10, Period: minute, Capacity: 10},
+		{Kind: TokenBucket, Rate: 10, Period: minute, Capacity: 10},
+		{Kind: TokenBucket, Rate: 10, Period: minute, Capacity: 10, Interval: 6 * sec},
+		{Kind: LeakyBucket, Rate: 10, Period: minute, Capacity: 10},
+		{Kind: GCRA, Rate: 10, Period: minute, Capacity: 10},
+	}
+}
+
 // TestOverdrawBeyondCapacity: a charge larger than the whole limit, found
 // with room left, is counted; one found with none is not.
 func TestOverdrawBeyondCapacity(t *testing.T) {
@@ -96,15 +152,17 @@ func TestOverdrawBeyondCapacity(t *testing.T) {
 }
 
 // TestOverdrawProperties: on random traces of every algorithm with a
-// State, Overdraw admits exactly what Step admits, never changes a state
-// on a denial that does not overdraw, overdraws only with room left, and
-// owes at most one hit's cost beyond the limit.
+// State, with and without Debit, Overdraw admits exactly what Step
+// admits, never changes a state on a denial that does not overdraw,
+// overdraws only with room left or, where the limit charges an exhausted
+// one, when not in debt (and then always), and owes at most one hit's
+// cost beyond the limit.
 func TestOverdrawProperties(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	kinds := []Kind{FixedWindow, SlidingWindow, TokenBucket, LeakyBucket, GCRA}
-	overdrawn := map[Kind]int{}
+	overdrawn, exhausted := map[Kind]int{}, map[Kind]int{}
 	for trial := range 2000 {
-		p := Params{Kind: kinds[trial%len(kinds)], Rate: 1 + rng.Int64N(20), Period: (1 + rng.Int64N(60)) * sec}
+		p := Params{Kind: kinds[trial%len(kinds)], Rate: 1 + rng.Int64N(20), Period: (1 + rng.Int64N(60)) * sec, Debit: trial%3 == 0}
 		p.Capacity = p.Rate
 		if p.Kind != FixedWindow && p.Kind != SlidingWindow {
 			p.Capacity += rng.Int64N(5)
@@ -133,15 +191,28 @@ func TestOverdrawProperties(t *testing.T) {
 				t.Fatalf("%+v: admitted with a state other than Step's: %+v vs %+v", p, next, sNext)
 			case !r.Allowed && !r.Overdrawn && next != s:
 				t.Fatalf("%+v: denial changed the state", p)
-			case r.Overdrawn && sr.Remaining < 1:
+			case r.Overdrawn && sr.Remaining < 1 && !p.ChargesExhausted():
 				t.Fatalf("%+v: overdrew with no room left: %+v", p, sr)
+			case r.Overdrawn && sr.Remaining < 1:
+				// Exhausted exactly: counted only if not in debt.
+				if _, pk := Overdraw(&p, s, now, 0); !pk.Allowed {
+					t.Fatalf("%+v: overdrew a limit in debt: %+v", p, sr)
+				}
+				exhausted[p.Kind]++
+			case !r.Allowed && !r.Overdrawn && n > 0 && p.ChargesExhausted():
+				// Not counted: the limit was in debt.
+				if _, pk := Overdraw(&p, s, now, 0); pk.Allowed {
+					t.Fatalf("%+v at %d cost %d: a charge on a limit not in debt was not counted: %+v", p, now, n, r)
+				}
 			}
 			if r.Overdrawn {
 				overdrawn[p.Kind]++
 				// The debt bound: a hit overdraws only with room for
-				// one more (usage at most Capacity − 1), and adds its
-				// own cost, no more: the state is exactly the one the
-				// same limit with n more capacity admits the hit to.
+				// one more (usage at most Capacity − 1), or, where the
+				// limit charges an exhausted limit, with no debt
+				// (usage at most Capacity); and it adds its own cost,
+				// no more: the state is exactly the one the same limit
+				// with n more capacity admits the hit to.
 				big := p
 				big.Capacity += n
 				bigNext, br := Step(&big, s, now, n)
@@ -157,8 +228,8 @@ func TestOverdrawProperties(t *testing.T) {
 		}
 	}
 	for _, k := range kinds {
-		if overdrawn[k] < 100 {
-			t.Errorf("%s: %d overdrawn hits in the traces; the properties were hardly exercised", k, overdrawn[k])
+		if overdrawn[k] < 100 || exhausted[k] < 10 {
+			t.Errorf("%s: %d overdrawn hits in the traces, %d of them on an exhausted limit; the properties were hardly exercised", k, overdrawn[k], exhausted[k])
 		}
 	}
 }

@@ -93,6 +93,12 @@ type Params struct {
 	Period   int64 // nanoseconds, > 0
 	Capacity int64 // enforced capacity, >= 0
 	Interval int64 // token bucket only: discrete refill every Interval ns; 0 = smooth
+
+	// Debit marks a limit charged after the fact (Envoy's
+	// apply_on_stream_done: checked with a cost of 0, charged the real
+	// cost when the response ends). Under Overdraw, a charge that finds
+	// it exhausted, but not in debt, is counted too (ChargesExhausted).
+	Debit bool
 }
 
 // Validate reports what is wrong with p, or nil.

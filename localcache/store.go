@@ -304,7 +304,7 @@ func keyBefore(hits []sluice.Hit, i int) bool {
 
 // identity returns the identity of h's entry: its key, the fields of its
 // limit that make up the compiled parameters (Limit.Params: the capacity
-// comes from Burst, SoftPercent and ElasticCeiling) and BlockFor, and for a
+// comes from Burst, SoftPercent and ElasticCeiling; Debit) and BlockFor, and for a
 // sketch the sketch's name and dimensions. The raw fields are at least as
 // fine as the parameters, and cheaper to read.
 func (s *Store) identity(h *sluice.Hit) ident {
@@ -317,6 +317,9 @@ func (s *Store) identity(h *sluice.Hit) ident {
 		uint64(l.SoftPercent)*0xa0761d6478bd642f ^
 		uint64(l.ElasticCeiling)*0xe7037ed1a0b428db ^
 		uint64(l.BlockFor)*0x27d4eb2f165667c5
+	if l.Debit {
+		x ^= 0x94d049bb133111eb
+	}
 	if l.Algorithm == sluice.Sketch {
 		w, d := l.SketchDims()
 		x ^= mix(xxh3.HashString(l.Name) ^ uint64(w)<<32 ^ uint64(d))

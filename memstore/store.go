@@ -547,7 +547,8 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 		if o.until == 0 {
 			if each {
 				o.expired, o.r = algo.LogStepEach(&o.p, &o.log, now, h.Cost)
-				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost)
+				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) || o.p.ChargesExhausted() &&
+					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, !peekLog(&o.p, &o.log, now))
 			} else {
 				o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
 			}
@@ -562,12 +563,20 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 		if o.until == 0 {
 			if each {
 				o.r = o.sk.s.CheckEach(&o.p, o.k, now, h.Cost+o.pend)
-				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost)
+				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) || o.p.ChargesExhausted() &&
+					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, !o.sk.s.CheckEach(&o.p, o.k, now, o.pend).Allowed)
 			} else {
 				o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
 			}
 		}
 	}
+}
+
+// peekLog reports whether a peek at log l is allowed: the log is not in
+// debt.
+func peekLog(p *algo.Params, l *algo.Log, now int64) bool {
+	_, r := algo.LogStepEach(p, l, now, 0)
+	return r.Allowed
 }
 
 // peekStored replaces the result of hit i with a peek at the stored state:

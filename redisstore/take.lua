@@ -33,6 +33,7 @@
 local X = int
 local step, log_step, log_commit = algo.step, algo.log_step, algo.log_commit
 local overdraw, overdraws, log_step_each = algo.overdraw, algo.overdraws, algo.log_step_each
+local charges_exhausted, overdraws_exhausted = algo.charges_exhausted, algo.overdraws_exhausted
 local slide_result, sketch_window = algo.slide_result, algo.sketch_window
 local slide_result_each = algo.slide_result_each
 local add_sat, zero_limit = algo.add_sat, algo.zero_limit
@@ -88,7 +89,7 @@ local function spec(s)
   local kind = tonumber(f[1])
   sp = {
     kind = kind,
-    p = {kind = kind, rate = X.parse(f[2]), period = X.parse(f[3]), cap = X.parse(f[4]), interval = X.parse(f[5])},
+    p = {kind = kind, rate = X.parse(f[2]), period = X.parse(f[3]), cap = X.parse(f[4]), interval = X.parse(f[5]), debit = f[13] == '1'},
     shadow = f[6] == '1',
     blockfor = X.parse(f[7]),
     cls = f[8],
@@ -96,6 +97,7 @@ local function spec(s)
     cap = tonumber(f[4]),
   }
   sp.block = not X.eq(sp.blockfor, 0)
+  sp.ce = charges_exhausted(sp.p)
   local a, b, c, d = tonumber(f[9]), tonumber(f[10]), tonumber(f[11]), tonumber(f[12])
   if sp.cls == 'W' then
     sp.wk, sp.wn, sp.per, sp.c, sp.us = a, b, c, math.min(sp.cap, MAXSWC), d == 1
@@ -299,13 +301,17 @@ local function commits(o)
 end
 
 -- fast_each reports whether a fast path's result r for a hit of cost n
--- stands in mode "e": a peek may meet a debt, and a denial with room left
--- overdraws, which only the exact path decides.
-local function fast_each(r, n)
+-- of the limit sp stands in mode "e": a peek may meet a debt, a denial
+-- with room left overdraws, and so does a denial that finds a limit that
+-- charges an exhausted one (sp.ce) exhausted but not in debt, which only
+-- the exact path decides (fast.fixed says when the window is in debt).
+local function fast_each(r, n, sp)
   if n == 0 then return false end
   if r.allowed then return true end
   local m = r.remaining
-  return m + 0 == m and m < 1
+  if not (m + 0 == m and m < 1) then return false end
+  -- Only fast.fixed says owed (results may share a scratch table).
+  return not sp.ce or sp.kind == 0 and r.owed == true
 end
 
 -- overdrawn is the result of an overdrawn hit from after, a hit of cost 1
@@ -436,7 +442,7 @@ local function decide1(KEYS, k, ARGV, a, out, each)
   if not rq or rq[2] ~= 0 then return false end
   local cost, key = rq[1], KEYS[k]
   local r, w, ttl = fn(sp, call('GET', key), S, F, cost, scratch)
-  if not r or (each and not fast_each(r, cost)) then return false end
+  if not r or (each and not fast_each(r, cost, sp)) then return false end
   local ok, c = 0, 0
   if r.allowed then
     ok = 1
@@ -743,7 +749,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         elseif fn then
           o.raw = call('GET', o.key)
           local r, w, ttl = fn(sp, o.raw, S, F, o.cost)
-          if r and (mode ~= 'e' or fast_each(r, o.cost)) then
+          if r and (mode ~= 'e' or fast_each(r, o.cost, sp)) then
             o.r, o.written, o.ttl, o.fast, done = r, w, ttl, fn, true
           end
         end
@@ -779,7 +785,7 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         if ok then
           log_key = o.key
           local r, e, t, live = fast.log_step(sp, h, raw, 1, more_entries, S, F, o.cost)
-          if r and (mode ~= 'e' or fast_each(r, o.cost)) then
+          if r and (mode ~= 'e' or fast_each(r, o.cost, sp)) then
             o.r, o.expired, o.t, o.h, o.live, o.fast, done = r, e, t, h, live, true, true
             o.rawlog = raw
           end
@@ -796,7 +802,10 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         end
         if mode == 'e' then
           o.expired, o.r = log_step_each(o.p, o.log, now, o.cost)
-          if overdraws(o.r, o.cost) then o.r.overdrawn = true end
+          if overdraws(o.r, o.cost) or sp.ce and
+              overdraws_exhausted(o.p, o.r, o.cost, not select(2, log_step_each(o.p, o.log, now, 0)).allowed) then
+            o.r.overdrawn = true
+          end
         else
           o.expired, o.r = log_step(o.p, o.log, now, o.cost)
         end
@@ -895,15 +904,20 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
           end
         end
         if mode == 'e' and not (sp.rate == 0) and
-            (n == 0 or not o.r.allowed and o.cost ~= 0 and not X.lt(o.r.remaining, 1)) then
-          -- One by one: a peek may meet a debt and a denial with room
-          -- left overdraws (CheckEach), on the exact path; any other
-          -- answer is the same either way.
+            (n == 0 or not o.r.allowed and o.cost ~= 0 and (sp.ce or not X.lt(o.r.remaining, 1))) then
+          -- One by one: a peek may meet a debt, a denial with room left
+          -- overdraws, and so does one that finds a limit charged after
+          -- the fact exhausted but not in debt (CheckEach), on the exact
+          -- path; any other answer is the same either way.
           now_x()
           local ws = o.wsx or X.parse(o.ws_s)
           o.wsx, o.ex = ws, o.ex or e
-          o.r = slide_result_each(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, ws, o.ex)
-          if overdraws(o.r, o.cost) then o.r.overdrawn = true end
+          local c = X.min(o.p.cap, MAXSWC)
+          o.r = slide_result_each(per, c, now, n, prev, curr, ws, o.ex)
+          if overdraws(o.r, o.cost) or sp.ce and
+              overdraws_exhausted(o.p, o.r, o.cost, not slide_result_each(per, c, now, o.pend, prev, curr, ws, o.ex).allowed) then
+            o.r.overdrawn = true
+          end
         end
         o.sk = {e = e, wsr = wsr, prev = prev, curr = curr}
       end

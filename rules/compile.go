@@ -121,7 +121,7 @@ func (p *parser) rate(l *sluice.Limit, s *limitSpec, at *yaml.Node, what string)
 }
 
 // extras reads into l what the spec adds to its rate: burst, soft and
-// elastic margins, block_for and the sketch's size. before is the count of
+// elastic margins, block_for, the sketch's size and debit. before is the count of
 // problems when the limit's reading began: the elastic ceiling is checked
 // against the limit only when the rest read without one.
 func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
@@ -156,6 +156,11 @@ func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 	}
 	if s.sketch != nil {
 		p.sketch(l, s.sketch)
+	}
+	if s.debit != nil {
+		if v, ok := p.boolean(s.debit, "debit"); ok {
+			l.Debit = v
+		}
 	}
 }
 

@@ -663,3 +663,27 @@ func TestHTTPSectionIgnored(t *testing.T) {
 		t.Errorf("nested http: %v", err)
 	}
 }
+
+// TestDebit: a limit charged after the fact says debit: true (any YAML
+// boolean, as Envoy's keys); anything else is an error naming it.
+func TestDebit(t *testing.T) {
+	d := mustParse(t, `
+domain: llm
+descriptors:
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token_bucket, debit: true}
+  - key: calls
+    rate_limit: {unit: minute, requests_per_unit: 10, debit: no}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	for key, want := range map[string]bool{"llm.tokens": true, "llm.calls": false, "llm.plain": false} {
+		if got := oneLimit(t, rule(t, d, key)).Debit; got != want {
+			t.Errorf("%s: Debit %v, want %v", key, got, want)
+		}
+	}
+	_, err := rules.Parse("r.yaml", []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, debit: later}\n"))
+	if err == nil || !strings.Contains(err.Error(), "4:") || !strings.Contains(err.Error(), "debit") {
+		t.Errorf("debit: later: %v, want an error at line 4 naming debit", err)
+	}
+}

@@ -26,7 +26,7 @@ var envoyKeys = map[string]bool{
 var (
 	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
-	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch"}
+	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
 	capacityKeys   = append(slices.Clone(limitKeys), "shadow_mode")
@@ -282,6 +282,7 @@ type limitSpec struct {
 	unit, rpu, mult, period, alg, burst *yaml.Node
 	refillInterval, refillAmount        *yaml.Node
 	soft, elastic, blockFor, sketch     *yaml.Node
+	debit                               *yaml.Node
 }
 
 // limitKey records kv in s if it is a limit key.
@@ -291,6 +292,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 		"period": &s.period, "algorithm": &s.alg, "burst": &s.burst,
 		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
 		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
+		"debit": &s.debit,
 	}[kv.K.Value]
 	if slot == nil {
 		return false
@@ -301,7 +303,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 
 // extensions reports the first sluice-only key of s, or nil.
 func (s *limitSpec) extension() *yaml.Node {
-	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch} {
+	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit} {
 		if n != nil {
 			return n
 		}

@@ -124,6 +124,7 @@ type LimitSummary struct {
 	SoftPercent    int    `json:"soft_percent,omitempty"`
 	ElasticCeiling int64  `json:"elastic_ceiling,omitempty"`
 	BlockFor       string `json:"block_for,omitempty"`
+	Debit          bool   `json:"debit,omitempty"`
 }
 
 func summarize(cfg *rules.Config, at time.Time) *RulesSummary {
@@ -164,7 +165,7 @@ func summarize(cfg *rules.Config, at time.Time) *RulesSummary {
 func summarizeLimit(l *sluice.Limit) LimitSummary {
 	ls := LimitSummary{
 		Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
-		Burst: l.Burst, SoftPercent: l.SoftPercent, ElasticCeiling: l.ElasticCeiling,
+		Burst: l.Burst, SoftPercent: l.SoftPercent, ElasticCeiling: l.ElasticCeiling, Debit: l.Debit,
 	}
 	if l.RefillInterval > 0 {
 		ls.RefillInterval = l.RefillInterval.String()
@@ -242,6 +243,9 @@ func (l *LimitSummary) text() string {
 	}
 	if l.BlockFor != "" {
 		s += " block_for=" + l.BlockFor
+	}
+	if l.Debit {
+		s += " debit"
 	}
 	return s
 }

@@ -702,15 +702,24 @@ func (s suite) eachOverdraw(t *testing.T) {
 		if d, _ := e.each(hit("u", l, 1)); !d.Allowed {
 			t.Fatalf("cost 1 after the RetryAfter %v of the overdrawn charge: %+v", retry, d)
 		}
-		// Exhausted, not in debt: a charge finds no room and consumes
-		// nothing.
-		f := &sluice.Limit{Name: "full", Algorithm: k, Rate: 3, Period: time.Hour}
-		e.each(hit("f", f, 3))
-		if _, per := e.each(hit("f", f, 2)); per[0].Allowed || per[0].Overdrawn {
-			t.Fatalf("charge on an exhausted limit: %+v, want denied, not overdrawn", per[0])
-		}
-		if d, _ := e.each(hit("f", f, 0)); !d.Allowed || d.Remaining != 0 {
-			t.Fatalf("check on an exhausted limit that no charge overdrew: %+v, want allowed with 0 left", d)
+		// Exhausted exactly, not in debt: a charge is counted on a fixed
+		// window (its debt ends with its window) and on a limit charged
+		// after the fact (Debit), so that the next check denies; on the
+		// others it consumes nothing. In debt, no charge counts.
+		for _, debit := range []bool{false, true} {
+			f := &sluice.Limit{Name: fmt.Sprintf("full-%v", debit), Algorithm: k, Rate: 3, Period: time.Hour, Debit: debit}
+			key := fmt.Sprintf("f-%v", debit)
+			e.each(hit(key, f, 3))
+			counted := k == algo.FixedWindow || debit
+			if _, per := e.each(hit(key, f, 1)); per[0].Allowed || per[0].Overdrawn != counted {
+				t.Fatalf("debit %v: charge of 1 on an exhausted limit: %+v, want denied, overdrawn %v", debit, per[0], counted)
+			}
+			if d, _ := e.each(hit(key, f, 0)); d.Allowed == counted || d.Remaining != 0 {
+				t.Fatalf("debit %v: check after the charge on an exhausted limit: %+v, want allowed %v with 0 left", debit, d, !counted)
+			}
+			if _, per := e.each(hit(key, f, 1)); per[0].Allowed || per[0].Overdrawn {
+				t.Fatalf("debit %v: a second charge: %+v, want denied, not overdrawn", debit, per[0])
+			}
 		}
 	})
 }
@@ -729,6 +738,9 @@ func (s suite) eachTrace(t *testing.T) {
 		{Name: "gcra", Algorithm: algo.GCRA, Rate: 7, Period: time.Second, Burst: 3},
 		{Name: "sw", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second},
 		{Name: "log", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second},
+		{Name: "tb-debit", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, Debit: true},
+		{Name: "sw-debit", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second, Debit: true},
+		{Name: "log-debit", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, Debit: true},
 	}
 	for li, l := range limits {
 		t.Run(l.Name, func(t *testing.T) {
@@ -748,12 +760,14 @@ func (s suite) eachTrace(t *testing.T) {
 				case l.Algorithm == algo.SlidingLog && each:
 					var expired int
 					expired, r = algo.LogStepEach(&p, &log, now, n)
+					_, peek := algo.LogStepEach(&p, &log, now, 0)
+					over := algo.Overdraws(r, n) || algo.OverdrawsExhausted(&p, r, n, !peek.Allowed)
 					cost := int64(0)
-					if r.Allowed || algo.Overdraws(r, n) {
+					if r.Allowed || over {
 						cost = n
 					}
 					log.Commit(expired, now, cost)
-					if algo.Overdraws(r, n) {
+					if over {
 						_, after := algo.LogStep(&p, &log, now, 1)
 						r = algo.Result{ResetAfter: after.ResetAfter, RetryAfter: after.RetryAfter, Overdrawn: true}
 					}

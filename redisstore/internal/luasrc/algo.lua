@@ -5,7 +5,7 @@
 --
 -- Times are nanoseconds since the Unix epoch; every argument is a
 -- non-negative integer (int.lua representation). p is
--- {kind=0..6, rate=, period=, cap=, interval=} as algo.Params (and must be
+-- {kind=0..6, rate=, period=, cap=, interval=, debit=bool} as algo.Params (and must be
 -- valid, see Params.Validate); a result is {allowed=bool, remaining=,
 -- reset=, retry=} as algo.Result, with retry = int.NEVER (compare with
 -- int.eq) for never. Functions never modify their arguments.
@@ -13,6 +13,8 @@
 --   algo.step(p, st, now, n) -> st2, r          kinds 0-4 (Step)
 --   algo.overdraw(p, st, now, n) -> st2, r      kinds 0-4 (Overdraw)
 --   algo.overdraws(r, n) -> bool                        (Overdraws)
+--   algo.charges_exhausted(p) -> bool           (Params.ChargesExhausted)
+--   algo.overdraws_exhausted(p, r, n, in_debt) -> bool (OverdrawsExhausted)
 --   algo.log_step(p, log, now, n) -> expired, r        (LogStep)
 --   algo.log_step_each(p, log, now, n) -> expired, r   (LogStepEach)
 --   algo.log_commit(log, expired, now, n) -> log2, changed (Log.Commit)
@@ -631,6 +633,19 @@ do
 		return not r.allowed and n ~= 0 and not lt(r.remaining, 1)
 	end
 
+	-- algo.charges_exhausted(p): a charge that finds p's limit exhausted,
+	-- not in debt, is counted (Params.ChargesExhausted).
+	function algo.charges_exhausted(p)
+		return (p.debit or p.kind == 0) and p.rate ~= 0 and p.cap ~= 0
+	end
+
+	-- algo.overdraws_exhausted(p, r, n, in_debt): a hit of cost n answered
+	-- r, which found the limit exhausted, is consumed all the same
+	-- (OverdrawsExhausted).
+	function algo.overdraws_exhausted(p, r, n, in_debt)
+		return algo.charges_exhausted(p) and not r.allowed and n ~= 0 and lt(r.remaining, 1) and not in_debt
+	end
+
 	function algo.overdraw(p, st, now, n)
 		local st2, r = algo.step(p, st, now, n)
 		now = clamp_now(now)
@@ -644,7 +659,9 @@ do
 			return st2, r
 		end
 		if not algo.overdraws(r, n) then
-			return st2, r
+			if not algo.charges_exhausted(p) or not algo.overdraws_exhausted(p, r, n, debt(p, st, now) ~= nil) then
+				return st2, r
+			end
 		end
 		local kind, f = p.kind, nil
 		if kind == 0 then

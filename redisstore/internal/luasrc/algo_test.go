@@ -358,10 +358,12 @@ func TestStep(t *testing.T) {
 // overdrawTrace generates a trace of algo.Overdraw and its expected output.
 func overdrawTrace(r *rand.Rand, kind algo.Kind) *trace {
 	p := genParams(r, kind)
+	debit := r.IntN(2)
+	p.Debit = debit == 1
 	now := genStart(r, p.Period)
 	s := genState(r, p, now)
 	var in strings.Builder
-	fmt.Fprintf(&in, "%s %s", fmtParams(p), fmtState(kind, s))
+	fmt.Fprintf(&in, "%s %d %s", fmtParams(p), debit, fmtState(kind, s))
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
 		n := genN(r, p.Capacity)

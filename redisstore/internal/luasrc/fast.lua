@@ -190,11 +190,16 @@ do
 		if n == 0 then
 			return res(rt, true, have, reset, 0)
 		end
-		if n > cap then
-			return res(rt, false, have, reset, NEVER)
-		end
-		if count > cap - n then
-			return res(rt, false, have, reset, reset)
+		if n > cap or count > cap - n then
+			local retry = reset
+			if n > cap then
+				retry = NEVER
+			end
+			local r = res(rt, false, have, reset, retry)
+			-- In debt (the count past the capacity): a charge in mode
+			-- "e" counts nothing, and this answer stands (take.lua).
+			r.owed = count > cap
+			return r
 		end
 		local after = count + n
 		local q, f = dm(F + reset, E9)

@@ -11,10 +11,11 @@ import (
 // string, the same on every call for the same limit, which the script
 // parses once and caches:
 //
-//	kind rate period capacity interval shadow block_for class a b c d
+//	kind rate period capacity interval shadow block_for class a b c d debit
 //
 // with the compiled Params p (soft and elastic margins included), shadow
-// as 0 or 1, block_for in ns, and the quantities of the fast path
+// and debit (Params.Debit) as 0 or 1, block_for in ns, and the quantities
+// of the fast path
 // (fast.lua), computed here exactly in 128 bits, for the class:
 //
 //	W  windows (fixed, sliding, sketch): a = the period in whole seconds
@@ -46,6 +47,8 @@ func Spec(p *algo.Params, shadow bool, blockFor int64) string {
 		b = append(b, ' ')
 		b = strconv.AppendInt(b, v, 10)
 	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(boolInt(p.Debit)), 10)
 	return string(b)
 }
 

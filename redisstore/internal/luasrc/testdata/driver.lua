@@ -147,11 +147,15 @@ function cases.step(w)
 	return table.concat(lines, "\n")
 end
 
--- overdraw: as step, through algo.overdraw: one line a step: the result,
+-- overdraw: as step (with debit after the params), through
+-- algo.overdraw: one line a step: the result,
 -- "o" when overdrawn else "-", and the state after it (kept when allowed
 -- or overdrawn).
 function cases.overdraw(w)
 	local p = params(w)
+	-- After the params, debit (0 or 1), then the state as for step.
+	p.debit = w[6] == 1
+	table.remove(w, 6)
 	local kind = p.kind
 	local st, i = state_of(w, kind)
 	local lines = {}
