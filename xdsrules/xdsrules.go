@@ -159,14 +159,15 @@ func (c *Client) stream(ctx context.Context) error {
 			return err
 		}
 		prev := c.current.Swap(cfg)
+		if prev.Hash() != cfg.Hash() {
+			c.log.Info("xDS rules loaded", "hash", cfg.Hash(), "domains", cfg.Domains())
+			if c.cfg.OnLoad != nil {
+				c.cfg.OnLoad(cfg)
+			}
+		}
+		// After OnLoad: whoever waits for the first rules (readiness)
+		// finds them in force.
 		c.once.Do(func() { close(c.first) })
-		if prev.Hash() == cfg.Hash() {
-			continue
-		}
-		c.log.Info("xDS rules loaded", "hash", cfg.Hash(), "domains", cfg.Domains())
-		if c.cfg.OnLoad != nil {
-			c.cfg.OnLoad(cfg)
-		}
 	}
 }
 
