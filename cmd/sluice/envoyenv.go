@@ -25,6 +25,11 @@ var envoyVars = map[string]envoyVar{
 	"config": {
 		names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"},
 		value: func(env lookupEnv) (string, bool) {
+			if t, _ := env("CONFIG_TYPE"); strings.EqualFold(t, "GRPC_XDS_SOTW") {
+				// envoy-rl reads no runtime files when its rules come
+				// from xDS, whatever RUNTIME_* say.
+				return "", false
+			}
 			root, r := env("RUNTIME_ROOT")
 			sub, s := env("RUNTIME_SUBDIRECTORY")
 			app, a := env("RUNTIME_APPDIRECTORY")
