@@ -220,8 +220,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"REDIS_PIPELINE_LIMIT", "nothing: the Redis client pipelines automatically"},
 	{"REDIS_PIPELINE_WINDOW", "nothing: the Redis client pipelines automatically"},
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", "nothing: the Redis client pipelines automatically"},
-	{"REDIS_TLS_CLIENT_CERT", "a TLS-terminating sidecar (client certificates are not supported)"},
-	{"REDIS_TLS_CLIENT_KEY", "a TLS-terminating sidecar (client certificates are not supported)"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "--redis-tls-ca with the server's CA"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "nothing: readiness shows the store's state"},
 	{"REDIS_SENTINEL_AUTH", "sentinels without a password, or a redis:// URL per sentinel"},
@@ -336,9 +334,11 @@ var envoyRedis = map[string]envoyVar{
 			return user, found
 		},
 	},
-	"redis-tls":    plain("REDIS_TLS"),
-	"redis-tls-ca": plain("REDIS_TLS_CACERT"),
-	"redis-prefix": plain("CACHE_KEY_PREFIX"),
+	"redis-tls":      plain("REDIS_TLS"),
+	"redis-tls-ca":   plain("REDIS_TLS_CACERT"),
+	"redis-tls-cert": plain("REDIS_TLS_CLIENT_CERT"),
+	"redis-tls-key":  plain("REDIS_TLS_CLIENT_KEY"),
+	"redis-prefix":   plain("CACHE_KEY_PREFIX"),
 }
 
 func init() {

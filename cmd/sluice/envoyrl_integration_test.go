@@ -109,9 +109,9 @@ type erlRedis struct {
 // erlStandalone starts the two redis-servers of makeSimpleRedisSettings
 // (REDIS_URL and REDIS_PERSECOND_URL), with the password of
 // testBasicConfigAuth and the TLS of testBasicConfigAuthTLS when asked.
-func erlStandalone(t *testing.T, password string, useTLS bool) erlRedis {
+func erlStandalone(t *testing.T, password string, useTLS bool, more ...redistest.Option) erlRedis {
 	t.Helper()
-	var opts []redistest.Option
+	opts := more
 	if password != "" {
 		opts = append(opts, redistest.WithPassword(password))
 	}
@@ -645,9 +645,10 @@ func TestEnvoyRLIntegrationBasicAuthConfig(t *testing.T) {
 // TestBasicTLSConfig (testBasicConfigAuthTLS): servers that speak TLS only
 // and need AUTH password123 (REDIS_TLS, REDIS_AUTH and their PERSECOND
 // twins; REDIS_TLS_CACERT names the servers' CA). Its fifth case,
-// WithoutPerSecondRedisTLSWithClientCert (REDIS_TLS_CLIENT_CERT and _KEY),
-// is not translated: sluice sends no client certificate (named in the
-// start warning, docs/operations.md).
+// WithoutPerSecondRedisTLSWithClientCert, runs on servers that ask for a
+// client certificate (envoy-rl's stunnel with verify level 2; here
+// redis-server's tls-auth-clients yes), shown with REDIS_TLS_CLIENT_CERT
+// and _KEY.
 func TestEnvoyRLIntegrationBasicTLSConfig(t *testing.T) {
 	t.Parallel()
 	root := erlRuntimeRoot(t)
@@ -657,6 +658,12 @@ func TestEnvoyRLIntegrationBasicTLSConfig(t *testing.T) {
 			v.run(t, root, erlStandalone(t, erlPassword, true))
 		})
 	}
+	t.Run("WithoutPerSecondRedisTLSWithClientCert", func(t *testing.T) {
+		t.Parallel()
+		rd := erlStandalone(t, erlPassword, true, redistest.WithConfig("tls-auth-clients", "yes"))
+		rd.env = append(rd.env, "REDIS_TLS_CLIENT_CERT="+rd.main.CertFile, "REDIS_TLS_CLIENT_KEY="+rd.main.KeyFile)
+		erlVariant{name: "WithoutPerSecondRedisTLSWithClientCert"}.run(t, root, rd)
+	})
 }
 
 // TestEnvoyRLIntegrationBasicAuthConfigWithRedisCluster translates

@@ -31,6 +31,8 @@ type redisSettings struct {
 	password       string
 	tls            bool
 	tlsCA          string
+	tlsCert        string
+	tlsKey         string
 	prefix         string
 	timeout        time.Duration
 	maxInFlight    int
@@ -52,6 +54,8 @@ func (r *redisSettings) flags(fs interface {
 	fs.StringVar(&r.password, "redis-password", "", "Redis `password` (overrides the URL's)")
 	fs.BoolVar(&r.tls, "redis-tls", false, "connect to Redis with TLS (implied by rediss://)")
 	fs.StringVar(&r.tlsCA, "redis-tls-ca", "", "PEM `file` of the CAs that sign Redis's certificate; empty means the system's")
+	fs.StringVar(&r.tlsCert, "redis-tls-cert", "", "PEM `file` of a client certificate to show Redis (tls-auth-clients), with --redis-tls-key")
+	fs.StringVar(&r.tlsKey, "redis-tls-key", "", "PEM `file` of the key of --redis-tls-cert")
 	fs.StringVar(&r.prefix, "redis-prefix", redisstore.DefaultPrefix, "`prefix` of every Redis key")
 	fs.DurationVar(&r.timeout, "redis-timeout", redisstore.DefaultTimeout, "how long Redis may stay silent (no reply at all on a connection with calls waiting) before its calls fail and the domain's failure policy answers; a Redis that answers slowly is waited for")
 	fs.IntVar(&r.maxInFlight, "redis-max-in-flight", redisstore.DefaultMaxInFlight, "`requests` in flight to Redis at once from this node; more wait in a queue")
@@ -84,6 +88,9 @@ func (r *redisSettings) check(store string) []string {
 	if r.cacheSize < 0 {
 		probs = append(probs, fmt.Sprintf("--local-cache-size must not be negative, got %d", r.cacheSize))
 	}
+	if (r.tlsCert == "") != (r.tlsKey == "") {
+		probs = append(probs, "--redis-tls-cert and --redis-tls-key go together")
+	}
 	m, err := rules.ParseTagMode(r.hashTag)
 	if err != nil {
 		probs = append(probs, "--redis-hash-tag: "+err.Error())
@@ -112,7 +119,7 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 			cfg.Addrs = append(cfg.Addrs, strings.TrimSpace(a))
 		}
 	}
-	if r.tls || r.tlsCA != "" {
+	if r.tls || r.tlsCA != "" || r.tlsCert != "" {
 		cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if r.tlsCA != "" {
 			pool, err := readCAs("redis-tls-ca", r.tlsCA)
@@ -120,6 +127,13 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 				return cfg, err
 			}
 			cfg.TLS.RootCAs = pool
+		}
+		if r.tlsCert != "" {
+			pair, err := tls.LoadX509KeyPair(r.tlsCert, r.tlsKey)
+			if err != nil {
+				return cfg, fmt.Errorf("--redis-tls-cert and --redis-tls-key: %w", err)
+			}
+			cfg.TLS.Certificates = []tls.Certificate{pair}
 		}
 	}
 	return cfg, nil

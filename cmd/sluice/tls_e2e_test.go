@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testpki"
 )
 
@@ -125,4 +126,34 @@ func TestServeE2ETLS(t *testing.T) {
 	writeRules(t, keyFile, string(key))
 	writeRules(t, certFile, string(cert))
 	poll(t, "the rotated certificate", func() bool { return served() == 11 })
+}
+
+// TestServeE2ERedisClientCert: with envoy-rl's REDIS_TLS,
+// REDIS_TLS_CACERT and REDIS_TLS_CLIENT_CERT/_KEY, sluice shows its
+// certificate to a real redis-server that asks clients for one
+// (tls-auth-clients yes), and decides there: a limit of 1 a day admits
+// one request and denies the next. Without the certificate the server
+// refuses the connection: the node says Redis is not reachable and is
+// not ready.
+func TestServeE2ERedisClientCert(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithTLS(), redistest.WithConfig("tls-auth-clients", "yes"))
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, dayRule("mtls", "k", 1))
+	env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr(), "REDIS_TLS=true", "REDIS_TLS_CACERT=" + srv.CAFile,
+		"CACHE_KEY_PREFIX=" + t.Name() + ":"}
+	p := startSluice(t, append(env, "REDIS_TLS_CLIENT_CERT="+srv.CertFile, "REDIS_TLS_CLIENT_KEY="+srv.KeyFile), "--config", rules, "--local-cache-size", "0")
+	for i, want := range []string{"OK:OK", "OVER_LIMIT:OVER_LIMIT"} {
+		if got := codesOf(p.must("mtls", desc("k", "v"))); got != want {
+			t.Errorf("request %d with the client certificate: %s, want %s", i+1, got, want)
+		}
+	}
+	if keys, _ := srv.Cmd("KEYS", t.Name()+":*").([]any); len(keys) == 0 {
+		t.Errorf("no counter in Redis under %s:*: the decisions were not made there", t.Name())
+	}
+	bare := launch(t, env, "--config", rules, "--local-cache-size", "0")
+	bare.waitLog("Redis is not reachable")
+	poll(t, "not ready without a client certificate", func() bool {
+		code, _, _ := bare.http("GET", "/readyz", "")
+		return code == 503
+	})
 }

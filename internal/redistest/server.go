@@ -162,6 +162,10 @@ type Server struct {
 	Password string      // empty when the server needs no AUTH
 	TLS      *tls.Config // client configuration for a TLS server; nil for plain TCP
 	CAFile   string      // the CA certificate file of a TLS server
+	// CertFile and KeyFile are a client certificate of that CA and its
+	// key, for a server that asks for one (WithConfig("tls-auth-clients",
+	// "yes")).
+	CertFile, KeyFile string
 
 	t      testing.TB
 	port   int
@@ -221,6 +225,7 @@ func launch(t testing.TB, o *options, name, program string, conf func(port int, 
 		}
 		if o.certs != nil {
 			s.TLS, s.CAFile = o.certs.clientConfig(), o.certs.CAFile
+			s.CertFile, s.KeyFile = o.certs.CertFile, o.certs.KeyFile
 		}
 		if err := s.proc.start(); err != nil {
 			return nil, err
