@@ -143,8 +143,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	}
 	probs := s.storeSettings.check()
 	probs = append(probs, s.tls.check()...)
-	s.statsd.env = env
-	probs = append(probs, s.statsd.check()...)
+	probs = append(probs, s.statsd.check(env)...)
 	probs = append(probs, s.tracing.check()...)
 	probs = append(probs, s.xds.check()...)
 	if s.config != "" && s.xds.addr != "" {

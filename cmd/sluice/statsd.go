@@ -28,7 +28,6 @@ type statsdSettings struct {
 	interval   time.Duration
 	tags       string // k:v,k:v
 
-	env  lookupEnv   // where the mogrifiers are defined
 	mogs []mogrifier // parsed by check
 }
 
@@ -41,7 +40,9 @@ func (s *statsdSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.tags, "statsd-tags", "", "`tags` added to every stat, as k:v,k:v (envoy-rl's EXTRA_TAGS)")
 }
 
-func (s *statsdSettings) check() []string {
+// check reports what is wrong with the flags, reading the mogrifiers'
+// definitions from env.
+func (s *statsdSettings) check(env lookupEnv) []string {
 	var probs []string
 	if s.addr != "" {
 		if _, port, err := net.SplitHostPort(s.addr); err != nil {
@@ -59,10 +60,6 @@ func (s *statsdSettings) check() []string {
 			probs = append(probs, "--dogstatsd-mogrifiers needs --statsd-format dogstatsd")
 		}
 	case "dogstatsd":
-		env := s.env
-		if env == nil {
-			env = func(string) (string, bool) { return "", false }
-		}
 		ms, err := parseMogrifiers(s.mogrifiers, env)
 		if err != nil {
 			probs = append(probs, "--dogstatsd-mogrifiers: "+err.Error())
