@@ -31,7 +31,9 @@ func TestImportRules(t *testing.T) {
 		mod + "/memstore":   append(storeBans, "github.com/prometheus/", "google.golang.org/protobuf"),
 		mod + "/redisstore": storeBans,
 		mod + "/localcache": storeBans,
-		mod + "/rules":      append(append([]string{mod + "/decide", mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
+		// Leases wrap any store, and name none.
+		mod + "/lease": append(storeBans, mod+"/memstore", mod+"/redisstore", mod+"/localcache", "github.com/prometheus/"),
+		mod + "/rules": append(append([]string{mod + "/decide", mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
 		// The decision core: plain Go, no protocol, no store.
 		mod + "/decide": append(append([]string{mod + "/memstore", mod + "/redisstore", mod + "/localcache"}, transports...), grpc...),
 		// The HTTP middleware and the proxy call the core directly: no

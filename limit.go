@@ -93,6 +93,15 @@ type Limit struct {
 
 	// Sketch configures the count-min sketch of a Sketch limit.
 	Sketch SketchConfig
+
+	// LeaseOvershoot lets a lease store (package lease) decide this limit
+	// from local leases, trading exactness for Redis calls within this
+	// bound, in hits: on a bucket algorithm, no interval admits more than
+	// this many hits beyond what the limit alone admits; on a window, none
+	// is admitted beyond the limit, and at most this many sit unspent in
+	// leases (and so may be denied early). Zero means no lease: every
+	// decision asks the store. Not for sliding_log and sketch.
+	LeaseOvershoot int64
 }
 
 // SketchConfig sizes the count-min sketch of a Sketch limit. With width w and
@@ -150,6 +159,11 @@ func (l *Limit) Validate() error {
 	if l.BlockFor < 0 {
 		add("block_for must not be negative, got %s", l.BlockFor)
 	}
+	if l.LeaseOvershoot < 0 || l.LeaseOvershoot > MaxCost {
+		add("lease overshoot must be between 0 and %d, got %d", int64(MaxCost), l.LeaseOvershoot)
+	} else if l.LeaseOvershoot > 0 && (l.Algorithm == SlidingLog || l.Algorithm == Sketch) {
+		add("%s cannot be decided from leases", l.Algorithm)
+	}
 	if l.Sketch != (SketchConfig{}) {
 		if l.Algorithm != Sketch {
 			add("sketch settings apply only to the sketch algorithm, not %s", l.Algorithm)
@@ -176,7 +190,7 @@ func (l *Limit) plain() bool {
 		l.Rate >= 0 && l.Rate <= algo.MaxSlidingWindowCapacity &&
 		l.Burst >= 0 && l.Burst <= algo.MaxSlidingWindowCapacity && (l.Burst == 0 || l.isBucket()) &&
 		l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 &&
-		l.BlockFor >= 0 && l.Sketch == SketchConfig{}
+		l.BlockFor >= 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0
 }
 
 func (l *Limit) isBucket() bool {

@@ -1,0 +1,510 @@
+// Package lease decides limits from local leases, to spare the shared
+// store (Redis) most of its calls: a node takes a share of a key's quota
+// from the store in one call (a grant), decides locally from it while it
+// lasts, and asks again when it runs out or expires. Shares follow demand:
+// a grant is sized by what the node spent of its last one.
+//
+// A limit opts in with sluice.Limit.LeaseOvershoot, U hits: the bound on
+// what leases may cost in exactness (docs/leases.md has the proof):
+//
+//   - Every grant is taken from the key's own state in the store, as if its
+//     hits were admitted then, in the same atomic call as from a ledger: a
+//     GCRA of burst U/2 that grants U − U/2 hits per lease life D (at most
+//     MaxLife, and short enough that the ledger grants at least the
+//     limit's own rate), on a key of its own. A lease expires D after its
+//     grant, or at the end of its window, whichever comes first. So at any
+//     moment the hits granted but not spent are at most what the ledger
+//     grants in a span of D: U/2 + (U − U/2) = U.
+//   - On a bucket (token_bucket, leaky_bucket, gcra), a hit spent later
+//     than its grant is the only difference from deciding every hit in the
+//     store: any interval admits at most the limit's own bound plus the
+//     hits outstanding when it began, U.
+//   - On a window (fixed_window, sliding_window), a lease dies with the
+//     window of its grant: nothing is admitted beyond the limit. What a
+//     lease holds unspent may be denied to other nodes early, at most U.
+//
+// A node that crashes takes its leases with it: they are spent nowhere,
+// and the ledger forgets them after D. sliding_log and sketch do not
+// lease (sluice.Limit.Validate refuses it): a log's point is each hit's
+// own time, and a sketch's is to keep no state per key.
+//
+// Hits that a lease cannot serve (a limit without LeaseOvershoot, a shadow
+// limit or one with block_for, a peek, a key its lease cannot cover and
+// the ledger or the key cannot grant) are
+// decided by the store, as without leases, together with the others of the
+// request: all-or-nothing stays all-or-nothing (Take), one by one stays
+// one by one (TakeEach, with its debts).
+package lease
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Config configures a Store. Its zero value is ready to use.
+type Config struct {
+	// Now is the store's clock, monotonic, in any origin. Nil means the
+	// time since New (a monotonic clock read).
+	Now func() time.Duration
+
+	// MaxLeases bounds the leases held; beyond it, hits of keys without
+	// one are decided by the store. Zero means DefaultMaxLeases.
+	MaxLeases int
+}
+
+// DefaultMaxLeases is the bound on leases when Config.MaxLeases is 0.
+const DefaultMaxLeases = 100_000
+
+// Store is a sluice.Store that decides the hits of leasing limits from
+// local leases, and every other hit through the store it wraps. It is safe
+// for concurrent use.
+type Store struct {
+	next  sluice.Store
+	each  sluice.EachTaker // next's, or nil
+	now   func() time.Duration
+	start time.Time
+	max   int64
+
+	shards [numShards]shard
+	count  atomic.Int64 // leases held
+
+	ledgers sync.Map // *sluice.Limit -> *ledger
+
+	stats Stats
+}
+
+// Stats counts what a Store did. Read them with Store.Stats.
+type Stats struct {
+	Local    atomic.Int64 // hits admitted from a lease
+	Grants   atomic.Int64 // grant calls made (a retry counts again)
+	Refused  atomic.Int64 // grant calls the key or the ledger refused
+	Granted  atomic.Int64 // hits granted
+	Expired  atomic.Int64 // hits granted, never spent: their lease expired
+	Fallback atomic.Int64 // hits of leasing limits decided by the store
+}
+
+const numShards = 64
+
+type shard struct {
+	mu sync.Mutex
+	m  map[lkey]*lease
+}
+
+type lkey struct {
+	key   string
+	limit *sluice.Limit
+}
+
+// lease is a node's share of one key's quota.
+type lease struct {
+	units    int64         // granted, not spent
+	deadline time.Duration // spent before it, or never
+	spent    int64         // spent of the last grant
+	size     int64         // the last grant's size
+	limit    int64         // the decision's Limit
+	left     int64         // the key's Remaining after the last grant
+	resetAt  time.Duration // the key's ResetAfter after the last grant, on our clock
+}
+
+// ledger is the ledger limit of a leasing limit, and the lifetime of its
+// leases.
+type ledger struct {
+	limit *sluice.Limit
+	life  time.Duration // D
+}
+
+// New returns a lease store in front of next.
+func New(next sluice.Store, cfg Config) *Store {
+	s := &Store{next: next, now: cfg.Now, start: time.Now(), max: int64(cfg.MaxLeases)}
+	if s.max <= 0 {
+		s.max = DefaultMaxLeases
+	}
+	s.each, _ = next.(sluice.EachTaker)
+	for i := range s.shards {
+		s.shards[i].m = map[lkey]*lease{}
+	}
+	return s
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() *Stats { return &s.stats }
+
+func (s *Store) clock() time.Duration {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Since(s.start)
+}
+
+// ledgerOf returns the ledger of a leasing limit l, nil when l cannot lease
+// (its bound leaves a lease no lifetime).
+func (s *Store) ledgerOf(l *sluice.Limit) *ledger {
+	if v, ok := s.ledgers.Load(l); ok {
+		return v.(*ledger)
+	}
+	led := newLedger(l)
+	v, _ := s.ledgers.LoadOrStore(l, led)
+	return v.(*ledger)
+}
+
+// MaxLife is the longest a lease lives. A shorter life lets the ledger
+// grant faster (the bound is on what is outstanding, so a ledger that
+// forgets sooner may give more): leases keep up with a key's demand up to
+// (U − U/2)/MaxLife hits a second, or the limit's own rate if higher.
+const MaxLife = 100 * time.Millisecond
+
+// newLedger builds the ledger of l: a GCRA of burst b = U/2 and rate
+// U − b per lease life D, where D = min(MaxLife, (U − b)·Period/Rate): in
+// any span of D it grants at most b + (U − b) = U hits, at a rate of at
+// least the limit's own. Nil when U < 2 or the rate is zero.
+func newLedger(l *sluice.Limit) *ledger {
+	u := l.LeaseOvershoot
+	if u < 2 || l.Rate <= 0 {
+		return nil
+	}
+	burst := u / 2
+	life := min(MaxLife, time.Duration(float64(u-burst)*float64(l.Period)/float64(l.Rate)))
+	if life < time.Microsecond {
+		return nil
+	}
+	return &ledger{
+		limit: &sluice.Limit{Name: l.Name + "#lease", Algorithm: sluice.GCRA, Rate: u - burst, Period: life, Burst: burst},
+		life:  life,
+	}
+}
+
+// ledgerKey is the key of a leased key's ledger: its own string, so that
+// its state never meets another limit's.
+func ledgerKey(key string) string { return key + "\x00lease" }
+
+func (s *Store) shardOf(k lkey) *shard {
+	return &s.shards[xxh3.HashString(k.key)%numShards]
+}
+
+// leasable reports whether hit h may be served from a lease: not a peek,
+// nor a shadow limit (whose denials consume nothing) or one with block_for
+// (whose denials start a block: a grant too large would), nor the
+// algorithms that do not lease.
+func leasable(h *sluice.Hit) bool {
+	l := h.Limit
+	return h.Cost > 0 && l.LeaseOvershoot >= 2 && !l.Shadow && l.BlockFor == 0 &&
+		l.Algorithm != sluice.SlidingLog && l.Algorithm != sluice.Sketch
+}
+
+// Take decides hits together (the sluice.Store contract): the hits its
+// leases cover are reserved, the others decided by the store; if the
+// store denies, the reservations go back.
+func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.take(ctx, hits, out, false)
+}
+
+// TakeEach decides hits one by one (sluice.EachTaker): the hits its leases
+// cover are admitted, the others decided by the store's TakeEach (or its
+// Take, a hit at a time, without one).
+func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.take(ctx, hits, out, true)
+}
+
+// held is a reservation made from a lease for hit i.
+type held struct {
+	i int
+	l *lease
+	k lkey
+}
+
+func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
+	var stack [8]held
+	res := stack[:0]
+	for i := range hits {
+		h := &hits[i]
+		if !leasable(h) || sharesKey(hits, i) {
+			continue
+		}
+		led := s.ledgerOf(h.Limit)
+		if led == nil {
+			continue
+		}
+		r, ok, denial := s.reserve(ctx, h, led)
+		if ok {
+			r.i = i
+			res = append(res, r)
+			continue
+		}
+		if denial != nil && len(hits) == 1 && !each {
+			// A lone hit the key itself could not grant: the grant's
+			// answer for it is the store's (nothing was consumed).
+			s.stats.Fallback.Add(1)
+			out[0] = *denial
+			return nil
+		}
+	}
+	if len(res) == 0 {
+		s.countFallback(hits)
+		return s.decide(ctx, hits, out, each)
+	}
+	now := s.clock()
+	for _, r := range res {
+		out[r.i] = decisionOf(r.l, now, true)
+	}
+	s.stats.Local.Add(int64(len(res)))
+	if len(res) == len(hits) {
+		return nil
+	}
+	// The rest through the store, in one call, in their order.
+	rest := make([]sluice.Hit, 0, len(hits)-len(res))
+	idx := make([]int, 0, len(hits)-len(res))
+	for i := range hits {
+		if !reserved(res, i) {
+			rest = append(rest, hits[i])
+			idx = append(idx, i)
+		}
+	}
+	s.countFallback(rest)
+	restOut := make([]sluice.Decision, len(rest))
+	err := s.decide(ctx, rest, restOut, each)
+	if err == nil {
+		for j, i := range idx {
+			out[i] = restOut[j]
+		}
+	}
+	if each {
+		if err != nil {
+			s.release(res, hits)
+		}
+		return err
+	}
+	denied := err != nil
+	for j := range rest {
+		if !restOut[j].Allowed && !rest[j].Limit.Shadow {
+			denied = true
+		}
+	}
+	if denied {
+		// All or nothing: the leased hits are not consumed either.
+		s.release(res, hits)
+		now := s.clock()
+		for _, r := range res {
+			out[r.i] = decisionOf(r.l, now, true)
+		}
+	}
+	return err
+}
+
+// decide passes hits to the store, one by one or all together.
+func (s *Store) decide(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
+	if !each {
+		return s.next.Take(ctx, hits, out)
+	}
+	if s.each != nil {
+		return s.each.TakeEach(ctx, hits, out)
+	}
+	for i := range hits {
+		if err := s.next.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) countFallback(hits []sluice.Hit) {
+	var n int64
+	for i := range hits {
+		if leasable(&hits[i]) {
+			n++
+		}
+	}
+	if n > 0 {
+		s.stats.Fallback.Add(n)
+	}
+}
+
+// reserve takes h's cost from its key's lease, granting a new one first
+// when the lease is missing, spent or expired. It reports false when the
+// hit must be decided by the store; then, when a grant of exactly h's cost
+// was denied by the key itself, also that denial: the store's answer to h
+// alone, decided all-or-nothing.
+func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, bool, *sluice.Decision) {
+	k := lkey{h.Key, h.Limit}
+	sh := s.shardOf(k)
+	now := s.clock()
+	sh.mu.Lock()
+	l := sh.m[k]
+	if l != nil && now < l.deadline && l.units >= h.Cost {
+		l.units -= h.Cost
+		l.spent += h.Cost
+		sh.mu.Unlock()
+		return held{l: l, k: k}, true, nil
+	}
+	size := int64(0)
+	if l != nil {
+		size = l.nextSize(now)
+	}
+	sh.mu.Unlock()
+	if l == nil && s.count.Load() >= s.max {
+		s.sweep(now)
+		if s.count.Load() >= s.max {
+			return held{}, false, nil
+		}
+	}
+	size = min(max(size, h.Cost), max(led.limit.Burst, h.Cost))
+	return s.grant(ctx, h, k, led, size)
+}
+
+// nextSize is the size of the next grant, from the last one's fate: run
+// out while alive (demand outgrew it): twice its size; expired with units
+// left: what it spent, so that unspent grants, which the key counted as
+// used, stay few.
+func (l *lease) nextSize(now time.Duration) int64 {
+	if now < l.deadline {
+		return max(2*l.size, 1)
+	}
+	return max(l.spent, 1)
+}
+
+// grant asks the store for size hits of h's key, with as many of its
+// ledger, in one all-or-nothing call. On success the lease holds what was
+// granted, less h's cost. A refused grant makes the next one no larger
+// than there was room for; when it asked for h's cost alone and the key
+// itself refused, its answer is the store's answer to h.
+func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
+	var out [2]sluice.Decision
+	sent := s.clock()
+	hits := [2]sluice.Hit{
+		{Key: h.Key, Limit: h.Limit, Cost: size},
+		{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
+	}
+	s.stats.Grants.Add(1)
+	if err := s.next.Take(ctx, hits[:], out[:]); err != nil {
+		return held{}, false, nil
+	}
+	if out[0].Allowed && out[1].Allowed {
+		s.stats.Granted.Add(size)
+		return s.install(h, k, led, size, sent, &out[0]), true, nil
+	}
+	s.stats.Refused.Add(1)
+	if size == h.Cost && !out[0].Allowed {
+		d := out[0]
+		return held{}, false, &d
+	}
+	s.shrink(k, min(out[0].Remaining, out[1].Remaining))
+	return held{}, false, nil
+}
+
+// install puts a granted lease of size hits in place, h's cost taken from
+// it. sent is when the grant was asked for: the lease's deadline is
+// measured from it, so that it falls no later than the store meant.
+func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent time.Duration, d *sluice.Decision) held {
+	life := led.life
+	if windowed(h.Limit.Algorithm) && d.ResetAfter < life {
+		// A window's lease dies with the window of its grant.
+		life = d.ResetAfter
+	}
+	sh := s.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l := sh.m[k]
+	if l == nil {
+		l = &lease{}
+		sh.m[k] = l
+		s.count.Add(1)
+	}
+	now := s.clock()
+	if l.units > 0 && now >= l.deadline {
+		s.stats.Expired.Add(l.units)
+		l.units = 0
+	}
+	// A lease still alive keeps its units and its (earlier) deadline
+	// for them; the new units get theirs. One deadline per lease: the
+	// earlier, so that no unit outlives its own.
+	if l.units == 0 || sent+life < l.deadline {
+		l.deadline = sent + life
+	}
+	l.units += size - h.Cost
+	l.spent = h.Cost
+	l.size = size
+	l.limit = d.Limit
+	l.left = d.Remaining
+	l.resetAt = sent + d.ResetAfter
+	return held{l: l, k: k}
+}
+
+// shrink makes the next grant of k's lease ask for no more than room (at
+// least its hit's cost).
+func (s *Store) shrink(k lkey, room int64) {
+	sh := s.shardOf(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if l := sh.m[k]; l != nil {
+		l.spent, l.size = min(l.spent, room), min(l.size, room/2)
+	}
+}
+
+// release gives reservations back to their leases.
+func (s *Store) release(res []held, hits []sluice.Hit) {
+	for _, r := range res {
+		sh := s.shardOf(r.k)
+		sh.mu.Lock()
+		r.l.units += hits[r.i].Cost
+		r.l.spent -= hits[r.i].Cost
+		sh.mu.Unlock()
+	}
+	s.stats.Local.Add(-int64(len(res)))
+}
+
+// sweep drops the leases that expired (their unspent units with them).
+func (s *Store) sweep(now time.Duration) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, l := range sh.m {
+			if now >= l.deadline {
+				s.stats.Expired.Add(l.units)
+				delete(sh.m, k)
+				s.count.Add(-1)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// decisionOf is the decision of a hit served from lease l: allowed, with
+// what this node may still admit (its lease, and the key's room at the
+// grant, which other nodes may have taken since).
+func decisionOf(l *lease, now time.Duration, allowed bool) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    allowed,
+		Limit:      l.limit,
+		Remaining:  l.units + l.left,
+		ResetAfter: max(l.resetAt-now, 0),
+	}
+}
+
+func windowed(k sluice.Algorithm) bool {
+	return k == sluice.FixedWindow || k == sluice.SlidingWindow
+}
+
+// sharesKey reports whether another hit of the request has hit i's key and
+// limit: those are decided by the store, in order.
+func sharesKey(hits []sluice.Hit, i int) bool {
+	for j := range hits {
+		if j != i && hits[j].Key == hits[i].Key && hits[j].Limit == hits[i].Limit {
+			return true
+		}
+	}
+	return false
+}
+
+func reserved(res []held, i int) bool {
+	for _, r := range res {
+		if r.i == i {
+			return true
+		}
+	}
+	return false
+}
