@@ -9,12 +9,12 @@
 //
 //   - Every grant is taken from the key's own state in the store, as if its
 //     hits were admitted then, in the same atomic call as from a ledger: a
-//     GCRA of burst U/2 that grants U − U/2 hits per lease life D (at most
-//     MaxLife, and short enough that the ledger grants at least the
+//     GCRA of burst b = ⌈U/4⌉ that grants U − b hits per lease life D (at
+//     most MaxLife, and short enough that the ledger grants at least the
 //     limit's own rate), on a key of its own. A lease expires D after its
 //     grant, or at the end of its window, whichever comes first. So at any
 //     moment the hits granted but not spent are at most what the ledger
-//     grants in a span of D: U/2 + (U − U/2) = U.
+//     grants in a span of D: b + (U − b) = U.
 //   - On a bucket (token_bucket, leaky_bucket, gcra), a hit spent later
 //     than its grant is the only difference from deciding every hit in the
 //     store: any interval admits at most the limit's own bound plus the
@@ -38,6 +38,7 @@ package lease
 
 import (
 	"context"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,13 +104,15 @@ type lkey struct {
 
 // lease is a node's share of one key's quota.
 type lease struct {
-	units    int64         // granted, not spent
-	deadline time.Duration // spent before it, or never
-	spent    int64         // spent of the last grant
-	size     int64         // the last grant's size
-	limit    int64         // the decision's Limit
-	left     int64         // the key's Remaining after the last grant
-	resetAt  time.Duration // the key's ResetAfter after the last grant, on our clock
+	pending   chan struct{} // closed when the grant in flight is done; nil: none
+	notBefore time.Duration // no grant before: the ledger refused one
+	units     int64         // granted, not spent
+	deadline  time.Duration // spent before it, or never
+	spent     int64         // spent of the last grant
+	size      int64         // the last grant's size
+	limit     int64         // the decision's Limit
+	left      int64         // the key's Remaining after the last grant
+	resetAt   time.Duration // the key's ResetAfter after the last grant, on our clock
 }
 
 // ledger is the ledger limit of a leasing limit, and the lifetime of its
@@ -135,6 +138,27 @@ func New(next sluice.Store, cfg Config) *Store {
 // Stats returns the store's counters.
 func (s *Store) Stats() *Stats { return &s.stats }
 
+// Unwrap returns the store the lease store wraps.
+func (s *Store) Unwrap() sluice.Store { return s.next }
+
+// Close closes the wrapped store if it has a Close method, and returns its
+// error; otherwise it does nothing. Leases held are dropped with the store.
+func (s *Store) Close() error {
+	if c, ok := s.next.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// Health returns the wrapped store's Health() if it has that method, and
+// nil otherwise.
+func (s *Store) Health() error {
+	if h, ok := s.next.(sluice.HealthReporter); ok {
+		return h.Health()
+	}
+	return nil
+}
+
 func (s *Store) clock() time.Duration {
 	if s.now != nil {
 		return s.now()
@@ -156,19 +180,21 @@ func (s *Store) ledgerOf(l *sluice.Limit) *ledger {
 // MaxLife is the longest a lease lives. A shorter life lets the ledger
 // grant faster (the bound is on what is outstanding, so a ledger that
 // forgets sooner may give more): leases keep up with a key's demand up to
-// (U − U/2)/MaxLife hits a second, or the limit's own rate if higher.
+// (U − ⌈U/4⌉)/MaxLife hits a second, or the limit's own rate if higher.
 const MaxLife = 100 * time.Millisecond
 
-// newLedger builds the ledger of l: a GCRA of burst b = U/2 and rate
+// newLedger builds the ledger of l: a GCRA of burst b = ⌈U/4⌉ and rate
 // U − b per lease life D, where D = min(MaxLife, (U − b)·Period/Rate): in
 // any span of D it grants at most b + (U − b) = U hits, at a rate of at
-// least the limit's own. Nil when U < 2 or the rate is zero.
+// least the limit's own. The burst caps one grant: a quarter of the bound
+// leaves most of it to the ledger's rate, what leases can carry. Nil when
+// U < 2 or the rate is zero.
 func newLedger(l *sluice.Limit) *ledger {
 	u := l.LeaseOvershoot
 	if u < 2 || l.Rate <= 0 {
 		return nil
 	}
-	burst := u / 2
+	burst := (u + 3) / 4
 	life := min(MaxLife, time.Duration(float64(u-burst)*float64(l.Period)/float64(l.Rate)))
 	if life < time.Microsecond {
 		return nil
@@ -332,28 +358,59 @@ func (s *Store) countFallback(hits []sluice.Hit) {
 func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, bool, *sluice.Decision) {
 	k := lkey{h.Key, h.Limit}
 	sh := s.shardOf(k)
-	now := s.clock()
-	sh.mu.Lock()
-	l := sh.m[k]
-	if l != nil && now < l.deadline && l.units >= h.Cost {
-		l.units -= h.Cost
-		l.spent += h.Cost
-		sh.mu.Unlock()
-		return held{l: l, k: k}, true, nil
-	}
-	size := int64(0)
-	if l != nil {
-		size = l.nextSize(now)
-	}
-	sh.mu.Unlock()
-	if l == nil && s.count.Load() >= s.max {
-		s.sweep(now)
-		if s.count.Load() >= s.max {
+	for waited := 0; ; waited++ {
+		now := s.clock()
+		sh.mu.Lock()
+		l := sh.m[k]
+		if l != nil && now < l.deadline && l.units >= h.Cost {
+			l.units -= h.Cost
+			l.spent += h.Cost
+			sh.mu.Unlock()
+			return held{l: l, k: k}, true, nil
+		}
+		if l != nil && now < l.notBefore {
+			// The ledger refused lately: the store decides.
+			sh.mu.Unlock()
 			return held{}, false, nil
 		}
+		if l != nil && l.pending != nil && waited < 3 {
+			// One grant in flight per key: wait for it rather than
+			// ask the store again at once.
+			ch := l.pending
+			sh.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return held{}, false, nil
+			}
+		}
+		if l == nil {
+			if s.count.Load() >= s.max {
+				sh.mu.Unlock()
+				s.sweep(now)
+				if s.count.Load() >= s.max {
+					return held{}, false, nil
+				}
+				continue
+			}
+			l = &lease{}
+			sh.m[k] = l
+			s.count.Add(1)
+		}
+		size := min(max(l.nextSize(now), h.Cost), max(led.limit.Burst, h.Cost))
+		ch := make(chan struct{})
+		l.pending = ch
+		sh.mu.Unlock()
+		r, ok, denial := s.grant(ctx, h, k, led, size)
+		sh.mu.Lock()
+		if l.pending == ch {
+			l.pending = nil
+		}
+		sh.mu.Unlock()
+		close(ch)
+		return r, ok, denial
 	}
-	size = min(max(size, h.Cost), max(led.limit.Burst, h.Cost))
-	return s.grant(ctx, h, k, led, size)
 }
 
 // nextSize is the size of the next grant, from the last one's fate: run
@@ -369,31 +426,44 @@ func (l *lease) nextSize(now time.Duration) int64 {
 
 // grant asks the store for size hits of h's key, with as many of its
 // ledger, in one all-or-nothing call. On success the lease holds what was
-// granted, less h's cost. A refused grant makes the next one no larger
-// than there was room for; when it asked for h's cost alone and the key
-// itself refused, its answer is the store's answer to h.
+// granted, less h's cost. A grant the ledger refused for its size is
+// asked again, once, for what the ledger had room for; otherwise a
+// refused grant makes the next one no larger than there was room for, and
+// when it asked for h's cost alone and the key itself refused, its answer
+// is the store's answer to h.
 func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
 	var out [2]sluice.Decision
-	sent := s.clock()
-	hits := [2]sluice.Hit{
-		{Key: h.Key, Limit: h.Limit, Cost: size},
-		{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
-	}
-	s.stats.Grants.Add(1)
-	if err := s.next.Take(ctx, hits[:], out[:]); err != nil {
+	for try := 0; ; try++ {
+		sent := s.clock()
+		hits := [2]sluice.Hit{
+			{Key: h.Key, Limit: h.Limit, Cost: size},
+			{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
+		}
+		s.stats.Grants.Add(1)
+		if err := s.next.Take(ctx, hits[:], out[:]); err != nil {
+			return held{}, false, nil
+		}
+		if out[0].Allowed && out[1].Allowed {
+			s.stats.Granted.Add(size)
+			return s.install(h, k, led, size, sent, &out[0]), true, nil
+		}
+		s.stats.Refused.Add(1)
+		if size == h.Cost && !out[0].Allowed {
+			d := out[0]
+			return held{}, false, &d
+		}
+		room := min(out[0].Remaining, out[1].Remaining)
+		if try == 0 && out[0].Allowed && room >= max(h.Cost, size/4) {
+			// The key had room; the ledger less than asked, but enough
+			// to be worth it: ask again for what it has.
+			size = room
+			continue
+		}
+		// Not worth a grant until the ledger has room for this one:
+		// the store decides until then, one call a hit, never more.
+		s.refused(k, room, sent+out[1].RetryAfter)
 		return held{}, false, nil
 	}
-	if out[0].Allowed && out[1].Allowed {
-		s.stats.Granted.Add(size)
-		return s.install(h, k, led, size, sent, &out[0]), true, nil
-	}
-	s.stats.Refused.Add(1)
-	if size == h.Cost && !out[0].Allowed {
-		d := out[0]
-		return held{}, false, &d
-	}
-	s.shrink(k, min(out[0].Remaining, out[1].Remaining))
-	return held{}, false, nil
 }
 
 // install puts a granted lease of size hits in place, h's cost taken from
@@ -414,18 +484,12 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 		sh.m[k] = l
 		s.count.Add(1)
 	}
-	now := s.clock()
-	if l.units > 0 && now >= l.deadline {
-		s.stats.Expired.Add(l.units)
-		l.units = 0
-	}
-	// A lease still alive keeps its units and its (earlier) deadline
-	// for them; the new units get theirs. One deadline per lease: the
-	// earlier, so that no unit outlives its own.
-	if l.units == 0 || sent+life < l.deadline {
-		l.deadline = sent + life
-	}
-	l.units += size - h.Cost
+	// What the last grant left (too little for the hit that asked) goes:
+	// every unit must die within its own grant's life, and the lease has
+	// one deadline.
+	s.stats.Expired.Add(l.units)
+	l.deadline = sent + life
+	l.units = size - h.Cost
 	l.spent = h.Cost
 	l.size = size
 	l.limit = d.Limit
@@ -434,14 +498,16 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 	return held{l: l, k: k}
 }
 
-// shrink makes the next grant of k's lease ask for no more than room (at
-// least its hit's cost).
-func (s *Store) shrink(k lkey, room int64) {
+// refused makes the next grant of k's lease ask for no more than room (at
+// least its hit's cost) and not before until, when the ledger will have
+// room for the grant refused.
+func (s *Store) refused(k lkey, room int64, until time.Duration) {
 	sh := s.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if l := sh.m[k]; l != nil {
-		l.spent, l.size = min(l.spent, room), min(l.size, room/2)
+		l.spent, l.size = min(l.spent, room), min(l.size, room)
+		l.notBefore = until
 	}
 }
 
@@ -463,7 +529,7 @@ func (s *Store) sweep(now time.Duration) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, l := range sh.m {
-			if now >= l.deadline {
+			if now >= l.deadline && l.pending == nil {
 				s.stats.Expired.Add(l.units)
 				delete(sh.m, k)
 				s.count.Add(-1)
