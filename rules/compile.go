@@ -1,6 +1,9 @@
 package rules
 
 import (
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -162,6 +165,83 @@ func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 			l.Debit = v
 		}
 	}
+	p.lease(l, s)
+}
+
+// DefaultMaxOvershoot is the lease bound of a limit with consistency:
+// lease and no max_overshoot: 1% of its rate per period.
+const DefaultMaxOvershoot = "1%"
+
+// lease reads the limit's consistency: and max_overshoot: (or the
+// domain's): with consistency: lease, the bound in hits
+// (sluice.Limit.LeaseOvershoot), from a count or a percentage of the
+// rate per period, rounded up.
+func (p *parser) lease(l *sluice.Limit, s *limitSpec) {
+	cons, ov := s.consistency, s.overshoot
+	if cons == nil {
+		cons = p.consistency
+	}
+	if ov == nil {
+		ov = p.overshoot
+	}
+	mode := "exact"
+	if cons != nil {
+		v, ok := p.str(cons, "consistency")
+		if !ok {
+			return
+		}
+		if v != "exact" && v != "lease" {
+			p.Errorf(p.Deref(cons), "consistency must be exact or lease, got %q", v)
+			return
+		}
+		mode = v
+	}
+	if mode == "exact" {
+		if s.overshoot != nil {
+			p.Warnf(p.Deref(s.overshoot), "max_overshoot has no effect without consistency: lease")
+		}
+		return
+	}
+	if l.Algorithm == sluice.SlidingLog || l.Algorithm == sluice.Sketch {
+		p.Errorf(p.Deref(cons), "%s cannot lease (a log keeps each hit's time, a sketch no state per key): use consistency: exact", l.Algorithm)
+		return
+	}
+	text := DefaultMaxOvershoot
+	at := p.Deref(cons)
+	if ov != nil {
+		v, ok := p.str(ov, "max_overshoot")
+		if !ok {
+			return
+		}
+		text, at = v, p.Deref(ov)
+	}
+	n, err := overshootHits(text, l.Rate)
+	if err != nil {
+		p.Errorf(at, "max_overshoot: %v", err)
+		return
+	}
+	if n < 2 {
+		p.Warnf(at, "max_overshoot %s of %d is %d hits: too few to lease, so this limit is decided in the store, one call per decision", text, l.Rate, n)
+		return
+	}
+	l.LeaseOvershoot = n
+}
+
+// overshootHits reads a max_overshoot: "N%" of rate (N from 0 to 100,
+// decimals allowed), rounded up, or a count of hits.
+func overshootHits(text string, rate int64) (int64, error) {
+	if pct, ok := strings.CutSuffix(strings.TrimSpace(text), "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || f < 0 || f > 100 || math.IsNaN(f) {
+			return 0, fmt.Errorf("%q is not a percentage from 0%% to 100%%", text)
+		}
+		return int64(math.Ceil(f / 100 * float64(rate))), nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
+	if err != nil || n < 0 || n > sluice.MaxCost {
+		return 0, fmt.Errorf("%q is neither a percentage (1%%) nor a count of hits from 0 to %d", text, int64(sluice.MaxCost))
+	}
+	return n, nil
 }
 
 func (p *parser) sketch(l *sluice.Limit, n *yaml.Node) {

@@ -50,6 +50,10 @@ type parser struct {
 
 	elastic  []*yaml.Node // limits with an elastic_ceiling: need a capacity
 	replaces []*yaml.Node // replaces names, checked against the domain's names
+
+	// The domain's defaults of consistency: and max_overshoot:, nil when
+	// absent.
+	consistency, overshoot *yaml.Node
 }
 
 // problems gives notes of the walk as the file's problems.

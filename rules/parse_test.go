@@ -687,3 +687,50 @@ descriptors:
 		t.Errorf("debit: later: %v, want an error at line 4 naming debit", err)
 	}
 }
+
+// TestLeaseKeys: consistency: lease (per limit, or the domain's default)
+// sets the lease bound from max_overshoot, a percentage of the rate per
+// period (1% by default, rounded up) or a count; consistency: exact, or
+// none, leases nothing; what cannot lease is an error or, for a bound too
+// small to lease, a warning.
+func TestLeaseKeys(t *testing.T) {
+	d := mustParse(t, `
+domain: api
+consistency: lease
+descriptors:
+  - key: default
+    rate_limit: {unit: minute, requests_per_unit: 60000}
+  - key: count
+    rate_limit: {unit: minute, requests_per_unit: 60000, max_overshoot: 250}
+  - key: pct
+    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: gcra, max_overshoot: 2.5%}
+  - key: exact
+    rate_limit: {unit: minute, requests_per_unit: 60000, consistency: exact}
+  - key: small
+    rate_limit: {unit: second, requests_per_unit: 100}
+`)
+	for key, want := range map[string]int64{"api.default": 600, "api.count": 250, "api.pct": 25, "api.exact": 0, "api.small": 0} {
+		if got := oneLimit(t, rule(t, d, key)).LeaseOvershoot; got != want {
+			t.Errorf("%s: LeaseOvershoot %d, want %d", key, got, want)
+		}
+	}
+	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0].Msg, "too few to lease") {
+		t.Errorf("warnings %v, want one: the small limit's bound", d.Warnings)
+	}
+	plain := mustParse(t, "domain: p\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 60000}\n")
+	if got := oneLimit(t, rule(t, plain, "p.k")).LeaseOvershoot; got != 0 {
+		t.Errorf("no consistency: LeaseOvershoot %d, want 0", got)
+	}
+	for _, c := range []struct{ src, want string }{
+		{"consistency: maybe", "consistency must be exact or lease"},
+		{"consistency: lease, max_overshoot: 150%", "is not a percentage"},
+		{"consistency: lease, max_overshoot: lots", "neither a percentage"},
+		{"consistency: lease, algorithm: sketch", "sketch cannot lease"},
+		{"consistency: lease, algorithm: sliding_log", "sliding_log cannot lease"},
+	} {
+		_, err := rules.Parse("r.yaml", []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 600, "+c.src+"}\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "4:") {
+			t.Errorf("%s: %v, want an error at line 4 saying %q", c.src, err, c.want)
+		}
+	}
+}

@@ -24,9 +24,9 @@ var envoyKeys = map[string]bool{
 
 // The keys each kind of mapping takes.
 var (
-	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "http"}
+	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "consistency", "max_overshoot", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
-	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit"}
+	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
 	capacityKeys   = append(slices.Clone(limitKeys), "shadow_mode")
@@ -76,6 +76,12 @@ func (p *parser) root(n *yaml.Node) {
 			if b, ok := p.boolean(kv.V, "all_or_nothing"); ok {
 				p.d.AllOrNothing = &b
 			}
+		case "consistency":
+			// The default of every limit of the domain; read with
+			// each limit (compile.go).
+			p.consistency = kv.V
+		case "max_overshoot":
+			p.overshoot = kv.V
 		case "http":
 			// The section of the HTTP front doors (sluice proxy), which
 			// read it themselves (package httpconf): not rules.
@@ -282,7 +288,7 @@ type limitSpec struct {
 	unit, rpu, mult, period, alg, burst *yaml.Node
 	refillInterval, refillAmount        *yaml.Node
 	soft, elastic, blockFor, sketch     *yaml.Node
-	debit                               *yaml.Node
+	debit, consistency, overshoot       *yaml.Node
 }
 
 // limitKey records kv in s if it is a limit key.
@@ -292,7 +298,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 		"period": &s.period, "algorithm": &s.alg, "burst": &s.burst,
 		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
 		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
-		"debit": &s.debit,
+		"debit": &s.debit, "consistency": &s.consistency, "max_overshoot": &s.overshoot,
 	}[kv.K.Value]
 	if slot == nil {
 		return false
@@ -303,7 +309,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 
 // extensions reports the first sluice-only key of s, or nil.
 func (s *limitSpec) extension() *yaml.Node {
-	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit} {
+	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot} {
 		if n != nil {
 			return n
 		}
