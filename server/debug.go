@@ -125,6 +125,7 @@ type LimitSummary struct {
 	ElasticCeiling int64  `json:"elastic_ceiling,omitempty"`
 	BlockFor       string `json:"block_for,omitempty"`
 	Debit          bool   `json:"debit,omitempty"`
+	LeaseOvershoot int64  `json:"lease_overshoot,omitempty"`
 }
 
 func summarize(cfg *rules.Config, at time.Time) *RulesSummary {
@@ -166,6 +167,7 @@ func summarizeLimit(l *sluice.Limit) LimitSummary {
 	ls := LimitSummary{
 		Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
 		Burst: l.Burst, SoftPercent: l.SoftPercent, ElasticCeiling: l.ElasticCeiling, Debit: l.Debit,
+		LeaseOvershoot: l.LeaseOvershoot,
 	}
 	if l.RefillInterval > 0 {
 		ls.RefillInterval = l.RefillInterval.String()
@@ -246,6 +248,9 @@ func (l *LimitSummary) text() string {
 	}
 	if l.Debit {
 		s += " debit"
+	}
+	if l.LeaseOvershoot > 0 {
+		s += fmt.Sprintf(" lease_overshoot=%d", l.LeaseOvershoot)
 	}
 	return s
 }

@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/memstore/memstoremetrics"
@@ -146,7 +148,8 @@ type storeSet struct {
 	store sluice.Store
 	mem   *memstore.Store   // --store memory
 	redis *redisstore.Store // --store redis
-	cache *localcache.Store // in front of redis, unless disabled
+	lease *lease.Store      // in front of redis
+	cache *localcache.Store // in front of lease, unless disabled
 	close func()
 }
 
@@ -286,9 +289,12 @@ func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
 			log.Error("Redis is not reachable: until it is, this node is not ready (/readyz answers 503) and the failure policy answers every request; start redis-server or check --redis-url",
 				"failure_policy", s.failurePolicy, "err", err)
 		}
-		set := &storeSet{store: r, redis: r, close: func() { r.Close() }}
+		// Leases (rules with consistency: lease) between the cache and
+		// Redis: the cache answers denials, leases most admissions.
+		ls := lease.New(r, lease.Config{})
+		set := &storeSet{store: ls, redis: r, lease: ls, close: func() { r.Close() }}
 		if s.redis.cacheSize > 0 {
-			set.cache = localcache.New(r, localcache.Config{MaxEntries: s.redis.cacheSize})
+			set.cache = localcache.New(ls, localcache.Config{MaxEntries: s.redis.cacheSize})
 			set.store = set.cache
 		}
 		return set, nil
@@ -306,5 +312,40 @@ func (set *storeSet) register(reg *prometheus.Registry) {
 	}
 	if set.cache != nil {
 		reg.MustRegister(set.cache.Collector("sluice"))
+	}
+	if set.lease != nil {
+		reg.MustRegister(leaseCollector(set.lease))
+	}
+}
+
+// leaseCollector exports a lease store's counters as sluice_lease_*.
+func leaseCollector(ls *lease.Store) prometheus.Collector {
+	st := ls.Stats()
+	c := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "lease", Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	return collectorList{
+		c("local_hits_total", "Hits admitted from a lease, without a call to the store.", &st.Local),
+		c("grant_calls_total", "Grant calls made to the store.", &st.Grants),
+		c("grant_refused_total", "Grant calls the key or its ledger refused.", &st.Refused),
+		c("granted_hits_total", "Hits granted to this node's leases.", &st.Granted),
+		c("expired_hits_total", "Hits granted that expired unspent.", &st.Expired),
+		c("store_hits_total", "Hits of leasing limits decided by the store.", &st.Fallback),
+	}
+}
+
+// collectorList is several collectors as one.
+type collectorList []prometheus.Collector
+
+func (cs collectorList) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectorList) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
 	}
 }
