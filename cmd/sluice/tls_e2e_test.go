@@ -151,6 +151,7 @@ func TestServeE2ERedisClientCert(t *testing.T) {
 		t.Errorf("no counter in Redis under %s:*: the decisions were not made there", t.Name())
 	}
 	bare := launch(t, env, "--config", rules, "--local-cache-size", "0")
+	bare.waitReady() // listening (the process serves, not ready)
 	bare.waitLog("Redis is not reachable")
 	poll(t, "not ready without a client certificate", func() bool {
 		code, _, _ := bare.http("GET", "/readyz", "")
