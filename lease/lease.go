@@ -242,6 +242,7 @@ type held struct {
 	i int
 	l *lease
 	k lkey
+	d sluice.Decision // the hit's decision, read under the shard's lock
 }
 
 func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
@@ -274,9 +275,8 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		s.countFallback(hits)
 		return s.decide(ctx, hits, out, each)
 	}
-	now := s.clock()
 	for _, r := range res {
-		out[r.i] = decisionOf(r.l, now, true)
+		out[r.i] = r.d
 	}
 	s.stats.Local.Add(int64(len(res)))
 	if len(res) == len(hits) {
@@ -301,7 +301,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	}
 	if each {
 		if err != nil {
-			s.release(res, hits)
+			s.release(res, hits, out)
 		}
 		return err
 	}
@@ -313,11 +313,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	}
 	if denied {
 		// All or nothing: the leased hits are not consumed either.
-		s.release(res, hits)
-		now := s.clock()
-		for _, r := range res {
-			out[r.i] = decisionOf(r.l, now, true)
-		}
+		s.release(res, hits, out)
 	}
 	return err
 }
@@ -365,8 +361,9 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 		if l != nil && now < l.deadline && l.units >= h.Cost {
 			l.units -= h.Cost
 			l.spent += h.Cost
+			d := decisionOf(l, now)
 			sh.mu.Unlock()
-			return held{l: l, k: k}, true, nil
+			return held{l: l, k: k, d: d}, true, nil
 		}
 		if l != nil && now < l.notBefore {
 			// The ledger refused lately: the store decides.
@@ -426,44 +423,37 @@ func (l *lease) nextSize(now time.Duration) int64 {
 
 // grant asks the store for size hits of h's key, with as many of its
 // ledger, in one all-or-nothing call. On success the lease holds what was
-// granted, less h's cost. A grant the ledger refused for its size is
-// asked again, once, for what the ledger had room for; otherwise a
-// refused grant makes the next one no larger than there was room for, and
-// when it asked for h's cost alone and the key itself refused, its answer
-// is the store's answer to h.
+// granted, less h's cost. A refused grant makes the next one no larger
+// than there was room for, and not sooner than the ledger has room (at
+// least a quarter of a lease's life); when it asked for h's cost alone and
+// the key itself refused, its answer is the store's answer to h.
 func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
 	var out [2]sluice.Decision
-	for try := 0; ; try++ {
-		sent := s.clock()
-		hits := [2]sluice.Hit{
-			{Key: h.Key, Limit: h.Limit, Cost: size},
-			{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
-		}
-		s.stats.Grants.Add(1)
-		if err := s.next.Take(ctx, hits[:], out[:]); err != nil {
-			return held{}, false, nil
-		}
-		if out[0].Allowed && out[1].Allowed {
-			s.stats.Granted.Add(size)
-			return s.install(h, k, led, size, sent, &out[0]), true, nil
-		}
-		s.stats.Refused.Add(1)
-		if size == h.Cost && !out[0].Allowed {
-			d := out[0]
-			return held{}, false, &d
-		}
-		room := min(out[0].Remaining, out[1].Remaining)
-		if try == 0 && out[0].Allowed && room >= max(h.Cost, size/4) {
-			// The key had room; the ledger less than asked, but enough
-			// to be worth it: ask again for what it has.
-			size = room
-			continue
-		}
-		// Not worth a grant until the ledger has room for this one:
-		// the store decides until then, one call a hit, never more.
-		s.refused(k, room, sent+out[1].RetryAfter)
+	sent := s.clock()
+	hits := [2]sluice.Hit{
+		{Key: h.Key, Limit: h.Limit, Cost: size},
+		{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
+	}
+	s.stats.Grants.Add(1)
+	if err := s.next.Take(ctx, hits[:], out[:]); err != nil {
 		return held{}, false, nil
 	}
+	if out[0].Allowed && out[1].Allowed {
+		s.stats.Granted.Add(size)
+		return s.install(h, k, led, size, sent, &out[0]), true, nil
+	}
+	s.stats.Refused.Add(1)
+	if size == h.Cost && !out[0].Allowed {
+		d := out[0]
+		return held{}, false, &d
+	}
+	// No grant until the ledger has room for this one, and not
+	// before a quarter of a lease's life: the store decides the hits
+	// meanwhile, one call each, so that a refused grant costs one
+	// call more at most once in that time.
+	room := min(out[0].Remaining, out[1].Remaining)
+	s.refused(k, room, sent+max(out[1].RetryAfter, led.life/4))
+	return held{}, false, nil
 }
 
 // install puts a granted lease of size hits in place, h's cost taken from
@@ -495,7 +485,7 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 	l.limit = d.Limit
 	l.left = d.Remaining
 	l.resetAt = sent + d.ResetAfter
-	return held{l: l, k: k}
+	return held{l: l, k: k, d: decisionOf(l, s.clock())}
 }
 
 // refused makes the next grant of k's lease ask for no more than room (at
@@ -512,12 +502,15 @@ func (s *Store) refused(k lkey, room int64, until time.Duration) {
 }
 
 // release gives reservations back to their leases.
-func (s *Store) release(res []held, hits []sluice.Hit) {
+// Each hit's decision in out becomes the lease's as it stands.
+func (s *Store) release(res []held, hits []sluice.Hit, out []sluice.Decision) {
+	now := s.clock()
 	for _, r := range res {
 		sh := s.shardOf(r.k)
 		sh.mu.Lock()
 		r.l.units += hits[r.i].Cost
 		r.l.spent -= hits[r.i].Cost
+		out[r.i] = decisionOf(r.l, now)
 		sh.mu.Unlock()
 	}
 	s.stats.Local.Add(-int64(len(res)))
@@ -541,10 +534,11 @@ func (s *Store) sweep(now time.Duration) {
 
 // decisionOf is the decision of a hit served from lease l: allowed, with
 // what this node may still admit (its lease, and the key's room at the
-// grant, which other nodes may have taken since).
-func decisionOf(l *lease, now time.Duration, allowed bool) sluice.Decision {
+// grant, which other nodes may have taken since). Call it under the
+// shard's lock.
+func decisionOf(l *lease, now time.Duration) sluice.Decision {
 	return sluice.Decision{
-		Allowed:    allowed,
+		Allowed:    true,
 		Limit:      l.limit,
 		Remaining:  l.units + l.left,
 		ResetAfter: max(l.resetAt-now, 0),

@@ -212,9 +212,11 @@ func TestBucketOvershootBound(t *testing.T) {
 }
 
 // TestWindowNeverOver: a fixed window and a sliding window shared by 4
-// nodes never admit more than the limit in a window, and a window whose
-// demand exceeds it admits at least the limit less the lease bound (what
-// leases may hold unspent when it ends).
+// nodes never admit more than the limit in a window. Hits granted that
+// expire unspent are lost to their window (docs/leases.md): a saturated
+// window still admits nearly its limit here (at least the limit less the
+// lease bound, with these lease lives), which guards against leases that
+// waste more.
 func TestWindowNeverOver(t *testing.T) {
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow} {
 		t.Run(alg.String(), func(t *testing.T) {
