@@ -11,17 +11,19 @@
 //     hits were admitted then, in the same atomic call as from a ledger: a
 //     GCRA of burst b = ⌈U/4⌉ that grants U − b hits per lease life D (at
 //     most MaxLife, and short enough that the ledger grants at least the
-//     limit's own rate), on a key of its own. A lease expires D after its
-//     grant, or at the end of its window, whichever comes first. So at any
-//     moment the hits granted but not spent are at most what the ledger
-//     grants in a span of D: b + (U − b) = U.
+//     limit's own rate), on a key of its own. A bucket's lease expires D
+//     after its grant. So at any moment the hits granted on a bucket but
+//     not spent are at most what the ledger grants in a span of D:
+//     b + (U − b) = U.
 //   - On a bucket (token_bucket, leaky_bucket, gcra), a hit spent later
 //     than its grant is the only difference from deciding every hit in the
 //     store: any interval admits at most the limit's own bound plus the
 //     hits outstanding when it began, U.
-//   - On a window (fixed_window, sliding_window), a lease dies with the
-//     window of its grant: nothing is admitted beyond the limit. What a
-//     lease holds unspent may be denied to other nodes early, at most U.
+//   - On a window (fixed_window, sliding_window), a lease lives until the
+//     window of its grant ends: nothing is admitted beyond the limit. A
+//     node holds one lease per key, of at most b hits, so what leases
+//     hold unspent, which other nodes may be denied early and which is
+//     lost if unspent when the window ends, is at most b per node.
 //
 // A node that crashes takes its leases with it: they are spent nowhere,
 // and the ledger forgets them after D. sliding_log and sketch do not
@@ -424,9 +426,10 @@ func (l *lease) nextSize(now time.Duration) int64 {
 // grant asks the store for size hits of h's key, with as many of its
 // ledger, in one all-or-nothing call. On success the lease holds what was
 // granted, less h's cost. A refused grant makes the next one no larger
-// than there was room for, and not sooner than the ledger has room (at
-// least a quarter of a lease's life); when it asked for h's cost alone and
-// the key itself refused, its answer is the store's answer to h.
+// than there was room for, and not sooner than the ledger has room for
+// the one refused (nor than a sixteenth of a lease's life); when it asked
+// for h's cost alone and the key itself refused, its answer is the
+// store's answer to h.
 func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
 	var out [2]sluice.Decision
 	sent := s.clock()
@@ -447,12 +450,12 @@ func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, s
 		d := out[0]
 		return held{}, false, &d
 	}
-	// No grant until the ledger has room for this one, and not
-	// before a quarter of a lease's life: the store decides the hits
-	// meanwhile, one call each, so that a refused grant costs one
-	// call more at most once in that time.
+	// The next grant asks for what there was room for, not before the
+	// ledger has room for it nor before a sixteenth of a lease's life:
+	// the store decides the hits meanwhile, one call each, so that
+	// refused grants add at most one call per node and key in that time.
 	room := min(out[0].Remaining, out[1].Remaining)
-	s.refused(k, room, sent+max(out[1].RetryAfter, led.life/4))
+	s.refused(k, room, sent+max(out[1].RetryAfter, led.life/16))
 	return held{}, false, nil
 }
 
@@ -461,8 +464,11 @@ func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, s
 // measured from it, so that it falls no later than the store meant.
 func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent time.Duration, d *sluice.Decision) held {
 	life := led.life
-	if windowed(h.Limit.Algorithm) && d.ResetAfter < life {
-		// A window's lease dies with the window of its grant.
+	if windowed(h.Limit.Algorithm) {
+		// A window's lease lives until the window of its grant ends,
+		// and no longer: its hits are spent in the window that counted
+		// them, so no window admits more than its limit, however long
+		// they wait.
 		life = d.ResetAfter
 	}
 	sh := s.shardOf(k)
@@ -496,7 +502,9 @@ func (s *Store) refused(k lkey, room int64, until time.Duration) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if l := sh.m[k]; l != nil {
-		l.spent, l.size = min(l.spent, room), min(l.size, room)
+		// nextSize doubles a live lease's size, or takes what an
+		// expired one spent: either way, room at most.
+		l.spent, l.size = min(l.spent, room), min(l.size, room/2)
 		l.notBefore = until
 	}
 }
