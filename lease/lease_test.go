@@ -356,3 +356,21 @@ func nodeStats(c *cluster) sums {
 	}
 	return s
 }
+
+// TestPassThroughAllocs: a limit that does not lease costs nothing more in
+// front of the store: no allocation of the lease store's own.
+func TestPassThroughAllocs(t *testing.T) {
+	m := memstore.New(memstore.Config{SweepInterval: -1})
+	defer m.Close()
+	ls := lease.New(m, lease.Config{})
+	l := &sluice.Limit{Name: "p", Rate: 1 << 30, Period: time.Hour}
+	hits := []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}
+	out := make([]sluice.Decision, 1)
+	ctx := context.Background()
+	direct := testing.AllocsPerRun(200, func() { m.Take(ctx, hits, out) })
+	through := testing.AllocsPerRun(200, func() { ls.Take(ctx, hits, out) })
+	each := testing.AllocsPerRun(200, func() { ls.TakeEach(ctx, hits, out) })
+	if through > direct || each > direct {
+		t.Errorf("allocations a decision: %v through the lease store (%v one by one), %v directly", through, each, direct)
+	}
+}
