@@ -356,7 +356,7 @@ func (s *Store) countFallback(hits []sluice.Hit) {
 func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, bool, *sluice.Decision) {
 	k := lkey{h.Key, h.Limit}
 	sh := s.shardOf(k)
-	for waited := 0; ; waited++ {
+	for {
 		now := s.clock()
 		sh.mu.Lock()
 		l := sh.m[k]
@@ -372,9 +372,11 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			sh.mu.Unlock()
 			return held{}, false, nil
 		}
-		if l != nil && l.pending != nil && waited < 3 {
-			// One grant in flight per key: wait for it rather than
-			// ask the store again at once.
+		if l != nil && l.pending != nil {
+			// One grant in flight per key and node: wait for it, then
+			// look again. (So a node holds one lease per key, and
+			// what a grant drops of the last one is less than the
+			// hit that asked.)
 			ch := l.pending
 			sh.mu.Unlock()
 			select {
