@@ -7,7 +7,10 @@
 # other than gRPC is set), work (a temporary directory), bin (sluice built
 # from this tree) and writes $work/rules.yaml, the rules of every
 # scenario: within the limit, one counter per key for a day, far above
-# what a run sends; over the limit, the key "hot", 100 per second. The pids array collects the
+# what a run sends; over the limit, the key "hot", 100 per second. With
+# LEASE set (e.g. LEASE=1%), every limit has consistency: lease and that
+# max_overshoot (docs/leases.md): the Redis-backed server decides from
+# leases. The pids array collects the
 # processes to stop; cleanup (trapped on exit) stops them and removes work.
 bench_setup() {
 	out=bench/results/$(date -u +%F)-$1
@@ -19,8 +22,14 @@ bench_setup() {
 	bin=$work/sluice
 	go build -o "$bin" ./cmd/sluice
 
-	cat >"$work/rules.yaml" <<'EOF'
-domain: bench
+	{
+		echo "domain: bench"
+		if [ -n "${LEASE:-}" ]; then
+			echo "consistency: lease"
+			echo "max_overshoot: $LEASE"
+		fi
+	} >"$work/rules.yaml"
+	cat >>"$work/rules.yaml" <<'EOF'
 descriptors:
   - key: key
     value: hot
