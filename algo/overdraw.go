@@ -43,13 +43,8 @@ func Overdraw(p *Params, s State, now, n int64) (State, Result) {
 		}
 		return next, r
 	}
-	if !Overdraws(r, n) {
-		if !p.ChargesExhausted() {
-			return next, r
-		}
-		if _, inDebt := debt(p, s, now); !OverdrawsExhausted(p, r, n, inDebt) {
-			return next, r
-		}
+	if !Overdraws(r, n) && !OverdrawsExhausted(p, r, n, func() bool { _, d := debt(p, s, now); return d }) {
+		return next, r
 	}
 	var f State
 	switch p.Kind {
@@ -96,8 +91,9 @@ func (p *Params) ChargesExhausted() bool {
 // found the limit exhausted (no room left), is consumed all the same:
 // when p ChargesExhausted and the limit was not in debt (inDebt: a hit of
 // cost 0 would have been denied, as Overdraw denies a peek at a debt).
-func OverdrawsExhausted(p *Params, r Result, n int64, inDebt bool) bool {
-	return p.ChargesExhausted() && !r.Allowed && n > 0 && r.Remaining < 1 && !inDebt
+// inDebt is asked only for such a hit, so that no other pays for it.
+func OverdrawsExhausted(p *Params, r Result, n int64, inDebt func() bool) bool {
+	return !r.Allowed && n > 0 && r.Remaining < 1 && p.ChargesExhausted() && !inDebt()
 }
 
 // fixedForce counts n in the window of now (or the state's, when the

@@ -547,8 +547,8 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 		if o.until == 0 {
 			if each {
 				o.expired, o.r = algo.LogStepEach(&o.p, &o.log, now, h.Cost)
-				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) || o.p.ChargesExhausted() &&
-					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, !peekLog(&o.p, &o.log, now))
+				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) ||
+					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, func() bool { return !peekLog(&o.p, &o.log, now) })
 			} else {
 				o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
 			}
@@ -563,8 +563,8 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 		if o.until == 0 {
 			if each {
 				o.r = o.sk.s.CheckEach(&o.p, o.k, now, h.Cost+o.pend)
-				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) || o.p.ChargesExhausted() &&
-					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, !o.sk.s.CheckEach(&o.p, o.k, now, o.pend).Allowed)
+				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) ||
+					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, func() bool { return !o.sk.s.CheckEach(&o.p, o.k, now, o.pend).Allowed })
 			} else {
 				o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
 			}

@@ -802,8 +802,9 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
         end
         if mode == 'e' then
           o.expired, o.r = log_step_each(o.p, o.log, now, o.cost)
-          if overdraws(o.r, o.cost) or sp.ce and
-              overdraws_exhausted(o.p, o.r, o.cost, not select(2, log_step_each(o.p, o.log, now, 0)).allowed) then
+          if overdraws(o.r, o.cost) or sp.ce and not o.r.allowed and overdraws_exhausted(o.p, o.r, o.cost, function()
+                return not select(2, log_step_each(o.p, o.log, now, 0)).allowed
+              end) then
             o.r.overdrawn = true
           end
         else
@@ -914,8 +915,9 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
           o.wsx, o.ex = ws, o.ex or e
           local c = X.min(o.p.cap, MAXSWC)
           o.r = slide_result_each(per, c, now, n, prev, curr, ws, o.ex)
-          if overdraws(o.r, o.cost) or sp.ce and
-              overdraws_exhausted(o.p, o.r, o.cost, not slide_result_each(per, c, now, o.pend, prev, curr, ws, o.ex).allowed) then
+          if overdraws(o.r, o.cost) or sp.ce and not o.r.allowed and overdraws_exhausted(o.p, o.r, o.cost, function()
+                return not slide_result_each(per, c, now, o.pend, prev, curr, ws, o.ex).allowed
+              end) then
             o.r.overdrawn = true
           end
         end

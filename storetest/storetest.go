@@ -207,13 +207,7 @@ func (s suite) trace(t *testing.T) {
 				n := costs[rng.IntN(len(costs))]
 				var r algo.Result
 				if l.Algorithm == algo.SlidingLog {
-					var expired int
-					expired, r = algo.LogStep(&p, &log, now, n)
-					cost := int64(0)
-					if r.Allowed {
-						cost = n
-					}
-					log.Commit(expired, now, cost)
+					r = logRef(&p, &log, now, n, false)
 				} else {
 					var next algo.State
 					next, r = algo.Step(&p, st, now, n)
@@ -757,28 +751,8 @@ func (s suite) eachTrace(t *testing.T) {
 				n := costs[rng.IntN(len(costs))]
 				var r algo.Result
 				switch {
-				case l.Algorithm == algo.SlidingLog && each:
-					var expired int
-					expired, r = algo.LogStepEach(&p, &log, now, n)
-					_, peek := algo.LogStepEach(&p, &log, now, 0)
-					over := algo.Overdraws(r, n) || algo.OverdrawsExhausted(&p, r, n, !peek.Allowed)
-					cost := int64(0)
-					if r.Allowed || over {
-						cost = n
-					}
-					log.Commit(expired, now, cost)
-					if over {
-						_, after := algo.LogStep(&p, &log, now, 1)
-						r = algo.Result{ResetAfter: after.ResetAfter, RetryAfter: after.RetryAfter, Overdrawn: true}
-					}
 				case l.Algorithm == algo.SlidingLog:
-					var expired int
-					expired, r = algo.LogStep(&p, &log, now, n)
-					cost := int64(0)
-					if r.Allowed {
-						cost = n
-					}
-					log.Commit(expired, now, cost)
+					r = logRef(&p, &log, now, n, each)
 				case each:
 					st, r = algo.Overdraw(&p, st, now, n)
 				default:
@@ -799,4 +773,34 @@ func (s suite) eachTrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// logRef is what a sliding log decides for a hit of cost n at now, and
+// commits to log: all or nothing (LogStep), or one by one (LogStepEach,
+// overdrawing as algo.Overdraws and algo.OverdrawsExhausted say).
+func logRef(p *algo.Params, log *algo.Log, now, n int64, each bool) algo.Result {
+	if !each {
+		expired, r := algo.LogStep(p, log, now, n)
+		cost := int64(0)
+		if r.Allowed {
+			cost = n
+		}
+		log.Commit(expired, now, cost)
+		return r
+	}
+	expired, r := algo.LogStepEach(p, log, now, n)
+	over := algo.Overdraws(r, n) || algo.OverdrawsExhausted(p, r, n, func() bool {
+		_, peek := algo.LogStepEach(p, log, now, 0)
+		return !peek.Allowed
+	})
+	cost := int64(0)
+	if r.Allowed || over {
+		cost = n
+	}
+	log.Commit(expired, now, cost)
+	if over {
+		_, after := algo.LogStep(p, log, now, 1)
+		r = algo.Result{ResetAfter: after.ResetAfter, RetryAfter: after.RetryAfter, Overdrawn: true}
+	}
+	return r
 }

@@ -14,7 +14,7 @@
 --   algo.overdraw(p, st, now, n) -> st2, r      kinds 0-4 (Overdraw)
 --   algo.overdraws(r, n) -> bool                        (Overdraws)
 --   algo.charges_exhausted(p) -> bool           (Params.ChargesExhausted)
---   algo.overdraws_exhausted(p, r, n, in_debt) -> bool (OverdrawsExhausted)
+--   algo.overdraws_exhausted(p, r, n, in_debt()) -> bool (OverdrawsExhausted)
 --   algo.log_step(p, log, now, n) -> expired, r        (LogStep)
 --   algo.log_step_each(p, log, now, n) -> expired, r   (LogStepEach)
 --   algo.log_commit(log, expired, now, n) -> log2, changed (Log.Commit)
@@ -641,9 +641,9 @@ do
 
 	-- algo.overdraws_exhausted(p, r, n, in_debt): a hit of cost n answered
 	-- r, which found the limit exhausted, is consumed all the same
-	-- (OverdrawsExhausted).
+	-- (OverdrawsExhausted); in_debt() is called only for such a hit.
 	function algo.overdraws_exhausted(p, r, n, in_debt)
-		return algo.charges_exhausted(p) and not r.allowed and n ~= 0 and lt(r.remaining, 1) and not in_debt
+		return not r.allowed and n ~= 0 and lt(r.remaining, 1) and algo.charges_exhausted(p) and not in_debt()
 	end
 
 	function algo.overdraw(p, st, now, n)
@@ -659,7 +659,7 @@ do
 			return st2, r
 		end
 		if not algo.overdraws(r, n) then
-			if not algo.charges_exhausted(p) or not algo.overdraws_exhausted(p, r, n, debt(p, st, now) ~= nil) then
+			if not algo.overdraws_exhausted(p, r, n, function() return debt(p, st, now) ~= nil end) then
 				return st2, r
 			end
 		end
