@@ -112,3 +112,29 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("log and sketch: %v allocs", n)
 	}
 }
+
+// BenchmarkOverdraw measures Overdraw, Step as sluice serve decides by
+// default (each limit on its own), on the same busy keys as BenchmarkStep:
+// most hits admitted, a few denied, and those that find the limit
+// exhausted charged when it may be (ChargesExhausted).
+func BenchmarkOverdraw(b *testing.B) {
+	for _, p := range []Params{
+		{Kind: FixedWindow, Rate: 1000, Period: sec, Capacity: 1000},
+		{Kind: GCRA, Rate: 1000, Period: sec, Capacity: 100, Debit: true},
+		{Kind: SlidingWindow, Rate: 1000, Period: sec, Capacity: 1000},
+	} {
+		b.Run(p.Kind.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			var s State
+			now := base
+			for b.Loop() {
+				now += 997 * 1000
+				next, r := Overdraw(&p, s, now, 1)
+				if r.Allowed || r.Overdrawn {
+					s = next
+				}
+				sinkResult = r
+			}
+		})
+	}
+}
