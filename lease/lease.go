@@ -250,9 +250,14 @@ type held struct {
 func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	var stack [8]held
 	res := stack[:0]
+	var fallback int64 // leasing hits the store decides
 	for i := range hits {
 		h := &hits[i]
-		if !leasable(h) || sharesKey(hits, i) {
+		if !leasable(h) {
+			continue
+		}
+		fallback++
+		if sharesKey(hits, i) {
 			continue
 		}
 		led := s.ledgerOf(h.Limit)
@@ -261,6 +266,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		}
 		r, ok, denial := s.reserve(ctx, h, led)
 		if ok {
+			fallback--
 			r.i = i
 			res = append(res, r)
 			continue
@@ -273,8 +279,10 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 			return nil
 		}
 	}
+	if fallback > 0 {
+		s.stats.Fallback.Add(fallback)
+	}
 	if len(res) == 0 {
-		s.countFallback(hits)
 		return s.decide(ctx, hits, out, each)
 	}
 	for _, r := range res {
@@ -293,7 +301,6 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 			idx = append(idx, i)
 		}
 	}
-	s.countFallback(rest)
 	restOut := make([]sluice.Decision, len(rest))
 	err := s.decide(ctx, rest, restOut, each)
 	if err == nil {
@@ -334,18 +341,6 @@ func (s *Store) decide(ctx context.Context, hits []sluice.Hit, out []sluice.Deci
 		}
 	}
 	return nil
-}
-
-func (s *Store) countFallback(hits []sluice.Hit) {
-	var n int64
-	for i := range hits {
-		if leasable(&hits[i]) {
-			n++
-		}
-	}
-	if n > 0 {
-		s.stats.Fallback.Add(n)
-	}
 }
 
 // reserve takes h's cost from its key's lease, granting a new one first
