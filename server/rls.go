@@ -124,7 +124,7 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		res = resultShadowOverLimit
 	}
 	s.m.count(req.GetDomain(), o, s.shadow)
-	if s.m.statsd != nil && len(req.Descriptors) > 0 {
+	if s.m.statsd != nil && len(req.Descriptors) > 0 && !anyMatched(o) {
 		if cfg := s.dec.Rules(); cfg != nil && cfg.Domain(req.GetDomain()) == nil {
 			s.m.notFound(req.GetDomain(), len(req.Descriptors))
 		}
@@ -230,4 +230,15 @@ func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
 			"domain", domain, "policy", o.Degraded.String(), "reason", o.Reason.String(),
 			"transport", transportNames[via], "err", o.StoreErr, "answered_since_last_line", n+1)
 	}
+}
+
+// anyMatched reports whether a descriptor of o matched a rule: then its
+// domain is known, and no lookup need say so.
+func anyMatched(o *rls.Outcome) bool {
+	for i := range o.Descriptors {
+		if o.Descriptors[i].Status != rules.NoMatch {
+			return true
+		}
+	}
+	return false
 }
