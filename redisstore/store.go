@@ -924,3 +924,19 @@ func field(f string, i int) string {
 	tok, _, _ := strings.Cut(f, " ")
 	return tok
 }
+
+// Client returns the Redis client the store decides with, for a caller
+// that keeps state of its own beside the store's (package rlqs), or an
+// error wrapping ErrUnavailable before the store first connected. The
+// client belongs to the store: the caller must not close it.
+func (s *Store) Client() (rueidis.Client, error) {
+	c := s.client.Load()
+	if c == nil {
+		return nil, s.notConnected()
+	}
+	return c.c, nil
+}
+
+// Prefix returns what starts every key of the store (Config.Prefix, or
+// DefaultPrefix).
+func (s *Store) Prefix() string { return s.cfg.Prefix }
