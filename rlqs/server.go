@@ -1,0 +1,482 @@
+// Package rlqs is a server of Envoy's Rate Limit Quota Service
+// (envoy.service.rate_limit_quota.v3): Envoys stream usage reports of their
+// quota buckets, and the server answers each report with an assignment per
+// bucket, a share of the limit the bucket's id matches in the rules.
+//
+// A bucket id (a map of strings) is matched as one descriptor of the
+// report's domain, with the same matching as a descriptor of Envoy's rate
+// limit service: its entries in the order of the rules' nesting (sorted by
+// key first; when that matches nothing, the other orders of up to five
+// entries, in sorted order, until one reaches a rule with a rate limit).
+// A bucket that matches no rule is abandoned (AbandonAction); one that
+// reaches `unlimited: true`, or a rule in shadow mode, is ALLOW_ALL; a
+// limit of zero is DENY_ALL. Every other bucket is a participant of the
+// pools of its limits (the counter keys of the match, so buckets of
+// several Envoys, or several buckets, that reach one counter share it):
+// each participant gets a fair share of each limit by the demand it
+// reports (allowed plus denied requests a second), recomputed at every
+// report from the reports of every participant (Pools: in Redis, for every
+// sluice node on it). Shares are sent as token buckets of the share's
+// rate and burst (see strategyOf).
+//
+// The bound, proved in docs/leases.md: the shares any Envoy may still
+// enforce sum to at most 1 at every moment, however late reports arrive
+// and whichever streams drop, provided an assignment reaches its Envoy
+// within Policy.Grace of being decided.
+//
+// This package imports the root package, rules, go-control-plane, gRPC,
+// rueidis and Prometheus' client; not a transport of its own or a store.
+package rlqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL        = 5 * time.Second
+	DefaultGrace      = 2 * time.Second
+	DefaultMaxBuckets = 10000
+	// MaxBucketEntries bounds the entries of a bucket id; a longer id is
+	// abandoned.
+	MaxBucketEntries = 64
+	// maxPermuted is the most entries whose orders are all tried.
+	maxPermuted = 5
+)
+
+// Config configures a Server. Zero fields mean their defaults.
+type Config struct {
+	// Rules returns the rules in force (a decide.Decider's Rules); nil
+	// rules abandon every bucket.
+	Rules func() *rules.Config
+
+	// Pools keeps the shares: RedisPools for nodes sharing a Redis,
+	// MemPools for one node. Nil: MemPools with Policy.
+	Pools Pools
+
+	// Policy: TTL is the assignment_time_to_live sent (DefaultTTL when
+	// zero; it must exceed Envoy's reporting_interval), Grace the longest
+	// an assignment may take to reach Envoy (DefaultGrace when zero).
+	Policy Policy
+
+	// ShadowMode answers every bucket ALLOW_ALL (the server's global
+	// shadow mode: nothing is denied).
+	ShadowMode bool
+
+	// Windows is how shares of window limits are sent.
+	Windows WindowStrategy
+
+	// MaxBuckets bounds the buckets of one stream (DefaultMaxBuckets when
+	// zero); buckets past it are abandoned.
+	MaxBuckets int
+
+	Logger   *slog.Logger          // nil: discard
+	Registry prometheus.Registerer // nil: no metrics
+
+	// Now is the clock of demand estimates (time.Now when nil).
+	Now func() time.Time
+}
+
+// Server answers StreamRateLimitQuotas.
+type Server struct {
+	rlqsv3.UnimplementedRateLimitQuotaServiceServer
+
+	cfg    Config
+	log    *slog.Logger
+	node   uint64 // random, part of every participant's id
+	seed   maphash.Seed
+	stream atomic.Uint64
+
+	streams  prometheus.Gauge
+	reports  prometheus.Counter
+	actions  *prometheus.CounterVec
+	failures prometheus.Counter
+}
+
+// PolicyDefaults returns p with its zero fields set to their defaults.
+func PolicyDefaults(p Policy) Policy {
+	if p.TTL <= 0 {
+		p.TTL = DefaultTTL
+	}
+	if p.Grace <= 0 {
+		p.Grace = DefaultGrace
+	}
+	return p
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	cfg.Policy = PolicyDefaults(cfg.Policy)
+	if cfg.Pools == nil {
+		cfg.Pools = NewMemPools(cfg.Policy, cfg.Now)
+	}
+	if cfg.MaxBuckets <= 0 {
+		cfg.MaxBuckets = DefaultMaxBuckets
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Rules == nil {
+		cfg.Rules = func() *rules.Config { return nil }
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, node: binary.LittleEndian.Uint64(b[:]), seed: maphash.MakeSeed()}
+	s.streams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "streams",
+		Help: "Rate Limit Quota Service streams open on this node."})
+	s.reports = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "reports_total",
+		Help: "Usage reports received."})
+	s.actions = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "bucket_actions_total",
+		Help: "Bucket actions sent, by kind: token_bucket, requests_per_time_unit, allow_all, deny_all, abandon."}, []string{"action"})
+	s.failures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "pool_failures_total",
+		Help: "Reports whose shares could not be computed (Redis failed): answered by the domain's failure_policy, or not at all."})
+	if cfg.Registry != nil {
+		for _, c := range []prometheus.Collector{s.streams, s.reports, s.actions, s.failures} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s, nil
+}
+
+// Register registers the service on g.
+func (s *Server) Register(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s) }
+
+// streamState is one stream's buckets.
+type streamState struct {
+	id      uint64
+	domain  string
+	buckets map[string]*bucketState
+	full    bool // MaxBuckets reached (logged once)
+}
+
+// bucketState is one bucket of one stream.
+type bucketState struct {
+	id     *rlqsv3.BucketId
+	client string          // participant id: 32 hex digits
+	rules  *rules.Config   // the rules the match was made with
+	action action          // what the match gave
+	limits []*sluice.Limit // for actAssign
+	pools  []string        // the counter key of each limit
+	last   time.Time       // the last report, server time
+}
+
+type action uint8
+
+const (
+	actAbandon action = iota
+	actAllow
+	actDeny
+	actAssign
+)
+
+// StreamRateLimitQuotas implements the service: it answers every usage
+// report with an action for each of its buckets.
+func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	s.streams.Inc()
+	defer s.streams.Dec()
+	st := &streamState{id: s.stream.Add(1), buckets: make(map[string]*bucketState)}
+	ctx := stream.Context()
+	for {
+		rep, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s.reports.Inc()
+		resp, err := s.report(ctx, st, rep)
+		if err != nil {
+			return err
+		}
+		if resp == nil || len(resp.BucketAction) == 0 {
+			continue
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// report answers one usage report.
+func (s *Server) report(ctx context.Context, st *streamState, rep *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+	switch {
+	case st.domain == "" && rep.Domain == "":
+		return nil, status.Error(codes.InvalidArgument, "the first usage report of a stream must name its domain")
+	case st.domain == "":
+		st.domain = rep.Domain
+	case rep.Domain != "" && rep.Domain != st.domain:
+		return nil, status.Errorf(codes.InvalidArgument, "usage report for domain %q on a stream of domain %q: open a new stream to change domains", rep.Domain, st.domain)
+	}
+	now := s.cfg.Now()
+	cfg := s.cfg.Rules()
+	resp := &rlqsv3.RateLimitQuotaResponse{}
+	var asks []Ask
+	var assigned []*bucketState
+	var first []int // per assigned bucket, its first ask
+	for _, u := range rep.BucketQuotaUsages {
+		if u.GetBucketId() == nil || len(u.BucketId.Bucket) == 0 {
+			continue // nothing to name in an answer (Envoy never sends it)
+		}
+		key := canonical(u.BucketId.Bucket)
+		b := st.buckets[key]
+		if b == nil {
+			if len(st.buckets) >= s.cfg.MaxBuckets {
+				if !st.full {
+					st.full = true
+					s.log.Warn("stream has reached its maximum of buckets: new ones are abandoned", "domain", st.domain, "max", s.cfg.MaxBuckets)
+				}
+				resp.BucketAction = append(resp.BucketAction, s.act(u.BucketId, actAbandon, nil))
+				continue
+			}
+			b = &bucketState{id: u.BucketId, client: s.client(st.id, key)}
+			st.buckets[key] = b
+		}
+		if b.rules != cfg || cfg == nil {
+			s.match(b, cfg, st.domain)
+		}
+		elapsed := now.Sub(b.last)
+		if b.last.IsZero() {
+			elapsed = u.GetTimeElapsed().AsDuration()
+		}
+		b.last = now
+		switch b.action {
+		case actAssign:
+			if s.cfg.ShadowMode {
+				resp.BucketAction = append(resp.BucketAction, s.act(b.id, actAllow, nil))
+				continue
+			}
+			perSec := float64(u.NumRequestsAllowed+u.NumRequestsDenied) / max(elapsed.Seconds(), 1)
+			assigned = append(assigned, b)
+			first = append(first, len(asks))
+			for i, l := range b.limits {
+				asks = append(asks, Ask{Pool: b.pools[i], Client: b.client, Demand: perSec * l.Period.Seconds() / float64(l.Rate)})
+			}
+		case actAbandon:
+			resp.BucketAction = append(resp.BucketAction, s.act(b.id, actAbandon, nil))
+			delete(st.buckets, key)
+		default:
+			resp.BucketAction = append(resp.BucketAction, s.act(b.id, b.action, nil))
+		}
+	}
+	if len(asks) == 0 {
+		return resp, nil
+	}
+	shares := make([]Share, len(asks))
+	if err := s.cfg.Pools.Assign(ctx, asks, shares); err != nil {
+		s.failures.Inc()
+		return s.failed(resp, cfg, st.domain, assigned, err), nil
+	}
+	fracs := make([]float64, 0, 4)
+	for i, b := range assigned {
+		fracs = fracs[:0]
+		for j := range b.limits {
+			fracs = append(fracs, shares[first[i]+j].Share)
+		}
+		resp.BucketAction = append(resp.BucketAction, s.act(b.id, actAssign, strategyOf(b.limits, fracs, s.cfg.Windows)))
+	}
+	return resp, nil
+}
+
+// failed answers the assigned buckets of a report whose shares could not be
+// computed: by the domain's failure policy when it says fail_open or
+// fail_closed; else not at all, so that Envoy keeps its assignments until
+// their TTL and then does what its expired_assignment_behavior says.
+func (s *Server) failed(resp *rlqsv3.RateLimitQuotaResponse, cfg *rules.Config, domain string, assigned []*bucketState, err error) *rlqsv3.RateLimitQuotaResponse {
+	policy := rules.FailDefault
+	if cfg != nil {
+		if d := cfg.Domain(domain); d != nil {
+			policy = d.FailurePolicy
+		}
+	}
+	s.log.Warn("shares not computed", "domain", domain, "buckets", len(assigned), "failure_policy", policy, "err", err)
+	var act action
+	switch policy {
+	case rules.FailOpen:
+		act = actAllow
+	case rules.FailClosed:
+		act = actDeny
+	default:
+		return resp
+	}
+	for _, b := range assigned {
+		resp.BucketAction = append(resp.BucketAction, s.act(b.id, act, nil))
+	}
+	return resp
+}
+
+// act builds one bucket action.
+func (s *Server) act(id *rlqsv3.BucketId, a action, strategy *typev3.RateLimitStrategy) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	ba := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: id}
+	name := "abandon"
+	switch a {
+	case actAbandon:
+		ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		s.actions.WithLabelValues(name).Inc()
+		return ba
+	case actAllow:
+		strategy = blanket(typev3.RateLimitStrategy_ALLOW_ALL)
+	case actDeny:
+		strategy = blanket(typev3.RateLimitStrategy_DENY_ALL)
+	}
+	switch st := strategy.Strategy.(type) {
+	case *typev3.RateLimitStrategy_BlanketRule_:
+		name = strings.ToLower(st.BlanketRule.String())
+	case *typev3.RateLimitStrategy_TokenBucket:
+		name = "token_bucket"
+	case *typev3.RateLimitStrategy_RequestsPerTimeUnit_:
+		name = "requests_per_time_unit"
+	}
+	s.actions.WithLabelValues(name).Inc()
+	ba.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+		QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+			AssignmentTimeToLive: durationpb.New(s.cfg.Policy.TTL),
+			RateLimitStrategy:    strategy,
+		},
+	}
+	return ba
+}
+
+// client returns the participant id of a bucket of a stream: 32 hex
+// digits, the node's and stream's in the first 16, the bucket's hash in
+// the others (hex digits only, so that ids sort the same in Go and in
+// Redis's Lua, whatever its locale).
+func (s *Server) client(stream uint64, key string) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], s.node+stream)
+	binary.BigEndian.PutUint64(b[8:], maphash.String(s.seed, key))
+	return hex.EncodeToString(b[:])
+}
+
+// canonical is a bucket id's map as one string, sorted by key, each key
+// and value length-prefixed.
+func canonical(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b []byte
+	for _, k := range keys {
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(b, ':')
+		b = append(b, k...)
+		b = strconv.AppendInt(b, int64(len(m[k])), 10)
+		b = append(b, ':')
+		b = append(b, m[k]...)
+	}
+	return string(b)
+}
+
+// match sets what bucket b matches in cfg.
+func (s *Server) match(b *bucketState, cfg *rules.Config, domain string) {
+	b.rules, b.action, b.limits, b.pools = cfg, actAbandon, nil, nil
+	m := b.id.Bucket
+	if cfg == nil || len(m) > MaxBucketEntries {
+		return
+	}
+	entries := make([]rules.Entry, 0, len(m))
+	for k, v := range m {
+		if len(k) == 0 || len(k) > rules.MaxEntryLen || len(v) > rules.MaxEntryLen {
+			return
+		}
+		entries = append(entries, rules.Entry{Key: k, Value: v})
+	}
+	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
+	var plan rules.Plan
+	for {
+		if s.matchOrder(b, cfg, domain, entries, &plan) || len(entries) > maxPermuted || !nextPermutation(entries) {
+			return
+		}
+	}
+}
+
+// matchOrder matches entries in their order; true when they reached a rule
+// with a rate limit.
+func (s *Server) matchOrder(b *bucketState, cfg *rules.Config, domain string, entries []rules.Entry, plan *rules.Plan) bool {
+	descs := []rules.Descriptor{{Entries: entries, Cost: 1}}
+	if err := cfg.Plan(domain, descs, plan); err != nil {
+		s.log.Debug("bucket id does not make a descriptor", "domain", domain, "err", err)
+		return false
+	}
+	m := plan.Matches[0]
+	switch m.Status {
+	case rules.Unlimited, rules.Replaced:
+		b.action = actAllow
+		return true
+	case rules.Limited:
+	default:
+		return false
+	}
+	if m.Rule != nil && m.Rule.ShadowMode {
+		b.action = actAllow
+		return true
+	}
+	b.action = actAssign
+	for _, h := range plan.Hits {
+		if h.Limit.Rate == 0 {
+			b.action, b.limits, b.pools = actDeny, nil, nil
+			return true
+		}
+		b.limits = append(b.limits, h.Limit)
+		b.pools = append(b.pools, poolKey(h))
+	}
+	return true
+}
+
+// poolKey names the pool of a hit: its counter key and limit.
+func poolKey(h sluice.Hit) string {
+	l := h.Limit
+	return fmt.Sprintf("%s|%d|%d|%d|%d", h.Key, l.Algorithm, l.Rate, l.Period.Milliseconds(), l.Burst)
+}
+
+// nextPermutation advances e to its next order by key, false after the
+// last.
+func nextPermutation(e []rules.Entry) bool {
+	i := len(e) - 2
+	for i >= 0 && e[i].Key >= e[i+1].Key {
+		i--
+	}
+	if i < 0 {
+		return false
+	}
+	j := len(e) - 1
+	for e[j].Key <= e[i].Key {
+		j--
+	}
+	e[i], e[j] = e[j], e[i]
+	slices.Reverse(e[i+1:])
+	return true
+}

@@ -1,0 +1,299 @@
+package rlqs_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"maps"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/rlqs"
+	"github.com/sluicehq/sluice/rules"
+)
+
+const testRules = `
+domain: quota
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 1000}
+    descriptors:
+      - key: path
+        rate_limit: {unit: minute, requests_per_unit: 600}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: banned
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: bucketed
+    rate_limit: {algorithm: token_bucket, unit: second, requests_per_unit: 200, burst: 50}
+`
+
+// serve starts an RLQS server on a real loopback listener and returns a
+// client of go-control-plane connected to it.
+func serve(t *testing.T, cfg rlqs.Config) rlqsv3.RateLimitQuotaServiceClient {
+	t.Helper()
+	s, err := rlqs.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	s.Register(g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlqsv3.NewRateLimitQuotaServiceClient(conn)
+}
+
+func usage(bucket map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+	return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		BucketId:           &rlqsv3.BucketId{Bucket: bucket},
+		TimeElapsed:        durationpb.New(elapsed),
+		NumRequestsAllowed: allowed,
+		NumRequestsDenied:  denied,
+	}
+}
+
+// describe turns an action into a short string for comparisons.
+func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
+	if a.GetAbandonAction() != nil {
+		return "abandon"
+	}
+	qa := a.GetQuotaAssignmentAction()
+	if qa == nil {
+		return "none"
+	}
+	s := qa.GetRateLimitStrategy()
+	var b strings.Builder
+	switch {
+	case s.GetTokenBucket() != nil:
+		tb := s.GetTokenBucket()
+		b.WriteString("token_bucket max=" + itoa(uint64(tb.MaxTokens)) + " per_fill=" + itoa(uint64(tb.GetTokensPerFill().GetValue())) + " fill=" + tb.GetFillInterval().AsDuration().String())
+	case s.GetRequestsPerTimeUnit() != nil:
+		r := s.GetRequestsPerTimeUnit()
+		b.WriteString("per_unit " + itoa(r.RequestsPerTimeUnit) + "/" + r.TimeUnit.String())
+	default:
+		b.WriteString(s.GetBlanketRule().String())
+	}
+	b.WriteString(" ttl=" + qa.GetAssignmentTimeToLive().AsDuration().String())
+	return b.String()
+}
+
+func itoa(n uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	return string(b[i:])
+}
+
+// TestActions: each kind of bucket gets its action, on a real gRPC stream:
+// a share of a limited rule as a token bucket (alone, all of it), ids
+// matched whatever the order of the rules' nesting, ALLOW_ALL for
+// unlimited and shadow rules, DENY_ALL for a limit of zero, abandon for
+// what matches nothing.
+func TestActions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := rulestest.Config(t, testRules)
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, Policy: rlqs.Policy{TTL: 3 * time.Second}, Registry: reg})
+	stream, err := client.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		bucket map[string]string
+		want   string
+	}{
+		{map[string]string{"tenant": "acme"}, "token_bucket max=1000 per_fill=1000 fill=1s ttl=3s"},
+		// sorted, path comes first, which the rules do not nest that way:
+		// the other order matches tenant -> path (600 a minute: 10 a
+		// second, so the fill interval is 10 s for 100 tokens).
+		{map[string]string{"tenant": "acme", "path": "/x"}, "token_bucket max=600 per_fill=100 fill=10s ttl=3s"},
+		{map[string]string{"free": "yes"}, "ALLOW_ALL ttl=3s"},
+		{map[string]string{"trial": "t1"}, "ALLOW_ALL ttl=3s"},
+		{map[string]string{"banned": "b"}, "DENY_ALL ttl=3s"},
+		{map[string]string{"bucketed": "k"}, "token_bucket max=50 per_fill=200 fill=1s ttl=3s"},
+		{map[string]string{"nobody": "x"}, "abandon"},
+		{map[string]string{"tenant": "acme", "path": "/x", "extra": "1"}, "abandon"},
+	}
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+	for _, c := range cases {
+		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(c.bucket, 1, 0, 0))
+	}
+	if err := stream.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BucketAction) != len(cases) {
+		t.Fatalf("%d actions for %d buckets: %v", len(resp.BucketAction), len(cases), resp)
+	}
+	got := map[string]string{}
+	for _, a := range resp.BucketAction {
+		got[strings.Join(sortedPairs(a.BucketId.Bucket), ",")] = describe(a)
+	}
+	for _, c := range cases {
+		k := strings.Join(sortedPairs(c.bucket), ",")
+		if got[k] != c.want {
+			t.Errorf("bucket %s: %q, want %q", k, got[k], c.want)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_rlqs_bucket_actions_total" {
+			for _, m := range mf.Metric {
+				counts[m.Label[0].GetValue()] = m.Counter.GetValue()
+			}
+		}
+	}
+	if want := map[string]float64{"token_bucket": 3, "allow_all": 2, "deny_all": 1, "abandon": 2}; !maps.Equal(counts, want) {
+		t.Errorf("sluice_rlqs_bucket_actions_total %v, want %v", counts, want)
+	}
+}
+
+func sortedPairs(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// TestBadStreams: a stream whose first report names no domain, or that
+// changes domains, ends with InvalidArgument; buckets without ids are
+// skipped.
+func TestBadStreams(t *testing.T) {
+	cfg := rulestest.Config(t, testRules)
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }})
+	for _, reps := range [][]*rlqsv3.RateLimitQuotaUsageReports{
+		{{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"tenant": "a"}, 1, 0, 0)}}},
+		{{Domain: "quota"}, {Domain: "other"}},
+	} {
+		stream, err := client.StreamRateLimitQuotas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range reps {
+			if err := stream.Send(r); err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+		}
+		_, err = stream.Recv()
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("reports %v: %v, want InvalidArgument", reps, err)
+		}
+	}
+	stream, err := client.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{}, usage(nil, 1, 0, 0), usage(map[string]string{"tenant": strings.Repeat("x", 10<<10)}, 1, 0, 0), usage(map[string]string{"tenant": "a"}, 1, 0, 0),
+	}}
+	if err := stream.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.BucketAction) != 2 || describe(resp.BucketAction[0]) != "abandon" || resp.BucketAction[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+		t.Fatalf("want an abandon for the 10 KB value and a token bucket for tenant=a, got %v", resp)
+	}
+}
+
+// TestSharesFollowDemand: two streams on one bucket of 1000 a second
+// reporting 900 and 100 requests a second get 900 and 100 a second once
+// both have reported twice (max-min fair: the rest of the pool spread
+// evenly, none of it here); with the demand reversed, they follow.
+func TestSharesFollowDemand(t *testing.T) {
+	cfg := rulestest.Config(t, testRules)
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, Policy: rlqs.Policy{TTL: 5 * time.Second, Grace: time.Second}, Now: clock,
+		Pools: rlqs.NewMemPools(rlqs.PolicyDefaults(rlqs.Policy{TTL: 5 * time.Second, Grace: time.Second}), clock)})
+	var streams [2]rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient
+	for i := range streams {
+		s, err := client.StreamRateLimitQuotas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i] = s
+	}
+	bucket := map[string]string{"tenant": "acme"}
+	report := func(i int, perSec uint64) uint32 {
+		t.Helper()
+		if err := streams[i].Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota",
+			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(bucket, perSec, 0, time.Second)}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := streams[i].Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := resp.BucketAction[0].GetQuotaAssignmentAction().GetRateLimitStrategy()
+		if s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL && s.GetTokenBucket() == nil {
+			return 0
+		}
+		return s.GetTokenBucket().GetTokensPerFill().GetValue()
+	}
+	var got [2]uint32
+	for round := range 3 {
+		now = now.Add(time.Second)
+		got[0], got[1] = report(0, 900), report(1, 100)
+		if round == 0 && got[0] != 1000 {
+			t.Fatalf("first report alone: %d a second, want all 1000", got[0])
+		}
+	}
+	if got != [2]uint32{900, 100} {
+		t.Fatalf("demand 900 and 100: shares %v a second, want [900 100]", got)
+	}
+	for range 3 {
+		now = now.Add(time.Second)
+		got[0], got[1] = report(0, 100), report(1, 900)
+	}
+	if got != [2]uint32{100, 900} {
+		t.Fatalf("demand reversed: shares %v a second, want [100 900]", got)
+	}
+}
