@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/reload"
+	"github.com/sluicehq/sluice/rlqs"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/xdsrules"
@@ -72,6 +73,9 @@ type serveSettings struct {
 	drainDelay          time.Duration
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
+	rlqsTTL             time.Duration
+	rlqsGrace           time.Duration
+	rlqsWindows         string
 	headers             ratelimitheaders.HeaderMode
 	storeSettings
 	envoyIgnored, sources []string // for the startup log
@@ -121,6 +125,9 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
 	fs.DurationVar(&s.grpcMaxConnAge, "grpc-max-connection-age", 24*time.Hour, "gRPC connections are asked to reconnect after this long, to spread clients over new instances")
 	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "then closed after this much longer")
+	fs.DurationVar(&s.rlqsTTL, "rlqs-ttl", rlqs.DefaultTTL, "Rate Limit Quota Service: how long Envoy keeps an assignment (must exceed Envoy's reporting_interval); a dropped Envoy's share goes to the others this long plus --rlqs-grace after its last report")
+	fs.DurationVar(&s.rlqsGrace, "rlqs-grace", rlqs.DefaultGrace, "Rate Limit Quota Service: the longest an assignment may take to reach Envoy; a lowered share is held this long before others get it")
+	fs.StringVar(&s.rlqsWindows, "rlqs-windows", "token_bucket", "Rate Limit Quota Service: how shares of window limits are sent, token_bucket or requests_per_time_unit (which Envoy does not enforce yet)")
 	fs.Usage = func() { serveUsage(fs, stderr) }
 
 	if err := parseFlags(fs, args); err != nil {
@@ -165,6 +172,12 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		addrs["debug-addr"] = s.debugAddr
 	}
 	probs = append(probs, checkAddrs(addrs)...)
+	if s.rlqsTTL <= 0 || s.rlqsGrace <= 0 {
+		probs = append(probs, "--rlqs-ttl and --rlqs-grace must be positive")
+	}
+	if s.rlqsWindows != "token_bucket" && s.rlqsWindows != "requests_per_time_unit" {
+		probs = append(probs, fmt.Sprintf("--rlqs-windows %q is neither token_bucket nor requests_per_time_unit", s.rlqsWindows))
+	}
 	if s.grpcMaxConnAge <= 0 || s.grpcMaxConnAgeGrace <= 0 {
 		probs = append(probs, "--grpc-max-connection-age and --grpc-max-connection-age-grace must be positive")
 	}
@@ -174,11 +187,36 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	return s, nil
 }
 
+// rlqsServer is the Rate Limit Quota Service of the node, on the gRPC
+// listener: shares kept in Redis with --store redis (so that any Envoy
+// may talk to any node), else in memory.
+func (s *serveSettings) rlqsServer(stores *storeSet, rulesNow func() *rules.Config, reg prometheus.Registerer, log *slog.Logger) (*rlqs.Server, error) {
+	policy := rlqs.PolicyDefaults(rlqs.Policy{TTL: s.rlqsTTL, Grace: s.rlqsGrace})
+	var pools rlqs.Pools = rlqs.NewMemPools(policy, nil)
+	if stores.redis != nil {
+		pools = rlqs.NewRedisPools(policy, stores.redis.Client, stores.redis.Prefix())
+	}
+	windows := rlqs.TokenBuckets
+	if s.rlqsWindows == "requests_per_time_unit" {
+		windows = rlqs.RequestsPerTimeUnit
+	}
+	return rlqs.New(rlqs.Config{
+		Rules:      rulesNow,
+		Pools:      pools,
+		Policy:     policy,
+		ShadowMode: s.shadowMode,
+		Windows:    windows,
+		Logger:     log.With("component", "rlqs"),
+		Registry:   reg,
+	})
+}
+
 // serveUsage prints every flag with its environment variables and default.
 func serveUsage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprint(w, `Usage: sluice serve --config PATH [flags]
 
-Runs the rate limit service: envoy.service.ratelimit.v3.RateLimitService and
+Runs the rate limit service: envoy.service.ratelimit.v3.RateLimitService,
+envoy.service.rate_limit_quota.v3.RateLimitQuotaService (RLQS) and
 grpc.health.v1.Health over gRPC; POST /json, /healthz, /readyz and /metrics
 over HTTP; pprof and the loaded rules on the debug listener. Rules are
 reloaded when their files change (or on SIGHUP); a bad reload keeps the rules
@@ -425,6 +463,11 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(gs)
+	quota, err := s.rlqsServer(stores, dec.Core().Rules, reg, log)
+	if err != nil {
+		return err
+	}
+	quota.Register(gs)
 	endpoints := []endpoint{
 		{name: "grpc", addr: s.grpcAddr, grpc: gs},
 		{name: "http", addr: s.httpAddr, http: newHTTPServer(srv.Handler(), log)},
