@@ -64,6 +64,9 @@ const (
 	// MaxBucketEntries bounds the entries of a bucket id; a longer id is
 	// abandoned.
 	MaxBucketEntries = 64
+	// minElapsed is the shortest time between two reports that makes a
+	// demand estimate.
+	minElapsed = 10 * time.Millisecond
 	// maxPermuted is the most entries whose orders are all tried.
 	maxPermuted = 5
 )
@@ -278,7 +281,13 @@ func (s *Server) report(ctx context.Context, st *streamState, rep *rlqsv3.RateLi
 				resp.BucketAction = append(resp.BucketAction, s.act(b.id, actAllow, nil))
 				continue
 			}
-			perSec := float64(u.NumRequestsAllowed+u.NumRequestsDenied) / max(elapsed.Seconds(), 1)
+			if elapsed < minElapsed {
+				// A bucket's first report (Envoy sends it with the
+				// bucket's first request, and whole seconds of
+				// time_elapsed): its count over a second.
+				elapsed = time.Second
+			}
+			perSec := float64(u.NumRequestsAllowed+u.NumRequestsDenied) / elapsed.Seconds()
 			assigned = append(assigned, b)
 			first = append(first, len(asks))
 			for i, l := range b.limits {

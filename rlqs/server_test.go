@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,5 +296,51 @@ func TestSharesFollowDemand(t *testing.T) {
 	}
 	if got != [2]uint32{100, 900} {
 		t.Fatalf("demand reversed: shares %v a second, want [100 900]", got)
+	}
+}
+
+// failingPools is Redis down.
+type failingPools struct{}
+
+func (failingPools) Assign(context.Context, []rlqs.Ask, []rlqs.Share) error {
+	return errors.New("redis: connection refused")
+}
+
+// TestPoolsDown: when the shares cannot be computed, a domain that says
+// fail_closed gets DENY_ALL, fail_open ALLOW_ALL, and one that says
+// nothing no answer at all (Envoy keeps its assignment until it expires);
+// buckets that need no share are answered as ever.
+func TestPoolsDown(t *testing.T) {
+	cfg := rulestest.Config(t, "domain: closed\nfailure_policy: fail_closed\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
+		"domain: open\nfailure_policy: fail_open\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
+		"domain: quiet\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}, {key: free, rate_limit: {unlimited: true}}]\n")
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, Pools: failingPools{}})
+	for domain, want := range map[string][]string{
+		"closed": {"DENY_ALL ttl=5s"},
+		"open":   {"ALLOW_ALL ttl=5s"},
+		"quiet":  {"ALLOW_ALL ttl=5s"}, // only free=1: k=v has no answer
+	} {
+		stream, err := client.StreamRateLimitQuotas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"k": "v"}, 1, 0, 0)}}
+		if domain == "quiet" {
+			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"free": "1"}, 1, 0, 0))
+		}
+		if err := stream.Send(rep); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range resp.BucketAction {
+			got = append(got, describe(a))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", domain, got, want)
+		}
 	}
 }
