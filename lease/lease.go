@@ -8,13 +8,13 @@
 // what leases may cost in exactness (docs/leases.md has the proof):
 //
 //   - Every grant is taken from the key's own state in the store, as if its
-//     hits were admitted then, in the same atomic call as from a ledger: a
-//     GCRA of burst b = ⌈U/4⌉ that grants U − b hits per lease life D (at
-//     most MaxLife, and short enough that the ledger grants at least the
-//     limit's own rate), on a key of its own. A bucket's lease expires D
-//     after its grant. So at any moment the hits granted on a bucket but
-//     not spent are at most what the ledger grants in a span of D:
-//     b + (U − b) = U.
+//     hits were admitted then, and is at most b = ⌈U/4⌉ hits. On a bucket
+//     it is taken in the same atomic call from a ledger: a GCRA of burst b
+//     that grants U − b hits per lease life D (at most MaxLife, and short
+//     enough that the ledger grants at least the limit's own rate), on a
+//     key of its own. A bucket's lease expires D after its grant. So at
+//     any moment the hits granted on a bucket but not spent are at most
+//     what the ledger grants in a span of D: b + (U − b) = U.
 //   - On a bucket (token_bucket, leaky_bucket, gcra), a hit spent later
 //     than its grant is the only difference from deciding every hit in the
 //     store: any interval admits at most the limit's own bound plus the
@@ -23,7 +23,8 @@
 //     window of its grant ends: nothing is admitted beyond the limit. A
 //     node holds one lease per key, of at most b hits, so what leases
 //     hold unspent, which other nodes may be denied early and which is
-//     lost if unspent when the window ends, is at most b per node.
+//     lost if unspent when the window ends, is at most b per node. A
+//     window needs no ledger, so its grants keep up with any demand.
 //
 // A node that crashes takes its leases with it: they are spent nowhere,
 // and the ledger forgets them after D. sliding_log and sketch do not
@@ -179,10 +180,11 @@ func (s *Store) ledgerOf(l *sluice.Limit) *ledger {
 	return v.(*ledger)
 }
 
-// MaxLife is the longest a lease lives. A shorter life lets the ledger
-// grant faster (the bound is on what is outstanding, so a ledger that
-// forgets sooner may give more): leases keep up with a key's demand up to
-// (U − ⌈U/4⌉)/MaxLife hits a second, or the limit's own rate if higher.
+// MaxLife is the longest a bucket's lease lives. A shorter life lets the
+// ledger grant faster (the bound is on what is outstanding, so a ledger
+// that forgets sooner may give more): leases keep up with a bucket's
+// demand up to (U − ⌈U/4⌉)/MaxLife hits a second, or the limit's own rate
+// if higher, which is all a bucket admits once its burst is spent.
 const MaxLife = 100 * time.Millisecond
 
 // newLedger builds the ledger of l: a GCRA of burst b = ⌈U/4⌉ and rate
@@ -434,8 +436,17 @@ func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, s
 		{Key: h.Key, Limit: h.Limit, Cost: size},
 		{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
 	}
+	n := 2
+	if windowed(h.Limit.Algorithm) {
+		// A window needs no ledger: its leases live until the window
+		// of their grant ends, so the key's own count bounds them, and
+		// a node holds at most b. Its grants go as fast as demand
+		// asks.
+		n = 1
+		out[1] = sluice.Decision{Allowed: true, Remaining: size}
+	}
 	s.stats.Grants.Add(1)
-	if err := s.next.Take(ctx, hits[:], out[:]); err != nil {
+	if err := s.next.Take(ctx, hits[:n], out[:n]); err != nil {
 		return held{}, false, nil
 	}
 	if out[0].Allowed && out[1].Allowed {

@@ -18,11 +18,11 @@ import (
 
 // TestRedisNodes: four nodes, each a lease store over its own Redis store
 // client, share a fixed window of 5,000 an hour with a lease bound of
-// 1,000 (a ledger rate of 7,500 a second) on one real redis-server, with
-// 32 goroutines asking far more than the limit, as fast as they can. The window admits
-// at most its limit, and at least its limit less the lease bound (what
-// leases may hold unspent: ⌈U/4⌉ a node); leases carry their share, and
-// the calls to Redis are never more than the decisions.
+// 1,000 on one real redis-server, with 32 goroutines asking far more than
+// the limit, as fast as they can. The window admits at most its limit, and
+// at least its limit less what leases may hold unspent (⌈U/4⌉ a node);
+// leases carry most of the admitted hits, and the calls to Redis are
+// never more than the decisions.
 func TestRedisNodes(t *testing.T) {
 	srv := redistest.Standalone(t)
 	const limit, u = 5000, 1000
@@ -78,11 +78,12 @@ func TestRedisNodes(t *testing.T) {
 		local += nd.Stats().Local.Load()
 	}
 	t.Logf("%d admitted of %d asked, %d from leases; %d Redis calls, %d of them grants that granted, %d refused", n, asked.Load(), local, calls, granting, refused)
-	// 32 goroutines ask about 60,000 times a second here, eight times
-	// what the ledger grants: leases carry about the ledger's share (an
-	// eighth), the rest is decided in Redis, and refused grants stay few.
-	if local < n/20 {
-		t.Errorf("%d of %d admitted hits came from leases: fewer than 5%%", local, n)
+	// 32 goroutines ask as fast as they can. A window needs no ledger, so
+	// leases carry most of the admitted hits; what the store decides is
+	// the start (grants grow from one hit) and the denials (a lease store
+	// keeps no cache of them).
+	if local < n*8/10 {
+		t.Errorf("%d of %d admitted hits came from leases: fewer than 80%%", local, n)
 	}
 	if calls > asked.Load() {
 		t.Errorf("%d Redis calls for %d decisions: more than one a decision", calls, asked.Load())

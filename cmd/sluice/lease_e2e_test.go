@@ -15,8 +15,8 @@ import (
 // decide a limit with consistency: lease (10,000 an hour, max_overshoot
 // 10%: 1,000 hits) under 16 concurrent clients asking far more. The hour admits
 // at most its limit and at least its limit less the bound; leases carry
-// a good share of the admitted hits, and the Redis calls are never more
-// than the decisions.
+// most of the admitted hits, and Redis sees under a tenth of the
+// decisions.
 func TestServeE2ELease(t *testing.T) {
 	srv := redistest.Standalone(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
@@ -62,13 +62,13 @@ descriptors:
 			metricInt(p, "sluice_lease_expired_hits_total"), metricInt(p, "sluice_lease_store_hits_total"))
 	}
 	t.Logf("%d admitted of %d decisions; %d from leases; %d Redis calls (%.3f a decision)", n, decisions.Load(), local, calls, float64(calls)/float64(decisions.Load()))
-	// As fast as 16 clients can ask, the demand is near what the ledger
-	// grants (docs/leases.md): leases carry a good share, and the calls
-	// are never more than without them.
-	if local < n*3/10 {
-		t.Errorf("%d of %d admitted hits came from leases, want 30%% or more", local, n)
+	// A window's grants go as fast as demand asks (no ledger): leases
+	// carry nearly all admitted hits, and the local cache answers most
+	// denials, so Redis sees a small fraction of the decisions.
+	if local < n*8/10 {
+		t.Errorf("%d of %d admitted hits came from leases, want 80%% or more", local, n)
 	}
-	if calls > decisions.Load() {
-		t.Errorf("%d Redis calls for %d decisions: more than one a decision", calls, decisions.Load())
+	if calls*10 > decisions.Load() {
+		t.Errorf("%d Redis calls for %d decisions: more than 0.1 a decision", calls, decisions.Load())
 	}
 }
