@@ -50,6 +50,10 @@ func TestImportRules(t *testing.T) {
 		// The Envoy codec decodes and encodes; it serves nothing and
 		// stores nothing (its proto package brings gRPC's stubs along).
 		mod + "/rls": {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/memstore", mod + "/redisstore", mod + "/localcache"},
+		// The Rate Limit Quota Service matches with the rules and keeps
+		// its shares through a Redis client it is given: no other
+		// transport, no store, no decision core (it decides no hits).
+		mod + "/rlqs": {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...").Output()
 	if err != nil {

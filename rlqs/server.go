@@ -25,7 +25,8 @@
 // within Policy.Grace of being decided.
 //
 // This package imports the root package, rules, go-control-plane, gRPC,
-// rueidis and Prometheus' client; not a transport of its own or a store.
+// rueidis and Prometheus' client; no other transport, no store and not
+// the decision core: it decides no hits, and is given its Redis client.
 package rlqs
 
 import (
