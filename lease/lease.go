@@ -1,8 +1,9 @@
 // Package lease decides limits from local leases, to spare the shared
 // store (Redis) most of its calls: a node takes a share of a key's quota
 // from the store in one call (a grant), decides locally from it while it
-// lasts, and asks again when it runs out or expires. Shares follow demand:
-// a grant is sized by what the node spent of its last one.
+// lasts, and asks again when it runs low (in the background, so that hits
+// find the next lease ready) or when it runs out or expires. Shares follow
+// demand: a grant is sized by what the node spent of its last one.
 //
 // A limit opts in with sluice.Limit.LeaseOvershoot, U hits: the bound on
 // what leases may cost in exactness (docs/leases.md has the proof):
@@ -60,6 +61,12 @@ type Config struct {
 	// MaxLeases bounds the leases held; beyond it, hits of keys without
 	// one are decided by the store. Zero means DefaultMaxLeases.
 	MaxLeases int
+
+	// Go runs a renewal in the background: the grant a lease asks for
+	// when it runs low, so that hits find the next lease ready. Nil
+	// means a new goroutine; tests run it at once, for a deterministic
+	// order.
+	Go func(func())
 }
 
 // DefaultMaxLeases is the bound on leases when Config.MaxLeases is 0.
@@ -80,6 +87,8 @@ type Store struct {
 
 	ledgers sync.Map // *sluice.Limit -> *ledger
 
+	goFn func(func())
+
 	stats Stats
 }
 
@@ -89,6 +98,7 @@ type Stats struct {
 	Grants   atomic.Int64 // grant calls made (a retry counts again)
 	Refused  atomic.Int64 // grant calls the key or the ledger refused
 	Granted  atomic.Int64 // hits granted
+	Renewals atomic.Int64 // grant calls made ahead, for a lease running low
 	Expired  atomic.Int64 // hits granted, never spent: their lease expired
 	Fallback atomic.Int64 // hits of leasing limits decided by the store
 }
@@ -116,6 +126,14 @@ type lease struct {
 	limit     int64         // the decision's Limit
 	left      int64         // the key's Remaining after the last grant
 	resetAt   time.Duration // the key's ResetAfter after the last grant, on our clock
+	since     time.Duration // when the lease's grant was sent
+
+	// The renewal: a grant made ahead while the lease ran low, waiting
+	// for it to run out or expire.
+	spare         int64
+	spareSize     int64
+	spareDeadline time.Duration
+	spareSince    time.Duration
 }
 
 // ledger is the ledger limit of a leasing limit, and the lifetime of its
@@ -127,7 +145,10 @@ type ledger struct {
 
 // New returns a lease store in front of next.
 func New(next sluice.Store, cfg Config) *Store {
-	s := &Store{next: next, now: cfg.Now, start: time.Now(), max: int64(cfg.MaxLeases)}
+	s := &Store{next: next, now: cfg.Now, start: time.Now(), max: int64(cfg.MaxLeases), goFn: cfg.Go}
+	if s.goFn == nil {
+		s.goFn = func(f func()) { go f() }
+	}
 	if s.max <= 0 {
 		s.max = DefaultMaxLeases
 	}
@@ -346,7 +367,8 @@ func (s *Store) decide(ctx context.Context, hits []sluice.Hit, out []sluice.Deci
 }
 
 // reserve takes h's cost from its key's lease, granting a new one first
-// when the lease is missing, spent or expired. It reports false when the
+// when the lease is missing, spent or expired (and no renewal waits), and
+// starting a renewal when the lease runs low. It reports false when the
 // hit must be decided by the store; then, when a grant of exactly h's cost
 // was denied by the key itself, also that denial: the store's answer to h
 // alone, decided all-or-nothing.
@@ -357,11 +379,24 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 		now := s.clock()
 		sh.mu.Lock()
 		l := sh.m[k]
+		if l != nil && l.spare > 0 && (now >= l.deadline || l.units < h.Cost) {
+			l.promote(now, &s.stats)
+		}
 		if l != nil && now < l.deadline && l.units >= h.Cost {
 			l.units -= h.Cost
 			l.spent += h.Cost
 			d := decisionOf(l, now)
+			size, renew := l.renewal(now, led)
+			var ch chan struct{}
+			if renew {
+				ch = make(chan struct{})
+				l.pending = ch
+			}
 			sh.mu.Unlock()
+			if renew {
+				s.stats.Renewals.Add(1)
+				s.goFn(func() { s.renew(context.WithoutCancel(ctx), h.Limit, k, led, size, l, ch) })
+			}
 			return held{l: l, k: k, d: d}, true, nil
 		}
 		if l != nil && now < l.notBefore {
@@ -411,6 +446,85 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 	}
 }
 
+// promote makes the renewal the lease, when the lease can no longer serve:
+// what the lease had left goes (every unit dies within its own grant's
+// life); a renewal that expired waiting goes too.
+func (l *lease) promote(now time.Duration, st *Stats) {
+	if now >= l.spareDeadline {
+		st.Expired.Add(l.spare)
+		l.spare = 0
+		return
+	}
+	st.Expired.Add(l.units)
+	l.units, l.deadline, l.since = l.spare, l.spareDeadline, l.spareSince
+	l.size, l.spent = l.spareSize, 0
+	l.spare = 0
+}
+
+// renewal reports whether the lease, just spent from, runs low: no grant
+// in flight or waiting, and at the pace it is spent, it runs out before it
+// expires with less than half of it left. Then the grant to make ahead is
+// twice the lease's size, less what it has left, at most b: a node never
+// holds more than b hits of a key, its lease and renewal together.
+func (l *lease) renewal(now time.Duration, led *ledger) (int64, bool) {
+	if l.pending != nil || l.spare > 0 || now < l.notBefore || 2*l.units >= l.size || l.spent < 2 {
+		// (A lease that served one hit says nothing of a pace: a key
+		// asked once is not renewed ahead.)
+		return 0, false
+	}
+	// Spent at this pace, the rest lasts (now − since)·units/spent:
+	// renew if that is before the deadline.
+	if l.spent <= 0 || int64(now-l.since)*l.units >= int64(l.deadline-now)*l.spent {
+		return 0, false
+	}
+	size := min(2*l.size, led.limit.Burst) - l.units
+	return size, size >= 1
+}
+
+// renew makes the grant of a lease running low, in the background: on
+// success it waits beside the lease, to be promoted when the lease runs
+// out. l is the lease that asked; ch is its pending grant, closed when
+// done.
+func (s *Store) renew(ctx context.Context, lim *sluice.Limit, k lkey, led *ledger, size int64, l *lease, ch chan struct{}) {
+	sh := s.shardOf(k)
+	defer func() {
+		sh.mu.Lock()
+		if l.pending == ch {
+			l.pending = nil
+		}
+		sh.mu.Unlock()
+		close(ch)
+	}()
+	var hits [2]sluice.Hit
+	var out [2]sluice.Decision
+	sent := s.clock()
+	n := grantOf(lim, k.key, led, size, &hits, &out)
+	s.stats.Grants.Add(1)
+	if err := s.next.Take(ctx, hits[:n], out[:n]); err != nil {
+		return
+	}
+	if !out[0].Allowed || !out[1].Allowed {
+		s.stats.Refused.Add(1)
+		s.refused(k, min(out[0].Remaining, out[1].Remaining), sent+max(out[1].RetryAfter, led.life/16))
+		return
+	}
+	s.stats.Granted.Add(size)
+	life := led.life
+	if windowed(lim.Algorithm) {
+		life = out[0].ResetAfter
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[k] != l {
+		// Swept meanwhile (it had expired): the renewal has no lease
+		// to wait beside, and its hits are lost.
+		s.stats.Expired.Add(size)
+		return
+	}
+	l.spare, l.spareSize, l.spareDeadline, l.spareSince = size, size, sent+life, sent
+	l.limit, l.left, l.resetAt = out[0].Limit, out[0].Remaining, sent+out[0].ResetAfter
+}
+
 // nextSize is the size of the next grant, from the last one's fate: run
 // out while alive (demand outgrew it): twice its size; expired with units
 // left: what it spent, so that unspent grants, which the key counted as
@@ -430,21 +544,10 @@ func (l *lease) nextSize(now time.Duration) int64 {
 // for h's cost alone and the key itself refused, its answer is the
 // store's answer to h.
 func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
+	var hits [2]sluice.Hit
 	var out [2]sluice.Decision
 	sent := s.clock()
-	hits := [2]sluice.Hit{
-		{Key: h.Key, Limit: h.Limit, Cost: size},
-		{Key: ledgerKey(h.Key), Limit: led.limit, Cost: size},
-	}
-	n := 2
-	if windowed(h.Limit.Algorithm) {
-		// A window needs no ledger: its leases live until the window
-		// of their grant ends, so the key's own count bounds them, and
-		// a node holds at most b. Its grants go as fast as demand
-		// asks.
-		n = 1
-		out[1] = sluice.Decision{Allowed: true, Remaining: size}
-	}
+	n := grantOf(h.Limit, h.Key, led, size, &hits, &out)
 	s.stats.Grants.Add(1)
 	if err := s.next.Take(ctx, hits[:n], out[:n]); err != nil {
 		return held{}, false, nil
@@ -465,6 +568,22 @@ func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, s
 	room := min(out[0].Remaining, out[1].Remaining)
 	s.refused(k, room, sent+max(out[1].RetryAfter, led.life/16))
 	return held{}, false, nil
+}
+
+// grantOf sets the hits of a grant of size on l's key, and returns how
+// many to take: the key and its ledger on a bucket; on a window the key
+// alone, and then out[1] is what a ledger with room would answer. A
+// window needs no ledger: its leases live until the window of their grant
+// ends, so the key's own count bounds them, and a node holds at most b;
+// its grants go as fast as demand asks.
+func grantOf(l *sluice.Limit, key string, led *ledger, size int64, hits *[2]sluice.Hit, out *[2]sluice.Decision) int {
+	hits[0] = sluice.Hit{Key: key, Limit: l, Cost: size}
+	if windowed(l.Algorithm) {
+		out[1] = sluice.Decision{Allowed: true, Remaining: size}
+		return 1
+	}
+	hits[1] = sluice.Hit{Key: ledgerKey(key), Limit: led.limit, Cost: size}
+	return 2
 }
 
 // install puts a granted lease of size hits in place, h's cost taken from
@@ -493,6 +612,7 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 	// one deadline.
 	s.stats.Expired.Add(l.units)
 	l.deadline = sent + life
+	l.since = sent
 	l.units = size - h.Cost
 	l.spent = h.Cost
 	l.size = size
@@ -538,8 +658,8 @@ func (s *Store) sweep(now time.Duration) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, l := range sh.m {
-			if now >= l.deadline && l.pending == nil {
-				s.stats.Expired.Add(l.units)
+			if now >= l.deadline && l.pending == nil && (l.spare == 0 || now >= l.spareDeadline) {
+				s.stats.Expired.Add(l.units + l.spare)
 				delete(sh.m, k)
 				s.count.Add(-1)
 			}
@@ -556,7 +676,7 @@ func decisionOf(l *lease, now time.Duration) sluice.Decision {
 	return sluice.Decision{
 		Allowed:    true,
 		Limit:      l.limit,
-		Remaining:  l.units + l.left,
+		Remaining:  l.units + l.spare + l.left,
 		ResetAfter: max(l.resetAt-now, 0),
 	}
 }

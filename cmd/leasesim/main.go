@@ -162,7 +162,7 @@ func run(c config) (report, error) {
 	shared := &counting{Store: mem}
 	nodes := make([]*lease.Store, c.nodes)
 	for i := range nodes {
-		nodes[i] = lease.New(shared, lease.Config{Now: func() time.Duration { return now.Sub(start) }})
+		nodes[i] = lease.New(shared, lease.Config{Now: func() time.Duration { return now.Sub(start) }, Go: func(f func()) { f() }})
 	}
 	// Each node's share of the demand.
 	w := make([]float64, c.nodes)

@@ -329,6 +329,7 @@ func leaseCollector(ls *lease.Store) prometheus.Collector {
 		c("local_hits_total", "Hits admitted from a lease, without a call to the store.", &st.Local),
 		c("grant_calls_total", "Grant calls made to the store.", &st.Grants),
 		c("grant_refused_total", "Grant calls the key or its ledger refused.", &st.Refused),
+		c("renewal_calls_total", "Grant calls made ahead, for a lease running low.", &st.Renewals),
 		c("granted_hits_total", "Hits granted to this node's leases.", &st.Granted),
 		c("expired_hits_total", "Hits granted that expired unspent.", &st.Expired),
 		c("store_hits_total", "Hits of leasing limits decided by the store.", &st.Fallback),
