@@ -22,8 +22,8 @@ const (
 	TokenBuckets WindowStrategy = iota
 	// RequestsPerTimeUnit sends the share of a window whose period is one
 	// second, minute, hour or day as requests_per_time_unit. Envoy's
-	// filter (through 1.36) logs such assignments as not yet supported and
-	// ignores them: only for clients that enforce it.
+	// filter, as its source reads today, logs such assignments as not yet
+	// supported and ignores them: only for clients that enforce it.
 	RequestsPerTimeUnit
 )
 
