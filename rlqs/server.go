@@ -177,8 +177,10 @@ func New(cfg Config) (*Server, error) {
 // Register registers the service on g.
 func (s *Server) Register(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s) }
 
-// streamState is one stream's buckets.
-type streamState struct {
+// Stream is one stream's buckets: what the server keeps of an Envoy
+// between its reports. StreamRateLimitQuotas keeps one per gRPC stream;
+// NewStream and Report serve reports from elsewhere (a simulation).
+type Stream struct {
 	id      uint64
 	domain  string
 	buckets map[string]*bucketState
@@ -187,13 +189,15 @@ type streamState struct {
 
 // bucketState is one bucket of one stream.
 type bucketState struct {
-	id     *rlqsv3.BucketId
-	client string          // participant id: 32 hex digits
-	rules  *rules.Config   // the rules the match was made with
-	action action          // what the match gave
-	limits []*sluice.Limit // for actAssign
-	pools  []string        // the counter key of each limit
-	last   time.Time       // the last report, server time
+	id      *rlqsv3.BucketId
+	client  string          // participant id: 32 hex digits
+	rules   *rules.Config   // the rules the match was made with
+	action  action          // what the match gave
+	limits  []*sluice.Limit // for actAssign
+	pools   []string        // the counter key of each limit
+	last    time.Time       // the last report, server time
+	demand  float64         // requests a second, smoothed
+	reports int             // reports seen
 }
 
 type action uint8
@@ -210,7 +214,7 @@ const (
 func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	s.streams.Inc()
 	defer s.streams.Dec()
-	st := &streamState{id: s.stream.Add(1), buckets: make(map[string]*bucketState)}
+	st := s.NewStream()
 	ctx := stream.Context()
 	for {
 		rep, err := stream.Recv()
@@ -221,7 +225,7 @@ func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.Ra
 			return err
 		}
 		s.reports.Inc()
-		resp, err := s.report(ctx, st, rep)
+		resp, err := s.Report(ctx, st, rep)
 		if err != nil {
 			return err
 		}
@@ -234,8 +238,16 @@ func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.Ra
 	}
 }
 
-// report answers one usage report.
-func (s *Server) report(ctx context.Context, st *streamState, rep *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
+// NewStream returns the state of a new stream.
+func (s *Server) NewStream() *Stream {
+	return &Stream{id: s.stream.Add(1), buckets: make(map[string]*bucketState)}
+}
+
+// Report answers one usage report of stream st: an action for each of its
+// buckets (none for the buckets whose shares failed, unless the domain's
+// failure policy says fail_open or fail_closed). An error (InvalidArgument)
+// ends the stream. Reports of one stream must not be concurrent.
+func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
 	switch {
 	case st.domain == "" && rep.Domain == "":
 		return nil, status.Error(codes.InvalidArgument, "the first usage report of a stream must name its domain")
@@ -289,6 +301,14 @@ func (s *Server) report(ctx context.Context, st *streamState, rep *rlqsv3.RateLi
 				elapsed = time.Second
 			}
 			perSec := float64(u.NumRequestsAllowed+u.NumRequestsDenied) / elapsed.Seconds()
+			// Smoothed over reports (half the last estimate, half the
+			// new), so that the noise of short intervals moves shares,
+			// and Envoy's buckets, less often.
+			if b.reports > 0 {
+				perSec = (b.demand + perSec) / 2
+			}
+			b.demand = perSec
+			b.reports++
 			assigned = append(assigned, b)
 			first = append(first, len(asks))
 			for i, l := range b.limits {

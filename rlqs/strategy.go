@@ -63,16 +63,22 @@ func (b bucket) rate() float64 { return float64(b.perFill) / b.fill.Seconds() }
 // bucketOf returns the token bucket of share s of l, ok false when the
 // share is less than one token per fill interval (then nothing may pass).
 // Rates and sizes round down, so that the buckets of shares summing to at
-// most 1 add at most the limit's rate; the size is at least one token
-// (else nothing would pass), so they hold at most the limit's burst plus
-// one token for each participant.
+// most 1 add at most the limit's rate; the size is at most a fill
+// interval's tokens, and at least one token (else nothing would pass), so
+// they hold at most the smaller of the limit's burst and the tokens its
+// rate adds in one fill interval, plus one token for each participant.
 func bucketOf(l *sluice.Limit, s float64) (bucket, bool) {
 	f := fillInterval(l)
 	per := floorNear(s * float64(l.Rate) * f.Seconds() / l.Period.Seconds())
 	if per < 1 || s <= 0 {
 		return bucket{}, false
 	}
-	size := math.Max(1, floorNear(s*float64(l.Nominal())))
+	// The size: the share of the limit's burst (a window's count), but
+	// no more than one fill interval's tokens. Envoy starts a changed
+	// bucket full, so every change of a share lets its Envoy admit its
+	// size at once beyond the rate: a window's whole count would be a
+	// window's worth of overshoot a change.
+	size := math.Max(1, math.Min(floorNear(s*float64(l.Nominal())), per))
 	return bucket{max: clamp32(size), perFill: clamp32(per), fill: f}, true
 }
 
