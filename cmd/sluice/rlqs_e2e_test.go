@@ -10,19 +10,16 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/envoyquota"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-// envoySim plays one Envoy's rate_limit_quota filter for one bucket, as
-// Envoy's code does it: a token bucket per assignment, started full and
-// carried over only when the new assignment's bucket is the same; an
-// assignment kept TTL after receiving it, then DENY_ALL (the
-// expired_assignment_behavior of docs/leases.md); DENY_ALL before the
-// first (no_assignment_behavior); usage reports of what it allowed and
-// denied, every interval, on its own stream.
+// envoySim plays one Envoy's rate_limit_quota filter for one bucket
+// (internal/envoyquota: what Envoy does with assignments), with usage
+// reports of what it allowed and denied, every interval, on its own
+// stream.
 type envoySim struct {
 	name   string
 	demand float64 // requests a second
@@ -30,63 +27,32 @@ type envoySim struct {
 	cancel context.CancelFunc
 
 	mu              sync.Mutex
-	tb              *typev3.TokenBucket // nil: deny all
-	tokens          float64
-	refilled        time.Time
-	until           time.Time // the assignment's expiry
-	allowed, denied uint64    // since the last report
+	bucket          envoyquota.Bucket
+	allowed, denied uint64 // since the last report
 	admitted        int64
-	gifts           int64 // tokens of every bucket started full
-	changes         int
 	lastReport      time.Time
 }
 
 // rate is what the Envoy may admit a second at now under its assignment.
-func (e *envoySim) rate(now time.Time) float64 {
-	if e.tb == nil || !now.Before(e.until) {
-		return 0
-	}
-	return float64(e.tb.GetTokensPerFill().GetValue()) / e.tb.GetFillInterval().AsDuration().Seconds()
-}
+func (e *envoySim) rate(now time.Time) float64 { return e.bucket.Rate(now) }
 
 // take decides one request at now.
 func (e *envoySim) take(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r := e.rate(now); r > 0 {
-		e.tokens = math.Min(float64(e.tb.MaxTokens), e.tokens+r*now.Sub(e.refilled).Seconds())
-		e.refilled = now
-		if e.tokens >= 1 {
-			e.tokens--
-			e.allowed++
-			e.admitted++
-			return
-		}
+	if e.bucket.Allow(now) {
+		e.allowed++
+		e.admitted++
+		return
 	}
 	e.denied++
 }
 
 // apply installs an assignment received at now.
 func (e *envoySim) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Time) {
-	qa := a.GetQuotaAssignmentAction()
-	if qa == nil {
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.until = now.Add(qa.GetAssignmentTimeToLive().AsDuration())
-	tb := qa.GetRateLimitStrategy().GetTokenBucket()
-	if tb == nil { // DENY_ALL: sluice sends no ALLOW_ALL for a limited bucket
-		e.tb = nil
-		return
-	}
-	if e.tb != nil && e.tb.MaxTokens == tb.MaxTokens && e.tb.GetTokensPerFill().GetValue() == tb.GetTokensPerFill().GetValue() &&
-		e.tb.GetFillInterval().AsDuration() == tb.GetFillInterval().AsDuration() {
-		return // the same bucket: Envoy carries it over
-	}
-	e.tb, e.tokens, e.refilled = tb, float64(tb.MaxTokens), now
-	e.gifts += int64(tb.MaxTokens)
-	e.changes++
+	e.bucket.Apply(a, now)
 }
 
 // report sends the usage since the last report.
@@ -271,8 +237,8 @@ descriptors:
 	for _, e := range envoys {
 		e.mu.Lock()
 		admitted += e.admitted
-		gifts += e.gifts
-		t.Logf("%s: demand %.0f/s, admitted %d, %d buckets installed (%d tokens started full)", e.name, e.demand, e.admitted, e.changes, e.gifts)
+		gifts += e.bucket.Gifts
+		t.Logf("%s: demand %.0f/s, admitted %d, %d buckets installed (%d tokens started full)", e.name, e.demand, e.admitted, e.bucket.Changes, e.bucket.Gifts)
 		e.mu.Unlock()
 	}
 	t.Logf("the others had 90%% of the limit %v after the kill; the most enforced at once: %.0f a second of %v; %d admitted in all",
