@@ -394,8 +394,11 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			}
 			sh.mu.Unlock()
 			if renew {
+				// The renewal outlives the call: it keeps nothing of
+				// the caller's (h is in a slice the caller reuses).
 				s.stats.Renewals.Add(1)
-				s.goFn(func() { s.renew(context.WithoutCancel(ctx), h.Limit, k, led, size, l, ch) })
+				lim, bg := h.Limit, context.WithoutCancel(ctx)
+				s.goFn(func() { s.renew(bg, lim, k, led, size, l, ch) })
 			}
 			return held{l: l, k: k, d: d}, true, nil
 		}

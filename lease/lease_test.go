@@ -387,3 +387,37 @@ func TestPassThroughAllocs(t *testing.T) {
 // inline runs a lease store's renewals at once, in the call that asked:
 // tests on a virtual clock stay deterministic.
 func inline(f func()) { f() }
+
+// TestRenewalKeepsNothingOfTheCaller: a caller may reuse its hits as soon
+// as Take returns, while renewals run in the background (real goroutines
+// here). Under -race, a renewal that read the caller's hit would be
+// reported: the hits below are rewritten right after every call.
+func TestRenewalKeepsNothingOfTheCaller(t *testing.T) {
+	m := memstore.New(memstore.Config{SweepInterval: -1})
+	defer m.Close()
+	ls := lease.New(m, lease.Config{})
+	a := &sluice.Limit{Name: "a", Rate: 1_000_000, Period: time.Hour, LeaseOvershoot: 400}
+	b := &sluice.Limit{Name: "b", Algorithm: sluice.GCRA, Rate: 1_000_000, Period: time.Hour, Burst: 1000, LeaseOvershoot: 400}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			hits := make([]sluice.Hit, 1)
+			out := make([]sluice.Decision, 1)
+			for i := range 2000 {
+				hits[0] = sluice.Hit{Key: fmt.Sprint("k", g), Limit: a, Cost: 1}
+				if i%2 == 1 {
+					hits[0].Limit = b
+				}
+				if err := ls.Take(context.Background(), hits, out); err != nil {
+					t.Error(err)
+					return
+				}
+				hits[0] = sluice.Hit{} // the caller reuses its slice
+			}
+		})
+	}
+	wg.Wait()
+	if ls.Stats().Renewals.Load() == 0 {
+		t.Fatal("no renewal ran: the test tests nothing")
+	}
+}
