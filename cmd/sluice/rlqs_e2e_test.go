@@ -91,7 +91,10 @@ descriptors:
   - key: tenant
     rate_limit: {unit: second, requests_per_unit: 1000}
 `)
-	const ttl, grace, interval = 2 * time.Second, time.Second, 500 * time.Millisecond
+	// The grace is the default (2 s): the bound assumes an answer reaches
+	// its Envoy within it, and under a CPU hog with the race detector on,
+	// 1 s was not always enough.
+	const ttl, grace, interval = 3 * time.Second, 2 * time.Second, 500 * time.Millisecond
 	args := []string{"--config", rules, "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":",
 		"--rlqs-ttl", ttl.String(), "--rlqs-grace", grace.String()}
 	nodes := []*proc{startSluice(t, nil, args...), startSluice(t, nil, args...)}
@@ -201,11 +204,12 @@ descriptors:
 		}
 	}
 
-	// Steady: shares converge to max-min fair within a few reports.
-	watch(4*time.Second, nil)
+	// Steady: shares converge to max-min fair within a few reports
+	// (demand is smoothed over reports; shares within 10% are kept).
+	watch(6*time.Second, nil)
 	rates, _ := sample()
 	for i, want := range []float64{500, 300, 150, 50} {
-		if math.Abs(rates[i]-want) > 0.1*want+2 {
+		if math.Abs(rates[i]-want) > 0.15*want+2 {
 			t.Errorf("steady: %s enforces %.0f a second, want %.0f (max-min fair by demand): all %v", envoys[i].name, rates[i], want, rates)
 		}
 	}
@@ -219,14 +223,14 @@ descriptors:
 	killed.Store(envoys[0], true)
 	envoys[0].cancel()
 	reclaimed := time.Duration(0)
-	watch(ttl+grace+4*interval, func(rates []float64, sum float64) {
+	watch(ttl+grace+6*interval, func(rates []float64, sum float64) {
 		if reclaimed == 0 && sum-rates[0] >= 0.9*limit {
 			reclaimed = time.Since(killedAt)
 		}
 	})
 	rates, _ = sample()
 	if reclaimed == 0 || reclaimed < ttl-2*interval {
-		t.Errorf("after the kill the others reached 90%% of the limit after %v, want between TTL-%v and TTL+grace+4 intervals: rates now %v", reclaimed, 2*interval, rates)
+		t.Errorf("after the kill the others reached 90%% of the limit after %v, want between TTL-%v and TTL+grace+6 intervals: rates now %v", reclaimed, 2*interval, rates)
 	}
 	for i := 1; i < 4; i++ {
 		if rates[i] < envoys[i].demand {
