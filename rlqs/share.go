@@ -143,11 +143,14 @@ func assign(entries []*entry, id string, demand float64, now, ttl, grace int64, 
 	if me.share > 0 && math.Abs(target-me.share) <= hyst*me.share && me.share <= avail && me.share+need <= 1 {
 		target = me.share
 	}
+	// One lowering per grace: while the last one's old share may still be
+	// in force, a lower share waits (else holding every old share would
+	// need a list, and holding the largest would never let go).
+	if target < me.share && me.prevUntil > now {
+		target = me.share
+	}
 	if target < me.share {
-		if me.prevUntil <= now || me.prev < me.share {
-			me.prev = me.share
-		}
-		me.prevUntil = now + grace
+		me.prev, me.prevUntil = me.share, now+grace
 	}
 	me.share = target
 	me.expires = now + ttl + grace

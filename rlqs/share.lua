@@ -67,9 +67,11 @@ if me.share > 0 and math.abs(target - me.share) <= hyst * me.share and me.share 
    and me.share + need <= 1 then
   target = me.share
 end
+if target < me.share and me.prevUntil > now then
+  target = me.share
+end
 if target < me.share then
-  if me.prevUntil <= now or me.prev < me.share then me.prev = me.share end
-  me.prevUntil = now + grace
+  me.prev, me.prevUntil = me.share, now + grace
 end
 me.share = target
 me.expires = now + ttl + grace

@@ -262,3 +262,45 @@ func (p *pair) Assign(ctx context.Context, asks []Ask, out []Share) error {
 	}
 	return nil
 }
+
+// TestLoweringsHeld: a share lowered twice within the grace keeps the first
+// old share committed until the grace of the first lowering is over (its
+// Envoy may not have heard of either lowering yet): the second lowering
+// waits, and nobody gets the room meanwhile.
+func TestLoweringsHeld(t *testing.T) {
+	policy := Policy{TTL: 5 * time.Second, Grace: 2 * time.Second}
+	now := time.Unix(1_800_000_000, 0)
+	pools := NewMemPools(policy, func() time.Time { return now })
+	ask := func(client string, demand float64) Share {
+		out := make([]Share, 1)
+		if err := pools.Assign(context.Background(), []Ask{{Pool: "p", Client: client, Demand: demand}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	a := "0000000000000000000000000000000a"
+	b := "0000000000000000000000000000000b"
+	if s := ask(a, 2); s.Share != 1 {
+		t.Fatalf("alone: %v", s.Share)
+	}
+	ask(b, 0.5) // b wants half: a's fair share drops to 0.5
+	now = now.Add(100 * time.Millisecond)
+	if s := ask(a, 2); s.Share != 0.5 {
+		t.Fatalf("a lowered to its fair share: %v, want 0.5", s.Share)
+	}
+	now = now.Add(time.Second) // within the grace of that lowering
+	ask(b, 0.9)                // b wants more, and a less: a's fair share drops again
+	if s := ask(a, 0.25); s.Share != 0.5 {
+		t.Fatalf("a lowered again within the grace: %v, want 0.5 kept until the first lowering's grace is over", s.Share)
+	}
+	if s := ask(b, 0.9); s.Share != 0 {
+		t.Fatalf("b within the grace of a's first lowering: %v, want 0 (a's Envoy may still enforce 1)", s.Share)
+	}
+	now = now.Add(time.Second) // the first lowering's grace is over
+	if s := ask(b, 0.9); s.Share != 0.5 {
+		t.Fatalf("b after the grace: %v, want the 0.5 a gave up", s.Share)
+	}
+	if s := ask(a, 0.25); s.Share != 0.25 {
+		t.Fatalf("a's second lowering, now: %v, want 0.25", s.Share)
+	}
+}

@@ -269,11 +269,15 @@ func run(c config) (report, error) {
 			if err != nil {
 				return r, err
 			}
+			// A stream delivers in order: an answer never overtakes the
+			// one before it.
 			at := now + time.Duration(rng.Int64N(int64(c.delay)+1))
+			if n := len(e.inbox); n > 0 {
+				at = max(at, e.inbox[n-1].at)
+			}
 			for _, a := range resp.GetBucketAction() {
 				e.inbox = append(e.inbox, delivery{at: at, act: a})
 			}
-			slices.SortStableFunc(e.inbox, func(a, b delivery) int { return int(a.at - b.at) })
 		}
 		// What the Envoys enforce together, and how soon the killed
 		// ones' shares are reclaimed.
