@@ -53,7 +53,11 @@ func TestImportRules(t *testing.T) {
 		// The Rate Limit Quota Service matches with the rules and keeps
 		// its shares through a Redis client it is given: no other
 		// transport, no store, no decision core (it decides no hits).
-		mod + "/rlqs": {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"},
+		// Runtime overrides: matched with the rules' entries, kept in a
+		// file or given a backend; no transport of the rate limit
+		// service, no store, no decision core.
+		mod + "/overrides": {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/rlqs", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease", "google.golang.org/grpc", "github.com/envoyproxy/"},
+		mod + "/rlqs":      {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...").Output()
 	if err != nil {

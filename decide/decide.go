@@ -35,6 +35,27 @@ type Decider struct {
 	plans    sync.Pool
 	each     atomic.Bool // the default of domains that set no all_or_nothing: each limit on its own
 	quota    atomic.Bool // every descriptor a quota (envoy-rl's QUOTA_MODE)
+	runtime  atomic.Pointer[runtimeBox]
+}
+
+type runtimeBox struct{ r rules.Runtime }
+
+// SetRuntime makes every decision consult r (the runtime overrides,
+// package overrides) before the rules; nil stops it.
+func (d *Decider) SetRuntime(r rules.Runtime) {
+	if r == nil {
+		d.runtime.Store(nil)
+		return
+	}
+	d.runtime.Store(&runtimeBox{r})
+}
+
+// Runtime returns what SetRuntime set, or nil.
+func (d *Decider) Runtime() rules.Runtime {
+	if b := d.runtime.Load(); b != nil {
+		return b.r
+	}
+	return nil
 }
 
 // SetQuotaMode makes every limited descriptor a quota, as if each rule set
@@ -455,6 +476,7 @@ func (d *Decider) plan(s *scratch, domain string, descs []rules.Descriptor) erro
 		return ErrNoRules
 	}
 	s.cfg = cfg
+	s.plan.Runtime = d.Runtime()
 	return cfg.Plan(domain, descs, &s.plan)
 }
 

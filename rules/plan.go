@@ -66,6 +66,20 @@ func (s Status) String() string {
 	return "rules.Status(" + strconv.Itoa(int(s)) + ")"
 }
 
+// Runtime is a source of limits set at runtime (package overrides),
+// consulted for every descriptor that carries no limit of its own, before
+// the rules. Match must not allocate on the way of a decision.
+type Runtime interface {
+	Match(domain string, entries []Entry) (RuntimeMatch, bool)
+}
+
+// RuntimeMatch is what a Runtime found for a descriptor.
+type RuntimeMatch struct {
+	Limits    []*sluice.Limit // enforced together, instead of the rule's
+	Unlimited bool            // no limit at all
+	ID        string          // the override's identity, for explanations
+}
+
 // Match is the outcome for one request descriptor.
 type Match struct {
 	Status Status
@@ -83,6 +97,12 @@ type Match struct {
 	// entries. Empty for NoMatch.
 	StatKey string
 
+	// Runtime is the identity of the runtime override that applies
+	// instead of the rules (Plan.Runtime), empty when none. Rule is then
+	// the rule the entries reach, or nil: the stats stay the rule's.
+	Runtime string
+
+	runtime            []*sluice.Limit
 	lv                 int // first level in Plan.levels
 	statStart, statEnd int // StatKey span in the plan's buffer, statStart < 0 if none
 }
@@ -106,6 +126,11 @@ type Plan struct {
 
 	// Capacity is the index in Hits of the domain capacity hit, -1 if none.
 	Capacity int
+
+	// Runtime, when set by the caller before Config.Plan, is consulted
+	// for each descriptor without Envoy's own limit, before the rules
+	// (reset keeps it).
+	Runtime Runtime
 
 	buf       []byte
 	scratch   []byte
@@ -167,6 +192,12 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 		capCost = max(capCost, desc.Cost)
 		switch m.Status {
 		case Limited:
+			if m.Runtime != "" {
+				if err := p.runtimeHits(d, desc, m); err != nil {
+					return err
+				}
+				continue
+			}
 			lv := p.levels[m.lv : m.lv+len(desc.Entries)]
 			m.First = len(p.Hits)
 			m.Count = len(m.Rule.Limits)
@@ -179,6 +210,10 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 			}
 			p.stat(m, d.Name, desc.Entries, lv)
 		case Unlimited, Replaced:
+			if m.Runtime != "" && m.Rule == nil {
+				p.entriesStat(m, d.Name, desc.Entries)
+				continue
+			}
 			p.stat(m, d.Name, desc.Entries, p.levels[m.lv:m.lv+len(desc.Entries)])
 		case Overridden:
 			if err := p.override(c, d, desc, m); err != nil {
@@ -223,6 +258,21 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 		}
 		m.lv = len(p.levels)
 		r := p.walk(d, descs[i].Entries)
+		if p.Runtime != nil {
+			if rm, ok := p.Runtime.Match(d.Name, descs[i].Entries); ok {
+				// A runtime override: the rule reached, if any, keeps
+				// the stats; its limits and its replaces do not apply.
+				if r != nil && len(p.levels)-m.lv < len(descs[i].Entries) {
+					r = nil
+				}
+				m.Rule, m.Runtime, m.runtime = r, rm.ID, rm.Limits
+				m.Status = Limited
+				if rm.Unlimited || len(rm.Limits) == 0 {
+					m.Status = Unlimited
+				}
+				continue
+			}
+		}
 		if r == nil {
 			continue
 		}
@@ -236,7 +286,7 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 	if len(p.replacing) > 0 {
 		for i := range p.Matches {
 			m := &p.Matches[i]
-			if m.Status == Limited && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
+			if m.Status == Limited && m.Runtime == "" && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
 				m.Status = Replaced
 			}
 		}
@@ -254,19 +304,57 @@ func (p *Plan) override(c *Config, d *Domain, desc *Descriptor, m *Match) error 
 	start := len(p.buf)
 	p.buf = append(p.buf, 'o')
 	p.buf = appendField(p.buf, d.Name)
-	p.buf = append(p.buf, '/')
-	p.buf = strconv.AppendInt(p.buf, int64(l.Period), 10)
-	for _, e := range desc.Entries {
-		p.buf = append(p.buf, 'v')
-		p.buf = appendField(p.buf, e.Key)
-		p.buf = appendField(p.buf, e.Value)
-	}
+	p.buf = appendEntriesKey(p.buf, l.Period, desc.Entries)
 	if err := p.addHit(start, l, desc.Cost); err != nil {
 		return err
 	}
+	p.entriesStat(m, d.Name, desc.Entries)
+	return nil
+}
+
+// appendEntriesKey appends the period and the entries of a counter key
+// that no rule names: a descriptor's own limit, a runtime override.
+func appendEntriesKey(b []byte, period time.Duration, entries []Entry) []byte {
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(period), 10)
+	for _, e := range entries {
+		b = append(b, 'v')
+		b = appendField(b, e.Key)
+		b = appendField(b, e.Value)
+	}
+	return b
+}
+
+// runtimeHits adds the hits of a descriptor's runtime override, keyed by
+// the domain, the limit's index and period, and the entries; its stats key
+// is its rule's, or made of the entries when no rule matched.
+func (p *Plan) runtimeHits(d *Domain, desc *Descriptor, m *Match) error {
+	m.First = len(p.Hits)
+	m.Count = len(m.runtime)
+	for j, l := range m.runtime {
+		start := len(p.buf)
+		p.buf = append(p.buf, 'u')
+		p.buf = appendField(p.buf, d.Name)
+		p.buf = strconv.AppendInt(p.buf, int64(j), 10)
+		p.buf = appendEntriesKey(p.buf, l.Period, desc.Entries)
+		if err := p.addHit(start, l, desc.Cost); err != nil {
+			return err
+		}
+	}
+	if m.Rule != nil {
+		p.stat(m, d.Name, desc.Entries, p.levels[m.lv:m.lv+len(desc.Entries)])
+	} else {
+		p.entriesStat(m, d.Name, desc.Entries)
+	}
+	return nil
+}
+
+// entriesStat sets m's stats key from the domain and the entries, as
+// Envoy names a descriptor's own limit.
+func (p *Plan) entriesStat(m *Match, domain string, entries []Entry) {
 	m.statStart = len(p.buf)
-	p.buf = append(p.buf, d.Name...)
-	for _, e := range desc.Entries {
+	p.buf = append(p.buf, domain...)
+	for _, e := range entries {
 		p.buf = append(p.buf, '.')
 		p.buf = append(p.buf, e.Key...)
 		if e.Value != "" {
@@ -275,7 +363,6 @@ func (p *Plan) override(c *Config, d *Domain, desc *Descriptor, m *Match) error 
 		}
 	}
 	m.statEnd = len(p.buf)
-	return nil
 }
 
 // capacity adds the hit of the domain capacity, at the largest cost of the

@@ -1,0 +1,422 @@
+// Package overrides holds per-tenant limits set at runtime: a limit
+// attached to a domain and a descriptor path whose values are concrete or
+// wildcards (tenant=acme, tenant=acme/user=*, api_key=k_*), optionally
+// expiring, with a note. A decision consults them through Index.Match (the
+// rules.Runtime interface) with the same descriptor entries it matches
+// against the rules.
+//
+// Precedence, for a descriptor of a request:
+//
+//  1. Envoy's own per-descriptor limit, when the request carries one.
+//  2. The most specific override whose path matches the descriptor's
+//     entries exactly in number, key for key: every value exact beats
+//     any wildcard; among wildcards, position by position from the left,
+//     an exact value beats a prefix (k_*), a longer prefix beats a shorter
+//     one, and a prefix beats *; expired overrides are ignored.
+//  3. The rules file.
+//
+// This package imports the root package and rules; not a transport or a
+// store.
+package overrides
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// MaxPathEntries bounds an override's path.
+const MaxPathEntries = 16
+
+// Entry is one key and value pattern of an override's path: an exact
+// value, "*" (any value), or a prefix ending in "*" (k_*).
+type Entry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Override is one runtime limit.
+type Override struct {
+	Domain string  `json:"domain"`
+	Path   []Entry `json:"path"`
+
+	// Limit is the limit, with the keys of a rules file's rate_limit
+	// (unit, requests_per_unit, period, algorithm, burst, soft_percent,
+	// block_for, unlimited, ...), as JSON; or {"blocked": true}, which
+	// denies every request.
+	Limit json.RawMessage `json:"limit"`
+
+	Expires *time.Time `json:"expires,omitempty"` // nil: never
+	Note    string     `json:"note,omitempty"`
+
+	// Set by the store on every change.
+	Updated   time.Time `json:"updated"`
+	UpdatedBy string    `json:"updated_by,omitempty"`
+
+	compiled []*sluice.Limit
+	unlim    bool
+}
+
+// FieldError is a validation error naming the field at fault.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// ParsePath reads a path written as key=value pairs joined by "/":
+// "tenant=acme/user=*". A value may not contain "/" in this form (the JSON
+// form of an override may).
+func ParsePath(s string) ([]Entry, error) {
+	if s == "" {
+		return nil, &FieldError{"path", "empty"}
+	}
+	var out []Entry
+	for part := range strings.SplitSeq(s, "/") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, &FieldError{"path", fmt.Sprintf("%q is not key=value", part)}
+		}
+		out = append(out, Entry{Key: k, Value: v})
+	}
+	return out, nil
+}
+
+// PathString writes a path as ParsePath reads it.
+func PathString(p []Entry) string {
+	var b strings.Builder
+	for i, e := range p {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		b.WriteString(e.Value)
+	}
+	return b.String()
+}
+
+// ID is the override's identity: its domain and path. Putting an override
+// with the ID of another replaces it.
+func (o *Override) ID() string { return o.Domain + "|" + PathString(o.Path) }
+
+// Compile validates o and compiles its limit. Each error names its field.
+func (o *Override) Compile() error {
+	var errs []error
+	if o.Domain == "" {
+		errs = append(errs, &FieldError{"domain", "empty"})
+	} else if len(o.Domain) > rules.MaxEntryLen {
+		errs = append(errs, &FieldError{"domain", fmt.Sprintf("%d bytes, at most %d", len(o.Domain), rules.MaxEntryLen)})
+	}
+	switch {
+	case len(o.Path) == 0:
+		errs = append(errs, &FieldError{"path", "empty: an override names at least one descriptor entry"})
+	case len(o.Path) > MaxPathEntries:
+		errs = append(errs, &FieldError{"path", fmt.Sprintf("%d entries, at most %d", len(o.Path), MaxPathEntries)})
+	}
+	for i, e := range o.Path {
+		f := "path[" + strconv.Itoa(i) + "]"
+		switch {
+		case e.Key == "":
+			errs = append(errs, &FieldError{f + ".key", "empty"})
+		case len(e.Key) > rules.MaxEntryLen || len(e.Value) > rules.MaxEntryLen:
+			errs = append(errs, &FieldError{f, fmt.Sprintf("key or value over %d bytes", rules.MaxEntryLen)})
+		case strings.Contains(strings.TrimSuffix(e.Value, "*"), "*"):
+			errs = append(errs, &FieldError{f + ".value", fmt.Sprintf("%q: a wildcard is * alone or at the end of a prefix (k_*)", e.Value)})
+		}
+	}
+	if o.Note != "" && len(o.Note) > 4096 {
+		errs = append(errs, &FieldError{"note", "over 4096 bytes"})
+	}
+	limits, unlim, err := compileLimit(o.Limit)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	o.compiled, o.unlim = limits, unlim
+	return nil
+}
+
+// compileLimit compiles a limit's JSON with the rules' own compiler, so
+// that an override takes exactly what a rules file takes.
+func compileLimit(raw json.RawMessage) ([]*sluice.Limit, bool, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, false, &FieldError{"limit", "missing"}
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, false, &FieldError{"limit", "not a JSON object: " + err.Error()}
+	}
+	if b, ok := probe["blocked"]; ok {
+		if string(b) != "true" || len(probe) != 1 {
+			return nil, false, &FieldError{"limit.blocked", `"blocked" is true and alone`}
+		}
+		raw = json.RawMessage(`{"unit": "second", "requests_per_unit": 0}`)
+	}
+	var flat bytes.Buffer
+	if err := json.Compact(&flat, raw); err != nil {
+		return nil, false, &FieldError{"limit", err.Error()}
+	}
+	key := flat.String()
+	if v, ok := compiledLimits.Load(key); ok {
+		c := v.(compiledLimit)
+		return c.limits, c.unlimited, nil
+	}
+	src := "domain: override\ndescriptors:\n  - key: k\n    rate_limit: " + key + "\n"
+	d, err := rules.Parse("limit", []byte(src))
+	if err != nil {
+		var re *rules.Error
+		if errors.As(err, &re) && len(re.Problems) > 0 {
+			msgs := make([]string, len(re.Problems))
+			for i, p := range re.Problems {
+				msgs[i] = p.Msg
+			}
+			return nil, false, &FieldError{"limit", strings.Join(msgs, "; ")}
+		}
+		return nil, false, &FieldError{"limit", err.Error()}
+	}
+	r := d.Rules[0]
+	if compiledCount.Add(1) <= maxCompiled {
+		compiledLimits.Store(key, compiledLimit{r.Limits, r.Unlimited})
+	}
+	return r.Limits, r.Unlimited, nil
+}
+
+// compiledLimits caches compiled limits by their compact JSON: overrides
+// by the million share a few limits (a plan's), and sharing the compiled
+// limit is also what lets them share its memory. Limits are immutable.
+var (
+	compiledLimits sync.Map // string -> compiledLimit
+	compiledCount  atomic.Int64
+)
+
+const maxCompiled = 10_000
+
+type compiledLimit struct {
+	limits    []*sluice.Limit
+	unlimited bool
+}
+
+// Limits returns the compiled limits (nil before Compile, or when
+// unlimited) and whether the override is unlimited.
+func (o *Override) Limits() ([]*sluice.Limit, bool) { return o.compiled, o.unlim }
+
+// expired reports whether o is expired at now.
+func (o *Override) expired(now time.Time) bool {
+	return o.Expires != nil && !now.Before(*o.Expires)
+}
+
+// specificity orders the patterns of one depth: every value exact first;
+// then position by position, exact, then longer prefixes, then *.
+func compareSpecificity(a, b []Entry) int {
+	for i := range a {
+		ra, rb := rank(a[i].Value), rank(b[i].Value)
+		if ra != rb {
+			return rb - ra // higher rank first
+		}
+	}
+	return 0
+}
+
+// rank is an entry value's specificity: exact values above every prefix,
+// longer prefixes above shorter ones, * at 0.
+func rank(v string) int {
+	switch {
+	case v == "*":
+		return 0
+	case strings.HasSuffix(v, "*"):
+		return len(v) // 1..: a prefix of len(v)-1 bytes
+	}
+	return 1 << 30
+}
+
+// exact reports whether every value of p is exact.
+func exact(p []Entry) bool {
+	for _, e := range p {
+		if strings.HasSuffix(e.Value, "*") {
+			return false
+		}
+	}
+	return true
+}
+
+// matches reports whether pattern p matches entries (same length).
+func matches(p []Entry, entries []rules.Entry) bool {
+	for i, e := range p {
+		if e.Key != entries[i].Key {
+			return false
+		}
+		switch {
+		case e.Value == "*":
+		case strings.HasSuffix(e.Value, "*"):
+			if !strings.HasPrefix(entries[i].Value, e.Value[:len(e.Value)-1]) {
+				return false
+			}
+		default:
+			if e.Value != entries[i].Value {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Index holds the overrides in force for lookups: the exact ones in
+// sharded maps (one lookup, no allocation), the wildcard ones by domain and
+// depth, most specific first. It is safe for concurrent use; it
+// implements rules.Runtime.
+type Index struct {
+	seed   maphash.Seed
+	shards [numShards]indexShard
+	now    func() time.Time
+
+	wmu  sync.RWMutex
+	wild map[wildKey][]*Override
+
+	bufs sync.Pool
+}
+
+const numShards = 64
+
+type indexShard struct {
+	mu sync.RWMutex
+	m  map[string]*Override
+}
+
+type wildKey struct {
+	domain string
+	depth  int
+}
+
+// NewIndex returns an empty index; now is its clock for expiry (time.Now
+// when nil).
+func NewIndex(now func() time.Time) *Index {
+	if now == nil {
+		now = time.Now
+	}
+	x := &Index{seed: maphash.MakeSeed(), now: now, wild: map[wildKey][]*Override{}}
+	for i := range x.shards {
+		x.shards[i].m = map[string]*Override{}
+	}
+	x.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
+	return x
+}
+
+// appendKey is the exact key of a domain and entries.
+func appendKey(b []byte, domain string, keyOf func(int) (string, string), n int) []byte {
+	b = strconv.AppendInt(b, int64(len(domain)), 10)
+	b = append(b, ':')
+	b = append(b, domain...)
+	for i := range n {
+		k, v := keyOf(i)
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(b, ':')
+		b = append(b, k...)
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return b
+}
+
+func (x *Index) shard(key []byte) *indexShard {
+	return &x.shards[maphash.Bytes(x.seed, key)%numShards]
+}
+
+// Put adds or replaces o (compiled) in the index.
+func (x *Index) Put(o *Override) {
+	x.remove(o)
+	if exact(o.Path) {
+		key := appendKey(nil, o.Domain, func(i int) (string, string) { return o.Path[i].Key, o.Path[i].Value }, len(o.Path))
+		sh := x.shard(key)
+		sh.mu.Lock()
+		sh.m[string(key)] = o
+		sh.mu.Unlock()
+		return
+	}
+	wk := wildKey{o.Domain, len(o.Path)}
+	x.wmu.Lock()
+	defer x.wmu.Unlock()
+	list := append(slices.Clone(x.wild[wk]), o)
+	slices.SortStableFunc(list, func(a, b *Override) int { return compareSpecificity(a.Path, b.Path) })
+	x.wild[wk] = list
+}
+
+// Delete removes the override of domain and path, if any.
+func (x *Index) Delete(domain string, path []Entry) {
+	x.remove(&Override{Domain: domain, Path: path})
+}
+
+func (x *Index) remove(o *Override) {
+	if exact(o.Path) {
+		key := appendKey(nil, o.Domain, func(i int) (string, string) { return o.Path[i].Key, o.Path[i].Value }, len(o.Path))
+		sh := x.shard(key)
+		sh.mu.Lock()
+		delete(sh.m, string(key))
+		sh.mu.Unlock()
+		return
+	}
+	wk := wildKey{o.Domain, len(o.Path)}
+	id := PathString(o.Path)
+	x.wmu.Lock()
+	defer x.wmu.Unlock()
+	list := x.wild[wk]
+	if i := slices.IndexFunc(list, func(w *Override) bool { return PathString(w.Path) == id }); i >= 0 {
+		list = slices.Delete(slices.Clone(list), i, i+1)
+		if len(list) == 0 {
+			delete(x.wild, wk)
+		} else {
+			x.wild[wk] = list
+		}
+	}
+}
+
+// Lookup returns the override in force for a descriptor of domain with
+// entries (nil when none): the most specific one, expired ones skipped.
+func (x *Index) Lookup(domain string, entries []rules.Entry) *Override {
+	now := x.now()
+	bp := x.bufs.Get().(*[]byte)
+	key := appendKey((*bp)[:0], domain, func(i int) (string, string) { return entries[i].Key, entries[i].Value }, len(entries))
+	sh := x.shard(key)
+	sh.mu.RLock()
+	o := sh.m[string(key)]
+	sh.mu.RUnlock()
+	*bp = key
+	x.bufs.Put(bp)
+	if o != nil && !o.expired(now) {
+		return o
+	}
+	x.wmu.RLock()
+	defer x.wmu.RUnlock()
+	for _, w := range x.wild[wildKey{domain, len(entries)}] {
+		if matches(w.Path, entries) && !w.expired(now) {
+			return w
+		}
+	}
+	return nil
+}
+
+// Match implements rules.Runtime.
+func (x *Index) Match(domain string, entries []rules.Entry) (rules.RuntimeMatch, bool) {
+	o := x.Lookup(domain, entries)
+	if o == nil {
+		return rules.RuntimeMatch{}, false
+	}
+	return rules.RuntimeMatch{Limits: o.compiled, Unlimited: o.unlim, ID: o.ID()}, true
+}
+
+var timeZero time.Time
