@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,10 +285,10 @@ type Index struct {
 	shards [numShards]indexShard
 	now    func() time.Time
 
-	wmu  sync.RWMutex
-	wild map[wildKey][]*Override
-
-	bufs sync.Pool
+	// The wildcard overrides, few: copied on every change, read without
+	// a lock.
+	wmu  sync.Mutex
+	wild atomic.Pointer[map[wildKey][]*Override]
 }
 
 const numShards = 64
@@ -308,11 +309,11 @@ func NewIndex(now func() time.Time) *Index {
 	if now == nil {
 		now = time.Now
 	}
-	x := &Index{seed: maphash.MakeSeed(), now: now, wild: map[wildKey][]*Override{}}
+	x := &Index{seed: maphash.MakeSeed(), now: now}
+	x.wild.Store(&map[wildKey][]*Override{})
 	for i := range x.shards {
 		x.shards[i].m = map[string]*Override{}
 	}
-	x.bufs.New = func() any { b := make([]byte, 0, 256); return &b }
 	return x
 }
 
@@ -329,6 +330,23 @@ func appendKey(b []byte, domain string, keyOf func(int) (string, string), n int)
 		b = strconv.AppendInt(b, int64(len(v)), 10)
 		b = append(b, ':')
 		b = append(b, v...)
+	}
+	return b
+}
+
+// appendEntryKey is appendKey for a request's entries, without a closure
+// on the way of a decision.
+func appendEntryKey(b []byte, domain string, entries []rules.Entry) []byte {
+	b = strconv.AppendInt(b, int64(len(domain)), 10)
+	b = append(b, ':')
+	b = append(b, domain...)
+	for _, e := range entries {
+		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
+		b = append(b, ':')
+		b = append(b, e.Key...)
+		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = append(b, ':')
+		b = append(b, e.Value...)
 	}
 	return b
 }
@@ -351,9 +369,11 @@ func (x *Index) Put(o *Override) {
 	wk := wildKey{o.Domain, len(o.Path)}
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
-	list := append(slices.Clone(x.wild[wk]), o)
+	m := maps.Clone(*x.wild.Load())
+	list := append(slices.Clone(m[wk]), o)
 	slices.SortStableFunc(list, func(a, b *Override) int { return compareSpecificity(a.Path, b.Path) })
-	x.wild[wk] = list
+	m[wk] = list
+	x.wild.Store(&m)
 }
 
 // Delete removes the override of domain and path, if any.
@@ -374,36 +394,32 @@ func (x *Index) remove(o *Override) {
 	id := PathString(o.Path)
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
-	list := x.wild[wk]
+	list := (*x.wild.Load())[wk]
 	if i := slices.IndexFunc(list, func(w *Override) bool { return PathString(w.Path) == id }); i >= 0 {
-		list = slices.Delete(slices.Clone(list), i, i+1)
-		if len(list) == 0 {
-			delete(x.wild, wk)
+		m := maps.Clone(*x.wild.Load())
+		if list = slices.Delete(slices.Clone(list), i, i+1); len(list) == 0 {
+			delete(m, wk)
 		} else {
-			x.wild[wk] = list
+			m[wk] = list
 		}
+		x.wild.Store(&m)
 	}
 }
 
 // Lookup returns the override in force for a descriptor of domain with
 // entries (nil when none): the most specific one, expired ones skipped.
 func (x *Index) Lookup(domain string, entries []rules.Entry) *Override {
-	now := x.now()
-	bp := x.bufs.Get().(*[]byte)
-	key := appendKey((*bp)[:0], domain, func(i int) (string, string) { return entries[i].Key, entries[i].Value }, len(entries))
+	var stack [256]byte
+	key := appendEntryKey(stack[:0], domain, entries)
 	sh := x.shard(key)
 	sh.mu.RLock()
 	o := sh.m[string(key)]
 	sh.mu.RUnlock()
-	*bp = key
-	x.bufs.Put(bp)
-	if o != nil && !o.expired(now) {
+	if o != nil && (o.Expires == nil || !o.expired(x.now())) {
 		return o
 	}
-	x.wmu.RLock()
-	defer x.wmu.RUnlock()
-	for _, w := range x.wild[wildKey{domain, len(entries)}] {
-		if matches(w.Path, entries) && !w.expired(now) {
+	for _, w := range (*x.wild.Load())[wildKey{domain, len(entries)}] {
+		if matches(w.Path, entries) && (w.Expires == nil || !w.expired(x.now())) {
 			return w
 		}
 	}
