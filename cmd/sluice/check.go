@@ -67,7 +67,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 
 // parseFlags parses args, rejecting positional arguments, and maps -help to
 // a clean exit.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+func parseFlags(fs *flag.FlagSet, args []string) error { return parseFlagsArgs(fs, args, false) }
+
+// parseFlagsArgs is parseFlags, taking arguments after the flags when
+// positional is true.
+func parseFlagsArgs(fs *flag.FlagSet, args []string, positional bool) error {
 	// The flag package prints the whole usage after a bad flag: a hundred
 	// lines in which the one that matters scrolls away. Print the usage
 	// only when asked (-h), and otherwise the error and a hint.
@@ -85,7 +89,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		fmt.Fprintf(out, "sluice %s: %v\n", fs.Name(), err)
 		usageHint(fs)
 		return errUsage
-	case fs.NArg() > 0:
+	case fs.NArg() > 0 && !positional:
 		fmt.Fprintf(out, "sluice %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		usageHint(fs)
 		return errUsage

@@ -25,7 +25,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rlqs"
@@ -76,6 +78,9 @@ type serveSettings struct {
 	rlqsTTL             time.Duration
 	rlqsGrace           time.Duration
 	rlqsWindows         string
+	adminAddr           string
+	adminTokenFile      string
+	overridesFile       string
 	headers             ratelimitheaders.HeaderMode
 	storeSettings
 	envoyIgnored, sources []string // for the startup log
@@ -127,6 +132,9 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "then closed after this much longer")
 	fs.DurationVar(&s.rlqsTTL, "rlqs-ttl", rlqs.DefaultTTL, "Rate Limit Quota Service: how long Envoy keeps an assignment (must exceed Envoy's reporting_interval); a dropped Envoy's share goes to the others this long plus --rlqs-grace after its last report")
 	fs.DurationVar(&s.rlqsGrace, "rlqs-grace", rlqs.DefaultGrace, "Rate Limit Quota Service: the longest an assignment may take to reach Envoy; a lowered share is held this long before others get it")
+	fs.StringVar(&s.adminAddr, "admin-addr", "", "`address` of the admin API (runtime overrides, explain); empty disables it; a bare :PORT listens on 127.0.0.1")
+	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` of the admin API's bearer tokens, one a line, name:secret (required with --admin-addr)")
+	fs.StringVar(&s.overridesFile, "overrides-file", "", "`file` the runtime overrides are kept in (--store memory), loaded at start; required with --admin-addr")
 	fs.StringVar(&s.rlqsWindows, "rlqs-windows", "token_bucket", "Rate Limit Quota Service: how shares of window limits are sent, token_bucket or requests_per_time_unit (which Envoy does not enforce yet)")
 	fs.Usage = func() { serveUsage(fs, stderr) }
 
@@ -172,6 +180,22 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		addrs["debug-addr"] = s.debugAddr
 	}
 	probs = append(probs, checkAddrs(addrs)...)
+	if s.adminAddr != "" {
+		if strings.HasPrefix(s.adminAddr, ":") {
+			s.adminAddr = "127.0.0.1" + s.adminAddr // loopback unless told otherwise
+		}
+		addrs := map[string]string{"admin-addr": s.adminAddr}
+		probs = append(probs, checkAddrs(addrs)...)
+		if s.adminTokenFile == "" {
+			probs = append(probs, "--admin-addr needs --admin-token-file: the admin API answers only with a bearer token")
+		}
+		if s.overridesFile == "" {
+			probs = append(probs, "--admin-addr needs --overrides-file: where the runtime overrides are kept")
+		}
+	}
+	if s.overridesFile != "" && s.store != "memory" {
+		probs = append(probs, "--overrides-file applies to --store memory: overrides are not yet shared between nodes through Redis")
+	}
 	if s.rlqsTTL <= 0 || s.rlqsGrace <= 0 {
 		probs = append(probs, "--rlqs-ttl and --rlqs-grace must be positive")
 	}
@@ -185,6 +209,58 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		return nil, errors.New(strings.Join(probs, "; "))
 	}
 	return s, nil
+}
+
+// overrides loads the runtime overrides from --overrides-file into the
+// decider, sweeps the expired ones every second, and returns the admin
+// API's handler (nil without --admin-addr) and a function that stops the
+// sweeping and closes the file.
+func (s *serveSettings) overrides(dec *decide.Decider, log *slog.Logger) (http.Handler, func(), error) {
+	idx := overrides.NewIndex(nil)
+	fs, err := overrides.OpenFile(s.overridesFile, idx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec.SetRuntime(idx)
+	audit := log.With("component", "admin")
+	log.Info("runtime overrides loaded", "file", s.overridesFile, "overrides", len(fs.List()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				changes, err := fs.Sweep()
+				if err != nil {
+					audit.Error("expired overrides not removed", "err", err)
+				}
+				for _, c := range changes {
+					audit.Info("override expired", "id", c.Before.ID())
+				}
+			}
+		}
+	}()
+	stop := func() { cancel(); <-done; fs.Close() }
+	if s.adminAddr == "" {
+		return nil, stop, nil
+	}
+	tokens, err := overrides.LoadTokens(s.adminTokenFile)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	h := overrides.NewAdmin(overrides.AdminConfig{
+		Backend: fs,
+		Tokens:  tokens,
+		Explain: func(domain string, descs []rules.Descriptor) (any, error) { return dec.Explain(domain, descs) },
+		Logger:  audit,
+	})
+	return h, stop, nil
 }
 
 // rlqsServer is the Rate Limit Quota Service of the node, on the gRPC
@@ -474,6 +550,16 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	if s.debugAddr != "" {
 		endpoints = append(endpoints, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(srv.DebugHandler(), log)})
+	}
+	if s.overridesFile != "" {
+		admin, stopSweep, err := s.overrides(dec.Core(), log)
+		if err != nil {
+			return err
+		}
+		defer stopSweep()
+		if admin != nil {
+			endpoints = append(endpoints, endpoint{name: "admin", addr: s.adminAddr, http: newHTTPServer(admin, log)})
+		}
 	}
 
 	rs := runSettings{

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/overrides"
+)
+
+func init() {
+	commands["override"] = command{
+		summary: "set, get, list, remove, import or export runtime overrides on a server (its admin API)",
+		run:     cmdOverride,
+	}
+	commands["explain"] = command{
+		summary: "say which rule or override would apply to descriptors, and why (a server's admin API)",
+		run:     cmdExplain,
+	}
+}
+
+// adminClient talks to a server's admin API.
+type adminClient struct {
+	server string
+	token  string
+	http   *http.Client
+}
+
+// adminFlags adds --server and --token-file to fs.
+func adminFlags(fs *flag.FlagSet) (server, tokenFile *string) {
+	server = fs.String("server", envOr("SLUICE_ADMIN_URL", "http://127.0.0.1:9090"), "`URL` of the server's admin API (--admin-addr); env SLUICE_ADMIN_URL")
+	tokenFile = fs.String("token-file", os.Getenv("SLUICE_ADMIN_TOKEN_FILE"), "`file` holding the bearer token (the first of an --admin-token-file); env SLUICE_ADMIN_TOKEN_FILE")
+	return server, tokenFile
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newAdminClient(server, tokenFile string) (*adminClient, error) {
+	if tokenFile == "" {
+		return nil, errors.New("--token-file is required")
+	}
+	tokens, err := overrides.LoadTokens(tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	return &adminClient{server: strings.TrimSuffix(server, "/"), token: string(tokens[0].Secret), http: &http.Client{Timeout: time.Minute}}, nil
+}
+
+// do sends a request and returns the body of a 2xx answer; any other
+// answer is an error with the server's message.
+func (c *adminClient) do(ctx context.Context, method, path string, body io.Reader) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.server+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error    string   `json:"error"`
+			Field    string   `json:"field"`
+			Problems []string `json:"problems"`
+		}
+		if json.Unmarshal(out, &e) == nil && e.Error != "" {
+			msg := e.Error
+			if len(e.Problems) > 0 {
+				msg += ":\n  " + strings.Join(e.Problems, "\n  ")
+			}
+			return nil, fmt.Errorf("%s (%d)", msg, resp.StatusCode)
+		}
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
+
+func adminTarget(domain, path string) string {
+	return "?domain=" + url.QueryEscape(domain) + "&path=" + url.QueryEscape(path)
+}
+
+func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "Usage: sluice override set|get|list|rm|import|export [flags]; sluice override SUBCOMMAND --help for its flags")
+		return errUsage
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server, tokenFile := adminFlags(fs)
+	domain := fs.String("domain", "", "the `domain`")
+	path := fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*)")
+	var limit, expires, note, prefix *string
+	var ttl *time.Duration
+	var pageSize *int
+	switch sub {
+	case "set":
+		limit = fs.String("limit", "", `the limit as JSON, with a rules file's rate_limit keys: '{"unit":"minute","requests_per_unit":100}', '{"unlimited":true}' or '{"blocked":true}'`)
+		expires = fs.String("expires", "", "when the override ends, RFC 3339 (2026-12-31T00:00:00Z); none when empty")
+		ttl = fs.Duration("ttl", 0, "or how long from now the override lasts")
+		note = fs.String("note", "", "a note kept with the override")
+	case "list":
+		prefix = fs.String("prefix", "", "only paths starting with this")
+		pageSize = fs.Int("page", 1000, "overrides asked for per request")
+	case "get", "rm", "import", "export":
+	default:
+		fmt.Fprintf(stderr, "sluice override: unknown subcommand %q (set, get, list, rm, import, export)\n", sub)
+		return errUsage
+	}
+	if err := parseFlagsArgs(fs, args[1:], sub == "import"); err != nil {
+		return err
+	}
+	c, err := newAdminClient(*server, *tokenFile)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "set":
+		p, err := overrides.ParsePath(*path)
+		if err != nil {
+			return err
+		}
+		o := overrides.Override{Domain: *domain, Path: p, Limit: json.RawMessage(*limit), Note: *note}
+		switch {
+		case *expires != "" && *ttl != 0:
+			return errors.New("--expires and --ttl exclude each other")
+		case *expires != "":
+			t, err := time.Parse(time.RFC3339, *expires)
+			if err != nil {
+				return fmt.Errorf("--expires: %w", err)
+			}
+			o.Expires = &t
+		case *ttl != 0:
+			t := time.Now().Add(*ttl).UTC()
+			o.Expires = &t
+		}
+		body, err := json.Marshal(&o)
+		if err != nil {
+			return err
+		}
+		out, err := c.do(ctx, "PUT", "/v1/override", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, out)
+	case "get":
+		out, err := c.do(ctx, "GET", "/v1/override"+adminTarget(*domain, *path), nil)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, out)
+	case "rm":
+		out, err := c.do(ctx, "DELETE", "/v1/override"+adminTarget(*domain, *path), nil)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, out)
+	case "list":
+		after := ""
+		for {
+			q := url.Values{"domain": {*domain}, "prefix": {*prefix}, "limit": {fmt.Sprint(*pageSize)}, "after": {after}}
+			out, err := c.do(ctx, "GET", "/v1/overrides?"+q.Encode(), nil)
+			if err != nil {
+				return err
+			}
+			var page struct {
+				Overrides []json.RawMessage `json:"overrides"`
+				Next      string            `json:"next"`
+			}
+			if err := json.Unmarshal(out, &page); err != nil {
+				return err
+			}
+			for _, o := range page.Overrides {
+				fmt.Fprintln(stdout, string(o))
+			}
+			if page.Next == "" {
+				return nil
+			}
+			after = page.Next
+		}
+	case "import":
+		in := stdin
+		if fs.NArg() > 1 {
+			return fmt.Errorf("import takes one file (or - for stdin), got %d", fs.NArg())
+		}
+		if fs.NArg() == 1 && fs.Arg(0) != "-" {
+			f, err := os.Open(fs.Arg(0))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			in = f
+		}
+		out, err := c.do(ctx, "POST", "/v1/overrides/import", in)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, out)
+	case "export":
+		out, err := c.do(ctx, "GET", "/v1/overrides/export", nil)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(out)
+		return err
+	}
+	return nil
+}
+
+func cmdExplain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server, tokenFile := adminFlags(fs)
+	domain := fs.String("domain", "", "the request's `domain`")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: sluice explain --domain D [flags] DESCRIPTOR...\n\nEach DESCRIPTOR is key=value pairs joined by /, in order (tenant=acme/user=bob).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlagsArgs(fs, args, true); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "sluice explain: name at least one descriptor")
+		return errUsage
+	}
+	body := struct {
+		Domain      string              `json:"domain"`
+		Descriptors [][]overrides.Entry `json:"descriptors"`
+	}{Domain: *domain}
+	for _, a := range fs.Args() {
+		p, err := overrides.ParsePath(a)
+		if err != nil {
+			return fmt.Errorf("descriptor %q: %w", a, err)
+		}
+		body.Descriptors = append(body.Descriptors, p)
+	}
+	c, err := newAdminClient(*server, *tokenFile)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	out, err := c.do(ctx, "POST", "/v1/explain", bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, out)
+}
+
+// printJSON writes a JSON answer indented.
+func printJSON(w io.Writer, data []byte) error {
+	var b bytes.Buffer
+	if err := json.Indent(&b, bytes.TrimSpace(data), "", "  "); err != nil {
+		_, err = w.Write(data)
+		return err
+	}
+	b.WriteByte('\n')
+	_, err := w.Write(b.Bytes())
+	return err
+}

@@ -1,0 +1,110 @@
+package decide
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Explanation says, for a domain and descriptors, what would apply to each
+// descriptor and why: the same matching as a decision (rules.Config.Plan,
+// with the runtime overrides in force), without deciding anything.
+type Explanation struct {
+	Domain      string                  `json:"domain"`
+	DomainKnown bool                    `json:"domain_known"`
+	Descriptors []DescriptorExplanation `json:"descriptors"`
+	Capacity    *LimitExplanation       `json:"capacity,omitempty"` // the domain capacity, applied once
+}
+
+// DescriptorExplanation is what applies to one descriptor.
+type DescriptorExplanation struct {
+	Entries []ExplainedEntry `json:"entries"`
+	// Status: limited, unlimited, no_match, replaced (another matched
+	// limit replaces the rule's) or overridden (the request's own limit).
+	Status string `json:"status"`
+	// Source: rules, override (a runtime override), request (Envoy's
+	// per-descriptor limit) or none.
+	Source   string             `json:"source"`
+	Rule     string             `json:"rule,omitempty"`     // the rule reached: file:line:column
+	StatKey  string             `json:"stat_key,omitempty"` // its stats key
+	Override string             `json:"override,omitempty"` // the runtime override's domain and path
+	Limits   []LimitExplanation `json:"limits,omitempty"`
+	Why      string             `json:"why"`
+}
+
+// ExplainedEntry is one entry of a descriptor.
+type ExplainedEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// LimitExplanation is one limit that would apply.
+type LimitExplanation struct {
+	Name      string `json:"name,omitempty"`
+	Algorithm string `json:"algorithm"`
+	Rate      int64  `json:"rate"`
+	Period    string `json:"period"`
+	Burst     int64  `json:"burst,omitempty"`
+	Shadow    bool   `json:"shadow,omitempty"`
+	Key       string `json:"key"` // the counter key
+}
+
+// Explain explains what would apply to descs in domain under the rules and
+// runtime overrides in force. A request that a decision would refuse as
+// invalid is the same error here.
+func (d *Decider) Explain(domain string, descs []rules.Descriptor) (*Explanation, error) {
+	s := d.plans.Get().(*scratch)
+	defer d.plans.Put(s)
+	if err := d.plan(s, domain, descs); err != nil {
+		return nil, err
+	}
+	p := &s.plan
+	e := &Explanation{Domain: domain, DomainKnown: p.Domain != nil}
+	for i := range p.Matches {
+		m := &p.Matches[i]
+		de := DescriptorExplanation{Status: m.Status.String(), StatKey: m.StatKey, Source: "none"}
+		for _, en := range descs[i].Entries {
+			de.Entries = append(de.Entries, ExplainedEntry{en.Key, en.Value})
+		}
+		if m.Rule != nil {
+			de.Rule = m.Rule.File + ":" + strconv.Itoa(m.Rule.Line) + ":" + strconv.Itoa(m.Rule.Column)
+		}
+		for j := m.First; j < m.First+m.Count; j++ {
+			de.Limits = append(de.Limits, explainLimit(p, j))
+		}
+		switch {
+		case m.Status == rules.Overridden:
+			de.Source, de.Why = "request", "the request carries its own limit for this descriptor (Envoy's per-descriptor limit), which wins over overrides and rules"
+		case m.Runtime != "":
+			de.Source, de.Override = "override", m.Runtime
+			de.Why = "the most specific runtime override for these entries applies instead of the rules"
+			if m.Status == rules.Unlimited {
+				de.Why += "; it is unlimited"
+			}
+		case p.Domain == nil:
+			de.Why = "no rules for this domain: allowed"
+		case m.Status == rules.NoMatch:
+			de.Why = "the entries reach no rule with a rate_limit: allowed"
+		case m.Status == rules.Unlimited:
+			de.Source, de.Why = "rules", "the rule reached is unlimited: true"
+		case m.Status == rules.Replaced:
+			de.Source, de.Why = "rules", "another limit matched by the request replaces this rule's (replaces:)"
+		default:
+			de.Source, de.Why = "rules", "the rule reached by the entries applies"
+		}
+		e.Descriptors = append(e.Descriptors, de)
+	}
+	if p.Capacity >= 0 {
+		c := explainLimit(p, p.Capacity)
+		e.Capacity = &c
+	}
+	return e, nil
+}
+
+func explainLimit(p *rules.Plan, j int) LimitExplanation {
+	h := p.Hits[j]
+	l := h.Limit
+	return LimitExplanation{Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
+		Burst: l.Burst, Shadow: l.Shadow, Key: fmt.Sprintf("%q", h.Key)}
+}
