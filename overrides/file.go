@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -35,8 +34,7 @@ type FileStore struct {
 	idx  *Index
 	now  func() time.Time
 
-	mu      sync.Mutex
-	live    map[string]*Override // by ID
+	liveSet
 	f       *os.File
 	entries int // lines in the log
 }
@@ -48,7 +46,7 @@ func OpenFile(path string, idx *Index, now func() time.Time) (*FileStore, error)
 	if now == nil {
 		now = time.Now
 	}
-	s := &FileStore{path: path, idx: idx, now: now, live: map[string]*Override{}}
+	s := &FileStore{path: path, idx: idx, now: now, liveSet: liveSet{live: map[string]*Override{}}}
 	// A compaction that crashed before its rename leaves its temporary
 	// file: the log is whole, the temporary file is not to be trusted.
 	os.Remove(path + ".tmp")
@@ -130,26 +128,6 @@ func (s *FileStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.f.Close()
-}
-
-// List returns every override, sorted by ID.
-func (s *FileStore) List() []*Override {
-	s.mu.Lock()
-	out := make([]*Override, 0, len(s.live))
-	for _, o := range s.live {
-		out = append(out, o)
-	}
-	s.mu.Unlock()
-	slices.SortFunc(out, func(a, b *Override) int { return strings.Compare(a.ID(), b.ID()) })
-	return out
-}
-
-// Get returns the override of domain and path.
-func (s *FileStore) Get(domain string, path []Entry) (*Override, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.live[(&Override{Domain: domain, Path: path}).ID()]
-	return o, ok
 }
 
 // Put adds or replaces o (validated here), on behalf of by, and returns the

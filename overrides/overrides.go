@@ -436,3 +436,29 @@ func (x *Index) Match(domain string, entries []rules.Entry) (rules.RuntimeMatch,
 }
 
 var timeZero time.Time
+
+// liveSet is the overrides a store holds, by ID, under its lock.
+type liveSet struct {
+	mu   sync.Mutex
+	live map[string]*Override
+}
+
+// List returns every override, sorted by ID.
+func (l *liveSet) List() []*Override {
+	l.mu.Lock()
+	out := make([]*Override, 0, len(l.live))
+	for _, o := range l.live {
+		out = append(out, o)
+	}
+	l.mu.Unlock()
+	slices.SortFunc(out, func(a, b *Override) int { return strings.Compare(a.ID(), b.ID()) })
+	return out
+}
+
+// Get returns the override of domain and path.
+func (l *liveSet) Get(domain string, path []Entry) (*Override, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.live[(&Override{Domain: domain, Path: path}).ID()]
+	return o, ok
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestServeE2EOverrides: runtime overrides through the real binary: set
@@ -123,4 +125,57 @@ descriptors:
 	if !strings.Contains(log, `"msg":"override changed"`) || !strings.Contains(log, `"who":"ops"`) {
 		t.Errorf("no audit line with who in the log")
 	}
+}
+
+// TestServeE2EOverridesRedis: two serve nodes on one real redis-server; an
+// override set through the first node's admin API is applied by the
+// second within a second, and so is its removal.
+func TestServeE2EOverridesRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	writeRules(t, rules, `domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`)
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("ops:0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--config", rules, "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":"}
+	a := startSluice(t, nil, append(base, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)...)
+	b := startSluice(t, nil, base...)
+	a.mu.Lock()
+	server := "http://" + a.addrs["admin"]
+	a.mu.Unlock()
+	allowed := func(p *proc) bool {
+		r, err := p.rl("api", desc("tenant", "acme"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetOverallCode() == rlsv3.RateLimitResponse_OK
+	}
+	// until polls node b until want, and returns how long it took.
+	until := func(what string, want bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for allowed(b) != want {
+			if time.Since(start) > time.Second {
+				t.Fatalf("%s: node b did not apply it within 1 s", what)
+			}
+		}
+		return time.Since(start)
+	}
+	if !allowed(b) {
+		t.Fatal("tenant=acme denied before any override")
+	}
+	if code, out, errOut := runCmd(t, "", "override", "set", "--server", server, "--token-file", tokens, "--domain", "api", "--path", "tenant=acme", "--limit", `{"blocked":true}`); code != 0 {
+		t.Fatalf("set on node a: exit %d, %s %s", code, out, errOut)
+	}
+	t.Logf("the block set on node a applied by node b after %v", until("the block", false))
+	if code, out, errOut := runCmd(t, "", "override", "rm", "--server", server, "--token-file", tokens, "--domain", "api", "--path", "tenant=acme"); code != 0 {
+		t.Fatalf("rm on node a: exit %d, %s %s", code, out, errOut)
+	}
+	t.Logf("its removal applied by node b after %v", until("the removal", true))
 }

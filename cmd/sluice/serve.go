@@ -189,12 +189,12 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 		if s.adminTokenFile == "" {
 			probs = append(probs, "--admin-addr needs --admin-token-file: the admin API answers only with a bearer token")
 		}
-		if s.overridesFile == "" {
-			probs = append(probs, "--admin-addr needs --overrides-file: where the runtime overrides are kept")
+		if s.overridesFile == "" && s.store == "memory" {
+			probs = append(probs, "--admin-addr needs --overrides-file with --store memory: where the runtime overrides are kept")
 		}
 	}
 	if s.overridesFile != "" && s.store != "memory" {
-		probs = append(probs, "--overrides-file applies to --store memory: overrides are not yet shared between nodes through Redis")
+		probs = append(probs, "--overrides-file applies to --store memory: with --store redis, overrides are kept in Redis")
 	}
 	if s.rlqsTTL <= 0 || s.rlqsGrace <= 0 {
 		probs = append(probs, "--rlqs-ttl and --rlqs-grace must be positive")
@@ -211,41 +211,43 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	return s, nil
 }
 
-// overrides loads the runtime overrides from --overrides-file into the
-// decider, sweeps the expired ones every second, and returns the admin
-// API's handler (nil without --admin-addr) and a function that stops the
-// sweeping and closes the file.
-func (s *serveSettings) overrides(dec *decide.Decider, log *slog.Logger) (http.Handler, func(), error) {
+// overrides sets up the runtime overrides: kept in Redis with --store
+// redis (every node sees every change), in --overrides-file with --store
+// memory, or none. It returns the admin API's handler (nil without
+// --admin-addr) and a function that stops keeping them.
+func (s *serveSettings) overrides(dec *decide.Decider, stores *storeSet, log *slog.Logger) (http.Handler, func(), error) {
+	audit := log.With("component", "admin")
 	idx := overrides.NewIndex(nil)
-	fs, err := overrides.OpenFile(s.overridesFile, idx, nil)
-	if err != nil {
-		return nil, nil, err
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var backend overrides.Backend
+	var closeFile func()
+	switch {
+	case stores.redis != nil:
+		rs := overrides.NewRedisStore(stores.redis.Client, stores.redis.Prefix(), idx, nil, audit)
+		wg.Go(func() { rs.Run(ctx) })
+		backend = rs
+	case s.overridesFile != "":
+		fs, err := overrides.OpenFile(s.overridesFile, idx, nil)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		log.Info("runtime overrides loaded", "file", s.overridesFile, "overrides", len(fs.List()))
+		wg.Go(func() { sweepFile(ctx, fs, audit) })
+		backend, closeFile = fs, func() { fs.Close() }
+	default:
+		cancel()
+		return nil, func() {}, nil
 	}
 	dec.SetRuntime(idx)
-	audit := log.With("component", "admin")
-	log.Info("runtime overrides loaded", "file", s.overridesFile, "overrides", len(fs.List()))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				changes, err := fs.Sweep()
-				if err != nil {
-					audit.Error("expired overrides not removed", "err", err)
-				}
-				for _, c := range changes {
-					audit.Info("override expired", "id", c.Before.ID())
-				}
-			}
+	stop := func() {
+		cancel()
+		wg.Wait()
+		if closeFile != nil {
+			closeFile()
 		}
-	}()
-	stop := func() { cancel(); <-done; fs.Close() }
+	}
 	if s.adminAddr == "" {
 		return nil, stop, nil
 	}
@@ -255,12 +257,33 @@ func (s *serveSettings) overrides(dec *decide.Decider, log *slog.Logger) (http.H
 		return nil, nil, err
 	}
 	h := overrides.NewAdmin(overrides.AdminConfig{
-		Backend: fs,
+		Backend: backend,
 		Tokens:  tokens,
 		Explain: func(domain string, descs []rules.Descriptor) (any, error) { return dec.Explain(domain, descs) },
 		Logger:  audit,
 	})
 	return h, stop, nil
+}
+
+// sweepFile removes the expired overrides of fs every second until ctx
+// ends.
+func sweepFile(ctx context.Context, fs *overrides.FileStore, audit *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changes, err := fs.Sweep()
+		if err != nil {
+			audit.Error("expired overrides not removed", "err", err)
+		}
+		for _, c := range changes {
+			audit.Info("override expired", "id", c.Before.ID())
+		}
+	}
 }
 
 // rlqsServer is the Rate Limit Quota Service of the node, on the gRPC
@@ -551,15 +574,13 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	if s.debugAddr != "" {
 		endpoints = append(endpoints, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(srv.DebugHandler(), log)})
 	}
-	if s.overridesFile != "" {
-		admin, stopSweep, err := s.overrides(dec.Core(), log)
-		if err != nil {
-			return err
-		}
-		defer stopSweep()
-		if admin != nil {
-			endpoints = append(endpoints, endpoint{name: "admin", addr: s.adminAddr, http: newHTTPServer(admin, log)})
-		}
+	admin, stopOverrides, err := s.overrides(dec.Core(), stores, log)
+	if err != nil {
+		return err
+	}
+	defer stopOverrides()
+	if admin != nil {
+		endpoints = append(endpoints, endpoint{name: "admin", addr: s.adminAddr, http: newHTTPServer(admin, log)})
 	}
 
 	rs := runSettings{
