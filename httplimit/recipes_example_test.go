@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -240,4 +242,102 @@ descriptors:
 	// Bearer t-alice (X-Plan "paid"): 0 allowed, 700 denied, "api.plan.user";q=60;w=60
 	// Bearer t-bob (X-Plan ""): 600 allowed, 100 denied, "api.plan_paid.user";q=600;w=60
 	// Bearer t-carol (X-Plan ""): 60 allowed, 640 denied, "api.plan.user";q=60;w=60
+}
+
+// ExampleConfig_tiersWithOverrides is the tiered plans recipe of
+// docs/recipes.md with exceptions set at runtime (package overrides): one
+// customer's quota raised for a week, a leaked account blocked, without
+// touching the rules or the plan headers.
+func ExampleConfig_tiersWithOverrides() {
+	domain, err := rules.Parse("api.yaml", []byte(`domain: api
+descriptors:
+  - key: plan
+    value: paid
+    descriptors:
+      - key: user
+        rate_limit: {algorithm: sliding_window, unit: minute, requests_per_unit: 600}
+  - key: plan
+    descriptors:
+      - key: user
+        rate_limit: {algorithm: sliding_window, unit: minute, requests_per_unit: 60}
+`))
+	if err != nil {
+		panic(err)
+	}
+	cfg, err := rules.NewConfig(domain)
+	if err != nil {
+		panic(err)
+	}
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
+	defer store.Close()
+
+	// The overrides in force: sluice serve keeps them in Redis or a file
+	// and changes them through its admin API (sluice override set); a Go
+	// program may keep an Index itself.
+	runtime := overrides.NewIndex(func() time.Time { return now })
+	decider := decide.NewDecider(sluice.NewLimiter(store), cfg)
+	decider.SetRuntime(runtime)
+	week := now.Add(7 * 24 * time.Hour)
+	for _, o := range []*overrides.Override{
+		// carol, on a free plan, gets 1,200 a minute for launch week,
+		// whatever plan her headers say.
+		{Domain: "api", Path: []overrides.Entry{{Key: "plan", Value: "*"}, {Key: "user", Value: "carol"}},
+			Limit:   json.RawMessage(`{"algorithm": "sliding_window", "unit": "minute", "requests_per_unit": 1200}`),
+			Expires: &week, Note: "launch week"},
+		// mallory's credentials leaked: nothing passes.
+		{Domain: "api", Path: []overrides.Entry{{Key: "plan", Value: "*"}, {Key: "user", Value: "mallory"}},
+			Limit: json.RawMessage(`{"blocked": true}`)},
+	} {
+		if err := o.Compile(); err != nil {
+			panic(err)
+		}
+		runtime.Put(o)
+	}
+
+	limit, err := httplimit.New(httplimit.Config{
+		Decider: decider,
+		Domain:  "api",
+		Descriptors: []httplimit.Descriptor{{
+			{Key: "plan", Source: httplimit.Header("X-Plan")},
+			{Key: "user", Source: httplimit.Header("X-User")},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	srv := httptest.NewServer(limit(api))
+	defer srv.Close()
+
+	// Each sends 1,500 requests in the same minute (the headers stand for
+	// what the auth layer sets).
+	send := func(user, plan string) {
+		counts := map[int]int{}
+		for range 1500 {
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			req.Header.Set("X-User", user)
+			req.Header.Set("X-Plan", plan)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				panic(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			counts[resp.StatusCode]++
+		}
+		fmt.Printf("%s (%s): %d allowed, %d denied\n", user, plan, counts[200], counts[429])
+	}
+	send("alice", "free")
+	send("bob", "paid")
+	send("carol", "free")
+	send("mallory", "paid")
+	now = week.Add(time.Minute) // launch week is over: carol is free again
+	send("carol", "free")
+	// Output:
+	// alice (free): 60 allowed, 1440 denied
+	// bob (paid): 600 allowed, 900 denied
+	// carol (free): 1200 allowed, 300 denied
+	// mallory (paid): 0 allowed, 1500 denied
+	// carol (free): 60 allowed, 1440 denied
 }
