@@ -134,7 +134,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.DurationVar(&s.rlqsGrace, "rlqs-grace", rlqs.DefaultGrace, "Rate Limit Quota Service: the longest an assignment may take to reach Envoy; a lowered share is held this long before others get it")
 	fs.StringVar(&s.adminAddr, "admin-addr", "", "`address` of the admin API (runtime overrides, explain); empty disables it; a bare :PORT listens on 127.0.0.1")
 	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` of the admin API's bearer tokens, one a line, name:secret (required with --admin-addr)")
-	fs.StringVar(&s.overridesFile, "overrides-file", "", "`file` the runtime overrides are kept in (--store memory), loaded at start; required with --admin-addr")
+	fs.StringVar(&s.overridesFile, "overrides-file", "", "`file` the runtime overrides are kept in with --store memory (required there with --admin-addr), loaded at start; with --store redis they are kept in Redis")
 	fs.StringVar(&s.rlqsWindows, "rlqs-windows", "token_bucket", "Rate Limit Quota Service: how shares of window limits are sent, token_bucket or requests_per_time_unit (which Envoy does not enforce yet)")
 	fs.Usage = func() { serveUsage(fs, stderr) }
 
