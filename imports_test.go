@@ -57,7 +57,9 @@ func TestImportRules(t *testing.T) {
 		// file or given a backend; no transport of the rate limit
 		// service, no store, no decision core.
 		mod + "/overrides": {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/rlqs", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease", "google.golang.org/grpc", "github.com/envoyproxy/"},
-		mod + "/rlqs":      {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"},
+		// Heavy hitters: a data structure, fed by the transports.
+		mod + "/hitters": append(append([]string{mod + "/rules", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"}, transports...), grpc...),
+		mod + "/rlqs":    {mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rlsclient", mod + "/rls", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"},
 	}
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...").Output()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/ratelimitheaders"
@@ -31,6 +32,10 @@ descriptors:
 // benchServer is a server as sluice serve makes it: each limit decided on
 // its own (Envoy's way) unless all, all-or-nothing.
 func benchServer(b *testing.B, headers ratelimitheaders.HeaderMode, all bool) *server.Server {
+	return benchServerWith(b, headers, all, nil)
+}
+
+func benchServerWith(b *testing.B, headers ratelimitheaders.HeaderMode, all bool, top *hitters.Tracker) *server.Server {
 	b.Helper()
 	store := memstore.New(memstore.Config{})
 	b.Cleanup(func() { store.Close() })
@@ -39,6 +44,7 @@ func benchServer(b *testing.B, headers ratelimitheaders.HeaderMode, all bool) *s
 	srv, err := server.New(server.Config{
 		Decider: dec,
 		Headers: headers,
+		Hitters: top,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -65,17 +71,26 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		key     string
 		headers ratelimitheaders.HeaderMode
 		all     bool
+		hitters bool
 	}{
-		{"keys=1", 1, "user", 0, false},
-		{"keys=10k", 10_000, "user", 0, false},
-		{"keys=1M", 1_000_000, "user", 0, false},
-		{"hot-over-limit", 1, "hot", 0, false},
-		{"keys=10k/headers=all", 10_000, "user", ratelimitheaders.HeadersAll, false},
-		{"no-match", 1, "other", 0, false},
-		{"keys=10k/all-or-nothing", 10_000, "user", 0, true},
+		{"keys=1", 1, "user", 0, false, false},
+		{"keys=10k", 10_000, "user", 0, false, false},
+		{"keys=1M", 1_000_000, "user", 0, false, false},
+		{"hot-over-limit", 1, "hot", 0, false, false},
+		{"keys=10k/headers=all", 10_000, "user", ratelimitheaders.HeadersAll, false, false},
+		{"no-match", 1, "other", 0, false, false},
+		{"keys=10k/all-or-nothing", 10_000, "user", 0, true, false},
+		{"keys=10k/hitters", 10_000, "user", 0, false, true},
+		{"keys=1M/hitters", 1_000_000, "user", 0, false, true},
+		{"hot-over-limit/hitters", 1, "hot", 0, false, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			srv := benchServer(b, bc.headers, bc.all)
+			var top *hitters.Tracker
+			if bc.hitters {
+				top = hitters.New(hitters.Config{})
+				defer top.Close()
+			}
+			srv := benchServerWith(b, bc.headers, bc.all, top)
 			ctx := context.Background()
 			reqs := benchRequests(bc.keys, bc.key)
 			for _, r := range reqs { // every key in the store
@@ -164,17 +179,21 @@ func TestShouldRateLimitAllocs(t *testing.T) {
 	}
 	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
-	srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, benchRules))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	r := req("bench", d("user=a"))
-	if n := testing.AllocsPerRun(100, func() {
-		if _, err := srv.ShouldRateLimit(ctx, r); err != nil {
+	top := hitters.New(hitters.Config{})
+	defer top.Close()
+	for _, h := range []*hitters.Tracker{nil, top} {
+		srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, benchRules)), Hitters: h})
+		if err != nil {
 			t.Fatal(err)
 		}
-	}); n > 2 {
-		t.Errorf("%v allocations per request, want at most 2", n)
+		ctx := context.Background()
+		r := req("bench", d("user=a"))
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := srv.ShouldRateLimit(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}); n > 2 {
+			t.Errorf("with hitters %v: %v allocations per request, want at most 2", h != nil, n)
+		}
 	}
 }

@@ -91,6 +91,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
@@ -164,6 +165,11 @@ type Config struct {
 	// per-rule metrics; beyond it, new stats keys count under
 	// rule="_other" of their domain. Zero means DefaultMaxRuleLabels.
 	MaxRuleLabels int
+
+	// Hitters, when set, is told every limited descriptor of every
+	// request (its rule's stats key, its entries, whether it was denied):
+	// the top keys of each rule, on the debug listener's /hitters.
+	Hitters *hitters.Tracker
 }
 
 // DefaultMaxRuleLabels is the default cap on distinct rule label values.
@@ -185,6 +191,7 @@ type Server struct {
 	ready      func(ctx context.Context) error
 	storeUp    func() error // nil: no way to tell, taken as up
 	rulesDebug func() any
+	hitters    *hitters.Tracker
 
 	m *metrics
 
@@ -235,6 +242,7 @@ func New(cfg Config) (*Server, error) {
 		ready:      cfg.Ready,
 		storeUp:    cfg.StoreHealth,
 		rulesDebug: cfg.Rules,
+		hitters:    cfg.Hitters,
 		changed:    make(chan struct{}),
 	}
 	s.policyLog.Interval = policyLogEvery

@@ -21,6 +21,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -317,7 +318,7 @@ func maxMin(demands []float64, capacity float64) []float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int { return cmpFloat(demands[a], demands[b]) })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
 	out := make([]float64, len(demands))
 	left := capacity
 	for k, i := range idx {
@@ -326,16 +327,6 @@ func maxMin(demands []float64, capacity float64) []float64 {
 		left -= give
 	}
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func sum(xs []float64) float64 {

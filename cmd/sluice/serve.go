@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/ratelimitheaders"
@@ -79,6 +80,7 @@ type serveSettings struct {
 	rlqsGrace           time.Duration
 	rlqsWindows         string
 	adminAddr           string
+	topKeys             bool
 	adminTokenFile      string
 	overridesFile       string
 	headers             ratelimitheaders.HeaderMode
@@ -132,6 +134,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "then closed after this much longer")
 	fs.DurationVar(&s.rlqsTTL, "rlqs-ttl", rlqs.DefaultTTL, "Rate Limit Quota Service: how long Envoy keeps an assignment (must exceed Envoy's reporting_interval); a dropped Envoy's share goes to the others this long plus --rlqs-grace after its last report")
 	fs.DurationVar(&s.rlqsGrace, "rlqs-grace", rlqs.DefaultGrace, "Rate Limit Quota Service: the longest an assignment may take to reach Envoy; a lowered share is held this long before others get it")
+	fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory (the debug listener's /hitters)")
 	fs.StringVar(&s.adminAddr, "admin-addr", "", "`address` of the admin API (runtime overrides, explain); empty disables it; a bare :PORT listens on 127.0.0.1")
 	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` of the admin API's bearer tokens, one a line, name:secret (required with --admin-addr)")
 	fs.StringVar(&s.overridesFile, "overrides-file", "", "`file` the runtime overrides are kept in with --store memory (required there with --admin-addr), loaded at start; with --store redis they are kept in Redis")
@@ -515,7 +518,13 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	if err != nil {
 		return err
 	}
+	var top *hitters.Tracker
+	if s.topKeys {
+		top = hitters.New(hitters.Config{})
+		defer top.Close()
+	}
 	srv, err = server.New(server.Config{
+		Hitters:        top,
 		Statsd:         statsdStore,
 		StatsdTags:     statsdTags,
 		Decider:        dec,

@@ -1146,3 +1146,52 @@ func TestServeE2EMaxBytesLimitsTheProcess(t *testing.T) {
 		t.Errorf("no --max-bytes: go_gc_gomemlimit_bytes %v, want %v", got, want)
 	}
 }
+
+// TestServeE2EHitters: the debug listener's /hitters lists, after known
+// traffic, the key that asked most and was denied most on top of its
+// rule, over the minute and the hour.
+func TestServeE2EHitters(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	p := startSluice(t, nil, "--config", rules)
+	for i := range 200 {
+		user := "mallory"
+		if i%4 == 0 {
+			user = fmt.Sprint("user", i)
+		}
+		p.must("api", desc("user", user))
+	}
+	for _, window := range []string{"minute", "hour"} {
+		code, body, _ := httpDo(t, "GET", "http://"+p.dbg+"/hitters?window="+window+"&k=3", "")
+		if code != 200 {
+			t.Fatalf("/hitters: %d %s", code, body)
+		}
+		var reports []struct {
+			Rule, Kind, Window string
+			Hits               uint64
+			Top                []struct {
+				Key   string
+				Count uint64
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &reports); err != nil {
+			t.Fatalf("/hitters: %v\n%s", err, body)
+		}
+		if len(reports) != 2 {
+			t.Fatalf("/hitters: %d reports, want requests and denials of api.user:\n%s", len(reports), body)
+		}
+		for _, r := range reports {
+			want := map[string]uint64{"requests": 150, "denials": 140}[r.Kind]
+			if r.Rule != "api.user" || r.Window != window || len(r.Top) == 0 || r.Top[0].Key != "user=mallory" || r.Top[0].Count != want {
+				t.Errorf("%s %s: %+v, want user=mallory on top with %d", window, r.Kind, r, want)
+			}
+		}
+	}
+	if code, _, _ := httpDo(t, "GET", "http://"+p.dbg+"/hitters?window=week", ""); code != 400 {
+		t.Errorf("/hitters?window=week: %d, want 400", code)
+	}
+}

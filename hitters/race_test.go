@@ -1,0 +1,6 @@
+//go:build race
+
+package hitters
+
+// The race detector makes the flood ten times slower: it floods less.
+const raceEnabled = true
