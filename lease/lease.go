@@ -477,7 +477,7 @@ func (l *lease) renewal(now time.Duration, led *ledger) (int64, bool) {
 	}
 	// Spent at this pace, the rest lasts (now − since)·units/spent:
 	// renew if that is before the deadline.
-	if l.spent <= 0 || int64(now-l.since)*l.units >= int64(l.deadline-now)*l.spent {
+	if int64(now-l.since)*l.units >= int64(l.deadline-now)*l.spent {
 		return 0, false
 	}
 	size := min(2*l.size, led.limit.Burst) - l.units
