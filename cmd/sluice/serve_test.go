@@ -35,6 +35,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 		tracing:          tracingSettings{protocol: "http", sampling: 1, service: "RateLimit"},
 		nearLimitRatio:   0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
+		rlqsTTL: 5 * time.Second, rlqsGrace: 2 * time.Second, rlqsWindows: "token_bucket", topKeys: true,
 		storeSettings: storeSettings{
 			store:         "memory",
 			redis:         redisSettings{prefix: "sluice:", timeout: 500 * time.Millisecond, maxInFlight: 256, maxQueue: 4096, hashTag: "entry", cacheSize: 100000},
