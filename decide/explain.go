@@ -1,9 +1,11 @@
 package decide
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -48,18 +50,44 @@ type LimitExplanation struct {
 	Burst     int64  `json:"burst,omitempty"`
 	Shadow    bool   `json:"shadow,omitempty"`
 	Key       string `json:"key"` // the counter key
+
+	// The counter's state now, read without consuming (a peek), when the
+	// store answered: what is left, when the limit resets, and how long a
+	// hit of cost 1 would have to wait (0: it would pass now).
+	State *CounterState `json:"state,omitempty"`
+}
+
+// CounterState is a counter's state, as a peek reads it.
+type CounterState struct {
+	Limit      int64  `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	ResetAfter string `json:"reset_after"`
+	RetryAfter string `json:"retry_after,omitempty"`
 }
 
 // Explain explains what would apply to descs in domain under the rules and
-// runtime overrides in force. A request that a decision would refuse as
+// runtime overrides in force, with each counter's state read from the store
+// without consuming anything (a peek of each limit; a store that fails
+// leaves the states out). A request that a decision would refuse as
 // invalid is the same error here.
-func (d *Decider) Explain(domain string, descs []rules.Descriptor) (*Explanation, error) {
+func (d *Decider) Explain(ctx context.Context, domain string, descs []rules.Descriptor) (*Explanation, error) {
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
 	if err := d.plan(s, domain, descs); err != nil {
 		return nil, err
 	}
 	p := &s.plan
+	var states []sluice.Decision
+	if len(p.Hits) > 0 {
+		peeks := make([]sluice.Hit, len(p.Hits))
+		for i, h := range p.Hits {
+			peeks[i] = sluice.Hit{Key: h.Key, Limit: h.Limit}
+		}
+		states = make([]sluice.Decision, len(peeks))
+		if _, err := d.limiter.DecideEach(ctx, peeks, states); err != nil {
+			states = nil
+		}
+	}
 	e := &Explanation{Domain: domain, DomainKnown: p.Domain != nil}
 	for i := range p.Matches {
 		m := &p.Matches[i]
@@ -71,7 +99,7 @@ func (d *Decider) Explain(domain string, descs []rules.Descriptor) (*Explanation
 			de.Rule = m.Rule.File + ":" + strconv.Itoa(m.Rule.Line) + ":" + strconv.Itoa(m.Rule.Column)
 		}
 		for j := m.First; j < m.First+m.Count; j++ {
-			de.Limits = append(de.Limits, explainLimit(p, j))
+			de.Limits = append(de.Limits, explainLimit(p, j, states))
 		}
 		switch {
 		case m.Status == rules.Overridden:
@@ -96,15 +124,23 @@ func (d *Decider) Explain(domain string, descs []rules.Descriptor) (*Explanation
 		e.Descriptors = append(e.Descriptors, de)
 	}
 	if p.Capacity >= 0 {
-		c := explainLimit(p, p.Capacity)
+		c := explainLimit(p, p.Capacity, states)
 		e.Capacity = &c
 	}
 	return e, nil
 }
 
-func explainLimit(p *rules.Plan, j int) LimitExplanation {
+func explainLimit(p *rules.Plan, j int, states []sluice.Decision) LimitExplanation {
 	h := p.Hits[j]
 	l := h.Limit
-	return LimitExplanation{Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
+	le := LimitExplanation{Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
 		Burst: l.Burst, Shadow: l.Shadow, Key: fmt.Sprintf("%q", h.Key)}
+	if j < len(states) {
+		st := states[j]
+		le.State = &CounterState{Limit: st.Limit, Remaining: st.Remaining, ResetAfter: st.ResetAfter.String()}
+		if !st.Allowed || st.Remaining < 1 {
+			le.State.RetryAfter = st.RetryAfter.String()
+		}
+	}
+	return le
 }

@@ -3,6 +3,7 @@ package overrides
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -62,7 +63,7 @@ func LoadTokens(path string) ([]Token, error) {
 }
 
 // ExplainFunc explains what applies to a request's descriptors.
-type ExplainFunc func(domain string, descs []rules.Descriptor) (any, error)
+type ExplainFunc func(ctx context.Context, domain string, descs []rules.Descriptor) (any, error)
 
 // AdminConfig configures the admin API.
 type AdminConfig struct {
@@ -335,7 +336,7 @@ func (a *admin) explain(w http.ResponseWriter, r *http.Request) {
 		}
 		descs[i].Cost = 1
 	}
-	out, err := a.cfg.Explain(b.Domain, descs)
+	out, err := a.cfg.Explain(r.Context(), b.Domain, descs)
 	if err != nil {
 		a.fail(w, http.StatusBadRequest, "", err)
 		return

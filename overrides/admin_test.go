@@ -2,6 +2,7 @@ package overrides_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -29,7 +30,7 @@ func newAdmin(t *testing.T) (*httptest.Server, *overrides.FileStore, *bytes.Buff
 	h := overrides.NewAdmin(overrides.AdminConfig{
 		Backend: fs,
 		Tokens:  []overrides.Token{{Name: "ops", Secret: []byte(secret)}},
-		Explain: func(domain string, descs []rules.Descriptor) (any, error) {
+		Explain: func(_ context.Context, domain string, descs []rules.Descriptor) (any, error) {
 			return map[string]any{"domain": domain, "n": len(descs), "override": idx.Lookup(domain, descs[0].Entries) != nil}, nil
 		},
 		Logger: slog.New(slog.NewJSONHandler(&audit, nil)),

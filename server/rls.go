@@ -141,6 +141,11 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, hv...)
 		}
 	}
+	if s.limitedBy && res == resultOverLimit {
+		if hv := limitedBy(o); hv != nil {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, hv)
+		}
+	}
 	s.m.requests[via][res].Inc()
 	return o, nil
 }

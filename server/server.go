@@ -166,6 +166,12 @@ type Config struct {
 	// rule="_other" of their domain. Zero means DefaultMaxRuleLabels.
 	MaxRuleLabels int
 
+	// LimitedBy adds to every OVER_LIMIT answer the header
+	// x-sluice-limited-by, which says why: the rule (its stats key), the
+	// descriptor, the algorithm and limit, what is left and when the
+	// limit resets. Off by default: it tells clients about the rules.
+	LimitedBy bool
+
 	// Hitters, when set, is told every limited descriptor of every
 	// request (its rule's stats key, its entries, whether it was denied):
 	// the top keys of each rule, on the debug listener's /hitters.
@@ -192,6 +198,7 @@ type Server struct {
 	storeUp    func() error // nil: no way to tell, taken as up
 	rulesDebug func() any
 	hitters    *hitters.Tracker
+	limitedBy  bool
 
 	m *metrics
 
@@ -243,6 +250,7 @@ func New(cfg Config) (*Server, error) {
 		storeUp:    cfg.StoreHealth,
 		rulesDebug: cfg.Rules,
 		hitters:    cfg.Hitters,
+		limitedBy:  cfg.LimitedBy,
 		changed:    make(chan struct{}),
 	}
 	s.policyLog.Interval = policyLogEvery

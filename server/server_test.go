@@ -534,3 +534,54 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("unknown health service: %v", err)
 	}
 }
+
+// TestLimitedByHeader: with LimitedBy, an OVER_LIMIT answer says which
+// rule denied it, over gRPC and HTTP, and stays clean of control
+// characters from request values; an OK answer, or a server without it,
+// says nothing.
+func TestLimitedByHeader(t *testing.T) {
+	const yaml = `
+domain: api
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+	on := newEnv(t, yaml, server.Config{LimitedBy: true})
+	off := newEnv(t, yaml, server.Config{})
+	header := func(resp *rlsv3.RateLimitResponse) string {
+		for _, h := range resp.ResponseHeadersToAdd {
+			if h.Key == server.LimitedByHeader {
+				return h.Value
+			}
+		}
+		return ""
+	}
+	r := req("api", d("user=bob\r\nX-Evil: 1"))
+	if h := header(on.call(r)); h != "" {
+		t.Errorf("an allowed request: %q", h)
+	}
+	resp := on.call(r)
+	want := `rule="api.user_bob??X-Evil: 1"; descriptor=0; algorithm=fixed_window; limit=1/1h0m0s; remaining=0; reset=`
+	if h := header(resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.HasPrefix(h, want) || !strings.HasSuffix(h, "s") {
+		t.Errorf("a denied request: %v %q, want %q…s", resp.OverallCode, h, want)
+	}
+	off.call(r)
+	if h := header(off.call(r)); h != "" {
+		t.Errorf("without LimitedBy: %q", h)
+	}
+	// Over HTTP, as a response header.
+	httpResp, err := http.Post(on.url+"/json", "application/json", strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpResp.Body.Close()
+	httpResp, err = http.Post(on.url+"/json", "application/json", strings.NewReader(`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpResp.Body.Close()
+	if h := httpResp.Header.Get(server.LimitedByHeader); httpResp.StatusCode != 429 || !strings.HasPrefix(h, `rule="api.user_bob"; descriptor=0;`) {
+		t.Errorf("HTTP: %d %q", httpResp.StatusCode, h)
+	}
+}
