@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/json"
+
+	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
 	"strconv"
 
@@ -119,4 +121,38 @@ func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
+}
+
+// hittersCollector exports, per rule tracked (at most the tracker's
+// MaxRules, so the labels stay bounded) and kind, the share of the last
+// minute's hits that its top key made: an alert watches for one key
+// suddenly taking most of a rule's denials. The keys themselves stay on
+// /hitters, out of the metrics.
+type hittersCollector struct{ t *hitters.Tracker }
+
+var topShareDesc = prometheus.NewDesc("sluice_top_key_share",
+	"Share of a rule's hits over the last minute made by its top key, by kind (requests, denials); the keys are on the debug listener's /hitters.",
+	[]string{"rule", "kind"}, nil)
+
+var windowHitsDesc = prometheus.NewDesc("sluice_top_key_window_hits",
+	"Hits of a rule over the last minute, by kind, as the top keys count them.",
+	[]string{"rule", "kind"}, nil)
+
+func (c hittersCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- topShareDesc
+	ch <- windowHitsDesc
+}
+
+func (c hittersCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, rule := range c.t.Rules() {
+		for kind, name := range map[hitters.Kind]string{hitters.Requests: "requests", hitters.Denials: "denials"} {
+			top, total := c.t.Top(rule, kind, false, 1)
+			share := 0.0
+			if total > 0 && len(top) > 0 {
+				share = min(1, float64(top[0].High)/float64(total))
+			}
+			ch <- prometheus.MustNewConstMetric(topShareDesc, prometheus.GaugeValue, share, rule, name)
+			ch <- prometheus.MustNewConstMetric(windowHitsDesc, prometheus.GaugeValue, float64(total), rule, name)
+		}
+	}
 }

@@ -280,6 +280,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
+	if s.hitters != nil && s.reg != nil {
+		if err := s.reg.Register(hittersCollector{s.hitters}); err != nil {
+			return nil, err
+		}
+	}
 	s.outcomes.New = func() any { return new(rls.Outcome) }
 	if rc := s.dec.Rules(); rc != nil {
 		s.m.setConfig(rc.Hash(), time.Time{})

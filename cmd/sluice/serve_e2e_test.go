@@ -1194,4 +1194,11 @@ descriptors:
 	if code, _, _ := httpDo(t, "GET", "http://"+p.dbg+"/hitters?window=week", ""); code != 400 {
 		t.Errorf("/hitters?window=week: %d, want 400", code)
 	}
+	// The alert's metric: mallory made 140 of the minute's 140 denials.
+	if got := p.metric(`sluice_top_key_share{kind="denials",rule="api.user"}`); got != "1" {
+		t.Errorf("sluice_top_key_share of the denials: %q, want 1", got)
+	}
+	if got := p.metric(`sluice_top_key_window_hits{kind="requests",rule="api.user"}`); got != "200" {
+		t.Errorf("sluice_top_key_window_hits of the requests: %q, want 200", got)
+	}
 }
