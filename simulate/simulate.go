@@ -30,6 +30,10 @@ type RuleStats struct {
 	Allowed      int64 // descriptors within the limit
 	Denied       int64 // descriptors over the limit
 	ShadowDenied int64 // over a shadow-mode limit, let through
+
+	// The same over time: one element per Summary.Step from
+	// Summary.Start, for plots.
+	AllowedOver, DeniedOver, ShadowDeniedOver []int64
 }
 
 // Summary is the result of a run.
@@ -38,7 +42,16 @@ type Summary struct {
 	Allowed  int64 // requests with overall code OK
 	Denied   int64 // requests with overall code OVER_LIMIT
 	Rules    []RuleStats
+
+	// The time series of the rules: Steps slices of Step from Start (the
+	// first request), about a hundred over the trace, a second at least.
+	Start time.Time
+	Step  time.Duration
+	Steps int
 }
+
+// maxSteps is about how many slices of time a run's series have.
+const maxSteps = 100
 
 // Options are how a run decides, as the flags of sluice serve set it.
 type Options struct {
@@ -70,7 +83,19 @@ func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Wri
 	}
 
 	w := bufio.NewWriter(out)
-	sum := &Summary{}
+	sum := &Summary{Step: time.Second, Steps: 1}
+	if len(events) > 0 {
+		first, last := events[0].At, events[0].At
+		for _, ev := range events {
+			first, last = minTime(first, ev.At), maxTime(last, ev.At)
+		}
+		span := last.Sub(first)
+		sum.Start = first
+		// A hundredth of the span, rounded up to whole seconds.
+		step := (span + maxSteps - 1) / maxSteps
+		sum.Step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
+		sum.Steps = int(span/sum.Step) + 1
+	}
 	stats := map[string]*RuleStats{}
 	marshal := protojson.MarshalOptions{}
 	for _, ev := range events {
@@ -94,16 +119,21 @@ func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Wri
 			}
 			rs := stats[d.StatKey]
 			if rs == nil {
-				rs = &RuleStats{StatKey: d.StatKey}
+				rs = &RuleStats{StatKey: d.StatKey, AllowedOver: make([]int64, sum.Steps),
+					DeniedOver: make([]int64, sum.Steps), ShadowDeniedOver: make([]int64, sum.Steps)}
 				stats[d.StatKey] = rs
 			}
+			i := min(max(int(ev.At.Sub(sum.Start)/sum.Step), 0), sum.Steps-1)
 			switch {
 			case d.ShadowOver:
 				rs.ShadowDenied++
+				rs.ShadowDeniedOver[i]++
 			case d.Over:
 				rs.Denied++
+				rs.DeniedOver[i]++
 			default:
 				rs.Allowed++
+				rs.AllowedOver[i]++
 			}
 		}
 		body, err := marshal.Marshal(o.Response)
@@ -144,4 +174,18 @@ func WriteSummary(w io.Writer, s *Summary) error {
 		}
 	}
 	return bw.Flush()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

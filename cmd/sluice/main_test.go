@@ -101,6 +101,14 @@ func TestSimulateExample(t *testing.T) {
 	if n := strings.Count(out, "\n"); n != 11 {
 		t.Errorf("%d output lines, want 11", n)
 	}
+	plot := filepath.Join(t.TempDir(), "plot.svg")
+	if code, _, errOut := runCmd(t, "", "simulate", "--config", "../../examples/rules.yaml", "--trace", "../../examples/trace.jsonl", "--plot", plot); code != 0 {
+		t.Fatalf("--plot: exit %d: %s", code, errOut)
+	}
+	svg, err := os.ReadFile(plot)
+	if err != nil || !strings.HasPrefix(string(svg), "<svg ") || !strings.Contains(string(svg), `data-rule="auth.user"`) {
+		t.Errorf("--plot wrote %d bytes (%v), want an SVG with the rule auth.user", len(svg), err)
+	}
 }
 
 func TestUsage(t *testing.T) {

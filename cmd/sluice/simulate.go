@@ -24,6 +24,7 @@ func cmdSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	config := fs.String("config", "", "rules file, or directory of rules files (one domain each)")
 	tracePath := fs.String("trace", "", `trace of requests, one JSON object per line ("-" for stdin)`)
 	quiet := fs.Bool("quiet", false, "do not print the summary")
+	plot := fs.String("plot", "", "also draw what each rule allowed and denied over time, as an SVG image in this `file`")
 	allOrNothing := fs.Bool("all-or-nothing", false, "decide every limit of a request together, as sluice serve --all-or-nothing (default: each on its own, as sluice serve and envoyproxy/ratelimit)")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: sluice simulate --config FILE --trace FILE
@@ -35,7 +36,8 @@ Each trace line is an Envoy RLS v3 RateLimitRequest in protobuf JSON plus "at"
   {"at":"2017-07-12T03:00:00Z","domain":"auth","descriptors":[{"entries":[{"key":"user","value":"kristie"}]}]}
 
 Writes one RateLimitResponse (protobuf JSON, plus "at") per request to stdout,
-and a summary per rule (allowed, denied, shadow-denied) to stderr. A malformed
+and a summary per rule (allowed, denied, shadow-denied) to stderr; with
+--plot, an SVG of each rule's allowed and denied over time. A malformed
 line fails the run, with its line number, before any decision is printed.
 
 `)
@@ -66,8 +68,32 @@ line fails the run, with its line number, before any decision is printed.
 	if err != nil {
 		return fmt.Errorf("%s: %w", *tracePath, err)
 	}
+	if *plot != "" {
+		if err := writePlot(*plot, sum); err != nil {
+			return err
+		}
+	}
 	if !*quiet {
 		return simulate.WriteSummary(stderr, sum)
 	}
 	return nil
+}
+
+// writePlot writes sum's SVG to path, whole or not at all.
+func writePlot(path string, sum *simulate.Summary) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := simulate.WriteSVG(f, sum); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }
