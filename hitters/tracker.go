@@ -114,6 +114,10 @@ func (t *Tracker) Close() {
 	}
 }
 
+// Now returns the tracker's clock: the coarse one (100 ms) with a nil
+// Config.Now.
+func (t *Tracker) Now() time.Time { return time.Unix(0, t.now()) }
+
 // now is the tracker's time, in unix nanoseconds.
 func (t *Tracker) now() int64 {
 	if t.cfg.Now != nil {

@@ -176,6 +176,10 @@ type Config struct {
 	// request (its rule's stats key, its entries, whether it was denied):
 	// the top keys of each rule, on the debug listener's /hitters.
 	Hitters *hitters.Tracker
+
+	// Explain reads a counter's state for the dashboard's near-limit
+	// list; nil leaves the list empty.
+	Explain Explainer
 }
 
 // DefaultMaxRuleLabels is the default cap on distinct rule label values.
@@ -198,6 +202,8 @@ type Server struct {
 	storeUp    func() error // nil: no way to tell, taken as up
 	rulesDebug func() any
 	hitters    *hitters.Tracker
+	timeline   *timeline
+	explain    Explainer
 	limitedBy  bool
 
 	m *metrics
@@ -250,6 +256,8 @@ func New(cfg Config) (*Server, error) {
 		storeUp:    cfg.StoreHealth,
 		rulesDebug: cfg.Rules,
 		hitters:    cfg.Hitters,
+		explain:    cfg.Explain,
+		timeline:   newTimeline(),
 		limitedBy:  cfg.LimitedBy,
 		changed:    make(chan struct{}),
 	}

@@ -216,6 +216,29 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	return s, nil
 }
 
+// dashboardExplainer reads, for the dashboard's near-limit list, what is
+// left of a descriptor's tightest limit (a peek, through the decisions'
+// own matching).
+func dashboardExplainer(dec *decide.Decider) server.Explainer {
+	return func(ctx context.Context, domain string, descs []rules.Descriptor) (int64, int64, bool) {
+		e, err := dec.Explain(ctx, domain, descs)
+		if err != nil || len(e.Descriptors) == 0 {
+			return 0, 0, false
+		}
+		found := false
+		var remaining, limit int64
+		for _, l := range e.Descriptors[0].Limits {
+			if l.State == nil || l.State.Limit <= 0 {
+				continue
+			}
+			if !found || l.State.Remaining*limit < remaining*l.State.Limit {
+				remaining, limit, found = l.State.Remaining, l.State.Limit, true
+			}
+		}
+		return remaining, limit, found
+	}
+}
+
 // overrides sets up the runtime overrides: kept in Redis with --store
 // redis (every node sees every change), in --overrides-file with --store
 // memory, or none. It returns the admin API's handler (nil without
@@ -529,6 +552,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	srv, err = server.New(server.Config{
 		Hitters:        top,
+		Explain:        dashboardExplainer(dec.Core()),
 		LimitedBy:      s.limitedBy,
 		Statsd:         statsdStore,
 		StatsdTags:     statsdTags,

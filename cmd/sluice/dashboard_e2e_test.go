@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// chromium returns the path of Debian's Chromium; in CI (CI=true) its
+// absence fails the test, elsewhere it skips it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is required in CI (apt-get install chromium)")
+	}
+	t.Skip("chromium not installed (apt-get install chromium)")
+	return ""
+}
+
+// TestServeE2EDashboard: the live dashboard, driven in a real headless
+// Chromium. After known traffic (one user far over its limit, a few
+// others within it), the page shows the rule's counts, mallory on top of
+// the offenders, the askers near their limit and the store up; traffic
+// sent while the page is open shows up without a reload. The page loads
+// nothing from outside sluice. The screenshot goes to
+// $SLUICE_DASHBOARD_SCREENSHOT when set (docs/images/dashboard.png is made
+// so), else to the test's temporary directory.
+func TestServeE2EDashboard(t *testing.T) {
+	browser := chromium(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 20}
+  - key: path
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 5}
+`)
+	p := startSluice(t, nil, "--config", rules)
+	send := func(key, value string, n int) {
+		for range n {
+			p.must("api", desc(key, value))
+		}
+	}
+	send("user", "mallory", 120) // 20 allowed, 100 denied
+	send("user", "alice", 18)    // near the limit: 2 of 20 left
+	send("user", "bob", 3)
+	send("path", "/v1/search", 9) // 5 allowed, 4 let through in shadow mode
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelTimeout()
+
+	url := "http://" + p.dbg + "/dashboard"
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS(`section.rule[data-rule="api.user"] table.offenders`)),
+		chromedp.WaitVisible(chromedp.CSS(`section.rule[data-rule="api.path"] h2`)),
+	); err != nil {
+		t.Fatalf("the dashboard in Chromium: %v", err)
+	}
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return v
+	}
+	store := text(`#store`)
+	heading := text(`section.rule[data-rule="api.user"] h2`)
+	offenders := text(`section.rule[data-rule="api.user"] table.offenders`)
+	near := text(`section.rule[data-rule="api.user"] table.near-limit`)
+	shadowHeading := text(`section.rule[data-rule="api.path"] h2`)
+	if store != "up" {
+		t.Errorf("store: %q, want up", store)
+	}
+	if got := text(`#requests`); !strings.Contains(got, "over limit") || !strings.Contains(got, "4 let through in shadow mode") {
+		t.Errorf("requests: %q", got)
+	}
+	if !strings.Contains(heading, "api.user: 41 allowed, 100 denied, 0 shadow-denied") {
+		t.Errorf("api.user's heading: %q", heading)
+	}
+	if !strings.Contains(offenders, "user=mallory") || !strings.Contains(offenders, "100") {
+		t.Errorf("top offenders: %q, want user=mallory with 100", offenders)
+	}
+	if !strings.Contains(near, "user=alice") || !strings.Contains(near, "2 of 20") || strings.Contains(near, "user=bob") {
+		t.Errorf("near their limit: %q, want alice with 2 of 20 left, not bob", near)
+	}
+	if !strings.Contains(shadowHeading, "5 allowed, 0 denied, 4 shadow-denied") {
+		t.Errorf("api.path's heading: %q", shadowHeading)
+	}
+
+	// Live: traffic sent now shows up without a reload.
+	send("user", "carol", 25) // 20 allowed, 5 denied
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		heading = text(`section.rule[data-rule="api.user"] h2`)
+		if strings.Contains(heading, "61 allowed, 105 denied") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page did not update: %q", heading)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Nothing comes from outside: every resource the page loaded is
+	// sluice's own.
+	origins, err := chromedp.Run(ctx, chromedp.Evaluate[string](`[...new Set(performance.getEntriesByType("resource").map(e => new URL(e.name).host))].join(",")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range strings.Split(origins, ",") {
+		if o != "" && o != p.dbg {
+			t.Errorf("the page loaded a resource from %s", o)
+		}
+	}
+
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot := os.Getenv("SLUICE_DASHBOARD_SCREENSHOT")
+	if shot == "" {
+		shot = filepath.Join(t.TempDir(), "dashboard.png")
+	}
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if len(png) < 10_000 {
+		t.Errorf("a screenshot of %d bytes", len(png))
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+}
