@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
@@ -107,6 +108,41 @@ func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ruleNames := s.hitters.Rules()
+	top := func(rule string, kind hitters.Kind) ([]hitters.Item, uint64) {
+		return s.hitters.Top(rule, kind, hour, k)
+	}
+	switch q.Get("scope") {
+	case "", "node":
+	case "cluster":
+		// Every node's top keys, merged (each node publishes its own
+		// through Redis every 2 s).
+		if s.hittersShared == nil {
+			writeError(w, http.StatusBadRequest, "scope=cluster needs --store redis: nodes share their top keys through Redis")
+			return
+		}
+		snaps, err := s.hittersShared.Snapshots(r.Context())
+		if err != nil {
+			writeError(w, http.StatusServiceUnavailable, "the nodes' top keys: "+err.Error())
+			return
+		}
+		seen := map[string]bool{}
+		ruleNames = ruleNames[:0]
+		for _, sn := range snaps {
+			for _, l := range sn.Lists {
+				if !seen[l.Rule] {
+					seen[l.Rule] = true
+					ruleNames = append(ruleNames, l.Rule)
+				}
+			}
+		}
+		slices.Sort(ruleNames)
+		top = func(rule string, kind hitters.Kind) ([]hitters.Item, uint64) {
+			return hitters.Merge(snaps, rule, kind, hour, k)
+		}
+	default:
+		writeError(w, http.StatusBadRequest, "scope: node or cluster")
+		return
+	}
 	if rule := q.Get("rule"); rule != "" {
 		ruleNames = []string{rule}
 	}
@@ -114,7 +150,7 @@ func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 	window := map[bool]string{false: "minute", true: "hour"}[hour]
 	for _, rule := range ruleNames {
 		for _, kind := range kinds {
-			top, total := s.hitters.Top(rule, kind, hour, k)
+			top, total := top(rule, kind)
 			if top == nil {
 				top = []hitters.Item{}
 			}

@@ -180,6 +180,10 @@ type Config struct {
 	// Explain reads a counter's state for the dashboard's near-limit
 	// list; nil leaves the list empty.
 	Explain Explainer
+
+	// HittersShared, when set, lets /hitters?scope=cluster merge every
+	// node's top keys.
+	HittersShared *hitters.Shared
 }
 
 // DefaultMaxRuleLabels is the default cap on distinct rule label values.
@@ -191,20 +195,21 @@ const DefaultNearLimitRatio = 0.8
 // Server answers rate limit requests over gRPC and HTTP. Make one with New.
 // It is safe for concurrent use.
 type Server struct {
-	dec        *rls.Decider
-	log        *slog.Logger
-	reg        *prometheus.Registry
-	headers    ratelimitheaders.HeaderMode // the families sent; 0: none
-	envoyHdrs  *EnvoyHeaderNames           // envoy-rl's own headers; nil: none
-	shadow     bool
-	nearRatio  float64
-	ready      func(ctx context.Context) error
-	storeUp    func() error // nil: no way to tell, taken as up
-	rulesDebug func() any
-	hitters    *hitters.Tracker
-	timeline   *timeline
-	explain    Explainer
-	limitedBy  bool
+	dec           *rls.Decider
+	log           *slog.Logger
+	reg           *prometheus.Registry
+	headers       ratelimitheaders.HeaderMode // the families sent; 0: none
+	envoyHdrs     *EnvoyHeaderNames           // envoy-rl's own headers; nil: none
+	shadow        bool
+	nearRatio     float64
+	ready         func(ctx context.Context) error
+	storeUp       func() error // nil: no way to tell, taken as up
+	rulesDebug    func() any
+	hitters       *hitters.Tracker
+	timeline      *timeline
+	explain       Explainer
+	hittersShared *hitters.Shared
+	limitedBy     bool
 
 	m *metrics
 
@@ -245,21 +250,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{
-		dec:        cfg.Decider,
-		log:        cfg.Logger,
-		reg:        cfg.Registry,
-		headers:    cfg.Headers.With(0),
-		envoyHdrs:  cfg.EnvoyHeaders,
-		shadow:     cfg.ShadowMode,
-		nearRatio:  cfg.NearLimitRatio,
-		ready:      cfg.Ready,
-		storeUp:    cfg.StoreHealth,
-		rulesDebug: cfg.Rules,
-		hitters:    cfg.Hitters,
-		explain:    cfg.Explain,
-		timeline:   newTimeline(),
-		limitedBy:  cfg.LimitedBy,
-		changed:    make(chan struct{}),
+		dec:           cfg.Decider,
+		log:           cfg.Logger,
+		reg:           cfg.Registry,
+		headers:       cfg.Headers.With(0),
+		envoyHdrs:     cfg.EnvoyHeaders,
+		shadow:        cfg.ShadowMode,
+		nearRatio:     cfg.NearLimitRatio,
+		ready:         cfg.Ready,
+		storeUp:       cfg.StoreHealth,
+		rulesDebug:    cfg.Rules,
+		hitters:       cfg.Hitters,
+		explain:       cfg.Explain,
+		hittersShared: cfg.HittersShared,
+		timeline:      newTimeline(),
+		limitedBy:     cfg.LimitedBy,
+		changed:       make(chan struct{}),
 	}
 	s.policyLog.Interval = policyLogEvery
 	if s.storeUp == nil {

@@ -546,13 +546,25 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		return err
 	}
 	var top *hitters.Tracker
+	var shared *hitters.Shared
 	if s.topKeys {
 		top = hitters.New(hitters.Config{})
 		defer top.Close()
+		if stores.redis != nil {
+			// Every node publishes its top keys through Redis, so that
+			// any node's /hitters?scope=cluster shows them all.
+			host, _ := os.Hostname()
+			shared = hitters.NewShared(top, stores.redis.Client, stores.redis.Prefix(), fmt.Sprintf("%s:%d", host, os.Getpid()), 20)
+			shareCtx, stopShare := context.WithCancel(context.Background())
+			shareDone := make(chan struct{})
+			go func() { shared.Run(shareCtx); close(shareDone) }()
+			defer func() { stopShare(); <-shareDone }()
+		}
 	}
 	srv, err = server.New(server.Config{
 		Hitters:        top,
 		Explain:        dashboardExplainer(dec.Core()),
+		HittersShared:  shared,
 		LimitedBy:      s.limitedBy,
 		Statsd:         statsdStore,
 		StatsdTags:     statsdTags,

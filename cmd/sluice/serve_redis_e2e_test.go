@@ -21,6 +21,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -1340,5 +1341,52 @@ func TestServeRedisNeverReached(t *testing.T) {
 			t.Fatalf("not ready %s after Redis came up: %d %q", e2eWait, code, body)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServeE2EHittersCluster: two serve nodes on one real redis-server,
+// each seeing half of mallory's denials: either node's
+// /hitters?scope=cluster shows them all, within a few seconds (each node
+// publishes its top keys every 2 s).
+func TestServeE2EHittersCluster(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	args := []string{"--config", rules, "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":"}
+	nodes := []*proc{startSluice(t, nil, args...), startSluice(t, nil, args...)}
+	for i := range 60 {
+		nodes[i%2].must("api", desc("user", "mallory"))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body, _ := httpDo(t, "GET", "http://"+nodes[0].dbg+"/hitters?scope=cluster&kind=denials", "")
+		if code != 200 {
+			t.Fatalf("/hitters?scope=cluster: %d %s", code, body)
+		}
+		var reports []struct {
+			Rule string
+			Hits uint64
+			Top  []struct {
+				Key   string
+				Count uint64
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &reports); err != nil {
+			t.Fatal(err)
+		}
+		if len(reports) == 1 && reports[0].Hits == 50 && len(reports[0].Top) > 0 && reports[0].Top[0].Key == "user=mallory" && reports[0].Top[0].Count == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster's denials: %s, want user=mallory with 50 (25 on each node)", body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code, _, _ := httpDo(t, "GET", "http://"+nodes[0].dbg+"/hitters?scope=galaxy", ""); code != 400 {
+		t.Errorf("scope=galaxy: %d, want 400", code)
 	}
 }
