@@ -4,10 +4,12 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/hitters"
@@ -21,8 +23,8 @@ var dashboardHTML []byte
 // shadow mode in each 10 s of the last 10 minutes: the dashboard's
 // charts. Rules are bounded as the top keys' are (MaxTimelineRules).
 type timeline struct {
-	mu    sync.Mutex
-	rules map[string]*ruleTimeline
+	mu    sync.Mutex                               // for adding rules
+	rules atomic.Pointer[map[string]*ruleTimeline] // copied on every new rule, read without a lock
 }
 
 // MaxTimelineRules bounds the rules the dashboard charts.
@@ -34,6 +36,7 @@ const (
 )
 
 type ruleTimeline struct {
+	mu      sync.Mutex
 	buckets [timelineLen]timelineBucket
 }
 
@@ -42,21 +45,42 @@ type timelineBucket struct {
 	allowed, denied, shadow int64
 }
 
-func newTimeline() *timeline { return &timeline{rules: map[string]*ruleTimeline{}} }
+func newTimeline() *timeline {
+	t := &timeline{}
+	t.rules.Store(&map[string]*ruleTimeline{})
+	return t
+}
+
+// rule returns rule's timeline, adding it (nil beyond MaxTimelineRules).
+func (t *timeline) rule(rule string) *ruleTimeline {
+	if r := (*t.rules.Load())[rule]; r != nil {
+		return r
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.rules.Load()
+	if r := old[rule]; r != nil {
+		return r
+	}
+	if len(old) >= MaxTimelineRules {
+		return nil
+	}
+	r := &ruleTimeline{}
+	m := maps.Clone(old)
+	m[rule] = r
+	t.rules.Store(&m)
+	return r
+}
 
 // add counts one descriptor's outcome for rule at now.
 func (t *timeline) add(rule string, now time.Time, denied, shadow bool) {
 	slot := now.UnixNano() / int64(timelineStep)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.rules[rule]
+	r := t.rule(rule)
 	if r == nil {
-		if len(t.rules) >= MaxTimelineRules {
-			return
-		}
-		r = &ruleTimeline{}
-		t.rules[rule] = r
+		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	b := &r.buckets[slot%timelineLen]
 	if b.slot != slot {
 		*b = timelineBucket{slot: slot}
@@ -82,9 +106,11 @@ type dashPoint struct {
 // series returns rule's last 10 minutes, oldest first.
 func (t *timeline) series(rule string, now time.Time) []dashPoint {
 	slot := now.UnixNano() / int64(timelineStep)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r := t.rules[rule]
+	r := (*t.rules.Load())[rule]
+	if r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
 	out := make([]dashPoint, 0, timelineLen)
 	for s := slot - timelineLen + 1; s <= slot; s++ {
 		p := dashPoint{At: s * int64(timelineStep) / int64(time.Second)}
@@ -99,10 +125,9 @@ func (t *timeline) series(rule string, now time.Time) []dashPoint {
 }
 
 func (t *timeline) ruleNames() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]string, 0, len(t.rules))
-	for r := range t.rules {
+	rules := *t.rules.Load()
+	out := make([]string, 0, len(rules))
+	for r := range rules {
 		out = append(out, r)
 	}
 	slices.Sort(out)
