@@ -37,7 +37,7 @@ type adminClient struct {
 
 // adminFlags adds --server and --token-file to fs.
 func adminFlags(fs *flag.FlagSet) (server, tokenFile *string) {
-	server = fs.String("server", envOr("SLUICE_ADMIN_URL", "http://127.0.0.1:9090"), "`URL` of the server's admin API (--admin-addr); env SLUICE_ADMIN_URL")
+	server = fs.String("server", envOr("SLUICE_ADMIN_URL", "http://127.0.0.1:9091"), "`URL` of the server's admin API (--admin-addr); env SLUICE_ADMIN_URL")
 	tokenFile = fs.String("token-file", os.Getenv("SLUICE_ADMIN_TOKEN_FILE"), "`file` holding the bearer token (the first of an --admin-token-file); env SLUICE_ADMIN_TOKEN_FILE")
 	return server, tokenFile
 }
