@@ -255,6 +255,15 @@ func exact(p []Entry) bool {
 	return true
 }
 
+// asEntries is p as request entries (the index's keys of exact paths).
+func asEntries(p []Entry) []rules.Entry {
+	out := make([]rules.Entry, len(p))
+	for i, e := range p {
+		out[i] = rules.Entry{Key: e.Key, Value: e.Value}
+	}
+	return out
+}
+
 // matches reports whether pattern p matches entries (same length).
 func matches(p []Entry, entries []rules.Entry) bool {
 	for i, e := range p {
@@ -289,6 +298,10 @@ type Index struct {
 	// a lock.
 	wmu  sync.Mutex
 	wild atomic.Pointer[map[wildKey][]*Override]
+
+	// exactN counts the all-exact overrides: with none (the common case
+	// of a node that has no overrides), a lookup builds no key.
+	exactN atomic.Int64
 }
 
 const numShards = 64
@@ -317,25 +330,8 @@ func NewIndex(now func() time.Time) *Index {
 	return x
 }
 
-// appendKey is the exact key of a domain and entries.
-func appendKey(b []byte, domain string, keyOf func(int) (string, string), n int) []byte {
-	b = strconv.AppendInt(b, int64(len(domain)), 10)
-	b = append(b, ':')
-	b = append(b, domain...)
-	for i := range n {
-		k, v := keyOf(i)
-		b = strconv.AppendInt(b, int64(len(k)), 10)
-		b = append(b, ':')
-		b = append(b, k...)
-		b = strconv.AppendInt(b, int64(len(v)), 10)
-		b = append(b, ':')
-		b = append(b, v...)
-	}
-	return b
-}
-
-// appendEntryKey is appendKey for a request's entries, without a closure
-// on the way of a decision.
+// appendEntryKey appends the exact key of a domain and entries: the
+// index's key of an all-exact override, and what a request looks up.
 func appendEntryKey(b []byte, domain string, entries []rules.Entry) []byte {
 	b = strconv.AppendInt(b, int64(len(domain)), 10)
 	b = append(b, ':')
@@ -359,11 +355,12 @@ func (x *Index) shard(key []byte) *indexShard {
 func (x *Index) Put(o *Override) {
 	x.remove(o)
 	if exact(o.Path) {
-		key := appendKey(nil, o.Domain, func(i int) (string, string) { return o.Path[i].Key, o.Path[i].Value }, len(o.Path))
+		key := appendEntryKey(nil, o.Domain, asEntries(o.Path))
 		sh := x.shard(key)
 		sh.mu.Lock()
 		sh.m[string(key)] = o
 		sh.mu.Unlock()
+		x.exactN.Add(1)
 		return
 	}
 	wk := wildKey{o.Domain, len(o.Path)}
@@ -383,10 +380,13 @@ func (x *Index) Delete(domain string, path []Entry) {
 
 func (x *Index) remove(o *Override) {
 	if exact(o.Path) {
-		key := appendKey(nil, o.Domain, func(i int) (string, string) { return o.Path[i].Key, o.Path[i].Value }, len(o.Path))
+		key := appendEntryKey(nil, o.Domain, asEntries(o.Path))
 		sh := x.shard(key)
 		sh.mu.Lock()
-		delete(sh.m, string(key))
+		if _, ok := sh.m[string(key)]; ok {
+			delete(sh.m, string(key))
+			x.exactN.Add(-1)
+		}
 		sh.mu.Unlock()
 		return
 	}
@@ -409,14 +409,16 @@ func (x *Index) remove(o *Override) {
 // Lookup returns the override in force for a descriptor of domain with
 // entries (nil when none): the most specific one, expired ones skipped.
 func (x *Index) Lookup(domain string, entries []rules.Entry) *Override {
-	var stack [256]byte
-	key := appendEntryKey(stack[:0], domain, entries)
-	sh := x.shard(key)
-	sh.mu.RLock()
-	o := sh.m[string(key)]
-	sh.mu.RUnlock()
-	if o != nil && (o.Expires == nil || !o.expired(x.now())) {
-		return o
+	if x.exactN.Load() > 0 {
+		var stack [256]byte
+		key := appendEntryKey(stack[:0], domain, entries)
+		sh := x.shard(key)
+		sh.mu.RLock()
+		o := sh.m[string(key)]
+		sh.mu.RUnlock()
+		if o != nil && (o.Expires == nil || !o.expired(x.now())) {
+			return o
+		}
 	}
 	for _, w := range (*x.wild.Load())[wildKey{domain, len(entries)}] {
 		if matches(w.Path, entries) && (w.Expires == nil || !w.expired(x.now())) {

@@ -202,6 +202,19 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
+// BenchmarkLookupEmpty: a node with no overrides at all, what every
+// decision pays for the hook when nobody has set one.
+func BenchmarkLookupEmpty(b *testing.B) {
+	x := overrides.NewIndex(nil)
+	e := entries("tenant=acme")
+	b.ReportAllocs()
+	for b.Loop() {
+		if x.Lookup("api", e) != nil {
+			b.Fatal("found an override in an empty index")
+		}
+	}
+}
+
 // TestLookupAllocs: a lookup allocates nothing.
 func TestLookupAllocs(t *testing.T) {
 	x := overrides.NewIndex(nil)
