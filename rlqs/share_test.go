@@ -144,6 +144,24 @@ func TestSharesNeverOversubscribed(t *testing.T) {
 	}
 }
 
+// Two participants of pool "p", and asker, which reports one's demand and
+// returns its share.
+const (
+	a = "0000000000000000000000000000000a"
+	b = "0000000000000000000000000000000b"
+)
+
+func asker(t *testing.T, pools Pools) func(client string, demand float64) Share {
+	return func(client string, demand float64) Share {
+		t.Helper()
+		out := make([]Share, 1)
+		if err := pools.Assign(context.Background(), []Ask{{Pool: "p", Client: client, Demand: demand}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+}
+
 // TestNewcomerGetsShare: a pool handed out entirely to one participant
 // makes room for a second within two of the first's reports, and never
 // oversubscribes meanwhile.
@@ -151,15 +169,7 @@ func TestNewcomerGetsShare(t *testing.T) {
 	policy := Policy{TTL: 2 * time.Second, Grace: 200 * time.Millisecond}
 	now := time.Unix(1_800_000_000, 0)
 	pools := NewMemPools(policy, func() time.Time { return now })
-	ask := func(client string, demand float64) Share {
-		out := make([]Share, 1)
-		if err := pools.Assign(context.Background(), []Ask{{Pool: "p", Client: client, Demand: demand}}, out); err != nil {
-			t.Fatal(err)
-		}
-		return out[0]
-	}
-	a := "0000000000000000000000000000000a"
-	b := "0000000000000000000000000000000b"
+	ask := asker(t, pools)
 	if s := ask(a, 2); s.Share != 1 {
 		t.Fatalf("alone: share %v, want 1", s.Share)
 	}
@@ -271,15 +281,7 @@ func TestLoweringsHeld(t *testing.T) {
 	policy := Policy{TTL: 5 * time.Second, Grace: 2 * time.Second}
 	now := time.Unix(1_800_000_000, 0)
 	pools := NewMemPools(policy, func() time.Time { return now })
-	ask := func(client string, demand float64) Share {
-		out := make([]Share, 1)
-		if err := pools.Assign(context.Background(), []Ask{{Pool: "p", Client: client, Demand: demand}}, out); err != nil {
-			t.Fatal(err)
-		}
-		return out[0]
-	}
-	a := "0000000000000000000000000000000a"
-	b := "0000000000000000000000000000000b"
+	ask := asker(t, pools)
 	if s := ask(a, 2); s.Share != 1 {
 		t.Fatalf("alone: %v", s.Share)
 	}
