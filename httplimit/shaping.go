@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -207,14 +206,7 @@ func (sh *shaper) leave(key string, w *waiter) {
 func appendQueueKey(b []byte, descs []rules.Descriptor) []byte {
 	for _, d := range descs {
 		b = append(b, '|')
-		for _, e := range d.Entries {
-			b = strconv.AppendInt(b, int64(len(e.Key)), 10)
-			b = append(b, ':')
-			b = append(b, e.Key...)
-			b = strconv.AppendInt(b, int64(len(e.Value)), 10)
-			b = append(b, ':')
-			b = append(b, e.Value...)
-		}
+		b = rules.AppendEntries(b, d.Entries)
 	}
 	return b
 }

@@ -336,15 +336,7 @@ func appendEntryKey(b []byte, domain string, entries []rules.Entry) []byte {
 	b = strconv.AppendInt(b, int64(len(domain)), 10)
 	b = append(b, ':')
 	b = append(b, domain...)
-	for _, e := range entries {
-		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
-		b = append(b, ':')
-		b = append(b, e.Key...)
-		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
-		b = append(b, ':')
-		b = append(b, e.Value...)
-	}
-	return b
+	return rules.AppendEntries(b, entries)
 }
 
 func (x *Index) shard(key []byte) *indexShard {

@@ -40,7 +40,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -413,21 +412,12 @@ func (s *Server) client(stream uint64, key string) string {
 // canonical is a bucket id's map as one string, sorted by key, each key
 // and value length-prefixed.
 func canonical(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	entries := make([]rules.Entry, 0, len(m))
+	for k, v := range m {
+		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
-	slices.Sort(keys)
-	var b []byte
-	for _, k := range keys {
-		b = strconv.AppendInt(b, int64(len(k)), 10)
-		b = append(b, ':')
-		b = append(b, k...)
-		b = strconv.AppendInt(b, int64(len(m[k])), 10)
-		b = append(b, ':')
-		b = append(b, m[k]...)
-	}
-	return string(b)
+	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
+	return string(rules.AppendEntries(nil, entries))
 }
 
 // match sets what bucket b matches in cfg.

@@ -554,6 +554,22 @@ func pattern(composite, key string) string {
 	return composite
 }
 
+// AppendEntries appends entries as one unambiguous string: each key and
+// value prefixed by its length ("6:tenant4:acme"). Callers that key maps
+// by a request's entries use it (overrides, the RLQS buckets, httplimit's
+// queues).
+func AppendEntries(b []byte, entries []Entry) []byte {
+	for _, e := range entries {
+		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
+		b = append(b, ':')
+		b = append(b, e.Key...)
+		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
+		b = append(b, ':')
+		b = append(b, e.Value...)
+	}
+	return b
+}
+
 func appendField(b []byte, s string) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	b = append(b, ':')
