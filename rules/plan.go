@@ -261,10 +261,8 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 		if p.Runtime != nil {
 			if rm, ok := p.Runtime.Match(d.Name, descs[i].Entries); ok {
 				// A runtime override: the rule reached, if any, keeps
-				// the stats; its limits and its replaces do not apply.
-				if r != nil && len(p.levels)-m.lv < len(descs[i].Entries) {
-					r = nil
-				}
+				// the stats (walk leveled every entry to reach it); its
+				// limits and its replaces do not apply.
 				m.Rule, m.Runtime, m.runtime = r, rm.ID, rm.Limits
 				m.Status = Limited
 				if rm.Unlimited || len(rm.Limits) == 0 {
