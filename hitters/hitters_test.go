@@ -176,3 +176,31 @@ func BenchmarkAdd(b *testing.B) {
 		})
 	}
 }
+
+// TestRuleMemory: what a rule tracked costs, every summary of both kinds
+// allocated and its counters full, is what docs/observability.md says
+// (about 390 KB; the test allows 450 KB), whatever the keys: the memory
+// bound of the tracker is this times MaxRules.
+func TestRuleMemory(t *testing.T) {
+	const rules = 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tr := New(Config{})
+	defer tr.Close()
+	for r := range rules {
+		rule := fmt.Sprint("rule", r)
+		for k := range 64 * 20 {
+			key := fmt.Sprint("user=", k)
+			tr.Add(rule, xxh3.HashString(key), k%2 == 0, name(key))
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / rules
+	t.Logf("%d B a rule", per)
+	if per > 450<<10 {
+		t.Errorf("%d B a rule tracked, over the 450 KB the docs' bound allows", per)
+	}
+	runtime.KeepAlive(tr)
+}
