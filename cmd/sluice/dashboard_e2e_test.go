@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,20 +79,27 @@ descriptors:
 	defer cancelTimeout()
 
 	url := "http://" + p.dbg + "/dashboard"
-	if err := chromedp.Do(ctx,
-		chromedp.Navigate(url),
-		chromedp.WaitVisible(chromedp.CSS(`section.rule[data-rule="api.user"] table.offenders`)),
-		chromedp.WaitVisible(chromedp.CSS(`section.rule[data-rule="api.path"] h2`)),
-	); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
 		t.Fatalf("the dashboard in Chromium: %v", err)
 	}
+	// text reads an element's text in one evaluation in the page: the page
+	// replaces its sections at every poll, and a node found by one
+	// DevTools call may be gone by the next (a query waiting on it then
+	// waits until the deadline). A missing element reads as "".
 	text := func(sel string) string {
 		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel)))
 		if err != nil {
 			t.Fatalf("%s: %v", sel, err)
 		}
 		return v
+	}
+	// The first poll's answer rendered: both rules' sections are there.
+	for start := time.Now(); text(`section.rule[data-rule="api.user"] table.offenders`) == "" || text(`section.rule[data-rule="api.path"] h2`) == ""; {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the dashboard shows no rule after 20 s: %q", text(`main`))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	store := text(`#store`)
 	heading := text(`section.rule[data-rule="api.user"] h2`)
