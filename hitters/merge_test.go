@@ -25,7 +25,7 @@ func TestMerge(t *testing.T) {
 		tr := New(Config{Counters: 16, Now: func() time.Time { return now }})
 		add := func(k string, c int) {
 			for range c {
-				tr.Add("api.user", xxh3.HashString(k), true, name(k))
+				tr.Add("api.user", xxh3.HashString(k), Denied, name(k))
 				truth[k]++
 			}
 		}
@@ -66,7 +66,7 @@ func TestShared(t *testing.T) {
 	for n := range 2 {
 		tr := New(Config{Now: func() time.Time { return now }})
 		for range 10 + n {
-			tr.Add("api.user", 1, true, name("user=mallory"))
+			tr.Add("api.user", 1, Denied, name("user=mallory"))
 		}
 		shares = append(shares, NewShared(tr, client, prefix, fmt.Sprint("node", n), 10))
 	}

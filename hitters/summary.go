@@ -6,14 +6,18 @@
 // The bound: a summary of m counters over a stream of N hits holds every
 // key with more than N/m hits, and says of each key it holds a count that
 // is at least its true count and at most N/m above it. A window is several
-// summaries (one per slice of time) merged when read; the merged count of
-// a key is within [Low, High] (Item), and High − true ≤ N/m for the
-// window's N (summaries merge with their errors adding up, and N adds up
-// the same way).
+// summaries (one per slice of time, each fed every hit of its slice) added
+// up when read; a key's sum is within [Low, High] (Item), and
+// High − true ≤ N/m for the window's N, since the parts' N/m add up to it.
 //
 // This package imports the standard library and xxh3; nothing of sluice's
 // transports or stores.
 package hitters
+
+import (
+	"math"
+	"math/bits"
+)
 
 // MaxKeyLen is the longest key a summary keeps the text of; longer keys
 // are kept cut, ending in "…", and counted by their whole hash.
@@ -29,24 +33,123 @@ type counter struct {
 	key   [MaxKeyLen]byte
 }
 
+// filterPerCounter is the filter's cells per counter (see summary.alpha).
+const filterPerCounter = 16
+
 // summary is a space-saving summary of m counters: the counters, an index
-// by key hash, and a min-heap of counters by count. It allocates nothing
-// once made.
+// by key hash (open addressing, linear probing), a min-heap of counters by
+// count and, for summaries fed one hit at a time, a filter in front. It
+// allocates nothing once made.
+//
+// The filter (after Homem and Carvalho's filtered space-saving, 2010) is
+// alpha: cells indexed by a key's hash, each an upper bound on the hits of
+// every key not held whose hash falls in it. A hit of a key not held,
+// once the summary is full, adds to the key's cell while the cell is below
+// the smallest count; only a key whose cell has reached it takes a counter
+// (the smallest, as in space-saving), with count cell+1 = min+1 and error
+// min, and the evicted key's count goes into its own cell. Two invariants
+// keep the bound of the plain summary:
+//
+//   - (A) a key not held has had at most its cell's hits: its hits went
+//     into the cell while not held, and a key evicted leaves its count
+//     (at least its hits) there;
+//   - (B) every cell is at most the smallest count: a cell grows only
+//     while below it, an evicted count was the smallest, and the smallest
+//     count never falls.
+//
+// A key takes a counter with count min+1 and error min exactly as without
+// the filter, and a hit of a key held adds 1, so the counts add up to at
+// most the hits N: min ≤ N/m, every key with more than N/m hits is held
+// (a key not held has at most its cell ≤ min), and a count exceeds the
+// truth by at most its error ≤ N/m. What the filter saves is work: in a
+// flood of keys seen once, a hit mostly adds 1 to a cell instead of
+// evicting a counter, writing a key and moving it through the heap.
 type summary struct {
 	cnt   []counter
 	heap  []int32
-	idx   map[uint64]int32
-	total uint64 // hits added
+	slots []int32  // the index: counter index + 1 by hash, 0 for an empty slot
+	shift uint     // 64 − log2(len(slots))
+	alpha []uint32 // the filter
+	ashft uint     // 64 − log2(len(alpha))
+	total uint64   // hits added
 }
 
 func newSummary(m int) *summary {
-	return &summary{cnt: make([]counter, 0, m), heap: make([]int32, 0, m), idx: make(map[uint64]int32, m)}
+	n, a := pow2(2*m), pow2(filterPerCounter*m)
+	return &summary{
+		cnt:   make([]counter, 0, m),
+		heap:  make([]int32, 0, m),
+		slots: make([]int32, n),
+		shift: uint(64 - bits.TrailingZeros(uint(n))),
+		alpha: make([]uint32, a),
+		ashft: uint(64 - bits.TrailingZeros(uint(a))),
+	}
+}
+
+// pow2 is the least power of 2 at least n.
+func pow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
 }
 
 // reset empties s, keeping its storage.
 func (s *summary) reset() {
 	s.cnt, s.heap, s.total = s.cnt[:0], s.heap[:0], 0
-	clear(s.idx)
+	clear(s.slots)
+	clear(s.alpha)
+}
+
+// home is the slot where the search for hash h starts (Fibonacci hashing:
+// the top bits of h times 2^64/φ, whatever bits of h vary).
+func (s *summary) home(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> s.shift) }
+
+// cell is h's cell of the filter (another multiplier than home's).
+func (s *summary) cell(h uint64) int { return int((h * 0xC2B2AE3D27D4EB4F) >> s.ashft) }
+
+// find returns the counter of hash h, or −1.
+func (s *summary) find(h uint64) int32 {
+	mask := len(s.slots) - 1
+	for j := s.home(h); ; j = (j + 1) & mask {
+		v := s.slots[j]
+		if v == 0 {
+			return -1
+		}
+		if s.cnt[v-1].hash == h {
+			return v - 1
+		}
+	}
+}
+
+// link indexes counter i under its hash (not indexed yet).
+func (s *summary) link(i int32) {
+	mask := len(s.slots) - 1
+	j := s.home(s.cnt[i].hash)
+	for s.slots[j] != 0 {
+		j = (j + 1) & mask
+	}
+	s.slots[j] = i + 1
+}
+
+// unlink removes counter i from the index, moving back the entries after
+// it that would no longer be found (deletion without tombstones).
+func (s *summary) unlink(i int32) {
+	mask := len(s.slots) - 1
+	j := s.home(s.cnt[i].hash)
+	for s.slots[j] != i+1 {
+		j = (j + 1) & mask
+	}
+	for k := (j + 1) & mask; s.slots[k] != 0; k = (k + 1) & mask {
+		// The entry at k may fill the hole at j if its home is not in
+		// (j, k], cyclically.
+		if h := s.home(s.cnt[s.slots[k]-1].hash); (k-h)&mask >= (k-j)&mask {
+			s.slots[j] = s.slots[k]
+			j = k
+		}
+	}
+	s.slots[j] = 0
 }
 
 // min is the smallest count held (0 while not full): the most a key not
@@ -58,17 +161,35 @@ func (s *summary) min() uint64 {
 	return s.cnt[s.heap[0]].count
 }
 
-// add adds n hits of the key with hash h; name writes the key's text
-// (called only when the key takes a counter).
-func (s *summary) add(h uint64, n, errIn uint64, name func([]byte) []byte) {
-	s.total += n
-	if i, ok := s.idx[h]; ok {
+// bound is the most the key with hash h, not held, may have had: its
+// filter cell, or the smallest count.
+func (s *summary) bound(h uint64) uint64 {
+	return uint64(s.alpha[s.cell(h)])
+}
+
+// hit adds one hit of the key with hash h through the filter; name writes
+// the key's text (called only when the key takes a counter).
+func (s *summary) hit(h uint64, name func([]byte) []byte) {
+	s.total++
+	if i := s.find(h); i >= 0 {
 		c := &s.cnt[i]
-		c.count += n
-		c.err += errIn
+		c.count++
 		s.down(int(c.pos))
 		return
 	}
+	if len(s.cnt) == cap(s.cnt) {
+		a := &s.alpha[s.cell(h)]
+		if uint64(*a) < s.cnt[s.heap[0]].count && *a < math.MaxUint32 {
+			*a++
+			return
+		}
+	}
+	s.place(h, name)
+}
+
+// place gives the key with hash h, not held, a counter of its hit: a free
+// one, or the smallest, whose count the newcomer inherits as its error.
+func (s *summary) place(h uint64, name func([]byte) []byte) {
 	var i int32
 	var base uint64
 	if len(s.cnt) < cap(s.cnt) {
@@ -77,20 +198,21 @@ func (s *summary) add(h uint64, n, errIn uint64, name func([]byte) []byte) {
 		s.cnt[i].pos = int32(len(s.heap))
 		s.heap = append(s.heap, i)
 	} else {
-		// The smallest counter goes to the newcomer, which inherits its
-		// count as its error.
 		i = s.heap[0]
-		base = s.cnt[i].count
-		delete(s.idx, s.cnt[i].hash)
+		e := &s.cnt[i]
+		base = e.count
+		a := &s.alpha[s.cell(e.hash)]
+		*a = uint32(max(uint64(*a), min(e.count, math.MaxUint32)))
+		s.unlink(i)
 	}
 	c := &s.cnt[i]
-	c.hash, c.count, c.err = h, base+n, base+errIn
+	c.hash, c.count, c.err = h, base+1, base
 	k := name(c.key[:0])
 	if len(k) > MaxKeyLen {
 		k = append(k[:MaxKeyLen-3], "…"...)
 	}
 	c.klen = uint8(copy(c.key[:], k))
-	s.idx[h] = i
+	s.link(i)
 	s.down(int(c.pos))
 	s.up(int(c.pos))
 }
@@ -131,14 +253,4 @@ func (s *summary) down(j int) {
 		s.swap(j, m)
 		j = m
 	}
-}
-
-// mergeInto adds s into dst (mergeable summaries: the errors add up).
-func (s *summary) mergeInto(dst *summary) {
-	for i := range s.cnt {
-		c := &s.cnt[i]
-		dst.add(c.hash, c.count, c.err, func(b []byte) []byte { return append(b, c.key[:c.klen]...) })
-	}
-	// The counts of a summary add up to its hits (a newcomer takes over
-	// the count of the counter it replaces), so dst.total grew by s.total.
 }

@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// Windows and their slices: the minute is 6 summaries of 10 s; each 10 s
-// summary, when it ends, is merged into the current 5-minute summary of
-// the hour (12 of them). A read merges what its window holds.
+// Windows and their slices: the minute is 6 summaries of 10 s, the hour
+// 12 summaries of 5 minutes; every hit goes to the current summary of
+// each. A read adds up what its window holds. (Merging each ended 10 s
+// summary into the hour's would lose the hits its filter holds.)
 const (
 	slice     = 10 * time.Second
 	minuteLen = 6
@@ -36,8 +37,8 @@ type Config struct {
 	Counters int
 	// MaxRules bounds the rules tracked (100 when zero); hits of more
 	// rules are counted in Untracked. Each rule tracked holds 2 kinds ×
-	// 18 summaries × Counters counters: 390 KB with 64 counters
-	// (TestRuleMemory), so 39 MB for 100 rules.
+	// 18 summaries × Counters counters and 16 filter cells per counter:
+	// 475 KB with 64 counters (TestRuleMemory), so 48 MB for 100 rules.
 	MaxRules int
 	// Now is the clock. Nil means a coarse clock: the time read every
 	// 100 ms by a goroutine of the Tracker (until Close), because reading
@@ -48,8 +49,8 @@ type Config struct {
 
 // Tracker keeps the heavy hitters of every rule. It is safe for
 // concurrent use; its memory is bounded by MaxRules × 2 kinds × 18
-// summaries × Counters counters (about 170 bytes each, with the index and
-// the heap) whatever the keys.
+// summaries × Counters counters (about 210 bytes each, with the index,
+// the heap and 16 filter cells) whatever the keys.
 type Tracker struct {
 	cfg   Config
 	mu    sync.Mutex                            // for adding rules
@@ -64,8 +65,9 @@ type Tracker struct {
 }
 
 type ruleTrack struct {
-	mu    sync.Mutex
-	kinds [numKinds]*windows
+	mu     sync.Mutex
+	kinds  [numKinds]*windows
+	series [SeriesLen]seriesBucket
 }
 
 // windows is the minute's and the hour's summaries of one rule and kind.
@@ -138,28 +140,24 @@ func (t *Tracker) newWindows(now int64) *windows {
 	return w
 }
 
-// advance moves w to the slice of now: each 10 s summary that ends is
-// merged into the hour's, and summaries that leave their window are
-// emptied for reuse.
+// advance moves w to the slice of now: summaries that leave their window
+// are emptied for reuse.
 func (w *windows) advance(now int64) {
-	sl, hs := now/int64(slice), now/int64(hourSlice)
-	for w.cur < sl {
-		// The minute's current summary ends: into the hour, then the
-		// next one (the oldest of the minute) starts empty.
-		w.rollHour(w.cur * int64(slice) / int64(hourSlice))
-		w.minute[w.minuteIdx].mergeInto(w.hour[w.hourIdx])
-		w.cur++
-		w.minuteIdx = (w.minuteIdx + 1) % minuteLen
-		w.minute[w.minuteIdx].reset()
-		if sl-w.cur > minuteLen {
-			// Idle for longer than a minute: skip the empty slices.
+	if sl := now / int64(slice); w.cur < sl {
+		if sl-w.cur >= minuteLen {
 			for i := range w.minute {
 				w.minute[i].reset()
 			}
-			w.cur = sl
+		} else {
+			for w.cur < sl {
+				w.cur++
+				w.minuteIdx = (w.minuteIdx + 1) % minuteLen
+				w.minute[w.minuteIdx].reset()
+			}
 		}
+		w.cur = sl
 	}
-	w.rollHour(hs)
+	w.rollHour(now / int64(hourSlice))
 }
 
 // rollHour moves the hour's current summary to the 5-minute slice hs.
@@ -178,10 +176,10 @@ func (w *windows) rollHour(hs int64) {
 	}
 }
 
-// Add records one request of rule with the key whose hash is h, denied or
-// not; name writes the key's text, and is called only when the key takes
-// a counter. It allocates nothing once the rule is tracked.
-func (t *Tracker) Add(rule string, h uint64, denied bool, name func([]byte) []byte) {
+// Add records one request of rule with the key whose hash is h, and its
+// outcome; name writes the key's text, and is called only when the key
+// takes a counter. It allocates nothing once the rule is tracked.
+func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte) {
 	r := (*t.rules.Load())[rule]
 	if r == nil {
 		if r = t.track(rule); r == nil {
@@ -192,13 +190,15 @@ func (t *Tracker) Add(rule string, h uint64, denied bool, name func([]byte) []by
 	now := t.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.count(now, o)
 	for k := range numKinds {
-		if Kind(k) == Denials && !denied {
+		if Kind(k) == Denials && o != Denied {
 			break
 		}
 		w := r.kinds[k]
 		w.advance(now)
-		w.minute[w.minuteIdx].add(h, 1, 0, name)
+		w.minute[w.minuteIdx].hit(h, name)
+		w.hour[w.hourIdx].hit(h, name)
 	}
 }
 
@@ -246,9 +246,7 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 	w.advance(now)
 	parts := w.minute[:]
 	if hour {
-		// The hour: its summaries, and the minute's current one, not
-		// merged into it yet.
-		parts = append(slices.Clone(w.hour[:]), w.minute[w.minuteIdx])
+		parts = w.hour[:]
 	}
 	type acc struct {
 		item Item
@@ -270,12 +268,12 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 			a.item.Low += c.count - c.err
 		}
 	}
-	// Where a key is not held, it may have had up to that summary's
-	// smallest count.
+	// Where a key is not held, it may have had up to its filter cell
+	// there, or the summary's smallest count.
 	for _, a := range byHash {
 		for _, s := range parts {
-			if _, ok := s.idx[a.hash]; !ok {
-				a.item.High += s.min()
+			if s.find(a.hash) < 0 {
+				a.item.High += s.bound(a.hash)
 			}
 		}
 	}

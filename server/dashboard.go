@@ -4,12 +4,8 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"maps"
 	"net/http"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/hitters"
@@ -18,121 +14,6 @@ import (
 
 //go:embed dashboard/index.html
 var dashboardHTML []byte
-
-// Timeline keeps, per rule, what it allowed, denied and let through in
-// shadow mode in each 10 s of the last 10 minutes: the dashboard's
-// charts. Rules are bounded as the top keys' are (MaxTimelineRules).
-type timeline struct {
-	mu    sync.Mutex                               // for adding rules
-	rules atomic.Pointer[map[string]*ruleTimeline] // copied on every new rule, read without a lock
-}
-
-// MaxTimelineRules bounds the rules the dashboard charts.
-const MaxTimelineRules = 100
-
-const (
-	timelineStep = 10 * time.Second
-	timelineLen  = 60
-)
-
-type ruleTimeline struct {
-	mu      sync.Mutex
-	buckets [timelineLen]timelineBucket
-}
-
-type timelineBucket struct {
-	slot                    int64 // unix time / step
-	allowed, denied, shadow int64
-}
-
-func newTimeline() *timeline {
-	t := &timeline{}
-	t.rules.Store(&map[string]*ruleTimeline{})
-	return t
-}
-
-// rule returns rule's timeline, adding it (nil beyond MaxTimelineRules).
-func (t *timeline) rule(rule string) *ruleTimeline {
-	if r := (*t.rules.Load())[rule]; r != nil {
-		return r
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := *t.rules.Load()
-	if r := old[rule]; r != nil {
-		return r
-	}
-	if len(old) >= MaxTimelineRules {
-		return nil
-	}
-	r := &ruleTimeline{}
-	m := maps.Clone(old)
-	m[rule] = r
-	t.rules.Store(&m)
-	return r
-}
-
-// add counts one descriptor's outcome for rule at now.
-func (t *timeline) add(rule string, now time.Time, denied, shadow bool) {
-	slot := now.UnixNano() / int64(timelineStep)
-	r := t.rule(rule)
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b := &r.buckets[slot%timelineLen]
-	if b.slot != slot {
-		*b = timelineBucket{slot: slot}
-	}
-	switch {
-	case shadow:
-		b.shadow++
-	case denied:
-		b.denied++
-	default:
-		b.allowed++
-	}
-}
-
-// dashPoint is one 10 s of a rule's chart.
-type dashPoint struct {
-	At      int64 `json:"at"` // unix seconds, the start of the 10 s
-	Allowed int64 `json:"allowed"`
-	Denied  int64 `json:"denied"`
-	Shadow  int64 `json:"shadow_denied"`
-}
-
-// series returns rule's last 10 minutes, oldest first.
-func (t *timeline) series(rule string, now time.Time) []dashPoint {
-	slot := now.UnixNano() / int64(timelineStep)
-	r := (*t.rules.Load())[rule]
-	if r != nil {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-	}
-	out := make([]dashPoint, 0, timelineLen)
-	for s := slot - timelineLen + 1; s <= slot; s++ {
-		p := dashPoint{At: s * int64(timelineStep) / int64(time.Second)}
-		if r != nil {
-			if b := r.buckets[s%timelineLen]; b.slot == s {
-				p.Allowed, p.Denied, p.Shadow = b.allowed, b.denied, b.shadow
-			}
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-func (t *timeline) ruleNames() []string {
-	rules := *t.rules.Load()
-	out := make([]string, 0, len(rules))
-	for r := range rules {
-		out = append(out, r)
-	}
-	slices.Sort(out)
-	return out
-}
 
 // dashData is what the dashboard's page polls.
 type dashData struct {
@@ -144,10 +25,10 @@ type dashData struct {
 }
 
 type dashRule struct {
-	Rule      string         `json:"rule"`
-	Series    []dashPoint    `json:"series"`
-	Offenders []hitters.Item `json:"top_offenders"` // by denials, the last minute
-	NearLimit []nearLimit    `json:"near_limit"`    // the top askers with little left
+	Rule      string          `json:"rule"`
+	Series    []hitters.Point `json:"series"`
+	Offenders []hitters.Item  `json:"top_offenders"` // by denials, the last minute
+	NearLimit []nearLimit     `json:"near_limit"`    // the top askers with little left
 }
 
 // nearLimit is a key that asks much and has little of its limit left.
@@ -198,9 +79,13 @@ func (s *Server) serveDashboardData(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	for _, rule := range s.timeline.ruleNames() {
-		dr := dashRule{Rule: rule, Series: s.timeline.series(rule, now), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
-		if s.hitters != nil {
+	var ruleNames []string
+	if s.hitters != nil {
+		ruleNames = s.hitters.Rules()
+	}
+	for _, rule := range ruleNames {
+		dr := dashRule{Rule: rule, Series: s.hitters.Series(rule), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
+		{
 			if top, _ := s.hitters.Top(rule, hitters.Denials, false, 5); top != nil {
 				dr.Offenders = top
 			}

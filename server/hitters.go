@@ -18,17 +18,22 @@ import (
 // recordHitters tells t every limited descriptor of a request: its rule
 // (the stats key), its entries (hashed here, written out only when they
 // take a counter) and whether it was denied. It allocates nothing.
-func recordHitters(t *hitters.Tracker, tl *timeline, req *rlsv3.RateLimitRequest, o *rls.Outcome) {
+func recordHitters(t *hitters.Tracker, req *rlsv3.RateLimitRequest, o *rls.Outcome) {
 	descs := req.GetDescriptors()
-	now := t.Now()
 	for i := range o.Descriptors {
 		d := &o.Descriptors[i]
 		if !d.Limited || i >= len(descs) {
 			continue
 		}
+		out := hitters.Allowed
+		switch {
+		case d.ShadowOver:
+			out = hitters.ShadowDenied
+		case d.Over:
+			out = hitters.Denied
+		}
 		entries := descs[i].GetEntries()
-		t.Add(d.StatKey, entriesHash(entries), d.Over && !d.ShadowOver, func(b []byte) []byte { return appendEntries(b, entries) })
-		tl.add(d.StatKey, now, d.Over && !d.ShadowOver, d.ShadowOver)
+		t.Add(d.StatKey, entriesHash(entries), out, func(b []byte) []byte { return appendEntries(b, entries) })
 	}
 }
 

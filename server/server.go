@@ -206,7 +206,6 @@ type Server struct {
 	storeUp       func() error // nil: no way to tell, taken as up
 	rulesDebug    func() any
 	hitters       *hitters.Tracker
-	timeline      *timeline
 	explain       Explainer
 	hittersShared *hitters.Shared
 	limitedBy     bool
@@ -263,7 +262,6 @@ func New(cfg Config) (*Server, error) {
 		hitters:       cfg.Hitters,
 		explain:       cfg.Explain,
 		hittersShared: cfg.HittersShared,
-		timeline:      newTimeline(),
 		limitedBy:     cfg.LimitedBy,
 		changed:       make(chan struct{}),
 	}

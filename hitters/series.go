@@ -1,0 +1,71 @@
+package hitters
+
+import "time"
+
+// Outcome is what a rule's limits did with a request.
+type Outcome uint8
+
+const (
+	Allowed      Outcome = iota
+	Denied               // denied, counted in the Denials top keys
+	ShadowDenied         // over a limit in shadow mode, so allowed
+)
+
+// The series: what each rule allowed, denied and let through in shadow
+// mode in each 10 s of the last 10 minutes.
+const (
+	SeriesStep = 10 * time.Second
+	SeriesLen  = 60
+)
+
+// Point is one 10 s of a rule's series.
+type Point struct {
+	At      int64 `json:"at"` // unix seconds, the start of the 10 s
+	Allowed int64 `json:"allowed"`
+	Denied  int64 `json:"denied"`
+	Shadow  int64 `json:"shadow_denied"`
+}
+
+type seriesBucket struct {
+	slot                    int64 // unix time / SeriesStep
+	allowed, denied, shadow int64
+}
+
+// count adds one outcome at now (unix nanoseconds); r.mu is held.
+func (r *ruleTrack) count(now int64, o Outcome) {
+	slot := now / int64(SeriesStep)
+	b := &r.series[slot%SeriesLen]
+	if b.slot != slot {
+		*b = seriesBucket{slot: slot}
+	}
+	switch o {
+	case ShadowDenied:
+		b.shadow++
+	case Denied:
+		b.denied++
+	default:
+		b.allowed++
+	}
+}
+
+// Series returns rule's last 10 minutes at the tracker's time, oldest
+// first (all zero for a rule not tracked).
+func (t *Tracker) Series(rule string) []Point {
+	slot := t.now() / int64(SeriesStep)
+	r := (*t.rules.Load())[rule]
+	if r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	out := make([]Point, 0, SeriesLen)
+	for s := slot - SeriesLen + 1; s <= slot; s++ {
+		p := Point{At: s * int64(SeriesStep) / int64(time.Second)}
+		if r != nil {
+			if b := r.series[s%SeriesLen]; b.slot == s {
+				p.Allowed, p.Denied, p.Shadow = b.allowed, b.denied, b.shadow
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
