@@ -262,3 +262,25 @@ func TestFilterInvariants(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyHash: entries hash apart however their bytes are split between
+// key and value or between entries, and are written as the dashboard
+// reads them.
+func TestKeyHash(t *testing.T) {
+	seen := map[KeyHash]string{}
+	for _, c := range [][]string{{"ab", "c"}, {"a", "bc"}, {"abc", ""}, {"", "abc"}, {"a", "b", "c", ""}, {"a", "", "bc", ""}} {
+		h := NewKeyHash
+		var b []byte
+		for i := 0; i < len(c); i += 2 {
+			h = h.Entry(c[i], c[i+1])
+			b = AppendEntry(b, i/2, c[i], c[i+1])
+		}
+		if prev, ok := seen[h]; ok {
+			t.Errorf("%q and %s hash alike", c, prev)
+		}
+		seen[h] = fmt.Sprintf("%q", c)
+		if len(c) == 4 && string(b) != c[0]+"="+c[1]+"/"+c[2]+"="+c[3] {
+			t.Errorf("%q written %q", c, b)
+		}
+	}
+}

@@ -11,6 +11,18 @@ const (
 	ShadowDenied         // over a limit in shadow mode, so allowed
 )
 
+// OutcomeOf is the outcome of a descriptor over a limit (over) or not,
+// and over only by limits in shadow mode (shadowOver).
+func OutcomeOf(over, shadowOver bool) Outcome {
+	switch {
+	case shadowOver:
+		return ShadowDenied
+	case over:
+		return Denied
+	}
+	return Allowed
+}
+
 // The series: what each rule allowed, denied and let through in shadow
 // mode in each 10 s of the last 10 minutes.
 const (

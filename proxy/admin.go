@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -32,13 +35,26 @@ type AdminConfig struct {
 	// Gatherer is served on /metrics (OpenMetrics when asked). Nil means
 	// no /metrics.
 	Gatherer prometheus.Gatherer
+
+	// Hitters, when set, is the tracker of Config.Hitters: the live
+	// dashboard is served at /dashboard (its data at /dashboard/data),
+	// with each rule's allowed, denied and shadow-denied requests over
+	// the last 10 minutes, its top offenders, the store's health, the
+	// requests by result and where decisions were made.
+	Hitters *hitters.Tracker
+
+	// Explain, when set with Hitters, reads what is left of a
+	// descriptor's tightest limit without consuming it, for the
+	// dashboard's list of keys near their limit.
+	Explain func(ctx context.Context, domain string, descs []rules.Descriptor) (remaining, limit int64, ok bool)
 }
 
 // AdminHandler serves what operators and orchestrators ask a proxy,
 // apart from the API's own paths: GET /healthz (the process answers),
 // GET /readyz (200 "OK", or 503 "not ready: why" while draining, while
 // the store has never been reached since start, or while it is down and
-// the default policy is fail_closed) and GET /metrics.
+// the default policy is fail_closed), GET /metrics, and with Hitters the
+// dashboard at GET /dashboard.
 func AdminHandler(cfg AdminConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -62,6 +78,16 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 	})
 	if cfg.Gatherer != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	}
+	if cfg.Hitters != nil {
+		dashboard.Register(mux, dashboard.Config{
+			Title:          "sluice proxy",
+			Tracker:        cfg.Hitters,
+			Gatherer:       cfg.Gatherer,
+			RequestsMetric: "sluice_proxy_requests_total",
+			StoreHealth:    cfg.StoreHealth,
+			Explain:        cfg.Explain,
+		})
 	}
 	return mux
 }

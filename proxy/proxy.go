@@ -84,6 +84,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -126,6 +127,12 @@ type Config struct {
 	// Metrics, when set, counts requests by route and result, upstream
 	// errors and durations (see Metrics).
 	Metrics *Metrics
+
+	// Hitters, when set, is told every limited descriptor decided: its
+	// rule, its key and whether it was allowed, denied or denied in
+	// shadow mode (the admin listener's dashboard shows them; see
+	// AdminConfig). It keeps the top keys in bounded memory.
+	Hitters *hitters.Tracker
 
 	// Rewrite, when set, is called after the proxy has set the upstream
 	// URL and the forwarding headers, to change the outgoing request
@@ -172,6 +179,9 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("%w: upstream %q has no host", ErrConfig, u.Redacted())
 	case cfg.Decider == nil:
 		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
+	}
+	if cfg.Hitters != nil {
+		cfg.Decider = recording{Decider: cfg.Decider, top: cfg.Hitters}
 	}
 	p := &Proxy{
 		cfg:       cfg,

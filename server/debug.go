@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -32,8 +33,7 @@ func (s *Server) DebugHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/rules", s.serveRules)
 	mux.HandleFunc("/hitters", s.serveHitters)
-	mux.HandleFunc("/dashboard", s.serveDashboard)
-	mux.HandleFunc("/dashboard/data", s.serveDashboardData)
+	dashboard.Register(mux, s.dashboardConfig())
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		io.WriteString(w, "/debug/pprof/  runtime profiles\n/rules         the loaded rate limit rules (JSON; ?format=text for text)\n/hitters       the top keys of each rule, by requests and denials (?rule=, ?kind=, ?window=minute|hour, ?k=)\n/dashboard     the live dashboard\n")

@@ -2,10 +2,8 @@ package server
 
 import (
 	"encoding/json"
-	"slices"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"net/http"
+	"slices"
 	"strconv"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -25,42 +23,24 @@ func recordHitters(t *hitters.Tracker, req *rlsv3.RateLimitRequest, o *rls.Outco
 		if !d.Limited || i >= len(descs) {
 			continue
 		}
-		out := hitters.Allowed
-		switch {
-		case d.ShadowOver:
-			out = hitters.ShadowDenied
-		case d.Over:
-			out = hitters.Denied
-		}
 		entries := descs[i].GetEntries()
-		t.Add(d.StatKey, entriesHash(entries), out, func(b []byte) []byte { return appendEntries(b, entries) })
+		t.Add(d.StatKey, entriesHash(entries), hitters.OutcomeOf(d.Over, d.ShadowOver), func(b []byte) []byte { return appendEntries(b, entries) })
 	}
 }
 
-// entriesHash is FNV-1a over the entries, with separators.
+// entriesHash is the hitters.KeyHash of the entries.
 func entriesHash(entries []*ratelimitv3.RateLimitDescriptor_Entry) uint64 {
-	const prime = 1099511628211
-	h := uint64(14695981039346656037)
+	h := hitters.NewKeyHash
 	for _, e := range entries {
-		for _, s := range [2]string{e.GetKey(), e.GetValue()} {
-			for i := 0; i < len(s); i++ {
-				h = (h ^ uint64(s[i])) * prime
-			}
-			h = (h ^ 0xff) * prime
-		}
+		h = h.Entry(e.GetKey(), e.GetValue())
 	}
-	return h
+	return uint64(h)
 }
 
 // appendEntries writes the entries as key=value pairs joined by "/".
 func appendEntries(b []byte, entries []*ratelimitv3.RateLimitDescriptor_Entry) []byte {
 	for i, e := range entries {
-		if i > 0 {
-			b = append(b, '/')
-		}
-		b = append(b, e.GetKey()...)
-		b = append(b, '=')
-		b = append(b, e.GetValue()...)
+		b = hitters.AppendEntry(b, i, e.GetKey(), e.GetValue())
 	}
 	return b
 }
@@ -164,38 +144,4 @@ func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
-}
-
-// hittersCollector exports, per rule tracked (at most the tracker's
-// MaxRules, so the labels stay bounded) and kind, the share of the last
-// minute's hits that its top key made: an alert watches for one key
-// suddenly taking most of a rule's denials. The keys themselves stay on
-// /hitters, out of the metrics.
-type hittersCollector struct{ t *hitters.Tracker }
-
-var topShareDesc = prometheus.NewDesc("sluice_top_key_share",
-	"Share of a rule's hits over the last minute made by its top key, by kind (requests, denials); the keys are on the debug listener's /hitters.",
-	[]string{"rule", "kind"}, nil)
-
-var windowHitsDesc = prometheus.NewDesc("sluice_top_key_window_hits",
-	"Hits of a rule over the last minute, by kind, as the top keys count them.",
-	[]string{"rule", "kind"}, nil)
-
-func (c hittersCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- topShareDesc
-	ch <- windowHitsDesc
-}
-
-func (c hittersCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, rule := range c.t.Rules() {
-		for kind, name := range map[hitters.Kind]string{hitters.Requests: "requests", hitters.Denials: "denials"} {
-			top, total := c.t.Top(rule, kind, false, 1)
-			share := 0.0
-			if total > 0 && len(top) > 0 {
-				share = min(1, float64(top[0].High)/float64(total))
-			}
-			ch <- prometheus.MustNewConstMetric(topShareDesc, prometheus.GaugeValue, share, rule, name)
-			ch <- prometheus.MustNewConstMetric(windowHitsDesc, prometheus.GaugeValue, float64(total), rule, name)
-		}
-	}
 }

@@ -92,6 +92,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rls"
@@ -293,7 +294,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.m = m
 	if s.hitters != nil && s.reg != nil {
-		if err := s.reg.Register(hittersCollector{s.hitters}); err != nil {
+		if err := s.reg.Register(dashboard.NewCollector(s.hitters)); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,41 +62,7 @@ descriptors:
 	send("user", "bob", 3)
 	send("path", "/v1/search", 9) // 5 allowed, 4 let through in shadow mode
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1000),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelTimeout()
-
-	url := "http://" + p.dbg + "/dashboard"
-	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
-		t.Fatalf("the dashboard in Chromium: %v", err)
-	}
-	// text reads an element's text in one evaluation in the page: the page
-	// replaces its sections at every poll, and a node found by one
-	// DevTools call may be gone by the next (a query waiting on it then
-	// waits until the deadline). A missing element reads as "".
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel)))
-		if err != nil {
-			t.Fatalf("%s: %v", sel, err)
-		}
-		return v
-	}
+	ctx, text := openPage(t, browser, "http://"+p.dbg+"/dashboard")
 	// The first poll's answer rendered: both rules' sections are there.
 	for start := time.Now(); text(`section.rule[data-rule="api.user"] table.offenders`) == "" || text(`section.rule[data-rule="api.path"] h2`) == ""; {
 		if time.Since(start) > 20*time.Second {
@@ -150,20 +119,138 @@ descriptors:
 			t.Errorf("the page loaded a resource from %s", o)
 		}
 	}
+	screenshot(t, ctx, os.Getenv("SLUICE_DASHBOARD_SCREENSHOT"))
+}
 
+// openPage opens url in a headless Chromium and returns the browser's
+// context (closed at the end of the test) and a function reading an
+// element's text.
+func openPage(t *testing.T, browser, url string) (context.Context, func(sel string) string) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancelTimeout)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("%s in Chromium: %v", url, err)
+	}
+	// text reads an element's text in one evaluation in the page: the page
+	// replaces its sections at every poll, and a node found by one
+	// DevTools call may be gone by the next (a query waiting on it then
+	// waits until the deadline). A missing element reads as "".
+	text := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return v
+	}
+	return ctx, text
+}
+
+// screenshot saves the page as PNG at path, or in the test's temporary
+// directory when path is empty.
+func screenshot(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
-	shot := os.Getenv("SLUICE_DASHBOARD_SCREENSHOT")
-	if shot == "" {
-		shot = filepath.Join(t.TempDir(), "dashboard.png")
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "dashboard.png")
 	}
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
+	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if len(png) < 10_000 {
 		t.Errorf("a screenshot of %d bytes", len(png))
 	}
-	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+}
+
+// TestProxyE2EDashboard: sluice proxy's dashboard on its admin listener,
+// in a real headless Chromium. After known traffic through the proxy
+// (one user far over its limit, one near it), the page shows the rule's
+// counts, the offender, the user near the limit, the requests by the
+// proxy's results and the store up; the top key share is on /metrics.
+func TestProxyE2EDashboard(t *testing.T) {
+	browser := chromium(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, file, `domain: shop
+http:
+  routes:
+    - pattern: /
+      descriptors:
+        - [{key: user, header: X-User}]
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	p := startProxy(t, "--config", file, "--upstream", up.URL)
+	front, admin := "http://"+p.addrs["proxy"], "http://"+p.addrs["admin"]
+	send := func(user string, n int) {
+		for range n {
+			req, _ := http.NewRequest("GET", front+"/items", nil)
+			req.Header.Set("X-User", user)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	send("mallory", 40) // 10 allowed, 30 denied
+	send("alice", 9)    // 1 of 10 left
+	send("bob", 2)
+
+	ctx, text := openPage(t, browser, admin+"/dashboard")
+	sec := `section.rule[data-rule="shop.user"] `
+	for start := time.Now(); text(sec+"table.offenders") == ""; {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the dashboard shows no rule after 20 s: %q", text(`body`))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := text(`#title`); got != "sluice proxy" {
+		t.Errorf("title: %q", got)
+	}
+	if got := text(`#store`); got != "up" {
+		t.Errorf("store: %q, want up", got)
+	}
+	if got := text(sec + "h2"); !strings.Contains(got, "shop.user: 21 allowed, 30 denied, 0 shadow-denied") {
+		t.Errorf("heading: %q", got)
+	}
+	if got := text(sec + "table.offenders"); !strings.Contains(got, "user=mallory") || !strings.Contains(got, "30") {
+		t.Errorf("top offenders: %q, want user=mallory with 30", got)
+	}
+	if got := text(sec + "table.near-limit"); !strings.Contains(got, "user=alice") || !strings.Contains(got, "1 of 10") || strings.Contains(got, "user=bob") {
+		t.Errorf("near their limit: %q, want alice with 1 of 10 left, not bob", got)
+	}
+	// The proxy counts a request after answering it: wait for the counts.
+	poll(t, "the requests line", func() bool {
+		got := text(`#requests`)
+		return strings.Contains(got, "21 allowed") && strings.Contains(got, "30 denied")
+	})
+	if _, _, metrics := fetch(t, "GET", admin+"/metrics"); !strings.Contains(metrics, `sluice_top_key_share{kind="denials",rule="shop.user"} 1`) {
+		t.Errorf("no top key share of 1 for the denials in /metrics:\n%s", grepLines(metrics, "sluice_top_key"))
+	}
+	screenshot(t, ctx, os.Getenv("SLUICE_PROXY_DASHBOARD_SCREENSHOT"))
 }

@@ -16,11 +16,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
+	"github.com/sluicehq/sluice/server"
 )
 
 func init() {
@@ -43,6 +46,7 @@ type proxySettings struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
+	topKeys         bool
 	storeSettings
 	remote      remoteSettings
 	upstreamURL *url.URL
@@ -56,7 +60,8 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	fs.StringVar(&s.config, "config", "", "rules `file` with its http section (routes, client address, headers); required")
 	fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
 	fs.StringVar(&s.listen, "listen", ":8090", "`address` the proxy serves on (not :8080, so that it runs beside sluice serve)")
-	fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz and /readyz, kept apart from --listen so that no path of the upstream is shadowed")
+	fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz, /readyz and /dashboard, kept apart from --listen so that no path of the upstream is shadowed")
+	fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory, and the series of each rule: the admin listener's live /dashboard")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
@@ -149,6 +154,10 @@ type proxyDecider struct {
 
 	register func(*prometheus.Registry) // the store's collectors
 	close    func()
+
+	// explain peeks at a descriptor's tightest limit for the dashboard;
+	// nil when the proxy does not decide itself (--store remote).
+	explain server.Explainer
 }
 
 // openProxyDecider builds the proxy's Decider from the store flags, with
@@ -173,6 +182,7 @@ func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.C
 		policy:   dec.Failover().Default,
 		register: set.register,
 		close:    set.close,
+		explain:  dashboardExplainer(dec.Core()),
 	}, nil
 }
 
@@ -216,6 +226,14 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	reg.MustRegister(loads)
 	loads.WithLabelValues("success").Inc()
 
+	var top *hitters.Tracker
+	if s.topKeys {
+		top = hitters.New(hitters.Config{})
+		defer top.Close()
+		if err := reg.Register(dashboard.NewCollector(top)); err != nil {
+			return err
+		}
+	}
 	p, err := proxy.New(proxy.Config{
 		Upstream: s.upstreamURL,
 		Decider:  dec,
@@ -223,6 +241,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		HTTP:     section,
 		Logger:   log.With("component", "proxy"),
 		Metrics:  metrics,
+		Hitters:  top,
 	})
 	if err != nil {
 		return err
@@ -260,6 +279,8 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Policy:      dec.policy,
 		Draining:    draining.Load,
 		Gatherer:    reg,
+		Hitters:     top,
+		Explain:     dec.explain,
 	})
 
 	rs := runSettings{

@@ -1,0 +1,156 @@
+// Package dashboard is the live dashboard of sluice serve and sluice
+// proxy: one HTML page embedded in the binary (its script and styles
+// inline, nothing loaded from elsewhere) that polls its data as JSON
+// every two seconds. Per rule: what it allowed, denied and let through in
+// shadow mode in each 10 s of the last 10 minutes, its top offenders and
+// the keys near their limit (from a hitters.Tracker); above them the
+// store's health, the requests by result and where decisions were made
+// (from the Prometheus registry).
+package dashboard
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/wheremetric"
+	"github.com/sluicehq/sluice/rules"
+)
+
+//go:embed index.html
+var page []byte
+
+// Explainer reads what is left of a descriptor's tightest limit, without
+// consuming any (a peek, through the decisions' own matching), for the
+// near-limit lists.
+type Explainer func(ctx context.Context, domain string, descs []rules.Descriptor) (remaining, limit int64, ok bool)
+
+// Config configures the dashboard; every field may be nil or empty.
+type Config struct {
+	// Title is the page's heading ("sluice serve", "sluice proxy").
+	Title string
+
+	// Tracker gives the rules' series and top keys. Nil shows no rules.
+	Tracker *hitters.Tracker
+
+	// Gatherer gives the request counts (RequestsMetric, by its label
+	// result) and sluice_decisions_total by where.
+	Gatherer prometheus.Gatherer
+
+	// RequestsMetric is the counter of requests by result.
+	RequestsMetric string
+
+	// StoreHealth is the store's state: nil when it is up.
+	StoreHealth func() error
+
+	// Explain, when set, lists the top askers of each rule with a fifth
+	// or less of their limit left.
+	Explain Explainer
+}
+
+// Register serves the page at GET /dashboard and its data at GET
+// /dashboard/data on mux.
+func Register(mux *http.ServeMux, cfg Config) {
+	mux.HandleFunc("GET /dashboard", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'")
+		w.Write(page)
+	})
+	mux.HandleFunc("GET /dashboard/data", cfg.serveData)
+}
+
+// data is what the page polls.
+type data struct {
+	Title     string             `json:"title"`
+	Now       int64              `json:"now"`
+	Store     string             `json:"store"`     // "up", or why not
+	Requests  map[string]float64 `json:"requests"`  // the requests counter by result
+	Decisions map[string]float64 `json:"decisions"` // sluice_decisions_total by where
+	Rules     []rule             `json:"rules"`
+}
+
+type rule struct {
+	Rule      string          `json:"rule"`
+	Series    []hitters.Point `json:"series"`
+	Offenders []hitters.Item  `json:"top_offenders"` // by denials, the last minute
+	NearLimit []nearLimit     `json:"near_limit"`    // the top askers with little left
+}
+
+// nearLimit is a key that asks much and has little of its limit left.
+type nearLimit struct {
+	Key       string `json:"key"`
+	Requests  uint64 `json:"requests"` // in the last minute
+	Remaining int64  `json:"remaining"`
+	Limit     int64  `json:"limit"`
+}
+
+func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
+	d := data{Title: cfg.Title, Now: time.Now().Unix(), Store: "up", Requests: map[string]float64{}, Decisions: map[string]float64{}, Rules: []rule{}}
+	if cfg.StoreHealth != nil {
+		if err := cfg.StoreHealth(); err != nil {
+			d.Store = err.Error()
+		}
+	}
+	if cfg.Gatherer != nil {
+		if mfs, err := cfg.Gatherer.Gather(); err == nil {
+			for _, mf := range mfs {
+				var into map[string]float64
+				var label string
+				switch mf.GetName() {
+				case cfg.RequestsMetric:
+					into, label = d.Requests, "result"
+				case wheremetric.Name:
+					into, label = d.Decisions, "where"
+				default:
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					for _, lp := range m.GetLabel() {
+						if lp.GetName() == label {
+							into[lp.GetValue()] += m.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+		}
+	}
+	if t := cfg.Tracker; t != nil {
+		for _, name := range t.Rules() {
+			dr := rule{Rule: name, Series: t.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
+			if top, _ := t.Top(name, hitters.Denials, false, 5); top != nil {
+				dr.Offenders = top
+			}
+			if cfg.Explain != nil {
+				askers, _ := t.Top(name, hitters.Requests, false, 10)
+				domain, _, _ := strings.Cut(name, ".")
+				for _, a := range askers {
+					remaining, limit, ok := cfg.Explain(r.Context(), domain, []rules.Descriptor{{Entries: ParseKey(a.Key), Cost: 1}})
+					if ok && limit > 0 && remaining*5 <= limit {
+						dr.NearLimit = append(dr.NearLimit, nearLimit{Key: a.Key, Requests: a.High, Remaining: remaining, Limit: limit})
+					}
+				}
+			}
+			d.Rules = append(d.Rules, dr)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(d)
+}
+
+// ParseKey reads a top key, key=value pairs joined by "/", back into
+// entries.
+func ParseKey(k string) []rules.Entry {
+	var out []rules.Entry
+	for part := range strings.SplitSeq(k, "/") {
+		key, value, _ := strings.Cut(part, "=")
+		out = append(out, rules.Entry{Key: key, Value: value})
+	}
+	return out
+}
