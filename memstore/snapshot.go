@@ -15,9 +15,9 @@ import (
 	"github.com/sluicehq/sluice/algo"
 )
 
-// The snapshot format, version 1. All integers are little-endian.
+// The snapshot format, version 2. All integers are little-endian.
 //
-//	header    magic "SLUICEMS", version u32 = 1, flags u32 = 0,
+//	header    magic "SLUICEMS", version u32 = 2, flags u32 = 0,
 //	          seed u64, written-at i64 (Unix ns)
 //	records   each a tag byte and its body, in any order:
 //	  0x01 sketch   name-len u32, name, rate i64, period i64, capacity i64,
@@ -26,19 +26,24 @@ import (
 //	  0x02 entries  count u32, count × {key u64, A i64, B i64}
 //	                (one-state keys and block_for penalties)
 //	  0x03 log      key u64, idle-at i64, count u32, count × {at i64, n i64}
+//	  0x04 words    count u32, count × {key u64, word u64}
+//	                (the word table's keys, words.go; since version 2)
 //	trailer   tag 0xFF, CRC-32C (Castagnoli) u32 of every byte before it
 //
 // The writer puts sketches first so that a reader knows their memory before
-// it fills the tables under Config.MaxBytes.
+// it fills the tables under Config.MaxBytes. Version 1 (no word table) is
+// read too: its entries of word-table limits move to the word table when
+// their key is next decided.
 const (
 	snapMagic   = "SLUICEMS"
-	snapVersion = 1
+	snapVersion = 2
 	headerLen   = 8 + 4 + 4 + 8 + 8
 	trailerLen  = 1 + 4
 
 	tagSketch  = 0x01
 	tagEntries = 0x02
 	tagLog     = 0x03
+	tagWords   = 0x04
 	tagEnd     = 0xff
 
 	// maxNameLen bounds the limit name of a sketch record.
@@ -127,7 +132,7 @@ func (s *Store) Snapshot(w io.Writer) error {
 	cw := &crcWriter{w: w, crc: crc32.New(castagnoli)}
 	bw := bufio.NewWriterSize(cw, 1<<16)
 	var b []byte
-	now := s.now().UnixNano()
+	now := s.now()
 
 	b = append(b, snapMagic...)
 	b = binary.LittleEndian.AppendUint32(b, snapVersion)
@@ -143,6 +148,7 @@ func (s *Store) Snapshot(w io.Writer) error {
 	}
 
 	var slots, entries []entry
+	var words []wrec
 	var logs []logRecord
 	var flat []algo.LogEntry
 	for i := range s.shards {
@@ -161,6 +167,20 @@ func (s *Store) Snapshot(w io.Writer) error {
 		}
 		slots = slots[:len(sh.t.slots)]
 		copy(slots, sh.t.slots)
+		words = words[:0]
+		if t := sh.wordsOf(); t != nil {
+			// Words can change without the mutex: each is read once,
+			// atomically; a claimed one (wBusy) cannot be seen here, since
+			// claims are released before the mutex is.
+			for i := range t.slots {
+				e := &t.slots[i]
+				if k := e.key.Load(); k != 0 {
+					if w := e.word.Load(); w < wBusy && wordIdleAt(w) > now {
+						words = append(words, wrec{k, w})
+					}
+				}
+			}
+		}
 		for k, ll := range sh.logs {
 			if ll.idle > now {
 				logs = append(logs, logRecord{key: k, idle: ll.idle, from: len(flat), to: len(flat) + len(ll.l.Entries)})
@@ -184,6 +204,19 @@ func (s *Store) Snapshot(w io.Writer) error {
 				b = binary.LittleEndian.AppendUint64(b, e.key)
 				b = binary.LittleEndian.AppendUint64(b, uint64(e.st.A))
 				b = binary.LittleEndian.AppendUint64(b, uint64(e.st.B))
+			}
+			if _, err := bw.Write(b); err != nil {
+				return err
+			}
+		}
+		for len(words) > 0 {
+			chunk := words[:min(len(words), sweepChunk)]
+			words = words[len(chunk):]
+			b = append(b[:0], tagWords)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(chunk)))
+			for _, r := range chunk {
+				b = binary.LittleEndian.AppendUint64(b, r.k)
+				b = binary.LittleEndian.AppendUint64(b, r.w)
 			}
 			if _, err := bw.Write(b); err != nil {
 				return err
@@ -327,6 +360,8 @@ func (s *Store) Restore(r io.Reader) error {
 			err = rs.entries(&d)
 		case tagLog:
 			err = rs.log(&d)
+		case tagWords:
+			err = rs.words(&d)
 		default:
 			err = corrupt("unknown record tag %#x", tag)
 		}
@@ -350,7 +385,7 @@ func checkSnapshot(data []byte) (records []byte, seed uint64, err error) {
 	if string(data[:8]) != snapMagic {
 		return nil, 0, corrupt("not a memstore snapshot (bad magic)")
 	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != snapVersion {
+	if v := binary.LittleEndian.Uint32(data[8:]); v != snapVersion && v != 1 {
 		return nil, 0, corrupt("unsupported version %d (this build reads version %d)", v, snapVersion)
 	}
 	body, trailer := data[:len(data)-4], data[len(data)-4:]
@@ -380,7 +415,7 @@ type restoredSketch struct {
 }
 
 func (s *Store) newRestorer(seed uint64) *restorer {
-	rs := &restorer{s: s, now: s.now().UnixNano(), next: make([]shard, len(s.shards))}
+	rs := &restorer{s: s, now: s.now(), next: make([]shard, len(s.shards))}
 	for i := range rs.next {
 		rs.next[i].logs = make(map[uint64]logList)
 		rs.next[i].rng = mix64(seed ^ uint64(i))
@@ -456,6 +491,38 @@ func (rs *restorer) entries(d *decoder) error {
 	return nil
 }
 
+// words reads a record of word-table entries into the new word tables,
+// within the memory cap; expired ones are dropped.
+func (rs *restorer) words(d *decoder) error {
+	n := int(d.u32())
+	for range n {
+		k, w := d.u64(), d.u64()
+		if !d.ok {
+			return nil // Restore reports the overrun
+		}
+		switch {
+		case k == 0:
+			return corrupt("word entry with key 0")
+		case w >= wBusy:
+			return corrupt("word entry with marker %#x", w)
+		case wordIdleAt(w) <= rs.now:
+			continue
+		}
+		sh := &rs.next[rs.s.shardOf(k)]
+		if t := sh.wordsOf(); t != nil {
+			if e := t.find(k); e != nil {
+				e.word.Store(w)
+				continue
+			}
+		}
+		if t := sh.wordsOf(); t == nil || t.full(1) {
+			rs.s.wMakeRoom(sh, 1, rs.now, rs.budget())
+		}
+		sh.wordsOf().insert(k, w)
+	}
+	return nil
+}
+
 // log reads a sliding log record, within the memory cap; an expired or
 // empty log is dropped.
 func (rs *restorer) log(d *decoder) error {
@@ -512,6 +579,10 @@ func (s *Store) swapIn(rs *restorer, seed uint64) {
 		sh := &s.shards[i]
 		next := &rs.next[i]
 		sh.t, sh.logs, sh.logBytes, sh.rng = next.t, next.logs, next.logBytes, next.rng
+		if old := sh.wordsOf(); old != nil {
+			old.freeze(0) // decisions in flight on the old table retry on the new one
+		}
+		sh.w.Store(next.wordsOf())
 	}
 	s.sketches.mu.Unlock()
 	for i := range s.shards {

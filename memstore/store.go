@@ -59,7 +59,7 @@ const (
 // Store is the in-memory sluice.Store. It is safe for concurrent use. Create
 // it with New and stop its background sweep with Close.
 type Store struct {
-	now      func() time.Time
+	now      func() int64 // Unix nanoseconds
 	seed     atomic.Uint64
 	shards   []shard
 	mask     uint64
@@ -79,6 +79,7 @@ type Store struct {
 type shard struct {
 	mu       sync.Mutex
 	t        table
+	w        atomic.Pointer[wtable] // the word table (words.go)
 	logs     map[uint64]logList
 	logBytes int64  // estimate of the memory held by logs
 	rng      uint64 // state of the eviction sampler
@@ -99,12 +100,14 @@ const (
 	shardBytes    = 128
 )
 
-// monotonicClock returns the default clock: the wall clock at the call,
-// advanced by the monotonic clock. time.Since on a time with a monotonic
-// reading reads only the monotonic clock.
-func monotonicClock() func() time.Time {
+// monotonicClock returns the default clock, in Unix nanoseconds: the wall
+// clock at the call, advanced by the monotonic clock. time.Since on a time
+// with a monotonic reading reads only the monotonic clock, and no
+// time.Time is built per reading.
+func monotonicClock() func() int64 {
 	base := time.Now()
-	return func() time.Time { return base.Add(time.Since(base)) }
+	at := base.UnixNano()
+	return func() int64 { return at + int64(time.Since(base)) }
 }
 
 // New returns a Store configured by cfg and starts its background sweep.
@@ -116,14 +119,15 @@ func New(cfg Config) *Store {
 	n = min(n, MaxShards)
 	n = 1 << bits.Len(uint(n-1))
 	s := &Store{
-		now:      cfg.Now,
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		maxBytes: max(cfg.MaxBytes, 0),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	if s.now == nil {
+	if now := cfg.Now; now != nil {
+		s.now = func() int64 { return now().UnixNano() }
+	} else {
 		s.now = monotonicClock()
 	}
 	seed := cfg.Seed
@@ -248,7 +252,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	if len(hits) == 0 {
 		return nil
 	}
-	now := s.now().UnixNano()
+	now := s.now()
 	if len(hits) == 1 {
 		s.takeSingle(hits, out, now, each)
 		return nil
@@ -265,7 +269,7 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 	}
 	hits := [1]sluice.Hit{h}
 	var out [1]sluice.Decision
-	s.takeSingle(hits[:], out[:], s.now().UnixNano(), false)
+	s.takeSingle(hits[:], out[:], s.now(), false)
 	return out[0], nil
 }
 
@@ -285,6 +289,19 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each boo
 	p := h.Limit.Params()
 	k := s.keyHash(h.Key, &p)
 	sh := &s.shards[s.shardOf(k)]
+	if wordLimit(&p) {
+		r, ok := algo.Result{}, false
+		if !each {
+			r, ok = s.takeWord(sh, k, &p, h.Cost, now)
+		}
+		if !ok {
+			sh.mu.Lock()
+			r = s.takeWordLocked(sh, k, &p, h.Cost, now, each)
+			sh.mu.Unlock()
+		}
+		*out = h.Limit.DecisionOf(r, &p)
+		return
+	}
 	sh.mu.Lock()
 	var st algo.State
 	idle := false
@@ -311,6 +328,7 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each boo
 // Where the state of a hit lives.
 const (
 	inTable = iota
+	inWord
 	inLog
 	inSketch
 )
@@ -330,6 +348,10 @@ type op struct {
 	expired int        // inLog: expired prefix of log
 	logDone bool       // inLog, on the first hit of a key: a hit on it committed
 	pend    int64      // inSketch: cost of earlier hits on the same key
+	we      *wentry    // inWord, on the first hit of a key: its claimed slot, nil if absent
+	w0      uint64     // inWord, first hit: the word claimed, put back unless a hit commits
+	wNext   uint64     // inWord, first hit: the word the committed hits leave
+	wDone   bool       // inWord, first hit: a hit on the key committed
 	r       algo.Result
 }
 
@@ -406,6 +428,9 @@ func (s *Store) prepare(hits []sluice.Hit, ops []op) {
 			o.sk = s.sketches.get(h.Limit, &o.p)
 		default:
 			o.where = inTable
+			if wordLimit(&o.p) {
+				o.where = inWord
+			}
 		}
 		for j := i - 1; j >= 0; j-- {
 			if q := &ops[j]; q.k == o.k && q.where == o.where && q.sk == o.sk {
@@ -451,6 +476,8 @@ func (s *Store) lockAll(hits []sluice.Hit, ops []op, locked *[MaxShards / 64]uin
 // (each: commits every hit that allows or overdraws); denials start their
 // block_for penalties. The locks of lockAll are held.
 func (s *Store) apply(hits []sluice.Hit, ops []op, now int64, each bool) {
+	s.claimWords(ops, now)
+	defer s.releaseWords(ops, now)
 	allowed := true
 	for i := range ops {
 		s.evaluate(hits, ops, i, now, each)
@@ -461,7 +488,7 @@ func (s *Store) apply(hits []sluice.Hit, ops []op, now int64, each bool) {
 	for i := range ops {
 		o, h := &ops[i], &hits[i]
 		if (allowed || each) && o.commits(h.Cost) {
-			s.commit(o, h, now)
+			s.commit(ops, i, h, now)
 			if o.where == inLog {
 				chainHead(ops, i).logDone = true
 			}
@@ -511,12 +538,14 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 		q = &ops[o.prev]
 	}
 	switch o.where {
-	case inTable:
+	case inTable, inWord:
 		switch {
 		case q != nil && q.commits(hits[o.prev].Cost):
 			o.base = q.next
 		case q != nil:
 			o.base = q.base
+		case o.where == inWord:
+			// claimWords read the word (or the legacy entry).
 		default:
 			sh := &s.shards[s.shardOf(o.k)]
 			if j := sh.t.find(o.k); j >= 0 {
@@ -587,7 +616,7 @@ func (s *Store) peekStored(ops []op, i int, now int64) {
 		first = &ops[first.prev]
 	}
 	switch o.where {
-	case inTable:
+	case inTable, inWord:
 		_, o.r = algo.Step(&o.p, first.base, now, 0)
 	case inLog:
 		_, o.r = algo.LogStep(&o.p, &first.log, now, 0)
@@ -597,10 +626,16 @@ func (s *Store) peekStored(ops []op, i int, now int64) {
 }
 
 // commit consumes an allowed (or overdrawn) hit.
-func (s *Store) commit(o *op, h *sluice.Hit, now int64) {
+func (s *Store) commit(ops []op, i int, h *sluice.Hit, now int64) {
+	o := &ops[i]
 	switch o.where {
 	case inTable:
 		s.put(&s.shards[s.shardOf(o.k)], o.k, o.next, now)
+	case inWord:
+		// Kept claimed until releaseWords: a later hit of the request on
+		// the same key may commit over it.
+		head := chainHead(ops, i)
+		head.wNext, head.wDone = stateWord(o.next, &o.p), true
 	case inLog:
 		s.commitLog(o, now, h.Cost)
 		if o.r.Overdrawn {
@@ -721,7 +756,7 @@ func (s *Store) makeRoom(sh *shard, now int64, b int64) {
 	}
 	maxC := math.MaxInt
 	if b > 0 {
-		maxC = max(int((b-sh.logBytes)/entryBytes), minCap)
+		maxC = max(int((b-sh.logBytes-sh.wordsOf().bytes())/entryBytes), minCap)
 	}
 	if c >= maxC {
 		s.evict(sh, now)
@@ -784,7 +819,7 @@ func (s *Store) trimLogs(sh *shard, keep uint64) {
 // more than b bytes: each time, among evictSample logs, the one that goes
 // idle first.
 func trimLogsBudget(sh *shard, keep uint64, b int64, evicted *atomic.Int64) {
-	for sh.t.bytes()+sh.logBytes > b {
+	for sh.bytes() > b {
 		var victim uint64
 		var victimIdle int64
 		seen := 0
@@ -824,7 +859,7 @@ func (s *Store) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for from := 0; ; from += sweepChunk {
-			now := s.now().UnixNano()
+			now := s.now()
 			sh.mu.Lock()
 			if from >= len(sh.t.slots) {
 				sh.mu.Unlock()
@@ -833,7 +868,18 @@ func (s *Store) Sweep() int {
 			removed += sh.t.sweep(from, from+sweepChunk, now)
 			sh.mu.Unlock()
 		}
-		now := s.now().UnixNano()
+		for from := 0; ; from += sweepChunk {
+			now := s.now()
+			sh.mu.Lock()
+			t := sh.wordsOf()
+			if t == nil || from >= len(t.slots) {
+				sh.mu.Unlock()
+				break
+			}
+			removed += t.sweep(from, from+sweepChunk, now)
+			sh.mu.Unlock()
+		}
+		now := s.now()
 		sh.mu.Lock()
 		for k, ll := range sh.logs {
 			if ll.idle <= now {
@@ -844,9 +890,10 @@ func (s *Store) Sweep() int {
 		if c := capFor(sh.t.n); float64(len(sh.t.slots)) > float64(c)*growth*growth {
 			sh.t.rebuild(c, now)
 		}
+		s.wCompact(sh, now)
 		sh.mu.Unlock()
 	}
-	removed += s.sketches.sweep(s.now().UnixNano())
+	removed += s.sketches.sweep(s.now())
 	return removed
 }
 
@@ -858,7 +905,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.t.n + len(sh.logs)
+		n += sh.t.n + sh.wordsOf().len() + len(sh.logs)
 		sh.mu.Unlock()
 	}
 	return n
@@ -871,7 +918,7 @@ func (s *Store) Bytes() int64 {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += shardBytes + sh.t.bytes() + sh.logBytes
+		n += shardBytes + sh.bytes()
 		sh.mu.Unlock()
 	}
 	return n
@@ -895,8 +942,8 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += sh.t.n + len(sh.logs)
-		st.Bytes += shardBytes + sh.t.bytes() + sh.logBytes
+		st.Keys += sh.t.n + sh.wordsOf().len() + len(sh.logs)
+		st.Bytes += shardBytes + sh.bytes()
 		sh.mu.Unlock()
 	}
 	return st

@@ -34,9 +34,12 @@ func TestExpiry(t *testing.T) {
 	}{
 		{0, false, 8},                     // a key per algorithm but the sketch, key b and its block
 		{500 * time.Millisecond, true, 8}, // nothing idle yet
-		{time.Second, true, 2},            // the sliding window counter still weighs its previous window, and the block
-		{2 * time.Second, true, 1},        // the block
-		{10 * time.Second, true, 0},       // block over
+		{time.Second, true, 4},            // the sliding window counter, the block, and two fixed windows (below)
+		// A fixed window in the word table is idle up to 2^24 ns (16.8 ms)
+		// after its window ends (memstore/words.go).
+		{time.Second + 17*time.Millisecond, true, 2}, // the sliding window counter still weighs its previous window, and the block
+		{2 * time.Second, true, 1},                   // the block
+		{10 * time.Second, true, 0},                  // block over
 	}
 	for i, st := range steps {
 		clock.Set(storetest.Start.Add(st.at))

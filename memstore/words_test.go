@@ -1,0 +1,214 @@
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/storetest"
+)
+
+// TestWordEncoding: every state algo.Step leaves for a word-table limit
+// decodes back to itself, at any time before it goes idle, and its word's
+// idle-at time is its own, rounded up by less than 2^24 ns for a window.
+func TestWordEncoding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	periods := []int64{int64(time.Second), int64(time.Minute), int64(time.Hour), 1 << 24, 3<<24 + 7, int64(24 * time.Hour)}
+	for range 20_000 {
+		per := periods[rng.IntN(len(periods))]
+		kind := []algo.Kind{algo.FixedWindow, algo.GCRA, algo.TokenBucket, algo.LeakyBucket}[rng.IntN(4)]
+		rate := int64(1 + rng.IntN(1000))
+		if kind != algo.FixedWindow {
+			per = per / rate * rate // a whole emission interval
+		}
+		p := algo.Params{Kind: kind, Rate: rate, Period: per, Capacity: rate}
+		if !wordLimit(&p) {
+			t.Fatalf("%+v: not a word limit", p)
+		}
+		now := int64(1_800_000_000_000_000_000) + rng.Int64N(int64(48*time.Hour))
+		var st algo.State
+		for range 1 + rng.IntN(5) {
+			n := 1 + rng.Int64N(rate)
+			next, r := algo.Step(&p, st, now, n)
+			if r.Allowed {
+				st = next
+			}
+			now += rng.Int64N(per / 2)
+		}
+		if st.A <= now {
+			continue
+		}
+		w := stateWord(st, &p)
+		if w >= wBusy {
+			t.Fatalf("%+v: state %+v encodes to a marker", p, st)
+		}
+		if got := wordState(w, &p, now); got != st {
+			t.Fatalf("%+v at %d: %+v decodes to %+v", p, now, st, got)
+		}
+		if ia := wordIdleAt(w); ia < st.A || ia-st.A >= 1<<24 || kind != algo.FixedWindow && ia != st.A {
+			t.Fatalf("%+v: idle-at %d for a state idle at %d", p, ia, st.A)
+		}
+	}
+}
+
+// TestWordsStress races single-hit decisions (lock-free), decisions of two
+// hits (all-or-nothing, claiming words under the mutex), new keys (inserts
+// and rebuilds), sweeps and snapshots on one shard, with the clock frozen
+// in each round: whatever the interleaving, every key admits exactly its
+// capacity per round, as a mutex does. Between rounds the clock moves a
+// period on, so every entry is idle and the sweeps race the decisions that
+// revive it. The same run on limits of the locked table (a GCRA whose
+// emission interval is not a whole number of nanoseconds) is the mutex
+// reference, held to the same count.
+func TestWordsStress(t *testing.T) {
+	const capacity = 20
+	limits := map[string]*sluice.Limit{
+		"fixed_window": {Algorithm: sluice.FixedWindow, Rate: capacity, Period: time.Second},
+		"gcra":         {Algorithm: sluice.GCRA, Rate: capacity, Period: time.Second, Burst: capacity},
+		"token_bucket": {Algorithm: sluice.TokenBucket, Rate: capacity, Period: time.Second, Burst: capacity},
+		"locked gcra":  {Algorithm: sluice.GCRA, Rate: capacity, Period: time.Second + 1, Burst: capacity},
+	}
+	for name, l := range limits {
+		t.Run(name, func(t *testing.T) {
+			p := l.Params()
+			if wordLimit(&p) == (name == "locked gcra") {
+				t.Fatalf("%s: in the word table %v", name, wordLimit(&p))
+			}
+			clock := storetest.NewClock(storetest.Start)
+			s := New(Config{Now: clock.Now, Shards: 1, SweepInterval: -1})
+			defer s.Close()
+			ctx := context.Background()
+			const keys = 300
+			rounds := 30
+			if testing.Short() {
+				rounds = 5
+			}
+			for round := range rounds {
+				var admitted [keys]atomic.Int64
+				var wg sync.WaitGroup
+				stop := make(chan struct{})
+				// Sweeps and snapshots while the decisions run.
+				var bg sync.WaitGroup
+				bg.Add(1)
+				sweeping := make(chan struct{})
+				go func() {
+					defer bg.Done()
+					for i := 0; ; i++ {
+						if i == 1 {
+							close(sweeping) // the deciders start while it sweeps
+						}
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						s.Sweep()
+						var buf bytes.Buffer
+						if err := s.Snapshot(&buf); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+				<-sweeping
+				for g := range 6 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+						hits := make([]sluice.Hit, 2)
+						out := make([]sluice.Decision, 2)
+						// Enough tries that every key is exhausted.
+						for range keys * capacity * 2 / 6 * 3 {
+							a := rng.IntN(keys)
+							if g%3 == 0 {
+								// Two keys at once, all or nothing.
+								b := (a + 1 + rng.IntN(keys-1)) % keys
+								hits[0] = sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1}
+								hits[1] = sluice.Hit{Key: fmt.Sprint("k", b), Limit: l, Cost: 1}
+								if err := s.Take(ctx, hits, out); err != nil {
+									t.Error(err)
+									return
+								}
+								// Consumed only if both allow (a hit of a denied
+								// request reports a peek).
+								if out[0].Allowed && out[1].Allowed {
+									admitted[a].Add(1)
+									admitted[b].Add(1)
+								}
+								continue
+							}
+							d, err := s.TakeOne(ctx, sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								admitted[a].Add(1)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				close(stop)
+				bg.Wait()
+				for k := range keys {
+					if n := admitted[k].Load(); n != capacity {
+						t.Fatalf("round %d: key %d admitted %d, want exactly %d", round, k, n, capacity)
+					}
+					// And the store agrees: nothing left.
+					if d, _ := s.TakeOne(ctx, sluice.Hit{Key: fmt.Sprint("k", k), Limit: l}); d.Remaining != 0 {
+						t.Fatalf("round %d: key %d has %d left", round, k, d.Remaining)
+					}
+				}
+				clock.Advance(2 * time.Second) // every key idle: swept or revived
+			}
+		})
+	}
+}
+
+// TestSweepKeepsRevival: a decision that revives an idle entry while a
+// sweep is deleting it (between the sweep's read and its delete) is not
+// lost: the delete's compare-and-swap fails.
+func TestSweepKeepsRevival(t *testing.T) {
+	clock := storetest.NewClock(storetest.Start)
+	s := New(Config{Now: clock.Now, Shards: 1, SweepInterval: -1})
+	defer s.Close()
+	ctx := context.Background()
+	l := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Second}
+	take := func() sluice.Decision {
+		d, err := s.TakeOne(ctx, sluice.Hit{Key: "k", Limit: l, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	take()
+	clock.Advance(2 * time.Second) // idle
+	revived := false
+	sweepHook = func() {
+		if !revived {
+			revived = true
+			if d := take(); !d.Allowed || d.Remaining != 2 {
+				t.Errorf("the revival: %+v", d)
+			}
+		}
+	}
+	defer func() { sweepHook = nil }()
+	if n := s.Sweep(); n != 0 {
+		t.Errorf("the sweep deleted %d entries, want 0 (the entry was revived)", n)
+	}
+	if !revived {
+		t.Fatal("the hook never ran")
+	}
+	if d := take(); d.Remaining != 1 {
+		t.Errorf("after the sweep: %d left, want 1 (the revival's hit kept)", d.Remaining)
+	}
+}
