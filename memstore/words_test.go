@@ -3,6 +3,8 @@ package memstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -210,5 +212,43 @@ func TestSweepKeepsRevival(t *testing.T) {
 	}
 	if d := take(); d.Remaining != 1 {
 		t.Errorf("after the sweep: %d left, want 1 (the revival's hit kept)", d.Remaining)
+	}
+}
+
+// TestRestoreVersion1: a snapshot written before word tables (version 1)
+// holds word-table limits among its two-word entries; they are restored
+// there and move to the word table when their key is next decided, their
+// state kept.
+func TestRestoreVersion1(t *testing.T) {
+	clock := storetest.NewClock(storetest.Start)
+	s := New(Config{Now: clock.Now, Shards: 2, SweepInterval: -1, Seed: 42})
+	defer s.Close()
+	l := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute}
+	p := l.Params()
+	k := s.keyHash("k", &p)
+	now := storetest.Start.UnixNano()
+	end := now - now%p.Period + p.Period
+	var b []byte
+	b = append(b, snapMagic...)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, 42)
+	b = binary.LittleEndian.AppendUint64(b, uint64(now))
+	b = append(b, tagEntries)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	for _, v := range []uint64{k, uint64(end), 3} { // 3 of 5 taken
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	b = append(b, tagEnd)
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	if err := s.Restore(bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.TakeOne(context.Background(), sluice.Hit{Key: "k", Limit: l, Cost: 1})
+	if err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after restoring 3 of 5 taken: %+v %v, want allowed with 1 left", d, err)
+	}
+	if s.Len() != 1 || s.shards[s.shardOf(k)].t.n != 0 {
+		t.Errorf("Len %d, %d left in the two-word table; want 1 and 0", s.Len(), s.shards[s.shardOf(k)].t.n)
 	}
 }
