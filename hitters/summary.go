@@ -23,15 +23,19 @@ import (
 // are kept cut, ending in "…", and counted by their whole hash.
 const MaxKeyLen = 96
 
-// counter is one counter of a summary.
+// counter is one counter of a summary: what a hit reads and writes, 32
+// bytes, two to a cache line. Its key's text is apart (summary.keys),
+// written only when a key takes the counter and read only by Top.
 type counter struct {
 	hash  uint64
 	count uint64
 	err   uint64 // what the count may exceed the key's true count by
 	pos   int32  // in the heap
 	klen  uint8
-	key   [MaxKeyLen]byte
 }
+
+// keyText is the text of a counter's key.
+type keyText [MaxKeyLen]byte
 
 // filterPerCounter is the filter's cells per counter (see summary.alpha).
 const filterPerCounter = 16
@@ -66,6 +70,7 @@ const filterPerCounter = 16
 // evicting a counter, writing a key and moving it through the heap.
 type summary struct {
 	cnt   []counter
+	keys  []keyText // the text of cnt[i]'s key
 	heap  []int32
 	slots []int32  // the index: counter index + 1 by hash, 0 for an empty slot
 	shift uint     // 64 − log2(len(slots))
@@ -78,6 +83,7 @@ func newSummary(m int) *summary {
 	n, a := pow2(2*m), pow2(filterPerCounter*m)
 	return &summary{
 		cnt:   make([]counter, 0, m),
+		keys:  make([]keyText, m),
 		heap:  make([]int32, 0, m),
 		slots: make([]int32, n),
 		shift: uint(64 - bits.TrailingZeros(uint(n))),
@@ -207,11 +213,12 @@ func (s *summary) place(h uint64, name func([]byte) []byte) {
 	}
 	c := &s.cnt[i]
 	c.hash, c.count, c.err = h, base+1, base
-	k := name(c.key[:0])
+	key := &s.keys[i]
+	k := name(key[:0])
 	if len(k) > MaxKeyLen {
 		k = append(k[:MaxKeyLen-3], "…"...)
 	}
-	c.klen = uint8(copy(c.key[:], k))
+	c.klen = uint8(copy(key[:], k))
 	s.link(i)
 	s.down(int(c.pos))
 	s.up(int(c.pos))

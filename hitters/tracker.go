@@ -260,7 +260,7 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 			c := &s.cnt[i]
 			a := byHash[c.hash]
 			if a == nil {
-				key := string(c.key[:c.klen])
+				key := string(s.keys[i][:c.klen])
 				a = &acc{hash: c.hash, item: Item{Key: key, Truncated: c.klen == MaxKeyLen && strings.HasSuffix(key, "…")}}
 				byHash[c.hash] = a
 			}
