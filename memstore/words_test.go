@@ -252,3 +252,101 @@ func TestRestoreVersion1(t *testing.T) {
 		t.Errorf("Len %d, %d left in the two-word table; want 1 and 0", s.Len(), s.shards[s.shardOf(k)].t.n)
 	}
 }
+
+// TestWordsStressCapped races single-hit decisions, decisions of two hits
+// and sweeps on a store whose memory cap holds a fraction of the keys, so
+// that word tables evict and rebuild while decisions run without the
+// mutex: the race detector sees every access, the cap holds, no key ever
+// admits more than its capacity in the frozen round unless it was evicted
+// (which hands a fresh quota), and the table's counts stay consistent.
+func TestWordsStressCapped(t *testing.T) {
+	clock := storetest.NewClock(storetest.Start)
+	const maxBytes = 8 << 10
+	s := New(Config{Now: clock.Now, Shards: 2, MaxBytes: maxBytes, SweepInterval: -1})
+	defer s.Close()
+	ctx := context.Background()
+	l := &sluice.Limit{Algorithm: sluice.GCRA, Rate: 5, Period: time.Second, Burst: 5}
+	const keys = 2000
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(7, uint64(g)))
+			hits := make([]sluice.Hit, 2)
+			out := make([]sluice.Decision, 2)
+			for i := range 20_000 {
+				a := rng.IntN(keys)
+				if i%5 == 0 {
+					hits[0] = sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1}
+					hits[1] = sluice.Hit{Key: fmt.Sprint("k", (a+1)%keys), Limit: l, Cost: 1}
+					if err := s.Take(ctx, hits, out); err != nil {
+						t.Error(err)
+						return
+					}
+					if out[0].Allowed && out[1].Allowed {
+						admitted[a].Add(1)
+						admitted[(a+1)%keys].Add(1)
+					}
+					continue
+				}
+				if g == 0 && i%1000 == 0 {
+					s.Sweep()
+				}
+				d, err := s.TakeOne(ctx, sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[a].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b := s.Bytes(); b > maxBytes {
+		t.Errorf("Bytes %d over the cap %d", b, maxBytes)
+	}
+	ev := s.Evictions()
+	if ev == 0 {
+		t.Fatal("no eviction: the cap is not exercised")
+	}
+	var over int64
+	for k := range keys {
+		if n := admitted[k].Load(); n > 5 {
+			over += n - 5
+		}
+	}
+	// An evicted key starts over with at most 5 more.
+	if over > 5*ev {
+		t.Errorf("%d admitted beyond the capacity with %d evictions", over, ev)
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if w := sh.wordsOf(); w != nil {
+			live, dead := 0, 0
+			for j := range w.slots {
+				e := &w.slots[j]
+				if e.key.Load() == 0 {
+					continue
+				}
+				switch e.word.Load() {
+				case wDead:
+					dead++
+				case wBusy, wFrozen:
+					t.Errorf("shard %d: a marker left in slot %d", i, j)
+				default:
+					live++
+				}
+			}
+			if live != w.live || dead != w.dead {
+				t.Errorf("shard %d: counted %d live and %d dead, the table says %d and %d", i, live, dead, w.live, w.dead)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	t.Logf("%d evictions, %d admitted beyond the capacity", ev, over)
+}
