@@ -68,6 +68,10 @@ const filterPerCounter = 16
 // truth by at most its error ≤ N/m. What the filter saves is work: in a
 // flood of keys seen once, a hit mostly adds 1 to a cell instead of
 // evicting a counter, writing a key and moving it through the heap.
+//
+// Cells are 32-bit: the argument holds while a summary's slice has fewer
+// than 2^32 hits of its rule (an hour's 5-minute slice at 14 million a
+// second). Past that a cell saturates and (A) may fail for its keys.
 type summary struct {
 	cnt   []counter
 	keys  []keyText // the text of cnt[i]'s key
@@ -168,7 +172,7 @@ func (s *summary) min() uint64 {
 }
 
 // bound is the most the key with hash h, not held, may have had: its
-// filter cell, or the smallest count.
+// filter cell (at most the smallest count, by (B)).
 func (s *summary) bound(h uint64) uint64 {
 	return uint64(s.alpha[s.cell(h)])
 }
