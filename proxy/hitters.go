@@ -11,11 +11,13 @@ import (
 
 // recording is a Decider that tells a hitters.Tracker every limited
 // descriptor it decided: its rule (the stats key), its entries (hashed
-// here, written out only when they take a counter) and its outcome. It
-// allocates nothing of its own.
+// here, written out only when they take a counter) and its outcome: in
+// the http section's shadow mode (shadow), a denial is let through, so it
+// is shadow-denied. It allocates nothing of its own.
 type recording struct {
 	httplimit.Decider
-	top *hitters.Tracker
+	top    *hitters.Tracker
+	shadow bool
 }
 
 func (d recording) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error {
@@ -29,7 +31,7 @@ func (d recording) DecideInto(ctx context.Context, domain string, descs []rules.
 			continue
 		}
 		entries := descs[i].Entries
-		d.top.Add(do.StatKey, entriesHash(entries), hitters.OutcomeOf(do.Over, do.ShadowOver), func(b []byte) []byte { return appendEntries(b, entries) })
+		d.top.Add(do.StatKey, entriesHash(entries), hitters.OutcomeOf(do.Over, do.ShadowOver || d.shadow && do.Over), func(b []byte) []byte { return appendEntries(b, entries) })
 	}
 	return nil
 }

@@ -180,9 +180,6 @@ func New(cfg Config) (*Proxy, error) {
 	case cfg.Decider == nil:
 		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
 	}
-	if cfg.Hitters != nil {
-		cfg.Decider = recording{Decider: cfg.Decider, top: cfg.Hitters}
-	}
 	p := &Proxy{
 		cfg:       cfg,
 		upstream:  new(url.URL),
@@ -265,6 +262,10 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		ErrorHandler:   t.upstreamError,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
+	dec := p.cfg.Decider
+	if p.cfg.Hitters != nil {
+		dec = recording{Decider: dec, top: p.cfg.Hitters, shadow: s.ShadowMode}
+	}
 	names := map[string]bool{}
 	for _, rc := range s.Routes {
 		if names[rc.Name] || rc.Name == unmatchedRoute {
@@ -272,7 +273,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		}
 		names[rc.Name] = true
 		limit, err := httplimit.New(httplimit.Config{
-			Decider:     p.cfg.Decider,
+			Decider:     dec,
 			Domain:      domain,
 			ClientIP:    s.ClientIP,
 			Descriptors: rc.Descriptors,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/internal/loopback"
 	"github.com/sluicehq/sluice/internal/rulestest"
@@ -83,10 +84,10 @@ func start(t *testing.T, src string, up *upstream) *fixture {
 	t.Helper()
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
-	return startWith(t, src, up, store)
+	return startWith(t, src, up, store, nil)
 }
 
-func startWith(t *testing.T, src string, up *upstream, store sluice.Store) *fixture {
+func startWith(t *testing.T, src string, up *upstream, store sluice.Store, top *hitters.Tracker) *fixture {
 	t.Helper()
 	section, err := httpconf.Parse("test.yaml", []byte(src))
 	if err != nil {
@@ -99,7 +100,7 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store) *fixt
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(up.URL)
-	p, err := proxy.New(proxy.Config{Upstream: u, Decider: dec, Domain: "api", HTTP: section, Metrics: m})
+	p, err := proxy.New(proxy.Config{Upstream: u, Decider: dec, Domain: "api", HTTP: section, Metrics: m, Hitters: top})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,6 +570,43 @@ func TestShadowMode(t *testing.T) {
 	}
 	if a, s := f.count("sluice_proxy_requests_total", "result", "allowed"), f.count("sluice_proxy_requests_total", "result", "shadow"); a != 3 || s != 2 {
 		t.Errorf("%v allowed, %v shadow", a, s)
+	}
+}
+
+// The top keys see what the proxy did: in the http section's shadow mode
+// a request over the limit is let through, so it is counted as
+// shadow-denied, not denied; without it, denied.
+func TestHittersOutcomes(t *testing.T) {
+	for _, shadow := range []bool{false, true} {
+		up := newUpstream(t, nil)
+		top := hitters.New(hitters.Config{})
+		defer top.Close()
+		src := perIP
+		if shadow {
+			src = "domain: api\nhttp:\n  shadow_mode: true\n" + perIP[len("domain: api\n"):]
+		}
+		store := memstore.New(memstore.Config{})
+		defer store.Close()
+		f := startWith(t, src, up, store, top)
+		for range 5 {
+			f.get("/")
+		}
+		var allowed, denied, shadowed int64
+		for _, r := range top.Rules() {
+			for _, p := range top.Series(r) {
+				allowed, denied, shadowed = allowed+p.Allowed, denied+p.Denied, shadowed+p.Shadow
+			}
+		}
+		want := [3]int64{3, 2, 0}
+		if shadow {
+			want = [3]int64{3, 0, 2}
+		}
+		if got := [3]int64{allowed, denied, shadowed}; got != want {
+			t.Errorf("shadow mode %v: allowed, denied, shadow-denied %v, want %v", shadow, got, want)
+		}
+		if items, _ := top.Top(top.Rules()[0], hitters.Denials, false, 1); shadow != (len(items) == 0) {
+			t.Errorf("shadow mode %v: top denials %v", shadow, items)
+		}
 	}
 }
 

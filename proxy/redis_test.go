@@ -20,7 +20,7 @@ func TestRedisStore(t *testing.T) {
 	}
 	t.Cleanup(func() { rs.Close() })
 	up := newUpstream(t, nil)
-	f := startWith(t, perIP, up, localcache.New(rs, localcache.Config{}))
+	f := startWith(t, perIP, up, localcache.New(rs, localcache.Config{}), nil)
 	for i, want := range []int{200, 200, 200, 429, 429} {
 		if resp, _ := f.get("/r"); resp.StatusCode != want {
 			t.Errorf("request %d: %d, want %d", i, resp.StatusCode, want)
@@ -30,7 +30,7 @@ func TestRedisStore(t *testing.T) {
 		t.Errorf("upstream saw %d requests, want 3", n)
 	}
 	// The limit lives in Redis: another proxy on the same Redis shares it.
-	g := startWith(t, perIP, up, rs)
+	g := startWith(t, perIP, up, rs, nil)
 	if resp, _ := g.get("/r"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Errorf("second proxy: %d, want 429", resp.StatusCode)
 	}
