@@ -12,5 +12,8 @@ func (s *Server) dashboardConfig() dashboard.Config {
 	if s.reg != nil {
 		cfg.Gatherer = s.reg
 	}
+	if s.hittersShared != nil {
+		cfg.Cluster = s.hittersShared.Snapshots
+	}
 	return cfg
 }

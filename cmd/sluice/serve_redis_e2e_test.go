@@ -1389,4 +1389,36 @@ descriptors:
 	if code, _, _ := httpDo(t, "GET", "http://"+nodes[0].dbg+"/hitters?scope=galaxy", ""); code != 400 {
 		t.Errorf("scope=galaxy: %d, want 400", code)
 	}
+	// The dashboard's offenders are the cluster's too: either node shows
+	// all 50 of mallory's denials, while its own series counts its half.
+	for i, n := range nodes {
+		code, body, _ := httpDo(t, "GET", "http://"+n.dbg+"/dashboard/data", "")
+		var d struct {
+			Scope string
+			Rules []struct {
+				Rule         string
+				Series       []struct{ Allowed, Denied int64 }
+				TopOffenders []struct {
+					Key   string
+					Count uint64
+				} `json:"top_offenders"`
+			}
+		}
+		if err := json.Unmarshal([]byte(body), &d); code != 200 || err != nil {
+			t.Fatalf("node %d: /dashboard/data: %d %v %s", i, code, err, body)
+		}
+		if d.Scope != "cluster (2 nodes)" || len(d.Rules) != 1 || len(d.Rules[0].TopOffenders) == 0 {
+			t.Fatalf("node %d: dashboard data %s", i, body)
+		}
+		if o := d.Rules[0].TopOffenders[0]; o.Key != "user=mallory" || o.Count != 50 {
+			t.Errorf("node %d: top offender %+v, want user=mallory with the cluster's 50", i, o)
+		}
+		var denied int64
+		for _, p := range d.Rules[0].Series {
+			denied += p.Denied
+		}
+		if denied != 25 {
+			t.Errorf("node %d: its series counts %d denials, want its own 25", i, denied)
+		}
+	}
 }

@@ -12,7 +12,9 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +54,12 @@ type Config struct {
 	// Explain, when set, lists the top askers of each rule with a fifth
 	// or less of their limit left.
 	Explain Explainer
+
+	// Cluster, when set, gives every node's top keys (hitters.Shared's
+	// Snapshots): the offenders and near-limit lists are then the
+	// cluster's, merged, and the rules those of any node. The series stay
+	// this node's. When it fails, the page says so and shows this node's.
+	Cluster func(ctx context.Context) ([]hitters.Snapshot, error)
 }
 
 // Register serves the page at GET /dashboard and its data at GET
@@ -69,6 +77,7 @@ func Register(mux *http.ServeMux, cfg Config) {
 type data struct {
 	Title     string             `json:"title"`
 	Now       int64              `json:"now"`
+	Scope     string             `json:"scope"` // whose top keys: "this node", "cluster (N nodes)", or why not the cluster
 	Store     string             `json:"store"`     // "up", or why not
 	Requests  map[string]float64 `json:"requests"`  // the requests counter by result
 	Decisions map[string]float64 `json:"decisions"` // sluice_decisions_total by where
@@ -121,13 +130,31 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if t := cfg.Tracker; t != nil {
-		for _, name := range t.Rules() {
+		d.Scope = "this node"
+		names := t.Rules()
+		top := func(rule string, kind hitters.Kind, k int) []hitters.Item {
+			items, _ := t.Top(rule, kind, false, k)
+			return items
+		}
+		if cfg.Cluster != nil {
+			if snaps, err := cfg.Cluster(r.Context()); err != nil {
+				d.Scope = "this node (the cluster's top keys: " + err.Error() + ")"
+			} else {
+				d.Scope = fmt.Sprintf("cluster (%d nodes)", len(snaps))
+				names = clusterRules(names, snaps)
+				top = func(rule string, kind hitters.Kind, k int) []hitters.Item {
+					items, _ := hitters.Merge(snaps, rule, kind, false, k)
+					return items
+				}
+			}
+		}
+		for _, name := range names {
 			dr := rule{Rule: name, Series: t.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
-			if top, _ := t.Top(name, hitters.Denials, false, 5); top != nil {
-				dr.Offenders = top
+			if items := top(name, hitters.Denials, 5); items != nil {
+				dr.Offenders = items
 			}
 			if cfg.Explain != nil {
-				askers, _ := t.Top(name, hitters.Requests, false, 10)
+				askers := top(name, hitters.Requests, 10)
 				domain, _, _ := strings.Cut(name, ".")
 				for _, a := range askers {
 					remaining, limit, ok := cfg.Explain(r.Context(), domain, []rules.Descriptor{{Entries: ParseKey(a.Key), Cost: 1}})
@@ -142,6 +169,19 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(d)
+}
+
+// clusterRules is the rules of this node and of every snapshot, sorted.
+func clusterRules(names []string, snaps []hitters.Snapshot) []string {
+	for _, sn := range snaps {
+		for _, l := range sn.Lists {
+			if !slices.Contains(names, l.Rule) {
+				names = append(names, l.Rule)
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // ParseKey reads a top key, key=value pairs joined by "/", back into
