@@ -77,7 +77,7 @@ func Register(mux *http.ServeMux, cfg Config) {
 type data struct {
 	Title     string             `json:"title"`
 	Now       int64              `json:"now"`
-	Scope     string             `json:"scope"` // whose top keys: "this node", "cluster (N nodes)", or why not the cluster
+	Scope     string             `json:"scope"`     // whose top keys: "this node", "cluster (N nodes)", or why not the cluster
 	Store     string             `json:"store"`     // "up", or why not
 	Requests  map[string]float64 `json:"requests"`  // the requests counter by result
 	Decisions map[string]float64 `json:"decisions"` // sluice_decisions_total by where
