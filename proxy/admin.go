@@ -47,6 +47,13 @@ type AdminConfig struct {
 	// descriptor's tightest limit without consuming it, for the
 	// dashboard's list of keys near their limit.
 	Explain func(ctx context.Context, domain string, descs []rules.Descriptor) (remaining, limit int64, ok bool)
+
+	// DashboardRemote serves the dashboard to clients other than the
+	// loopback too. By default it answers only 127.0.0.1 and ::1 (a
+	// browser on the node, or kubectl port-forward), since the admin
+	// listener is often reachable by orchestrators and the dashboard
+	// names keys: client addresses, users, API keys.
+	DashboardRemote bool
 }
 
 // AdminHandler serves what operators and orchestrators ask a proxy,
@@ -80,7 +87,8 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	}
 	if cfg.Hitters != nil {
-		dashboard.Register(mux, dashboard.Config{
+		dash := http.NewServeMux()
+		dashboard.Register(dash, dashboard.Config{
 			Title:          "sluice proxy",
 			Tracker:        cfg.Hitters,
 			Gatherer:       cfg.Gatherer,
@@ -88,6 +96,20 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 			StoreHealth:    cfg.StoreHealth,
 			Explain:        cfg.Explain,
 		})
+		mux.Handle("/dashboard", localOnly(dash, cfg.DashboardRemote))
+		mux.Handle("/dashboard/", localOnly(dash, cfg.DashboardRemote))
 	}
 	return mux
+}
+
+// localOnly answers 403 to clients that are not on the loopback, unless
+// remote is set.
+func localOnly(h http.Handler, remote bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a, ok := peerAddr(r.RemoteAddr); !remote && (!ok || !a.IsLoopback()) {
+			http.Error(w, "the dashboard answers only the loopback (it names keys); run sluice proxy with --dashboard-remote to serve it to every client of --admin-listen", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/proxy"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -69,6 +70,45 @@ func TestAdminHandler(t *testing.T) {
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
 		if w.Code != want {
 			t.Errorf("zero config %s: %d, want %d", path, w.Code, want)
+		}
+	}
+}
+
+// The dashboard answers the loopback only, unless DashboardRemote: it
+// names keys, and the admin listener is often reachable by others.
+func TestAdminDashboardLoopback(t *testing.T) {
+	top := hitters.New(hitters.Config{})
+	defer top.Close()
+	for _, remote := range []bool{false, true} {
+		h := proxy.AdminHandler(proxy.AdminConfig{Hitters: top, DashboardRemote: remote})
+		for _, tc := range []struct {
+			peer string
+			code int
+		}{
+			{"127.0.0.1:4000", 200},
+			{"[::1]:4000", 200},
+			{"10.0.0.7:4000", 403},
+			{"[2001:db8::1]:4000", 403},
+			{"garbage", 403},
+		} {
+			if remote && tc.code == 403 {
+				tc.code = 200
+			}
+			for _, path := range []string{"/dashboard", "/dashboard/data"} {
+				r := httptest.NewRequest("GET", path, nil)
+				r.RemoteAddr = tc.peer
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != tc.code {
+					t.Errorf("remote %v, %s from %s: %d, want %d (%s)", remote, path, tc.peer, w.Code, tc.code, w.Body)
+				}
+			}
+		}
+		r := httptest.NewRequest("GET", "/healthz", nil)
+		r.RemoteAddr = "10.0.0.7:4000"
+		w := httptest.NewRecorder()
+		if h.ServeHTTP(w, r); w.Code != 200 {
+			t.Errorf("/healthz from afar: %d", w.Code)
 		}
 	}
 }

@@ -47,6 +47,7 @@ type proxySettings struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	topKeys         bool
+	dashboardRemote bool
 	storeSettings
 	remote      remoteSettings
 	upstreamURL *url.URL
@@ -61,6 +62,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
 	fs.StringVar(&s.listen, "listen", ":8090", "`address` the proxy serves on (not :8080, so that it runs beside sluice serve)")
 	fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz, /readyz and /dashboard, kept apart from --listen so that no path of the upstream is shadowed")
+	fs.BoolVar(&s.dashboardRemote, "dashboard-remote", false, "serve /dashboard to every client of --admin-listen, not only the loopback (it names keys: client addresses, users, API keys)")
 	fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory, and the series of each rule: the admin listener's live /dashboard")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
@@ -275,12 +277,13 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 
 	var draining atomic.Bool
 	admin := proxy.AdminHandler(proxy.AdminConfig{
-		StoreHealth: dec.health,
-		Policy:      dec.policy,
-		Draining:    draining.Load,
-		Gatherer:    reg,
-		Hitters:     top,
-		Explain:     dec.explain,
+		StoreHealth:     dec.health,
+		Policy:          dec.policy,
+		Draining:        draining.Load,
+		Gatherer:        reg,
+		Hitters:         top,
+		Explain:         dec.explain,
+		DashboardRemote: s.dashboardRemote,
 	})
 
 	rs := runSettings{
