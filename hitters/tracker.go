@@ -140,10 +140,13 @@ func (t *Tracker) newWindows(now int64) *windows {
 	return w
 }
 
-// advance moves w to the slice of now: summaries that leave their window
-// are emptied for reuse.
-func (w *windows) advance(now int64) {
-	if sl := now / int64(slice); w.cur < sl {
+// slices10s5m returns the 10 s slice and the 5-minute slice of now.
+func slices10s5m(now int64) (sl, hs int64) { return now / int64(slice), now / int64(hourSlice) }
+
+// advance moves w to the 10 s slice sl and the 5-minute slice hs:
+// summaries that leave their window are emptied for reuse.
+func (w *windows) advance(sl, hs int64) {
+	if w.cur < sl {
 		if sl-w.cur >= minuteLen {
 			for i := range w.minute {
 				w.minute[i].reset()
@@ -157,7 +160,7 @@ func (w *windows) advance(now int64) {
 		}
 		w.cur = sl
 	}
-	w.rollHour(now / int64(hourSlice))
+	w.rollHour(hs)
 }
 
 // rollHour moves the hour's current summary to the 5-minute slice hs.
@@ -188,6 +191,7 @@ func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte
 		}
 	}
 	now := t.now()
+	sl, hs := slices10s5m(now)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.count(now, o)
@@ -196,7 +200,7 @@ func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte
 			break
 		}
 		w := r.kinds[k]
-		w.advance(now)
+		w.advance(sl, hs)
 		w.minute[w.minuteIdx].hit(h, name)
 		w.hour[w.hourIdx].hit(h, name)
 	}
@@ -243,7 +247,7 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 	now := t.now()
 	r.mu.Lock()
 	w := r.kinds[kind]
-	w.advance(now)
+	w.advance(slices10s5m(now))
 	parts := w.minute[:]
 	if hour {
 		parts = w.hour[:]
