@@ -195,32 +195,19 @@ func (s *Store) Snapshot(w io.Writer) error {
 				entries = append(entries, e)
 			}
 		}
-		for len(entries) > 0 {
-			chunk := entries[:min(len(entries), sweepChunk)]
-			entries = entries[len(chunk):]
-			b = append(b[:0], tagEntries)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(chunk)))
-			for _, e := range chunk {
-				b = binary.LittleEndian.AppendUint64(b, e.key)
-				b = binary.LittleEndian.AppendUint64(b, uint64(e.st.A))
-				b = binary.LittleEndian.AppendUint64(b, uint64(e.st.B))
-			}
-			if _, err := bw.Write(b); err != nil {
-				return err
-			}
+		var err error
+		if b, err = writeChunks(bw, b, tagEntries, entries, func(b []byte, e entry) []byte {
+			b = binary.LittleEndian.AppendUint64(b, e.key)
+			b = binary.LittleEndian.AppendUint64(b, uint64(e.st.A))
+			return binary.LittleEndian.AppendUint64(b, uint64(e.st.B))
+		}); err != nil {
+			return err
 		}
-		for len(words) > 0 {
-			chunk := words[:min(len(words), sweepChunk)]
-			words = words[len(chunk):]
-			b = append(b[:0], tagWords)
-			b = binary.LittleEndian.AppendUint32(b, uint32(len(chunk)))
-			for _, r := range chunk {
-				b = binary.LittleEndian.AppendUint64(b, r.k)
-				b = binary.LittleEndian.AppendUint64(b, r.w)
-			}
-			if _, err := bw.Write(b); err != nil {
-				return err
-			}
+		if b, err = writeChunks(bw, b, tagWords, words, func(b []byte, r wrec) []byte {
+			b = binary.LittleEndian.AppendUint64(b, r.k)
+			return binary.LittleEndian.AppendUint64(b, r.w)
+		}); err != nil {
+			return err
 		}
 		for _, l := range logs {
 			b = append(b[:0], tagLog)
@@ -245,6 +232,25 @@ func (s *Store) Snapshot(w io.Writer) error {
 	}
 	_, err := w.Write(binary.LittleEndian.AppendUint32(nil, cw.crc.Sum32()))
 	return err
+}
+
+// writeChunks writes recs as records of tag, at most sweepChunk each:
+// the tag, a count u32, and each record as put appends it. b is the
+// buffer to reuse; it is returned for the next use.
+func writeChunks[T any](bw *bufio.Writer, b []byte, tag byte, recs []T, put func([]byte, T) []byte) ([]byte, error) {
+	for len(recs) > 0 {
+		chunk := recs[:min(len(recs), sweepChunk)]
+		recs = recs[len(chunk):]
+		b = append(b[:0], tag)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(chunk)))
+		for _, r := range chunk {
+			b = put(b, r)
+		}
+		if _, err := bw.Write(b); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 type logRecord struct {
