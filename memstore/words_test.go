@@ -125,35 +125,19 @@ func TestWordsStress(t *testing.T) {
 					go func() {
 						defer wg.Done()
 						rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
-						hits := make([]sluice.Hit, 2)
-						out := make([]sluice.Decision, 2)
 						// Enough tries that every key is exhausted.
 						for range keys * capacity * 2 / 6 * 3 {
 							a := rng.IntN(keys)
+							var err error
 							if g%3 == 0 {
 								// Two keys at once, all or nothing.
-								b := (a + 1 + rng.IntN(keys-1)) % keys
-								hits[0] = sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1}
-								hits[1] = sluice.Hit{Key: fmt.Sprint("k", b), Limit: l, Cost: 1}
-								if err := s.Take(ctx, hits, out); err != nil {
-									t.Error(err)
-									return
-								}
-								// Consumed only if both allow (a hit of a denied
-								// request reports a peek).
-								if out[0].Allowed && out[1].Allowed {
-									admitted[a].Add(1)
-									admitted[b].Add(1)
-								}
-								continue
+								err = takeCounting(s, l, admitted[:], a, (a+1+rng.IntN(keys-1))%keys)
+							} else {
+								err = takeCounting(s, l, admitted[:], a)
 							}
-							d, err := s.TakeOne(ctx, sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1})
 							if err != nil {
 								t.Error(err)
 								return
-							}
-							if d.Allowed {
-								admitted[a].Add(1)
 							}
 						}
 					}()
@@ -174,6 +158,38 @@ func TestWordsStress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// takeCounting decides one request of cost 1 on each of the keys "k<i>"
+// (one: TakeOne, the lock-free path; more: Take, all or nothing) and
+// counts the hits consumed in admitted: all of them if every hit allows
+// (a hit of a denied request reports a peek), none otherwise.
+func takeCounting(s *Store, l *sluice.Limit, admitted []atomic.Int64, keys ...int) error {
+	ctx := context.Background()
+	if len(keys) == 1 {
+		d, err := s.TakeOne(ctx, sluice.Hit{Key: fmt.Sprint("k", keys[0]), Limit: l, Cost: 1})
+		if err == nil && d.Allowed {
+			admitted[keys[0]].Add(1)
+		}
+		return err
+	}
+	hits := make([]sluice.Hit, len(keys))
+	out := make([]sluice.Decision, len(keys))
+	for i, k := range keys {
+		hits[i] = sluice.Hit{Key: fmt.Sprint("k", k), Limit: l, Cost: 1}
+	}
+	if err := s.Take(ctx, hits, out); err != nil {
+		return err
+	}
+	for _, d := range out {
+		if !d.Allowed {
+			return nil
+		}
+	}
+	for _, k := range keys {
+		admitted[k].Add(1)
+	}
+	return nil
 }
 
 // TestSweepKeepsRevival: a decision that revives an idle entry while a
@@ -264,7 +280,6 @@ func TestWordsStressCapped(t *testing.T) {
 	const maxBytes = 8 << 10
 	s := New(Config{Now: clock.Now, Shards: 2, MaxBytes: maxBytes, SweepInterval: -1})
 	defer s.Close()
-	ctx := context.Background()
 	l := &sluice.Limit{Algorithm: sluice.GCRA, Rate: 5, Period: time.Second, Burst: 5}
 	const keys = 2000
 	var admitted [keys]atomic.Int64
@@ -274,33 +289,20 @@ func TestWordsStressCapped(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(7, uint64(g)))
-			hits := make([]sluice.Hit, 2)
-			out := make([]sluice.Decision, 2)
 			for i := range 20_000 {
 				a := rng.IntN(keys)
+				var err error
 				if i%5 == 0 {
-					hits[0] = sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1}
-					hits[1] = sluice.Hit{Key: fmt.Sprint("k", (a+1)%keys), Limit: l, Cost: 1}
-					if err := s.Take(ctx, hits, out); err != nil {
-						t.Error(err)
-						return
+					err = takeCounting(s, l, admitted[:], a, (a+1)%keys)
+				} else {
+					if g == 0 && i%1000 == 0 {
+						s.Sweep()
 					}
-					if out[0].Allowed && out[1].Allowed {
-						admitted[a].Add(1)
-						admitted[(a+1)%keys].Add(1)
-					}
-					continue
+					err = takeCounting(s, l, admitted[:], a)
 				}
-				if g == 0 && i%1000 == 0 {
-					s.Sweep()
-				}
-				d, err := s.TakeOne(ctx, sluice.Hit{Key: fmt.Sprint("k", a), Limit: l, Cost: 1})
 				if err != nil {
 					t.Error(err)
 					return
-				}
-				if d.Allowed {
-					admitted[a].Add(1)
 				}
 			}
 		}()
