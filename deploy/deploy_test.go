@@ -13,20 +13,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/testpart"
 )
 
-// promtool returns promtool's path; in CI (CI=true) its absence fails the
-// test, elsewhere it skips it.
+// promtool returns promtool's path (testpart: missing, it fails the test
+// in CI and skips it elsewhere).
 func promtool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("promtool is required in CI (apt-get install prometheus): %v", err)
-		}
-		t.Skip("promtool not installed (apt-get install prometheus)")
-	}
-	return p
+	return testpart.Program(t, "apt-get install prometheus", "promtool")
 }
 
 func run(t *testing.T, dir string, name string, args ...string) string {

@@ -7,29 +7,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/internal/testpart"
 )
 
-// chromium returns the path of Debian's Chromium; in CI (CI=true) its
-// absence fails the test, elsewhere it skips it.
+// chromium returns the path of Debian's Chromium (testpart: missing, it
+// fails the test in CI and skips it elsewhere).
 func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is required in CI (apt-get install chromium)")
-	}
-	t.Skip("chromium not installed (apt-get install chromium)")
-	return ""
+	return testpart.Program(t, "apt-get install chromium", "chromium", "chromium-browser")
 }
 
 // TestServeE2EDashboard: the live dashboard, driven in a real headless
