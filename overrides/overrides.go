@@ -67,6 +67,7 @@ type Override struct {
 
 	compiled []*sluice.Limit
 	unlim    bool
+	id       string // ID, fixed by Compile
 }
 
 // FieldError is a validation error naming the field at fault.
@@ -110,8 +111,15 @@ func PathString(p []Entry) string {
 }
 
 // ID is the override's identity: its domain and path. Putting an override
-// with the ID of another replaces it.
-func (o *Override) ID() string { return o.Domain + "|" + PathString(o.Path) }
+// with the ID of another replaces it. Compile fixes it, so that a compiled
+// override gives it without building it (a decision that meets the
+// override reports it, and allocates nothing).
+func (o *Override) ID() string {
+	if o.id != "" {
+		return o.id
+	}
+	return o.Domain + "|" + PathString(o.Path)
+}
 
 // Compile validates o and compiles its limit. Each error names its field.
 func (o *Override) Compile() error {
@@ -148,7 +156,8 @@ func (o *Override) Compile() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	o.compiled, o.unlim = limits, unlim
+	o.compiled, o.unlim, o.id = limits, unlim, ""
+	o.id = o.ID()
 	return nil
 }
 

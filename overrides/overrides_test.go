@@ -215,7 +215,8 @@ func BenchmarkLookupEmpty(b *testing.B) {
 	}
 }
 
-// TestLookupAllocs: a lookup allocates nothing.
+// TestLookupAllocs: a lookup allocates nothing, nor does Match, what a
+// decision calls (it reports the override's ID).
 func TestLookupAllocs(t *testing.T) {
 	x := overrides.NewIndex(nil)
 	x.Put(mustOverride(t, "api", "tenant=acme", `{"unit":"minute","requests_per_unit":100}`, nil))
@@ -223,6 +224,9 @@ func TestLookupAllocs(t *testing.T) {
 	for _, e := range [][]rules.Entry{entries("tenant=acme"), entries("tenant=ab/user=x"), entries("tenant=none")} {
 		if n := testing.AllocsPerRun(1000, func() { x.Lookup("api", e) }); n != 0 {
 			t.Errorf("%v: %v allocations a lookup, want 0", e, n)
+		}
+		if n := testing.AllocsPerRun(1000, func() { x.Match("api", e) }); n != 0 {
+			t.Errorf("%v: %v allocations a match, want 0", e, n)
 		}
 	}
 }

@@ -201,6 +201,9 @@ func (s *RedisStore) applyLocked(op, id, raw string) {
 		s.log.Warn("overrides: a bad override in Redis is ignored", "id", id, "err", err)
 		return
 	}
+	if o.ID() == id {
+		id = o.ID() // one copy of the ID, the override's, for both maps
+	}
 	s.live[id], s.raw[id] = o, raw
 	s.idx.Put(o)
 }
