@@ -165,6 +165,10 @@ func TestAdminAPI(t *testing.T) {
 		if rec["who"] != "ops" || rec["before"] == nil || rec["after"] == nil || rec["id"] == "" {
 			t.Errorf("audit line without who, id, before or after: %s", line)
 		}
+		// The side the change is about is there, not JSON null.
+		if rec["op"] == "put" && rec["after"] == "null" || rec["op"] == "delete" && rec["before"] == "null" {
+			t.Errorf("audit line of a %v without the override: %s", rec["op"], line)
+		}
 	}
 	if n != 8 {
 		t.Errorf("%d audit lines, want 8:\n%s", n, audit.String())
