@@ -558,12 +558,7 @@ func pattern(composite, key string) string {
 // queues).
 func AppendEntries(b []byte, entries []Entry) []byte {
 	for _, e := range entries {
-		b = strconv.AppendInt(b, int64(len(e.Key)), 10)
-		b = append(b, ':')
-		b = append(b, e.Key...)
-		b = strconv.AppendInt(b, int64(len(e.Value)), 10)
-		b = append(b, ':')
-		b = append(b, e.Value...)
+		b = appendField(appendField(b, e.Key), e.Value)
 	}
 	return b
 }
