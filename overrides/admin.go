@@ -18,7 +18,8 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Backend is where overrides are kept: FileStore for one node.
+// Backend is where overrides are kept: FileStore for one node,
+// RedisStore for nodes that share a Redis.
 type Backend interface {
 	List() []*Override
 	Get(domain string, path []Entry) (*Override, bool)
