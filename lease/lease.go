@@ -130,8 +130,7 @@ type lease struct {
 
 	// The renewal: a grant made ahead while the lease ran low, waiting
 	// for it to run out or expire.
-	spare         int64
-	spareSize     int64
+	spare         int64 // its size: a renewal is never spent from
 	spareDeadline time.Duration
 	spareSince    time.Duration
 }
@@ -460,7 +459,7 @@ func (l *lease) promote(now time.Duration, st *Stats) {
 	}
 	st.Expired.Add(l.units)
 	l.units, l.deadline, l.since = l.spare, l.spareDeadline, l.spareSince
-	l.size, l.spent = l.spareSize, 0
+	l.size, l.spent = l.spare, 0
 	l.spare = 0
 }
 
@@ -498,24 +497,18 @@ func (s *Store) renew(ctx context.Context, lim *sluice.Limit, k lkey, led *ledge
 		sh.mu.Unlock()
 		close(ch)
 	}()
-	var hits [2]sluice.Hit
 	var out [2]sluice.Decision
-	sent := s.clock()
-	n := grantOf(lim, k.key, led, size, &hits, &out)
-	s.stats.Grants.Add(1)
-	if err := s.next.Take(ctx, hits[:n], out[:n]); err != nil {
+	sent, err := s.takeGrant(ctx, lim, k.key, led, size, &out)
+	if err != nil {
 		return
 	}
 	if !out[0].Allowed || !out[1].Allowed {
 		s.stats.Refused.Add(1)
-		s.refused(k, min(out[0].Remaining, out[1].Remaining), sent+max(out[1].RetryAfter, led.life/16))
+		s.refusedGrant(k, led, sent, &out)
 		return
 	}
 	s.stats.Granted.Add(size)
-	life := led.life
-	if windowed(lim.Algorithm) {
-		life = out[0].ResetAfter
-	}
+	life := lifeOf(lim, led, &out[0])
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.m[k] != l {
@@ -524,7 +517,7 @@ func (s *Store) renew(ctx context.Context, lim *sluice.Limit, k lkey, led *ledge
 		s.stats.Expired.Add(size)
 		return
 	}
-	l.spare, l.spareSize, l.spareDeadline, l.spareSince = size, size, sent+life, sent
+	l.spare, l.spareDeadline, l.spareSince = size, sent+life, sent
 	l.limit, l.left, l.resetAt = out[0].Limit, out[0].Remaining, sent+out[0].ResetAfter
 }
 
@@ -547,12 +540,9 @@ func (l *lease) nextSize(now time.Duration) int64 {
 // for h's cost alone and the key itself refused, its answer is the
 // store's answer to h.
 func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
-	var hits [2]sluice.Hit
 	var out [2]sluice.Decision
-	sent := s.clock()
-	n := grantOf(h.Limit, h.Key, led, size, &hits, &out)
-	s.stats.Grants.Add(1)
-	if err := s.next.Take(ctx, hits[:n], out[:n]); err != nil {
+	sent, err := s.takeGrant(ctx, h.Limit, h.Key, led, size, &out)
+	if err != nil {
 		return held{}, false, nil
 	}
 	if out[0].Allowed && out[1].Allowed {
@@ -564,13 +554,38 @@ func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, s
 		d := out[0]
 		return held{}, false, &d
 	}
-	// The next grant asks for what there was room for, not before the
-	// ledger has room for it nor before a sixteenth of a lease's life:
-	// the store decides the hits meanwhile, one call each, so that
-	// refused grants add at most one call per node and key in that time.
-	room := min(out[0].Remaining, out[1].Remaining)
-	s.refused(k, room, sent+max(out[1].RetryAfter, led.life/16))
+	s.refusedGrant(k, led, sent, &out)
 	return held{}, false, nil
+}
+
+// takeGrant asks the store for a grant of size hits of key (grantOf),
+// counted, and returns when it was asked and the store's answer in out.
+func (s *Store) takeGrant(ctx context.Context, lim *sluice.Limit, key string, led *ledger, size int64, out *[2]sluice.Decision) (time.Duration, error) {
+	var hits [2]sluice.Hit
+	sent := s.clock()
+	n := grantOf(lim, key, led, size, &hits, out)
+	s.stats.Grants.Add(1)
+	return sent, s.next.Take(ctx, hits[:n], out[:n])
+}
+
+// refusedGrant records a grant sent at sent and refused with out: the next
+// grant asks for what there was room for, not before the ledger has room
+// for it nor before a sixteenth of a lease's life. The store decides the
+// hits meanwhile, one call each, so that refused grants add at most one
+// call per node and key in that time.
+func (s *Store) refusedGrant(k lkey, led *ledger, sent time.Duration, out *[2]sluice.Decision) {
+	s.refused(k, min(out[0].Remaining, out[1].Remaining), sent+max(out[1].RetryAfter, led.life/16))
+}
+
+// lifeOf is how long a lease granted with decision d lives: the ledger's
+// lease life on a bucket; on a window, until the window of its grant ends,
+// and no longer: its hits are spent in the window that counted them, so
+// no window admits more than its limit, however long they wait.
+func lifeOf(lim *sluice.Limit, led *ledger, d *sluice.Decision) time.Duration {
+	if windowed(lim.Algorithm) {
+		return d.ResetAfter
+	}
+	return led.life
 }
 
 // grantOf sets the hits of a grant of size on l's key, and returns how
@@ -593,14 +608,7 @@ func grantOf(l *sluice.Limit, key string, led *ledger, size int64, hits *[2]slui
 // it. sent is when the grant was asked for: the lease's deadline is
 // measured from it, so that it falls no later than the store meant.
 func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent time.Duration, d *sluice.Decision) held {
-	life := led.life
-	if windowed(h.Limit.Algorithm) {
-		// A window's lease lives until the window of its grant ends,
-		// and no longer: its hits are spent in the window that counted
-		// them, so no window admits more than its limit, however long
-		// they wait.
-		life = d.ResetAfter
-	}
+	life := lifeOf(h.Limit, led, d)
 	sh := s.shardOf(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
