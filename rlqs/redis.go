@@ -24,6 +24,9 @@ type RedisPools struct {
 	client func() (rueidis.Client, error)
 	prefix string
 
+	// The policy as the script's arguments, formatted once.
+	ttl, grace, hyst string
+
 	// now, when set (tests only), replaces Redis TIME.
 	now func() time.Time
 }
@@ -31,7 +34,11 @@ type RedisPools struct {
 // NewRedisPools returns pools in the Redis that client gives (a
 // redisstore.Store's Client), under keys starting with prefix.
 func NewRedisPools(p Policy, client func() (rueidis.Client, error), prefix string) *RedisPools {
-	return &RedisPools{policy: p, client: client, prefix: prefix}
+	return &RedisPools{policy: p, client: client, prefix: prefix,
+		ttl:   strconv.FormatInt(p.TTL.Milliseconds(), 10),
+		grace: strconv.FormatInt(p.Grace.Milliseconds(), 10),
+		hyst:  formatFloat(p.hysteresis()),
+	}
 }
 
 // Assign implements Pools.
@@ -47,14 +54,11 @@ func (r *RedisPools) Assign(ctx context.Context, asks []Ask, out []Share) error 
 	if r.now != nil {
 		now = strconv.FormatInt(r.now().UnixMilli(), 10)
 	}
-	ttl := strconv.FormatInt(r.policy.TTL.Milliseconds(), 10)
-	grace := strconv.FormatInt(r.policy.Grace.Milliseconds(), 10)
-	hyst := formatFloat(r.policy.hysteresis())
 	execs := make([]rueidis.LuaExec, len(asks))
 	for i, a := range asks {
 		execs[i] = rueidis.LuaExec{
 			Keys: []string{r.prefix + "rlqs:" + a.Pool},
-			Args: []string{a.Client, formatFloat(a.Demand), ttl, grace, hyst, now},
+			Args: []string{a.Client, formatFloat(a.Demand), r.ttl, r.grace, r.hyst, now},
 		}
 	}
 	for i, res := range shareScript.ExecMulti(ctx, c, execs...) {

@@ -382,7 +382,10 @@ func (s *Server) act(id *rlqsv3.BucketId, a action, strategy *typev3.RateLimitSt
 	}
 	switch st := strategy.Strategy.(type) {
 	case *typev3.RateLimitStrategy_BlanketRule_:
-		name = strings.ToLower(st.BlanketRule.String())
+		name = "allow_all"
+		if st.BlanketRule == typev3.RateLimitStrategy_DENY_ALL {
+			name = "deny_all"
+		}
 	case *typev3.RateLimitStrategy_TokenBucket:
 		name = "token_bucket"
 	case *typev3.RateLimitStrategy_RequestsPerTimeUnit_:
@@ -412,12 +415,17 @@ func (s *Server) client(stream uint64, key string) string {
 // canonical is a bucket id's map as one string, sorted by key, each key
 // and value length-prefixed.
 func canonical(m map[string]string) string {
+	return string(rules.AppendEntries(nil, sortedEntries(m)))
+}
+
+// sortedEntries is a bucket id's map as entries sorted by key.
+func sortedEntries(m map[string]string) []rules.Entry {
 	entries := make([]rules.Entry, 0, len(m))
 	for k, v := range m {
 		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
 	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
-	return string(rules.AppendEntries(nil, entries))
+	return entries
 }
 
 // match sets what bucket b matches in cfg.
@@ -427,14 +435,12 @@ func (s *Server) match(b *bucketState, cfg *rules.Config, domain string) {
 	if cfg == nil || len(m) > MaxBucketEntries {
 		return
 	}
-	entries := make([]rules.Entry, 0, len(m))
 	for k, v := range m {
 		if len(k) == 0 || len(k) > rules.MaxEntryLen || len(v) > rules.MaxEntryLen {
 			return
 		}
-		entries = append(entries, rules.Entry{Key: k, Value: v})
 	}
-	slices.SortFunc(entries, func(a, b rules.Entry) int { return strings.Compare(a.Key, b.Key) })
+	entries := sortedEntries(m)
 	var plan rules.Plan
 	for {
 		if s.matchOrder(b, cfg, domain, entries, &plan) || len(entries) > maxPermuted || !nextPermutation(entries) {

@@ -47,7 +47,7 @@ func fillInterval(l *sluice.Limit) time.Duration {
 	if p := math.Ceil(l.Period.Seconds()); secs > p {
 		secs = p
 	}
-	return time.Duration(max(secs, 1)) * time.Second
+	return time.Duration(secs) * time.Second // at least 1: fillTokens/perSec > 1, and a Period is positive
 }
 
 // bucket is a token bucket as Envoy enforces it: at most max tokens,
