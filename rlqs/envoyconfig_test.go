@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	xdsmatcher "github.com/cncf/xds/go/xds/type/matcher/v3"
 	rlqfv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -111,8 +110,6 @@ func TestDocEnvoyConfig(t *testing.T) {
 			t.Errorf("the doc's buckets must deny without an assignment and after one expires (the bound's assumptions): %v", &bs)
 		}
 	}
-	var _ *xdsmatcher.Matcher = fc.GetBucketMatchers()
-
 	cfg := rulestest.Config(t, rulesSrc)
 	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }})
 	stream, err := client.StreamRateLimitQuotas(context.Background())

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,29 +92,15 @@ func describe(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
 	switch {
 	case s.GetTokenBucket() != nil:
 		tb := s.GetTokenBucket()
-		b.WriteString("token_bucket max=" + itoa(uint64(tb.MaxTokens)) + " per_fill=" + itoa(uint64(tb.GetTokensPerFill().GetValue())) + " fill=" + tb.GetFillInterval().AsDuration().String())
+		b.WriteString("token_bucket max=" + strconv.FormatUint(uint64(tb.MaxTokens), 10) + " per_fill=" + strconv.FormatUint(uint64(tb.GetTokensPerFill().GetValue()), 10) + " fill=" + tb.GetFillInterval().AsDuration().String())
 	case s.GetRequestsPerTimeUnit() != nil:
 		r := s.GetRequestsPerTimeUnit()
-		b.WriteString("per_unit " + itoa(r.RequestsPerTimeUnit) + "/" + r.TimeUnit.String())
+		b.WriteString("per_unit " + strconv.FormatUint(r.RequestsPerTimeUnit, 10) + "/" + r.TimeUnit.String())
 	default:
 		b.WriteString(s.GetBlanketRule().String())
 	}
 	b.WriteString(" ttl=" + qa.GetAssignmentTimeToLive().AsDuration().String())
 	return b.String()
-}
-
-func itoa(n uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			break
-		}
-	}
-	return string(b[i:])
 }
 
 // TestActions: each kind of bucket gets its action, on a real gRPC stream:
@@ -192,13 +179,7 @@ func sortedPairs(m map[string]string) []string {
 	for k, v := range m {
 		out = append(out, k+"="+v)
 	}
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
+	slices.Sort(out)
 	return out
 }
 
