@@ -210,11 +210,7 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 			}
 			p.stat(m, d.Name, desc.Entries, lv)
 		case Unlimited, Replaced:
-			if m.Runtime != "" && m.Rule == nil {
-				p.entriesStat(m, d.Name, desc.Entries)
-				continue
-			}
-			p.stat(m, d.Name, desc.Entries, p.levels[m.lv:m.lv+len(desc.Entries)])
+			p.matchStat(m, d.Name, desc.Entries)
 		case Overridden:
 			if err := p.override(c, d, desc, m); err != nil {
 				return err
@@ -339,12 +335,18 @@ func (p *Plan) runtimeHits(d *Domain, desc *Descriptor, m *Match) error {
 			return err
 		}
 	}
-	if m.Rule != nil {
-		p.stat(m, d.Name, desc.Entries, p.levels[m.lv:m.lv+len(desc.Entries)])
-	} else {
-		p.entriesStat(m, d.Name, desc.Entries)
-	}
+	p.matchStat(m, d.Name, desc.Entries)
 	return nil
+}
+
+// matchStat sets m's stats key: its rule's, or, for a runtime override
+// that no rule matched (Rule nil), the entries' own.
+func (p *Plan) matchStat(m *Match, domain string, entries []Entry) {
+	if m.Rule == nil {
+		p.entriesStat(m, domain, entries)
+		return
+	}
+	p.stat(m, domain, entries, p.levels[m.lv:m.lv+len(entries)])
 }
 
 // entriesStat sets m's stats key from the domain and the entries, as
