@@ -26,18 +26,12 @@ descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 5}
 `)
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("ops:0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	wrong := filepath.Join(dir, "wrong")
-	if err := os.WriteFile(wrong, []byte("ops:ffffffffffffffffffffffffffffffff\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeToken(t, dir, "tokens", "ops:0123456789abcdef0123456789abcdef")
+	wrong := writeToken(t, dir, "wrong", "ops:ffffffffffffffffffffffffffffffff")
 	store := filepath.Join(dir, "overrides.jsonl")
 	args := []string{"--config", rules, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens, "--overrides-file", store}
 	p := startSluice(t, nil, args...)
-	admin := func(p *proc) string { p.mu.Lock(); defer p.mu.Unlock(); return "http://" + p.addrs["admin"] }
+	admin := func(p *proc) string { return "http://" + p.addr("admin") }
 	if !strings.HasPrefix(admin(p), "http://127.0.0.1:") {
 		t.Fatalf("admin listener: %q", admin(p))
 	}
@@ -139,16 +133,11 @@ descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 1000}
 `)
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("ops:0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeToken(t, dir, "tokens", "ops:0123456789abcdef0123456789abcdef")
 	base := []string{"--config", rules, "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":"}
 	a := startSluice(t, nil, append(base, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)...)
 	b := startSluice(t, nil, base...)
-	a.mu.Lock()
-	server := "http://" + a.addrs["admin"]
-	a.mu.Unlock()
+	server := "http://" + a.addr("admin")
 	allowed := func(p *proc) bool {
 		r, err := p.rl("api", desc("tenant", "acme"))
 		if err != nil {
@@ -180,4 +169,14 @@ descriptors:
 		t.Fatalf("rm on node a: exit %d, %s %s", code, out, errOut)
 	}
 	t.Logf("its removal applied by node b after %v", until("the removal", true))
+}
+
+// writeToken writes an admin token file ("name:secret") in dir.
+func writeToken(t *testing.T, dir, file, line string) string {
+	t.Helper()
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -254,6 +254,13 @@ func (p *proc) read(r io.Reader) {
 	close(p.done)
 }
 
+// addr is the address the process logged for its listener name.
+func (p *proc) addr(name string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addrs[name]
+}
+
 func (p *proc) log() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
