@@ -158,23 +158,11 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		if err != nil {
 			return err
 		}
-		out, err := c.do(ctx, "PUT", "/v1/override", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		return printJSON(stdout, out)
+		return c.print(ctx, stdout, "PUT", "/v1/override", bytes.NewReader(body))
 	case "get":
-		out, err := c.do(ctx, "GET", "/v1/override"+adminTarget(*domain, *path), nil)
-		if err != nil {
-			return err
-		}
-		return printJSON(stdout, out)
+		return c.print(ctx, stdout, "GET", "/v1/override"+adminTarget(*domain, *path), nil)
 	case "rm":
-		out, err := c.do(ctx, "DELETE", "/v1/override"+adminTarget(*domain, *path), nil)
-		if err != nil {
-			return err
-		}
-		return printJSON(stdout, out)
+		return c.print(ctx, stdout, "DELETE", "/v1/override"+adminTarget(*domain, *path), nil)
 	case "list":
 		after := ""
 		for {
@@ -211,11 +199,7 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 			defer f.Close()
 			in = f
 		}
-		out, err := c.do(ctx, "POST", "/v1/overrides/import", in)
-		if err != nil {
-			return err
-		}
-		return printJSON(stdout, out)
+		return c.print(ctx, stdout, "POST", "/v1/overrides/import", in)
 	case "export":
 		out, err := c.do(ctx, "GET", "/v1/overrides/export", nil)
 		if err != nil {
@@ -262,11 +246,17 @@ func cmdExplain(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	out, err := c.do(ctx, "POST", "/v1/explain", bytes.NewReader(data))
+	return c.print(ctx, stdout, "POST", "/v1/explain", bytes.NewReader(data))
+}
+
+// print sends a request to the admin API and writes its JSON answer
+// indented.
+func (c *adminClient) print(ctx context.Context, w io.Writer, method, path string, body io.Reader) error {
+	out, err := c.do(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, out)
+	return printJSON(w, out)
 }
 
 // printJSON writes a JSON answer indented.
