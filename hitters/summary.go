@@ -81,6 +81,11 @@ type summary struct {
 	alpha []uint32 // the filter
 	ashft uint     // 64 − log2(len(alpha))
 	total uint64   // hits added
+
+	// merged marks a summary made by folding others in (fold.go): its
+	// counts are lower bounds, each at most delta under the truth.
+	merged bool
+	delta  uint64
 }
 
 func newSummary(m int) *summary {
@@ -107,7 +112,7 @@ func pow2(n int) int {
 
 // reset empties s, keeping its storage.
 func (s *summary) reset() {
-	s.cnt, s.heap, s.total = s.cnt[:0], s.heap[:0], 0
+	s.cnt, s.heap, s.total, s.delta = s.cnt[:0], s.heap[:0], 0, 0
 	clear(s.slots)
 	clear(s.alpha)
 }
@@ -172,9 +177,22 @@ func (s *summary) min() uint64 {
 }
 
 // bound is the most the key with hash h, not held, may have had: its
-// filter cell (at most the smallest count, by (B)).
+// filter cell (at most the smallest count, by (B)), or a merged
+// summary's delta.
 func (s *summary) bound(h uint64) uint64 {
+	if s.merged {
+		return s.delta
+	}
 	return uint64(s.alpha[s.cell(h)])
+}
+
+// interval is what the key of counter i may have had: [low, high].
+func (s *summary) interval(i int) (low, high uint64) {
+	c := &s.cnt[i]
+	if s.merged {
+		return c.count, c.count + s.delta
+	}
+	return c.count - c.err, c.count
 }
 
 // hit adds one hit of the key with hash h through the filter; name writes

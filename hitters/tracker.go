@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// Windows and their slices: the minute is 6 summaries of 10 s, the hour
-// 12 summaries of 5 minutes; every hit goes to the current summary of
-// each. A read adds up what its window holds. (Merging each ended 10 s
-// summary into the hour's would lose the hits its filter holds.)
+// Windows and their slices: the minute is 6 summaries of 10 s, each fed
+// every hit of its slice; the hour is 12 merged summaries of 5 minutes,
+// into which each 10 s summary is folded when its slice ends (fold.go),
+// and the current 10 s summary. A read adds up what its window holds.
 const (
 	slice     = 10 * time.Second
 	minuteLen = 6
@@ -78,6 +78,7 @@ type windows struct {
 	curHour   int64 // the 5 min slice the hour's last summary is for
 	minuteIdx int
 	hourIdx   int
+	scratch   foldScratch
 }
 
 // New returns a Tracker.
@@ -135,7 +136,7 @@ func (t *Tracker) newWindows(now int64) *windows {
 		w.minute[i] = newSummary(t.cfg.Counters)
 	}
 	for i := range w.hour {
-		w.hour[i] = newSummary(t.cfg.Counters)
+		w.hour[i] = newMerged(t.cfg.Counters)
 	}
 	return w
 }
@@ -143,10 +144,13 @@ func (t *Tracker) newWindows(now int64) *windows {
 // slices10s5m returns the 10 s slice and the 5-minute slice of now.
 func slices10s5m(now int64) (sl, hs int64) { return now / int64(slice), now / int64(hourSlice) }
 
-// advance moves w to the 10 s slice sl and the 5-minute slice hs:
-// summaries that leave their window are emptied for reuse.
+// advance moves w to the 10 s slice sl and the 5-minute slice hs: the
+// summary of the slice that ends is folded into its 5 minutes (the hour's
+// current part: both move together), and summaries that leave their
+// window are emptied for reuse.
 func (w *windows) advance(sl, hs int64) {
 	if w.cur < sl {
+		w.hour[w.hourIdx].fold(w.minute[w.minuteIdx], &w.scratch)
 		if sl-w.cur >= minuteLen {
 			for i := range w.minute {
 				w.minute[i].reset()
@@ -202,7 +206,6 @@ func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte
 		w := r.kinds[k]
 		w.advance(sl, hs)
 		w.minute[w.minuteIdx].hit(h, name)
-		w.hour[w.hourIdx].hit(h, name)
 	}
 }
 
@@ -250,7 +253,8 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 	w.advance(slices10s5m(now))
 	parts := w.minute[:]
 	if hour {
-		parts = w.hour[:]
+		// The 5-minute parts, and the 10 s not folded in yet.
+		parts = append(w.hour[:len(w.hour):len(w.hour)], w.minute[w.minuteIdx])
 	}
 	type acc struct {
 		item Item
@@ -268,12 +272,13 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 				a = &acc{hash: c.hash, item: Item{Key: key, Truncated: c.klen == MaxKeyLen && strings.HasSuffix(key, "…")}}
 				byHash[c.hash] = a
 			}
-			a.item.High += c.count
-			a.item.Low += c.count - c.err
+			low, high := s.interval(i)
+			a.item.High += high
+			a.item.Low += low
 		}
 	}
 	// Where a key is not held, it may have had up to its filter cell
-	// there, or the summary's smallest count.
+	// there, or a merged summary's delta.
 	for _, a := range byHash {
 		for _, s := range parts {
 			if s.find(a.hash) < 0 {
