@@ -31,13 +31,19 @@ import "slices"
 // largest sums lost T each, so (N − G)/m grew by at least
 // deltaP's and deltaS's shares plus T.
 
-// newMerged returns an empty merged summary of m counters: no filter and
-// no heap, which only a fed summary needs.
+// newMerged returns an empty merged summary of m counters.
 func newMerged(m int) *summary {
-	s := newSummary(m)
+	s := &summary{}
+	s.initMerged(m)
+	return s
+}
+
+// initMerged makes s an empty merged summary of m counters: without the
+// filter and the heap, which only a fed summary needs.
+func (s *summary) initMerged(m int) {
+	s.init(m)
 	s.alpha, s.heap = nil, nil
 	s.merged = true
-	return s
 }
 
 // foldScratch is what folding needs, kept to allocate nothing.

@@ -72,15 +72,18 @@ const filterPerCounter = 16
 // Cells are 32-bit: the argument holds while a summary's slice has fewer
 // than 2^32 hits of its rule (an hour's 5-minute slice at 14 million a
 // second). Past that a cell saturates and (A) may fail for its keys.
+//
+// A hit of a key not held reads only the first 64 bytes of the struct,
+// one slot of the index and one cell of the filter.
 type summary struct {
-	cnt   []counter
-	keys  []keyText // the text of cnt[i]'s key
-	heap  []int32
-	slots []int32  // the index: counter index + 1 by hash, 0 for an empty slot
-	shift uint     // 64 − log2(len(slots))
+	slots []uint64 // the index by hash (slot), 0 for an empty slot
 	alpha []uint32 // the filter
-	ashft uint     // 64 − log2(len(alpha))
 	total uint64   // hits added
+	floor uint64   // the smallest count while full, else 0 (min)
+
+	cnt  []counter
+	keys []keyText // the text of cnt[i]'s key
+	heap []int32
 
 	// merged marks a summary made by folding others in (fold.go): its
 	// counts are lower bounds, each at most delta under the truth.
@@ -89,15 +92,20 @@ type summary struct {
 }
 
 func newSummary(m int) *summary {
+	s := &summary{}
+	s.init(m)
+	return s
+}
+
+// init makes s an empty summary of m counters.
+func (s *summary) init(m int) {
 	n, a := pow2(2*m), pow2(filterPerCounter*m)
-	return &summary{
+	*s = summary{
 		cnt:   make([]counter, 0, m),
 		keys:  make([]keyText, m),
 		heap:  make([]int32, 0, m),
-		slots: make([]int32, n),
-		shift: uint(64 - bits.TrailingZeros(uint(n))),
+		slots: make([]uint64, n),
 		alpha: make([]uint32, a),
-		ashft: uint(64 - bits.TrailingZeros(uint(a))),
 	}
 }
 
@@ -112,17 +120,31 @@ func pow2(n int) int {
 
 // reset empties s, keeping its storage.
 func (s *summary) reset() {
-	s.cnt, s.heap, s.total, s.delta = s.cnt[:0], s.heap[:0], 0, 0
+	s.cnt, s.heap, s.total, s.floor, s.delta = s.cnt[:0], s.heap[:0], 0, 0, 0
 	clear(s.slots)
 	clear(s.alpha)
 }
 
 // home is the slot where the search for hash h starts (Fibonacci hashing:
 // the top bits of h times 2^64/φ, whatever bits of h vary).
-func (s *summary) home(h uint64) int { return int((h * 0x9E3779B97F4A7C15) >> s.shift) }
+func (s *summary) home(h uint64) int {
+	return int((h * 0x9E3779B97F4A7C15) >> (64 - bits.TrailingZeros(uint(len(s.slots)))))
+}
 
 // cell is h's cell of the filter (another multiplier than home's).
-func (s *summary) cell(h uint64) int { return int((h * 0xC2B2AE3D27D4EB4F) >> s.ashft) }
+func (s *summary) cell(h uint64) int {
+	return int((h * 0xC2B2AE3D27D4EB4F) >> (64 - bits.TrailingZeros(uint(len(s.alpha)))))
+}
+
+// A slot of the index holds the top 32 bits of its counter's hash and
+// the counter's index + 1, so that a search reads a counter only when its
+// hash may be the one sought.
+const slotIdx = 1<<32 - 1
+
+func slot(h uint64, i int32) uint64 { return h&^slotIdx | uint64(i+1) }
+
+// slotCounter is the counter of slot v (not empty).
+func slotCounter(v uint64) int32 { return int32(v&slotIdx) - 1 }
 
 // find returns the counter of hash h, or −1.
 func (s *summary) find(h uint64) int32 {
@@ -132,8 +154,10 @@ func (s *summary) find(h uint64) int32 {
 		if v == 0 {
 			return -1
 		}
-		if s.cnt[v-1].hash == h {
-			return v - 1
+		if (v^h)&^slotIdx == 0 {
+			if i := slotCounter(v); s.cnt[i].hash == h {
+				return i
+			}
 		}
 	}
 }
@@ -141,11 +165,12 @@ func (s *summary) find(h uint64) int32 {
 // link indexes counter i under its hash (not indexed yet).
 func (s *summary) link(i int32) {
 	mask := len(s.slots) - 1
-	j := s.home(s.cnt[i].hash)
+	h := s.cnt[i].hash
+	j := s.home(h)
 	for s.slots[j] != 0 {
 		j = (j + 1) & mask
 	}
-	s.slots[j] = i + 1
+	s.slots[j] = slot(h, i)
 }
 
 // unlink removes counter i from the index, moving back the entries after
@@ -153,13 +178,13 @@ func (s *summary) link(i int32) {
 func (s *summary) unlink(i int32) {
 	mask := len(s.slots) - 1
 	j := s.home(s.cnt[i].hash)
-	for s.slots[j] != i+1 {
+	for slotCounter(s.slots[j]) != i {
 		j = (j + 1) & mask
 	}
 	for k := (j + 1) & mask; s.slots[k] != 0; k = (k + 1) & mask {
 		// The entry at k may fill the hole at j if its home is not in
 		// (j, k], cyclically.
-		if h := s.home(s.cnt[s.slots[k]-1].hash); (k-h)&mask >= (k-j)&mask {
+		if h := s.home(s.cnt[slotCounter(s.slots[k])].hash); (k-h)&mask >= (k-j)&mask {
 			s.slots[j] = s.slots[k]
 			j = k
 		}
@@ -169,11 +194,13 @@ func (s *summary) unlink(i int32) {
 
 // min is the smallest count held (0 while not full): the most a key not
 // held may have had.
-func (s *summary) min() uint64 {
-	if len(s.cnt) < cap(s.cnt) || len(s.heap) == 0 {
-		return 0
+func (s *summary) min() uint64 { return s.floor }
+
+// setFloor sets floor after the heap's root may have changed.
+func (s *summary) setFloor() {
+	if len(s.cnt) == cap(s.cnt) && len(s.heap) > 0 {
+		s.floor = s.cnt[s.heap[0]].count
 	}
-	return s.cnt[s.heap[0]].count
 }
 
 // bound is the most the key with hash h, not held, may have had: its
@@ -202,15 +229,18 @@ func (s *summary) hit(h uint64, name func([]byte) []byte) {
 	if i := s.find(h); i >= 0 {
 		c := &s.cnt[i]
 		c.count++
-		s.down(int(c.pos))
+		if c.pos == 0 { // the smallest count may have grown
+			s.down(0)
+			s.setFloor()
+		} else {
+			s.down(int(c.pos))
+		}
 		return
 	}
-	if len(s.cnt) == cap(s.cnt) {
-		a := &s.alpha[s.cell(h)]
-		if uint64(*a) < s.cnt[s.heap[0]].count && *a < math.MaxUint32 {
-			*a++
-			return
-		}
+	// While not full, floor is 0 and the key takes a free counter.
+	if a := &s.alpha[s.cell(h)]; uint64(*a) < s.floor && *a < math.MaxUint32 {
+		*a++
+		return
 	}
 	s.place(h, name)
 }
@@ -244,6 +274,7 @@ func (s *summary) place(h uint64, name func([]byte) []byte) {
 	s.link(i)
 	s.down(int(c.pos))
 	s.up(int(c.pos))
+	s.setFloor()
 }
 
 func (s *summary) less(a, b int) bool { return s.cnt[s.heap[a]].count < s.cnt[s.heap[b]].count }
