@@ -245,6 +245,15 @@ func TestFilterInvariants(t *testing.T) {
 			}
 			n := s.total
 			mn := s.min()
+			if len(s.cnt) == cap(s.cnt) {
+				least := s.cnt[0].count
+				for _, c := range s.cnt {
+					least = min(least, c.count)
+				}
+				if mn != least {
+					t.Fatalf("seed %d, hit %d: the floor is %d, the smallest count %d", seed, i, mn, least)
+				}
+			}
 			if mn > n/8 {
 				t.Fatalf("seed %d, hit %d: smallest count %d over N/m = %d", seed, i, mn, n/8)
 			}
@@ -283,4 +292,55 @@ func TestKeyHash(t *testing.T) {
 			t.Errorf("%q written %q", c, b)
 		}
 	}
+}
+
+// TestSeries: each 10 s of the last 10 minutes counts its own outcomes,
+// the current one and those before it, and 10 s that fall out of the
+// 10 minutes (or had nothing) read zero.
+func TestSeries(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0) // a multiple of 10 s
+	now := start
+	tr := New(Config{Now: func() time.Time { return now }})
+	add := func(o Outcome, n int) {
+		for range n {
+			tr.Add("r", 1, o, name("k"))
+		}
+	}
+	add(Allowed, 3)
+	add(Denied, 2)
+	now = start.Add(10 * time.Second)
+	add(ShadowDenied, 4)
+	now = start.Add(35 * time.Second)
+	add(Allowed, 1)
+	check := func(want map[int64][3]int64) {
+		t.Helper()
+		ps := tr.Series("r")
+		if len(ps) != SeriesLen {
+			t.Fatalf("%d points, want %d", len(ps), SeriesLen)
+		}
+		for i, p := range ps {
+			if i > 0 && p.At != ps[i-1].At+10 {
+				t.Fatalf("point %d at %d after %d", i, p.At, ps[i-1].At)
+			}
+			got := [3]int64{p.Allowed, p.Denied, p.Shadow}
+			if got != want[p.At] {
+				t.Errorf("at +%d s: %v, want %v", p.At-start.Unix(), got, want[p.At])
+			}
+		}
+		if last := ps[len(ps)-1].At; last != now.Unix()/10*10 {
+			t.Errorf("the last point is at %d, want %d", last, now.Unix()/10*10)
+		}
+	}
+	s := start.Unix()
+	check(map[int64][3]int64{s: {3, 2, 0}, s + 10: {0, 0, 4}, s + 30: {1, 0, 0}})
+	// Nine minutes on, the first 10 s are still in; ten, they are out.
+	now = start.Add(9*time.Minute + 55*time.Second)
+	add(Denied, 1)
+	check(map[int64][3]int64{s: {3, 2, 0}, s + 10: {0, 0, 4}, s + 30: {1, 0, 0}, s + 590: {0, 1, 0}})
+	now = start.Add(10*time.Minute + 5*time.Second)
+	check(map[int64][3]int64{s + 10: {0, 0, 4}, s + 30: {1, 0, 0}, s + 590: {0, 1, 0}})
+	// The same place in the ring, ten minutes later, starts from zero.
+	now = start.Add(10*time.Minute + 35*time.Second)
+	add(Allowed, 2)
+	check(map[int64][3]int64{s + 590: {0, 1, 0}, s + 630: {2, 0, 0}})
 }

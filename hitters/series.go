@@ -46,8 +46,11 @@ type seriesBucket struct {
 // count adds one outcome at now (unix nanoseconds); r.mu is held.
 func (r *ruleTrack) count(now int64, o Outcome) {
 	slot := now / int64(SeriesStep)
-	b := &r.series[slot%SeriesLen]
+	b := &r.now
 	if b.slot != slot {
+		if b.slot != 0 {
+			r.series[b.slot%SeriesLen] = *b
+		}
 		*b = seriesBucket{slot: slot}
 	}
 	switch o {
@@ -73,7 +76,11 @@ func (t *Tracker) Series(rule string) []Point {
 	for s := slot - SeriesLen + 1; s <= slot; s++ {
 		p := Point{At: s * int64(SeriesStep) / int64(time.Second)}
 		if r != nil {
-			if b := r.series[s%SeriesLen]; b.slot == s {
+			b := r.series[s%SeriesLen]
+			if r.now.slot == s {
+				b = r.now
+			}
+			if b.slot == s {
 				p.Allowed, p.Denied, p.Shadow = b.allowed, b.denied, b.shadow
 			}
 		}
