@@ -41,9 +41,13 @@ func newMerged(m int) *summary {
 // initMerged makes s an empty merged summary of m counters: without the
 // filter and the heap, which only a fed summary needs.
 func (s *summary) initMerged(m int) {
-	s.init(m)
-	s.alpha, s.heap = nil, nil
-	s.merged = true
+	n := pow2(2 * m)
+	*s = summary{
+		cnt:    make([]counter, 0, m),
+		keys:   make([]keyText, m),
+		slots:  make([]uint64, n),
+		merged: true,
+	}
 }
 
 // foldScratch is what folding needs, kept to allocate nothing.

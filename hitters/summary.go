@@ -6,12 +6,15 @@
 // The bound: a summary of m counters over a stream of N hits holds every
 // key with more than N/m hits, and says of each key it holds a count that
 // is at least its true count and at most N/m above it. A window is several
-// summaries (one per slice of time, each fed every hit of its slice) added
-// up when read; a key's sum is within [Low, High] (Item), and
+// summaries added up when read: the minute's, one per 10 s, each fed every
+// hit of its slice; the hour's, one per 5 minutes, each the 10 s summaries
+// of its slice merged in one by one as they end (fold.go), which keeps the
+// same bound. A key's sum is within [Low, High] (Item), and
 // High − true ≤ N/m for the window's N, since the parts' N/m add up to it.
 //
-// This package imports the standard library and xxh3; nothing of sluice's
-// transports or stores.
+// This package imports the standard library, and rueidis to share a
+// node's top keys through Redis (Shared); nothing of sluice's transports
+// or stores.
 package hitters
 
 import (

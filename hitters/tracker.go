@@ -38,8 +38,9 @@ type Config struct {
 	Counters int
 	// MaxRules bounds the rules tracked (100 when zero); hits of more
 	// rules are counted in Untracked. Each rule tracked holds 2 kinds ×
-	// 18 summaries × Counters counters and 16 filter cells per counter:
-	// 475 KB with 64 counters (TestRuleMemory), so 48 MB for 100 rules.
+	// 18 summaries × Counters counters, and 16 filter cells per counter
+	// in the 6 fed ones: 390 KB with 64 counters (TestRuleMemory), so
+	// 39 MB for 100 rules.
 	MaxRules int
 	// Now is the clock. Nil means a coarse clock: the time read every
 	// 100 ms by a goroutine of the Tracker (until Close), because reading
@@ -50,8 +51,9 @@ type Config struct {
 
 // Tracker keeps the heavy hitters of every rule. It is safe for
 // concurrent use; its memory is bounded by MaxRules × 2 kinds × 18
-// summaries × Counters counters (about 210 bytes each, with the index,
-// the heap and 16 filter cells) whatever the keys.
+// summaries × Counters counters (about 210 bytes each in the 6 fed
+// summaries, with the index, the heap and 16 filter cells, and 145 in
+// the 12 merged ones) whatever the keys.
 type Tracker struct {
 	cfg    Config
 	coarse atomic.Int64                          // unix nanoseconds, with a nil Config.Now
