@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -343,4 +344,32 @@ func TestSeries(t *testing.T) {
 	now = start.Add(10*time.Minute + 35*time.Second)
 	add(Allowed, 2)
 	check(map[int64][3]int64{s + 590: {0, 1, 0}, s + 630: {2, 0, 0}})
+}
+
+// TestRuleLookup: a rule is found by its name whatever string holds it
+// (the table of recent names is checked by comparing names), with more
+// rules than that table has slots, so that they share slots.
+func TestRuleLookup(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr := New(Config{Now: func() time.Time { return now }})
+	const rules = 3 * recentSlots / 2
+	names := make([]string, rules)
+	for i := range names {
+		names[i] = fmt.Sprint("rule.", i)
+	}
+	for round := range 5 {
+		for i, n := range names {
+			for range i + 1 {
+				tr.Add(n, 1, Allowed, name("k"))
+			}
+			if round%2 == 1 { // the same name, in other bytes
+				tr.Add(strings.Clone(n), 1, Allowed, name("k"))
+			}
+		}
+	}
+	for i, n := range names {
+		if _, total := tr.Top(n, Requests, false, 1); total != uint64(5*(i+1)+2) {
+			t.Errorf("%s: %d hits, want %d", n, total, 5*(i+1)+2)
+		}
+	}
 }
