@@ -26,7 +26,7 @@ func OutcomeOf(over, shadowOver bool) Outcome {
 // The series: what each rule allowed, denied and let through in shadow
 // mode in each 10 s of the last 10 minutes.
 const (
-	SeriesStep = 10 * time.Second
+	SeriesStep = slice // 10 s: Add checks one slice for both
 	SeriesLen  = 60
 )
 
@@ -43,8 +43,9 @@ type seriesBucket struct {
 	allowed, denied, shadow int64
 }
 
-// count adds one outcome at now (unix nanoseconds); r.mu is held.
-func (r *ruleTrack) count(now int64, o Outcome) {
+// rollSeries makes the series' current 10 s that of now (unix
+// nanoseconds), keeping the one before in the ring; r.mu is held.
+func (r *ruleTrack) rollSeries(now int64) {
 	slot := now / int64(SeriesStep)
 	b := &r.now
 	if b.slot != slot {
@@ -53,6 +54,10 @@ func (r *ruleTrack) count(now int64, o Outcome) {
 		}
 		*b = seriesBucket{slot: slot}
 	}
+}
+
+// count adds one outcome to b.
+func (b *seriesBucket) count(o Outcome) {
 	switch o {
 	case ShadowDenied:
 		b.shadow++

@@ -217,17 +217,29 @@ func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte
 		}
 	}
 	now := t.now()
-	sl, hs := slices10s5m(now)
+	sl := now / int64(slice)
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.count(now, o)
-	for k := range numKinds {
-		if Kind(k) == Denials && o != Denied {
-			break
-		}
-		w := &r.kinds[k]
-		w.advance(sl, hs)
+	if r.now.slot != sl {
+		r.roll(now)
+	}
+	r.now.count(o)
+	w := &r.kinds[Requests]
+	w.minute[w.minuteIdx].hit(h, name)
+	if o == Denied {
+		w = &r.kinds[Denials]
 		w.minute[w.minuteIdx].hit(h, name)
+	}
+	r.mu.Unlock()
+}
+
+// roll moves r to the 10 s slice of now: the series' current 10 s, and
+// each kind's windows (which only move forward); r.mu is held. A hit
+// checks one number to know it need not.
+func (r *ruleTrack) roll(now int64) {
+	r.rollSeries(now)
+	sl, hs := slices10s5m(now)
+	for k := range r.kinds {
+		r.kinds[k].advance(sl, hs)
 	}
 }
 
