@@ -255,6 +255,15 @@ func TestFilterInvariants(t *testing.T) {
 					t.Fatalf("seed %d, hit %d: the floor is %d, the smallest count %d", seed, i, mn, least)
 				}
 			}
+			heldIn := make(map[int]bool)
+			for _, c := range s.cnt {
+				heldIn[s.cell(c.hash)] = true
+			}
+			for j, v := range s.alpha {
+				if (v&cellHeld != 0) != heldIn[j] {
+					t.Fatalf("seed %d, hit %d: cell %d flagged %v, a key held in it %v", seed, i, j, v&cellHeld != 0, heldIn[j])
+				}
+			}
 			if mn > n/8 {
 				t.Fatalf("seed %d, hit %d: smallest count %d over N/m = %d", seed, i, mn, n/8)
 			}

@@ -17,10 +17,7 @@
 // or stores.
 package hitters
 
-import (
-	"math"
-	"math/bits"
-)
+import "math/bits"
 
 // MaxKeyLen is the longest key a summary keeps the text of; longer keys
 // are kept cut, ending in "…", and counted by their whole hash.
@@ -72,12 +69,14 @@ const filterPerCounter = 16
 // flood of keys seen once, a hit mostly adds 1 to a cell instead of
 // evicting a counter, writing a key and moving it through the heap.
 //
-// Cells are 32-bit: the argument holds while a summary's slice has fewer
-// than 2^32 hits of its rule (an hour's 5-minute slice at 14 million a
+// A cell is 31 bits of count, and a flag (cellHeld) set while some key
+// held has its hash in the cell: a hit whose cell has no flag is of a key
+// not held, and skips the index. The argument holds while a summary's
+// slice has fewer than 2^31 hits of its rule (10 s at 214 million a
 // second). Past that a cell saturates and (A) may fail for its keys.
 //
-// A hit of a key not held reads only the first 64 bytes of the struct,
-// one slot of the index and one cell of the filter.
+// A hit of a key not held reads the first 64 bytes of the struct and one
+// cell of the filter, and the index only if the cell is flagged.
 type summary struct {
 	slots []uint64 // the index by hash (slot), 0 for an empty slot
 	alpha []uint32 // the filter
@@ -213,8 +212,14 @@ func (s *summary) bound(h uint64) uint64 {
 	if s.merged {
 		return s.delta
 	}
-	return uint64(s.alpha[s.cell(h)])
+	return uint64(s.alpha[s.cell(h)] &^ cellHeld)
 }
+
+// The flag and the largest count of a filter cell.
+const (
+	cellHeld = 1 << 31
+	cellMax  = cellHeld - 1
+)
 
 // interval is what the key of counter i may have had: [low, high].
 func (s *summary) interval(i int) (low, high uint64) {
@@ -229,19 +234,22 @@ func (s *summary) interval(i int) (low, high uint64) {
 // the key's text (called only when the key takes a counter).
 func (s *summary) hit(h uint64, name func([]byte) []byte) {
 	s.total++
-	if i := s.find(h); i >= 0 {
-		c := &s.cnt[i]
-		c.count++
-		if c.pos == 0 { // the smallest count may have grown
-			s.down(0)
-			s.setFloor()
-		} else {
-			s.down(int(c.pos))
+	a := &s.alpha[s.cell(h)]
+	if *a&cellHeld != 0 {
+		if i := s.find(h); i >= 0 {
+			c := &s.cnt[i]
+			c.count++
+			if c.pos == 0 { // the smallest count may have grown
+				s.down(0)
+				s.setFloor()
+			} else {
+				s.down(int(c.pos))
+			}
+			return
 		}
-		return
 	}
 	// While not full, floor is 0 and the key takes a free counter.
-	if a := &s.alpha[s.cell(h)]; uint64(*a) < s.floor && *a < math.MaxUint32 {
+	if v := *a &^ cellHeld; uint64(v) < s.floor && v < cellMax {
 		*a++
 		return
 	}
@@ -262,12 +270,17 @@ func (s *summary) place(h uint64, name func([]byte) []byte) {
 		i = s.heap[0]
 		e := &s.cnt[i]
 		base = e.count
-		a := &s.alpha[s.cell(e.hash)]
-		*a = uint32(max(uint64(*a), min(e.count, math.MaxUint32)))
+		ec := s.cell(e.hash)
+		a := &s.alpha[ec]
+		*a = *a&cellHeld | uint32(max(uint64(*a&^cellHeld), min(e.count, cellMax)))
 		s.unlink(i)
+		if !s.anyHeldIn(ec, i) {
+			*a &^= cellHeld
+		}
 	}
 	c := &s.cnt[i]
 	c.hash, c.count, c.err = h, base+1, base
+	s.alpha[s.cell(h)] |= cellHeld
 	key := &s.keys[i]
 	k := name(key[:0])
 	if len(k) > MaxKeyLen {
@@ -278,6 +291,18 @@ func (s *summary) place(h uint64, name func([]byte) []byte) {
 	s.down(int(c.pos))
 	s.up(int(c.pos))
 	s.setFloor()
+}
+
+// anyHeldIn reports whether a key held, other than counter except's
+// (being evicted), has its hash in cell j: a scan of the counters, once
+// an eviction.
+func (s *summary) anyHeldIn(j int, except int32) bool {
+	for i := range s.cnt {
+		if int32(i) != except && s.cell(s.cnt[i].hash) == j {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *summary) less(a, b int) bool { return s.cnt[s.heap[a]].count < s.cnt[s.heap[b]].count }
