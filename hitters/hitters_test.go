@@ -382,3 +382,35 @@ func TestRuleLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestSeriesLateHits: a hit that read the clock before another hit
+// moved the series on (or under a clock set back) counts in its own 10 s,
+// which stays counted; one older than the 10 minutes is dropped.
+func TestSeriesLateHits(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	tr := New(Config{Now: func() time.Time { return now }})
+	at := func(d time.Duration, o Outcome, n int) {
+		now = start.Add(d)
+		for range n {
+			tr.Add("r", 1, o, name("k"))
+		}
+	}
+	at(0, Allowed, 50)
+	at(10*time.Second, Allowed, 5)
+	at(9*time.Second, Denied, 1) // late
+	at(11*time.Second, Allowed, 1)
+	at(25*time.Second, Allowed, 2)     // 20 s had nothing before
+	at(8*time.Second, ShadowDenied, 3) // a clock set back
+	at(21*time.Second, Denied, 1)      // late, to a 10 s the ring is still on
+	at(31*time.Second, Allowed, 1)     // and on
+	at(-11*time.Minute, Allowed, 7)    // older than the 10 minutes
+	at(31*time.Second, Allowed, 0)
+	s := start.Unix()
+	want := map[int64][3]int64{s: {50, 1, 3}, s + 10: {6, 0, 0}, s + 20: {2, 1, 0}, s + 30: {1, 0, 0}}
+	for _, p := range tr.Series("r") {
+		if got := [3]int64{p.Allowed, p.Denied, p.Shadow}; got != want[p.At] {
+			t.Errorf("at +%d s: %v, want %v", p.At-s, got, want[p.At])
+		}
+	}
+}

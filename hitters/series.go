@@ -44,16 +44,34 @@ type seriesBucket struct {
 }
 
 // rollSeries makes the series' current 10 s that of now (unix
-// nanoseconds), keeping the one before in the ring; r.mu is held.
+// nanoseconds, later than it), keeping the one before in the ring; r.mu
+// is held.
 func (r *ruleTrack) rollSeries(now int64) {
 	slot := now / int64(SeriesStep)
-	b := &r.now
-	if b.slot != slot {
+	if b := &r.now; b.slot < slot {
 		if b.slot != 0 {
 			r.series[b.slot%SeriesLen] = *b
 		}
 		*b = seriesBucket{slot: slot}
 	}
+}
+
+// countAt adds one outcome to the 10 s slot, the current one or, for a
+// hit that read the clock before another rolled it on (or a clock set
+// back), one of the ring's; r.mu is held. A slot out of the last 10
+// minutes is not counted.
+func (r *ruleTrack) countAt(slot int64, o Outcome) {
+	b := &r.now
+	if slot != b.slot {
+		if slot <= b.slot-SeriesLen {
+			return
+		}
+		b = &r.series[slot%SeriesLen]
+		if b.slot < slot { // older than the window, or another slot's
+			*b = seriesBucket{slot: slot}
+		}
+	}
+	b.count(o)
 }
 
 // count adds one outcome to b.

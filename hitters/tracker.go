@@ -219,10 +219,10 @@ func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte
 	now := t.now()
 	sl := now / int64(slice)
 	r.mu.Lock()
-	if r.now.slot != sl {
+	if sl > r.now.slot {
 		r.roll(now)
 	}
-	r.now.count(o)
+	r.countAt(sl, o)
 	w := &r.kinds[Requests]
 	w.minute[w.minuteIdx].hit(h, name)
 	if o == Denied {
@@ -232,9 +232,9 @@ func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte
 	r.mu.Unlock()
 }
 
-// roll moves r to the 10 s slice of now: the series' current 10 s, and
-// each kind's windows (which only move forward); r.mu is held. A hit
-// checks one number to know it need not.
+// roll moves r forward to the 10 s slice of now: the series' current
+// 10 s, and each kind's windows; r.mu is held. A hit checks one number to
+// know it need not.
 func (r *ruleTrack) roll(now int64) {
 	r.rollSeries(now)
 	sl, hs := slices10s5m(now)
@@ -297,8 +297,10 @@ func (t *Tracker) Top(rule string, kind Kind, hour bool, k int) ([]Item, uint64)
 	}
 	now := t.now()
 	r.mu.Lock()
+	if now/int64(slice) > r.now.slot {
+		r.roll(now) // both kinds, as Add does, so that a late hit goes to the same slice of each
+	}
 	w := &r.kinds[kind]
-	w.advance(slices10s5m(now))
 	var parts []*summary
 	if hour {
 		// The 5-minute parts, and the 10 s not folded in yet.
