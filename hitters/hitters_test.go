@@ -255,13 +255,13 @@ func TestFilterInvariants(t *testing.T) {
 					t.Fatalf("seed %d, hit %d: the floor is %d, the smallest count %d", seed, i, mn, least)
 				}
 			}
-			heldIn := make(map[int]bool)
+			heldIn := make(map[int]int)
 			for _, c := range s.cnt {
-				heldIn[s.cell(c.hash)] = true
+				heldIn[s.cell(c.hash)]++
 			}
 			for j, v := range s.alpha {
-				if (v&cellHeld != 0) != heldIn[j] {
-					t.Fatalf("seed %d, hit %d: cell %d flagged %v, a key held in it %v", seed, i, j, v&cellHeld != 0, heldIn[j])
+				if got, want := int(v>>cellShift), min(heldIn[j], cellHeldMax); got != want {
+					t.Fatalf("seed %d, hit %d: cell %d counts %d keys held, holds %d", seed, i, j, got, heldIn[j])
 				}
 			}
 			if mn > n/8 {
@@ -412,5 +412,61 @@ func TestSeriesLateHits(t *testing.T) {
 		if got := [3]int64{p.Allowed, p.Denied, p.Shadow}; got != want[p.At] {
 			t.Errorf("at +%d s: %v, want %v", p.At-s, got, want[p.At])
 		}
+	}
+}
+
+// TestFilterHeldCount: a filter cell counts the keys held in it exactly
+// while fewer than 15, and says 15 for more; with 20 keys of one cell
+// held, then evicted one by one by a flood of others, it is right after
+// every hit (the count of 15 or more is recounted when it falls).
+func TestFilterHeldCount(t *testing.T) {
+	s := newSummary(32)
+	rng := rand.New(rand.NewPCG(8, 9))
+	var same, others []uint64
+	for len(same) < 20 || len(others) < 2000 {
+		h := rng.Uint64()
+		if s.cell(h) == 7 {
+			if len(same) < 20 {
+				same = append(same, h)
+			}
+		} else if len(others) < 2000 {
+			others = append(others, h)
+		}
+	}
+	check := func(step string) {
+		t.Helper()
+		n := 0
+		for _, c := range s.cnt {
+			if s.cell(c.hash) == 7 {
+				n++
+			}
+		}
+		if got := int(s.alpha[7] >> cellShift); got != min(n, cellHeldMax) {
+			t.Fatalf("%s: cell 7 counts %d keys held, holds %d", step, got, n)
+		}
+	}
+	for round := range 3 {
+		for i, h := range same {
+			s.hit(h, name(fmt.Sprint("same", i)))
+			check(fmt.Sprint("round ", round, ", key ", i))
+		}
+	}
+	peak := 0
+	for i := range 40_000 {
+		s.hit(others[rng.IntN(len(others))], name("other"))
+		n := 0
+		for _, c := range s.cnt {
+			if s.cell(c.hash) == 7 {
+				n++
+			}
+		}
+		peak = max(peak, n)
+		check(fmt.Sprint("flood hit ", i))
+		if n == 0 {
+			break
+		}
+	}
+	if peak < 16 {
+		t.Fatalf("at most %d keys of the cell held: the test tests nothing", peak)
 	}
 }

@@ -69,14 +69,15 @@ const filterPerCounter = 16
 // flood of keys seen once, a hit mostly adds 1 to a cell instead of
 // evicting a counter, writing a key and moving it through the heap.
 //
-// A cell is 31 bits of count, and a flag (cellHeld) set while some key
-// held has its hash in the cell: a hit whose cell has no flag is of a key
-// not held, and skips the index. The argument holds while a summary's
-// slice has fewer than 2^31 hits of its rule (10 s at 214 million a
-// second). Past that a cell saturates and (A) may fail for its keys.
+// A cell is 28 bits of count, and in its top 4 bits how many keys held
+// have their hash in the cell (15 meaning 15 or more): a hit whose cell
+// counts none is of a key not held, and skips the index. The argument
+// holds while a summary's slice has fewer than 2^28 hits of its rule
+// (10 s at 26.8 million a second). Past that a cell saturates and (A)
+// may fail for its keys.
 //
 // A hit of a key not held reads the first 64 bytes of the struct and one
-// cell of the filter, and the index only if the cell is flagged.
+// cell of the filter, and the index only if the cell counts keys held.
 type summary struct {
 	slots []uint64 // the index by hash (slot), 0 for an empty slot
 	alpha []uint32 // the filter
@@ -212,13 +213,16 @@ func (s *summary) bound(h uint64) uint64 {
 	if s.merged {
 		return s.delta
 	}
-	return uint64(s.alpha[s.cell(h)] &^ cellHeld)
+	return uint64(s.alpha[s.cell(h)] & cellMax)
 }
 
-// The flag and the largest count of a filter cell.
+// A filter cell: its count (at most cellMax), and above it (cellShift) how
+// many keys held have their hash in it, up to cellHeldMax.
 const (
-	cellHeld = 1 << 31
-	cellMax  = cellHeld - 1
+	cellShift   = 28
+	cellMax     = 1<<cellShift - 1
+	cellHeldMax = 15
+	cellOneHeld = 1 << cellShift
 )
 
 // interval is what the key of counter i may have had: [low, high].
@@ -235,7 +239,7 @@ func (s *summary) interval(i int) (low, high uint64) {
 func (s *summary) hit(h uint64, name func([]byte) []byte) {
 	s.total++
 	a := &s.alpha[s.cell(h)]
-	if *a&cellHeld != 0 {
+	if *a > cellMax { // keys held in the cell
 		if i := s.find(h); i >= 0 {
 			c := &s.cnt[i]
 			c.count++
@@ -249,7 +253,7 @@ func (s *summary) hit(h uint64, name func([]byte) []byte) {
 		}
 	}
 	// While not full, floor is 0 and the key takes a free counter.
-	if v := *a &^ cellHeld; uint64(v) < s.floor && v < cellMax {
+	if v := *a & cellMax; uint64(v) < s.floor && v < cellMax {
 		*a++
 		return
 	}
@@ -272,15 +276,19 @@ func (s *summary) place(h uint64, name func([]byte) []byte) {
 		base = e.count
 		ec := s.cell(e.hash)
 		a := &s.alpha[ec]
-		*a = *a&cellHeld | uint32(max(uint64(*a&^cellHeld), min(e.count, cellMax)))
+		*a = *a&^cellMax | uint32(max(uint64(*a&cellMax), min(e.count, cellMax)))
 		s.unlink(i)
-		if !s.anyHeldIn(ec, i) {
-			*a &^= cellHeld
+		if *a>>cellShift < cellHeldMax {
+			*a -= cellOneHeld
+		} else { // 15 or more: count them
+			*a = *a&cellMax | uint32(s.heldIn(ec, i))<<cellShift
 		}
 	}
 	c := &s.cnt[i]
 	c.hash, c.count, c.err = h, base+1, base
-	s.alpha[s.cell(h)] |= cellHeld
+	if a := &s.alpha[s.cell(h)]; *a>>cellShift < cellHeldMax {
+		*a += cellOneHeld
+	}
 	key := &s.keys[i]
 	k := name(key[:0])
 	if len(k) > MaxKeyLen {
@@ -293,16 +301,17 @@ func (s *summary) place(h uint64, name func([]byte) []byte) {
 	s.setFloor()
 }
 
-// anyHeldIn reports whether a key held, other than counter except's
-// (being evicted), has its hash in cell j: a scan of the counters, once
-// an eviction.
-func (s *summary) anyHeldIn(j int, except int32) bool {
+// heldIn counts the keys held, other than counter except's (being
+// evicted), with their hash in cell j, up to cellHeldMax: a scan of the
+// counters, when a cell that counted 15 or more loses one.
+func (s *summary) heldIn(j int, except int32) int {
+	n := 0
 	for i := range s.cnt {
 		if int32(i) != except && s.cell(s.cnt[i].hash) == j {
-			return true
+			n++
 		}
 	}
-	return false
+	return min(n, cellHeldMax)
 }
 
 func (s *summary) less(a, b int) bool { return s.cnt[s.heap[a]].count < s.cnt[s.heap[b]].count }
