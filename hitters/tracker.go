@@ -80,10 +80,8 @@ const (
 )
 
 // ruleTrack is one rule's summaries and series, in one allocation, so that
-// a hit reaches its summary without following pointers from struct to
-// struct: on a busy server the tracker is mostly out of the cache, and
-// each pointer followed was one more miss waited for (measured: a hit
-// cost 80 ns in the server's decision against 30 alone).
+// a hit reaches its summary by offsets from the rule, not by a chain of
+// pointers, each a load to wait for.
 type ruleTrack struct {
 	name   string
 	mu     sync.Mutex
