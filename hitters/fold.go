@@ -31,13 +31,6 @@ import "slices"
 // largest sums lost T each, so (N − G)/m grew by at least
 // deltaP's and deltaS's shares plus T.
 
-// newMerged returns an empty merged summary of m counters.
-func newMerged(m int) *summary {
-	s := &summary{}
-	s.initMerged(m)
-	return s
-}
-
 // initMerged makes s an empty merged summary of m counters: without the
 // filter and the heap, which only a fed summary needs.
 func (s *summary) initMerged(m int) {
@@ -61,7 +54,7 @@ type foldScratch struct {
 // summary (see above).
 func (p *summary) fold(s *summary, sc *foldScratch) {
 	m := cap(p.cnt)
-	ds := s.min()
+	ds := s.floor
 	sc.add = slices.Grow(sc.add[:0], m)[:len(p.cnt)]
 	clear(sc.add)
 	sc.news = sc.news[:0]

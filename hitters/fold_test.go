@@ -38,7 +38,7 @@ func TestFoldInvariant(t *testing.T) {
 				s.hit(hash(k), name("k"+strconv.Itoa(k)))
 			}
 			n += uint64(hits)
-			before := p.delta + s.min()
+			before := p.delta + s.floor
 			p.fold(s, &sc)
 			if p.delta > before {
 				dropped++

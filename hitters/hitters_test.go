@@ -14,6 +14,19 @@ import (
 
 func name(s string) func([]byte) []byte { return func(b []byte) []byte { return append(b, s...) } }
 
+// newSummary is a fed summary of m counters; newMerged a merged one.
+func newSummary(m int) *summary {
+	s := &summary{}
+	s.init(m)
+	return s
+}
+
+func newMerged(m int) *summary {
+	s := &summary{}
+	s.initMerged(m)
+	return s
+}
+
 // TestBound: a Zipf stream over 50,000 keys into summaries of 64
 // counters: every key with more than N/m hits of the minute is listed,
 // and every listed key's true count is within [Low, High], with High at
@@ -245,7 +258,7 @@ func TestFilterInvariants(t *testing.T) {
 				continue
 			}
 			n := s.total
-			mn := s.min()
+			mn := s.floor
 			if len(s.cnt) == cap(s.cnt) {
 				least := s.cnt[0].count
 				for _, c := range s.cnt {

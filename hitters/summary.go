@@ -94,12 +94,6 @@ type summary struct {
 	delta  uint64
 }
 
-func newSummary(m int) *summary {
-	s := &summary{}
-	s.init(m)
-	return s
-}
-
 // init makes s an empty summary of m counters.
 func (s *summary) init(m int) {
 	n, a := pow2(2*m), pow2(filterPerCounter*m)
@@ -194,10 +188,6 @@ func (s *summary) unlink(i int32) {
 	}
 	s.slots[j] = 0
 }
-
-// min is the smallest count held (0 while not full): the most a key not
-// held may have had.
-func (s *summary) min() uint64 { return s.floor }
 
 // setFloor sets floor after the heap's root may have changed.
 func (s *summary) setFloor() {
