@@ -109,6 +109,13 @@ type Config struct {
 	// middleware answers by itself. w and r are the middleware's own. It
 	// must be fast and safe for concurrent use.
 	OnResult func(w http.ResponseWriter, r *http.Request, res Result)
+	// OnOutcome, when set, is told the decision that settled each request
+	// the store decided, once: the main one, or the failure limits' when
+	// they deny it first (not their peeks before, nor the decisions
+	// shaping retried, nor the failures charged after). Descriptors of
+	// cost 0 in it were peeks. descs and o are the middleware's own: read
+	// them before returning. It must be fast and safe for concurrent use.
+	OnOutcome func(descs []rules.Descriptor, o *decide.Outcome)
 }
 
 // middleware is a validated Config.
@@ -133,6 +140,7 @@ type middleware struct {
 	failures   *failures
 	conc       *concurrency
 	onResult   func(w http.ResponseWriter, r *http.Request, res Result)
+	onOutcome  func(descs []rules.Descriptor, o *decide.Outcome)
 }
 
 // New validates cfg and returns the middleware: a
@@ -178,6 +186,7 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		onDeny:     cfg.OnDeny,
 		onError:    cfg.OnError,
 		onResult:   cfg.OnResult,
+		onOutcome:  cfg.OnOutcome,
 		log:        cfg.Logger,
 	}
 	m.ip.TrustedProxies = append([]netip.Prefix(nil), cfg.ClientIP.TrustedProxies...)
@@ -348,6 +357,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := &s.out
+	if m.onOutcome != nil {
+		m.onOutcome(s.main.descs, o)
+	}
 	denied, res := m.result(o, shadowed, delayed)
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
@@ -408,6 +420,9 @@ func (m *middleware) failuresFirst(w http.ResponseWriter, r *http.Request, s *sc
 		m.decisionFailed(w, r, err)
 		return false, false, false
 	case wouldDeny && !m.shadow:
+		if m.onOutcome != nil {
+			m.onOutcome(s.fail.descs, &s.out)
+		}
 		if s.out.Degraded != rules.FailOpen {
 			m.setHeaders(w.Header(), s, true)
 		}

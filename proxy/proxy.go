@@ -84,9 +84,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/hitters"
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // Config configures a Proxy. Upstream, Decider and Domain are required;
@@ -262,9 +264,9 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		ErrorHandler:   t.upstreamError,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	dec := p.cfg.Decider
+	var record func([]rules.Descriptor, *decide.Outcome) // top keys
 	if p.cfg.Hitters != nil {
-		dec = recording{Decider: dec, top: p.cfg.Hitters, shadow: s.ShadowMode}
+		record = topKeysRecorder(p.cfg.Hitters, s.ShadowMode)
 	}
 	names := map[string]bool{}
 	for _, rc := range s.Routes {
@@ -273,7 +275,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		}
 		names[rc.Name] = true
 		limit, err := httplimit.New(httplimit.Config{
-			Decider:     dec,
+			Decider:     p.cfg.Decider,
 			Domain:      domain,
 			ClientIP:    s.ClientIP,
 			Descriptors: rc.Descriptors,
@@ -283,6 +285,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			Concurrency: rc.Concurrency,
 			ShadowMode:  s.ShadowMode,
 			OnResult:    t.onResult,
+			OnOutcome:   record,
 			Logger:      p.log.With("route", rc.Name),
 		})
 		if err != nil {

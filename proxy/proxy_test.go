@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -669,5 +670,69 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := proxy.New(proxy.Config{Domain: "api", Decider: dec}); !errors.Is(err, proxy.ErrConfig) {
 		t.Errorf("no upstream: %v", err)
+	}
+}
+
+// TestHittersOncePerRequest: the top keys count each request once, by the
+// decision that settled it, however many decisions the middleware made
+// for it: a failure limit's peeks and charges, the failure limits denying
+// first, a shaped request decided again while it waits.
+func TestHittersOncePerRequest(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+	})
+	top := hitters.New(hitters.Config{})
+	defer top.Close()
+	store := memstore.New(memstore.Config{})
+	defer store.Close()
+	f := startWith(t, `domain: api
+http:
+  routes:
+    - pattern: "POST /login"
+      failures:
+        statuses: [401]
+        descriptors: [[{key: failed_login, source: remote_address}]]
+      descriptors: [[{key: remote_address}]]
+    - pattern: "/shaped"
+      shaping: {max_delay: 3s}
+      descriptors: [[{key: generic_key, value: shaped}]]
+descriptors:
+  - key: failed_login
+    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: generic_key
+    value: shaped
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}
+`, up, store, top)
+	var got []string
+	for range 4 {
+		resp, _ := f.do(nil, "POST", "/login")
+		got = append(got, resp.Status[:3])
+	}
+	for range 2 {
+		resp, _ := f.get("/shaped")
+		got = append(got, resp.Status[:3])
+	}
+	if want := "401,401,429,429,200,200"; strings.Join(got, ",") != want {
+		t.Fatalf("answers %s, want %s", strings.Join(got, ","), want)
+	}
+	counts := map[string][2]int64{}
+	for _, r := range top.Rules() {
+		var c [2]int64
+		for _, p := range top.Series(r) {
+			c[0], c[1] = c[0]+p.Allowed, c[1]+p.Denied+p.Shadow
+		}
+		counts[r] = c
+	}
+	want := map[string][2]int64{
+		"api.remote_address":     {2, 0}, // the two logins the failure limits let through
+		"api.failed_login":       {0, 2}, // the two they denied first
+		"api.generic_key_shaped": {2, 0}, // the second waited, and was admitted
+	}
+	if fmt.Sprint(counts) != fmt.Sprint(want) {
+		t.Errorf("allowed and denied by rule %v, want %v", counts, want)
 	}
 }
