@@ -483,3 +483,14 @@ func TestFilterHeldCount(t *testing.T) {
 		t.Fatalf("at most %d keys of the cell held: the test tests nothing", peak)
 	}
 }
+
+// TestNoRuleName: a hit without a rule name (a remote decider names none)
+// is not kept under a rule named "".
+func TestNoRuleName(t *testing.T) {
+	tr := New(Config{})
+	defer tr.Close()
+	tr.Add("", 1, Denied, name("k"))
+	if rules := tr.Rules(); len(rules) != 0 {
+		t.Errorf("rules %q, want none", rules)
+	}
+}

@@ -203,10 +203,14 @@ func (w *windows) rollHour(hs int64) {
 
 // Add records one request of rule with the key whose hash is h, and its
 // outcome; name writes the key's text, and is called only when the key
-// takes a counter. It allocates nothing once the rule is tracked.
+// takes a counter. It allocates nothing once the rule is tracked. A hit
+// without a rule name (a remote decider names none) is not kept.
 func (t *Tracker) Add(rule string, h uint64, o Outcome, name func([]byte) []byte) {
 	r := t.lookup(rule)
 	if r == nil {
+		if rule == "" {
+			return
+		}
 		if r = t.track(rule); r == nil {
 			t.Untracked.Add(1)
 			return

@@ -15,8 +15,10 @@ import (
 
 // recordHitters tells t every limited descriptor of a request: its rule
 // (the stats key), its entries (hashed here, written out only when they
-// take a counter) and whether it was denied. It allocates nothing.
-func recordHitters(t *hitters.Tracker, req *rlsv3.RateLimitRequest, o *rls.Outcome) {
+// take a counter) and whether it was denied; in global shadow mode
+// (shadow) a denial was let through, so it is shadow-denied. It
+// allocates nothing.
+func recordHitters(t *hitters.Tracker, req *rlsv3.RateLimitRequest, o *rls.Outcome, shadow bool) {
 	descs := req.GetDescriptors()
 	for i := range o.Descriptors {
 		d := &o.Descriptors[i]
@@ -24,7 +26,7 @@ func recordHitters(t *hitters.Tracker, req *rlsv3.RateLimitRequest, o *rls.Outco
 			continue
 		}
 		entries := descs[i].GetEntries()
-		t.Add(d.StatKey, entriesHash(entries), hitters.OutcomeOf(d.Over, d.ShadowOver), func(b []byte) []byte { return appendEntries(b, entries) })
+		t.Add(d.StatKey, entriesHash(entries), hitters.OutcomeOf(d.Over, d.ShadowOver || shadow && d.Over), func(b []byte) []byte { return appendEntries(b, entries) })
 	}
 }
 

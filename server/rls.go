@@ -125,7 +125,7 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 	}
 	s.m.count(req.GetDomain(), o, s.shadow)
 	if s.hitters != nil {
-		recordHitters(s.hitters, req, o)
+		recordHitters(s.hitters, req, o, s.shadow)
 	}
 	if s.m.statsd != nil && len(req.Descriptors) > 0 && !anyMatched(o) {
 		if cfg := s.dec.Rules(); cfg != nil && cfg.Domain(req.GetDomain()) == nil {
