@@ -2,11 +2,9 @@ package memstore
 
 import (
 	"math/bits"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algo"
 )
 
@@ -452,16 +450,13 @@ func (s *Store) wCompact(sh *shard, now int64) {
 }
 
 // claimWords, for a decision of several hits (the shards' mutexes held),
-// makes room in the word tables for the keys it may insert, then swaps the
-// word of each key it names for wBusy, keeping the word and its state in
-// the key's first op; single-hit decisions that meet wBusy wait on the
-// mutex. Room comes first because a rebuild freezes every word.
+// swaps the word of each key it names for wBusy, keeping the word and its
+// state in the key's first op; single-hit decisions that meet wBusy wait
+// on the mutex. Keys still in the two-word table (from a version-1
+// snapshot) move to the word table first, before any claim: a move may
+// rebuild the table, and a rebuild freezes every word, claimed or not.
+// Keys absent are inserted by releaseWords, after the claims are released.
 func (s *Store) claimWords(ops []op, now int64) {
-	var need [sluice.MaxHits]struct {
-		sh *shard
-		n  int
-	}
-	shards := need[:0]
 	for i := range ops {
 		o := &ops[i]
 		if o.where != inWord || o.prev >= 0 {
@@ -471,27 +466,8 @@ func (s *Store) claimWords(ops []op, now int64) {
 		if t := sh.wordsOf(); t != nil && t.find(o.k) != nil {
 			continue
 		}
-		j := slices.IndexFunc(shards, func(x struct {
-			sh *shard
-			n  int
-		}) bool {
-			return x.sh == sh
-		})
-		if j < 0 {
-			if len(shards) == cap(shards) {
-				continue // more hits than MaxHits: wInsert makes room itself
-			}
-			shards = append(shards, struct {
-				sh *shard
-				n  int
-			}{sh, 0})
-			j = len(shards) - 1
-		}
-		shards[j].n++
-	}
-	for _, x := range shards {
-		if t := x.sh.wordsOf(); t == nil || t.full(x.n) {
-			s.wMakeRoom(x.sh, x.n, now, s.budget())
+		if st := s.legacyState(sh, o.k, now); st.A > now {
+			s.wInsert(sh, o.k, stateWord(st, &o.p), now)
 		}
 	}
 	for i := range ops {
@@ -499,19 +475,13 @@ func (s *Store) claimWords(ops []op, now int64) {
 		if o.where != inWord || o.prev >= 0 {
 			continue
 		}
-		sh := &s.shards[s.shardOf(o.k)]
-		if t := sh.wordsOf(); t != nil {
+		if t := s.shards[s.shardOf(o.k)].wordsOf(); t != nil {
 			o.we = t.find(o.k)
 		}
-		if o.we == nil {
-			if st := s.legacyState(sh, o.k, now); st.A > now {
-				o.we = s.wInsert(sh, o.k, stateWord(st, &o.p), now)
-			} else {
-				continue
-			}
+		if o.we != nil {
+			o.w0 = o.we.word.Swap(wBusy)
+			o.base = wordState(o.w0, &o.p, now)
 		}
-		o.w0 = o.we.word.Swap(wBusy)
-		o.base = wordState(o.w0, &o.p, now)
 	}
 }
 
