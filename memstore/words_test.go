@@ -270,14 +270,15 @@ func TestRestoreVersion1(t *testing.T) {
 }
 
 // TestWordsStressCapped races single-hit decisions, decisions of two hits
-// and sweeps on a store whose memory cap holds a fraction of the keys, so
-// that word tables evict and rebuild while decisions run without the
-// mutex: the race detector sees every access, the cap holds, no key ever
+// and sweeps on a store whose memory cap holds most of the keys, so that
+// word tables evict and rebuild while decisions run without the mutex,
+// but few enough keys are evicted that the bound on what they admit is
+// tight: the race detector sees every access, the cap holds, no key ever
 // admits more than its capacity in the frozen round unless it was evicted
 // (which hands a fresh quota), and the table's counts stay consistent.
 func TestWordsStressCapped(t *testing.T) {
 	clock := storetest.NewClock(storetest.Start)
-	const maxBytes = 8 << 10
+	const maxBytes = 48 << 10
 	s := New(Config{Now: clock.Now, Shards: 2, MaxBytes: maxBytes, SweepInterval: -1})
 	defer s.Close()
 	l := &sluice.Limit{Algorithm: sluice.GCRA, Rate: 5, Period: time.Second, Burst: 5}
@@ -321,7 +322,9 @@ func TestWordsStressCapped(t *testing.T) {
 			over += n - 5
 		}
 	}
-	// An evicted key starts over with at most 5 more.
+	// An evicted key starts over with at most 5 more. The cap holds most
+	// keys, so that this bound is well under what a store that limited
+	// nothing would admit beyond the capacity (some 70,000).
 	if over > 5*ev {
 		t.Errorf("%d admitted beyond the capacity with %d evictions", over, ev)
 	}
