@@ -20,7 +20,6 @@ var shareScript = rueidis.NewLuaScript(shareLua)
 // call per participant's report (the calls of one report pipelined), with
 // Redis's clock.
 type RedisPools struct {
-	policy Policy
 	client func() (rueidis.Client, error)
 	prefix string
 
@@ -34,7 +33,7 @@ type RedisPools struct {
 // NewRedisPools returns pools in the Redis that client gives (a
 // redisstore.Store's Client), under keys starting with prefix.
 func NewRedisPools(p Policy, client func() (rueidis.Client, error), prefix string) *RedisPools {
-	return &RedisPools{policy: p, client: client, prefix: prefix,
+	return &RedisPools{client: client, prefix: prefix,
 		ttl:   strconv.FormatInt(p.TTL.Milliseconds(), 10),
 		grace: strconv.FormatInt(p.Grace.Milliseconds(), 10),
 		hyst:  formatFloat(p.hysteresis()),

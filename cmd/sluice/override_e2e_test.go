@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -26,8 +25,8 @@ descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 5}
 `)
-	tokens := writeToken(t, dir, "tokens", "ops:0123456789abcdef0123456789abcdef")
-	wrong := writeToken(t, dir, "wrong", "ops:ffffffffffffffffffffffffffffffff")
+	tokens := writeFile(t, "tokens", "ops:0123456789abcdef0123456789abcdef\n")
+	wrong := writeFile(t, "wrong", "ops:ffffffffffffffffffffffffffffffff\n")
 	store := filepath.Join(dir, "overrides.jsonl")
 	args := []string{"--config", rules, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens, "--overrides-file", store}
 	p := startSluice(t, nil, args...)
@@ -133,7 +132,7 @@ descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 1000}
 `)
-	tokens := writeToken(t, dir, "tokens", "ops:0123456789abcdef0123456789abcdef")
+	tokens := writeFile(t, "tokens", "ops:0123456789abcdef0123456789abcdef\n")
 	base := []string{"--config", rules, "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":"}
 	a := startSluice(t, nil, append(base, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)...)
 	b := startSluice(t, nil, base...)
@@ -169,14 +168,4 @@ descriptors:
 		t.Fatalf("rm on node a: exit %d, %s %s", code, out, errOut)
 	}
 	t.Logf("its removal applied by node b after %v", until("the removal", true))
-}
-
-// writeToken writes an admin token file ("name:secret") in dir.
-func writeToken(t *testing.T, dir, file, line string) string {
-	t.Helper()
-	path := filepath.Join(dir, file)
-	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
