@@ -231,6 +231,26 @@ func TestSweepKeepsRevival(t *testing.T) {
 	}
 }
 
+// snapshotV1 is a version-1 snapshot of a store with seed, taken at now,
+// holding entries of the two-word table (key hash, state A, state B).
+func snapshotV1(seed uint64, now int64, entries [][3]uint64) []byte {
+	var b []byte
+	b = append(b, snapMagic...)
+	b = binary.LittleEndian.AppendUint32(b, 1)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, seed)
+	b = binary.LittleEndian.AppendUint64(b, uint64(now))
+	b = append(b, tagEntries)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(entries)))
+	for _, e := range entries {
+		for _, v := range e {
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+	}
+	b = append(b, tagEnd)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
 // TestRestoreVersion1: a snapshot written before word tables (version 1)
 // holds word-table limits among its two-word entries; they are restored
 // there and move to the word table when their key is next decided, their
@@ -244,19 +264,7 @@ func TestRestoreVersion1(t *testing.T) {
 	k := s.keyHash("k", &p)
 	now := storetest.Start.UnixNano()
 	end := now - now%p.Period + p.Period
-	var b []byte
-	b = append(b, snapMagic...)
-	b = binary.LittleEndian.AppendUint32(b, 1)
-	b = binary.LittleEndian.AppendUint32(b, 0)
-	b = binary.LittleEndian.AppendUint64(b, 42)
-	b = binary.LittleEndian.AppendUint64(b, uint64(now))
-	b = append(b, tagEntries)
-	b = binary.LittleEndian.AppendUint32(b, 1)
-	for _, v := range []uint64{k, uint64(end), 3} { // 3 of 5 taken
-		b = binary.LittleEndian.AppendUint64(b, v)
-	}
-	b = append(b, tagEnd)
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	b := snapshotV1(42, now, [][3]uint64{{k, uint64(end), 3}}) // 3 of 5 taken
 	if err := s.Restore(bytes.NewReader(b)); err != nil {
 		t.Fatal(err)
 	}
@@ -370,25 +378,14 @@ func TestClaimAfterLegacyMove(t *testing.T) {
 		p := l.Params()
 		now := storetest.Start.UnixNano()
 		end := now - now%p.Period + p.Period
-		var b []byte
-		b = append(b, snapMagic...)
-		b = binary.LittleEndian.AppendUint32(b, 1)
-		b = binary.LittleEndian.AppendUint32(b, 0)
-		b = binary.LittleEndian.AppendUint64(b, 42)
-		b = binary.LittleEndian.AppendUint64(b, uint64(now))
-		b = append(b, tagEntries)
-		b = binary.LittleEndian.AppendUint32(b, n)
 		hits := make([]sluice.Hit, n)
+		var entries [][3]uint64
 		for i := range n {
 			key := fmt.Sprint("k", i)
 			hits[i] = sluice.Hit{Key: key, Limit: l, Cost: 1}
-			for _, v := range []uint64{s.keyHash(key, &p), uint64(end), 1} { // 1 of 5 taken
-				b = binary.LittleEndian.AppendUint64(b, v)
-			}
+			entries = append(entries, [3]uint64{s.keyHash(key, &p), uint64(end), 1}) // 1 of 5 taken
 		}
-		b = append(b, tagEnd)
-		b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-		if err := s.Restore(bytes.NewReader(b)); err != nil {
+		if err := s.Restore(bytes.NewReader(snapshotV1(42, now, entries))); err != nil {
 			t.Fatal(err)
 		}
 		out := make([]sluice.Decision, n)
