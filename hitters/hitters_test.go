@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -492,5 +493,19 @@ func TestNoRuleName(t *testing.T) {
 	tr.Add("", 1, Denied, name("k"))
 	if rules := tr.Rules(); len(rules) != 0 {
 		t.Errorf("rules %q, want none", rules)
+	}
+}
+
+// TestEntries: a "%" that escapes nothing (as a key written before
+// escaping may hold) reads as itself; an escape reads as its byte.
+func TestEntries(t *testing.T) {
+	for key, want := range map[string][][2]string{
+		"a=50%/b=%zz/c=%4": {{"a", "50%"}, {"b", "%zz"}, {"c", "%4"}},
+		"p=%2Fv1%2fx%3D":   {{"p", "/v1/x="}},
+		"k":                {{"k", ""}},
+	} {
+		if got := Entries(key); !slices.Equal(got, want) {
+			t.Errorf("Entries(%q) = %q, want %q", key, got, want)
+		}
 	}
 }

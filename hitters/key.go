@@ -3,6 +3,7 @@ package hitters
 import (
 	"hash/maphash"
 	"math/bits"
+	"strings"
 )
 
 // KeyHash hashes a key made of entries, one entry at a time: each entry's
@@ -32,12 +33,70 @@ func (h KeyHash) mix(x uint64) KeyHash {
 
 // AppendEntry writes the entry as key=value, after a "/" unless it is the
 // first (i == 0): the form of the keys in top lists, which the dashboard
-// reads back.
+// reads back (Entries). In the key and the value, "%", "/" and "=" are
+// written %25, %2F and %3D, so that a value such as a path reads back
+// whole.
 func AppendEntry(b []byte, i int, key, value string) []byte {
 	if i > 0 {
 		b = append(b, '/')
 	}
-	b = append(b, key...)
+	b = appendEscaped(b, key)
 	b = append(b, '=')
-	return append(b, value...)
+	return appendEscaped(b, value)
+}
+
+// appendEscaped writes s with "%", "/" and "=" escaped.
+func appendEscaped(b []byte, s string) []byte {
+	for {
+		i := strings.IndexAny(s, "%/=")
+		if i < 0 {
+			return append(b, s...)
+		}
+		const hex = "0123456789ABCDEF"
+		b = append(append(b, s[:i]...), '%', hex[s[i]>>4], hex[s[i]&15])
+		s = s[i+1:]
+	}
+}
+
+// Entries reads a top key back into its entries' keys and values, as
+// AppendEntry wrote them. A "%" not followed by two hex digits is read as
+// itself.
+func Entries(key string) [][2]string {
+	var out [][2]string
+	for part := range strings.SplitSeq(key, "/") {
+		k, v, _ := strings.Cut(part, "=")
+		out = append(out, [2]string{unescape(k), unescape(v)})
+	}
+	return out
+}
+
+// unescape undoes appendEscaped.
+func unescape(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, s[i])
+	}
+	return string(b)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
 }

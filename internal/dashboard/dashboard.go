@@ -157,6 +157,9 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 				askers := top(name, hitters.Requests, 10)
 				domain, _, _ := strings.Cut(name, ".")
 				for _, a := range askers {
+					if a.Truncated { // not the whole key: its counter is not known
+						continue
+					}
 					remaining, limit, ok := cfg.Explain(r.Context(), domain, []rules.Descriptor{{Entries: ParseKey(a.Key), Cost: 1}})
 					if ok && limit > 0 && remaining*5 <= limit {
 						dr.NearLimit = append(dr.NearLimit, nearLimit{Key: a.Key, Requests: a.High, Remaining: remaining, Limit: limit})
@@ -184,13 +187,11 @@ func clusterRules(names []string, snaps []hitters.Snapshot) []string {
 	return names
 }
 
-// ParseKey reads a top key, key=value pairs joined by "/", back into
-// entries.
+// ParseKey reads a top key back into entries (hitters.Entries).
 func ParseKey(k string) []rules.Entry {
 	var out []rules.Entry
-	for part := range strings.SplitSeq(k, "/") {
-		key, value, _ := strings.Cut(part, "=")
-		out = append(out, rules.Entry{Key: key, Value: value})
+	for _, kv := range hitters.Entries(k) {
+		out = append(out, rules.Entry{Key: kv[0], Value: kv[1]})
 	}
 	return out
 }
