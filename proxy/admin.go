@@ -43,6 +43,11 @@ type AdminConfig struct {
 	// requests by result and where decisions were made.
 	Hitters *hitters.Tracker
 
+	// HittersCluster, when set with Hitters, gives every node's top keys
+	// (hitters.Shared's Snapshots, with --store redis): the dashboard's
+	// offenders and near-limit lists are then the cluster's.
+	HittersCluster func(ctx context.Context) ([]hitters.Snapshot, error)
+
 	// Explain, when set with Hitters, reads what is left of a
 	// descriptor's tightest limit without consuming it, for the
 	// dashboard's list of keys near their limit.
@@ -95,6 +100,7 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 			RequestsMetric: "sluice_proxy_requests_total",
 			StoreHealth:    cfg.StoreHealth,
 			Explain:        cfg.Explain,
+			Cluster:        cfg.HittersCluster,
 		})
 		mux.Handle("/dashboard", localOnly(dash, cfg.DashboardRemote))
 		mux.Handle("/dashboard/", localOnly(dash, cfg.DashboardRemote))

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
 	"github.com/sluicehq/sluice/server"
@@ -160,6 +161,10 @@ type proxyDecider struct {
 	// explain peeks at a descriptor's tightest limit for the dashboard;
 	// nil when the proxy does not decide itself (--store remote).
 	explain server.Explainer
+
+	// redis is the store with --store redis, through which the nodes'
+	// top keys are shared; nil otherwise.
+	redis *redisstore.Store
 }
 
 // openProxyDecider builds the proxy's Decider from the store flags, with
@@ -185,6 +190,7 @@ func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.C
 		register: set.register,
 		close:    set.close,
 		explain:  dashboardExplainer(dec.Core()),
+		redis:    set.redis,
 	}, nil
 }
 
@@ -229,11 +235,17 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	loads.WithLabelValues("success").Inc()
 
 	var top *hitters.Tracker
+	var cluster func(context.Context) ([]hitters.Snapshot, error)
 	if s.topKeys {
 		top = hitters.New(hitters.Config{})
 		defer top.Close()
 		if err := reg.Register(dashboard.NewCollector(top)); err != nil {
 			return err
+		}
+		if dec.redis != nil {
+			shared, stop := shareTopKeys(top, dec.redis)
+			defer stop()
+			cluster = shared.Snapshots
 		}
 	}
 	p, err := proxy.New(proxy.Config{
@@ -282,6 +294,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Draining:        draining.Load,
 		Gatherer:        reg,
 		Hitters:         top,
+		HittersCluster:  cluster,
 		Explain:         dec.explain,
 		DashboardRemote: s.dashboardRemote,
 	})

@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/ratelimitheaders"
+	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rlqs"
 	"github.com/sluicehq/sluice/rules"
@@ -237,6 +238,18 @@ func dashboardExplainer(dec *decide.Decider) server.Explainer {
 		}
 		return remaining, limit, found
 	}
+}
+
+// shareTopKeys publishes the node's top keys through r's Redis every 2 s,
+// so that any node's cluster view (serve's /hitters?scope=cluster, the
+// dashboards of serve and proxy) merges them all; stop stops it.
+func shareTopKeys(top *hitters.Tracker, r *redisstore.Store) (shared *hitters.Shared, stop func()) {
+	host, _ := os.Hostname()
+	shared = hitters.NewShared(top, r.Client, r.Prefix(), fmt.Sprintf("%s:%d", host, os.Getpid()), 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { shared.Run(ctx); close(done) }()
+	return shared, func() { cancel(); <-done }
 }
 
 // overrides sets up the runtime overrides: kept in Redis with --store
@@ -551,14 +564,9 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		top = hitters.New(hitters.Config{})
 		defer top.Close()
 		if stores.redis != nil {
-			// Every node publishes its top keys through Redis, so that
-			// any node's /hitters?scope=cluster shows them all.
-			host, _ := os.Hostname()
-			shared = hitters.NewShared(top, stores.redis.Client, stores.redis.Prefix(), fmt.Sprintf("%s:%d", host, os.Getpid()), 20)
-			shareCtx, stopShare := context.WithCancel(context.Background())
-			shareDone := make(chan struct{})
-			go func() { shared.Run(shareCtx); close(shareDone) }()
-			defer func() { stopShare(); <-shareDone }()
+			var stop func()
+			shared, stop = shareTopKeys(top, stores.redis)
+			defer stop()
 		}
 	}
 	srv, err = server.New(server.Config{

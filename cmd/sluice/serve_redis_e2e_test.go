@@ -24,6 +24,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -1419,6 +1421,68 @@ descriptors:
 		}
 		if denied != 25 {
 			t.Errorf("node %d: its series counts %d denials, want its own 25", i, denied)
+		}
+	}
+}
+
+// TestProxyE2EHittersCluster: two sluice proxy processes on one real
+// Redis share their top keys as serve's nodes do: either proxy's
+// dashboard shows the cluster's offenders, merged, and its own series.
+func TestProxyE2EHittersCluster(t *testing.T) {
+	srv := redistest.Standalone(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, strings.Replace(proxyRules, "LOGIN", "2", 1))
+	args := []string{"--config", rules, "--upstream", up.URL, "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name() + ":"}
+	nodes := []*proc{startProxy(t, args...), startProxy(t, args...)}
+	// One client, alternately through each proxy: 2 allowed by the
+	// limit both count in Redis, then 4 denied, 2 by each proxy.
+	for i, want := range []int{200, 200, 429, 429, 429, 429} {
+		if code, _, body := fetch(t, "POST", "http://"+nodes[i%2].addrs["proxy"]+"/login"); code != want {
+			t.Fatalf("login %d through proxy %d: %d %q, want %d", i, i%2, code, body, want)
+		}
+	}
+	for i, n := range nodes {
+		var d struct {
+			Scope string
+			Rules []struct {
+				Rule         string
+				Series       []struct{ Denied int64 }
+				TopOffenders []struct {
+					Key   string
+					Count uint64
+				} `json:"top_offenders"`
+			}
+		}
+		var body string
+		poll(t, fmt.Sprintf("proxy %d's dashboard showing the cluster's offenders", i), func() bool {
+			var code int
+			code, _, body = fetch(t, "GET", "http://"+n.addrs["admin"]+"/dashboard/data")
+			if code != 200 || json.Unmarshal([]byte(body), &d) != nil {
+				t.Fatalf("proxy %d: /dashboard/data: %d %s", i, code, body)
+			}
+			for _, r := range d.Rules {
+				if r.Rule == "api.login" && len(r.TopOffenders) > 0 && r.TopOffenders[0].Count == 4 {
+					return d.Scope == "cluster (2 nodes)"
+				}
+			}
+			return false
+		})
+		for _, r := range d.Rules {
+			if r.Rule != "api.login" {
+				continue
+			}
+			if o := r.TopOffenders[0]; o.Key != "login=127.0.0.1" {
+				t.Errorf("proxy %d: top offender %+v, want login=127.0.0.1 with the cluster's 4", i, o)
+			}
+			var denied int64
+			for _, p := range r.Series {
+				denied += p.Denied
+			}
+			if denied != 2 {
+				t.Errorf("proxy %d: its series counts %d denials, want its own 2", i, denied)
+			}
 		}
 	}
 }
