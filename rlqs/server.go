@@ -86,6 +86,13 @@ type Config struct {
 	// an assignment may take to reach Envoy (DefaultGrace when zero).
 	Policy Policy
 
+	// Runtime returns the runtime overrides in force (a decide.Decider's
+	// Runtime; nil: none): a bucket that reaches one gets the override's
+	// limits, as a descriptor would. A bucket is matched again at its
+	// first report a second or more after its last match, so a change
+	// or an expiry reaches it within a report and a second.
+	Runtime func() rules.Runtime
+
 	// ShadowMode answers every bucket ALLOW_ALL (the server's global
 	// shadow mode: nothing is denied).
 	ShadowMode bool
@@ -191,6 +198,7 @@ type bucketState struct {
 	id      *rlqsv3.BucketId
 	client  string          // participant id: 32 hex digits
 	rules   *rules.Config   // the rules the match was made with
+	matched time.Time       // when, server time
 	action  action          // what the match gave
 	limits  []*sluice.Limit // for actAssign
 	pools   []string        // the counter key of each limit
@@ -279,8 +287,9 @@ func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQu
 			b = &bucketState{id: u.BucketId, client: s.client(st.id, key)}
 			st.buckets[key] = b
 		}
-		if b.rules != cfg || cfg == nil {
+		if b.rules != cfg || cfg == nil || now.Sub(b.matched) >= rematchEvery && s.runtime() != nil {
 			s.match(b, cfg, st.domain)
+			b.matched = now
 		}
 		elapsed := now.Sub(b.last)
 		if b.last.IsZero() {
@@ -441,13 +450,25 @@ func (s *Server) match(b *bucketState, cfg *rules.Config, domain string) {
 		}
 	}
 	entries := sortedEntries(m)
-	var plan rules.Plan
+	plan := rules.Plan{Runtime: s.runtime()}
 	for {
 		if s.matchOrder(b, cfg, domain, entries, &plan) || len(entries) > maxPermuted || !nextPermutation(entries) {
 			return
 		}
 	}
 }
+
+// runtime is the runtime overrides in force, nil if none.
+func (s *Server) runtime() rules.Runtime {
+	if s.cfg.Runtime == nil {
+		return nil
+	}
+	return s.cfg.Runtime()
+}
+
+// rematchEvery is how long a bucket's match is kept, with runtime
+// overrides (Config.Runtime), before its next report matches it again.
+const rematchEvery = time.Second
 
 // matchOrder matches entries in their order; true when they reached a rule
 // with a rate limit.
@@ -466,7 +487,7 @@ func (s *Server) matchOrder(b *bucketState, cfg *rules.Config, domain string, en
 	default:
 		return false
 	}
-	if m.Rule != nil && m.Rule.ShadowMode {
+	if m.Runtime == "" && m.Rule != nil && m.Rule.ShadowMode { // an override is enforced, as in decisions
 		b.action = actAllow
 		return true
 	}

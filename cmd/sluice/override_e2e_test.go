@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -97,6 +100,35 @@ descriptors:
 	if got := admitted(p, "temp", 2); got != 0 {
 		t.Errorf("tenant=temp, blocked: %d of 2 admitted", got)
 	}
+	// The Rate Limit Quota Service applies it too: its bucket is denied,
+	// another tenant's gets a share of the rules' limit.
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(p.conn).StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "api"}
+	for _, tenant := range []string{"temp", "other"} {
+		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"tenant": tenant}}, NumRequestsAllowed: 1})
+	}
+	if err := stream.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range resp.BucketAction {
+		rule := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule()
+		denied := a.GetQuotaAssignmentAction() != nil && rule == typev3.RateLimitStrategy_DENY_ALL
+		if tenant := a.BucketId.Bucket["tenant"]; denied != (tenant == "temp") {
+			t.Errorf("RLQS bucket tenant=%s: %v", tenant, a)
+		}
+	}
+	if len(resp.BucketAction) != 2 {
+		t.Errorf("RLQS: %d actions for 2 buckets", len(resp.BucketAction))
+	}
+	stream.CloseSend()
 	deadline := time.Now().Add(10 * time.Second)
 	for admitted(p, "temp", 1) == 0 {
 		if time.Now().After(deadline) {

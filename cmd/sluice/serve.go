@@ -332,7 +332,7 @@ func sweepFile(ctx context.Context, fs *overrides.FileStore, audit *slog.Logger)
 // rlqsServer is the Rate Limit Quota Service of the node, on the gRPC
 // listener: shares kept in Redis with --store redis (so that any Envoy
 // may talk to any node), else in memory.
-func (s *serveSettings) rlqsServer(stores *storeSet, rulesNow func() *rules.Config, reg prometheus.Registerer, log *slog.Logger) (*rlqs.Server, error) {
+func (s *serveSettings) rlqsServer(stores *storeSet, rulesNow func() *rules.Config, runtimeNow func() rules.Runtime, reg prometheus.Registerer, log *slog.Logger) (*rlqs.Server, error) {
 	policy := rlqs.PolicyDefaults(rlqs.Policy{TTL: s.rlqsTTL, Grace: s.rlqsGrace})
 	var pools rlqs.Pools = rlqs.NewMemPools(policy, nil)
 	if stores.redis != nil {
@@ -344,6 +344,7 @@ func (s *serveSettings) rlqsServer(stores *storeSet, rulesNow func() *rules.Conf
 	}
 	return rlqs.New(rlqs.Config{
 		Rules:      rulesNow,
+		Runtime:    runtimeNow,
 		Pools:      pools,
 		Policy:     policy,
 		ShadowMode: s.shadowMode,
@@ -620,7 +621,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	gs := grpc.NewServer(gopts...)
 	srv.RegisterGRPC(gs)
-	quota, err := s.rlqsServer(stores, dec.Core().Rules, reg, log)
+	quota, err := s.rlqsServer(stores, dec.Core().Rules, dec.Core().Runtime, reg, log)
 	if err != nil {
 		return err
 	}
