@@ -43,6 +43,11 @@ type AdminConfig struct {
 	// requests by result and where decisions were made.
 	Hitters *hitters.Tracker
 
+	// Domains, when set with Hitters, gives the domain in force (the
+	// rules file's), for the dashboard to tell a rule's domain when it
+	// has dots in it.
+	Domains func() []string
+
 	// HittersCluster, when set with Hitters, gives every node's top keys
 	// (hitters.Shared's Snapshots, with --store redis): the dashboard's
 	// offenders and near-limit lists are then the cluster's.
@@ -101,6 +106,7 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 			StoreHealth:    cfg.StoreHealth,
 			Explain:        cfg.Explain,
 			Cluster:        cfg.HittersCluster,
+			Domains:        cfg.Domains,
 		})
 		mux.Handle("/dashboard", localOnly(dash, cfg.DashboardRemote))
 		mux.Handle("/dashboard/", localOnly(dash, cfg.DashboardRemote))

@@ -12,6 +12,12 @@ func (s *Server) dashboardConfig() dashboard.Config {
 	if s.reg != nil {
 		cfg.Gatherer = s.reg
 	}
+	cfg.Domains = func() []string {
+		if c := s.dec.Rules(); c != nil {
+			return c.Domains()
+		}
+		return nil
+	}
 	if s.hittersShared != nil {
 		cfg.Cluster = s.hittersShared.Snapshots
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -244,4 +245,40 @@ descriptors:
 		t.Errorf("no top key share of 1 for the denials in /metrics:\n%s", grepLines(metrics, "sluice_top_key"))
 	}
 	screenshot(t, ctx, os.Getenv("SLUICE_PROXY_DASHBOARD_SCREENSHOT"))
+}
+
+// TestServeE2ENearLimitDottedDomain: the dashboard lists a key near its
+// limit in a domain whose name has a dot, which its rule's stats key
+// ("edge.api.tenant") does not tell apart from a domain "edge".
+func TestServeE2ENearLimitDottedDomain(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	writeRules(t, filepath.Join(dir, "edge-api.yaml"), "domain: edge.api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	p := startSluice(t, nil, "--config", dir)
+	for range 9 {
+		p.must("edge.api", desc("tenant", "acme"))
+	}
+	var body string
+	poll(t, "tenant=acme near its limit on the dashboard", func() bool {
+		var code int
+		code, body, _ = httpDo(t, "GET", "http://"+p.dbg+"/dashboard/data", "")
+		var d struct {
+			Rules []struct {
+				Rule      string
+				NearLimit []struct {
+					Key       string
+					Remaining int64
+				} `json:"near_limit"`
+			}
+		}
+		if code != 200 || json.Unmarshal([]byte(body), &d) != nil {
+			t.Fatalf("/dashboard/data: %d %s", code, body)
+		}
+		for _, r := range d.Rules {
+			if r.Rule == "edge.api.tenant" && len(r.NearLimit) == 1 && r.NearLimit[0].Key == "tenant=acme" && r.NearLimit[0].Remaining == 1 {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -213,6 +213,8 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		return err
 	}
 	domain := cfg.Domains()[0]
+	var domainNow atomic.Pointer[string] // the domain in force, for the dashboard
+	domainNow.Store(&domain)
 
 	dec, err := openProxyDecider(&s.storeSettings, &s.remote, cfg, log)
 	if err != nil {
@@ -273,6 +275,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 				d := c.Domains()[0]
 				if err = p.SetRoutes(d, sec); err == nil {
 					dec.setRules(c)
+					domainNow.Store(&d)
 					log.Info("configuration loaded", "hash", c.Hash(), "domain", d, "routes", len(sec.Routes))
 					loads.WithLabelValues("success").Inc()
 					return
@@ -295,6 +298,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Gatherer:        reg,
 		Hitters:         top,
 		HittersCluster:  cluster,
+		Domains:         func() []string { return []string{*domainNow.Load()} },
 		Explain:         dec.explain,
 		DashboardRemote: s.dashboardRemote,
 	})

@@ -55,6 +55,12 @@ type Config struct {
 	// or less of their limit left.
 	Explain Explainer
 
+	// Domains, when set, gives the domains in force, so that a rule (a
+	// stats key, the domain and "." before the rest) whose domain has
+	// dots in it is explained in its own domain. Nil: the domain is what
+	// comes before the first ".".
+	Domains func() []string
+
 	// Cluster, when set, gives every node's top keys (hitters.Shared's
 	// Snapshots): the offenders and near-limit lists are then the
 	// cluster's, merged, and the rules those of any node. The series stay
@@ -148,6 +154,10 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
+		var domains []string
+		if cfg.Domains != nil {
+			domains = cfg.Domains()
+		}
 		for _, name := range names {
 			dr := rule{Rule: name, Series: t.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
 			if items := top(name, hitters.Denials, 5); items != nil {
@@ -155,7 +165,7 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 			}
 			if cfg.Explain != nil {
 				askers := top(name, hitters.Requests, 10)
-				domain, _, _ := strings.Cut(name, ".")
+				domain := domainOf(name, domains)
 				for _, a := range askers {
 					if a.Truncated { // not the whole key: its counter is not known
 						continue
@@ -172,6 +182,22 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(d)
+}
+
+// domainOf is the domain of a rule's stats key: the longest of domains
+// that the key starts with, followed by "."; else what comes before its
+// first ".".
+func domainOf(rule string, domains []string) string {
+	best := ""
+	for _, d := range domains {
+		if len(d) > len(best) && len(rule) > len(d) && rule[len(d)] == '.' && rule[:len(d)] == d {
+			best = d
+		}
+	}
+	if best == "" {
+		best, _, _ = strings.Cut(rule, ".")
+	}
+	return best
 }
 
 // clusterRules is the rules of this node and of every snapshot, sorted.

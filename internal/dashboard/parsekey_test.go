@@ -75,3 +75,29 @@ func TestNearLimitReadsKeysBack(t *testing.T) {
 		t.Errorf("near their limit: %+v", d.Rules)
 	}
 }
+
+// TestNearLimitDomainWithDots: a rule of the domain "edge.api" is
+// explained in that domain, not in "edge", which is a domain too.
+func TestNearLimitDomainWithDots(t *testing.T) {
+	top := hitters.New(hitters.Config{})
+	defer top.Close()
+	top.Add("edge.api.tenant", 1, hitters.Allowed, func(b []byte) []byte { return append(b, "tenant=acme"...) })
+	for _, c := range []struct {
+		domains func() []string
+		want    string
+	}{
+		{func() []string { return []string{"edge", "edge.api", "edge.ap"} }, "edge.api"},
+		{nil, "edge"}, // without the domains, the first dot
+	} {
+		var asked []string
+		mux := http.NewServeMux()
+		Register(mux, Config{Tracker: top, Domains: c.domains, Explain: func(_ context.Context, domain string, _ []rules.Descriptor) (int64, int64, bool) {
+			asked = append(asked, domain)
+			return 0, 0, false
+		}})
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/dashboard/data", nil))
+		if !slices.Equal(asked, []string{c.want}) {
+			t.Errorf("explained in %q, want %q", asked, c.want)
+		}
+	}
+}
