@@ -191,8 +191,8 @@ func (s *RedisStore) applyLocked(op, id, raw string) {
 	if old := s.live[id]; old != nil {
 		s.idx.Delete(old.Domain, old.Path)
 		delete(s.live, id)
-		delete(s.raw, id)
 	}
+	delete(s.raw, id)
 	if op != "put" {
 		return
 	}
@@ -201,9 +201,15 @@ func (s *RedisStore) applyLocked(op, id, raw string) {
 		s.log.Warn("overrides: a bad override in Redis is ignored", "id", id, "err", err)
 		return
 	}
-	if o.ID() == id {
-		id = o.ID() // one copy of the ID, the override's, for both maps
+	if o.ID() != id {
+		// Not written by this API (which keys each override by its ID):
+		// enforced, it could not be removed through the API, and it
+		// would race the override under its own ID for the index.
+		s.log.Warn("overrides: an override in Redis under a field other than its ID is ignored", "field", id, "id", o.ID())
+		s.raw[id] = raw // not warned of again until it changes
+		return
 	}
+	id = o.ID() // one copy of the ID, the override's, for both maps
 	s.live[id], s.raw[id] = o, raw
 	s.idx.Put(o)
 }

@@ -98,3 +98,47 @@ func TestRedisStoreNodes(t *testing.T) {
 		t.Fatal("the expired override still applies")
 	}
 }
+
+// TestRedisStoreForeignField: an override written into the Redis hash by
+// hand under a field other than its ID (this API keys each by its ID) is
+// ignored: enforced, it could not be removed through the API. The
+// overrides beside it apply.
+func TestRedisStoreForeignField(t *testing.T) {
+	srv := redistest.Standalone(t)
+	prefix := fmt.Sprintf("ov-%d:", time.Now().UnixNano())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, _ := overrides.ParsePath("tenant=evil")
+	raw, err := json.Marshal(&overrides.Override{Domain: "api", Path: p, Limit: json.RawMessage(`{"blocked":true}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, c.B().Hset().Key(prefix+"{overrides}").FieldValue().FieldValue("somebody's", string(raw)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	idx := overrides.NewIndex(nil)
+	s := overrides.NewRedisStore(func() (rueidis.Client, error) { return c, nil }, prefix, idx, nil, nil)
+	go s.Run(ctx)
+	acme, _ := overrides.ParsePath("tenant=acme")
+	if _, err := s.Put(&overrides.Override{Domain: "api", Path: acme, Limit: json.RawMessage(`{"blocked":true}`)}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The put has read the whole hash first, if the store had not yet
+	// (a change applies only on top of a store in step with Redis).
+	if idx.Lookup("api", entries("tenant=acme")) == nil {
+		t.Fatal("tenant=acme not in the index")
+	}
+	if idx.Lookup("api", entries("tenant=evil")) != nil {
+		t.Error("the override under a foreign field is enforced")
+	}
+	for _, o := range s.List() {
+		if o.ID() != "api|tenant=acme" {
+			t.Errorf("listed: %s", o.ID())
+		}
+	}
+}
