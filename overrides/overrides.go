@@ -311,6 +311,9 @@ type Index struct {
 	// exactN counts the all-exact overrides: with none (the common case
 	// of a node that has no overrides), a lookup builds no key.
 	exactN atomic.Int64
+
+	// gen counts the changes (Generation).
+	gen atomic.Uint64
 }
 
 const numShards = 64
@@ -352,8 +355,16 @@ func (x *Index) shard(key []byte) *indexShard {
 	return &x.shards[maphash.Bytes(x.seed, key)%numShards]
 }
 
+// Generation counts the changes made to the index (Put, Delete): who
+// keeps what a match gave, such as the Rate Limit Quota Service's
+// buckets, matches again when it moves. An override that expires stops
+// matching at once, but moves it only when it is removed (sluice serve
+// removes expired overrides every second).
+func (x *Index) Generation() uint64 { return x.gen.Load() }
+
 // Put adds or replaces o (compiled) in the index.
 func (x *Index) Put(o *Override) {
+	defer x.gen.Add(1)
 	x.remove(o)
 	if exact(o.Path) {
 		key := appendEntryKey(nil, o.Domain, asEntries(o.Path))
@@ -377,6 +388,7 @@ func (x *Index) Put(o *Override) {
 // Delete removes the override of domain and path, if any.
 func (x *Index) Delete(domain string, path []Entry) {
 	x.remove(&Override{Domain: domain, Path: path})
+	x.gen.Add(1)
 }
 
 func (x *Index) remove(o *Override) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -44,13 +45,7 @@ func BenchmarkReport(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge"}
-				for i := range n {
-					rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-						BucketId:    &rlqsv3.BucketId{Bucket: map[string]string{"tenant": fmt.Sprint("t", i)}},
-						TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 100, NumRequestsDenied: 3,
-					})
-				}
+				rep := benchReport(n)
 				st := s.NewStream()
 				ctx := context.Background()
 				b.ReportAllocs()
@@ -64,5 +59,59 @@ func BenchmarkReport(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/bucket")
 			})
 		}
+	}
+}
+
+// benchReport is a usage report of n buckets of domain edge, tenants t0
+// to tn-1, a second each.
+func benchReport(n int) *rlqsv3.RateLimitQuotaUsageReports {
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "edge"}
+	for i := range n {
+		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId:    &rlqsv3.BucketId{Bucket: map[string]string{"tenant": fmt.Sprint("t", i)}},
+			TimeElapsed: durationpb.New(time.Second), NumRequestsAllowed: 100, NumRequestsDenied: 3,
+		})
+	}
+	return rep
+}
+
+// BenchmarkReportOverrides is BenchmarkReport's memory/buckets=100 with
+// runtime overrides configured, a report a second on the server's clock:
+// with an index of 1,000 overrides of other tenants that does not
+// change, a bucket is not matched again (overrides.Index.Generation),
+// and a report costs what it costs without overrides.
+func BenchmarkReportOverrides(b *testing.B) {
+	cfg := rulestest.Config(b, "domain: edge\ndescriptors: [{key: tenant, rate_limit: {unit: second, requests_per_unit: 1000}}]\n")
+	idx := overrides.NewIndex(nil)
+	for i := range 1000 {
+		o := &overrides.Override{Domain: "edge", Path: []overrides.Entry{{Key: "tenant", Value: fmt.Sprint("x", i)}}, Limit: []byte(`{"unit":"second","requests_per_unit":5}`)}
+		if err := o.Compile(); err != nil {
+			b.Fatal(err)
+		}
+		idx.Put(o)
+	}
+	for _, runtime := range []bool{false, true} {
+		b.Run(fmt.Sprintf("overrides=%v", runtime), func(b *testing.B) {
+			var clock time.Time
+			c := Config{Rules: func() *rules.Config { return cfg }, Now: func() time.Time { return clock }}
+			if runtime {
+				c.Runtime = func() rules.Runtime { return idx }
+			}
+			s, err := New(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rep := benchReport(100)
+			st := s.NewStream()
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				clock = clock.Add(time.Second)
+				if resp, err := s.Report(ctx, st, rep); err != nil || len(resp.BucketAction) != 100 {
+					b.Fatalf("%v, %d actions", err, len(resp.GetBucketAction()))
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/bucket")
+		})
 	}
 }

@@ -89,8 +89,9 @@ type Config struct {
 	// Runtime returns the runtime overrides in force (a decide.Decider's
 	// Runtime; nil: none): a bucket that reaches one gets the override's
 	// limits, as a descriptor would. A bucket is matched again at its
-	// first report a second or more after its last match, so a change
-	// or an expiry reaches it within a report and a second.
+	// next report after a change: one of the overrides' Generation
+	// (overrides.Index), or, for a Runtime without one, a second after
+	// its last match.
 	Runtime func() rules.Runtime
 
 	// ShadowMode answers every bucket ALLOW_ALL (the server's global
@@ -199,6 +200,7 @@ type bucketState struct {
 	client  string          // participant id: 32 hex digits
 	rules   *rules.Config   // the rules the match was made with
 	matched time.Time       // when, server time
+	gen     uint64          // and the runtime's Generation then
 	action  action          // what the match gave
 	limits  []*sluice.Limit // for actAssign
 	pools   []string        // the counter key of each limit
@@ -287,9 +289,9 @@ func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQu
 			b = &bucketState{id: u.BucketId, client: s.client(st.id, key)}
 			st.buckets[key] = b
 		}
-		if b.rules != cfg || cfg == nil || now.Sub(b.matched) >= rematchEvery && s.runtime() != nil {
+		if gen, stale := s.runtimeChanged(b, now); stale || b.rules != cfg || cfg == nil {
 			s.match(b, cfg, st.domain)
-			b.matched = now
+			b.matched, b.gen = now, gen
 		}
 		elapsed := now.Sub(b.last)
 		if b.last.IsZero() {
@@ -466,8 +468,24 @@ func (s *Server) runtime() rules.Runtime {
 	return s.cfg.Runtime()
 }
 
+// runtimeChanged reports whether the runtime overrides may have changed
+// since b was matched, and their Generation now (read before matching,
+// so that a change during the match is seen at the next report).
+func (s *Server) runtimeChanged(b *bucketState, now time.Time) (gen uint64, changed bool) {
+	switch rt := s.runtime().(type) {
+	case nil:
+		return 0, false
+	case interface{ Generation() uint64 }:
+		gen = rt.Generation()
+		return gen, gen != b.gen
+	default:
+		return 0, now.Sub(b.matched) >= rematchEvery
+	}
+}
+
 // rematchEvery is how long a bucket's match is kept, with runtime
-// overrides (Config.Runtime), before its next report matches it again.
+// overrides that tell no Generation, before its next report matches it
+// again.
 const rematchEvery = time.Second
 
 // matchOrder matches entries in their order; true when they reached a rule

@@ -340,76 +340,87 @@ func near(got uint32, want float64) bool {
 
 // TestRuntimeOverrides: a bucket that reaches a runtime override gets the
 // override's limits, as a descriptor does (an unlimited one ALLOW_ALL,
-// one on a shadow rule's path enforced); when an override is deleted or
-// expires, the bucket's next report a second later gets the rule's again.
+// one on a shadow rule's path enforced). A change to the overrides
+// reaches the buckets at their next report: at once with an index that
+// counts its changes (overrides.Index.Generation), a second after the
+// last match with a Runtime that does not.
 func TestRuntimeOverrides(t *testing.T) {
-	var clock atomic.Int64
-	clock.Store(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).UnixNano())
-	now := func() time.Time { return time.Unix(0, clock.Load()) }
-	idx := overrides.NewIndex(now)
-	put := func(path, limit string, expires *time.Time) {
-		p, err := overrides.ParsePath(path)
+	for _, counted := range []bool{true, false} {
+		var clock atomic.Int64
+		clock.Store(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).UnixNano())
+		now := func() time.Time { return time.Unix(0, clock.Load()) }
+		idx := overrides.NewIndex(now)
+		put := func(path, limit string) {
+			p, err := overrides.ParsePath(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := &overrides.Override{Domain: "quota", Path: p, Limit: json.RawMessage(limit)}
+			if err := o.Compile(); err != nil {
+				t.Fatal(err)
+			}
+			idx.Put(o)
+		}
+		put("tenant=acme", `{"unit":"second","requests_per_unit":50}`)
+		put("tenant=vip", `{"unlimited":true}`)
+		put("trial=t1", `{"unit":"second","requests_per_unit":5}`)
+		var runtime rules.Runtime = idx
+		if !counted {
+			runtime = struct{ rules.Runtime }{idx} // Match only
+		}
+		cfg := rulestest.Config(t, testRules)
+		client := serve(t, rlqs.Config{
+			Rules:   func() *rules.Config { return cfg },
+			Runtime: func() rules.Runtime { return runtime },
+			Policy:  rlqs.Policy{TTL: 3 * time.Second},
+			Now:     now,
+		})
+		stream, err := client.StreamRateLimitQuotas(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := &overrides.Override{Domain: "quota", Path: p, Limit: json.RawMessage(limit), Expires: expires}
-		if err := o.Compile(); err != nil {
-			t.Fatal(err)
-		}
-		idx.Put(o)
-	}
-	soon := now().Add(1500 * time.Millisecond)
-	put("tenant=acme", `{"unit":"second","requests_per_unit":50}`, nil)
-	put("tenant=vip", `{"unlimited":true}`, &soon)
-	put("trial=t1", `{"unit":"second","requests_per_unit":5}`, nil)
-	cfg := rulestest.Config(t, testRules)
-	client := serve(t, rlqs.Config{
-		Rules:   func() *rules.Config { return cfg },
-		Runtime: func() rules.Runtime { return idx },
-		Policy:  rlqs.Policy{TTL: 3 * time.Second},
-		Now:     now,
-	})
-	stream, err := client.StreamRateLimitQuotas(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	report := func(want map[string]string) {
-		t.Helper()
-		rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
-		for k := range want {
-			key, value, _ := strings.Cut(k, "=")
-			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{key: value}, 1, 0, time.Second))
-		}
-		if err := stream.Send(rep); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, a := range resp.BucketAction {
-			k := strings.Join(sortedPairs(a.BucketId.Bucket), ",")
-			if got := describe(a); got != want[k] {
-				t.Errorf("bucket %s: %q, want %q", k, got, want[k])
+		report := func(want map[string]string) {
+			t.Helper()
+			rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+			for k := range want {
+				key, value, _ := strings.Cut(k, "=")
+				rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{key: value}, 1, 0, time.Second))
+			}
+			if err := stream.Send(rep); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range resp.BucketAction {
+				k := strings.Join(sortedPairs(a.BucketId.Bucket), ",")
+				if got := describe(a); got != want[k] {
+					t.Errorf("generation counted %v: bucket %s: %q, want %q", counted, k, got, want[k])
+				}
+			}
+			if len(resp.BucketAction) != len(want) {
+				t.Errorf("%d actions for %d buckets", len(resp.BucketAction), len(want))
 			}
 		}
-		if len(resp.BucketAction) != len(want) {
-			t.Errorf("%d actions for %d buckets", len(resp.BucketAction), len(want))
+		const rule, fifty = "token_bucket max=1000 per_fill=1000 fill=1s ttl=3s", "token_bucket max=50 per_fill=50 fill=1s ttl=3s"
+		report(map[string]string{
+			"tenant=acme":  fifty,
+			"tenant=vip":   "ALLOW_ALL ttl=3s",
+			"trial=t1":     "token_bucket max=5 per_fill=5 fill=1s ttl=3s",
+			"tenant=other": rule,
+		})
+		p, _ := overrides.ParsePath("tenant=acme")
+		idx.Delete("quota", p)
+		put("tenant=other", `{"unit":"second","requests_per_unit":50}`)
+		changed := map[string]string{"tenant=acme": rule, "tenant=other": fifty}
+		if counted {
+			report(changed) // at once
+		} else {
+			clock.Add(int64(500 * time.Millisecond))
+			report(map[string]string{"tenant=acme": fifty, "tenant=other": rule}) // not yet
+			clock.Add(int64(500 * time.Millisecond))
+			report(changed)
 		}
 	}
-	report(map[string]string{
-		"tenant=acme":  "token_bucket max=50 per_fill=50 fill=1s ttl=3s",
-		"tenant=vip":   "ALLOW_ALL ttl=3s",
-		"trial=t1":     "token_bucket max=5 per_fill=5 fill=1s ttl=3s",
-		"tenant=other": "token_bucket max=1000 per_fill=1000 fill=1s ttl=3s",
-	})
-	p, _ := overrides.ParsePath("tenant=acme")
-	idx.Delete("quota", p)
-	clock.Add(int64(2 * time.Second)) // past vip's expiry too
-	report(map[string]string{
-		"tenant=acme":  "token_bucket max=1000 per_fill=1000 fill=1s ttl=3s",
-		"tenant=vip":   "token_bucket max=1000 per_fill=1000 fill=1s ttl=3s",
-		"trial=t1":     "token_bucket max=5 per_fill=5 fill=1s ttl=3s",
-		"tenant=other": "token_bucket max=1000 per_fill=1000 fill=1s ttl=3s",
-	})
 }
