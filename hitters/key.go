@@ -47,15 +47,15 @@ func AppendEntry(b []byte, i int, key, value string) []byte {
 
 // appendEscaped writes s with "%", "/" and "=" escaped.
 func appendEscaped(b []byte, s string) []byte {
-	for {
-		i := strings.IndexAny(s, "%/=")
-		if i < 0 {
-			return append(b, s...)
+	const hex = "0123456789ABCDEF"
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '%' || c == '/' || c == '=' {
+			b = append(append(b, s[start:i]...), '%', hex[c>>4], hex[c&15])
+			start = i + 1
 		}
-		const hex = "0123456789ABCDEF"
-		b = append(append(b, s[:i]...), '%', hex[s[i]>>4], hex[s[i]&15])
-		s = s[i+1:]
 	}
+	return append(b, s[start:]...)
 }
 
 // Entries reads a top key back into its entries' keys and values, as
