@@ -85,6 +85,11 @@ descriptors:
 	if !strings.Contains(shadowHeading, "5 allowed, 0 denied, 4 shadow-denied") {
 		t.Errorf("api.path's heading: %q", shadowHeading)
 	}
+	// A value with slashes is read back whole for its peek, and shown
+	// as it was sent.
+	if got := text(`section.rule[data-rule="api.path"] table.near-limit`); !strings.Contains(got, "path=/v1/search") || !strings.Contains(got, "0 of 5") {
+		t.Errorf("api.path near its limit: %q, want path=/v1/search with 0 of 5 left", got)
+	}
 
 	// Live: traffic sent now shows up without a reload.
 	send("user", "carol", 25) // 20 allowed, 5 denied
