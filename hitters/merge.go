@@ -123,6 +123,20 @@ type Shared struct {
 	k      int
 }
 
+// SnapshotRules is the rules of the snapshots and of more (the rules of
+// this node, say), each once, sorted: the rules of a cluster view.
+func SnapshotRules(snaps []Snapshot, more ...string) []string {
+	var out []string
+	for _, sn := range snaps {
+		for _, l := range sn.Lists {
+			out = append(out, l.Rule)
+		}
+	}
+	out = append(out, more...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // MaxAge is how old a node's snapshot may be before it is ignored (the
 // node is gone): five publications.
 const MaxAge = 10 * time.Second

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -91,5 +92,20 @@ func TestShared(t *testing.T) {
 	}
 	if n, _ := c.Do(context.Background(), c.B().Hlen().Key(prefix+"hitters").Build()).AsInt64(); n != 2 {
 		t.Errorf("the stale snapshot is still in Redis: %d fields", n)
+	}
+}
+
+// TestSnapshotRules: every rule of the snapshots and of more, once each,
+// sorted.
+func TestSnapshotRules(t *testing.T) {
+	snaps := []Snapshot{
+		{Node: "a", Lists: []SnapshotList{{Rule: "api.user"}, {Rule: "api.user", Kind: Denials}, {Rule: "api.path"}}},
+		{Node: "b", Lists: []SnapshotList{{Rule: "edge.ip"}, {Rule: "api.path"}}},
+	}
+	if got, want := SnapshotRules(snaps, "api.local", "api.user"), []string{"api.local", "api.path", "api.user", "edge.ip"}; !slices.Equal(got, want) {
+		t.Errorf("SnapshotRules: %q, want %q", got, want)
+	}
+	if got := SnapshotRules(nil); len(got) != 0 {
+		t.Errorf("no snapshots: %q", got)
 	}
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"net/http"
-	"slices"
 	"strconv"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -112,17 +111,7 @@ func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusServiceUnavailable, "the nodes' top keys: "+err.Error())
 			return
 		}
-		seen := map[string]bool{}
-		ruleNames = ruleNames[:0]
-		for _, sn := range snaps {
-			for _, l := range sn.Lists {
-				if !seen[l.Rule] {
-					seen[l.Rule] = true
-					ruleNames = append(ruleNames, l.Rule)
-				}
-			}
-		}
-		slices.Sort(ruleNames)
+		ruleNames = hitters.SnapshotRules(snaps)
 		top = func(rule string, kind hitters.Kind) ([]hitters.Item, uint64) {
 			return hitters.Merge(snaps, rule, kind, hour, k)
 		}

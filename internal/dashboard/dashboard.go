@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -147,7 +146,7 @@ func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 				d.Scope = "this node (the cluster's top keys: " + err.Error() + ")"
 			} else {
 				d.Scope = fmt.Sprintf("cluster (%d nodes)", len(snaps))
-				names = clusterRules(names, snaps)
+				names = hitters.SnapshotRules(snaps, names...)
 				top = func(rule string, kind hitters.Kind, k int) []hitters.Item {
 					items, _ := hitters.Merge(snaps, rule, kind, false, k)
 					return items
@@ -198,19 +197,6 @@ func domainOf(rule string, domains []string) string {
 		best, _, _ = strings.Cut(rule, ".")
 	}
 	return best
-}
-
-// clusterRules is the rules of this node and of every snapshot, sorted.
-func clusterRules(names []string, snaps []hitters.Snapshot) []string {
-	for _, sn := range snaps {
-		for _, l := range sn.Lists {
-			if !slices.Contains(names, l.Rule) {
-				names = append(names, l.Rule)
-			}
-		}
-	}
-	slices.Sort(names)
-	return names
 }
 
 // ParseKey reads a top key back into entries (hitters.Entries).
