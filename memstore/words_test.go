@@ -17,12 +17,14 @@ import (
 	"github.com/sluicehq/sluice/storetest"
 )
 
-// TestWordEncoding: every state algo.Step leaves for a word-table limit
+// TestWordEncoding: every state algo.Step or algo.Overdraw (a hit of
+// TakeEach, leaving the limit in debt) leaves for a word-table limit
 // decodes back to itself, at any time before it goes idle, and its word's
 // idle-at time is its own, rounded up by less than 2^24 ns for a window.
 func TestWordEncoding(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	periods := []int64{int64(time.Second), int64(time.Minute), int64(time.Hour), 1 << 24, 3<<24 + 7, int64(24 * time.Hour)}
+	indebt := 0 // overdrawn hits
 	for range 20_000 {
 		per := periods[rng.IntN(len(periods))]
 		kind := []algo.Kind{algo.FixedWindow, algo.GCRA, algo.TokenBucket, algo.LeakyBucket}[rng.IntN(4)]
@@ -39,8 +41,17 @@ func TestWordEncoding(t *testing.T) {
 		for range 1 + rng.IntN(5) {
 			n := 1 + rng.Int64N(rate)
 			next, r := algo.Step(&p, st, now, n)
-			if r.Allowed {
+			if rng.IntN(3) == 0 {
+				// A hit decided on its own (TakeEach): past the limit
+				// when it finds room for one, leaving the state in debt.
+				n = 1 + rng.Int64N(3*rate)
+				next, r = algo.Overdraw(&p, st, now, n)
+			}
+			if r.Allowed || r.Overdrawn {
 				st = next
+			}
+			if r.Overdrawn {
+				indebt++
 			}
 			now += rng.Int64N(per / 2)
 		}
@@ -57,6 +68,9 @@ func TestWordEncoding(t *testing.T) {
 		if ia := wordIdleAt(w); ia < st.A || ia-st.A >= 1<<24 || kind != algo.FixedWindow && ia != st.A {
 			t.Fatalf("%+v: idle-at %d for a state idle at %d", p, ia, st.A)
 		}
+	}
+	if indebt < 1000 {
+		t.Errorf("only %d overdrawn hits: the states in debt are not covered", indebt)
 	}
 }
 
