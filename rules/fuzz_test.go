@@ -97,7 +97,7 @@ func FuzzGlob(f *testing.F) {
 			rvalue, value = alphabet(rvalue, "ab*"), alphabet(value, "ab_*")
 		}
 		g := rules.CompileGlob(rkey, rvalue)
-		if (g != nil) != (strings.Contains(rvalue, "*") || rvalue == "" && strings.HasSuffix(rkey, "*")) {
+		if (g != nil) != (strings.Contains(rkey, "*") || strings.Contains(rvalue, "*")) {
 			t.Fatalf("rule %q=%q: wildcard %v", rkey, rvalue, g != nil)
 		}
 		if g == nil {
@@ -309,19 +309,17 @@ func globRef(pattern, s string, wild func(i int) bool) bool {
 // rvalue) with globRef: every '*' of the value is wild, and the trailing
 // '*' of a value-less key.
 func refGlob(rkey, rvalue, key, value string) bool {
-	pattern, stars := rkey, len(rkey)-1 // wild from this index on
+	pattern := rkey
 	if rvalue != "" {
-		pattern, stars = rkey+"_"+rvalue, len(rkey)+1
+		pattern = rkey + "_" + rvalue
 	}
-	return globRef(pattern, key+"_"+value, func(i int) bool {
-		return pattern[i] == '*' && i >= stars
-	})
+	return globRef(pattern, key+"_"+value, func(i int) bool { return pattern[i] == '*' })
 }
 
-// wildcard reports whether r is a wildcard rule: a '*' in its value, or a
-// value-less key ending in '*' (Envoy's key prefix).
+// wildcard reports whether r is a wildcard rule: a '*' anywhere in its
+// key or value, as in Envoy.
 func wildcard(r *rules.Rule) bool {
-	return strings.Contains(r.Value, "*") || r.Value == "" && strings.HasSuffix(r.Key, "*")
+	return strings.Contains(r.Key, "*") || strings.Contains(r.Value, "*")
 }
 
 // alphabet maps every byte of s to one of the bytes of abc.

@@ -12,31 +12,29 @@ import (
 // overlapping, in what lies between; each '*' stands for any run of bytes,
 // the empty run included. Nothing else in a pattern is special.
 //
-// A glob always has at least two runs (at least one star); the first holds
-// the rule's key. Empty runs between stars ("a**b") are dropped: they match
-// anywhere.
+// A glob always has at least two runs (at least one star); the first is
+// the composite up to its first star. Empty runs between stars ("a**b")
+// are dropped: they match anywhere.
 type glob [][]byte
 
 // compileGlob returns the pattern of the rule with the given key and value,
 // or nil if the rule is not a wildcard.
 //
-// envoyproxy/ratelimit treats a rule as a wildcard when its composite key
-// ends in '*', and matches it as a prefix of the request's composite key.
-// sluice keeps that (so a value-less rule whose key ends in '*' is a key
-// prefix, as there) and extends it: every '*' of a value is a wildcard.
-// Stars in a key are literal, except the trailing one of a value-less rule.
+// As envoyproxy/ratelimit does, a rule is a wildcard when its composite
+// key (the key, or key_value) holds a '*', wherever it is: in the value
+// (tenant: "acme-*"), at the end of a value-less key ("kk*", a key
+// prefix), or inside the key ("st*r", "kk*" with a value), and the
+// pattern is matched against the request entry's composite key.
 func compileGlob(key, value string) glob {
-	if value == "" {
-		if !strings.HasSuffix(key, "*") {
-			return nil
-		}
-		return glob{[]byte(key[:len(key)-1]), nil}
+	composite := key
+	if value != "" {
+		composite += "_" + value
 	}
-	if !strings.Contains(value, "*") {
+	if !strings.Contains(composite, "*") {
 		return nil
 	}
-	runs := strings.Split(value, "*")
-	g := glob{[]byte(key + "_" + runs[0])}
+	runs := strings.Split(composite, "*")
+	g := glob{[]byte(runs[0])}
 	for _, s := range runs[1 : len(runs)-1] {
 		if s != "" {
 			g = append(g, []byte(s))

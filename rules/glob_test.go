@@ -58,8 +58,8 @@ func TestCompileGlob(t *testing.T) {
 		key, value string
 		wild       bool
 	}{
-		{"k", "v", false}, {"k", "", false}, {"k*", "", true}, {"a*b", "", false},
-		{"k*", "v", false}, {"k", "*", true}, {"k", "a*b", true}, {"k*", "v*", true},
+		{"k", "v", false}, {"k", "", false}, {"k*", "", true}, {"a*b", "", true},
+		{"k*", "v", true}, {"k", "*", true}, {"k", "a*b", true}, {"k*", "v*", true},
 	} {
 		if g := rules.CompileGlob(tc.key, tc.value); (g != nil) != tc.wild {
 			t.Errorf("%s=%s: wildcard %v, want %v", tc.key, tc.value, g != nil, tc.wild)
@@ -71,8 +71,12 @@ func TestCompileGlob(t *testing.T) {
 	}{
 		{"odd*", "", "oddity", "x", true}, // a value-less key prefix, as in Envoy
 		{"odd*", "", "odd", "", true},     //
-		{"k*", "v*w", "k*", "vXw", true},  // stars in a key are literal
-		{"k*", "v*w", "kk", "vXw", false}, //
+		{"k*", "v*w", "k*", "vXw", true},  // a star in a key is a wildcard too, as in Envoy
+		{"k*", "v*w", "kk", "vXw", true},  //
+		{"st*r", "", "st", "abcr", true},  // over the composite: "st_abcr"
+		{"st*r", "", "stx", "y", false},   //
+		{"kk*", "v", "kka", "v", true},    //
+		{"kk*", "v", "kka", "w", false},   //
 		{"a", "b_c*", "a_b", "c1", true},  // Envoy compares key_value strings
 		{"a", "*_c", "a_b", "c", true},    // ... and so does an infix wildcard
 		{"a", "b*", "ab", "x", false},     //

@@ -654,7 +654,7 @@ func TestInfixWildcards(t *testing.T) {
 		{[]string{`meta=aXb+(c)?[d]{2}^$|\`}, "no_match"},  // '.' is literal
 		{[]string{`meta=a.bb+(c)?[d]{2}^$|\`}, "no_match"}, // '+' too
 		{[]string{"k*=vXw"}, "g.k*_v*w"},
-		{[]string{"kk=vXw"}, "no_match"}, // a key's '*' is literal
+		{[]string{"kk=vXw"}, "g.k*_v*w"}, // a key's '*' is a wildcard too, as in Envoy
 		{[]string{"shared=img-1.png"}, "g.shared_img-*.png"},
 		{[]string{"tenant=acme-prod", "user=bob"}, "g.tenant_*-prod.user"},
 		{[]string{"tenant=acme-dev-2", "user=bob"}, "g.tenant_*-dev*.user"},

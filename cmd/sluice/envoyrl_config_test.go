@@ -203,3 +203,51 @@ func TestEnvoyRLWildcardConfig(t *testing.T) {
 		poll(t, name, func() bool { return l.get(name) == n })
 	}
 }
+
+// TestEnvoyRLKeyWildcards: a '*' in a descriptor's key is a wildcard, as
+// envoy-rl makes it (src/config/config_impl.go at f2fb157: a rule whose
+// key_value holds a '*' anywhere is matched against the request entry's
+// key_value): "st*r" matches st=abcr, "kk*" with value v matches kkx=v and
+// not kkx=w, and such a rule takes share_threshold, whose counter still
+// keeps each request key apart (src/limiter/cache_key.go writes the
+// entry's key before the pattern). The real envoy-rl binary, built at
+// f2fb157, gave these very answers to these requests (2026-11-26).
+func TestEnvoyRLKeyWildcards(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	writeRules(t, path, `domain: d1
+descriptors:
+  - key: "st*r"
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: "kk*"
+    value: v
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: "sh*"
+    value: v
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	if code, _, errOut := runCmd(t, "", "check", "--config", path); code != 0 {
+		t.Fatalf("sluice check: exit %d, %s", code, errOut)
+	}
+	p := startSluice(t, nil, "--config", path)
+	for _, c := range []struct {
+		key, value string
+		want       rlsv3.RateLimitResponse_Code
+		limited    bool
+	}{
+		{"st", "abcr", rlsv3.RateLimitResponse_OK, true},
+		{"st", "abcr", rlsv3.RateLimitResponse_OVER_LIMIT, true},
+		{"stx", "y", rlsv3.RateLimitResponse_OK, false},
+		{"kkx", "v", rlsv3.RateLimitResponse_OK, true},
+		{"kkx", "v", rlsv3.RateLimitResponse_OVER_LIMIT, true},
+		{"kkx", "w", rlsv3.RateLimitResponse_OK, false},
+		{"sha", "v", rlsv3.RateLimitResponse_OK, true},
+		{"shb", "v", rlsv3.RateLimitResponse_OK, true}, // its own counter
+		{"sha", "v", rlsv3.RateLimitResponse_OVER_LIMIT, true},
+	} {
+		st := p.must("d1", desc(c.key, c.value)).GetStatuses()[0]
+		if st.GetCode() != c.want || (st.GetCurrentLimit() != nil) != c.limited {
+			t.Errorf("%s=%s: %v, want %v with a limit %v", c.key, c.value, st, c.want, c.limited)
+		}
+	}
+}
