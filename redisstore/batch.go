@@ -126,9 +126,9 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 	keys := make([]string, 0, nkeys)
 	args[0] = head
 	for _, r := range batch {
-		// A request's own header, "[e]hits [now]" (e: decided one by
-		// one), then its hits.
-		h := strconv.Itoa(len(r.g.idx))
+		// A request's own header, "[e]hits keys args [now]" (e: decided
+		// one by one; the KEYS and further ARGV it takes), then its hits.
+		h := strconv.Itoa(len(r.g.idx)) + " " + strconv.Itoa(len(r.g.keys)) + " " + strconv.Itoa(len(r.g.args)-1)
 		if r.g.args[0][0] == 'e' {
 			h = "e" + h
 		}
@@ -160,6 +160,17 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 		}
 		n := len(r.g.idx)
 		r.g.res, r.g.err = arr[:n:n], nil
+		if n > 0 && arr[0][0] == '!' {
+			// This request failed in Redis (an error reply on one of
+			// its keys), the others of the batch were decided.
+			r.g.res, r.g.err = nil, &requestError{arr[0][1:]}
+		}
 		arr = arr[n:]
 	}
 }
+
+// requestError is an error reply to one request of a batch: Redis is
+// there, and refused that request.
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return "redis: " + e.msg }

@@ -146,7 +146,10 @@ type Config struct {
 	// BreakerFailures consecutive failed calls open the circuit breaker,
 	// which then fails calls at once for BreakerCooldown (doubling up to
 	// 5s while Redis stays down) before letting one probe through. Zero
-	// values mean the internal/breaker defaults (5 and 200ms).
+	// values mean the internal/breaker defaults (5 and 200ms). A call
+	// fails for the breaker when Redis is silent or unreachable; an error
+	// reply (Redis refusing one request, say a key of the wrong type)
+	// shows Redis is there, and fails only that request.
 	BreakerFailures int
 	BreakerCooldown time.Duration
 
@@ -553,7 +556,14 @@ func (s *Store) call1(ctx context.Context, hits []sluice.Hit, out []sluice.Decis
 		// Closed under the call: that says nothing about Redis.
 		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: fmt.Errorf("redisstore: closed: %w", err)}
 	}
-	s.br.Done(err)
+	switch {
+	case errors.Is(err, errOpenWhileQueued):
+		// Never sent: it says nothing of Redis.
+	case err != nil && reasonOf(err) == sluice.FailError:
+		s.br.Done(nil) // Redis answered, refusing this request
+	default:
+		s.br.Done(err)
+	}
 	if err != nil {
 		why := reasonOf(err)
 		if errors.Is(err, errOpenWhileQueued) {

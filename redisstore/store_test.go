@@ -976,3 +976,67 @@ func ownConsumed(t *testing.T, lim *sluice.Limiter, other *sluice.Limit) int64 {
 	}
 	return consumed
 }
+
+// TestBatchErrorReply: one request of a batched call that Redis refuses
+// (its state key holds a list) fails alone, as an error reply
+// (sluice.FailError): the other requests of the batch are decided, each
+// counted once, and the breaker stays closed, since Redis answered.
+func TestBatchErrorReply(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: 10 * time.Second}, nil)
+	l := &sluice.Limit{Rate: 1000, Period: time.Hour}
+	lim := sluice.NewLimiter(s)
+	warm(t, lim, l)
+	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+	p := l.Params()
+	srv.Cmd("RPUSH", k.stateKey(&sluice.Hit{Key: "bad", Limit: l}, &p), "x") // a key of the wrong type
+	done := srv.Sleep(time.Second)
+	time.Sleep(20 * time.Millisecond)
+	fcalls := s.metrics.fcalls.Load()
+	const n = 20
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	key := func(i int) string {
+		if i == n/2 {
+			return "bad"
+		}
+		return fmt.Sprint("good", i)
+	}
+	for i := range n {
+		wg.Go(func() {
+			out := make([]sluice.Decision, 1)
+			errs[i] = s.Take(context.Background(), []sluice.Hit{{Key: key(i), Limit: l, Cost: 1}}, out)
+		})
+	}
+	// All but the call in flight wait to be batched while Redis sleeps.
+	waitFor(t, "the requests queued", func() bool {
+		s.batch.mu.Lock()
+		defer s.batch.mu.Unlock()
+		return len(s.batch.queue) == n-1
+	})
+	wg.Wait()
+	<-done
+	if calls := s.metrics.fcalls.Load() - fcalls; calls > 3 {
+		t.Errorf("%d calls for %d requests: not batched", calls, n)
+	}
+	for i, err := range errs {
+		switch {
+		case i == n/2 && (err == nil || sluice.ReasonOf(err) != sluice.FailError || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Errorf("the request on a list: %v (reason %s), want a WRONGTYPE error reply", err, sluice.ReasonOf(err))
+		case i != n/2 && err != nil:
+			t.Errorf("request %d, batched with it: %v", i, err)
+		}
+	}
+	if st := s.br.State(); st != breaker.Closed {
+		t.Errorf("breaker %s after an error reply", st)
+	}
+	for i := range n {
+		if i == n/2 {
+			continue
+		}
+		d, err := lim.AllowN(context.Background(), key(i), l, 0)
+		if err != nil || d.Remaining != 999 {
+			t.Errorf("%s after the batch: %+v, %v; want 999 remaining (counted once)", key(i), d, err)
+		}
+	}
+}

@@ -1113,9 +1113,12 @@ end
 
 -- take decides the requests of one call: ARGV[1] is "mode hits [now]" for
 -- one request, or "b requests [now]" for a batch of independent requests
--- (each all-or-nothing on its own, in mode "t"), each of which starts with
--- an argument "hits [now]" (now: the request's own clock). See the top of
--- this file.
+-- (each all-or-nothing on its own, in mode "t", or "e"), each of which
+-- starts with an argument "[e]hits keys args [now]" (its hits, the KEYS
+-- and the further ARGV it takes, now: the request's own clock). See the
+-- top of this file. A request of a batch that fails (an error reply on
+-- one of its keys) is answered with "!error" for each of its hits; the
+-- others are decided as if it were not there.
 local function take(KEYS, ARGV)
   local head = ARGV[1]
   local mode, n, given = match(head, '^(%a) (%d+) ?(%d*)$')
@@ -1129,7 +1132,8 @@ local function take(KEYS, ARGV)
   local k, a = 1, 2
   local timed = false
   for _ = 1, n do
-    local one, nhits, own = match(ARGV[a], '^(e?)(%d+) ?(%d*)$')
+    local one, nhits, nk, na, own = match(ARGV[a], '^(e?)(%d+) (%d+) (%d+) ?(%d*)$')
+    nhits = tonumber(nhits)
     if own ~= '' then
       clock(own)
     elseif not timed then
@@ -1138,7 +1142,15 @@ local function take(KEYS, ARGV)
     end
     local m = 't'
     if one == 'e' then m = 'e' end
-    k, a = decide(KEYS, k, ARGV, a + 1, m, tonumber(nhits), out)
+    local before = #out
+    local ok, err = pcall(decide, KEYS, k, ARGV, a + 1, m, nhits, out)
+    if not ok then
+      for i = #out, before + 1, -1 do out[i] = nil end
+      if type(err) == 'table' then err = err.err end
+      local reply = '!' .. tostring(err or 'error')
+      for _ = 1, nhits do out[#out + 1] = reply end
+    end
+    k, a = k + tonumber(nk), a + 1 + tonumber(na)
   end
   return out
 end
