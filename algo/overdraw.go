@@ -17,8 +17,9 @@ import "math"
 // Remaining 0, and its times measured on the new state: ResetAfter until
 // the state is idle, RetryAfter until a hit of cost 1 would fit again.
 //
-// A limit in debt already, or zero, is left as Step leaves it: a denied
-// hit never digs a deeper hole, so a client that keeps asking while
+// A limit in debt already, or zero (but a zero fixed window not in debt
+// yet: ChargesExhausted), is left as Step leaves it: a denied hit never
+// digs a deeper hole, so a client that keeps asking while
 // limited never pushes its own recovery further away. A limit exhausted
 // exactly (Remaining 0, not in debt) is charged only where that pushes no
 // recovery away, or the limit asks for it (ChargesExhausted): a fixed
@@ -33,7 +34,7 @@ import "math"
 func Overdraw(p *Params, s State, now, n int64) (State, Result) {
 	next, r := Step(p, s, now, n)
 	now = clampNow(now)
-	if n <= 0 && r.Allowed && p.Rate > 0 {
+	if n <= 0 && r.Allowed && (p.Rate > 0 || p.Kind == FixedWindow) {
 		// A peek at a state in debt is over the limit until the debt is
 		// repaid. Time going backwards makes a bucket look fuller, and a
 		// sliding window weigh its previous count in full, and so may
@@ -84,6 +85,9 @@ func Overdraws(r Result, n int64) bool {
 // after the fact (Debit), and for a fixed window, whose debt ends with its
 // window and so never delays a recovery. Not for a zero limit.
 func (p *Params) ChargesExhausted() bool {
+	if p.Kind == FixedWindow && p.Rate == 0 {
+		return true
+	}
 	return (p.Debit || p.Kind == FixedWindow) && p.Rate > 0 && p.Capacity > 0
 }
 

@@ -715,6 +715,31 @@ func (s suite) eachOverdraw(t *testing.T) {
 				t.Fatalf("debit %v: a second charge: %+v, want denied, not overdrawn", debit, per[0])
 			}
 		}
+		if k != algo.FixedWindow {
+			return
+		}
+		// A zero fixed window (requests_per_unit: 0): envoyproxy/ratelimit
+		// counts the denied hit, so a check after it in its window is
+		// denied, and one in the next window is allowed. (Right after a
+		// charge that found a window in debt: a Redis fast path once read
+		// that debt for this one.)
+		z := &sluice.Limit{Name: "zero", Algorithm: k, Rate: 0, Period: time.Minute}
+		if d, _ := e.each(hit("z", z, 0)); !d.Allowed {
+			t.Fatalf("check of a zero limit before any hit: %+v, want allowed", d)
+		}
+		if _, per := e.each(hit("z", z, 1)); per[0].Allowed || per[0].Overdrawn != hasEach {
+			t.Fatalf("a hit on a zero limit: %+v, want denied, overdrawn %v", per[0], hasEach)
+		}
+		if d, _ := e.each(hit("z", z, 0)); d.Allowed == hasEach {
+			t.Fatalf("check of a zero limit after a denied hit: %+v, want allowed %v", d, !hasEach)
+		}
+		if _, per := e.each(hit("z", z, 1)); per[0].Allowed || per[0].Overdrawn {
+			t.Fatalf("a second hit on a zero limit: %+v, want denied, not overdrawn (in debt)", per[0])
+		}
+		e.clock.Advance(time.Minute)
+		if d, _ := e.each(hit("z", z, 0)); !d.Allowed {
+			t.Fatalf("check of a zero limit in the next window: %+v, want allowed", d)
+		}
 	})
 }
 

@@ -22,6 +22,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 10}
   - key: tokens
     rate_limit: {unit: day, requests_per_unit: 100}
+  - key: blocked
+    rate_limit: {unit: day, requests_per_unit: 0}
 `
 
 // storeArgs are the stores the counting tests run on: the embedded one,
@@ -104,13 +106,7 @@ func debit(t *testing.T, sargs func(*testing.T) []string) {
 	p := startSluice(t, nil, append([]string{"--config", rules}, sargs(t)...)...)
 	call := func(cost uint64) *rlsv3.RateLimitResponse {
 		t.Helper()
-		d := desc("tokens", "team-a")
-		d.HitsAddend = wrapperspb.UInt64(cost)
-		r, err := p.rlReq(&rlsv3.RateLimitRequest{Domain: "count", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
-		if err != nil {
-			t.Fatalf("cost %d: %v", cost, err)
-		}
-		return r
+		return charge(t, p, desc("tokens", "team-a"), cost)
 	}
 	if r := call(0); codesOf(r) != "OK:OK" || remainingOf(r, 0) != 100 {
 		t.Fatalf("first check: %s %d", codesOf(r), remainingOf(r, 0))
@@ -130,6 +126,29 @@ func debit(t *testing.T, sargs func(*testing.T) []string) {
 			t.Fatalf("check %d after the overdrawing charge: %s, want OVER_LIMIT", i+1, codesOf(r))
 		}
 	}
+	// A zero limit (requests_per_unit: 0) under the same pattern: the first
+	// check passes, the charge is denied and counted, and the checks after
+	// it are denied, as envoyproxy/ratelimit answers (its INCRBY counts
+	// the denied hit). Before 2026-11-26 the checks after it passed here.
+	for i, c := range []struct {
+		cost uint64
+		want string
+	}{{0, "OK:OK"}, {1, "OVER_LIMIT:OVER_LIMIT"}, {0, "OVER_LIMIT:OVER_LIMIT"}, {1, "OVER_LIMIT:OVER_LIMIT"}, {0, "OVER_LIMIT:OVER_LIMIT"}} {
+		if r := charge(t, p, desc("blocked", "k"), c.cost); codesOf(r) != c.want {
+			t.Fatalf("zero limit, call %d of cost %d: %s, want %s", i, c.cost, codesOf(r), c.want)
+		}
+	}
+}
+
+// charge sends d with hits_addend cost (0: a check).
+func charge(t *testing.T, p *proc, d *ratelimitv3.RateLimitDescriptor, cost uint64) *rlsv3.RateLimitResponse {
+	t.Helper()
+	d.HitsAddend = wrapperspb.UInt64(cost)
+	r, err := p.rlReq(&rlsv3.RateLimitRequest{Domain: "count", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+	if err != nil {
+		t.Fatalf("cost %d: %v", cost, err)
+	}
+	return r
 }
 
 // TestServeE2EConfigDirectory: envoy-rl's runtime directory settings. With

@@ -636,6 +636,7 @@ do
 	-- algo.charges_exhausted(p): a charge that finds p's limit exhausted,
 	-- not in debt, is counted (Params.ChargesExhausted).
 	function algo.charges_exhausted(p)
+		if p.kind == 0 and p.rate == 0 then return true end
 		return (p.debit or p.kind == 0) and p.rate ~= 0 and p.cap ~= 0
 	end
 
@@ -650,7 +651,7 @@ do
 		local st2, r = algo.step(p, st, now, n)
 		now = clamp_now(now)
 		if n == 0 then
-			if r.allowed and p.rate ~= 0 and p.period ~= 0 then
+			if r.allowed and (p.rate ~= 0 or p.kind == 0) and p.period ~= 0 then
 				local retry = debt(p, st, now)
 				if retry ~= nil then
 					return st2, { allowed = false, remaining = r.remaining, reset = r.reset, retry = retry }

@@ -180,7 +180,11 @@ do
 			end
 		end
 		if sp.rate == 0 then
-			return zero_limit(rt, n, reset)
+			-- In debt when a denied hit was counted (mode "e"): the
+			-- scratch table may say owed of an earlier call.
+			local r = zero_limit(rt, n, reset)
+			r.owed = count > 0
+			return r
 		end
 		local cap = sp.cap
 		local have = cap - count
