@@ -337,7 +337,7 @@ func (s *Store) learnEach(hits []sluice.Hit, out []sluice.Decision, now int64) {
 		switch {
 		case keyBefore(hits, i) || h.Cost == 0:
 		case learnable(h, d):
-			s.learn(s.identity(h), h, d, now)
+			s.learnOne(s.identity(h), h, d, now, true)
 		case d.Allowed:
 			s.forget(s.identity(h))
 		}
@@ -362,7 +362,8 @@ func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision, e
 	}
 	*d = sluice.Decision{Limit: e.limit, Remaining: max(e.remaining, 0), Blocked: e.remaining < 0}
 	switch {
-	case e.until == never:
+	case e.until == never, h.Limit.Rate == 0 && !d.Blocked:
+		// A zero limit never admits a hit, whenever its entry ends.
 		d.RetryAfter = sluice.Never
 	case h.Cost > e.minCost && !d.Blocked && h.Cost > h.Limit.Params().Capacity:
 		// Above the capacity, as the store would say.
@@ -390,9 +391,14 @@ func isWindow(k sluice.Algorithm) bool {
 	return k == sluice.FixedWindow || k == sluice.SlidingWindow || k == sluice.Sketch
 }
 
-// learn remembers the denial d of h, whose identity is id; t0 is the
-// cache's clock read before the store was asked.
+// learn remembers the denial d of h, decided all-or-nothing.
 func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64) {
+	s.learnOne(id, h, d, t0, false)
+}
+
+// learnOne remembers the denial d of h, whose identity is id; t0 is the
+// cache's clock read before the store was asked; each: decided one by one.
+func (s *Store) learnOne(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64, each bool) {
 	e := entry{
 		until:     afterSat(t0, d.RetryAfter),
 		reset:     afterSat(t0, d.ResetAfter),
@@ -404,6 +410,12 @@ func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64) {
 		// In debt until RetryAfter, when a hit of cost 1 fits again: every
 		// cost is denied until then.
 		e.minCost = 1
+	}
+	if each && h.Limit.Algorithm == sluice.FixedWindow {
+		// No longer than its window: a zero window denies forever, but
+		// decided one by one the store counts the first denied hit of
+		// each window (algo.Overdraw), which must reach it.
+		e.until = min(e.until, e.reset)
 	}
 	if d.Blocked {
 		// The key is blocked until t0 + BlockFor at least (the store

@@ -740,6 +740,18 @@ func (s suite) eachOverdraw(t *testing.T) {
 		if d, _ := e.each(hit("z", z, 0)); !d.Allowed {
 			t.Fatalf("check of a zero limit in the next window: %+v, want allowed", d)
 		}
+		if !hasEach {
+			return
+		}
+		// A zero rate with an elastic ceiling of 2: charged until the
+		// count passes the ceiling, on every store alike (a Redis fast
+		// path once stopped at the first).
+		zc := &sluice.Limit{Name: "zero-ceiling", Algorithm: k, Rate: 0, Period: time.Minute, ElasticCeiling: 2}
+		for i, want := range []bool{true, true, true, false} {
+			if _, per := e.each(hit("zc", zc, 1)); per[0].Allowed || per[0].Overdrawn != want {
+				t.Fatalf("hit %d on a zero limit with a ceiling of 2: %+v, want denied, overdrawn %v", i, per[0], want)
+			}
+		}
 	})
 }
 

@@ -180,10 +180,11 @@ do
 			end
 		end
 		if sp.rate == 0 then
-			-- In debt when a denied hit was counted (mode "e"): the
-			-- scratch table may say owed of an earlier call.
+			-- In debt past its capacity (algo's debt), after denied hits
+			-- were counted in mode "e"; the scratch table may say owed
+			-- of an earlier call.
 			local r = zero_limit(rt, n, reset)
-			r.owed = count > 0
+			r.owed = count > sp.cap
 			return r
 		end
 		local cap = sp.cap
