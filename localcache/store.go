@@ -199,7 +199,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	for i := range hits {
 		h, d := &hits[i], &out[i]
 		if learnable(h, d) && !keyBefore(hits, i) {
-			s.learn(s.identity(h), h, d, now)
+			s.learn(s.identity(h), h, d, now, false)
 		}
 		if !d.Allowed && !h.Limit.Shadow {
 			allowed = false
@@ -248,7 +248,7 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 	case err != nil:
 		return d, err
 	case learnable(&h, &d):
-		s.learn(id, &h, &d, now)
+		s.learn(id, &h, &d, now, false)
 	case held && d.Allowed:
 		// The hit consumed: the entry's Remaining and ResetAfter are out
 		// of date.
@@ -337,7 +337,7 @@ func (s *Store) learnEach(hits []sluice.Hit, out []sluice.Decision, now int64) {
 		switch {
 		case keyBefore(hits, i) || h.Cost == 0:
 		case learnable(h, d):
-			s.learnOne(s.identity(h), h, d, now, true)
+			s.learn(s.identity(h), h, d, now, true)
 		case d.Allowed:
 			s.forget(s.identity(h))
 		}
@@ -391,14 +391,9 @@ func isWindow(k sluice.Algorithm) bool {
 	return k == sluice.FixedWindow || k == sluice.SlidingWindow || k == sluice.Sketch
 }
 
-// learn remembers the denial d of h, decided all-or-nothing.
-func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64) {
-	s.learnOne(id, h, d, t0, false)
-}
-
-// learnOne remembers the denial d of h, whose identity is id; t0 is the
+// learn remembers the denial d of h, whose identity is id; t0 is the
 // cache's clock read before the store was asked; each: decided one by one.
-func (s *Store) learnOne(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64, each bool) {
+func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64, each bool) {
 	e := entry{
 		until:     afterSat(t0, d.RetryAfter),
 		reset:     afterSat(t0, d.ResetAfter),
