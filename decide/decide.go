@@ -36,6 +36,9 @@ type Decider struct {
 	each     atomic.Bool // the default of domains that set no all_or_nothing: each limit on its own
 	quota    atomic.Bool // every descriptor a quota (envoy-rl's QUOTA_MODE)
 	runtime  atomic.Pointer[runtimeBox]
+
+	spent ledger       // what the local failure policy admitted, to write back
+	clock func() int64 // the write-back's clock (tests); nil: time.Now
 }
 
 type runtimeBox struct{ r rules.Runtime }
@@ -153,15 +156,15 @@ type DescriptorOutcome struct {
 	Quota bool
 
 	// Decision is the deciding limit of the descriptor. Under the local
-	// failure policy, Limit is the node's divided copy of the configured
-	// limit (see Failover).
+	// failure policy, Remaining is what this node still admits (see
+	// Failover).
 	Decision sluice.Decision
 	Limit    *sluice.Limit
 }
 
 // LimitOutcome is one limit decided for a request and its decision.
 type LimitOutcome struct {
-	Limit    *sluice.Limit // as enforced: under the local failure policy, the node's copy
+	Limit    *sluice.Limit
 	Decision sluice.Decision
 	Cost     int64 // the hits applied (or, in a denied request, not applied)
 
@@ -345,10 +348,14 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 		// hits whose limits are those it enforced.
 		storeErr := err
 		var policy rules.FailurePolicy
-		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr); err != nil {
+		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr, cause == nil); err != nil {
 			return err
 		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, sluice.ReasonOf(storeErr)
+	} else if cause == nil && len(hits) > 0 && d.spent.pending.Load() {
+		// The store answers again: charge it what the local policy
+		// admitted meanwhile.
+		d.startWriteBack(d.failover.Load().Logger)
 	}
 
 	n := len(p.Matches)

@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/bits"
-	"sync"
-	"sync/atomic"
+	"log/slog"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -31,20 +29,22 @@ import (
 //     told to come back within a second finds out soon after the store
 //     recovers.
 //   - local: the same hits are decided on the Local limiter, a store of the
-//     node's own, with every limit divided by the number of nodes (Nodes,
-//     or as the nodes learn it, NodeCount): its rate, burst and
-//     elastic ceiling (and the domain capacity's) each become
-//     ceil(x/Nodes), so that a small limit never becomes 0 and the nodes
-//     together admit at most Nodes*ceil(x/Nodes) <= x+Nodes-1 where the
-//     cluster admitted x, provided the load is spread over Nodes nodes (a
-//     node that gets all of a key's traffic admits only its share). The
-//     algorithm, period and the other settings are unchanged, except that
-//     a token bucket with discrete refill adds ceil(a/Nodes) tokens per
-//     interval where it added a (a little more, never more than a, for a
-//     huge rate over an interval longer than its period, where that amount
-//     cannot be stated in whole tokens). The counters are the node's own and
-//     start empty: what the store had counted is not carried over, and
-//     what the node counts is not carried back when the store recovers.
+//     node's own, so that each node admits about its share of every limit:
+//     each hit weighs its cost times the number of nodes (Nodes, or as the
+//     nodes learn it, NodeCount) against the configured limit (see
+//     localCost), so that N nodes together admit at most N·max(1,
+//     floor(x/N)) <= max(x, N) requests of cost 1 where the cluster admits
+//     x, provided the load is spread over the N nodes (a node that gets all
+//     of a key's traffic admits only its share). The local counters are in
+//     the limit's own units, the node's estimate of what the cluster spent,
+//     so that a change in the number of nodes never gives back what they
+//     hold; they are the node's own, kept across outages (a second outage
+//     in the same window starts from the first one's counts) and expire
+//     as any key does. Decisions report the configured limit, and as
+//     Remaining the requests of cost 1 the node still admits. What the
+//     local policy admits is written back to the store when it answers
+//     again (writeback.go), so that a store that comes back does not hand
+//     out that quota a second time.
 //
 // Every request tries the store first, so that answers return to the
 // store's as soon as it answers again; a store that fails fast while down
@@ -61,7 +61,8 @@ type Failover struct {
 	Local *sluice.Limiter
 
 	// Nodes is the number of nodes that share the limits: the local
-	// policy divides every limit by it. Zero means NodeCount's, or 1.
+	// policy gives each node 1/Nodes of every limit. Zero means
+	// NodeCount's, or 1.
 	Nodes int
 
 	// NodeCount, when Nodes is zero, returns the number of nodes sharing
@@ -69,6 +70,10 @@ type Failover struct {
 	// registry: redisstore.Store.Nodes), asked whenever the local policy
 	// answers. A result below 1 (not learnt yet) means 1.
 	NodeCount func() int
+
+	// Logger, if set, is told of every write-back of what the local
+	// policy admitted.
+	Logger *slog.Logger
 }
 
 // nodes is the number of nodes the local policy divides by.
@@ -84,10 +89,9 @@ func (f *Failover) nodes() int64 {
 	return 1
 }
 
-// failover is a Failover in force, with the local copies of the limits.
+// failover is a Failover in force.
 type failover struct {
 	Failover
-	scaled atomic.Pointer[scaledLimits]
 }
 
 // SetFailover sets how store failures are answered. It may be called at any
@@ -118,10 +122,11 @@ func (d *Decider) Failover() Failover { return d.failover.Load().Failover }
 
 // fail answers, by the domain's failure policy, the request planned in s
 // whose store decision failed with storeErr. It returns the hits as the
-// policy decided them (with the local policy, their limits are the local
-// copies), the overall decision, and the policy; or an error when no
-// policy applies, writing the per-hit decisions to out.
-func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, storeErr error) ([]sluice.Hit, sluice.Decision, rules.FailurePolicy, error) {
+// policy decided them, the overall decision, and the policy; or an error
+// when no policy applies, writing the per-hit decisions to out. When record
+// is set (the store itself failed, not a caller's backend), what the local
+// policy admits is recorded for the write-back.
+func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, storeErr error, record bool) ([]sluice.Hit, sluice.Decision, rules.FailurePolicy, error) {
 	p := &s.plan
 	if errors.Is(storeErr, sluice.ErrInvalid) || ctx.Err() != nil || p.Domain == nil {
 		return nil, sluice.Decision{}, rules.FailDefault, storeErr
@@ -143,14 +148,27 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		if f.Local == nil {
 			return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("%w (failure_policy local, but no local limiter is set)", storeErr)
 		}
-		hits = f.localHits(s)
+		nodes := f.nodes()
+		local := f.localHits(s, nodes)
+		each := !d.allOrNothingFor(p.Domain, s.pref) || d.hasQuota(p)
 		decide := f.Local.DecideInto
-		if !d.allOrNothingFor(p.Domain, s.pref) {
+		if each {
 			decide = f.Local.DecideEach
 		}
-		overall, err := decide(ctx, hits, out)
+		overall, err := decide(ctx, local, out)
 		if err != nil {
 			return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("local failure policy: %w (after the store failed: %v)", err, storeErr)
+		}
+		if record {
+			d.spent.record(hits, func(i int) bool { return out[i].Allowed && (each || overall.Allowed) }, d.now())
+		}
+		if nodes > 1 {
+			// Remaining counts the requests of cost 1 the node still
+			// admits, as it does when the store decides.
+			for i := range hits {
+				out[i].Remaining /= localCost(1, nodes, hits[i].Limit)
+			}
+			overall = sluice.Overall(hits, out)
 		}
 		return hits, overall, rules.FailLocal, nil
 	default:
@@ -173,10 +191,10 @@ const (
 	digestLen    = 32 // hex characters
 )
 
-// localHits returns the plan's hits as the local policy decides them, in s:
-// local keys and limits divided by the number of nodes.
-func (f *failover) localHits(s *scratch) []sluice.Hit {
-	scaled := f.limitsFor(s.cfg)
+// localHits returns the plan's hits as the local policy decides them on one
+// of nodes nodes, in s: local keys, the configured limits, and each cost
+// weighed by localCost.
+func (f *failover) localHits(s *scratch, nodes int64) []sluice.Hit {
 	hits := s.plan.Hits
 	s.localKeys = s.localKeys[:0]
 	s.localEnds = s.localEnds[:0]
@@ -193,7 +211,8 @@ func (f *failover) localHits(s *scratch) []sluice.Hit {
 			s.localKeys = hex.AppendEncode(s.localKeys, sum[:digestLen/2])
 		}
 		s.localEnds = append(s.localEnds, len(s.localKeys))
-		s.local = append(s.local, sluice.Hit{Limit: scaled.get(hits[i].Limit), Cost: hits[i].Cost})
+		l := hits[i].Limit
+		s.local = append(s.local, sluice.Hit{Limit: l, Cost: localCost(hits[i].Cost, nodes, l)})
 	}
 	all := string(s.localKeys)
 	start := 0
@@ -204,98 +223,36 @@ func (f *failover) localHits(s *scratch) []sluice.Hit {
 	return s.local
 }
 
-// scaledLimits holds the local copies of the limits of one rules
-// configuration, made on first use and kept until the rules change.
-type scaledLimits struct {
-	cfg   *rules.Config
-	nodes int64
-	m     sync.Map // *sluice.Limit -> *sluice.Limit
-	n     atomic.Int64
-}
-
-// maxScaled bounds the copies kept for one configuration: the limits of
-// per-request overrides beyond the rules' own cache are new on every
-// request, and are divided anew each time once the bound is reached.
-const maxScaled = 1 << 14
-
-// limitsFor returns the local copies for cfg, starting afresh when the rules
-// or the number of nodes have changed.
-func (f *failover) limitsFor(cfg *rules.Config) *scaledLimits {
-	nodes := f.nodes()
-	if sl := f.scaled.Load(); sl != nil && sl.cfg == cfg && sl.nodes == nodes {
-		return sl
+// localCost is what a hit of cost c weighs on one of n nodes under the local
+// policy: c·n, in the limit's own units.
+//
+// The local counters count what the node admits as if every node admitted
+// as much, that is the node's estimate of what the whole cluster spent, and
+// they are compared with the configured limit. So a node admits about 1/n of
+// the limit, and its counters never depend on n: when the number of nodes
+// changes (registrations expiring during an outage, nodes joining), what a
+// counter holds stays spent. A node that saw 3 nodes and admitted 667 of a
+// limit of 2,000 holds 2,001 and admits nothing more when it comes to see 1
+// node; dividing the limit instead would have given it a fresh counter of
+// 2,000.
+//
+// A cost that fits the limit's capacity (its burst, or its rate for the
+// windows) alone is capped at that capacity, so that a limit smaller than n
+// still admits one such request per node and window rather than none: a
+// node admits max(1, floor(x/(c·n))) requests of cost c in a window of x.
+// c·n saturates at MaxCost.
+func localCost(c, n int64, l *sluice.Limit) int64 {
+	if n <= 1 || c <= 0 {
+		return c
 	}
-	sl := &scaledLimits{cfg: cfg, nodes: nodes}
-	f.scaled.Store(sl)
-	return sl
-}
-
-// get returns the local copy of l.
-func (sl *scaledLimits) get(l *sluice.Limit) *sluice.Limit {
-	if sl.nodes <= 1 {
-		return l
+	w := int64(sluice.MaxCost)
+	if c <= sluice.MaxCost/n {
+		w = c * n
 	}
-	if v, ok := sl.m.Load(l); ok {
-		return v.(*sluice.Limit)
+	if capacity := l.Nominal(); c <= capacity && w > capacity {
+		w = capacity
 	}
-	c := scale(l, sl.nodes)
-	if sl.n.Load() < maxScaled {
-		if v, loaded := sl.m.LoadOrStore(l, c); loaded {
-			return v.(*sluice.Limit)
-		}
-		sl.n.Add(1)
-	}
-	return c
-}
-
-// scale returns a copy of l, a valid limit, for one of n nodes sharing it:
-// its rate, burst and elastic ceiling each ceil(x/n), everything else
-// unchanged. A token bucket's burst is set explicitly (ceil(Nominal/n)) so
-// that a zero burst, which means the rate, keeps meaning the original rate
-// divided. A token bucket with discrete refill, which adds a =
-// Rate*RefillInterval/Period tokens per interval, adds ceil(a/n) instead,
-// stated as that rate per interval so that the amount stays whole. The copy
-// is valid; n < 1 is taken as 1.
-func scale(l *sluice.Limit, n int64) *sluice.Limit {
-	c := *l
-	if n <= 1 {
-		return &c
-	}
-	isBucket := l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyBucket || l.Algorithm == sluice.GCRA
-	if isBucket {
-		c.Burst = ceilDiv(l.Nominal(), n)
-	}
-	c.Rate = ceilDiv(l.Rate, n)
-	c.ElasticCeiling = ceilDiv(l.ElasticCeiling, n)
-	if l.RefillInterval > 0 {
-		// a tokens per step; valid input has Rate*RefillInterval in 64
-		// bits and a multiple of Period.
-		iv, per := uint64(l.RefillInterval), uint64(l.Period)
-		_, lo := bits.Mul64(uint64(l.Rate), iv)
-		c.Rate, c.Period = ceilDiv(int64(lo/per), n), l.RefillInterval
-		if hi, _ := bits.Mul64(uint64(c.Rate), iv); hi != 0 || c.Rate > sluice.MaxCost {
-			// Too many tokens per step to state so: keep the period
-			// and round the divided rate up to the next rate whose
-			// step is whole, a multiple of m.
-			m := int64(per / gcd(per, iv))
-			c.Rate, c.Period = ceilDiv(l.Rate/m, n)*m, l.Period
-		}
-	}
-	return &c
-}
-
-func gcd(a, b uint64) uint64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-func ceilDiv(x, n int64) int64 {
-	if x <= 0 {
-		return x
-	}
-	return (x-1)/n + 1
+	return w
 }
 
 // StoreReadiness is the readiness rule of every front door, given its

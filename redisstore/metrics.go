@@ -45,7 +45,7 @@ var (
 	fcallsDesc = prometheus.NewDesc("sluice_redis_script_calls_total",
 		"Calls of the decision script (FCALL): fewer than the requests, when requests that arrive while calls are in flight go together.", nil, nil)
 	nodesDesc = prometheus.NewDesc("sluice_nodes",
-		"Nodes sharing the limits, as the Redis store's registry last told (this one included; 0 before it first did): the local failure policy divides every limit by it unless --local-nodes is set.", nil, nil)
+		"Nodes sharing the limits, as the Redis store's registry last told (this one included; 0 before it first did): the local failure policy gives each node 1/N of every limit unless --local-nodes is set.", nil, nil)
 	queuedDesc = prometheus.NewDesc("sluice_redis_queued",
 		"Requests waiting for a slot among the calls in flight (at most --redis-max-queue; beyond it they are shed).", nil, nil)
 	upDesc = prometheus.NewDesc("sluice_redis_up",

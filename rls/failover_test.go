@@ -233,49 +233,52 @@ descriptors:
 	e.decide(t, desc("user", "a"))
 	e.store.fail(errDown)
 
-	// ceil(10/3) = 4 admitted per node, counted afresh on the node.
+	// floor(10/3) = 3 admitted on the node: each request weighs 3 against
+	// the limit of 10, on the node's own counters.
 	for i := range 5 {
 		o := e.decide(t, desc("user", "a"))
 		if o.Degraded != rules.FailLocal || !errors.Is(o.StoreErr, errDown) {
 			t.Fatalf("request %d: degraded %v (%v)", i, o.Degraded, o.StoreErr)
 		}
-		want := "OK: OK"
-		if i == 4 {
-			want = "OVER_LIMIT: OVER_LIMIT"
+		want, remaining := "OK: OK", uint32(2-i)
+		if i >= 3 {
+			want, remaining = "OVER_LIMIT: OVER_LIMIT", 0
 		}
 		if got := codes(o); got != want {
 			t.Errorf("request %d: %s, want %s", i, got, want)
 		}
+		// The response reports the configured limit, and what the node
+		// still admits.
 		st := o.Response.Statuses[0]
-		if st.GetCurrentLimit().GetRequestsPerUnit() != 4 || o.Descriptors[0].Decision.Limit != 4 || o.Descriptors[0].StatKey != "api.user" {
+		if st.GetCurrentLimit().GetRequestsPerUnit() != 10 || st.LimitRemaining != remaining || o.Descriptors[0].Decision.Limit != 10 || o.Descriptors[0].StatKey != "api.user" {
 			t.Errorf("request %d: status %v, decision %+v", i, st, o.Descriptors[0].Decision)
 		}
-		// The outcome names the limits the node enforced; the domain
-		// capacity is divided too.
-		if o.Limits[0].Limit.Rate != 4 || o.Limits[1].Limit.Rate != 34 || o.Limits[1].Descriptor != -1 {
+		// The outcome names the configured limits, the domain capacity's
+		// too.
+		if o.Limits[0].Limit.Rate != 10 || o.Limits[1].Limit.Rate != 100 || o.Limits[1].Descriptor != -1 {
 			t.Errorf("request %d: limits %+v %+v", i, o.Limits[0].Limit, o.Limits[1].Limit)
 		}
 	}
-	// A limit of 1 stays 1.
+	// A limit of 1 admits one request a node.
 	for i, want := range []string{"OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
 		if got := codes(e.decide(t, desc("one", "a"))); got != want {
 			t.Errorf("limit of one, request %d: %s, want %s", i, got, want)
 		}
 	}
-	// A bucket's burst is divided: ceil(7/3) = 3.
+	// A bucket of 7: floor(7/3) = 2.
 	for i := range 4 {
 		o := e.decide(t, desc("bucket", "a"))
-		if want := i < 3; o.Overall.Allowed != want || o.Overall.Limit != 3 {
+		if want := i < 2; o.Overall.Allowed != want || o.Overall.Limit != 7 {
 			t.Errorf("bucket request %d: %+v", i, o.Overall)
 		}
 	}
-	// Several limits of a descriptor stay all-or-nothing: ceil(2/3) = 1
-	// per second.
+	// Several limits of a descriptor stay all-or-nothing: a limit of 2 a
+	// second admits one request a node.
 	if got := codes(e.decide(t, desc("post", "a"))); got != "OK: OK" {
 		t.Errorf("post: %s", got)
 	}
 	o := e.decide(t, desc("post", "a"))
-	if codes(o) != "OVER_LIMIT: OVER_LIMIT" || o.Limits[1].Decision.Remaining != 333 {
+	if codes(o) != "OVER_LIMIT: OVER_LIMIT" || o.Limits[1].Decision.Remaining != 997/3 {
 		t.Errorf("post again: %s, hourly %+v", codes(o), o.Limits[1].Decision)
 	}
 
@@ -440,12 +443,12 @@ func TestFailLocalReload(t *testing.T) {
 	e := newFailEnv(t, failRules)
 	e.setFailover(t, rls.Failover{Default: rules.FailLocal, Local: e.local, Nodes: 2})
 	e.store.fail(errDown)
-	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 5 {
-		t.Fatalf("limit %d, want 5", o.Overall.Limit)
+	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 10 || o.Overall.Remaining != 4 {
+		t.Fatalf("%+v, want limit 10 and 4 remaining", o.Overall)
 	}
 	e.dec.SetRules(rulestest.Config(t, strings.Replace(failRules, "requests_per_unit: 10}", "requests_per_unit: 30}", 1)))
-	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 15 {
-		t.Errorf("after the reload: limit %d, want 15", o.Overall.Limit)
+	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 30 || o.Overall.Remaining != 14 {
+		t.Errorf("after the reload: %+v, want limit 30 and 14 remaining", o.Overall)
 	}
 }
 

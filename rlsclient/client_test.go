@@ -362,13 +362,13 @@ func TestRemoteDown(t *testing.T) {
 			}
 			return rlsclient.Config{Fallback: fb}
 		}, func(t *testing.T, os []*rls.Outcome) {
-			// ceil(3/2) = 2 a minute on this node.
+			// floor(3/2) = 1 a minute on this node.
 			for i, o := range os {
 				want := "OK: OK"
-				if i >= 2 {
+				if i >= 1 {
 					want = "OVER_LIMIT: OVER_LIMIT"
 				}
-				if o.Degraded != rules.FailLocal || codes(o) != want || o.Overall.Limit != 2 || o.Limits[0].Limit.Rate != 2 {
+				if o.Degraded != rules.FailLocal || codes(o) != want || o.Overall.Limit != 3 || o.Limits[0].Limit.Rate != 3 {
 					t.Errorf("request %d: %v %s %+v", i, o.Degraded, codes(o), o.Overall)
 				}
 				if !errors.Is(o.StoreErr, rlsclient.ErrUnavailable) {

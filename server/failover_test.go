@@ -76,7 +76,7 @@ func threeDomains(t *testing.T) *rules.Config {
 	var ds []*rules.Domain
 	for _, src := range []string{
 		"domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
-		"domain: auth\nfailure_policy: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n",
+		"domain: auth\nfailure_policy: local\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
 		"domain: pay\nfailure_policy: fail_closed\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
 	} {
 		d, err := rules.Parse("test.yaml", []byte(src))
@@ -115,10 +115,11 @@ func TestFailurePolicies(t *testing.T) {
 			t.Errorf("fail_open: %s %v", codes(resp), resp)
 		}
 	}
-	// local: 3 per minute over 2 nodes is 2 on this one.
+	// local: 5 per minute over 2 nodes is floor(5/2) = 2 on this one, and
+	// the headers tell the configured limit.
 	e.expect(req("auth", d("user=a")), 2, "OK: OK")
 	resp := e.call(req("auth", d("user=a")))
-	if codes(resp) != "OVER_LIMIT: OVER_LIMIT" || headers(resp)["X-RateLimit-Limit"] != "2" {
+	if codes(resp) != "OVER_LIMIT: OVER_LIMIT" || headers(resp)["X-RateLimit-Limit"] != "5" {
 		t.Errorf("local: %s %v", codes(resp), headers(resp))
 	}
 	// fail_closed: denied, come back in a second.

@@ -71,7 +71,7 @@ func (r *remoteSettings) dialOptions() ([]grpc.DialOption, error) {
 // openRemoteDecider decides on the remote service of r. The rules
 // initial, in a Decider over this process's memory, answer by their
 // failure policy (the domain's failure_policy, else --failure-policy;
-// local limits divided by --local-nodes) when the remote cannot.
+// local: this process's share, 1/--local-nodes, of every limit) when the remote cannot.
 func openRemoteDecider(s *storeSettings, r *remoteSettings, initial *rules.Config, log *slog.Logger) (*proxyDecider, error) {
 	opts, err := r.dialOptions()
 	if err != nil {

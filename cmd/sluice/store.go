@@ -182,8 +182,8 @@ func (s *storeSettings) flags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&s.store, "store", "memory", usage)
 	s.redis.flags(fs)
-	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailLocal, "`policy` when the store cannot decide, for domains that set no failure_policy: local (limit on this node alone, each limit divided by the number of nodes), fail_closed, or fail_open")
-	fs.IntVar(&s.localNodes, "local-nodes", 0, "`nodes` sharing the limits: the local failure policy divides every limit by this; 0 means the count the nodes learn from each other through Redis (1 with another store, or until learnt)")
+	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailLocal, "`policy` when the store cannot decide, for domains that set no failure_policy: local (limit on this node alone, each node admitting its share of every limit), fail_closed, or fail_open")
+	fs.IntVar(&s.localNodes, "local-nodes", 0, "`nodes` sharing the limits: the local failure policy gives each node 1/nodes of every limit; 0 means the count the nodes learn from each other through Redis (1 with another store, or until learnt)")
 	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
 }
 
@@ -219,7 +219,7 @@ func newLocalDecider(s *storeSettings, log *slog.Logger) (*rls.Decider, *storeSe
 	local := memstore.New(memstore.Config{})
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
-	f := rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
+	f := rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes, Logger: log}
 	if set.redis != nil {
 		f.NodeCount = set.redis.Nodes
 	}

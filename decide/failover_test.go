@@ -1,0 +1,266 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// downStore is a store that fails while down is set, and otherwise passes
+// every call, one by one ones included, to its memstore. Failing from the
+// inside is tested end to end with Redis; the Decider sees only an error.
+type downStore struct {
+	inner     *memstore.Store
+	down      atomic.Bool
+	failEach  atomic.Bool // fail the calls decided one by one (the write-back's)
+	eachCalls atomic.Int64
+}
+
+var errStoreDown = errors.New("connection refused")
+
+func (s *downStore) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.call(func() error { return s.inner.Take(ctx, hits, out) })
+}
+
+func (s *downStore) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	s.eachCalls.Add(1)
+	if s.failEach.Load() {
+		return errStoreDown
+	}
+	return s.call(func() error { return s.inner.TakeEach(ctx, hits, out) })
+}
+
+func (s *downStore) call(f func() error) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return f()
+}
+
+type localEnv struct {
+	d     *decide.Decider
+	store *downStore
+	nodes atomic.Int64
+}
+
+// newLocalEnv is a Decider of one domain "api" over a store that can go
+// down, whose local failure policy learns the number of nodes from
+// e.nodes, as a node learns it from the Redis store's registry.
+func newLocalEnv(t *testing.T, yaml string) *localEnv {
+	t.Helper()
+	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	mem := memstore.New(memstore.Config{Now: clock, SweepInterval: -1})
+	local := memstore.New(memstore.Config{Now: clock, SweepInterval: -1})
+	t.Cleanup(func() { mem.Close(); local.Close() })
+	dom, err := rules.Parse("api.yaml", []byte("domain: api\nfailure_policy: local\n"+yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &localEnv{store: &downStore{inner: mem}}
+	e.nodes.Store(1)
+	e.d = decide.NewDecider(sluice.NewLimiter(e.store), cfg)
+	err = e.d.SetFailover(decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *localEnv) decide(t *testing.T, key, value string) *decide.Outcome {
+	t.Helper()
+	var o decide.Outcome
+	err := e.d.DecideInto(context.Background(), "api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}, Cost: 1}}, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &o
+}
+
+// admit decides key=value until a denial, and returns how many were
+// admitted, all by the policy.
+func (e *localEnv) admit(t *testing.T, key, value string) int {
+	t.Helper()
+	for n := 0; ; n++ {
+		o := e.decide(t, key, value)
+		if o.Degraded != rules.FailLocal {
+			t.Fatalf("request %d decided by %v, not the local policy", n, o.Degraded)
+		}
+		if !o.Overall.Allowed {
+			return n
+		}
+		if n > 10000 {
+			t.Fatal("never denied")
+		}
+	}
+}
+
+// TestLocalPolicyNodesChange: what a node admitted under the local policy
+// stays spent when the number of nodes it learns changes. During an outage
+// the registry's entries expire, and when the store comes back the first
+// nodes to register see themselves alone while their breakers are still
+// open; dividing the limit by the new count gave them fresh counters at a
+// larger share, and the cluster admitted about N times the limit.
+func TestLocalPolicyNodesChange(t *testing.T) {
+	for _, alg := range []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"} {
+		t.Run(alg, func(t *testing.T) {
+			e := newLocalEnv(t, "descriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 30, algorithm: "+alg+"}\n")
+			e.nodes.Store(3)
+			e.store.down.Store(true)
+			if n := e.admit(t, "k", "a"); n != 10 {
+				t.Fatalf("3 nodes: admitted %d of 30, want 10", n)
+			}
+			for _, nodes := range []int64{1, 2, 3, 1} {
+				e.nodes.Store(nodes)
+				if n := e.admit(t, "k", "a"); n != 0 {
+					t.Fatalf("the node now sees %d nodes: admitted %d more after its share of 10", nodes, n)
+				}
+			}
+			// A node that saw one node and spent 12, then learns of 3
+			// (the others registering again), has 18 left, a third of
+			// which is its share.
+			e.nodes.Store(1)
+			for range 12 {
+				e.decide(t, "k", "b")
+			}
+			e.nodes.Store(3)
+			if n := e.admit(t, "k", "b"); n != 6 {
+				t.Errorf("12 spent alone, then 3 nodes: admitted %d more, want 6", n)
+			}
+		})
+	}
+}
+
+// TestLocalPolicyShares: each node admits max(1, floor(x/N)) requests of
+// cost 1; a limit under N admits one a node, a zero limit none.
+// Decisions report the configured limit and what the node still admits.
+func TestLocalPolicyShares(t *testing.T) {
+	e := newLocalEnv(t, `
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: zero
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: token_bucket, burst: 7}
+`)
+	e.nodes.Store(3)
+	e.store.down.Store(true)
+	o := e.decide(t, "user", "a")
+	if d := o.Overall; !d.Allowed || d.Limit != 10 || d.Remaining != 2 || o.Limits[0].Limit.Rate != 10 {
+		t.Errorf("first local decision: %+v, limit %+v", d, o.Limits[0].Limit)
+	}
+	for _, c := range []struct {
+		key  string
+		want int
+	}{{"user", 2}, {"one", 1}, {"zero", 0}, {"bucket", 2}} {
+		if n := e.admit(t, c.key, "b"); n != c.want+boolInt(c.key == "user") {
+			t.Errorf("%s: admitted %d, want %d", c.key, n, c.want+boolInt(c.key == "user"))
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestLocalPolicyWriteBack: what the local policy admitted is charged to
+// the store when it answers again, so that the store does not hand out
+// that quota a second time, even past the limit; a write-back that the
+// store fails is kept for the next.
+func TestLocalPolicyWriteBack(t *testing.T) {
+	e := newLocalEnv(t, `
+descriptors:
+  - key: bucket
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: token_bucket}
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log}
+`)
+	e.nodes.Store(2)
+	for range 10 {
+		e.decide(t, "bucket", "a")
+		e.decide(t, "log", "a")
+	}
+	for range 95 {
+		e.decide(t, "bucket", "full")
+	}
+	e.store.down.Store(true)
+	for _, v := range []string{"a", "full"} {
+		if n := e.admit(t, "bucket", v); n != 50 {
+			t.Fatalf("bucket %s: the local policy admitted %d, want 50", v, n)
+		}
+	}
+	if n := e.admit(t, "log", "a"); n != 50 {
+		t.Fatalf("log: the local policy admitted %d, want 50", n)
+	}
+
+	// The store answers again, but fails the write-back.
+	e.store.failEach.Store(true)
+	e.store.down.Store(false)
+	if o := e.decide(t, "bucket", "a"); o.Degraded != rules.FailDefault || o.Overall.Remaining != 89 {
+		t.Fatalf("store back: %v %+v", o.Degraded, o.Overall)
+	}
+	waitFor(t, "a write-back tried", func() bool { return e.store.eachCalls.Load() > 0 })
+	time.Sleep(100 * time.Millisecond)
+	if r := e.peek(t, "bucket", "a"); r != 89 {
+		t.Fatalf("a failed write-back changed the store: %d remaining, want 89", r)
+	}
+
+	// The next request the store decides, a second later, writes back
+	// what was kept.
+	e.store.failEach.Store(false)
+	waitFor(t, "the write-back", func() bool { return e.peek(t, "bucket", "a") == 89-50 })
+	if r := e.peek(t, "log", "a"); r != 100-10-50 {
+		t.Errorf("log: %d remaining after the write-back, want 40", r)
+	}
+	// A key the store had nearly spent is charged past its limit: it
+	// admits nothing until it has refilled what the outage spent.
+	if o := e.decide(t, "bucket", "full"); o.Overall.Allowed || o.Overall.Remaining != 0 {
+		t.Errorf("bucket full after the write-back: %+v", o.Overall)
+	}
+	// Written back once: nothing more is charged.
+	time.Sleep(100 * time.Millisecond)
+	if r := e.peek(t, "bucket", "a"); r != 39 {
+		t.Errorf("bucket a: %d remaining, want 39", r)
+	}
+}
+
+func (e *localEnv) peek(t *testing.T, key, value string) int64 {
+	t.Helper()
+	var o decide.Outcome
+	err := e.d.DecideInto(context.Background(), "api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Degraded != rules.FailDefault {
+		t.Fatalf("peek decided by %v", o.Degraded)
+	}
+	return o.Overall.Remaining
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
