@@ -369,10 +369,15 @@ func runDistributed(t *testing.T, store, url string) {
 	if raceEnabled() {
 		every = 3
 	}
+	// The cold keys are visited in turn, each for burst requests in a row
+	// (one more than its limit, whatever the machine's speed), so that
+	// every visit ends in a denial: the cold limits are exercised from
+	// both sides on a busy machine too, where fewer requests are sent.
+	burst := int64(distKeys()[0].cold.n) + 1
 	var coldSeq atomic.Int64
 	pick := func(c, i int) int {
 		if i%every == every-1 {
-			return hot + int(coldSeq.Add(1)%int64(len(targets)-hot))
+			return hot + int(coldSeq.Add(1)/burst%int64(len(targets)-hot))
 		}
 		return (c + i - i/every) % hot
 	}
@@ -412,11 +417,15 @@ func runDistributed(t *testing.T, store, url string) {
 	for _, s := range samples {
 		byTarget[s.target] = append(byTarget[s.target], s)
 	}
-	var coldHits, coldAdmitted, coldDenied, coldOver, coldUnder int
+	var coldHits, coldAdmitted, coldDenied, coldOver, coldUnder, coldIdle int
 	for ti, tg := range targets {
 		ss := byTarget[ti]
-		if len(ss) == 0 {
+		switch {
+		case len(ss) == 0 && tg.hot:
 			t.Errorf("%s: no requests", tg.name)
+			continue
+		case len(ss) == 0:
+			coldIdle++ // a slow machine sends fewer requests
 			continue
 		}
 		margin := int64(0)
@@ -478,8 +487,8 @@ func runDistributed(t *testing.T, store, url string) {
 		}
 	}
 	if store == "redis" {
-		t.Logf("cold keys: %d keys, %d requests, %d admitted, %d denied; %d violations from above, %d from below",
-			len(targets)-hot, coldHits, coldAdmitted, coldDenied, coldOver, coldUnder)
+		t.Logf("cold keys: %d keys (%d not reached in the run), %d requests, %d admitted, %d denied; %d violations from above, %d from below",
+			len(targets)-hot, coldIdle, coldHits, coldAdmitted, coldDenied, coldOver, coldUnder)
 		if coldDenied == 0 || coldAdmitted == 0 {
 			t.Errorf("cold keys: %d admitted, %d denied: the cold limits were not exercised", coldAdmitted, coldDenied)
 		}
@@ -1001,11 +1010,20 @@ func runOutage(t *testing.T, how outage) {
 	downAfter := time.Since(killed)
 	for i, p := range procs {
 		code, body, _ := p.http("GET", "/readyz", "")
+		up := p.metric("sluice_store_up")
+		// An outage that ends by itself (DEBUG SLEEP) may be over by now
+		// on a loaded machine, where finding it on every process took
+		// seconds: what the process says after it ended is not about the
+		// outage.
+		if !resume.IsZero() && time.Now().After(resume) {
+			t.Logf("process %d: the outage ended before /readyz was read (%s after it began): not checked", i, time.Since(killed).Round(time.Millisecond))
+			continue
+		}
 		if code != 200 || !strings.Contains(body, "store: down") {
 			t.Errorf("process %d during the outage: /readyz %d %q, want 200 and the store down", i, code, body)
 		}
-		if got := p.metric("sluice_store_up"); got != "0" {
-			t.Errorf("process %d during the outage: sluice_store_up %s", i, got)
+		if up != "0" {
+			t.Errorf("process %d during the outage: sluice_store_up %s", i, up)
 		}
 	}
 	restarting := resume // Redis decides nothing before this
@@ -1130,18 +1148,22 @@ func runOutage(t *testing.T, how outage) {
 		}
 		return n
 	}
-	deniedIn := func(target int, k int64) bool {
+	// deniedBy reports a denial of target in window k, by process proc
+	// (any, if negative), decided wholly within the window.
+	deniedBy := func(target, proc int, k int64) bool {
 		for _, s := range samples {
-			if sp := s.span(); s.target == target && s.err == nil && !s.ok() && sp.lo/P == k && sp.hi/P == k {
+			if sp := s.span(); s.target == target && (proc < 0 || s.proc == proc) && s.err == nil && !s.ok() && sp.lo/P == k && sp.hi/P == k {
 				return true
 			}
 		}
 		return false
 	}
+	deniedIn := func(target int, k int64) bool { return deniedBy(target, -1, k) }
 
 	// The local policy, in the whole windows of the outage: each process
-	// limits alone to limit/distProcs a window; exactly, since its demand
-	// saturates it.
+	// limits alone to limit/distProcs a window; exactly in the windows
+	// where it denied (its demand reached the bound: on a loaded machine a
+	// process may get too few requests in a window to reach it).
 	local := slices.Index(domains, "local")
 	end := restarting.UnixNano() / P * P
 	if end <= settled {
@@ -1153,7 +1175,7 @@ func runOutage(t *testing.T, how outage) {
 			t.Errorf("local policy, process %d: %d admitted beyond %d a window, the first by %s", pi, n, perNode, at((k+1)*P))
 		}
 		for k := settled / P; k < end/P; k++ {
-			if got := meeting(spans, k); got < perNode {
+			if got := meeting(spans, k); got < perNode && deniedBy(local, pi, k) {
 				t.Errorf("local policy, process %d, window at %s: %d admitted, %d due", pi, at(k*P), got, perNode)
 			}
 		}
