@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/breaker"
 )
 
@@ -36,6 +37,13 @@ const (
 // errOpenWhileQueued fails the requests of a call that would go while the
 // circuit breaker is open: they waited while it opened.
 var errOpenWhileQueued = fmt.Errorf("%w: circuit breaker opened while the request waited", ErrUnavailable)
+
+// silentWhileQueued is the failure of the requests that waited to go after
+// a call that found Redis silent or unreachable: the call's own error, so
+// that they fail with its reason, and count for the breaker as it does.
+func silentWhileQueued(err error) error {
+	return fmt.Errorf("a call this request waited behind failed: %w", err)
+}
 
 // batcher gathers the requests of a Store into calls.
 type batcher struct {
@@ -82,6 +90,11 @@ func (b *batcher) do(c *conn, g *group, now string) {
 // hands them to the first of them to lead, as the next call; then it
 // signals the other requests of batch that they have their answers. Every
 // request is signalled exactly once.
+//
+// When the call found Redis silent or unreachable, every request waiting
+// then fails with it instead: each waited for that call, sent before it
+// came, so it is answered within the time Redis takes to be found silent
+// (about twice Config.Timeout), never after that and a call of its own.
 func (b *batcher) run(c *conn, batch []*batchReq) {
 	if b.s.br.State() == breaker.Open {
 		for _, r := range batch {
@@ -90,19 +103,32 @@ func (b *batcher) run(c *conn, batch []*batchReq) {
 	} else {
 		b.s.call(c, batch)
 	}
+	var failed error
+	if err := batch[0].g.err; err != nil {
+		if why := reasonOf(err); why == sluice.FailTimeout || why == sluice.FailUnreachable {
+			failed = silentWhileQueued(err)
+		}
+	}
 	b.mu.Lock()
-	var next []*batchReq
-	if n := min(len(b.queue), maxBatch); n > 0 {
+	var next, dropped []*batchReq
+	if n := min(len(b.queue), maxBatch); n > 0 && failed == nil {
 		next = make([]*batchReq, n)
 		copy(next, b.queue)
 		b.queue = append(b.queue[:0], b.queue[n:]...)
 	} else {
+		dropped = append(dropped, b.queue...)
+		clear(b.queue)
+		b.queue = b.queue[:0]
 		b.calls--
 	}
 	b.mu.Unlock()
 	if next != nil {
 		next[0].lead = next
 		next[0].ch <- struct{}{}
+	}
+	for _, r := range dropped {
+		r.g.res, r.g.err = nil, failed
+		r.ch <- struct{}{}
 	}
 	for _, r := range batch[1:] {
 		r.ch <- struct{}{}

@@ -52,11 +52,18 @@
 //
 // # Failures
 //
-// Every call is bounded by Config.Timeout within the caller's deadline. A
-// circuit breaker opens after consecutive failures and then fails calls at
-// once with ErrUnavailable, letting one probe through after a cooldown
-// that doubles up to 5 seconds; Health reports the state. A store error is
-// never a decision: the caller's failure policy (fail open, fail closed, or
+// A call waits for Redis's answer, however slow, and fails only when Redis
+// is silent: a connection with calls waiting and no reply for half of
+// Config.Timeout is sent a PING, and closed, failing its calls, if that
+// has no answer within Config.Timeout. The requests waiting on the node to
+// go after a call that failed so fail with it, rather than go next and
+// wait as long again: a request sent to a silent Redis fails within about
+// twice Config.Timeout. The caller's deadline bounds only its wait for a
+// slot among the calls in flight (Config.MaxInFlight). A circuit breaker
+// opens after consecutive failures and then fails calls at once with
+// ErrUnavailable, letting one probe through after a cooldown that doubles
+// up to 5 seconds; Health reports the state. A store error is never a
+// decision: the caller's failure policy (fail open, fail closed, or
 // node-local limits; see package decide) decides what happens. New returns
 // a working Store even when Redis is down, and connects in the background.
 //

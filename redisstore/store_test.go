@@ -518,6 +518,51 @@ func TestSilentRedis(t *testing.T) {
 	}
 }
 
+// TestSilentRedisQueued checks that calls waiting to go behind a call in
+// flight (the store sends one at a time, batching what waits) fail with it
+// when it finds Redis silent, rather than go next and wait for Redis to be
+// found silent again: no call waits longer than about twice the timeout.
+func TestSilentRedisQueued(t *testing.T) {
+	// A second call to a silent Redis fails when connecting again does:
+	// DialTimeout, here the timeout, later than the first.
+	const timeout = time.Second
+	// The calls behind the first get their answers when it returns; the
+	// slack covers the scheduling of their goroutines on a busy machine
+	// under the race detector, and is half what a call of their own would
+	// add.
+	const slack = timeout / 2
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL(), Timeout: timeout}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1000, Period: time.Second}
+	warm(t, lim, l)
+	srv.Freeze()
+	var wg sync.WaitGroup
+	done := make([]time.Time, 3)
+	for i := range done {
+		wg.Go(func() {
+			start := time.Now()
+			_, err := lim.Allow(context.Background(), "k", l)
+			done[i] = time.Now()
+			if r := sluice.ReasonOf(err); err == nil || r != sluice.FailTimeout {
+				t.Errorf("call %d: %v, reason %s, want timeout", i, err, r)
+			}
+			t.Logf("call %d failed after %v: %v", i, done[i].Sub(start).Round(time.Millisecond), err)
+		})
+		// The first is in flight when the others come.
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	for i := 1; i < len(done); i++ {
+		if late := done[i].Sub(done[0]); late > slack {
+			t.Errorf("call %d, waiting behind call 0, failed %v after it", i, late.Round(time.Millisecond))
+		}
+	}
+	if st := s.br.State(); st != breaker.Closed {
+		t.Errorf("breaker %s after 3 failures, want closed (5 open it)", st)
+	}
+}
+
 // TestDeadRedis checks that a killed Redis fails calls at once with the
 // reason unreachable, and that the store recovers when it is back.
 func TestDeadRedis(t *testing.T) {
