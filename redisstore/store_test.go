@@ -347,7 +347,7 @@ func TestACLUser(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "the node registered", func() bool { return s.Nodes() == 1 })
+	redistest.WaitFor(t, "the node registered", func() bool { return s.Nodes() == 1 })
 	s.Close()
 	if n := srv.Cmd("ZCARD", "sluice:nodes"); n != int64(0) {
 		t.Errorf("the node did not leave the registry: %v entries", n)
@@ -663,11 +663,11 @@ func TestShed(t *testing.T) {
 	for range 2 { // in flight
 		wg.Go(func() { _, err := lim.Allow(ctx, "k", l); errs <- err })
 	}
-	waitFor(t, "2 calls in flight", func() bool { return s.gate.inFlight() == 2 })
+	redistest.WaitFor(t, "2 calls in flight", func() bool { return s.gate.inFlight() == 2 })
 	for range 2 { // queued
 		wg.Go(func() { _, err := lim.Allow(ctx, "k", l); errs <- err })
 	}
-	waitFor(t, "2 calls queued", func() bool { return s.gate.queued() == 2 })
+	redistest.WaitFor(t, "2 calls queued", func() bool { return s.gate.queued() == 2 })
 	start := time.Now()
 	_, err := lim.Allow(ctx, "k", l)
 	if !errors.Is(err, ErrOverload) || sluice.ReasonOf(err) != sluice.FailOverload {
@@ -712,28 +712,16 @@ func TestNodeRegistry(t *testing.T) {
 	}
 	a, b, c := open("reg:"), open("reg:"), open("reg:")
 	other := open("other:")
-	waitFor(t, "3 nodes on reg:", func() bool { return a.Nodes() == 3 && b.Nodes() == 3 && c.Nodes() == 3 })
-	waitFor(t, "1 node on other:", func() bool { return other.Nodes() == 1 })
+	redistest.WaitFor(t, "3 nodes on reg:", func() bool { return a.Nodes() == 3 && b.Nodes() == 3 && c.Nodes() == 3 })
+	redistest.WaitFor(t, "1 node on other:", func() bool { return other.Nodes() == 1 })
 	c.Close()
-	waitFor(t, "2 nodes after one closed", func() bool { return a.Nodes() == 2 && b.Nodes() == 2 })
+	redistest.WaitFor(t, "2 nodes after one closed", func() bool { return a.Nodes() == 2 && b.Nodes() == 2 })
 	// A node that stops beating without leaving (a crash) is dropped
 	// after three heartbeats.
 	srv.Cmd("ZADD", "reg:nodes", 0, "crashed") // expired long ago
-	waitFor(t, "the expired entry dropped", func() bool {
+	redistest.WaitFor(t, "the expired entry dropped", func() bool {
 		return srv.Cmd("ZSCORE", "reg:nodes", "crashed") == nil && a.Nodes() == 2
 	})
-}
-
-// waitFor polls cond for up to 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestStartWithoutRedis checks that New succeeds while Redis is down,
@@ -1054,7 +1042,7 @@ func TestBatchErrorReply(t *testing.T) {
 		})
 	}
 	// All but the call in flight wait to be batched while Redis sleeps.
-	waitFor(t, "the requests queued", func() bool {
+	redistest.WaitFor(t, "the requests queued", func() bool {
 		s.batch.mu.Lock()
 		defer s.batch.mu.Unlock()
 		return len(s.batch.queue) == n-1

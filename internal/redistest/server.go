@@ -416,3 +416,17 @@ func (s *Server) Sleep(d time.Duration) <-chan struct{} {
 	}
 	return done
 }
+
+// WaitFor polls cond until it holds, and fails t if it does not within
+// 10 seconds: for a test waiting on what a server, or a client of it,
+// does in its own time (a connection found silent, a breaker opened).
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
