@@ -38,6 +38,14 @@
 // decided by the store, as without leases, together with the others of the
 // request: all-or-nothing stays all-or-nothing (Take), one by one stays
 // one by one (TakeEach, with its debts).
+//
+// When the store is down (a sluice.StoreError of any reason but
+// sluice.FailError: silent, unreachable, its breaker open, or shedding
+// calls), a hit waits for one call to it at most: the grant it asked for,
+// or the grant or renewal of its key that it found in flight, whose error
+// it returns, for the caller's failure policy; it does not ask the store
+// again. So a hit of a leasing limit fails no later than a hit that does
+// not lease; what the leases hold is still admitted meanwhile.
 package lease
 
 import (
@@ -117,7 +125,7 @@ type lkey struct {
 
 // lease is a node's share of one key's quota.
 type lease struct {
-	pending   chan struct{} // closed when the grant in flight is done; nil: none
+	pending   *flight       // the grant in flight; nil: none
 	notBefore time.Duration // no grant before: the ledger refused one
 	units     int64         // granted, not spent
 	deadline  time.Duration // spent before it, or never
@@ -133,6 +141,27 @@ type lease struct {
 	spare         int64 // its size: a renewal is never spent from
 	spareDeadline time.Duration
 	spareSince    time.Duration
+}
+
+// flight is a grant in flight. Its err is set before done is closed: the
+// store's failure when it could not be asked or did not answer (down),
+// for the hits that waited for the grant to answer with, nil otherwise.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+func newFlight() *flight { return &flight{done: make(chan struct{})} }
+
+// down reports whether err says that the store could not be asked or did
+// not answer: it was silent past its deadline, unreachable, its breaker
+// open, or it shed the call (sluice.StoreError's reasons other than
+// FailError). A hit whose grant failed so does not ask the store again:
+// the call would wait as long again, for the same silence. Any other
+// error (an error reply, the caller's own context) leaves the hit to the
+// store, as ever.
+func down(err error) bool {
+	return err != nil && sluice.ReasonOf(err) != sluice.FailError
 }
 
 // ledger is the ledger limit of a leasing limit, and the lifetime of its
@@ -286,7 +315,13 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		if led == nil {
 			continue
 		}
-		r, ok, denial := s.reserve(ctx, h, led)
+		r, ok, denial, err := s.reserve(ctx, h, led)
+		if err != nil {
+			// The store is down (see down): the failure policy answers
+			// the request, and what was reserved goes back.
+			s.giveBack(res, hits, out)
+			return err
+		}
 		if ok {
 			fallback--
 			r.i = i
@@ -370,8 +405,13 @@ func (s *Store) decide(ctx context.Context, hits []sluice.Hit, out []sluice.Deci
 // starting a renewal when the lease runs low. It reports false when the
 // hit must be decided by the store; then, when a grant of exactly h's cost
 // was denied by the key itself, also that denial: the store's answer to h
-// alone, decided all-or-nothing.
-func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, bool, *sluice.Decision) {
+// alone, decided all-or-nothing. It returns an error when the store is
+// down (see down): the grant h made, or the one it waited for (a renewal,
+// or another hit's grant), failed so. A hit waits for one such call at
+// most, never for a grant and then a call of its own: on a silent store
+// it is answered as soon as one call is found to fail, as a hit that does
+// not lease.
+func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, bool, *sluice.Decision, error) {
 	k := lkey{h.Key, h.Limit}
 	sh := s.shardOf(k)
 	for {
@@ -386,10 +426,10 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			l.spent += h.Cost
 			d := decisionOf(l, now)
 			size, renew := l.renewal(now, led)
-			var ch chan struct{}
+			var f *flight
 			if renew {
-				ch = make(chan struct{})
-				l.pending = ch
+				f = newFlight()
+				l.pending = f
 			}
 			sh.mu.Unlock()
 			if renew {
@@ -397,27 +437,32 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 				// the caller's (h is in a slice the caller reuses).
 				s.stats.Renewals.Add(1)
 				lim, bg := h.Limit, context.WithoutCancel(ctx)
-				s.goFn(func() { s.renew(bg, lim, k, led, size, l, ch) })
+				s.goFn(func() { s.renew(bg, lim, k, led, size, l, f) })
 			}
-			return held{l: l, k: k, d: d}, true, nil
+			return held{l: l, k: k, d: d}, true, nil, nil
 		}
 		if l != nil && now < l.notBefore {
 			// The ledger refused lately: the store decides.
 			sh.mu.Unlock()
-			return held{}, false, nil
+			return held{}, false, nil, nil
 		}
 		if l != nil && l.pending != nil {
 			// One grant in flight per key and node: wait for it, then
 			// look again. (So a node holds one lease per key, and
 			// what a grant drops of the last one is less than the
-			// hit that asked.)
-			ch := l.pending
+			// hit that asked.) If it found the store down, so would
+			// a call of this hit's own, after as long again: the
+			// hit fails with it.
+			f := l.pending
 			sh.mu.Unlock()
 			select {
-			case <-ch:
+			case <-f.done:
+				if f.err != nil {
+					return held{}, false, nil, f.err
+				}
 				continue
 			case <-ctx.Done():
-				return held{}, false, nil
+				return held{}, false, nil, nil
 			}
 		}
 		if l == nil {
@@ -425,7 +470,7 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 				sh.mu.Unlock()
 				s.sweep(now)
 				if s.count.Load() >= s.max {
-					return held{}, false, nil
+					return held{}, false, nil, nil
 				}
 				continue
 			}
@@ -434,18 +479,26 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			s.count.Add(1)
 		}
 		size := min(max(l.nextSize(now), h.Cost), max(led.limit.Burst, h.Cost))
-		ch := make(chan struct{})
-		l.pending = ch
+		f := newFlight()
+		l.pending = f
 		sh.mu.Unlock()
-		r, ok, denial := s.grant(ctx, h, k, led, size)
-		sh.mu.Lock()
-		if l.pending == ch {
-			l.pending = nil
-		}
-		sh.mu.Unlock()
-		close(ch)
-		return r, ok, denial
+		r, ok, denial, err := s.grant(ctx, h, k, led, size)
+		s.landed(sh, l, f, err)
+		return r, ok, denial, err
 	}
+}
+
+// landed ends grant f of lease l, in shard sh, with err (nil, or a
+// failure that says the store is down): the hits that waited for it look
+// again, or fail with err.
+func (s *Store) landed(sh *shard, l *lease, f *flight, err error) {
+	sh.mu.Lock()
+	if l.pending == f {
+		l.pending = nil
+	}
+	sh.mu.Unlock()
+	f.err = err
+	close(f.done)
 }
 
 // promote makes the renewal the lease, when the lease can no longer serve:
@@ -485,21 +538,19 @@ func (l *lease) renewal(now time.Duration, led *ledger) (int64, bool) {
 
 // renew makes the grant of a lease running low, in the background: on
 // success it waits beside the lease, to be promoted when the lease runs
-// out. l is the lease that asked; ch is its pending grant, closed when
-// done.
-func (s *Store) renew(ctx context.Context, lim *sluice.Limit, k lkey, led *ledger, size int64, l *lease, ch chan struct{}) {
+// out. l is the lease that asked; f is its pending grant, ended when
+// done (with the store's failure, when it is down, for the hits that
+// waited for it).
+func (s *Store) renew(ctx context.Context, lim *sluice.Limit, k lkey, led *ledger, size int64, l *lease, f *flight) {
 	sh := s.shardOf(k)
-	defer func() {
-		sh.mu.Lock()
-		if l.pending == ch {
-			l.pending = nil
-		}
-		sh.mu.Unlock()
-		close(ch)
-	}()
+	var failed error
+	defer func() { s.landed(sh, l, f, failed) }()
 	var out [2]sluice.Decision
 	sent, err := s.takeGrant(ctx, lim, k.key, led, size, &out)
 	if err != nil {
+		if down(err) {
+			failed = err
+		}
 		return
 	}
 	if !out[0].Allowed || !out[1].Allowed {
@@ -538,24 +589,29 @@ func (l *lease) nextSize(now time.Duration) int64 {
 // than there was room for, and not sooner than the ledger has room for
 // the one refused (nor than a sixteenth of a lease's life); when it asked
 // for h's cost alone and the key itself refused, its answer is the
-// store's answer to h.
-func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision) {
+// store's answer to h. A grant that found the store down returns its
+// error (the hit does not ask again); one that failed otherwise leaves
+// the hit to the store.
+func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, size int64) (held, bool, *sluice.Decision, error) {
 	var out [2]sluice.Decision
 	sent, err := s.takeGrant(ctx, h.Limit, h.Key, led, size, &out)
 	if err != nil {
-		return held{}, false, nil
+		if down(err) {
+			return held{}, false, nil, err
+		}
+		return held{}, false, nil, nil
 	}
 	if out[0].Allowed && out[1].Allowed {
 		s.stats.Granted.Add(size)
-		return s.install(h, k, led, size, sent, &out[0]), true, nil
+		return s.install(h, k, led, size, sent, &out[0]), true, nil, nil
 	}
 	s.stats.Refused.Add(1)
 	if size == h.Cost && !out[0].Allowed {
 		d := out[0]
-		return held{}, false, &d
+		return held{}, false, &d, nil
 	}
 	s.refusedGrant(k, led, sent, &out)
-	return held{}, false, nil
+	return held{}, false, nil, nil
 }
 
 // takeGrant asks the store for a grant of size hits of key (grantOf),
@@ -648,9 +704,16 @@ func (s *Store) refused(k lkey, room int64, until time.Duration) {
 	}
 }
 
-// release gives reservations back to their leases.
-// Each hit's decision in out becomes the lease's as it stands.
+// release gives reservations back to their leases, counted as admitted
+// from them. Each hit's decision in out becomes the lease's as it stands.
 func (s *Store) release(res []held, hits []sluice.Hit, out []sluice.Decision) {
+	s.giveBack(res, hits, out)
+	s.stats.Local.Add(-int64(len(res)))
+}
+
+// giveBack gives reservations back to their leases, not yet counted.
+// Each hit's decision in out becomes the lease's as it stands.
+func (s *Store) giveBack(res []held, hits []sluice.Hit, out []sluice.Decision) {
 	now := s.clock()
 	for _, r := range res {
 		sh := s.shardOf(r.k)
@@ -660,7 +723,6 @@ func (s *Store) release(res []held, hits []sluice.Hit, out []sluice.Decision) {
 		out[r.i] = decisionOf(r.l, now)
 		sh.mu.Unlock()
 	}
-	s.stats.Local.Add(-int64(len(res)))
 }
 
 // sweep drops the leases that expired (their unspent units with them).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,5 +88,87 @@ func TestRedisNodes(t *testing.T) {
 	}
 	if calls > asked.Load() {
 		t.Errorf("%d Redis calls for %d decisions: more than one a decision", calls, asked.Load())
+	}
+}
+
+// silentNode is a lease store over a Redis store client of srv with
+// timeout T, no registry heartbeat, and a breaker that opens after
+// failures failed calls.
+func silentNode(t *testing.T, srv *redistest.Server, timeout time.Duration, failures int) (*lease.Store, *redisstore.Store) {
+	t.Helper()
+	rs, err := redisstore.New(redisstore.Config{URL: srv.URL(), Prefix: fmt.Sprintf("silent-%d:", time.Now().UnixNano()),
+		Timeout: timeout, BreakerFailures: failures, Heartbeat: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	node := lease.New(rs, lease.Config{})
+	// A first grant loads the function library; under the race detector
+	// on a busy machine it may take a while.
+	l := &sluice.Limit{Name: "warm", Rate: 1000, Period: time.Hour, LeaseOvershoot: 100}
+	redistest.WaitFor(t, "a first grant", func() bool {
+		return node.Take(context.Background(), []sluice.Hit{{Key: "warm", Limit: l, Cost: 1}}, make([]sluice.Decision, 1)) == nil
+	})
+	return node, rs
+}
+
+// takeAll starts n Takes of one hit of key on node at once, after the
+// first's call is in flight on rs (so the others find its grant waiting),
+// and returns when each returned and its error.
+func takeAll(t *testing.T, node *lease.Store, rs *redisstore.Store, l *sluice.Limit, key string, n int) ([]time.Time, []error) {
+	t.Helper()
+	done := make([]time.Time, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	take := func(i int) {
+		wg.Go(func() {
+			errs[i] = node.Take(context.Background(), []sluice.Hit{{Key: key, Limit: l, Cost: 1}}, make([]sluice.Decision, 1))
+			done[i] = time.Now()
+		})
+	}
+	take(0)
+	redistest.WaitFor(t, "the first grant in flight", func() bool { return rs.Stats().InFlight == 1 })
+	for i := 1; i < n; i++ {
+		take(i)
+	}
+	wg.Wait()
+	return done, errs
+}
+
+// TestRedisSilentOneCall: when Redis stops answering (SIGSTOP), a hit
+// waits for one call to it at most: the hits that find a grant in flight
+// fail with it, and the hit that asked for it fails with it too, to the
+// failure policy, rather than ask the store again. So one call fails,
+// and every hit with it, as soon as it is found silent: within about
+// twice the timeout, as a hit that does not lease.
+func TestRedisSilentOneCall(t *testing.T) {
+	// A call after the first, on a new connection, fails the timeout
+	// later (its deadline for connecting).
+	const timeout = time.Second
+	// The slack covers the scheduling of the goroutines and how late the
+	// connection's timers fire on a busy machine under the race detector:
+	// tens of milliseconds, and 200ms seen beside a CPU hog. A whole
+	// timeout covers them many times over; the count of failed calls
+	// below tells one call from two whatever the machine.
+	const slack = timeout
+	srv := redistest.Standalone(t)
+	node, rs := silentNode(t, srv, timeout, 0)
+	l := &sluice.Limit{Name: "silent", Rate: 1_000_000, Period: time.Hour, LeaseOvershoot: 1000}
+	srv.Freeze()
+	stopped := time.Now()
+	done, errs := takeAll(t, node, rs, l, "k", 16)
+	for i, err := range errs {
+		if r := sluice.ReasonOf(err); err == nil || (r != sluice.FailTimeout && r != sluice.FailUnreachable) {
+			t.Errorf("hit %d: %v (reason %s), want the store's failure: timeout or unreachable", i, err, r)
+		}
+		if took := done[i].Sub(stopped); took > 2*timeout+slack {
+			t.Errorf("hit %d failed %v after Redis stopped, with a %v timeout", i, took.Round(time.Millisecond), timeout)
+		}
+	}
+	t.Logf("the hits failed %v to %v after Redis stopped",
+		slices.MinFunc(done, time.Time.Compare).Sub(stopped).Round(time.Millisecond),
+		slices.MaxFunc(done, time.Time.Compare).Sub(stopped).Round(time.Millisecond))
+	if n := rs.Stats().Errors; n != 1 {
+		t.Errorf("%d calls failed, want 1: the one grant", n)
 	}
 }

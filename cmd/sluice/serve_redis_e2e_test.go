@@ -297,6 +297,22 @@ func latencies(t *testing.T, samples []sample, limit time.Duration) (p50, p99, m
 	return ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1]
 }
 
+// between returns the samples sent after from and answered before to,
+// and fails t when there are none.
+func between(t *testing.T, samples []sample, from, to time.Time) []sample {
+	t.Helper()
+	var in []sample
+	for _, s := range samples {
+		if s.send > from.UnixNano() && s.recv < to.UnixNano() {
+			in = append(in, s)
+		}
+	}
+	if len(in) == 0 {
+		t.Fatalf("no request sent after %s and answered before %s", at(from.UnixNano()), at(to.UnixNano()))
+	}
+	return in
+}
+
 // at formats a Unix nanosecond time for messages: seconds within the
 // minute, to the microsecond.
 func at(ns int64) string { return time.Unix(0, ns).Format("05.000000") }
@@ -900,6 +916,42 @@ func overflow(spans []span, P, L int64) (n, k int64) {
 	return n, k
 }
 
+// loadDomains starts distClients clients on procs, from an aligned start,
+// asking for the descriptor k=hot of the domains, whose limit is spec:
+// client c's i-th request goes to domains[pick(c, i)], and target i of the
+// samples is domains[i].
+func loadDomains(t *testing.T, procs []*proc, domains []string, spec limitSpec, pick func(c, i int) int) (*load, time.Time) {
+	t.Helper()
+	targets := make([]*target, len(domains))
+	for i, d := range domains {
+		targets[i] = newTarget(d, "k", "hot", spec, true)
+	}
+	start := alignedStart()
+	return startLoad(t, procs, distClients, targets, pick, start), start
+}
+
+// allMetric reports whether series reads want on every process.
+func allMetric(procs []*proc, series, want string) bool {
+	for _, p := range procs {
+		if p.metric(series) != want {
+			return false
+		}
+	}
+	return true
+}
+
+// policyAnswers sums over the processes, for each of domains, the requests
+// that domain's failure policy (policies, in the same order) answered.
+func policyAnswers(procs []*proc, domains, policies []string) []int64 {
+	sum := make([]int64, len(domains))
+	for _, p := range procs {
+		for di, dom := range domains {
+			sum[di] += int64(p.metricSum("sluice_failure_policy_total", `domain="`+dom+`"`, `policy="`+policies[di]+`"`))
+		}
+	}
+	return sum
+}
+
 // outage is a way for Redis to stop deciding and come back.
 type outage struct {
 	name string
@@ -963,50 +1015,31 @@ func runOutage(t *testing.T, how outage) {
 	procs := startSluices(t, distProcs, "--config", dir, "--debug-addr", "",
 		"--store", "redis", "--redis-url", srv.URL(), "--redis-timeout", redisTimeout.String(),
 		"--failure-policy", "fail_open")
-	targets := make([]*target, len(domains))
-	for i, d := range domains {
-		targets[i] = newTarget(d, "k", "hot", limitSpec{alg: "fixed_window", n: limit, period: window}, true)
-	}
-	start := alignedStart()
-	l := startLoad(t, procs, distClients, targets, func(c, i int) int { return (c + i) % len(targets) }, start)
+	l, start := loadDomains(t, procs, domains, limitSpec{alg: "fixed_window", n: limit, period: window},
+		func(c, i int) int { return (c + i) % len(domains) })
 	defer l.finish()
 
 	P := window.Nanoseconds()
-	allMetric := func(series, want string) bool {
-		for _, p := range procs {
-			if p.metric(series) != want {
-				return false
-			}
-		}
-		return true
-	}
-	// policyAnswers sums, per domain, the requests the failure policy
+	everyProc := func(series, want string) bool { return allMetric(procs, series, want) }
+	// answered sums, per domain, the requests the failure policy
 	// answered. Before the outage and after it, that is those whose Redis
 	// call failed (past its 50ms deadline, on a loaded machine): a
 	// fail_open or local answer may admit beyond Redis's limit, and a call
 	// that timed out may still have consumed in Redis.
-	policyAnswers := func() []int64 {
-		sum := make([]int64, len(domains))
-		for _, p := range procs {
-			for di, dom := range domains {
-				sum[di] += int64(p.metricSum("sluice_failure_policy_total", `domain="`+dom+`"`, `policy="`+policies[di]+`"`))
-			}
-		}
-		return sum
-	}
+	answered := func() []int64 { return policyAnswers(procs, domains, policies) }
 	time.Sleep(time.Until(start.Add(time.Second)))
 	// Under -race, the first calls can pass the 50ms deadline and open a
 	// breaker for a while.
-	poll(t, "sluice_redis_up 1 on every process before the outage", func() bool { return allMetric("sluice_redis_up", "1") })
+	poll(t, "sluice_redis_up 1 on every process before the outage", func() bool { return everyProc("sluice_redis_up", "1") })
 	// The local policy divides by the nodes they learnt from each other.
-	poll(t, "sluice_nodes 4 on every process", func() bool { return allMetric("sluice_nodes", strconv.Itoa(distProcs)) })
+	poll(t, "sluice_nodes 4 on every process", func() bool { return everyProc("sluice_nodes", strconv.Itoa(distProcs)) })
 
 	read := time.Now() // what the policy answered before this is in failedBefore
-	failedBefore := policyAnswers()
+	failedBefore := answered()
 	killed := time.Now()
 	resume := how.stop(srv, outage)
 	dead := time.Now() // Redis decides nothing after this
-	poll(t, "sluice_redis_up 0 on every process", func() bool { return allMetric("sluice_redis_up", "0") })
+	poll(t, "sluice_redis_up 0 on every process", func() bool { return everyProc("sluice_redis_up", "0") })
 	downAfter := time.Since(killed)
 	for i, p := range procs {
 		code, body, _ := p.http("GET", "/readyz", "")
@@ -1043,14 +1076,14 @@ func runOutage(t *testing.T, how outage) {
 	if raceEnabled() {
 		recovery = 3*5*time.Second + answerSlack
 	}
-	for !allMetric("sluice_redis_up", "1") {
+	for !everyProc("sluice_redis_up", "1") {
 		if time.Since(restarted) > recovery {
 			t.Fatalf("sluice_redis_up not 1 on every process %s after Redis was back", recovery)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	up := time.Now()
-	atUp := policyAnswers()
+	atUp := answered()
 	for i, p := range procs {
 		if code, body, _ := p.http("GET", "/readyz", ""); code != 200 {
 			t.Errorf("process %d after the outage: /readyz %d %q", i, code, body)
@@ -1060,7 +1093,7 @@ func runOutage(t *testing.T, how outage) {
 	from := (time.Now().UnixNano()/P + 1) * P
 	time.Sleep(time.Until(time.Unix(0, from+2*P+150*int64(time.Millisecond))))
 	samples := l.finish()
-	failedAfter := policyAnswers()
+	failedAfter := answered()
 	for di := range domains {
 		failedAfter[di] -= atUp[di]
 	}
@@ -1072,15 +1105,7 @@ func runOutage(t *testing.T, how outage) {
 		restarted.Sub(restarting).Round(time.Millisecond), up.Sub(restarted).Round(time.Millisecond))
 	p50, p99, most := latencies(t, samples, redisTimeout+answerSlack)
 	t.Logf("%d requests; latency p50 %s, p99 %s, max %s", len(samples), p50, p99, most)
-	var during []sample
-	for _, s := range samples {
-		if s.send > dead.UnixNano() && s.recv < restarting.UnixNano() {
-			during = append(during, s)
-		}
-	}
-	if len(during) == 0 {
-		t.Fatal("no request during the outage")
-	}
+	during := between(t, samples, dead, restarting)
 	p50, p99, most = latencies(t, during, redisTimeout+answerSlack)
 	t.Logf("%d requests during the outage; latency p50 %s, p99 %s, max %s", len(during), p50, p99, most)
 
@@ -1190,7 +1215,7 @@ func runOutage(t *testing.T, how outage) {
 	// Limited by Redis at the limit of the whole cluster, in the whole
 	// windows before the outage and after every process found Redis back;
 	// give or take the requests the failure policy answered meanwhile (see
-	// policyAnswers).
+	// answered).
 	redisLimited := func(when string, from, to int64, failed []int64) {
 		for di, dom := range domains {
 			spans := admitted(di, -1)
