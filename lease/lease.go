@@ -44,8 +44,10 @@
 // calls), a hit waits for one call to it at most: the grant it asked for,
 // or the grant or renewal of its key that it found in flight, whose error
 // it returns, for the caller's failure policy; it does not ask the store
-// again. So a hit of a leasing limit fails no later than a hit that does
-// not lease; what the leases hold is still admitted meanwhile.
+// again. While the store's Health reports it down, a hit does not wait for
+// a grant in flight (the breaker's probe): the store answers it at once.
+// So a hit of a leasing limit fails no later than a hit that does not
+// lease; what the leases hold is still admitted meanwhile.
 package lease
 
 import (
@@ -455,6 +457,14 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			// hit fails with it.
 			f := l.pending
 			sh.mu.Unlock()
+			if s.Health() != nil {
+				// The store says it is down (its breaker open, or
+				// never connected): the grant is its probe, or
+				// fails at once. The store answers the hit now, as
+				// it answers a hit that does not lease, rather than
+				// hold it behind the probe.
+				return held{}, false, nil, nil
+			}
 			select {
 			case <-f.done:
 				if f.err != nil {

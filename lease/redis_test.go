@@ -172,3 +172,40 @@ func TestRedisSilentOneCall(t *testing.T) {
 		t.Errorf("%d calls failed, want 1: the one grant", n)
 	}
 }
+
+// TestRedisBreakerOpenNoWait: while the breaker is open and lets a probe
+// through, the probe may be a grant, which waits for Redis; the other
+// hits of its key are answered at once (breaker_open), as hits that do not
+// lease, not held behind it.
+func TestRedisBreakerOpenNoWait(t *testing.T) {
+	// The probe fails when connecting does: the timeout.
+	const timeout = time.Second
+	srv := redistest.Standalone(t)
+	node, rs := silentNode(t, srv, timeout, 1)
+	l := &sluice.Limit{Name: "probe", Rate: 1_000_000, Period: time.Hour, LeaseOvershoot: 1000}
+	srv.Freeze()
+	// One failed grant opens the breaker; after its cooldown (200ms), the
+	// next call is the probe.
+	if err := node.Take(context.Background(), []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, make([]sluice.Decision, 1)); err == nil {
+		t.Fatal("a grant decided while Redis is stopped")
+	}
+	redistest.WaitFor(t, "the breaker open", func() bool { return rs.Stats().BreakerState == 2 })
+	time.Sleep(300 * time.Millisecond)
+	done, errs := takeAll(t, node, rs, l, "k", 9)
+	if rs.Stats().BreakerState == 0 {
+		t.Fatal("the probe closed the breaker: Redis answered")
+	}
+	for i := 1; i < len(done); i++ {
+		if r := sluice.ReasonOf(errs[i]); errs[i] == nil || r != sluice.FailBreakerOpen {
+			t.Errorf("hit %d: %v (reason %s), want breaker_open", i, errs[i], r)
+		}
+		// The probe's failure comes the timeout after it went; the
+		// slack for a busy machine is half of it.
+		if early := done[0].Sub(done[i]); early < timeout/2 {
+			t.Errorf("hit %d answered %v before the probe: held behind it", i, early.Round(time.Millisecond))
+		}
+	}
+	if sluice.ReasonOf(errs[0]) == sluice.FailBreakerOpen {
+		t.Errorf("the probe: %v, want Redis's failure", errs[0])
+	}
+}
