@@ -48,15 +48,7 @@ func TestServeRedisOutageSpent(t *testing.T) {
 	}
 	procs := startSluices(t, nodes, "--config", dir, "--debug-addr", "",
 		"--store", "redis", "--redis-url", srv.URL(), "--redis-timeout", "100ms")
-	allMetric := func(series, want string) bool {
-		for _, p := range procs {
-			if p.metric(series) != want {
-				return false
-			}
-		}
-		return true
-	}
-	poll(t, "sluice_nodes 3 on every process", func() bool { return allMetric("sluice_nodes", strconv.Itoa(nodes)) })
+	poll(t, "sluice_nodes 3 on every process", func() bool { return allMetric(procs, "sluice_nodes", strconv.Itoa(nodes)) })
 	for _, d := range domains {
 		for i := range used {
 			if got := codesOf(procs[i%nodes].must(d, desc("k", "a"))); got != "OK:OK" {
@@ -73,7 +65,7 @@ func TestServeRedisOutageSpent(t *testing.T) {
 	frozen := time.Now()
 	l := startLoad(t, procs, 48, targets, func(c, i int) int { return (c + i) % len(targets) }, time.Now())
 	defer l.finish()
-	poll(t, "sluice_redis_up 0 on every process", func() bool { return allMetric("sluice_redis_up", "0") })
+	poll(t, "sluice_redis_up 0 on every process", func() bool { return allMetric(procs, "sluice_redis_up", "0") })
 	time.Sleep(time.Until(frozen.Add(freeze)))
 	srv.Thaw()
 	thawed := time.Now()
@@ -84,7 +76,7 @@ func TestServeRedisOutageSpent(t *testing.T) {
 	if raceEnabled() {
 		recovery = 20 * time.Second
 	}
-	for !allMetric("sluice_redis_up", "1") {
+	for !allMetric(procs, "sluice_redis_up", "1") {
 		if time.Since(thawed) > recovery {
 			t.Fatalf("sluice_redis_up not 1 on every process %s after Redis was back", recovery)
 		}
