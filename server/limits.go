@@ -8,12 +8,10 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	protov2 "google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/internal/grpcraw"
 	"github.com/sluicehq/sluice/rls"
 )
 
@@ -34,34 +32,14 @@ var errMalformed = fmt.Errorf("%w: malformed RateLimitRequest", rls.ErrInvalid)
 
 // GRPCServerOptions returns the options a gRPC server needs to serve the
 // rate limit service of RegisterGRPC: the bound on a request's size and
-// the codec that hands the service a request's bytes undecoded, so that it
-// checks their counts before decoding them and answers a malformed request
-// InvalidArgument (gRPC's own decoding would answer Internal). Messages of
-// every other service are decoded as usual.
+// the codec that hands the service a request's bytes undecoded
+// (internal/grpcraw), so that it checks their counts before decoding them
+// and answers a malformed request InvalidArgument (gRPC's own decoding
+// would answer Internal). The Rate Limit Quota Service (package rlqs)
+// needs the same codec. Messages of every other service are decoded as
+// usual.
 func GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		grpc.ForceServerCodecV2(rawCodec{proto: encoding.GetCodecV2(proto.Name)}),
-	}
-}
-
-// rawRequest is what rawCodec decodes a rate limit request into: its bytes.
-type rawRequest struct{ b []byte }
-
-// rawCodec is gRPC's protobuf codec, except that a rawRequest receives the
-// message's bytes as they came.
-type rawCodec struct{ proto encoding.CodecV2 }
-
-func (c rawCodec) Name() string { return proto.Name }
-
-func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
-
-func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*rawRequest); ok {
-		r.b = data.Materialize()
-		return nil
-	}
-	return c.proto.Unmarshal(data, v)
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpcraw.ServerOption()}
 }
 
 // rlsServiceDesc is Envoy's RateLimitService with its one method decoded
@@ -77,12 +55,12 @@ var rlsServiceDesc = func() grpc.ServiceDesc {
 // malformed request is InvalidArgument, counted, and costs no decoding.
 func shouldRateLimit(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
-	var raw rawRequest
+	var raw grpcraw.Message
 	if err := dec(&raw); err != nil {
 		return nil, err
 	}
 	req := new(rlsv3.RateLimitRequest)
-	if err := decodeRequest(raw.b, req); err != nil {
+	if err := decodeRequest(raw.Bytes, req); err != nil {
 		return nil, s.fail(err, viaGRPC).grpcErr()
 	}
 	if interceptor == nil {
