@@ -24,8 +24,8 @@
 // and whichever streams drop, provided an assignment reaches its Envoy
 // within Policy.Grace of being decided.
 //
-// This package imports the root package, rules, go-control-plane, gRPC,
-// rueidis and Prometheus' client; no other transport, no store and not
+// This package imports the root package, rules, go-control-plane, gRPC
+// (with the codec of internal/grpcraw), rueidis and Prometheus' client; no other transport, no store and not
 // the decision core: it decides no hits, and is given its Redis client.
 package rlqs
 
@@ -50,9 +50,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/grpcraw"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -181,8 +183,46 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Register registers the service on g.
-func (s *Server) Register(g *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(g, s) }
+// GRPCServerOptions returns the options a gRPC server needs to serve the
+// service of Register: the codec that hands it the reports' bytes
+// undecoded (the same as the rate limit service's, which
+// server.GRPCServerOptions includes), so that a malformed report is
+// answered InvalidArgument rather than gRPC's Internal.
+func GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpcraw.ServerOption()}
+}
+
+// Register registers the service on g, which must be made with the
+// options of GRPCServerOptions (or of server.GRPCServerOptions): without
+// them, every stream ends at its first report.
+func (s *Server) Register(g *grpc.Server) { g.RegisterService(&serviceDesc, s) }
+
+// serviceDesc is Envoy's RateLimitQuotaService with its one stream
+// decoded by streamRaw rather than by gRPC.
+var serviceDesc = func() grpc.ServiceDesc {
+	d := rlqsv3.RateLimitQuotaService_ServiceDesc
+	d.Streams = []grpc.StreamDesc{{StreamName: "StreamRateLimitQuotas", Handler: streamRaw, ServerStreams: true, ClientStreams: true}}
+	return d
+}()
+
+// streamRaw is the gRPC handler of StreamRateLimitQuotas: it decodes each
+// report itself, so that bytes that are not a report end the stream with
+// InvalidArgument.
+func streamRaw(srv any, stream grpc.ServerStream) error {
+	recv := func() (*rlqsv3.RateLimitQuotaUsageReports, error) {
+		var raw grpcraw.Message
+		if err := stream.RecvMsg(&raw); err != nil {
+			return nil, err
+		}
+		rep := new(rlqsv3.RateLimitQuotaUsageReports)
+		if err := proto.Unmarshal(raw.Bytes, rep); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "malformed RateLimitQuotaUsageReports: %v", err)
+		}
+		return rep, nil
+	}
+	send := func(resp *rlqsv3.RateLimitQuotaResponse) error { return stream.SendMsg(resp) }
+	return srv.(*Server).serve(stream.Context(), recv, send)
+}
 
 // Stream is one stream's buckets: what the server keeps of an Envoy
 // between its reports. StreamRateLimitQuotas keeps one per gRPC stream;
@@ -218,15 +258,23 @@ const (
 	actAssign
 )
 
-// StreamRateLimitQuotas implements the service: it answers every usage
-// report with an action for each of its buckets.
+// StreamRateLimitQuotas implements the service on a stream whose reports
+// gRPC decodes (Register's handler decodes them itself): it answers every
+// usage report, with an action for each of its buckets that has one.
 func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+	return s.serve(stream.Context(), stream.Recv, stream.Send)
+}
+
+// serve answers the reports of one stream until it ends: every report
+// gets a response, one with no actions when none of its buckets has one
+// (an empty report, buckets without ids), so that a client that waits for
+// an answer gets one.
+func (s *Server) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaUsageReports, error), send func(*rlqsv3.RateLimitQuotaResponse) error) error {
 	s.streams.Inc()
 	defer s.streams.Dec()
 	st := s.NewStream()
-	ctx := stream.Context()
 	for {
-		rep, err := stream.Recv()
+		rep, err := recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -238,10 +286,7 @@ func (s *Server) StreamRateLimitQuotas(stream grpc.BidiStreamingServer[rlqsv3.Ra
 		if err != nil {
 			return err
 		}
-		if resp == nil || len(resp.BucketAction) == 0 {
-			continue
-		}
-		if err := stream.Send(resp); err != nil {
+		if err := send(resp); err != nil {
 			return err
 		}
 	}
@@ -254,8 +299,10 @@ func (s *Server) NewStream() *Stream {
 
 // Report answers one usage report of stream st: an action for each of its
 // buckets (none for the buckets whose shares failed, unless the domain's
-// failure policy says fail_open or fail_closed). An error (InvalidArgument)
-// ends the stream. Reports of one stream must not be concurrent.
+// failure policy says fail_open or fail_closed, and none for a usage
+// without a bucket id); the response is never nil. An error
+// (InvalidArgument) ends the stream. Reports of one stream must not be
+// concurrent.
 func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQuotaUsageReports) (*rlqsv3.RateLimitQuotaResponse, error) {
 	switch {
 	case st.domain == "" && rep.Domain == "":

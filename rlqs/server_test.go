@@ -20,7 +20,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/rulestest"
@@ -52,11 +54,18 @@ descriptors:
 // client of go-control-plane connected to it.
 func serve(t *testing.T, cfg rlqs.Config) rlqsv3.RateLimitQuotaServiceClient {
 	t.Helper()
+	return rlqsv3.NewRateLimitQuotaServiceClient(listen(t, cfg))
+}
+
+// listen starts an RLQS server on a real loopback listener and returns a
+// connection to it.
+func listen(t *testing.T, cfg rlqs.Config) *grpc.ClientConn {
+	t.Helper()
 	s, err := rlqs.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(rlqs.GRPCServerOptions()...)
 	s.Register(g)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,7 +78,7 @@ func serve(t *testing.T, cfg rlqs.Config) rlqsv3.RateLimitQuotaServiceClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	return conn
 }
 
 func usage(bucket map[string]string, allowed, denied uint64, elapsed time.Duration) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
@@ -187,8 +196,8 @@ func sortedPairs(m map[string]string) []string {
 }
 
 // TestBadStreams: a stream whose first report names no domain, or that
-// changes domains, ends with InvalidArgument; buckets without ids are
-// skipped.
+// changes domains, ends with InvalidArgument (after answering the reports
+// before); buckets without ids are skipped.
 func TestBadStreams(t *testing.T) {
 	cfg := rulestest.Config(t, testRules)
 	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }})
@@ -202,6 +211,12 @@ func TestBadStreams(t *testing.T) {
 		}
 		for _, r := range reps {
 			if err := stream.Send(r); err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+		}
+		// Every report before the bad one is answered.
+		for range len(reps) - 1 {
+			if _, err := stream.Recv(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -226,6 +241,102 @@ func TestBadStreams(t *testing.T) {
 	}
 	if len(resp.BucketAction) != 2 || describe(resp.BucketAction[0]) != "abandon" || resp.BucketAction[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
 		t.Fatalf("want an abandon for the 10 KB value and a token bucket for tenant=a, got %v", resp)
+	}
+}
+
+// bytesCodec sends and receives messages as raw bytes: a client that can
+// send what no protobuf encoder would.
+type bytesCodec struct{}
+
+func (bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
+}
+
+func (bytesCodec) Name() string { return "proto" }
+
+// TestMalformedReports: bytes that are not a usage report, on a real
+// gRPC stream, end it with InvalidArgument (as a malformed request to the
+// rate limit service), never Internal; before or after good reports.
+func TestMalformedReports(t *testing.T) {
+	cfg := rulestest.Config(t, testRules)
+	conn := listen(t, rlqs.Config{Rules: func() *rules.Config { return cfg }})
+	good, err := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "quota",
+		BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"tenant": "a"}, 1, 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := &grpc.StreamDesc{StreamName: "StreamRateLimitQuotas", ClientStreams: true, ServerStreams: true}
+	for _, tc := range []struct {
+		name   string
+		before int // good reports first
+		b      []byte
+	}{
+		{"garbage", 0, []byte("GET / HTTP/1.1\r\n\r\n")},
+		{"bad tag", 0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{"truncated", 1, good[:len(good)-3]},
+		{"length past the end", 2, []byte{0x12, 0x7f, 0x0a}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stream, err := conn.NewStream(context.Background(), desc, rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, grpc.ForceCodecV2(bytesCodec{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.before {
+				if err := stream.SendMsg(&good); err != nil {
+					t.Fatal(err)
+				}
+				var out []byte
+				if err := stream.RecvMsg(&out); err != nil {
+					t.Fatalf("good report %d: %v", i+1, err)
+				}
+			}
+			if err := stream.SendMsg(&tc.b); err != nil && !errors.Is(err, io.EOF) {
+				t.Fatal(err)
+			}
+			var out []byte
+			if err := stream.RecvMsg(&out); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "malformed") {
+				t.Errorf("%x: %v, want InvalidArgument: malformed", tc.b, err)
+			}
+		})
+	}
+}
+
+// TestEveryReportAnswered: a report with no buckets, or whose only usage
+// has no bucket id, gets a response with no actions, in its turn (before
+// the answer to the good report sent after it), and the stream goes on.
+func TestEveryReportAnswered(t *testing.T) {
+	cfg := rulestest.Config(t, testRules)
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }})
+	stream, err := client.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"tenant": "a"}, 1, 0, 0)}}
+	for i, rep := range []*rlqsv3.RateLimitQuotaUsageReports{
+		{Domain: "quota"},
+		{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{}}},
+		{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(nil, 3, 0, time.Second)}},
+		{},
+	} {
+		for _, r := range []*rlqsv3.RateLimitQuotaUsageReports{rep, good} {
+			if err := stream.Send(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j, want := range []int{0, 1} {
+			resp, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("report %d, answer %d: %v", i+1, j+1, err)
+			}
+			if len(resp.BucketAction) != want {
+				t.Fatalf("report %d, answer %d: %d actions, want %d: %v", i+1, j+1, len(resp.BucketAction), want, resp)
+			}
+		}
 	}
 }
 
