@@ -19,6 +19,13 @@
 // sluice node on it). Shares are sent as token buckets of the share's
 // rate and burst (see strategyOf).
 //
+// Memory is bounded twice: the buckets of one stream (Config.MaxBuckets)
+// and the estimated bytes of the buckets of every stream
+// (Config.MaxBytes). A new bucket past either gets no answer, so that
+// Envoy applies its no_assignment_behavior (abandoning it would make Envoy
+// create it again, and report it, at its next request; ending the stream
+// would take the assignments of its other buckets away).
+//
 // The bound, proved in docs/leases.md: the shares any Envoy may still
 // enforce sum to at most 1 at every moment, however late reports arrive
 // and whichever streams drop, provided an assignment reaches its Envoy
@@ -55,6 +62,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/grpcraw"
+	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -63,6 +71,7 @@ const (
 	DefaultTTL        = 5 * time.Second
 	DefaultGrace      = 2 * time.Second
 	DefaultMaxBuckets = 10000
+	DefaultMaxBytes   = 64 << 20
 	// MaxBucketEntries bounds the entries of a bucket id; a longer id is
 	// abandoned.
 	MaxBucketEntries = 64
@@ -104,8 +113,19 @@ type Config struct {
 	Windows WindowStrategy
 
 	// MaxBuckets bounds the buckets of one stream (DefaultMaxBuckets when
-	// zero); buckets past it are abandoned.
+	// zero), and MaxBytes the memory the buckets of every stream hold
+	// together, as the server estimates it (DefaultMaxBytes when zero;
+	// BucketBytes tells the estimate: a bucket of one short entry and one
+	// limit counts some 1,120 bytes with MemPools, 960 without, for some
+	// 950 and 800 bytes of heap). A new bucket past either gets no answer:
+	// Envoy applies the bucket's no_assignment_behavior and reports it
+	// again at its next reporting interval, when it is taken if there is
+	// room then. The buckets held stay answered. A bucket dropped
+	// (abandoned, or its stream ended) gives its bytes back at once, or,
+	// with MemPools, once its pool records may be gone: 2·(TTL+Grace)
+	// later.
 	MaxBuckets int
+	MaxBytes   int64
 
 	Logger   *slog.Logger          // nil: discard
 	Registry prometheus.Registerer // nil: no metrics
@@ -124,10 +144,17 @@ type Server struct {
 	seed   maphash.Seed
 	stream atomic.Uint64
 
+	mem         budget
+	recordBytes int64             // of a pool record in this process (MemPools), per limit of a bucket
+	hold        time.Duration     // how long a dropped bucket's bytes still count (its pool records)
+	fullLog     logsample.Sampler // the lines of buckets refused at MaxBytes
+
 	streams  prometheus.Gauge
 	reports  prometheus.Counter
 	actions  *prometheus.CounterVec
 	failures prometheus.Counter
+	buckets  prometheus.Gauge
+	refused  *prometheus.CounterVec
 }
 
 // PolicyDefaults returns p with its zero fields set to their defaults.
@@ -150,6 +177,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBuckets <= 0 {
 		cfg.MaxBuckets = DefaultMaxBuckets
 	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -164,7 +194,13 @@ func New(cfg Config) (*Server, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, node: binary.LittleEndian.Uint64(b[:]), seed: maphash.MakeSeed()}
+	s := &Server{cfg: cfg, log: log, node: binary.LittleEndian.Uint64(b[:]), seed: maphash.MakeSeed(), mem: budget{max: cfg.MaxBytes}}
+	s.fullLog.Interval = time.Minute
+	if _, ok := cfg.Pools.(*MemPools); ok {
+		// A record lives TTL+Grace after the bucket's last report, and
+		// MemPools sweeps the expired ones every TTL+Grace.
+		s.recordBytes, s.hold = poolRecord, 2*(cfg.Policy.TTL+cfg.Policy.Grace)
+	}
 	s.streams = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "streams",
 		Help: "Rate Limit Quota Service streams open on this node."})
 	s.reports = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "reports_total",
@@ -173,8 +209,15 @@ func New(cfg Config) (*Server, error) {
 		Help: "Bucket actions sent, by kind: token_bucket, requests_per_time_unit, allow_all, deny_all, abandon."}, []string{"action"})
 	s.failures = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "pool_failures_total",
 		Help: "Reports whose shares could not be computed (Redis failed): answered by the domain's failure_policy, or not at all."})
+	s.buckets = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "buckets",
+		Help: "Buckets the streams of this node hold."})
+	bytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "bucket_bytes",
+		Help: "Estimated memory of the buckets this node holds (and of their pool records, in memory), which --rlqs-max-bytes caps."},
+		func() float64 { return float64(s.BucketBytes()) })
+	s.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "rlqs", Name: "buckets_refused_total",
+		Help: "Reports of new buckets left unanswered, by the cap they met: stream (the buckets of one stream) or node (--rlqs-max-bytes)."}, []string{"cap"})
 	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{s.streams, s.reports, s.actions, s.failures} {
+		for _, c := range []prometheus.Collector{s.streams, s.reports, s.actions, s.failures, s.buckets, bytes, s.refused} {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, err
 			}
@@ -226,13 +269,18 @@ func streamRaw(srv any, stream grpc.ServerStream) error {
 
 // Stream is one stream's buckets: what the server keeps of an Envoy
 // between its reports. StreamRateLimitQuotas keeps one per gRPC stream;
-// NewStream and Report serve reports from elsewhere (a simulation).
+// NewStream, Report and CloseStream serve reports from elsewhere (a
+// simulation).
 type Stream struct {
 	id      uint64
 	domain  string
 	buckets map[string]*bucketState
 	full    bool // MaxBuckets reached (logged once)
 }
+
+// BucketBytes returns the estimated memory the buckets of every stream
+// hold, which Config.MaxBytes caps.
+func (s *Server) BucketBytes() int64 { return s.mem.bytes(s.cfg.Now()) }
 
 // bucketState is one bucket of one stream.
 type bucketState struct {
@@ -247,6 +295,7 @@ type bucketState struct {
 	last    time.Time       // the last report, server time
 	demand  float64         // requests a second, smoothed
 	reports int             // reports seen
+	bytes   int64           // its memory as counted (bucketBytes), 0 until kept
 }
 
 type action uint8
@@ -273,6 +322,7 @@ func (s *Server) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaU
 	s.streams.Inc()
 	defer s.streams.Dec()
 	st := s.NewStream()
+	defer s.CloseStream(st)
 	for {
 		rep, err := recv()
 		if errors.Is(err, io.EOF) {
@@ -295,6 +345,18 @@ func (s *Server) serve(ctx context.Context, recv func() (*rlqsv3.RateLimitQuotaU
 // NewStream returns the state of a new stream.
 func (s *Server) NewStream() *Stream {
 	return &Stream{id: s.stream.Add(1), buckets: make(map[string]*bucketState)}
+}
+
+// CloseStream drops the buckets of st, which ended, giving back what they
+// count against Config.MaxBytes; st must not be used after.
+func (s *Server) CloseStream(st *Stream) {
+	var n int64
+	for _, b := range st.buckets {
+		n += b.bytes
+	}
+	s.buckets.Sub(float64(len(st.buckets)))
+	st.buckets = nil
+	s.mem.give(n, s.cfg.Now().Add(s.hold))
 }
 
 // Report answers one usage report of stream st: an action for each of its
@@ -324,21 +386,24 @@ func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQu
 		}
 		key := canonical(u.BucketId.Bucket)
 		b := st.buckets[key]
-		if b == nil {
+		fresh := b == nil
+		if fresh {
 			if len(st.buckets) >= s.cfg.MaxBuckets {
-				if !st.full {
-					st.full = true
-					s.log.Warn("stream has reached its maximum of buckets: new ones are abandoned", "domain", st.domain, "max", s.cfg.MaxBuckets)
-				}
-				resp.BucketAction = append(resp.BucketAction, s.act(u.BucketId, actAbandon, nil))
+				s.refuseStream(st)
+				continue
+			}
+			if !s.mem.fits(bucketBase, now) {
+				s.refuseNode(now) // not worth matching: the smallest does not fit
 				continue
 			}
 			b = &bucketState{id: u.BucketId, client: s.client(st.id, key)}
-			st.buckets[key] = b
 		}
 		if gen, stale := s.runtimeChanged(b, now); stale || b.rules != cfg || cfg == nil {
 			s.match(b, cfg, st.domain)
 			b.matched, b.gen = now, gen
+			if !s.keep(st, key, b, fresh, now) {
+				continue
+			}
 		}
 		elapsed := now.Sub(b.last)
 		if b.last.IsZero() {
@@ -373,7 +438,7 @@ func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQu
 			}
 		case actAbandon:
 			resp.BucketAction = append(resp.BucketAction, s.act(b.id, actAbandon, nil))
-			delete(st.buckets, key)
+			s.drop(st, key, b, now)
 		default:
 			resp.BucketAction = append(resp.BucketAction, s.act(b.id, b.action, nil))
 		}
@@ -395,6 +460,59 @@ func (s *Server) Report(ctx context.Context, st *Stream, rep *rlqsv3.RateLimitQu
 		resp.BucketAction = append(resp.BucketAction, s.act(b.id, actAssign, strategyOf(b.limits, fracs, s.cfg.Windows)))
 	}
 	return resp, nil
+}
+
+// keep counts bucket b of st, under key, just matched, at the size of its
+// match, and returns false when it is fresh and does not fit in
+// Config.MaxBytes: then it is not kept, and gets no answer. A fresh bucket
+// that is abandoned is not kept either, but it is answered.
+func (s *Server) keep(st *Stream, key string, b *bucketState, fresh bool, now time.Time) bool {
+	if b.action == actAbandon {
+		return true // answered, then dropped
+	}
+	n := s.bucketBytes(b, key)
+	switch {
+	case !fresh:
+		s.mem.resize(n - b.bytes)
+	case s.mem.take(n, now):
+		st.buckets[key] = b
+		s.buckets.Inc()
+	default:
+		s.refuseNode(now)
+		return false
+	}
+	b.bytes = n
+	return true
+}
+
+// refuseNode counts a fresh bucket refused at Config.MaxBytes, and logs
+// one line a minute of those.
+func (s *Server) refuseNode(now time.Time) {
+	s.refused.WithLabelValues("node").Inc()
+	if dropped, ok := s.fullLog.Allow(now); ok {
+		s.log.Warn("RLQS buckets are at the node's memory cap: new buckets get no assignment until some are dropped",
+			"max_bytes", s.cfg.MaxBytes, "bytes", s.mem.bytes(now), "refused_since_last_line", dropped)
+	}
+}
+
+// refuseStream counts a fresh bucket of st refused at Config.MaxBuckets,
+// and logs the first of each stream.
+func (s *Server) refuseStream(st *Stream) {
+	s.refused.WithLabelValues("stream").Inc()
+	if !st.full {
+		st.full = true
+		s.log.Warn("RLQS stream has reached its maximum of buckets: new ones get no assignment", "domain", st.domain, "max", s.cfg.MaxBuckets)
+	}
+}
+
+// drop drops bucket b of st, under key, if it is kept.
+func (s *Server) drop(st *Stream, key string, b *bucketState, now time.Time) {
+	if st.buckets[key] != b {
+		return
+	}
+	delete(st.buckets, key)
+	s.buckets.Dec()
+	s.mem.give(b.bytes, now.Add(s.hold))
 }
 
 // failed answers the assigned buckets of a report whose shares could not be

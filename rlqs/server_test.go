@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +28,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/metrictest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/rlqs"
@@ -186,6 +190,28 @@ func TestActions(t *testing.T) {
 	}
 }
 
+// answers sends rep on stream and returns the actions of its answer,
+// described, each after its bucket's value of key when key is not empty.
+func answers(t *testing.T, stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, rep *rlqsv3.RateLimitQuotaUsageReports, key string) []string {
+	t.Helper()
+	if err := stream.Send(rep); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range resp.BucketAction {
+		if key != "" {
+			got = append(got, a.BucketId.Bucket[key]+" "+describe(a))
+			continue
+		}
+		got = append(got, describe(a))
+	}
+	return got
+}
+
 func sortedPairs(m map[string]string) []string {
 	var out []string
 	for k, v := range m {
@@ -340,6 +366,162 @@ func TestEveryReportAnswered(t *testing.T) {
 	}
 }
 
+// liveHeap is the heap's live bytes, after collecting the garbage.
+func liveHeap() int64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestMemoryCapAcrossStreams: 30 streams of 10,000 new buckets each (the
+// most one stream may hold), on real gRPC streams at once, as the probe
+// that found 30 such streams holding 354 MB: the buckets held across
+// them stay within Config.MaxBytes, in the server's estimate and in the
+// heap; the buckets past it get no answer (Envoy applies its
+// no_assignment_behavior) and are counted; the buckets held are answered
+// at their next reports; and the buckets of streams that end make room
+// for new ones once their pool records may be gone.
+func TestMemoryCapAcrossStreams(t *testing.T) {
+	const streams, perStream, maxBytes = 30, 10000, 8 << 20
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	policy := rlqs.PolicyDefaults(rlqs.Policy{})
+	cfg := rulestest.Config(t, testRules)
+	reg := prometheus.NewRegistry()
+	before := liveHeap()
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, Pools: rlqs.NewMemPools(policy, now), Policy: policy,
+		Now: now, MaxBytes: maxBytes, Registry: reg})
+
+	report := func(k int) *rlqsv3.RateLimitQuotaUsageReports {
+		rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+		for i := range perStream {
+			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"tenant": fmt.Sprintf("s%02d-%05d", k, i)}, 1, 0, 0))
+		}
+		return rep
+	}
+	// send sends stream k's report and returns how many of its buckets
+	// were answered.
+	send := func(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, k int) (int, error) {
+		if err := stream.Send(report(k)); err != nil {
+			return 0, err
+		}
+		resp, err := stream.Recv()
+		return len(resp.GetBucketAction()), err
+	}
+	ss := make([]rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, streams)
+	held := make([]int, streams)
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for k := range ss {
+		stream, err := client.StreamRateLimitQuotas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss[k] = stream
+		wg.Go(func() {
+			n, err := send(stream, k)
+			held[k] = n
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := liveHeap() - before
+	total := 0
+	for _, n := range held {
+		total += n
+	}
+	estimate := metrictest.Value(t, reg, "sluice_rlqs_bucket_bytes")
+	t.Logf("%d of %d buckets held in %d streams, estimated %.0f bytes; the heap grew by %d bytes", total, streams*perStream, streams, estimate, grown)
+	// The heap holds the buckets, their pool records, and 30 gRPC streams
+	// on both ends; not 30 streams' worth of buckets.
+	if grown > 2*maxBytes {
+		t.Errorf("the heap grew by %d bytes with the buckets held, over twice the cap of %d", grown, maxBytes)
+	}
+	if total == 0 || total >= perStream*streams/10 {
+		t.Fatalf("%d of %d buckets answered: want some, and far from all, under a cap of %d bytes", total, streams*perStream, maxBytes)
+	}
+	if estimate > maxBytes {
+		t.Errorf("sluice_rlqs_bucket_bytes %.0f, over the cap %d", estimate, maxBytes)
+	}
+	if got := metrictest.Value(t, reg, "sluice_rlqs_buckets"); got != float64(total) {
+		t.Errorf("sluice_rlqs_buckets %v, want %d", got, total)
+	}
+	if got, want := metrictest.Value(t, reg, "sluice_rlqs_buckets_refused_total", "cap=node"), float64(streams*perStream-total); got != want {
+		t.Errorf("sluice_rlqs_buckets_refused_total{cap=node} %v, want %v", got, want)
+	}
+
+	// At their next reports, the buckets held are answered, and only they.
+	for _, k := range []int{0, streams - 1} {
+		if n, err := send(ss[k], k); err != nil || n != held[k] {
+			t.Errorf("stream %d again: %d buckets answered (%v), want the %d it holds", k, n, err, held[k])
+		}
+	}
+
+	// Streams that end give their buckets back once their pool records
+	// may be gone (2·(TTL+Grace)).
+	freed := 0
+	for k := range 10 {
+		if err := ss[k].CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ss[k].Recv(); !errors.Is(err, io.EOF) {
+			t.Fatalf("stream %d after CloseSend: %v, want EOF", k, err)
+		}
+		freed += held[k]
+	}
+	if freed == 0 {
+		t.Fatal("the first 10 streams held no bucket")
+	}
+	late, err := client.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := send(late, streams); err != nil || n != 0 {
+		t.Errorf("a new stream at once: %d buckets answered (%v), want none: the records of the ended streams still count", n, err)
+	}
+	clock.Add(int64(2*(policy.TTL+policy.Grace) + time.Second))
+	if n, err := send(late, streams); err != nil || n == 0 {
+		t.Errorf("a new stream once the ended streams' records are gone: %d buckets answered (%v), want some", n, err)
+	}
+}
+
+// TestStreamCap: past Config.MaxBuckets, a stream's new buckets get no
+// answer (not an abandon, which Envoy would follow by creating the bucket
+// again, and reporting it, at its next request), and are counted; the
+// buckets it holds are answered at every report.
+func TestStreamCap(t *testing.T) {
+	cfg := rulestest.Config(t, testRules)
+	reg := prometheus.NewRegistry()
+	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, MaxBuckets: 3, Registry: reg})
+	stream, err := client.StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
+	for i := range 5 {
+		rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"tenant": fmt.Sprint(i)}, 1, 0, time.Second))
+	}
+	for round := 1; round <= 2; round++ {
+		got := answers(t, stream, rep, "tenant")
+		const tb = " token_bucket max=1000 per_fill=1000 fill=1s ttl=5s"
+		if want := []string{"0" + tb, "1" + tb, "2" + tb}; !slices.Equal(got, want) {
+			t.Errorf("report %d: %q, want %q", round, got, want)
+		}
+		if got := metrictest.Value(t, reg, "sluice_rlqs_buckets_refused_total", "cap=stream"); got != float64(2*round) {
+			t.Errorf("report %d: sluice_rlqs_buckets_refused_total{cap=stream} %v, want %d", round, got, 2*round)
+		}
+	}
+}
+
 // TestSharesFollowDemand: two streams on one bucket of 1000 a second
 // reporting 900 and 100 requests a second get 900 and 100 a second once
 // both have reported twice (max-min fair: the rest of the pool spread
@@ -427,18 +609,7 @@ func TestPoolsDown(t *testing.T) {
 		if domain == "quiet" {
 			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"free": "1"}, 1, 0, 0))
 		}
-		if err := stream.Send(rep); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, a := range resp.BucketAction {
-			got = append(got, describe(a))
-		}
-		if !slices.Equal(got, want) {
+		if got := answers(t, stream, rep, ""); !slices.Equal(got, want) {
 			t.Errorf("%s: %v, want %v", domain, got, want)
 		}
 	}

@@ -12,12 +12,12 @@ import (
 	gostats "github.com/lyft/gostats"
 	statsmock "github.com/lyft/gostats/mock"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	grpccodes "google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/metrictest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/server"
@@ -27,45 +27,7 @@ import (
 // with exactly the labels given as "name=value", or -1 if absent.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.Metric {
-			if len(m.Label) != len(labels) {
-				continue
-			}
-			for _, l := range labels {
-				k, v, _ := strings.Cut(l, "=")
-				if !hasLabel(m, k, v) {
-					continue next
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue()
-			case m.Gauge != nil:
-				return m.Gauge.GetValue()
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return -1
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.Label {
-		if l.GetName() == k && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
+	return metrictest.Value(t, reg, name, labels...)
 }
 
 // series counts the series of name.
