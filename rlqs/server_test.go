@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,12 +22,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice/internal/grpcraw"
 	"github.com/sluicehq/sluice/internal/metrictest"
+	"github.com/sluicehq/sluice/internal/rlqstest"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/overrides"
 	"github.com/sluicehq/sluice/rlqs"
@@ -270,21 +270,6 @@ func TestBadStreams(t *testing.T) {
 	}
 }
 
-// bytesCodec sends and receives messages as raw bytes: a client that can
-// send what no protobuf encoder would.
-type bytesCodec struct{}
-
-func (bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
-}
-
-func (bytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	*v.(*[]byte) = data.Materialize()
-	return nil
-}
-
-func (bytesCodec) Name() string { return "proto" }
-
 // TestMalformedReports: bytes that are not a usage report, on a real
 // gRPC stream, end it with InvalidArgument (as a malformed request to the
 // rate limit service), never Internal; before or after good reports.
@@ -308,24 +293,22 @@ func TestMalformedReports(t *testing.T) {
 		{"length past the end", 2, []byte{0x12, 0x7f, 0x0a}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stream, err := conn.NewStream(context.Background(), desc, rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, grpc.ForceCodecV2(bytesCodec{}))
+			stream, err := conn.NewStream(context.Background(), desc, rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, grpc.ForceCodecV2(grpcraw.Codec()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range tc.before {
-				if err := stream.SendMsg(&good); err != nil {
+				if err := stream.SendMsg(&grpcraw.Message{Bytes: good}); err != nil {
 					t.Fatal(err)
 				}
-				var out []byte
-				if err := stream.RecvMsg(&out); err != nil {
+				if err := stream.RecvMsg(&grpcraw.Message{}); err != nil {
 					t.Fatalf("good report %d: %v", i+1, err)
 				}
 			}
-			if err := stream.SendMsg(&tc.b); err != nil && !errors.Is(err, io.EOF) {
+			if err := stream.SendMsg(&grpcraw.Message{Bytes: tc.b}); err != nil && !errors.Is(err, io.EOF) {
 				t.Fatal(err)
 			}
-			var out []byte
-			if err := stream.RecvMsg(&out); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "malformed") {
+			if err := stream.RecvMsg(&grpcraw.Message{}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "malformed") {
 				t.Errorf("%x: %v, want InvalidArgument: malformed", tc.b, err)
 			}
 		})
@@ -395,50 +378,12 @@ func TestMemoryCapAcrossStreams(t *testing.T) {
 	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, Pools: rlqs.NewMemPools(policy, now), Policy: policy,
 		Now: now, MaxBytes: maxBytes, Registry: reg})
 
-	report := func(k int) *rlqsv3.RateLimitQuotaUsageReports {
-		rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "quota"}
-		for i := range perStream {
-			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"tenant": fmt.Sprintf("s%02d-%05d", k, i)}, 1, 0, 0))
-		}
-		return rep
-	}
-	// send sends stream k's report and returns how many of its buckets
-	// were answered.
-	send := func(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, k int) (int, error) {
-		if err := stream.Send(report(k)); err != nil {
-			return 0, err
-		}
-		resp, err := stream.Recv()
-		return len(resp.GetBucketAction()), err
-	}
-	ss := make([]rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, streams)
-	held := make([]int, streams)
-	var wg sync.WaitGroup
-	errs := make(chan error, streams)
-	for k := range ss {
-		stream, err := client.StreamRateLimitQuotas(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ss[k] = stream
-		wg.Go(func() {
-			n, err := send(stream, k)
-			held[k] = n
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	flood, err := rlqstest.Start(context.Background(), client, "quota", streams, perStream)
+	if err != nil {
+		t.Fatal(err)
 	}
 	grown := liveHeap() - before
-	total := 0
-	for _, n := range held {
-		total += n
-	}
+	total := flood.Total()
 	estimate := metrictest.Value(t, reg, "sluice_rlqs_bucket_bytes")
 	t.Logf("%d of %d buckets held in %d streams, estimated %.0f bytes; the heap grew by %d bytes", total, streams*perStream, streams, estimate, grown)
 	// The heap holds the buckets, their pool records, and 30 gRPC streams
@@ -460,36 +405,35 @@ func TestMemoryCapAcrossStreams(t *testing.T) {
 	}
 
 	// At their next reports, the buckets held are answered, and only they.
-	for _, k := range []int{0, streams - 1} {
-		if n, err := send(ss[k], k); err != nil || n != held[k] {
-			t.Errorf("stream %d again: %d buckets answered (%v), want the %d it holds", k, n, err, held[k])
+	most, fewest := flood.Extremes()
+	for _, k := range []int{most, fewest} {
+		if n, err := flood.Send(flood.Streams[k], k); err != nil || n != flood.Held[k] {
+			t.Errorf("stream %d again: %d buckets answered (%v), want the %d it holds", k, n, err, flood.Held[k])
 		}
 	}
 
 	// Streams that end give their buckets back once their pool records
 	// may be gone (2·(TTL+Grace)).
-	freed := 0
-	for k := range 10 {
-		if err := ss[k].CloseSend(); err != nil {
+	for k, stream := range flood.Streams {
+		if err := stream.CloseSend(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ss[k].Recv(); !errors.Is(err, io.EOF) {
+		if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
 			t.Fatalf("stream %d after CloseSend: %v, want EOF", k, err)
 		}
-		freed += held[k]
 	}
-	if freed == 0 {
-		t.Fatal("the first 10 streams held no bucket")
+	if got := metrictest.Value(t, reg, "sluice_rlqs_buckets"); got != 0 {
+		t.Errorf("sluice_rlqs_buckets %v once every stream ended, want 0", got)
 	}
 	late, err := client.StreamRateLimitQuotas(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := send(late, streams); err != nil || n != 0 {
-		t.Errorf("a new stream at once: %d buckets answered (%v), want none: the records of the ended streams still count", n, err)
+	if n, err := flood.Send(late, streams); err != nil || n != 0 {
+		t.Errorf("a new stream at once: %d buckets answered (%v), want none: the pool records of the ended streams still count", n, err)
 	}
 	clock.Add(int64(2*(policy.TTL+policy.Grace) + time.Second))
-	if n, err := send(late, streams); err != nil || n == 0 {
+	if n, err := flood.Send(late, streams); err != nil || n == 0 {
 		t.Errorf("a new stream once the ended streams' records are gone: %d buckets answered (%v), want some", n, err)
 	}
 }
