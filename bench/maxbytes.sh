@@ -34,7 +34,9 @@ run() { # round variant
 	pick_port grpc
 	pick_port http
 	[ "$variant" = nolimit ] && env=(GOMEMLIMIT=off)
-	env "${env[@]}" "$bin" serve --config "$work/rules.yaml" --max-bytes "$max_bytes" \
+	# --rlqs-max-bytes 1: no RLQS bucket (this load has none) and a memory
+	# limit of the store's cap and headroom alone.
+	env "${env[@]}" "$bin" serve --config "$work/rules.yaml" --max-bytes "$max_bytes" --rlqs-max-bytes 1 \
 		--grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" --debug-addr "" \
 		--log-level warn 2>"$work/serve.log" &
 	pid=$!

@@ -116,7 +116,7 @@ type Config struct {
 	// zero), and MaxBytes the memory the buckets of every stream hold
 	// together, as the server estimates it (DefaultMaxBytes when zero;
 	// BucketBytes tells the estimate: a bucket of one short entry and one
-	// limit counts some 1,120 bytes with MemPools, 960 without, for some
+	// limit counts some 1,170 bytes with MemPools, 1,010 without, for some
 	// 950 and 800 bytes of heap). A new bucket past either gets no answer:
 	// Envoy applies the bucket's no_assignment_behavior and reports it
 	// again at its next reporting interval, when it is taken if there is

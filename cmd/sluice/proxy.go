@@ -205,7 +205,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	for _, src := range s.sources {
 		log.Debug("setting from the environment", "setting", src)
 	}
-	s.limitMemory(env, log)
+	s.limitMemory(env, 0, log)
 
 	// The file first: a bad one fails fast with every problem.
 	cfg, section, err := loadProxyConfig(s.config, log)

@@ -10,10 +10,15 @@ import (
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/envoyquota"
+	"github.com/sluicehq/sluice/internal/grpcraw"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/rlqstest"
 )
 
 // envoySim plays one Envoy's rate_limit_quota filter for one bucket
@@ -261,5 +266,60 @@ descriptors:
 	}
 	if reports == 0 || actions == 0 {
 		t.Errorf("metrics: %v reports, %v token bucket actions, want both counted", reports, actions)
+	}
+}
+
+// TestServeE2ERLQSMemoryCap: on the unauthenticated gRPC port of a real
+// sluice serve, 30 streams of 1,000 new buckets each, at once, against
+// --rlqs-max-bytes 2MiB: the node holds the buckets that fit (about 1.2 KB
+// each) and leaves the others unanswered, counted, whichever stream they
+// came on; a stream's held buckets are answered at its next report; the
+// Go runtime's memory limit set from --max-bytes counts the cap; and bytes
+// that are not a usage report end their stream with InvalidArgument.
+func TestServeE2ERLQSMemoryCap(t *testing.T) {
+	const streams, perStream, capBytes = 30, 1000, 2 << 20
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	p := startSluice(t, nil, "--config", rules, "--rlqs-max-bytes", "2MiB", "--max-bytes", "32MiB")
+	if got, want := p.metricSum("go_gc_gomemlimit_bytes"), float64(32<<20+4<<20+memLimitBase+capBytes); got != want {
+		t.Errorf("go_gc_gomemlimit_bytes %v, want %v: --max-bytes, its headroom and --rlqs-max-bytes", got, want)
+	}
+	flood, err := rlqstest.Start(t.Context(), rlqsv3.NewRateLimitQuotaServiceClient(p.conn), "edge", streams, perStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := flood.Total()
+	bytes := p.metricSum("sluice_rlqs_bucket_bytes")
+	t.Logf("%d of %d buckets held, %.0f bytes counted", total, streams*perStream, bytes)
+	if total == 0 || total >= streams*perStream/2 {
+		t.Errorf("%d of %d buckets answered, want some and far from all under --rlqs-max-bytes 2MiB", total, streams*perStream)
+	}
+	if bytes <= 0 || bytes > capBytes {
+		t.Errorf("sluice_rlqs_bucket_bytes %v, want within the cap of %d", bytes, capBytes)
+	}
+	if got := p.metricSum("sluice_rlqs_buckets"); got != float64(total) {
+		t.Errorf("sluice_rlqs_buckets %v, want %d", got, total)
+	}
+	if got := p.metricSum("sluice_rlqs_buckets_refused_total", `cap="node"`); got != float64(streams*perStream-total) {
+		t.Errorf("sluice_rlqs_buckets_refused_total{cap=node} %v, want %d", got, streams*perStream-total)
+	}
+	most, fewest := flood.Extremes()
+	for _, k := range []int{most, fewest} {
+		if n, err := flood.Send(flood.Streams[k], k); err != nil || n != flood.Held[k] {
+			t.Errorf("stream %d again: %d buckets answered (%v), want the %d it holds", k, n, err, flood.Held[k])
+		}
+	}
+	p.waitLog("RLQS buckets are at the node's memory cap")
+
+	stream, err := p.conn.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true},
+		rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, grpc.ForceCodecV2(grpcraw.Codec()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.SendMsg(&grpcraw.Message{Bytes: []byte("GET / HTTP/1.1\r\n\r\n")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.RecvMsg(&grpcraw.Message{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("garbage on an RLQS stream: %v, want InvalidArgument", err)
 	}
 }

@@ -80,6 +80,7 @@ type serveSettings struct {
 	rlqsTTL             time.Duration
 	rlqsGrace           time.Duration
 	rlqsWindows         string
+	rlqsMaxBytes        byteSize
 	adminAddr           string
 	topKeys             bool
 	limitedBy           bool
@@ -141,6 +142,8 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.adminAddr, "admin-addr", "", "`address` of the admin API (runtime overrides, explain); empty disables it; a bare :PORT listens on 127.0.0.1")
 	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` of the admin API's bearer tokens, one a line, name:secret (required with --admin-addr)")
 	fs.StringVar(&s.overridesFile, "overrides-file", "", "`file` the runtime overrides are kept in with --store memory (required there with --admin-addr), loaded at start; with --store redis they are kept in Redis")
+	s.rlqsMaxBytes = rlqs.DefaultMaxBytes
+	fs.Var(&s.rlqsMaxBytes, "rlqs-max-bytes", "`size`: memory cap of the Rate Limit Quota Service's buckets, across all streams (a bucket of a short id counts about 1.2 KB); past it, new buckets get no assignment and Envoy applies their no_assignment_behavior; counted in the memory limit of --max-bytes")
 	fs.StringVar(&s.rlqsWindows, "rlqs-windows", "token_bucket", "Rate Limit Quota Service: how shares of window limits are sent, token_bucket or requests_per_time_unit (which Envoy does not enforce yet)")
 	fs.Usage = func() { serveUsage(fs, stderr) }
 
@@ -204,6 +207,9 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	}
 	if s.rlqsTTL <= 0 || s.rlqsGrace <= 0 {
 		probs = append(probs, "--rlqs-ttl and --rlqs-grace must be positive")
+	}
+	if s.rlqsMaxBytes <= 0 {
+		probs = append(probs, "--rlqs-max-bytes must be positive")
 	}
 	if s.rlqsWindows != "token_bucket" && s.rlqsWindows != "requests_per_time_unit" {
 		probs = append(probs, fmt.Sprintf("--rlqs-windows %q is neither token_bucket nor requests_per_time_unit", s.rlqsWindows))
@@ -349,6 +355,7 @@ func (s *serveSettings) rlqsServer(stores *storeSet, rulesNow func() *rules.Conf
 		Policy:     policy,
 		ShadowMode: s.shadowMode,
 		Windows:    windows,
+		MaxBytes:   int64(s.rlqsMaxBytes),
 		Logger:     log.With("component", "rlqs"),
 		Registry:   reg,
 	})
@@ -516,7 +523,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		// One line names them all, each with what to use instead.
 		log.Warn("envoyproxy/ratelimit settings with no effect in sluice", "variables", strings.Join(s.envoyIgnored, "; "))
 	}
-	s.limitMemory(env, log)
+	s.limitMemory(env, int64(s.rlqsMaxBytes), log)
 
 	// Rules first: a bad initial config fails fast with every problem.
 	var srv *server.Server

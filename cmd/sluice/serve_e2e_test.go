@@ -38,6 +38,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/rlqs"
 )
 
 // e2eWait bounds every wait of the end-to-end tests.
@@ -1128,8 +1130,8 @@ func freePort(t *testing.T) string {
 
 // TestServeE2EMaxBytesLimitsTheProcess: --max-bytes bounds the process,
 // not only the store's estimate: the Go runtime's soft memory limit is set
-// from it (docs/operations.md has the formula and the RSS measured), and
-// GOMEMLIMIT, when set, wins.
+// from it and the cap of the RLQS buckets (docs/operations.md has the
+// formula and the RSS measured), and GOMEMLIMIT, when set, wins.
 func TestServeE2EMaxBytesLimitsTheProcess(t *testing.T) {
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, dayRule("m", "k", 10))
@@ -1141,8 +1143,8 @@ func TestServeE2EMaxBytesLimitsTheProcess(t *testing.T) {
 		return v
 	}
 	p := startSluice(t, nil, "--config", rules, "--max-bytes", "32MiB")
-	if got, want := limit(p), float64(32<<20+4<<20+memLimitBase); got != want {
-		t.Errorf("--max-bytes 32MiB: go_gc_gomemlimit_bytes %v, want %v", got, want)
+	if got, want := limit(p), float64(32<<20+4<<20+memLimitBase+rlqs.DefaultMaxBytes); got != want {
+		t.Errorf("--max-bytes 32MiB: go_gc_gomemlimit_bytes %v, want %v (with --rlqs-max-bytes' default)", got, want)
 	}
 	p = startSluice(t, []string{"GOMEMLIMIT=200MiB"}, "--config", rules, "--max-bytes", "32MiB")
 	if got, want := limit(p), float64(200<<20); got != want {

@@ -35,7 +35,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 		tracing:          tracingSettings{protocol: "http", sampling: 1, service: "RateLimit"},
 		nearLimitRatio:   0.8, logLevel: slog.LevelInfo, logFormat: "text",
 		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
-		rlqsTTL: 5 * time.Second, rlqsGrace: 2 * time.Second, rlqsWindows: "token_bucket", topKeys: true,
+		rlqsTTL: 5 * time.Second, rlqsGrace: 2 * time.Second, rlqsWindows: "token_bucket", rlqsMaxBytes: 64 << 20, topKeys: true,
 		storeSettings: storeSettings{
 			store:         "memory",
 			redis:         redisSettings{prefix: "sluice:", timeout: 500 * time.Millisecond, maxInFlight: 256, maxQueue: 4096, hashTag: "entry", cacheSize: 100000},
@@ -166,6 +166,8 @@ func TestServeSettingsErrors(t *testing.T) {
 		{[]string{"--log-format", "xml"}, nil, "unknown log format"},
 		{[]string{"--near-limit-ratio", "1.5"}, nil, "near-limit-ratio"},
 		{[]string{"--drain-delay", "-1s"}, nil, "drain-delay must not be negative"},
+		{[]string{"--rlqs-max-bytes", "0"}, nil, "--rlqs-max-bytes must be positive"},
+		{nil, map[string]string{"SLUICE_RLQS_MAX_BYTES": "lots"}, "not a size in bytes"},
 		{nil, map[string]string{"SLUICE_SHUTDOWN_TIMEOUT": "soon"}, `SLUICE_SHUTDOWN_TIMEOUT="soon"`},
 		{nil, map[string]string{"GRPC_PORT": "x y"}, `--grpc-addr ":x y"`},
 		{[]string{"--http-addr", "localhost"}, nil, `--http-addr "localhost"`},

@@ -254,10 +254,11 @@ const (
 // limitMemory makes the process honour --max-bytes, not only the store:
 // with --store memory and a cap, it sets the Go runtime's soft memory
 // limit (runtime/debug.SetMemoryLimit) to the cap plus the headroom above,
-// so that the garbage collector works harder as the process nears it,
-// instead of letting the heap grow to twice what is live. GOMEMLIMIT, when
-// set, wins.
-func (s *storeSettings) limitMemory(env lookupEnv, log *slog.Logger) {
+// plus capped, the cap of what else the process may hold beside the store
+// (serve's --rlqs-max-bytes), so that the garbage collector works harder
+// as the process nears it, instead of letting the heap grow to twice what
+// is live. GOMEMLIMIT, when set, wins.
+func (s *storeSettings) limitMemory(env lookupEnv, capped int64, log *slog.Logger) {
 	if s.store != "memory" || s.maxBytes <= 0 {
 		return
 	}
@@ -265,9 +266,9 @@ func (s *storeSettings) limitMemory(env lookupEnv, log *slog.Logger) {
 		log.Info("GOMEMLIMIT is set: the Go runtime's memory limit is its, not one derived from --max-bytes", "GOMEMLIMIT", v, "max_bytes", int64(s.maxBytes))
 		return
 	}
-	limit := int64(s.maxBytes) + int64(s.maxBytes)/memLimitShare + memLimitBase
+	limit := int64(s.maxBytes) + int64(s.maxBytes)/memLimitShare + memLimitBase + capped
 	debug.SetMemoryLimit(limit)
-	log.Info("memory limit of the process set from --max-bytes", "max_bytes", int64(s.maxBytes), "go_memory_limit", limit)
+	log.Info("memory limit of the process set from --max-bytes", "max_bytes", int64(s.maxBytes), "besides_the_store", capped, "go_memory_limit", limit)
 }
 
 // openStore opens the store of s.
