@@ -325,13 +325,15 @@ func (s *Server) ConfigLoaded(cfg *rules.Config, at time.Time) {
 }
 
 // ConfigRejected counts a failed load of the configuration; the rules in
-// force stay.
+// force stay. The source of the rules (package reload, xdsrules) logs the
+// refusal with its problems: the server logs it again only at debug
+// level.
 func (s *Server) ConfigRejected(err error) {
 	s.m.configLoads.failure.Inc()
 	if sd := s.m.statsd; sd != nil {
 		sd.configLoadErr.Inc()
 	}
-	s.log.Error("rate limit configuration rejected; the previous one stays in force", "err", err)
+	s.log.Debug("rate limit configuration rejected; the previous one stays in force", "err", err)
 }
 
 // SetDraining makes the server report not ready (/readyz answers 503, the

@@ -1,11 +1,21 @@
 // Package xdsrules takes rules from an xDS management server instead of
 // files, as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW does: a
-// state-of-the-world ADS stream (go-control-plane's sotw client) of
+// state-of-the-world ADS stream of
 // ratelimit.config.ratelimit.v3.RateLimitConfig resources, one domain
 // each. Every response is converted to rules and checked by package rules
 // as a file is, then acknowledged (ACK) and put in force, or refused
-// (NACK, with every problem) while the rules in force stay. A stream that
-// fails is opened again after a backoff.
+// (NACK: the version in force, the refused response's nonce, and every
+// problem in the error detail) while the rules in force stay. A stream
+// that fails is opened again after a backoff.
+//
+// A refused version is logged once, and reported to OnError once. A
+// server may send a version it was told is refused again at once, for
+// ever: go-control-plane's snapshot cache answers a request whose version
+// is not its snapshot's straight away, and a NACK carries the version in
+// force. So a version refused again is NACKed only Config.NackInterval
+// after the response came, which bounds the loop to one round a
+// NackInterval instead of as fast as both ends go; a server with a new
+// version sends it in answer to that NACK.
 //
 // This package imports rules, grpc and the Envoy protos; it serves
 // nothing and stores nothing: callers apply new rules in Config.OnLoad.
@@ -23,12 +33,14 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/sluicehq/sluice/rules"
@@ -52,10 +64,16 @@ type Config struct {
 	MergeDomains bool
 
 	// OnLoad is called with every new config put in force, OnError with
-	// the error of every response refused; both from Run's goroutine.
+	// the error of every version refused (once: not again when the server
+	// sends the same version again); both from Run's goroutine.
 	OnLoad  func(*rules.Config)
 	OnError func(error)
 	Logger  *slog.Logger
+
+	// NackInterval is how long after a response the NACK of a version
+	// refused just before is sent: the pace at which a server that sends a
+	// refused version again at once is answered (zero: 1s).
+	NackInterval time.Duration
 
 	// Backoff bounds the wait before a failed stream is opened again:
 	// from MinBackoff (zero: 500ms), doubling with jitter, up to
@@ -70,6 +88,11 @@ type Client struct {
 	current atomic.Pointer[rules.Config]
 	first   chan struct{} // closed when the first config is in force
 	once    sync.Once     // closes first
+
+	// The last version refused and why, until a version is put in force
+	// (Run's goroutine only).
+	refusedVersion, refusedWhy string
+	refused                    bool
 }
 
 // New returns a Client of cfg, with no rules until the server sends them.
@@ -82,6 +105,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.NackInterval <= 0 {
+		cfg.NackInterval = time.Second
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, first: make(chan struct{})}
 	if c.log == nil {
@@ -134,33 +160,58 @@ func (c *Client) stream(ctx context.Context) error {
 	if len(c.cfg.Headers) > 0 {
 		sctx = metadata.NewOutgoingContext(sctx, metadata.New(c.cfg.Headers))
 	}
-	ads := sotw.NewADSClient(sctx, c.cfg.Node, resource.RateLimitConfigType)
-	if err := ads.InitConnect(conn); err != nil {
+	ads, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(sctx)
+	if err != nil {
+		return err
+	}
+	// The version in force from this stream, sent with every request: ""
+	// until one is, so that a new stream gets the server's whole state.
+	acked := ""
+	send := func(nonce string, refused error) error {
+		req := &discovery.DiscoveryRequest{Node: c.cfg.Node, TypeUrl: resource.RateLimitConfigType, VersionInfo: acked, ResponseNonce: nonce}
+		if refused != nil {
+			req.ErrorDetail = status.New(codes.InvalidArgument, refused.Error()).Proto()
+		}
+		return ads.Send(req)
+	}
+	if err := send("", nil); err != nil {
 		return err
 	}
 	c.log.Info("xDS stream open", "target", c.cfg.Target, "node", c.cfg.Node.GetId())
 	for {
-		resp, err := ads.Fetch()
+		resp, err := ads.Recv()
 		if err != nil {
 			return err
 		}
-		cfg, err := Convert(resp.Resources, rules.LoadOptions{MergeDomains: c.cfg.MergeDomains})
+		at := time.Now()
+		if resp.GetTypeUrl() != resource.RateLimitConfigType {
+			c.log.Debug("xDS response of a type not asked for, ignored", "type_url", resp.GetTypeUrl(), "version", resp.GetVersionInfo())
+			continue
+		}
+		version := resp.GetVersionInfo()
+		cfg, err := Convert(resp.GetResources(), rules.LoadOptions{MergeDomains: c.cfg.MergeDomains})
 		if err != nil {
-			c.log.Error("xDS rules refused; keeping the rules in force", "err", err)
-			if c.cfg.OnError != nil {
-				c.cfg.OnError(err)
+			if c.refuse(version, err) {
+				// Sent again as it was refused: NACKed at a pace.
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Until(at.Add(c.cfg.NackInterval))):
+				}
 			}
-			if err := ads.Nack(err.Error()); err != nil {
+			if err := send(resp.GetNonce(), err); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := ads.Ack(); err != nil {
+		acked = version
+		if err := send(resp.GetNonce(), nil); err != nil {
 			return err
 		}
+		c.refused = false
 		prev := c.current.Swap(cfg)
 		if prev.Hash() != cfg.Hash() {
-			c.log.Info("xDS rules loaded", "hash", cfg.Hash(), "domains", cfg.Domains())
+			c.log.Info("xDS rules loaded", "version", version, "hash", cfg.Hash(), "domains", cfg.Domains())
 			if c.cfg.OnLoad != nil {
 				c.cfg.OnLoad(cfg)
 			}
@@ -169,6 +220,23 @@ func (c *Client) stream(ctx context.Context) error {
 		// finds them in force.
 		c.once.Do(func() { close(c.first) })
 	}
+}
+
+// refuse notes that version was refused for err: logged, and reported to
+// OnError, unless it is the version refused last for the same reason
+// (the server sent it again), which refuse reports with true.
+func (c *Client) refuse(version string, err error) (again bool) {
+	why := err.Error()
+	if c.refused && version == c.refusedVersion && why == c.refusedWhy {
+		c.log.Debug("xDS rules refused again; NACKed after a pause", "version", version, "in", c.cfg.NackInterval)
+		return true
+	}
+	c.refused, c.refusedVersion, c.refusedWhy = true, version, why
+	c.log.Error("xDS rules refused (NACK); keeping the rules in force", "version", version, "err", err, "hash", c.current.Load().Hash())
+	if c.cfg.OnError != nil {
+		c.cfg.OnError(err)
+	}
+	return false
 }
 
 // Convert turns RateLimitConfig resources into rules, each checked as a

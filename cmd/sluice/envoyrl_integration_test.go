@@ -943,7 +943,7 @@ func erlXDSSet(t *testing.T, x *xdsServer, version string, res []types.Resource)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := x.cache.SetSnapshot(context.Background(), erlXDSNode, snap); err != nil {
+	if err := x.Cache.SetSnapshot(context.Background(), erlXDSNode, snap); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -959,7 +959,7 @@ func erlXDSEnv(x *xdsServer, rd erlRedis, perSecond bool, localCacheSize int) []
 		"REDIS_PERSECOND=" + strconv.FormatBool(perSecond),
 		"LOCAL_CACHE_SIZE_IN_BYTES=" + strconv.Itoa(localCacheSize),
 		"BACKEND_TYPE=redis",
-		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=" + erlXDSNode, "CONFIG_GRPC_XDS_SERVER_URL=" + x.addr,
+		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_ID=" + erlXDSNode, "CONFIG_GRPC_XDS_SERVER_URL=" + x.Addr,
 	}
 	return append(env, rd.env...)
 }

@@ -1,58 +1,28 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/sluicehq/sluice/internal/xdstest"
 )
 
 // xdsServer is a real go-control-plane xDS management server on loopback,
-// serving RateLimitConfig snapshots to node "sluice-test", and keeping the
-// NACKs it receives.
-type xdsServer struct {
-	addr  string
-	cache cachev3.SnapshotCache
-
-	mu    sync.Mutex
-	nacks []string
-}
+// serving RateLimitConfig snapshots to node "sluice-test".
+type xdsServer struct{ *xdstest.Server }
 
 func startXDS(t *testing.T, opts ...grpc.ServerOption) *xdsServer {
 	t.Helper()
-	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discovery.DiscoveryRequest) error {
-		if d := req.GetErrorDetail(); d != nil {
-			x.mu.Lock()
-			x.nacks = append(x.nacks, d.GetMessage())
-			x.mu.Unlock()
-		}
-		return nil
-	}}
-	srv := serverv3.NewServer(context.Background(), x.cache, cb)
-	g := grpc.NewServer(opts...)
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	x.addr = lis.Addr().String()
-	return x
+	return &xdsServer{xdstest.Start(t, opts...)}
 }
 
 // set serves version of the config of one domain with one limit per key.
@@ -64,28 +34,24 @@ func (x *xdsServer) set(t *testing.T, version string, limits map[string]uint32, 
 			Key: key, RateLimit: &rlconf.RateLimitPolicy{Unit: unit, RequestsPerUnit: n},
 		})
 	}
-	snap, err := cachev3.NewSnapshot(version, map[resource.Type][]types.Resource{resource.RateLimitConfigType: {conf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.cache.SetSnapshot(context.Background(), "sluice-test", snap); err != nil {
-		t.Fatal(err)
-	}
+	x.Set(t, "sluice-test", version, conf)
 }
 
-func (x *xdsServer) nacked() []string {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return append([]string(nil), x.nacks...)
+func (x *xdsServer) nacked() []*discovery.DiscoveryRequest {
+	nacks, _ := x.NACKs()
+	return nacks
 }
 
 // TestServeE2EXDS: with envoy-rl's CONFIG_TYPE=GRPC_XDS_SOTW, the rules
 // come from a real go-control-plane xDS server: not ready until the first
 // rules arrive; a new snapshot is put in force; an invalid one is refused
-// with a NACK naming the problem, and the rules in force stay.
+// with a NACK naming the problem and the version in force, and the rules
+// in force stay. The server's snapshot cache sends the refused snapshot
+// again in answer to every NACK: sluice logs it once (one ERROR line) and
+// NACKs it again once a second, not thousands of times.
 func TestServeE2EXDS(t *testing.T) {
 	x := startXDS(t)
-	p := startSluice(t, []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.addr, "CONFIG_GRPC_XDS_NODE_ID=sluice-test"})
+	p := startSluice(t, []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.Addr, "CONFIG_GRPC_XDS_NODE_ID=sluice-test"})
 	if code, _, _ := p.http("GET", "/readyz", ""); code != 503 {
 		t.Errorf("/readyz before the first rules: %d, want 503", code)
 	}
@@ -107,8 +73,17 @@ func TestServeE2EXDS(t *testing.T) {
 	// An invalid snapshot: a unit envoy-rl refuses too.
 	x.set(t, "3", map[string]uint32{"user": 7}, rlconf.RateLimitUnit_UNKNOWN)
 	poll(t, "a NACK", func() bool { return len(x.nacked()) > 0 })
-	if n := x.nacked()[0]; !containsAll(n, "xds:xds-rules", "invalid rate limit unit") {
-		t.Errorf("NACK %q", n)
+	start := time.Now()
+	if n := x.nacked()[0]; !containsAll(n.GetErrorDetail().GetMessage(), "xds:xds-rules", "invalid rate limit unit") || n.GetVersionInfo() != "2" {
+		t.Errorf("NACK of version %q: %q, want the version in force, 2, and the problem", n.GetVersionInfo(), n.GetErrorDetail().GetMessage())
+	}
+	time.Sleep(2500 * time.Millisecond)
+	nacks, elapsed := len(x.nacked()), time.Since(start)
+	if most := int(elapsed/time.Second) + 2; nacks < 2 || nacks > most {
+		t.Errorf("%d NACKs in %v, want at least 2 and at most %d: one a second", nacks, elapsed.Round(time.Millisecond), most)
+	}
+	if errors := strings.Count(p.log(), `"level":"ERROR"`); errors != 1 || strings.Count(p.log(), "xDS rules refused") != 1 {
+		t.Errorf("%d ERROR lines after %d NACKs, want one, the refusal:\n%s", errors, nacks, p.log())
 	}
 	if got := codesOf(p.must("xds", desc("user", "a"))); got != "OVER_LIMIT:OVER_LIMIT" {
 		t.Errorf("after the refused snapshot: %s, want the rules in force", got)
@@ -142,7 +117,7 @@ func TestServeE2EXDSMutualTLS(t *testing.T) {
 	})))
 	x.set(t, "1", map[string]uint32{"user": 1}, rlconf.RateLimitUnit_DAY)
 	env := func(extra ...string) []string {
-		return append([]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.addr, "CONFIG_GRPC_XDS_NODE_ID=sluice-test",
+		return append([]string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.Addr, "CONFIG_GRPC_XDS_NODE_ID=sluice-test",
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=200ms"}, extra...)
 	}
 	good := startSluice(t, env("CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+filepath.Join(dir, "server-ca.crt"),
