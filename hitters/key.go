@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/entrytext"
 )
 
 // KeyHash hashes a key made of entries, one entry at a time: each entry's
@@ -40,22 +42,9 @@ func AppendEntry(b []byte, i int, key, value string) []byte {
 	if i > 0 {
 		b = append(b, '/')
 	}
-	b = appendEscaped(b, key)
+	b = entrytext.AppendEscaped(b, key, "/=")
 	b = append(b, '=')
-	return appendEscaped(b, value)
-}
-
-// appendEscaped writes s with "%", "/" and "=" escaped.
-func appendEscaped(b []byte, s string) []byte {
-	const hex = "0123456789ABCDEF"
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '%' || c == '/' || c == '=' {
-			b = append(append(b, s[start:i]...), '%', hex[c>>4], hex[c&15])
-			start = i + 1
-		}
-	}
-	return append(b, s[start:]...)
+	return entrytext.AppendEscaped(b, value, "/=")
 }
 
 // Entries reads a top key back into its entries' keys and values, as
@@ -64,39 +53,8 @@ func appendEscaped(b []byte, s string) []byte {
 func Entries(key string) [][2]string {
 	var out [][2]string
 	for part := range strings.SplitSeq(key, "/") {
-		k, v, _ := strings.Cut(part, "=")
-		out = append(out, [2]string{unescape(k), unescape(v)})
+		k, v, _ := entrytext.Cut(part)
+		out = append(out, [2]string{k, v})
 	}
 	return out
-}
-
-// unescape undoes appendEscaped.
-func unescape(s string) string {
-	if !strings.Contains(s, "%") {
-		return s
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			b = append(b, unhex(s[i+1])<<4|unhex(s[i+2]))
-			i += 2
-			continue
-		}
-		b = append(b, s[i])
-	}
-	return string(b)
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
 }
