@@ -21,7 +21,7 @@ func BenchmarkHeldMemory(b *testing.B) {
 				runtime.ReadMemStats(&before)
 				idx := NewIndex(nil)
 				fs := &FileStore{idx: idx, liveSet: liveSet{live: map[string]*Override{}}}
-				rs := &RedisStore{idx: idx, liveSet: liveSet{live: map[string]*Override{}}, raw: map[string]string{}}
+				rs := &RedisStore{idx: idx, liveSet: liveSet{live: map[string]*Override{}}, fields: map[string]storedField{}}
 				for i := range n {
 					o := &Override{Domain: "api", Path: []Entry{{Key: "tenant", Value: fmt.Sprint("t", i)}},
 						Limit: json.RawMessage(`{"unit":"minute","requests_per_unit":100}`)}

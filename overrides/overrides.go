@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/entrytext"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -78,28 +79,82 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 
-// ParsePath reads a path written as key=value pairs joined by "/":
-// "tenant=acme/user=*". A value may not contain "/" in this form (the JSON
-// form of an override may).
+// ParsePath reads a path written as key=value pairs joined by "/", as
+// PathString writes it: "tenant=acme/user=*". In a key or a value, "%"
+// followed by two hex digits is the byte they spell, so that a "/" in a
+// value is written %2F, a "=" in a key %3D and a "%" %25
+// ("path=%2Fv1%2Fusers"); a "%" followed by anything else is itself. A
+// value may hold "=" as it is (api_key=k_dGVzdA==): a part is cut at
+// its first "=".
 func ParsePath(s string) ([]Entry, error) {
 	if s == "" {
 		return nil, &FieldError{"path", "empty"}
 	}
 	var out []Entry
 	for part := range strings.SplitSeq(s, "/") {
-		k, v, ok := strings.Cut(part, "=")
+		k, v, ok := entrytext.Cut(part)
 		if !ok {
-			return nil, &FieldError{"path", fmt.Sprintf("%q is not key=value", part)}
+			return nil, &FieldError{"path", fmt.Sprintf("%q is not key=value (a / in a value is written %%2F)", part)}
 		}
 		out = append(out, Entry{Key: k, Value: v})
 	}
 	return out, nil
 }
 
-// PathString writes a path as ParsePath reads it.
+// PathString writes a path as ParsePath reads it: "%" and "/" escaped in
+// keys and values, and "=" in keys, so that two different paths never
+// share a string.
 func PathString(p []Entry) string {
-	var b strings.Builder
+	return string(appendPath(nil, p))
+}
+
+func appendPath(b []byte, p []Entry) []byte {
 	for i, e := range p {
+		if i > 0 {
+			b = append(b, '/')
+		}
+		b = entrytext.AppendEscaped(b, e.Key, "/=")
+		b = append(b, '=')
+		b = entrytext.AppendEscaped(b, e.Value, "/")
+	}
+	return b
+}
+
+// ID is the override's identity: its domain ("%" and "|" escaped), "|"
+// and its path as PathString writes it (api|tenant=acme/user=*).
+// Two overrides share an ID only when they have the same domain and
+// path, and putting an override with the ID of another replaces it;
+// ParseID reads an ID back. Compile fixes it, so that a compiled override
+// gives it without building it (a decision that meets the override
+// reports it, and allocates nothing).
+func (o *Override) ID() string {
+	if o.id != "" {
+		return o.id
+	}
+	b := entrytext.AppendEscaped(nil, o.Domain, "|")
+	b = append(b, '|')
+	return string(appendPath(b, o.Path))
+}
+
+// ParseID reads an ID back into its domain and path.
+func ParseID(id string) (domain string, path []Entry, err error) {
+	d, p, ok := strings.Cut(id, "|")
+	if !ok {
+		return "", nil, &FieldError{"id", fmt.Sprintf("%q is not domain|path", id)}
+	}
+	path, err = ParsePath(p)
+	return entrytext.Unescape(d), path, err
+}
+
+// legacyID is the ID that versions before escaping gave o: the domain,
+// "|" and the path's keys and values as they are. Two paths could share
+// it ([user="q/team=c"] and [user=q, team=c]); a RedisStore still reads
+// an override stored under it (see RedisStore).
+func legacyID(o *Override) string {
+	var b strings.Builder
+	b.WriteString(o.Domain)
+	b.WriteByte('|')
+	for i, e := range o.Path {
 		if i > 0 {
 			b.WriteByte('/')
 		}
@@ -108,17 +163,6 @@ func PathString(p []Entry) string {
 		b.WriteString(e.Value)
 	}
 	return b.String()
-}
-
-// ID is the override's identity: its domain and path. Putting an override
-// with the ID of another replaces it. Compile fixes it, so that a compiled
-// override gives it without building it (a decision that meets the
-// override reports it, and allocates nothing).
-func (o *Override) ID() string {
-	if o.id != "" {
-		return o.id
-	}
-	return o.Domain + "|" + PathString(o.Path)
 }
 
 // Compile validates o and compiles its limit. Each error names its field.
@@ -404,11 +448,10 @@ func (x *Index) remove(o *Override) {
 		return
 	}
 	wk := wildKey{o.Domain, len(o.Path)}
-	id := PathString(o.Path)
 	x.wmu.Lock()
 	defer x.wmu.Unlock()
 	list := (*x.wild.Load())[wk]
-	if i := slices.IndexFunc(list, func(w *Override) bool { return PathString(w.Path) == id }); i >= 0 {
+	if i := slices.IndexFunc(list, func(w *Override) bool { return slices.Equal(w.Path, o.Path) }); i >= 0 {
 		m := maps.Clone(*x.wild.Load())
 		if list = slices.Delete(slices.Clone(list), i, i+1); len(list) == 0 {
 			delete(m, wk)

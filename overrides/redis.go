@@ -14,24 +14,38 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// changeLua applies one change to the overrides hash, bumps the version
-// and publishes the change, atomically. KEYS: the hash, the version.
-// ARGV: id, the override's JSON (put), the channel, op (put or delete),
-// and for a conditional delete (expiry) the JSON the override must still
-// have. Returns {version, before}: version 0 when a delete found nothing,
-// -1 when a conditional delete found the override changed.
+// changeLua applies the steps of one change to the overrides hash,
+// atomically: each step puts or deletes one field, bumps the version and
+// publishes what it did ("version\nop\nfield\nJSON"), so that a node
+// applies the steps one by one in version order. KEYS: the hash, the
+// version. ARGV: the channel, then four strings a step: op (put or
+// delete), field, the JSON to put, and what the field must hold before
+// the change: '*' anything, an empty string nothing, else that JSON.
+// Nothing changes
+// when a field does not hold what its step expects: the answer is then
+// {-1}. Otherwise {1, each step's version (0 for a delete of nothing)}.
 const changeLua = `
-local before = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[5] ~= '' and before ~= ARGV[5] then return {-1, ''} end
-if ARGV[4] == 'put' then
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-else
-  if not before then return {0, ''} end
-  redis.call('HDEL', KEYS[1], ARGV[1])
+local n = (#ARGV - 1) / 4
+for i = 0, n - 1 do
+  local e = ARGV[i*4 + 5]
+  if e ~= '*' and (redis.call('HGET', KEYS[1], ARGV[i*4 + 3]) or '') ~= e then return {-1} end
 end
-local v = redis.call('INCR', KEYS[2])
-redis.call('PUBLISH', ARGV[3], v .. '\n' .. ARGV[4] .. '\n' .. ARGV[1] .. '\n' .. ARGV[2])
-return {v, before or ''}
+local out = {1}
+for i = 0, n - 1 do
+  local op, f, raw = ARGV[i*4 + 2], ARGV[i*4 + 3], ARGV[i*4 + 4]
+  local v = 0
+  if op == 'put' then
+    redis.call('HSET', KEYS[1], f, raw)
+  elseif redis.call('HDEL', KEYS[1], f) == 0 then
+    op = ''
+  end
+  if op ~= '' then
+    v = redis.call('INCR', KEYS[2])
+    redis.call('PUBLISH', ARGV[1], v .. '\n' .. op .. '\n' .. f .. '\n' .. raw)
+  end
+  out[#out + 1] = v
+end
+return out
 `
 
 var changeScript = rueidis.NewLuaScript(changeLua)
@@ -45,6 +59,15 @@ var changeScript = rueidis.NewLuaScript(changeLua)
 // (re)subscribes, and when a poll of the version (every PollInterval)
 // finds it ahead. So a change reaches every node within the publish
 // latency, and within PollInterval after a lost message.
+//
+// The hash keys each override by its ID. Versions before IDs were
+// escaped keyed it by its domain and path unescaped (two paths could then
+// share a field); an override still stored under that legacy field is
+// read, listed, enforced and deleted as any other, and moved under its ID
+// by the next put of it (a put of another override whose ID is that field
+// moves it first). When one override is stored under both, the one
+// updated last is in force. A field that is neither the ID nor the legacy
+// field of the override it holds is ignored, with a warning.
 type RedisStore struct {
 	client func() (rueidis.Client, error)
 	hash   string
@@ -54,10 +77,17 @@ type RedisStore struct {
 	now    func() time.Time
 	log    *slog.Logger
 
-	liveSet
-	raw     map[string]string // by ID: the JSON in Redis
-	version int64             // the last change applied
+	liveSet                        // by ID: the override in force
+	fields  map[string]storedField // by hash field: the copy of the hash
+	version int64                  // the last change applied
 	synced  bool
+}
+
+// storedField is one field of the hash: its JSON and, unless it is
+// ignored, the override it holds.
+type storedField struct {
+	raw string
+	o   *Override
 }
 
 // PollInterval is how often a RedisStore reads the version, to catch up
@@ -75,7 +105,7 @@ func NewRedisStore(client func() (rueidis.Client, error), prefix string, idx *In
 	}
 	// One hash tag: the script's two keys in one Cluster slot.
 	return &RedisStore{client: client, hash: prefix + "{overrides}", vkey: prefix + "{overrides}:version", ch: prefix + "overrides:changes",
-		idx: idx, now: now, log: log, liveSet: liveSet{live: map[string]*Override{}}, raw: map[string]string{}}
+		idx: idx, now: now, log: log, liveSet: liveSet{live: map[string]*Override{}}, fields: map[string]storedField{}}
 }
 
 // Run keeps the index in step with Redis until ctx ends: the
@@ -170,7 +200,7 @@ func (s *RedisStore) message(ctx context.Context, msg string) {
 
 // applyChange applies change v if it is the next one, and reports false
 // when one was missed.
-func (s *RedisStore) applyChange(v int64, op, id, raw string) bool {
+func (s *RedisStore) applyChange(v int64, op, field, raw string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -182,36 +212,71 @@ func (s *RedisStore) applyChange(v int64, op, id, raw string) bool {
 		return false
 	}
 	s.version = v
-	s.applyLocked(op, id, raw)
+	s.applyLocked(op, field, raw)
 	return true
 }
 
-// applyLocked puts or deletes one override in the copy and the index.
-func (s *RedisStore) applyLocked(op, id, raw string) {
-	if old := s.live[id]; old != nil {
-		s.idx.Delete(old.Domain, old.Path)
-		delete(s.live, id)
-	}
-	delete(s.raw, id)
+// applyLocked puts or deletes one field in the copy, and puts the index
+// in step with it.
+func (s *RedisStore) applyLocked(op, field, raw string) {
+	old := s.fields[field]
 	if op != "put" {
-		return
+		delete(s.fields, field)
+	} else {
+		f := storedField{raw: raw}
+		o, err := decodeStored(raw)
+		switch {
+		case err != nil:
+			s.log.Warn("overrides: a bad override in Redis is ignored", "field", field, "err", err)
+		case o.ID() != field && legacyID(o) != field:
+			// Not written by this API (which keys each override by its
+			// ID): enforced, it could not be removed through the API,
+			// and it would race the override under its own ID.
+			s.log.Warn("overrides: an override in Redis under a field other than its ID is ignored", "field", field, "id", o.ID())
+		default:
+			f.o = o
+			if o.ID() == field {
+				field = o.ID() // one copy of the ID, the override's, for both maps
+			}
+		}
+		s.fields[field] = f // an ignored one is not warned of again until it changes
 	}
-	o, err := decodeStored(raw)
-	if err != nil {
-		s.log.Warn("overrides: a bad override in Redis is ignored", "id", id, "err", err)
-		return
+	if old.o != nil {
+		s.elect(old.o)
 	}
-	if o.ID() != id {
-		// Not written by this API (which keys each override by its ID):
-		// enforced, it could not be removed through the API, and it
-		// would race the override under its own ID for the index.
-		s.log.Warn("overrides: an override in Redis under a field other than its ID is ignored", "field", id, "id", o.ID())
-		s.raw[id] = raw // not warned of again until it changes
-		return
+	if n := s.fields[field].o; n != nil && (old.o == nil || n.ID() != old.o.ID()) {
+		s.elect(n)
 	}
-	id = o.ID() // one copy of the ID, the override's, for both maps
-	s.live[id], s.raw[id] = o, raw
-	s.idx.Put(o)
+}
+
+// elect puts in force the override of o's ID that the copy holds: under
+// the ID, or under the legacy field, the one updated last (under the ID
+// when both were updated at once); none when neither holds one.
+func (s *RedisStore) elect(o *Override) {
+	id := o.ID()
+	in := s.candidate(id, id)
+	if lf := legacyID(o); lf != id {
+		if l := s.candidate(lf, id); l != nil && (in == nil || l.Updated.After(in.Updated)) {
+			in = l
+		}
+	}
+	switch cur := s.live[id]; {
+	case in == cur:
+	case in == nil:
+		delete(s.live, id)
+		s.idx.Delete(cur.Domain, cur.Path)
+	default:
+		s.live[id] = in
+		s.idx.Put(in)
+	}
+}
+
+// candidate returns the override under field if its ID is id.
+func (s *RedisStore) candidate(field, id string) *Override {
+	if o := s.fields[field].o; o != nil && o.ID() == id {
+		return o
+	}
+	return nil
 }
 
 func decodeStored(raw string) (*Override, error) {
@@ -261,14 +326,14 @@ func (s *RedisStore) resync(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for id := range s.live {
-			if _, ok := all[id]; !ok {
-				s.applyLocked("delete", id, "")
+		for field := range s.fields {
+			if _, ok := all[field]; !ok {
+				s.applyLocked("delete", field, "")
 			}
 		}
-		for id, raw := range all {
-			if s.raw[id] != raw {
-				s.applyLocked("put", id, raw)
+		for field, raw := range all {
+			if f, ok := s.fields[field]; !ok || f.raw != raw {
+				s.applyLocked("put", field, raw)
 			}
 		}
 		s.version, s.synced = v1, true
@@ -284,33 +349,98 @@ func (s *RedisStore) readVersion(ctx context.Context, c rueidis.Client) (int64, 
 	return v, err
 }
 
-// change runs the script and applies the change here at once.
-func (s *RedisStore) change(ctx context.Context, op, id, raw, expect string) (int64, string, error) {
+// step is one step of a change: put raw in field, or delete field, if
+// the field holds expect ("*": anything, empty: nothing).
+type step struct{ op, field, raw, expect string }
+
+// errConflict: a field did not hold what a step expected.
+var errConflict = errors.New("overrides: changed meanwhile")
+
+// change runs the script and applies its steps here at once.
+func (s *RedisStore) change(ctx context.Context, steps []step) ([]int64, error) {
 	c, err := s.client()
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
-	res, err := changeScript.Exec(ctx, c, []string{s.hash, s.vkey}, []string{id, raw, s.ch, op, expect}).ToArray()
+	args := []string{s.ch}
+	for _, st := range steps {
+		args = append(args, st.op, st.field, st.raw, st.expect)
+	}
+	res, err := changeScript.Exec(ctx, c, []string{s.hash, s.vkey}, args).AsIntSlice()
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
-	if len(res) != 2 {
-		return 0, "", fmt.Errorf("overrides: the change script answered %d values", len(res))
+	if len(res) == 1 && res[0] == -1 {
+		return nil, errConflict
 	}
-	v, err := res[0].AsInt64()
-	if err != nil {
-		return 0, "", err
+	if len(res) != len(steps)+1 {
+		return nil, fmt.Errorf("overrides: the change script answered %d values for %d steps", len(res), len(steps))
 	}
-	before, _ := res[1].ToString()
-	if v > 0 && !s.applyChange(v, op, id, raw) {
-		if err := s.resync(ctx); err != nil {
-			s.log.Warn("overrides: reading them from Redis failed", "err", err)
+	vs := res[1:]
+	for i, v := range vs {
+		if v > 0 && !s.applyChange(v, steps[i].op, steps[i].field, steps[i].raw) {
+			if err := s.resync(ctx); err != nil {
+				s.log.Warn("overrides: reading them from Redis failed", "err", err)
+			}
+			break
 		}
 	}
-	return v, before, nil
+	return vs, nil
 }
 
-// Put adds or replaces o (validated here) in Redis, on behalf of by.
+// maxAttempts bounds the attempts of a put or a delete whose fields other
+// nodes keep changing between its read and its write.
+const maxAttempts = 5
+
+// read returns what the given fields of the hash hold ("" for nothing),
+// with each one's override ("" and nil for nothing or what is not an
+// override).
+func (s *RedisStore) read(ctx context.Context, fields ...string) ([]storedField, error) {
+	c, err := s.client()
+	if err != nil {
+		return nil, err
+	}
+	vals, err := c.Do(ctx, c.B().Hmget().Key(s.hash).Field(fields...).Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]storedField, len(fields))
+	for i, v := range vals {
+		if raw, err := v.ToString(); err == nil {
+			out[i].raw = raw
+			out[i].o, _ = decodeStored(raw)
+		}
+	}
+	return out, nil
+}
+
+// held returns what the hash holds of the override with ID id: the
+// override under its ID (at), and under its legacy field (leg, when
+// different), each nil when the field holds something else.
+func held(id string, at, leg storedField) (*Override, *Override) {
+	var a, l *Override
+	if at.o != nil && at.o.ID() == id {
+		a = at.o
+	}
+	if leg.o != nil && leg.o.ID() == id {
+		l = leg.o
+	}
+	return a, l
+}
+
+// inForce is the one of a and l in force: the one updated last, a on a
+// tie.
+func inForce(a, l *Override) *Override {
+	if l != nil && (a == nil || l.Updated.After(a.Updated)) {
+		return l
+	}
+	return a
+}
+
+// Put adds or replaces o (validated here) in Redis, on behalf of by. It
+// is stored under its ID, and removed from its legacy field; an override
+// that an older version stored under the field of o's ID is moved under
+// its own ID first.
 func (s *RedisStore) Put(o *Override, by string) (*Change, error) {
 	if err := o.Compile(); err != nil {
 		return nil, err
@@ -322,29 +452,72 @@ func (s *RedisStore) Put(o *Override, by string) (*Change, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, before, err := s.change(ctx, "put", o.ID(), string(raw), "")
-	if err != nil {
-		return nil, err
+	id, lf := o.ID(), legacyID(o)
+	for range maxAttempts {
+		got, err := s.read(ctx, id, lf)
+		if err != nil {
+			return nil, err
+		}
+		at, leg := got[0], got[1]
+		var steps []step
+		if x := at.o; x != nil && x.ID() != id {
+			// Another override, stored by an older version under its
+			// legacy field, which is o's ID: under its own ID unless
+			// one updated later is there already.
+			mine, err := s.read(ctx, x.ID())
+			if err != nil {
+				return nil, err
+			}
+			if cur, _ := held(x.ID(), mine[0], storedField{}); inForce(cur, x) == x {
+				steps = append(steps, step{"put", x.ID(), at.raw, mine[0].raw})
+			}
+		}
+		steps = append(steps, step{"put", id, string(raw), at.raw})
+		a, l := held(id, at, leg)
+		if lf != id && l != nil {
+			steps = append(steps, step{"delete", lf, "", leg.raw})
+		}
+		if _, err := s.change(ctx, steps); errors.Is(err, errConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return &Change{Op: "put", At: o.Updated, By: by, Before: inForce(a, l), After: o}, nil
 	}
-	c := &Change{Op: "put", At: o.Updated, By: by, After: o}
-	if before != "" {
-		c.Before, _ = decodeStored(before)
-	}
-	return c, nil
+	return nil, fmt.Errorf("overrides: %s changed by other nodes %d times while being put; try again", id, maxAttempts)
 }
 
-// Delete removes the override of domain and path; the change is nil when
-// there was none.
+// Delete removes the override of domain and path, under its ID and under
+// its legacy field; the change is nil when there was none.
 func (s *RedisStore) Delete(domain string, path []Entry, by string) (*Change, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	v, before, err := s.change(ctx, "delete", (&Override{Domain: domain, Path: path}).ID(), "", "")
-	if err != nil || v == 0 {
-		return nil, err
+	target := &Override{Domain: domain, Path: path}
+	id, lf := target.ID(), legacyID(target)
+	for range maxAttempts {
+		got, err := s.read(ctx, id, lf)
+		if err != nil {
+			return nil, err
+		}
+		a, l := held(id, got[0], got[1])
+		var steps []step
+		if a != nil {
+			steps = append(steps, step{"delete", id, "", got[0].raw})
+		}
+		if lf != id && l != nil {
+			steps = append(steps, step{"delete", lf, "", got[1].raw})
+		}
+		if len(steps) == 0 {
+			return nil, nil
+		}
+		if _, err := s.change(ctx, steps); errors.Is(err, errConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return &Change{Op: "delete", At: s.now().UTC(), By: by, Before: inForce(a, l)}, nil
 	}
-	c := &Change{Op: "delete", At: s.now().UTC(), By: by}
-	c.Before, _ = decodeStored(before)
-	return c, nil
+	return nil, fmt.Errorf("overrides: %s changed by other nodes %d times while being deleted; try again", id, maxAttempts)
 }
 
 // Sweep deletes the overrides expired now, each only if it is still the
@@ -352,28 +525,32 @@ func (s *RedisStore) Delete(domain string, path []Entry, by string) (*Change, er
 // time), and returns the changes this node made.
 func (s *RedisStore) Sweep(ctx context.Context) ([]*Change, error) {
 	now := s.now()
-	s.mu.Lock()
-	type exp struct{ id, raw string }
+	type exp struct {
+		field string
+		f     storedField
+	}
 	var expired []exp
-	for id, o := range s.live {
-		if o.expired(now) {
-			expired = append(expired, exp{id, s.raw[id]})
+	s.mu.Lock()
+	for field, f := range s.fields {
+		if f.o != nil && f.o.expired(now) {
+			expired = append(expired, exp{field, f})
 		}
 	}
 	s.mu.Unlock()
 	var out []*Change
 	var errs []error
 	for _, e := range expired {
-		v, before, err := s.change(ctx, "delete", e.id, "", e.raw)
+		vs, err := s.change(ctx, []step{{"delete", e.field, "", e.f.raw}})
+		if errors.Is(err, errConflict) {
+			continue // changed since: not the override that expired
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if v > 0 {
-			c := &Change{Op: "delete", At: now.UTC(), By: "expiry"}
-			c.Before, _ = decodeStored(before)
-			out = append(out, c)
-			s.log.Info("override expired", "id", e.id)
+		if vs[0] > 0 {
+			out = append(out, &Change{Op: "delete", At: now.UTC(), By: "expiry", Before: e.f.o})
+			s.log.Info("override expired", "id", e.f.o.ID())
 		}
 	}
 	return out, errors.Join(errs...)

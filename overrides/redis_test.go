@@ -104,15 +104,9 @@ func TestRedisStoreNodes(t *testing.T) {
 // ignored: enforced, it could not be removed through the API. The
 // overrides beside it apply.
 func TestRedisStoreForeignField(t *testing.T) {
-	srv := redistest.Standalone(t)
-	prefix := fmt.Sprintf("ov-%d:", time.Now().UnixNano())
+	c, prefix := newRedis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	p, _ := overrides.ParsePath("tenant=evil")
 	raw, err := json.Marshal(&overrides.Override{Domain: "api", Path: p, Limit: json.RawMessage(`{"blocked":true}`)})
 	if err != nil {
@@ -141,4 +135,17 @@ func TestRedisStoreForeignField(t *testing.T) {
 			t.Errorf("listed: %s", o.ID())
 		}
 	}
+}
+
+// newRedis starts a real redis-server and returns a client of it, closed
+// when the test ends, and a key prefix of the test's own.
+func newRedis(t *testing.T) (rueidis.Client, string) {
+	t.Helper()
+	srv := redistest.Standalone(t)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, fmt.Sprintf("ov-%d:", time.Now().UnixNano())
 }

@@ -109,7 +109,7 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	fs.SetOutput(stderr)
 	server, tokenFile := adminFlags(fs)
 	domain := fs.String("domain", "", "the `domain`")
-	path := fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*)")
+	path := fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*); in a key or value, write % as %25 and / as %2F")
 	var limit, expires, note, prefix *string
 	var ttl *time.Duration
 	var pageSize *int
@@ -120,7 +120,7 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		ttl = fs.Duration("ttl", 0, "or how long from now the override lasts")
 		note = fs.String("note", "", "a note kept with the override")
 	case "list":
-		prefix = fs.String("prefix", "", "only paths starting with this")
+		prefix = fs.String("prefix", "", "only paths starting with this, written as --path is")
 		pageSize = fs.Int("page", 1000, "overrides asked for per request")
 	case "get", "rm", "import", "export":
 	default:
@@ -217,7 +217,7 @@ func cmdExplain(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	server, tokenFile := adminFlags(fs)
 	domain := fs.String("domain", "", "the request's `domain`")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice explain --domain D [flags] DESCRIPTOR...\n\nEach DESCRIPTOR is key=value pairs joined by /, in order (tenant=acme/user=bob).\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: sluice explain --domain D [flags] DESCRIPTOR...\n\nEach DESCRIPTOR is key=value pairs joined by /, in order (tenant=acme/user=bob);\nin a key or value, write % as %25 and / as %2F.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlagsArgs(fs, args, true); err != nil {
