@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,30 +25,15 @@ import (
 // across a restart in the overrides file, and gone by themselves when they
 // expire.
 func TestServeE2EOverrides(t *testing.T) {
-	dir := t.TempDir()
-	rules := filepath.Join(dir, "rules.yaml")
-	writeRules(t, rules, `domain: api
-descriptors:
-  - key: tenant
-    rate_limit: {unit: hour, requests_per_unit: 5}
-`)
-	tokens := writeFile(t, "tokens", "ops:0123456789abcdef0123456789abcdef\n")
+	args, tokens := overridesServe(t, 5)
 	wrong := writeFile(t, "wrong", "ops:ffffffffffffffffffffffffffffffff\n")
-	store := filepath.Join(dir, "overrides.jsonl")
-	args := []string{"--config", rules, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens, "--overrides-file", store}
 	p := startSluice(t, nil, args...)
-	admin := func(p *proc) string { return "http://" + p.addr("admin") }
-	if !strings.HasPrefix(admin(p), "http://127.0.0.1:") {
-		t.Fatalf("admin listener: %q", admin(p))
+	if admin := p.addr("admin"); !strings.HasPrefix(admin, "127.0.0.1:") {
+		t.Fatalf("admin listener: %q", admin)
 	}
 	cli := func(p *proc, tokenFile string, args ...string) (int, string, string) {
 		t.Helper()
-		n := 1 // the command, and for override its subcommand
-		if args[0] == "override" {
-			n = 2
-		}
-		all := append(append(append([]string{}, args[:n]...), "--server", admin(p), "--token-file", tokenFile), args[n:]...)
-		return runCmd(t, "", all...)
+		return adminCLI(t, p, tokenFile, args...)
 	}
 	admitted := func(p *proc, tenant string, n int) int {
 		t.Helper()
@@ -200,4 +189,176 @@ descriptors:
 		t.Fatalf("rm on node a: exit %d, %s %s", code, out, errOut)
 	}
 	t.Logf("its removal applied by node b after %v", until("the removal", true))
+}
+
+// TestServeE2EOverrideIDs: two overrides whose paths differ only in where
+// "/" and "=" fall, [user="q/team=c"] and [user=q, team=c], are two
+// overrides through the real admin API of sluice serve: each is listed,
+// explained, enforced and deleted on its own, before and after a restart
+// from the overrides file, and once both are deleted neither limits.
+func TestServeE2EOverrideIDs(t *testing.T) {
+	args, tokens := overridesServe(t, 1000)
+	p := startSluice(t, nil, args...)
+	cli := func(args ...string) (int, string, string) {
+		t.Helper()
+		return adminCLI(t, p, tokens, args...)
+	}
+	// listed returns the listed overrides' limits, by path.
+	listed := func() map[string]int {
+		t.Helper()
+		code, out, errOut := cli("override", "list")
+		if code != 0 {
+			t.Fatalf("list: exit %d, %s", code, errOut)
+		}
+		got := map[string]int{}
+		for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+			if line == "" {
+				continue
+			}
+			var o struct {
+				Path  []struct{ Key, Value string }
+				Limit struct {
+					RequestsPerUnit int `json:"requests_per_unit"`
+				}
+			}
+			if err := json.Unmarshal([]byte(line), &o); err != nil {
+				t.Fatalf("list: %v: %s", err, line)
+			}
+			var path []string
+			for _, e := range o.Path {
+				path = append(path, fmt.Sprintf("%s=%q", e.Key, e.Value))
+			}
+			got[strings.Join(path, ",")] = o.Limit.RequestsPerUnit
+		}
+		return got
+	}
+	both := map[string]int{`user="q/team=c"`: 7, `user="q",team="c"`: 9}
+	// explained returns the override and the rate explain gives for one
+	// descriptor (written as sluice explain reads it).
+	explained := func(descriptor string) (string, int) {
+		t.Helper()
+		code, out, errOut := cli("explain", "--domain", "api", descriptor)
+		if code != 0 {
+			t.Fatalf("explain %s: exit %d, %s", descriptor, code, errOut)
+		}
+		var e struct {
+			Descriptors []struct {
+				Override string
+				Limits   []struct{ Rate int }
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &e); err != nil || len(e.Descriptors) != 1 || len(e.Descriptors[0].Limits) != 1 {
+			t.Fatalf("explain %s: %v\n%s", descriptor, err, out)
+		}
+		return e.Descriptors[0].Override, e.Descriptors[0].Limits[0].Rate
+	}
+	checkBoth := func(when string) {
+		t.Helper()
+		if got := listed(); !maps.Equal(got, both) {
+			t.Errorf("%s: listed %v, want %v", when, got, both)
+		}
+		// (%3D or =: both read as "=")
+		if id, rate := explained(`user=q%2Fteam%3Dc`); rate != 7 || id != `api|user=q%2Fteam=c` {
+			t.Errorf("%s: explain user=\"q/team=c\": override %q, rate %d; want api|user=q%%2Fteam=c and 7", when, id, rate)
+		}
+		if id, rate := explained(`user=q/team=c`); rate != 9 || id != `api|user=q/team=c` {
+			t.Errorf("%s: explain user=q, team=c: override %q, rate %d; want api|user=q/team=c and 9", when, id, rate)
+		}
+	}
+
+	// The first through the API's JSON (a value holding / and =), the
+	// second through the CLI's path.
+	req, err := http.NewRequest("PUT", "http://"+p.addr("admin")+"/v1/override", strings.NewReader(
+		`{"domain":"api","path":[{"key":"user","value":"q/team=c"}],"limit":{"unit":"hour","requests_per_unit":7}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer 0123456789abcdef0123456789abcdef")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT user=\"q/team=c\": %s", resp.Status)
+	}
+	if code, out, errOut := cli("override", "set", "--domain", "api", "--path", "user=q/team=c", "--limit", `{"unit":"hour","requests_per_unit":9}`); code != 0 || strings.Contains(out, `"before"`) {
+		t.Fatalf("set user=q/team=c: exit %d, %s %s (want a new override, no before)", code, out, errOut)
+	}
+	checkBoth("after both puts")
+
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	p = startSluice(t, nil, args...)
+	checkBoth("after a restart")
+
+	if code, out, errOut := cli("override", "rm", "--domain", "api", "--path", "user=q/team=c"); code != 0 || !strings.Contains(out, `"value": "c"`) {
+		t.Fatalf("rm user=q/team=c: exit %d, %s %s", code, out, errOut)
+	}
+	if got, want := listed(), map[string]int{`user="q/team=c"`: 7}; !maps.Equal(got, want) {
+		t.Errorf("after rm user=q/team=c: listed %v, want %v", got, want)
+	}
+	got := 0
+	for range 10 {
+		if p.must("api", desc("user", "q/team=c")).GetOverallCode() == rlsv3.RateLimitResponse_OK {
+			got++
+		}
+	}
+	if got != 7 {
+		t.Errorf("user=\"q/team=c\": %d of 10 admitted, want its override's 7", got)
+	}
+	if code, out, errOut := cli("override", "rm", "--domain", "api", "--path", "user=q%2Fteam%3Dc"); code != 0 || !strings.Contains(out, `"value": "q/team=c"`) {
+		t.Fatalf("rm user=q%%2Fteam%%3Dc: exit %d, %s %s", code, out, errOut)
+	}
+	for _, when := range []string{"after both rm", "after both rm and a restart"} {
+		if got := listed(); len(got) != 0 {
+			t.Errorf("%s: listed %v", when, got)
+		}
+		// Its counter is spent (7 of 7): only a ghost of the override
+		// would deny.
+		if code := p.must("api", desc("user", "q/team=c")).GetOverallCode(); code != rlsv3.RateLimitResponse_OK {
+			t.Errorf("%s: user=\"q/team=c\" %v, want OK under the rules' 1000", when, code)
+		}
+		if id, _ := explained(`user=q%2Fteam%3Dc`); id != "" {
+			t.Errorf("%s: explain names override %q", when, id)
+		}
+		if when == "after both rm" {
+			if code := p.stop(syscall.SIGTERM); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			p = startSluice(t, nil, args...)
+		}
+	}
+}
+
+// overridesServe returns the arguments of a sluice serve with an admin API
+// and an overrides file, on rules of domain api that limit each tenant and
+// each user to perHour requests an hour, and its token file.
+func overridesServe(t *testing.T, perHour int) (args []string, tokens string) {
+	t.Helper()
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	writeRules(t, rules, fmt.Sprintf(`domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: %d}
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: %[1]d}
+`, perHour))
+	tokens = writeFile(t, "tokens", "ops:0123456789abcdef0123456789abcdef\n")
+	return []string{"--config", rules, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens, "--overrides-file", filepath.Join(dir, "overrides.jsonl")}, tokens
+}
+
+// adminCLI runs a sluice command against p's admin API with the token in
+// tokenFile (--server and --token-file after the command, and for
+// override after its subcommand).
+func adminCLI(t *testing.T, p *proc, tokenFile string, args ...string) (int, string, string) {
+	t.Helper()
+	n := 1
+	if args[0] == "override" {
+		n = 2
+	}
+	all := append(append(append([]string{}, args[:n]...), "--server", "http://"+p.addr("admin"), "--token-file", tokenFile), args[n:]...)
+	return runCmd(t, "", all...)
 }
