@@ -133,6 +133,11 @@ type DescriptorOutcome struct {
 	StatKey string // the rule's stats key; empty when nothing matched
 	Rule    *rules.Rule
 
+	// Override is the ID of the runtime override whose limits the
+	// descriptor had instead of the rules' (rules.Match.Runtime), empty
+	// when none.
+	Override string
+
 	// Cost is the number of hits the descriptor applied (its own cost;
 	// Envoy's codec sets it from hits_addend); 0 is a check that consumed
 	// nothing.
@@ -368,7 +373,7 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	for i := range p.Matches {
 		m := &p.Matches[i]
 		do := &o.Descriptors[i]
-		do.Status, do.StatKey, do.Rule, do.Cost = m.Status, m.StatKey, m.Rule, descs[i].Cost
+		do.Status, do.StatKey, do.Rule, do.Override, do.Cost = m.Status, m.StatKey, m.Rule, m.Runtime, descs[i].Cost
 		if m.Count == 0 {
 			continue
 		}

@@ -43,6 +43,9 @@ type ExplainedEntry struct {
 
 // LimitExplanation is one limit that would apply.
 type LimitExplanation struct {
+	// Name is the limit's name: the rule's name:, else its stats key
+	// (with #i for one of several limits); for a runtime override's
+	// limit, the override's ID.
 	Name      string `json:"name,omitempty"`
 	Algorithm string `json:"algorithm"`
 	Rate      int64  `json:"rate"`
@@ -99,7 +102,17 @@ func (d *Decider) Explain(ctx context.Context, domain string, descs []rules.Desc
 			de.Rule = m.Rule.File + ":" + strconv.Itoa(m.Rule.Line) + ":" + strconv.Itoa(m.Rule.Column)
 		}
 		for j := m.First; j < m.First+m.Count; j++ {
-			de.Limits = append(de.Limits, explainLimit(p, j, states))
+			le := explainLimit(p, j, states)
+			if m.Runtime != "" {
+				// An override's compiled limit is shared by every
+				// override with the same JSON: its own name says
+				// nothing of this one.
+				le.Name = m.Runtime
+				if m.Count > 1 {
+					le.Name += "#" + strconv.Itoa(j-m.First)
+				}
+			}
+			de.Limits = append(de.Limits, le)
 		}
 		switch {
 		case m.Status == rules.Overridden:

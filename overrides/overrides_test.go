@@ -158,9 +158,25 @@ descriptors:
 	if got, _ := admitted("tenant=acme", 4, &rules.Override{RequestsPerUnit: 100, Unit: rules.Hour}); got != 4 {
 		t.Errorf("tenant=acme with its own limit from Envoy: %d of 4 admitted, want 4 (the request's limit wins)", got)
 	}
-	// The stats stay the rule's where a rule matched.
-	if _, do := admitted("tenant=acme", 1, nil); do.StatKey != "api.tenant" || do.Rule == nil {
-		t.Errorf("tenant=acme: stat key %q, rule %v; want the rule's api.tenant", do.StatKey, do.Rule)
+	// The stats stay the rule's where a rule matched; the outcome names
+	// the override whose limits applied, and only then.
+	if _, do := admitted("tenant=acme", 1, nil); do.StatKey != "api.tenant" || do.Rule == nil || do.Override != "api|tenant=acme" {
+		t.Errorf("tenant=acme: stat key %q, rule %v, override %q; want the rule's api.tenant and api|tenant=acme", do.StatKey, do.Rule, do.Override)
+	}
+	if _, do := admitted("tenant=other", 1, nil); do.Override != "" {
+		t.Errorf("tenant=other, under the rules: override %q", do.Override)
+	}
+	// Explain names an override's limit by the override, not by the
+	// compiled limit it shares with every override of the same JSON.
+	e, err := d.Explain(context.Background(), "api", []rules.Descriptor{{Entries: entries("tenant=acme"), Cost: 1}, {Entries: entries("tenant=other"), Cost: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls := e.Descriptors[0].Limits; len(ls) != 1 || ls[0].Name != "api|tenant=acme" || e.Descriptors[0].Override != "api|tenant=acme" {
+		t.Errorf("explain tenant=acme: override %q, limits %+v; want both named api|tenant=acme", e.Descriptors[0].Override, ls)
+	}
+	if ls := e.Descriptors[1].Limits; len(ls) != 1 || ls[0].Name != "api.tenant" {
+		t.Errorf("explain tenant=other: limits %+v, want the rule's api.tenant", ls)
 	}
 }
 

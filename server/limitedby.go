@@ -17,6 +17,11 @@ const LimitedByHeader = "x-sluice-limited-by"
 //
 //	rule="api.user"; descriptor=0; algorithm=fixed_window; limit=10/1h0m0s; remaining=0; reset=1834s
 //
+// or, when a runtime override's limits (not the rule's) denied it, the
+// override's ID first:
+//
+//	override="api|user=bob"; rule="api.user"; descriptor=0; algorithm=fixed_window; limit=2/1h0m0s; remaining=0; reset=1834s
+//
 // nil when no descriptor denied (the domain capacity did).
 func limitedBy(o *rls.Outcome) *corev3.HeaderValue {
 	for i := range o.Descriptors {
@@ -25,6 +30,11 @@ func limitedBy(o *rls.Outcome) *corev3.HeaderValue {
 			continue
 		}
 		var b strings.Builder
+		if d.Override != "" {
+			b.WriteString(`override="`)
+			b.WriteString(headerSafe(d.Override))
+			b.WriteString(`"; `)
+		}
 		b.WriteString(`rule="`)
 		b.WriteString(headerSafe(d.StatKey))
 		b.WriteString(`"; descriptor=`)

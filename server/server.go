@@ -169,8 +169,9 @@ type Config struct {
 
 	// LimitedBy adds to every OVER_LIMIT answer the header
 	// x-sluice-limited-by, which says why: the rule (its stats key), the
-	// descriptor, the algorithm and limit, what is left and when the
-	// limit resets. Off by default: it tells clients about the rules.
+	// runtime override when its limit decided (its ID), the descriptor,
+	// the algorithm and limit, what is left and when the limit resets.
+	// Off by default: it tells clients about the rules.
 	LimitedBy bool
 
 	// Hitters, when set, is told every limited descriptor of every

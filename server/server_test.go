@@ -535,6 +535,16 @@ func TestReadiness(t *testing.T) {
 	}
 }
 
+// limitedByOf returns the x-sluice-limited-by header of resp, "" if none.
+func limitedByOf(resp *rlsv3.RateLimitResponse) string {
+	for _, h := range resp.ResponseHeadersToAdd {
+		if h.Key == server.LimitedByHeader {
+			return h.Value
+		}
+	}
+	return ""
+}
+
 // TestLimitedByHeader: with LimitedBy, an OVER_LIMIT answer says which
 // rule denied it, over gRPC and HTTP, and stays clean of control
 // characters from request values; an OK answer, or a server without it,
@@ -549,14 +559,7 @@ descriptors:
 `
 	on := newEnv(t, yaml, server.Config{LimitedBy: true})
 	off := newEnv(t, yaml, server.Config{})
-	header := func(resp *rlsv3.RateLimitResponse) string {
-		for _, h := range resp.ResponseHeadersToAdd {
-			if h.Key == server.LimitedByHeader {
-				return h.Value
-			}
-		}
-		return ""
-	}
+	header := limitedByOf
 	r := req("api", d("user=bob\r\nX-Evil: 1"))
 	if h := header(on.call(r)); h != "" {
 		t.Errorf("an allowed request: %q", h)

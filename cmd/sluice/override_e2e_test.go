@@ -69,6 +69,10 @@ func TestServeE2EOverrides(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"override": "api|tenant=acme"`) || !strings.Contains(out, `"source": "rules"`) {
 		t.Fatalf("explain: exit %d\n%s", code, out)
 	}
+	// The override's limit is named by the override.
+	if !strings.Contains(out, `"name": "api|tenant=acme"`) || strings.Contains(out, "override.k") {
+		t.Errorf("explain: the override's limit is not named by the override:\n%s", out)
+	}
 	if code, out, _ := cli(p, tokens, "override", "list"); code != 0 || !strings.Contains(out, `"note":"trial"`) {
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}

@@ -137,7 +137,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "then closed after this much longer")
 	fs.DurationVar(&s.rlqsTTL, "rlqs-ttl", rlqs.DefaultTTL, "Rate Limit Quota Service: how long Envoy keeps an assignment (must exceed Envoy's reporting_interval); a dropped Envoy's share goes to the others this long plus --rlqs-grace after its last report")
 	fs.DurationVar(&s.rlqsGrace, "rlqs-grace", rlqs.DefaultGrace, "Rate Limit Quota Service: the longest an assignment may take to reach Envoy; a lowered share is held this long before others get it")
-	fs.BoolVar(&s.limitedBy, "limited-by-header", false, "add x-sluice-limited-by to every OVER_LIMIT answer: the rule, descriptor, algorithm, limit, what is left and when it resets (tells clients about the rules)")
+	fs.BoolVar(&s.limitedBy, "limited-by-header", false, "add x-sluice-limited-by to every OVER_LIMIT answer: the rule (and the runtime override, when one decided), descriptor, algorithm, limit, what is left and when it resets (tells clients about the rules)")
 	fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory (the debug listener's /hitters)")
 	fs.StringVar(&s.adminAddr, "admin-addr", "", "`address` of the admin API (runtime overrides, explain); empty disables it; a bare :PORT listens on 127.0.0.1")
 	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` of the admin API's bearer tokens, one a line, name:secret (required with --admin-addr)")
