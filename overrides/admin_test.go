@@ -93,6 +93,7 @@ func TestAdminAPI(t *testing.T) {
 		{`{"domain":"api","path":[{"key":"k","value":"a*b"}],"limit":{"unit":"minute","requests_per_unit":1}}`, "path[0].value"},
 		{`{"domain":"api","path":[{"key":"k","value":"v"}],"limit":{"unit":"minute","requests_per_unit":1},"colour":"red"}`, "body"},
 		{`not json`, "body"},
+		{`{"domain":"api","path":[{"key":"k","value":"v"}],"limit":{"unit":"minute"}}`, "limit"},
 	} {
 		code, out := put(c.body)
 		var e struct{ Field string }
@@ -100,6 +101,9 @@ func TestAdminAPI(t *testing.T) {
 		if code != 400 || e.Field != c.field {
 			t.Errorf("put %s: %d %s, want 400 naming %q", c.body, code, out, c.field)
 		}
+	}
+	if _, out := put(`{"domain":"api","path":[{"key":"k","value":"v"}],"limit":{"unit":"minute"}}`); !strings.Contains(out, "requests_per_unit is missing") {
+		t.Errorf("a limit without requests_per_unit: %s, want it said", out)
 	}
 	if code, out := call(t, srv, "GET", "/v1/override?domain=api&path=tenant=acme", secret, ""); code != 200 || !strings.Contains(out, `"requests_per_unit":50`) {
 		t.Fatalf("get: %d %s", code, out)

@@ -106,7 +106,7 @@ func (s *FileStore) apply(c *Change) error {
 		if c.After == nil {
 			return errors.New("put without an override")
 		}
-		if err := c.After.Compile(); err != nil {
+		if err := c.After.compile(false); err != nil {
 			return err
 		}
 		s.live[c.After.ID()] = c.After

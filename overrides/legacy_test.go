@@ -68,6 +68,9 @@ func TestFileStoreLegacy(t *testing.T) {
 		`{"op":"delete","at":"2026-11-01T00:02:00Z","by":"ops","before":` + legacyB + `}`,
 		`{"op":"put","at":"2026-11-01T00:03:00Z","by":"ops","after":` + legacyK + `}`,
 		`{"op":"put","at":"2026-11-01T00:04:00Z","by":"ops","after":` + legacyPlain + `}`,
+		// A limit that Put now refuses (no requests_per_unit: 0, every
+		// request denied) loads as it was put.
+		`{"op":"put","at":"2026-11-01T00:05:00Z","by":"ops","after":{"domain":"api","path":[{"key":"tenant","value":"zero"}],"limit":{"unit":"minute"}}}`,
 	}
 	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -81,6 +84,7 @@ func TestFileStoreLegacy(t *testing.T) {
 		"api|user=q%2Fteam=c":   `{"unit":"hour","requests_per_unit":7}`,
 		"api|api_key=k%2Fabc==": `{"blocked":true}`,
 		"api|tenant=acme":       `{"unit":"hour","requests_per_unit":5}`,
+		"api|tenant=zero":       `{"unit":"minute"}`,
 	}
 	if got := listed(s); !maps.Equal(got, want) {
 		t.Fatalf("listed %v, want %v", got, want)
@@ -107,8 +111,11 @@ func TestFileStoreLegacy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if got := listed(s); len(got) != 1 || got["api|tenant=acme"] == "" {
-		t.Errorf("reopened after the deletes: listed %v, want only api|tenant=acme", got)
+	if got := listed(s); len(got) != 2 || got["api|tenant=acme"] == "" || got["api|tenant=zero"] == "" {
+		t.Errorf("reopened after the deletes: listed %v, want api|tenant=acme and api|tenant=zero", got)
+	}
+	if got := limitAt(idx, "api", "tenant", "zero"); got != `{"unit":"minute"}` {
+		t.Errorf("tenant=zero: limit %q, want the one it was put with", got)
 	}
 	if got := limitAt(idx, "api", "user", "q/team=c"); got != "" {
 		t.Errorf(`reopened after the deletes: user="q/team=c" still limited by %q`, got)
@@ -154,8 +161,10 @@ func TestRedisStoreLegacy(t *testing.T) {
 	}
 	// The hash as the older version left it: [user=q, team=c] was put
 	// after [user="q/team=c"] and replaced it; then [user="q/team=c"]
-	// was put again. Three changes.
-	do(c.B().Hset().Key(hash).FieldValue().FieldValue("api|user=q/team=c", legacyA).FieldValue("api|api_key=k/abc==", legacyK).FieldValue("api|tenant=acme", legacyPlain).Build())
+	// was put again. Three changes. (And a limit that Put now refuses,
+	// which loads as it was put.)
+	do(c.B().Hset().Key(hash).FieldValue().FieldValue("api|user=q/team=c", legacyA).FieldValue("api|api_key=k/abc==", legacyK).FieldValue("api|tenant=acme", legacyPlain).
+		FieldValue("api|tenant=zero", `{"domain":"api","path":[{"key":"tenant","value":"zero"}],"limit":{"unit":"minute"}}`).Build())
 	do(c.B().Set().Key(vkey).Value("3").Build())
 
 	var stores []*overrides.RedisStore
@@ -192,7 +201,7 @@ func TestRedisStoreLegacy(t *testing.T) {
 		return m
 	}
 	lim7, lim9, blocked, lim5 := `{"unit":"hour","requests_per_unit":7}`, `{"unit":"hour","requests_per_unit":9}`, `{"blocked":true}`, `{"unit":"hour","requests_per_unit":5}`
-	want := map[string]string{"api|user=q%2Fteam=c": lim7, "api|api_key=k%2Fabc==": blocked, "api|tenant=acme": lim5}
+	want := map[string]string{"api|user=q%2Fteam=c": lim7, "api|api_key=k%2Fabc==": blocked, "api|tenant=acme": lim5, "api|tenant=zero": `{"unit":"minute"}`}
 	both("the legacy hash", want)
 	for i, idx := range idxs {
 		if got := limitAt(idx, "api", "user", "q/team=c"); got != lim7 {
@@ -211,7 +220,7 @@ func TestRedisStoreLegacy(t *testing.T) {
 	}
 	want["api|user=q/team=c"] = lim9
 	both("after the put of user=q, team=c", want)
-	if got, wantFields := fields(), []string{"api|api_key=k/abc==", "api|tenant=acme", "api|user=q%2Fteam=c", "api|user=q/team=c"}; !slices.Equal(got, wantFields) {
+	if got, wantFields := fields(), []string{"api|api_key=k/abc==", "api|tenant=acme", "api|tenant=zero", "api|user=q%2Fteam=c", "api|user=q/team=c"}; !slices.Equal(got, wantFields) {
 		t.Errorf("hash fields %q, want %q", got, wantFields)
 	}
 	for i, idx := range idxs {

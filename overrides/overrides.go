@@ -166,7 +166,16 @@ func legacyID(o *Override) string {
 }
 
 // Compile validates o and compiles its limit. Each error names its field.
-func (o *Override) Compile() error {
+// A limit is what a rules file's rate_limit takes, less what the rules
+// checker (sluice check) only warns of there, for Envoy's sake: a limit
+// without requests_per_unit (0: every request denied; an override says
+// {"blocked": true}), or a setting that has no effect.
+func (o *Override) Compile() error { return o.compile(true) }
+
+// compile is Compile; not strict, it takes a limit the rules checker
+// warns of, as versions before refused none: what a store kept loads as
+// it was put.
+func (o *Override) compile(strict bool) error {
 	var errs []error
 	if o.Domain == "" {
 		errs = append(errs, &FieldError{"domain", "empty"})
@@ -193,9 +202,14 @@ func (o *Override) Compile() error {
 	if o.Note != "" && len(o.Note) > 4096 {
 		errs = append(errs, &FieldError{"note", "over 4096 bytes"})
 	}
-	limits, unlim, err := compileLimit(o.Limit)
+	limits, unlim, warns, err := compileLimit(o.Limit)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if strict {
+		for _, w := range warns {
+			errs = append(errs, &FieldError{"limit", w})
+		}
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -206,29 +220,34 @@ func (o *Override) Compile() error {
 }
 
 // compileLimit compiles a limit's JSON with the rules' own compiler, so
-// that an override takes exactly what a rules file takes.
-func compileLimit(raw json.RawMessage) ([]*sluice.Limit, bool, error) {
+// that an override takes exactly what a rules file takes, and returns
+// what the rules checker warns of.
+func compileLimit(raw json.RawMessage) ([]*sluice.Limit, bool, []string, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, false, &FieldError{"limit", "missing"}
+		return nil, false, nil, &FieldError{"limit", `missing: a limit such as {"unit": "minute", "requests_per_unit": 100}`}
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, false, &FieldError{"limit", "not a JSON object: " + err.Error()}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, false, nil, &FieldError{"limit", fmt.Sprintf(`a JSON %s where an object is expected, such as {"unit": "minute", "requests_per_unit": 100}`, te.Value)}
+		}
+		return nil, false, nil, &FieldError{"limit", "not JSON: " + err.Error()}
 	}
 	if b, ok := probe["blocked"]; ok {
 		if string(b) != "true" || len(probe) != 1 {
-			return nil, false, &FieldError{"limit.blocked", `"blocked" is true and alone`}
+			return nil, false, nil, &FieldError{"limit.blocked", `"blocked" is true and alone`}
 		}
 		raw = json.RawMessage(`{"unit": "second", "requests_per_unit": 0}`)
 	}
 	var flat bytes.Buffer
 	if err := json.Compact(&flat, raw); err != nil {
-		return nil, false, &FieldError{"limit", err.Error()}
+		return nil, false, nil, &FieldError{"limit", err.Error()}
 	}
 	key := flat.String()
 	if v, ok := compiledLimits.Load(key); ok {
 		c := v.(compiledLimit)
-		return c.limits, c.unlimited, nil
+		return c.limits, c.unlimited, c.warnings, nil
 	}
 	src := "domain: override\ndescriptors:\n  - key: k\n    rate_limit: " + key + "\n"
 	d, err := rules.Parse("limit", []byte(src))
@@ -239,15 +258,23 @@ func compileLimit(raw json.RawMessage) ([]*sluice.Limit, bool, error) {
 			for i, p := range re.Problems {
 				msgs[i] = p.Msg
 			}
-			return nil, false, &FieldError{"limit", strings.Join(msgs, "; ")}
+			return nil, false, nil, &FieldError{"limit", strings.Join(msgs, "; ")}
 		}
-		return nil, false, &FieldError{"limit", err.Error()}
+		return nil, false, nil, &FieldError{"limit", err.Error()}
+	}
+	var warns []string
+	for _, w := range d.Warnings {
+		msg := w.Msg
+		if strings.HasPrefix(msg, "requests_per_unit is missing") {
+			msg = `requests_per_unit is missing: say how many requests each unit allows ({"blocked": true} denies every request)`
+		}
+		warns = append(warns, msg)
 	}
 	r := d.Rules[0]
 	if compiledCount.Add(1) <= maxCompiled {
-		compiledLimits.Store(key, compiledLimit{r.Limits, r.Unlimited})
+		compiledLimits.Store(key, compiledLimit{r.Limits, r.Unlimited, warns})
 	}
-	return r.Limits, r.Unlimited, nil
+	return r.Limits, r.Unlimited, warns, nil
 }
 
 // compiledLimits caches compiled limits by their compact JSON: overrides
@@ -263,6 +290,7 @@ const maxCompiled = 10_000
 type compiledLimit struct {
 	limits    []*sluice.Limit
 	unlimited bool
+	warnings  []string // what the rules checker warns of
 }
 
 // Limits returns the compiled limits (nil before Compile, or when

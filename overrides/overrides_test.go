@@ -48,6 +48,10 @@ func TestCompileErrors(t *testing.T) {
 		{overrides.Override{Domain: "d", Path: []overrides.Entry{{"k", "v"}}, Limit: json.RawMessage(`{"unit":"fortnight","requests_per_unit":1}`)}, "limit"},
 		{overrides.Override{Domain: "d", Path: []overrides.Entry{{"k", "v"}}, Limit: json.RawMessage(`{"unit":"second","requests_per_unit":-5}`)}, "limit"},
 		{overrides.Override{Domain: "d", Path: []overrides.Entry{{"k", "v"}}, Limit: json.RawMessage(`{"blocked":false}`)}, "limit.blocked"},
+		// What the rules checker only warns of in a rules file.
+		{overrides.Override{Domain: "d", Path: []overrides.Entry{{"k", "v"}}, Limit: json.RawMessage(`{"unit":"minute"}`)}, "limit"},
+		{overrides.Override{Domain: "d", Path: []overrides.Entry{{"k", "v"}}, Limit: json.RawMessage(`{"unit":"minute","requests_per_unit":5,"burst":3}`)}, "limit"},
+		{overrides.Override{Domain: "d", Path: []overrides.Entry{{"k", "v"}}, Limit: json.RawMessage(`{"unlimited":true,"requests_per_unit":3}`)}, "limit"},
 	} {
 		err := c.o.Compile()
 		var fe *overrides.FieldError

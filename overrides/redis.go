@@ -284,7 +284,7 @@ func decodeStored(raw string) (*Override, error) {
 	if err := json.Unmarshal([]byte(raw), &o); err != nil {
 		return nil, err
 	}
-	if err := o.Compile(); err != nil {
+	if err := o.compile(false); err != nil {
 		return nil, err
 	}
 	return &o, nil
