@@ -138,6 +138,9 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	case "set":
 		p, err := overrides.ParsePath(*path)
 		if err != nil {
+			return flagErrors(err)
+		}
+		if err := checkLimitFlag(*limit); err != nil {
 			return err
 		}
 		o := overrides.Override{Domain: *domain, Path: p, Limit: json.RawMessage(*limit), Note: *note}
@@ -153,6 +156,10 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		case *ttl != 0:
 			t := time.Now().Add(*ttl).UTC()
 			o.Expires = &t
+		}
+		// The server checks it too; here each error names its flag.
+		if err := o.Compile(); err != nil {
+			return flagErrors(err)
 		}
 		body, err := json.Marshal(&o)
 		if err != nil {
@@ -209,6 +216,61 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	}
 	return nil
+}
+
+// limitExample is a limit as --limit takes it.
+const limitExample = `'{"unit":"minute","requests_per_unit":100}'`
+
+// checkLimitFlag checks that --limit is given and is JSON, in words that
+// name it.
+func checkLimitFlag(limit string) error {
+	if strings.TrimSpace(limit) == "" {
+		return errors.New("--limit is required: the limit as JSON, such as " + limitExample + `, '{"unlimited":true}' or '{"blocked":true}'`)
+	}
+	var v any
+	if err := json.Unmarshal([]byte(limit), &v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("--limit is not valid JSON (at character %d: %v): write it as %s, every key and word in double quotes, and quote the whole in single quotes for the shell", se.Offset, err, limitExample)
+		}
+		return fmt.Errorf("--limit is not valid JSON (%v): write it as %s", err, limitExample)
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return fmt.Errorf("--limit is %s, not a JSON object: write it as %s", strings.TrimSpace(limit), limitExample)
+	}
+	return nil
+}
+
+// flagErrors names the flag of each field an override's validation
+// names: "limit: ..." is "--limit: ...".
+func flagErrors(err error) error {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+		var fe *overrides.FieldError
+		if !errors.As(e, &fe) {
+			continue
+		}
+		root := fe.Field
+		if n := strings.IndexAny(root, ".["); n >= 0 {
+			root = root[:n]
+		}
+		switch root {
+		case "domain", "path", "limit", "note":
+			where := "--" + root
+			if fe.Field != root {
+				where += " (" + fe.Field + ")"
+			}
+			out[i] = errors.New(where + ": " + fe.Msg)
+		}
+	}
+	return errors.Join(out...)
 }
 
 func cmdExplain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
