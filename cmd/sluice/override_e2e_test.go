@@ -73,6 +73,17 @@ func TestServeE2EOverrides(t *testing.T) {
 	if !strings.Contains(out, `"name": "api|tenant=acme"`) || strings.Contains(out, "override.k") {
 		t.Errorf("explain: the override's limit is not named by the override:\n%s", out)
 	}
+	// Envoy sends an empty value (a header present but empty): an
+	// override of the empty value applies to it, and to no other value.
+	if code, out, errOut := cli(p, tokens, "override", "set", "--domain", "api", "--path", "tenant=", "--limit", `{"blocked":true}`); code != 0 {
+		t.Fatalf("set tenant=: exit %d, %s %s", code, out, errOut)
+	}
+	if got := admitted(p, "", 2); got != 0 {
+		t.Errorf("tenant=\"\" under a block of the empty value: %d of 2 admitted", got)
+	}
+	if got := admitted(p, "fresh", 1); got != 1 {
+		t.Errorf("tenant=fresh, under the rules: %d of 1 admitted", got)
+	}
 	if code, out, _ := cli(p, tokens, "override", "list"); code != 0 || !strings.Contains(out, `"note":"trial"`) {
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}
