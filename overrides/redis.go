@@ -460,7 +460,7 @@ func (s *RedisStore) Put(o *Override, by string) (*Change, error) {
 		}
 		at, leg := got[0], got[1]
 		var steps []step
-		if x := at.o; x != nil && x.ID() != id {
+		if x := at.o; x != nil && x.ID() != id && legacyID(x) == id {
 			// Another override, stored by an older version under its
 			// legacy field, which is o's ID: under its own ID unless
 			// one updated later is there already.

@@ -102,7 +102,8 @@ func TestRedisStoreNodes(t *testing.T) {
 // TestRedisStoreForeignField: an override written into the Redis hash by
 // hand under a field other than its ID (this API keys each by its ID) is
 // ignored: enforced, it could not be removed through the API. The
-// overrides beside it apply.
+// overrides beside it apply; a put of the override whose ID is that
+// field replaces it (it is not moved, as one under its legacy ID is).
 func TestRedisStoreForeignField(t *testing.T) {
 	c, prefix := newRedis(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,7 +113,7 @@ func TestRedisStoreForeignField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Do(ctx, c.B().Hset().Key(prefix+"{overrides}").FieldValue().FieldValue("somebody's", string(raw)).Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Hset().Key(prefix+"{overrides}").FieldValue().FieldValue("somebody's", string(raw)).FieldValue("api|tenant=acme", string(raw)).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	idx := overrides.NewIndex(nil)
@@ -134,6 +135,9 @@ func TestRedisStoreForeignField(t *testing.T) {
 		if o.ID() != "api|tenant=acme" {
 			t.Errorf("listed: %s", o.ID())
 		}
+	}
+	if n, err := c.Do(ctx, c.B().Hlen().Key(prefix+"{overrides}").Build()).AsInt64(); err != nil || n != 2 {
+		t.Errorf("%d fields in the hash (%v), want somebody's and api|tenant=acme", n, err)
 	}
 }
 
