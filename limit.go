@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
@@ -269,4 +270,70 @@ func (l *Limit) DecisionOf(r algo.Result, p *algo.Params) Decision {
 		Over:       r.Allowed && r.Remaining < p.Capacity-nominal,
 		Overdrawn:  r.Overdrawn,
 	}
+}
+
+// MoreAfter returns how long after d, a decision of l, l has more quota
+// than d.Remaining, if nothing is consumed meanwhile: on a denial, when
+// the denied request would be admitted (d.RetryAfter, unless Never);
+// otherwise when a request of cost d.Remaining+1 would be (see
+// algo.AvailableAfter). It is exact for a fixed window (the end of its
+// window, d.ResetAfter), the bucket algorithms and every denial; for an
+// admitted request on a sliding window, sliding log or sketch it is a
+// time by which more quota has surely come, which may be later than the
+// first time it does. Never for a limit other than a fixed window that
+// admits nothing; 0 when d's Remaining is already the whole limit. Front
+// doors tell it to clients as the RateLimit field's t.
+func (l *Limit) MoreAfter(d Decision) time.Duration {
+	if !d.Allowed && d.RetryAfter > 0 && d.RetryAfter < Never {
+		return d.RetryAfter
+	}
+	if l.Algorithm == FixedWindow || l.Period <= 0 {
+		// The whole quota returns when the window ends (a zero limit's
+		// may have changed by then). A limit known only by the answers
+		// of a remote, which says when with its reset, is one.
+		return d.ResetAfter
+	}
+	p := l.Params()
+	if p.Rate == 0 || p.Capacity == 0 {
+		return Never
+	}
+	nominal := l.nominal()
+	if d.Remaining >= nominal {
+		return 0
+	}
+	// A soft or elastic margin lets Remaining be reported below the
+	// algorithm's: more is reported once the algorithm's reaches the
+	// margin plus one more than d's. At 0 the algorithm's is unknown, at
+	// least 0.
+	margin := p.Capacity - nominal
+	have := int64(0)
+	if d.Remaining > 0 {
+		have = d.Remaining + margin
+	}
+	r := algo.Result{Remaining: have, ResetAfter: int64(d.ResetAfter)}
+	return time.Duration(algo.AvailableAfter(&p, r, margin+max(d.Remaining, 0)+1))
+}
+
+// Window returns the time over which l admits its Nominal quota at its
+// sustained rate: Period for the window algorithms, and for the bucket
+// algorithms the time to refill a whole burst, Burst·Period/Rate (Period
+// when Rate is zero), rounded up. RateLimit-Policy's w is Window in
+// seconds.
+func (l *Limit) Window() time.Duration {
+	n := l.nominal()
+	if !l.isBucket() || l.Rate <= 0 || n == l.Rate {
+		return l.Period
+	}
+	hi, lo := bits.Mul64(uint64(n), uint64(l.Period))
+	if hi >= uint64(l.Rate) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(l.Rate))
+	if r != 0 {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
 }
