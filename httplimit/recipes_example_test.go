@@ -142,7 +142,7 @@ descriptors:
 	//   {"type":"https://pkg.go.dev/github.com/sluicehq/sluice/httplimit#ProblemRateLimited","title":"Too many requests","status":429,"detail":"Rate limit exceeded; retry in 900 seconds.","retry-after":900,"violated-policies":[{"name":"auth.login_failed_user","quota":5,"window":900}]}
 	// alice hunter2 429 RateLimit: "auth.login_failed_user";r=0;t=900 Retry-After: 900
 	//   {"type":"https://pkg.go.dev/github.com/sluicehq/sluice/httplimit#ProblemRateLimited","title":"Too many requests","status":429,"detail":"Rate limit exceeded; retry in 900 seconds.","retry-after":900,"violated-policies":[{"name":"auth.login_failed_user","quota":5,"window":900}]}
-	// bob   guess   401 RateLimit: "auth.login_ip";r=3;t=14
+	// bob   guess   401 RateLimit: "auth.login_ip";r=3;t=2
 }
 
 // ExampleConfig_tiers is the tiered plans recipe of docs/recipes.md: a

@@ -1,10 +1,17 @@
 // Package ratelimitheaders formats the rate limit response header values of
 // a decide.Outcome: the IETF RateLimit-Policy and RateLimit fields
-// (draft-ietf-httpapi-ratelimit-headers, -08 and later), X-RateLimit-* and
-// Retry-After. It owns the choice of the deciding limit and the rounding of
-// seconds, so that every front door (the server's response_headers_to_add,
-// httplimit's http.Header) tells clients the same thing, and the one
-// HeaderMode with which each front door is told which families to send.
+// (draft-ietf-httpapi-ratelimit-headers, -08 and later syntax),
+// X-RateLimit-* and Retry-After. It owns the choice of the deciding limit
+// and the rounding of seconds, so that every front door (the server's
+// response_headers_to_add, httplimit's http.Header) tells clients the same
+// thing, and the one HeaderMode (and its parser) with which each front door
+// is told which families to send.
+//
+// The fields agree: the RateLimit field's t and X-RateLimit-Reset are the
+// same number, the seconds until the deciding limit has more quota (More,
+// as drafts -10 and -11 define t), and a denial's Retry-After is never
+// earlier; for a denial, t is when the request would be admitted.
+//
 // It only formats: it imports the root package and decide, never a
 // transport or a store.
 package ratelimitheaders
@@ -37,42 +44,54 @@ func Seconds(d, period time.Duration) int64 {
 
 // Deciding returns the index in o.Limits of the limit the headers describe,
 // or -1 when there is none: the limit that denied, else the enforced limit
-// with the least quota left (the later reset on a tie). Shadow-mode
-// limits, which never deny, are not advertised.
+// with the least quota left (on a tie, the one whose quota comes back
+// later, by More). Shadow-mode limits, which never deny, are not
+// advertised.
 func Deciding(o *decide.Outcome) int {
-	deciding := -1
 	if !o.Overall.Allowed && o.Overall.Index >= 0 && o.Overall.Index < len(o.Limits) && !o.Limits[o.Overall.Index].Limit.Shadow {
 		return o.Overall.Index
 	}
+	deciding := -1
+	var more time.Duration // More of the deciding limit once a tie needs it; -1 before
 	for i := range o.Limits {
 		l := &o.Limits[i]
-		if l.Limit.Shadow {
-			continue
-		}
-		if deciding < 0 {
-			deciding = i
-			continue
-		}
-		b := &o.Limits[deciding].Decision
-		if l.Decision.Remaining < b.Remaining || (l.Decision.Remaining == b.Remaining && l.Decision.ResetAfter > b.ResetAfter) {
-			deciding = i
+		switch {
+		case l.Limit.Shadow:
+		case deciding < 0 || l.Decision.Remaining < o.Limits[deciding].Decision.Remaining:
+			deciding, more = i, -1
+		case l.Decision.Remaining == o.Limits[deciding].Decision.Remaining:
+			if more < 0 {
+				more = More(&o.Limits[deciding])
+			}
+			if m := More(l); m > more {
+				deciding, more = i, m
+			}
 		}
 	}
 	return deciding
 }
 
-// Reset is the X-RateLimit-Reset and RateLimit t value of the deciding
-// limit dl: seconds until it resets, rounded up.
+// More is the time until the limit dl has more quota than it has now
+// left, the RateLimit field's t (sluice.Limit.MoreAfter): on a denial by
+// dl, the time until the request would be admitted; otherwise the time
+// until it has one more than Decision.Remaining, which for a sliding
+// window, a sliding log and a sketch is a time by which it surely has.
+func More(dl *decide.LimitOutcome) time.Duration {
+	return dl.Limit.MoreAfter(dl.Decision)
+}
+
+// Reset is the RateLimit t and X-RateLimit-Reset value of the deciding
+// limit dl: More in seconds, rounded up.
 func Reset(dl *decide.LimitOutcome) int64 {
-	return Seconds(dl.Decision.ResetAfter, dl.Limit.Period)
+	return Seconds(More(dl), dl.Limit.Period)
 }
 
 // RetryAfter is the Retry-After of a denied request whose deciding limit
 // is dl: the overall decision's wait, never shorter than the deciding
-// limit's, rounded up, and at least 1.
+// limit's nor than Reset (t), rounded up, and at least 1.
 func RetryAfter(o *decide.Outcome, dl *decide.LimitOutcome) int64 {
 	wait := Seconds(o.Overall.RetryAfter, dl.Limit.Period)
-	return max(wait, Seconds(dl.Decision.RetryAfter, dl.Limit.Period), 1)
+	return max(wait, Seconds(dl.Decision.RetryAfter, dl.Limit.Period), Reset(dl), 1)
 }
 
 // AppendPolicy appends the RateLimit-Policy value of ls: every enforced
@@ -100,7 +119,8 @@ func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 }
 
 // AppendRateLimit appends the RateLimit value of the deciding limit dl:
-// its remaining quota r and the seconds until it resets t:
+// its remaining quota r and the seconds t until more is available
+// (Reset):
 //
 //	"name";r=50;t=30
 func AppendRateLimit(b []byte, dl *decide.LimitOutcome) []byte {

@@ -66,12 +66,14 @@ descriptors:
 			t.Fatalf("after the wait: %d %v", w.Code, w.Header())
 		}
 
-		// A token bucket of 2 refilled 1 per hour: the reset is the time
-		// to full, Retry-After the time to one token.
+		// A token bucket of 2 refilled 1 per hour: the reset, as t and
+		// Retry-After, is the time to one token (the bucket is full in
+		// two hours).
 		post("login")
 		post("login")
 		w = post("login")
-		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3600" || w.Header().Get("X-RateLimit-Reset") != "7200" {
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3600" || w.Header().Get("X-RateLimit-Reset") != "3600" ||
+			w.Header().Get("RateLimit") != `"api.login";r=0;t=3600` {
 			t.Fatalf("login: %d %v", w.Code, w.Header())
 		}
 		time.Sleep(time.Hour)
