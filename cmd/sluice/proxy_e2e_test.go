@@ -13,10 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 const proxyRules = `domain: api
@@ -324,4 +326,81 @@ func TestProxyExample(t *testing.T) {
 	if n := hits.Load(); n != 8 {
 		t.Errorf("upstream saw %d requests, want 8", n)
 	}
+}
+
+// TestProxyExampleResetIsRetry runs examples/proxy.yaml as it is, 5
+// requests a minute per address in a sliding window, and reads the rate
+// limit headers of the sixth: the RateLimit field's t, X-RateLimit-Reset
+// and Retry-After all say when it will be admitted (12 s into the next
+// minute, when the 5 weigh 5 × 48/60 = 4), they count down to it, and a
+// client that waits t is admitted.
+func TestProxyExampleResetIsRetry(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	p := startProxy(t, "--config", filepath.Join("..", "..", "examples", "proxy.yaml"), "--upstream", up.URL)
+	front := "http://" + p.addrs["proxy"]
+
+	// The 5 and the sixth in one minute (a fresh proxy: the minute before
+	// is empty).
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+		time.Sleep(left + 50*time.Millisecond)
+	}
+	minute := time.Now().Truncate(time.Minute)
+	for i := range 5 {
+		if code, _, body := fetch(t, "GET", front+"/items"); code != 200 {
+			t.Fatalf("request %d: %d %q", i+1, code, body)
+		}
+	}
+	fits := minute.Add(time.Minute + 12*time.Second)
+	// denied fetches a request that must be denied, checks that its three
+	// fields agree and say when fits comes, and returns t and the time the
+	// answer came.
+	denied := func(what string) (int64, time.Time) {
+		t.Helper()
+		before := time.Now()
+		code, h, body := fetch(t, "GET", front+"/items")
+		after := time.Now()
+		if code != 429 {
+			t.Fatalf("%s: %d %q, want 429", what, code, body)
+		}
+		reset, retry := resetOf(t, h.Get("RateLimit")), h.Get("Retry-After")
+		if strconv.FormatInt(reset, 10) != retry || h.Get("X-RateLimit-Reset") != retry {
+			t.Errorf("%s: RateLimit %q, X-RateLimit-Reset %q, Retry-After %q: t is not Retry-After", what, h.Get("RateLimit"), h.Get("X-RateLimit-Reset"), retry)
+		}
+		if lo, hi := ceilSeconds(fits.Sub(after)), ceilSeconds(fits.Sub(before)); reset < lo || reset > hi {
+			t.Errorf("%s: t=%d, want %d to %d (until %s)", what, reset, lo, hi, fits.Format(time.TimeOnly))
+		}
+		return reset, after
+	}
+	denied("the sixth")
+	if now := time.Now().Truncate(time.Minute); !now.Equal(minute) {
+		t.Fatalf("the requests began in the minute of %s and ended in that of %s", minute.Format(time.TimeOnly), now.Format(time.TimeOnly))
+	}
+	time.Sleep(time.Until(minute.Add(time.Minute + time.Second)))
+	wait, at := denied("a second into the next minute")
+	time.Sleep(time.Until(at.Add(time.Duration(wait) * time.Second)))
+	if code, h, body := fetch(t, "GET", front+"/items"); code != 200 {
+		t.Errorf("after waiting t=%d: %d %q %v", wait, code, body, h)
+	}
+}
+
+// resetOf returns the t of a RateLimit field of one item.
+func resetOf(t *testing.T, field string) int64 {
+	t.Helper()
+	for _, param := range strings.Split(field, ";")[1:] {
+		if v, ok := strings.CutPrefix(param, "t="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				break
+			}
+			return n
+		}
+	}
+	t.Fatalf("RateLimit %q has no t", field)
+	return 0
+}
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }
