@@ -20,8 +20,8 @@ const (
 	//	               allowed, as the Retry-After header
 	//	"violated-policies": [{"name": "...", "quota": 3, "window": 60}]
 	//	               the limits that denied the request: the limit's
-	//	               name (as in RateLimit-Policy), its quota and its
-	//	               window in seconds
+	//	               name, quota and window in seconds, as in
+	//	               RateLimit-Policy
 	ProblemRateLimited = "https://pkg.go.dev/github.com/sluicehq/sluice/httplimit#ProblemRateLimited"
 
 	// ProblemInvalidRequest is the type of a 400 answer to a request
@@ -67,7 +67,7 @@ func (m *middleware) denial(o *decide.Outcome) *problem {
 		if lo.Decision.Allowed || l.Shadow || listedPolicy(p.Violated, l.Name) {
 			continue
 		}
-		p.Violated = append(p.Violated, policy{Name: l.Name, Quota: l.Nominal(), Window: ratelimitheaders.Seconds(l.Period, l.Period)})
+		p.Violated = append(p.Violated, policy{Name: l.Name, Quota: l.Nominal(), Window: ratelimitheaders.Window(l)})
 	}
 	p.Detail = "Rate limit exceeded; retry in " + strconv.FormatInt(retry, 10) + " seconds."
 	return p

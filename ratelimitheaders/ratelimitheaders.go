@@ -95,7 +95,8 @@ func RetryAfter(o *decide.Outcome, dl *decide.LimitOutcome) int64 {
 }
 
 // AppendPolicy appends the RateLimit-Policy value of ls: every enforced
-// limit once (by name), with its quota q and window w in seconds:
+// limit once (by name), with its quota q and window w in seconds
+// (Window):
 //
 //	"name";q=100;w=60, "other";q=1000;w=86400
 func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
@@ -113,9 +114,16 @@ func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, l.Nominal(), 10)
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, Seconds(l.Period, l.Period), 10)
+		b = strconv.AppendInt(b, Window(l), 10)
 	}
 	return b
+}
+
+// Window is the RateLimit-Policy w of l: the seconds over which it admits
+// its quota q (sluice.Limit.Window), rounded up: the period of a window
+// algorithm, the time a bucket takes to refill its whole burst.
+func Window(l *sluice.Limit) int64 {
+	return Seconds(l.Window(), l.Period)
 }
 
 // AppendRateLimit appends the RateLimit value of the deciding limit dl:

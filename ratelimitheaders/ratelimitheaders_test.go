@@ -8,6 +8,29 @@ import (
 	"github.com/sluicehq/sluice/decide"
 )
 
+// RateLimit-Policy's w is the time over which a limit admits its quota
+// q: a window algorithm's period, a bucket's time to refill its burst, so
+// that q/w is the sustained rate and q the most admitted at once.
+func TestPolicyWindow(t *testing.T) {
+	for _, tc := range []struct {
+		l    sluice.Limit
+		want string
+	}{
+		{sluice.Limit{Name: "w", Rate: 100, Period: time.Minute}, `"w";q=100;w=60`},
+		{sluice.Limit{Name: "w", Rate: 5, Period: time.Minute, Algorithm: sluice.SlidingWindow}, `"w";q=5;w=60`},
+		{sluice.Limit{Name: "b", Rate: 10, Period: time.Minute, Algorithm: sluice.TokenBucket}, `"b";q=10;w=60`},
+		{sluice.Limit{Name: "b", Rate: 10, Burst: 100, Period: time.Minute, Algorithm: sluice.TokenBucket}, `"b";q=100;w=600`},
+		{sluice.Limit{Name: "b", Rate: 1, Burst: 10, Period: time.Hour, Algorithm: sluice.TokenBucket, RefillInterval: time.Hour}, `"b";q=10;w=36000`},
+		{sluice.Limit{Name: "g", Rate: 30, Burst: 10, Period: time.Minute, Algorithm: sluice.GCRA}, `"g";q=10;w=20`},
+		{sluice.Limit{Name: "l", Rate: 3, Burst: 2, Period: time.Second, Algorithm: sluice.LeakyBucket}, `"l";q=2;w=1`},
+		{sluice.Limit{Name: "z", Rate: 0, Burst: 5, Period: time.Minute, Algorithm: sluice.GCRA}, `"z";q=5;w=60`},
+	} {
+		if got := string(AppendPolicy(nil, []decide.LimitOutcome{{Limit: &tc.l}})); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.l, got, tc.want)
+		}
+	}
+}
+
 // Of limits with the same quota left, the headers describe the one whose
 // quota comes back later: a client that waits its t finds the others'
 // back too.

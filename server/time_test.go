@@ -68,12 +68,12 @@ descriptors:
 
 		// A token bucket of 2 refilled 1 per hour: the reset, as t and
 		// Retry-After, is the time to one token (the bucket is full in
-		// two hours).
+		// two hours, the policy's window).
 		post("login")
 		post("login")
 		w = post("login")
 		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "3600" || w.Header().Get("X-RateLimit-Reset") != "3600" ||
-			w.Header().Get("RateLimit") != `"api.login";r=0;t=3600` {
+			w.Header().Get("RateLimit") != `"api.login";r=0;t=3600` || w.Header().Get("RateLimit-Policy") != `"api.login";q=2;w=7200` {
 			t.Fatalf("login: %d %v", w.Code, w.Header())
 		}
 		time.Sleep(time.Hour)
