@@ -130,7 +130,7 @@ func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, 
 	if l := o.Limits[i].Limit; l.SoftPercent > 0 || l.ElasticCeiling > 0 {
 		// A margin would admit the confirming failure, and charge it
 		// whatever the response: failure limits count at their nominal
-		// quota, denied until the limit resets.
+		// quota, denied until the limit has some again.
 		denyAt(o, i)
 		return true, false, nil
 	}
@@ -145,10 +145,10 @@ func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, 
 }
 
 // denyAt turns the peek o into a denial by its limit i, retrying when that
-// limit has reset.
+// limit has quota again (sluice.Limit.MoreAfter).
 func denyAt(o *decide.Outcome, i int) {
 	l := &o.Limits[i]
-	wait := max(l.Decision.ResetAfter, time.Second)
+	wait := max(l.Limit.MoreAfter(l.Decision), time.Second)
 	l.Decision.Allowed, l.Decision.RetryAfter = false, wait
 	o.Overall = l.Decision
 	o.Overall.Index = i

@@ -252,23 +252,38 @@ descriptors:
 
 // A failure limit with a soft margin counts at its nominal quota: no
 // success is ever charged as a failure, and the attempt after the last
-// failure is denied until the limit resets.
+// failure is denied until the limit has room again: for a window, when it
+// ends; for a bucket of 3 failures with 1 forgiven an hour, in an hour,
+// not when all 3 are (the bucket is full again in three hours).
 func TestFailuresSoftLimitNominal(t *testing.T) {
-	var calls atomic.Int64
-	url := failureServer(t, `
-domain: auth
-descriptors:
-  - key: failed_login
-    rate_limit: {unit: minute, requests_per_unit: 3, soft_percent: 100}
-`, nil, &calls)
+	for _, tc := range []struct {
+		limit     string
+		passwords []string
+		want      string
+	}{
+		{"{unit: minute, requests_per_unit: 3, soft_percent: 100}", []string{"right", "wrong", "right", "wrong", "wrong", "right", "right"},
+			"200 3/40/,401 2/40/,200 2/40/,401 1/40/,401 0/40/,429 0/40/40,429 0/40/40"},
+		{"{unit: hour, requests_per_unit: 1, burst: 3, algorithm: token_bucket, soft_percent: 100}", []string{"wrong", "wrong", "wrong", "right"},
+			"401 2/3600/,401 1/3600/,401 0/3600/,429 0/3600/3600"},
+	} {
+		var calls atomic.Int64
+		url := failureServer(t, "domain: auth\ndescriptors:\n  - key: failed_login\n    rate_limit: "+tc.limit+"\n", nil, &calls)
+		if got := attempts(t, url, tc.passwords...); got != tc.want {
+			t.Errorf("%s:\ngot  %s\nwant %s", tc.limit, got, tc.want)
+		}
+	}
+}
+
+// attempts sends a login attempt with each password to url and spells
+// the answers, each as "status remaining/t/Retry-After".
+func attempts(t *testing.T, url string, passwords ...string) string {
+	t.Helper()
 	var got []string
-	for _, pw := range []string{"right", "wrong", "right", "wrong", "wrong", "right", "right"} {
+	for _, pw := range passwords {
 		r := do(t, http.DefaultClient, "POST", url, http.Header{"X-Password": {pw}})
-		got = append(got, r.String()+"/"+r.header.Get("Retry-After"))
+		got = append(got, r.String()+"/"+r.header.Get("X-RateLimit-Reset")+"/"+r.header.Get("Retry-After"))
 	}
-	if want := "200 3/,401 2/,200 2/,401 1/,401 0/,429 0/40,429 0/40"; strings.Join(got, ",") != want {
-		t.Errorf("got %s, want %s", strings.Join(got, ","), want)
-	}
+	return strings.Join(got, ",")
 }
 
 // In shadow mode a failure limit denies nothing, but the request is
