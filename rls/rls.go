@@ -324,9 +324,9 @@ func mergeMetadata(dst, src *structpb.Struct) {
 
 // respond builds o.Response from the core's outcome, as
 // envoyproxy/ratelimit answers: each limited descriptor with its deciding
-// limit, the remaining count and the time until it resets; OVER_LIMIT for
-// the descriptors and the request denied. A fail_open answer knows no
-// limit to tell.
+// limit, the remaining count and the time until it resets (UntilReset);
+// OVER_LIMIT for the descriptors and the request denied. A fail_open
+// answer knows no limit to tell.
 func (o *Outcome) respond() {
 	blocks := o.newResponse(len(o.Descriptors))
 	for i := range o.Descriptors {
@@ -350,9 +350,9 @@ func (o *Outcome) respond() {
 		st.CurrentLimit = &b.limit
 		st.LimitRemaining = clampUint32(dd.Remaining)
 		st.DurationUntilReset = &b.reset
+		reset := UntilReset(do.Limit, dd)
 		if o.Dialect == DialectExact {
 			b.setCurrentLimit(do.Limit, do.Limit.Name)
-			reset := max(0, dd.ResetAfter)
 			b.reset.Seconds = int64(reset / time.Second)
 			b.reset.Nanos = int32(reset % time.Second)
 			continue
@@ -362,7 +362,7 @@ func (o *Outcome) respond() {
 			name = do.Rule.Name // the rule's name:, never its stats key
 		}
 		b.setCurrentLimit(do.Limit, name)
-		b.reset.Seconds = WholeSeconds(dd.ResetAfter)
+		b.reset.Seconds = WholeSeconds(reset)
 	}
 	// The domain capacity belongs to no descriptor: when it denies, the
 	// request is over limit although every descriptor's own limits allow.
@@ -461,6 +461,22 @@ func (s *convScratch) convert(req *rlsv3.RateLimitRequest) error {
 		s.descs = append(s.descs, desc)
 	}
 	return nil
+}
+
+// UntilReset is the duration_until_reset told of a limit l that decided
+// d: for a fixed window the time until its window ends, as
+// envoyproxy/ratelimit tells it; for the other algorithms the time until
+// more quota is available (sluice.Limit.MoreAfter), which sluice's own
+// headers tell as the RateLimit field's t and which a client may wait for
+// (where a sliding window's end may come before any quota, a bucket's
+// refill after it).
+func UntilReset(l *sluice.Limit, d *sluice.Decision) time.Duration {
+	if l.Algorithm != sluice.FixedWindow {
+		if m := l.MoreAfter(*d); m < sluice.Never {
+			return max(0, m)
+		}
+	}
+	return max(0, d.ResetAfter)
 }
 
 // WholeSeconds is a reset time as envoyproxy/ratelimit tells it: whole

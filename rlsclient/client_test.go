@@ -234,8 +234,10 @@ func TestMatchesLocal(t *testing.T) {
 			if g.Status != w.Status {
 				t.Errorf("request %d descriptor %d: status %v, want %v", i, j, g.Status, w.Status)
 			}
+			// The remote's reset is its duration_until_reset: when the
+			// limit has more quota.
 			gd, wd := g.Decision, w.Decision
-			if gd.Allowed != wd.Allowed || gd.Limit != w.Limit.Rate || gd.Remaining != wd.Remaining || gd.ResetAfter != wd.ResetAfter {
+			if gd.Allowed != wd.Allowed || gd.Limit != w.Limit.Rate || gd.Remaining != wd.Remaining || gd.ResetAfter != rls.UntilReset(w.Limit, &wd) {
 				t.Errorf("request %d descriptor %d: decision %+v, want %+v", i, j, gd, wd)
 			}
 			// The remote's reset is never earlier than the limit

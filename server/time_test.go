@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,29 +23,14 @@ import (
 // is the true wait, and the quota is back once it has passed.
 func TestResetOnTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memstore.New(memstore.Config{SweepInterval: -1})
-		defer store.Close()
-		srv, err := server.New(server.Config{
-			Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, `
+		srv, post := clockServer(t, `
 domain: api
 descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 2}
   - key: login
     rate_limit: {unit: hour, requests_per_unit: 1, burst: 2, algorithm: token_bucket}
-`)),
-			Headers: ratelimitheaders.HeadersAll,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := srv.Handler()
-		post := func(key string) *httptest.ResponseRecorder {
-			w := httptest.NewRecorder()
-			body := `{"domain":"api","descriptors":[{"entries":[{"key":"` + key + `","value":"a"}]}]}`
-			h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(body)))
-			return w
-		}
+`)
 		// The bubble's clock starts on a minute.
 		time.Sleep(15 * time.Second)
 		if w := post("user"); w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Reset") != "45" {
@@ -82,4 +69,68 @@ descriptors:
 			t.Fatalf("login after an hour: %v %v", resp, err)
 		}
 	})
+}
+
+// A sliding window of 5 a minute, all 5 spent 51 s into a minute: the
+// sixth fits 12 s into the next minute (the 5 then weigh 4). The headers
+// and the response's duration_until_reset all say 21 s, and 15 s later 6.
+func TestSlidingWindowResetOnTheClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, postKey := clockServer(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}
+`)
+		post := func() string {
+			w := postKey("user")
+			var body struct {
+				Statuses []struct{ DurationUntilReset string }
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || len(body.Statuses) != 1 {
+				t.Fatalf("body %q: %v", w.Body, err)
+			}
+			hd := w.Header()
+			return fmt.Sprintf("%d %s reset=%s retry=%s until=%s", w.Code, hd.Get("RateLimit"), hd.Get("X-RateLimit-Reset"), hd.Get("Retry-After"), body.Statuses[0].DurationUntilReset)
+		}
+		// The bubble's clock starts on a minute.
+		time.Sleep(51 * time.Second)
+		for range 4 {
+			post()
+		}
+		got := []string{post(), post()}
+		time.Sleep(15 * time.Second)
+		got = append(got, post())
+		want := []string{
+			`200 "api.user";r=0;t=21 reset=21 retry= until=21s`,
+			`429 "api.user";r=0;t=21 reset=21 retry=21 until=21s`,
+			`429 "api.user";r=0;t=6 reset=6 retry=6 until=6s`,
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+// clockServer is a server of the rules in yaml over a memstore on the
+// clock of the synctest bubble it is called in, with every header
+// family, and post, which decides a descriptor {key: a} through /json.
+func clockServer(t *testing.T, yaml string) (*server.Server, func(key string) *httptest.ResponseRecorder) {
+	t.Helper()
+	store := memstore.New(memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	srv, err := server.New(server.Config{
+		Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml)),
+		Headers: ratelimitheaders.HeadersAll,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := srv.Handler()
+	return srv, func(key string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		body := `{"domain":"api","descriptors":[{"entries":[{"key":"` + key + `","value":"a"}]}]}`
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(body)))
+		return w
+	}
 }
