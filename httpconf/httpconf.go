@@ -15,7 +15,7 @@
 //	    headers: [X-Forwarded-For]      # X-Forwarded-For | Forwarded | X-Real-IP
 //	    ipv6_prefix: 64
 //	    ipv4_prefix: 32
-//	  headers: [ietf, x-ratelimit, retry-after]   # or [none]; default all
+//	  headers: [ietf, x-ratelimit, retry-after]   # or [all], or [none]; default all
 //	  shadow_mode: false
 //	  routes:
 //	    - pattern: "POST /login"      # a net/http.ServeMux pattern

@@ -34,13 +34,9 @@ var (
 	entryKeys    = []string{"key", "source", "header", "api_key", "country", "value"}
 )
 
-// The values of headers.
-var headerModes = map[string]ratelimitheaders.HeaderMode{
-	"ietf":        ratelimitheaders.HeadersIETF,
-	"x-ratelimit": ratelimitheaders.HeadersXRateLimit,
-	"retry-after": ratelimitheaders.HeadersRetryAfter,
-	"none":        ratelimitheaders.HeadersNone,
-}
+// maxHeaderItems bounds the items of headers: the three families, all
+// and none.
+const maxHeaderItems = 5
 
 // LoadFile reads the rules file at path and returns both its rules (as
 // rules.LoadFile does) and its http section, from one read of the file, so
@@ -250,7 +246,7 @@ func (p *parser) clientIP(c *httplimit.ClientIP, n *yaml.Node) {
 }
 
 func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
-	items, ok := p.List(n, "headers", len(headerModes))
+	items, ok := p.List(n, "headers", maxHeaderItems)
 	if !ok {
 		return 0
 	}
@@ -264,10 +260,10 @@ func (p *parser) headers(n *yaml.Node) ratelimitheaders.HeaderMode {
 		if !ok {
 			continue
 		}
-		m, known := headerModes[strings.ToLower(s)]
+		m, known := ratelimitheaders.ParseHeaderFamily(s)
 		switch {
 		case !known:
-			p.Errorf(p.node(item), "unknown header family %q (want ietf, x-ratelimit, retry-after, or none alone)", s)
+			p.Errorf(p.node(item), "unknown header family %q (want ietf, x-ratelimit, retry-after, all, or none alone)", s)
 		case m == ratelimitheaders.HeadersNone && len(items) > 1:
 			p.Errorf(p.node(item), "none must be alone in headers")
 		default:

@@ -106,6 +106,31 @@ func TestDefault(t *testing.T) {
 	}
 }
 
+// headers names the families as sluice serve's --response-headers does:
+// each item is one name of that flag's list, or all, or none alone.
+func TestParseHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want ratelimitheaders.HeaderMode
+	}{
+		{"[all]", ratelimitheaders.HeadersAll},
+		{"[None]", ratelimitheaders.HeadersNone},
+		{"[off]", ratelimitheaders.HeadersNone},
+		{"[x-ratelimit, Retry-After]", ratelimitheaders.HeadersXRateLimit | ratelimitheaders.HeadersRetryAfter},
+		{"[ietf, all]", ratelimitheaders.HeadersAll},
+	} {
+		s, err := httpconf.Parse("test.yaml", []byte("domain: api\nhttp:\n  headers: "+tc.list+"\n"))
+		if err != nil || s.Headers != tc.want {
+			t.Errorf("headers: %s: %v %v, want %v", tc.list, s.Headers, err, tc.want)
+			continue
+		}
+		flag, err := ratelimitheaders.ParseHeaderMode(strings.Trim(tc.list, "[]"))
+		if err != nil || flag != tc.want {
+			t.Errorf("--response-headers %s: %v %v, want %v", strings.Trim(tc.list, "[]"), flag, err, tc.want)
+		}
+	}
+}
+
 // Every problem of a section, each at its line and column.
 func TestErrors(t *testing.T) {
 	const head = "domain: api\nhttp:\n"

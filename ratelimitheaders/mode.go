@@ -15,18 +15,19 @@ type HeaderMode uint8
 
 const (
 	// HeadersIETF is the RateLimit-Policy and RateLimit fields of the IETF
-	// draft (draft-ietf-httpapi-ratelimit-headers, -08 and later):
+	// draft (draft-ietf-httpapi-ratelimit-headers, -08 and later syntax):
 	//	RateLimit-Policy: "name";q=100;w=60, "other";q=1000;w=86400
 	//	RateLimit: "name";r=50;t=30
 	// The policy lists every enforced limit of the request with its quota
-	// q and window w in seconds; RateLimit gives the deciding limit's
-	// remaining quota r and the seconds t until it resets.
+	// q and window w in seconds (Window); RateLimit gives the deciding
+	// limit's remaining quota r and the seconds t until more is available
+	// (Reset), as drafts -10 and -11 define t.
 	HeadersIETF HeaderMode = 1 << iota
 	// HeadersXRateLimit is X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (seconds until the deciding limit resets).
+	// X-RateLimit-Reset (the same seconds as the RateLimit field's t).
 	HeadersXRateLimit
 	// HeadersRetryAfter is Retry-After (whole seconds, rounded up) on
-	// denials.
+	// denials, never earlier than the RateLimit field's t.
 	HeadersRetryAfter
 	// HeadersNone is no rate limit header at all, whatever the default.
 	HeadersNone
@@ -65,32 +66,52 @@ var headerModeNames = []struct {
 	{"retry-after", HeadersRetryAfter},
 }
 
-// ParseHeaderMode parses a comma-separated list of "ietf", "x-ratelimit"
-// and "retry-after", or "all", or "off" or "none" (HeadersNone; also the
-// empty string). Case and spaces around names do not matter.
+// ParseHeaderMode parses a comma-separated list of the names
+// ParseHeaderFamily reads ("ietf", "x-ratelimit", "retry-after", "all"),
+// or "off" or "none" alone (HeadersNone; also the empty string). Case and
+// spaces around names do not matter.
 func ParseHeaderMode(s string) (HeaderMode, error) {
-	s = strings.TrimSpace(s)
-	switch strings.ToLower(s) {
-	case "", "off", "none":
+	if strings.TrimSpace(s) == "" {
 		return HeadersNone, nil
-	case "all":
-		return HeadersAll, nil
 	}
+	parts := strings.Split(s, ",")
 	var m HeaderMode
-	for part := range strings.SplitSeq(s, ",") {
-		name := strings.ToLower(strings.TrimSpace(part))
-		found := false
-		for _, n := range headerModeNames {
-			if n.name == name {
-				m |= n.mode
-				found = true
-			}
-		}
-		if !found {
+	for _, part := range parts {
+		f, ok := ParseHeaderFamily(part)
+		switch {
+		case !ok:
 			return 0, errors.New("unknown rate limit headers " + strconv.Quote(strings.TrimSpace(part)) + ": want off, all, or a comma-separated list of ietf, x-ratelimit, retry-after")
+		case f == HeadersNone && len(parts) > 1:
+			return 0, errors.New("rate limit headers " + strconv.Quote(strings.TrimSpace(part)) + " must be alone")
 		}
+		m |= f
 	}
 	return m, nil
+}
+
+// ParseHeaderFamily parses one item of a list of header families, as a
+// rules file's http headers holds them: "ietf", "x-ratelimit",
+// "retry-after", "all", or "none" or "off" (HeadersNone, which a list
+// must hold alone). Case and spaces around the name do not matter.
+func ParseHeaderFamily(name string) (HeaderMode, bool) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "none", "off":
+		return HeadersNone, true
+	case "all":
+		return HeadersAll, true
+	}
+	return family(name)
+}
+
+// family returns the one family name spells.
+func family(name string) (HeaderMode, bool) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	for _, n := range headerModeNames {
+		if n.name == name {
+			return n.mode, true
+		}
+	}
+	return 0, false
 }
 
 // String spells m as ParseHeaderMode reads it ("default" for zero).

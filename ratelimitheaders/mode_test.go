@@ -20,6 +20,8 @@ func TestParseHeaderMode(t *testing.T) {
 		{"ietf, Retry-After", HeadersIETF | HeadersRetryAfter},
 		{"all", HeadersAll},
 		{"ietf,x-ratelimit,retry-after", HeadersAll},
+		{"ietf, all", HeadersAll},
+		{" X-RateLimit ", HeadersXRateLimit},
 	} {
 		got, err := ParseHeaderMode(tc.in)
 		if err != nil || got != tc.want {
@@ -29,9 +31,14 @@ func TestParseHeaderMode(t *testing.T) {
 			t.Errorf("%v does not parse back: %v %v", got, back, err)
 		}
 	}
-	for _, bad := range []string{"ietf,", "draft-03", "off,ietf", "x-ratelimit;retry-after"} {
-		if _, err := ParseHeaderMode(bad); err == nil || !strings.Contains(err.Error(), "unknown rate limit headers") {
+	for _, bad := range []string{"ietf,", "draft-03", "x-ratelimit;retry-after", ",", "none,none"} {
+		if _, err := ParseHeaderMode(bad); err == nil || !strings.Contains(err.Error(), "unknown rate limit headers") && !strings.Contains(err.Error(), "must be alone") {
 			t.Errorf("ParseHeaderMode(%q): %v", bad, err)
+		}
+	}
+	for _, alone := range []string{"off,ietf", "ietf, None"} {
+		if _, err := ParseHeaderMode(alone); err == nil || !strings.Contains(err.Error(), "must be alone") {
+			t.Errorf("ParseHeaderMode(%q): %v", alone, err)
 		}
 	}
 	var m HeaderMode
