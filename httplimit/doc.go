@@ -71,7 +71,9 @@
 // X-RateLimit-Reset (seconds), Retry-After on denials, and the IETF
 // RateLimit-Policy and RateLimit fields in the draft -08 syntax
 // ("name";q=100;w=60 and "name";r=50;t=30), the same values sluice serve
-// sends; Config.Headers switches each family.
+// sends; Config.Headers switches each family. t and X-RateLimit-Reset are
+// the seconds until more quota is available (drafts -10 and -11), and a
+// denial's Retry-After is never earlier (see package ratelimitheaders).
 //
 // The middleware pools its per-request state (the RLS request, the
 // outcome and its response, buffers). On a memstore it allocates two

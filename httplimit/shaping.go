@@ -45,9 +45,10 @@ const DefaultMaxQueue = 100
 // the waiters of one key, the server's own limits on connections bound
 // them all.
 //
-// The pace comes from the Decider's Retry-After: exact with decide.Decider; a
-// remote rate limit service (rlsclient) tells only when a limit resets, so
-// over one the queue is released a burst at a time, at each reset.
+// The pace comes from the Decider's Retry-After: exact with decide.Decider;
+// over a remote rate limit service (rlsclient), the remote's reset, which a
+// sluice serve answers as the time until the request would be admitted
+// and envoyproxy/ratelimit as the end of its window.
 type Shaping struct {
 	// MaxDelay is the longest a request may wait, from its arrival to
 	// its admission. Required (positive).
