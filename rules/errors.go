@@ -1,10 +1,11 @@
 package rules
 
 import (
+	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/yamlwalk"
 )
 
 // Problem is one thing wrong with a rules file, or one warning about it.
@@ -51,19 +52,14 @@ func (e *Error) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
-
-// SyntaxProblem is the problem of err, a syntax error of go.yaml.in/yaml/v3
-// in the file named file, at its line: the problem Parse reports, so that
-// another reader of the same file (the http section's) reports it alike.
+// SyntaxProblem is the problem of err, a YAML syntax error of the file
+// named file as package yamlwalk reports it (at the line where the file
+// stops being YAML): the problem Parse reports, so that another reader of
+// the same file (the http section's) reports it alike.
 func SyntaxProblem(file string, err error) Problem {
-	msg := err.Error()
-	line := 0
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = m[2]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
+	var se *yamlwalk.SyntaxError
+	if errors.As(err, &se) {
+		return Problem{File: file, Line: se.Line, Msg: "invalid YAML: " + se.Msg}
 	}
-	return Problem{File: file, Line: line, Msg: "invalid YAML: " + msg}
+	return Problem{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 }

@@ -155,3 +155,23 @@ func TestBadFlagIsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSyntaxErrorLine: sluice check reports a YAML syntax error at
+// the line of the fault, for the rules and for a proxy's file alike.
+func TestCheckSyntaxErrorLine(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		want string
+	}{
+		{"domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second\n", "f.yaml:4: invalid YAML"},
+		{"domain: d\ndescriptors:\n  - key: a\n   bad: x\n", "f.yaml:4: invalid YAML"},
+		{"# rules\ndomain: d\ndescriptors:\n  - key: a\n    value: x\n  - key: b\n value: y\n", "f.yaml:7: invalid YAML"},
+		{"domain: d\nhttp:\n  routes:\n   - pattern: /a\n  x\n", "f.yaml:5: invalid YAML"},
+		{"domain: d: e\n", "f.yaml:1: invalid YAML"},
+	} {
+		code, _, errOut := runCmd(t, "", "check", "--config", writeFile(t, "f.yaml", c.src))
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: exit %d, stderr %q, want %q", c.src, code, errOut, c.want)
+		}
+	}
+}

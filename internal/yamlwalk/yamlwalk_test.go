@@ -1,6 +1,7 @@
 package yamlwalk
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -113,7 +114,8 @@ func TestLoad(t *testing.T) {
 		{"# only a comment\n", false, false, 0},
 		{"a: 1\n", true, false, 0},
 		{"a: 1\n---\nb: 2\n", true, true, 2},
-		{"a: 1\n---\nb: [\n", true, true, 3},
+		{"a: 1\n---\nb: [\n", true, true, 2}, // where it starts, broken or not
+		{"a: 1\n# end\n\n---\nb: 2\nc:\n  - x\n d: 3\n", true, true, 4},
 	} {
 		doc, err := Load([]byte(c.src))
 		if err != nil {
@@ -124,7 +126,49 @@ func TestLoad(t *testing.T) {
 			t.Errorf("%q: root %v second %v line %d, want %v %v %d", c.src, doc.Root != nil, doc.Second, doc.SecondLine, c.root, c.second, c.secondLine)
 		}
 	}
-	if _, err := Load([]byte("a: [\n")); err == nil || SyntaxLine(err) == 0 {
-		t.Errorf("syntax error: %v (line %d)", err, SyntaxLine(err))
+	var se *SyntaxError
+	if _, err := Load([]byte("a: [\n")); !errors.As(err, &se) || se.Line != 1 {
+		t.Errorf("syntax error: %v, want a *SyntaxError on line 1", err)
+	}
+}
+
+// TestSyntaxErrorLine: a syntax error is reported at the line of the
+// fault, whether go.yaml.in/yaml/v3's scanner or its parser finds it,
+// whatever encloses it, on the first line or the last.
+func TestSyntaxErrorLine(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		src  string
+		line int
+	}{
+		{"unclosed flow mapping", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second\n  - key: b\n", 4},
+		{"unclosed flow list", "domain: d\ndescriptors:\n  - key: [a\n  - key: b\n", 3},
+		{"list item out of line", "domain: d\ndescriptors:\n  - key: a\n   bad: x\n", 4},
+		{"mapping after a list", "domain: d\ndescriptors:\n  - key: a\n value: x\n", 4},
+		{"list item in a mapping", "domain: d\n- x\n", 2},
+		{"after a comment header", "# rules\n# of the api\ndomain: d\ndescriptors:\n  - key: a\n   bad\n", 6},
+		{"stray closing brace", "a: 1\nb: 2\nc: 3\nd: }\n", 4},
+		{"open at the end", "a: 1\nb: 2\nc: 3\n? [\n", 4},
+		{"no final line break", "a: 1\nb: 2\nc: [x", 3},
+		{"colon in a value", "domain: d\ndescriptors:\n  - key: a\n    value: a: b\n", 4},
+		{"tab", "domain: d\ndescriptors:\n  - key: a\n\tvalue: b\n", 4},
+		{"reserved character", "domain: d\ndescriptors:\n  - key: a\n    value: @x\n", 4},
+		{"unterminated quote", "a: 1\nb: 2\nc: 3\nd: 'x\n", 4},
+		{"bad escape in a long quote", "a: 1\nb: \"x\n  y\n  \\q\"\n", 4},
+		{"unknown alias", "a: 1\nb: 2\nc: *nowhere\n", 3},
+		{"first line", "domain: d: e\n", 1},
+		{"first line, parser", "[a\nb: c\n", 1},
+		{"crlf", "a: 1\r\nb: 2\r\nc: {\r\n", 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load([]byte(c.src))
+			var se *SyntaxError
+			if !errors.As(err, &se) {
+				t.Fatalf("%q: %v, want a *SyntaxError", c.src, err)
+			}
+			if se.Line != c.line {
+				t.Errorf("%q: line %d (%v), want %d", c.src, se.Line, err, c.line)
+			}
+		})
 	}
 }
