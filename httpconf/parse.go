@@ -49,7 +49,7 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 	}
 	d, rerr := rules.Parse(path, data)
 	s, herr := Parse(path, data)
-	var probs []rules.Problem
+	var probs, warns []rules.Problem
 	seen := map[rules.Problem]bool{}
 	for _, err := range []error{rerr, herr} {
 		var re *rules.Error
@@ -60,10 +60,14 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 					probs = append(probs, p)
 				}
 			}
+			warns = append(warns, re.Warnings...)
 		}
 	}
 	if len(probs) > 0 {
-		return nil, nil, &rules.Error{Problems: probs}
+		if d != nil {
+			warns = append(warns, d.Warnings...)
+		}
+		return nil, nil, &rules.Error{Problems: probs, Warnings: warns}
 	}
 	c, err := rules.NewConfig(d)
 	if err != nil {

@@ -294,6 +294,9 @@ func (w *Watcher) reject(err error, cur *rules.Config) {
 		for _, p := range re.Problems {
 			w.log.Error("rules problem", problemAttrs(p)...)
 		}
+		for _, p := range re.Warnings {
+			w.log.Warn("rules warning", problemAttrs(p)...)
+		}
 		w.log.Error("rules reload rejected; keeping the rules in force", "path", w.cfg.Path, "problems", len(re.Problems), "hash", cur.Hash())
 	} else {
 		w.log.Error("rules reload failed; keeping the rules in force", "path", w.cfg.Path, "err", err, "hash", cur.Hash())

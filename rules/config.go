@@ -155,7 +155,7 @@ func LoadDirWith(dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	var domains []*Domain
-	var probs []Problem
+	var probs, warns []Problem
 	for _, path := range files {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -166,11 +166,13 @@ func LoadDirWith(dir string, opt LoadOptions) (*Config, error) {
 			var re *Error
 			if errors.As(err, &re) {
 				probs = append(probs, re.Problems...)
+				warns = append(warns, re.Warnings...)
 				continue
 			}
 			return nil, err
 		}
 		domains = append(domains, d)
+		warns = append(warns, d.Warnings...)
 	}
 	c, err := NewConfigWith(domains, opt)
 	if err != nil {
@@ -181,7 +183,7 @@ func LoadDirWith(dir string, opt LoadOptions) (*Config, error) {
 		probs = append(probs, re.Problems...)
 	}
 	if len(probs) > 0 {
-		return nil, &Error{Problems: probs}
+		return nil, &Error{Problems: probs, Warnings: warns}
 	}
 	return c, nil
 }

@@ -82,6 +82,36 @@ func TestLoadDirErrors(t *testing.T) {
 	}
 }
 
+// The warnings of the files come with their problems: of a bad file, and
+// of the good files beside it.
+func TestErrorWarnings(t *testing.T) {
+	dir := writeFiles(t, map[string]string{
+		"bad.yaml":  "domain: a\ndescriptors:\n  - {key: k, unit: second}\n  - {value: x}\n",
+		"warn.yaml": "domain: w\ndescriptors: [{key: k, unit: second}]\n",
+	})
+	_, err := rules.LoadDir(dir)
+	var re *rules.Error
+	if !errors.As(err, &re) || len(re.Problems) != 1 {
+		t.Fatalf("err = %v, want one problem", err)
+	}
+	var got []string
+	for _, w := range re.Warnings {
+		got = append(got, w.String())
+	}
+	want := []string{filepath.Join(dir, "bad.yaml") + ":3:14:", filepath.Join(dir, "warn.yaml") + ":2:24:"}
+	if len(got) != len(want) {
+		t.Fatalf("warnings %q, want %q", got, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("warning %d = %q, want prefix %q", i, got[i], want[i])
+		}
+	}
+	if strings.Contains(err.Error(), "no effect") {
+		t.Errorf("Error() prints the warnings:\n%s", err)
+	}
+}
+
 func TestLoadFile(t *testing.T) {
 	dir := writeFiles(t, map[string]string{"r.yaml": matching})
 	c, err := rules.LoadFile(filepath.Join(dir, "r.yaml"))

@@ -41,6 +41,10 @@ func (p Problem) String() string {
 // LoadDir return it (as *Error) for invalid input.
 type Error struct {
 	Problems []Problem
+	// Warnings are the warnings of the same files (what loads but has no
+	// effect, as Domain.Warnings), so that they can be shown beside the
+	// problems. Error prints only the problems.
+	Warnings []Problem
 }
 
 // Error prints one problem per line.

@@ -37,7 +37,7 @@ func Parse(name string, data []byte) (*Domain, error) {
 		return nil, err
 	}
 	if p.Failed() {
-		return nil, &Error{Problems: p.problems(p.Errs)}
+		return nil, &Error{Problems: p.problems(p.Errs), Warnings: p.problems(p.Warns)}
 	}
 	d.Warnings = p.problems(p.Warns)
 	return d, nil

@@ -54,15 +54,21 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		var re *rules.Error
 		if errors.As(err, &re) {
 			fmt.Fprintln(stderr, re.Error())
+			printWarnings(stderr, re.Warnings)
 			return fmt.Errorf("%d problem(s) in %s", len(re.Problems), *config)
 		}
 		return err
 	}
-	for _, w := range cfg.Warnings() {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
-	}
+	printWarnings(stderr, cfg.Warnings())
 	fmt.Fprintf(stdout, "%s: OK (%d domain(s): %v)\n", *config, len(cfg.Domains()), cfg.Domains())
 	return nil
+}
+
+// printWarnings prints the warnings of rules, one a line.
+func printWarnings(w io.Writer, warns []rules.Problem) {
+	for _, p := range warns {
+		fmt.Fprintf(w, "warning: %s\n", p)
+	}
 }
 
 // parseFlags parses args, rejecting positional arguments, and maps -help to

@@ -175,3 +175,32 @@ func TestCheckSyntaxErrorLine(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckWarningsWithErrors: sluice check prints the warnings of the
+// rules even when they have errors, of a bad file and of the good files
+// beside it.
+func TestCheckWarningsWithErrors(t *testing.T) {
+	bad := writeFile(t, "bad.yaml", `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}
+`)
+	code, _, errOut := runCmd(t, "", "check", "--config", bad)
+	if code != 1 || !strings.Contains(errOut, "bad.yaml:4:") || !strings.Contains(errOut, "warning: "+bad+":6:") {
+		t.Errorf("one file: exit %d, stderr:\n%s\nwant the problem of line 4 and the warning of line 6", code, errOut)
+	}
+	dir := t.TempDir()
+	writeRules(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	writeRules(t, filepath.Join(dir, "b.yaml"), "domain: b\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\n")
+	code, _, errOut = runCmd(t, "", "check", "--config", dir)
+	if code != 1 || !strings.Contains(errOut, "a.yaml:4:") || !strings.Contains(errOut, "warning: "+filepath.Join(dir, "b.yaml")+":4:") {
+		t.Errorf("directory: exit %d, stderr:\n%s\nwant a.yaml's problem and b.yaml's warning", code, errOut)
+	}
+	proxyFile := writeFile(t, "proxy.yaml", "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 5}\nhttp:\n  routes:\n    - pattern: get /x\n")
+	code, _, errOut = runCmd(t, "", "check", "--config", proxyFile)
+	if code != 1 || !strings.Contains(errOut, "proxy.yaml:7:") || !strings.Contains(errOut, "warning: "+proxyFile+":4:") {
+		t.Errorf("a bad http section: exit %d, stderr:\n%s\nwant its problem and the rules' warning", code, errOut)
+	}
+}

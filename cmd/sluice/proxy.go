@@ -335,6 +335,9 @@ func loadProxyConfig(path string, log *slog.Logger) (*rules.Config, *httpconf.Se
 		for _, p := range re.Problems {
 			log.Error("configuration problem", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
 		}
+		for _, p := range re.Warnings {
+			log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+		}
 		return nil, nil, fmt.Errorf("%d problem(s) in %s:\n%s", len(re.Problems), path, re.Error())
 	case err != nil:
 		return nil, nil, fmt.Errorf("--config: %w", err)

@@ -894,6 +894,9 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 			for _, p := range re.Problems {
 				log.Error("rules problem", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
 			}
+			for _, p := range re.Warnings {
+				log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+			}
 			return nil, nil, fmt.Errorf("%d problem(s) in %s:\n%s", len(re.Problems), s.config, re.Error())
 		}
 		return nil, nil, fmt.Errorf("rules: %w", err)
