@@ -43,8 +43,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the choice of keys")
 	asJSON := fs.Bool("json", false, "print the result as one line of JSON (latencies in microseconds)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the generator itself to this `file`")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice bench --target HOST:PORT [flags]
+	setUsage(fs, `Usage: sluice bench --target HOST:PORT [flags]
 
 Sends load to an Envoy rate limit service (sluice serve, envoyproxy/ratelimit,
 or sluice nullserver for comparison) and prints requests per second, latency
@@ -61,9 +60,7 @@ whatever the answers, up to --concurrency in flight, and latency counts from
 when a request was due. The run always ends by itself, after --warmup plus
 --duration, or --requests measured requests.
 
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -45,8 +45,7 @@ func cmdPlainProxy(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:18180", "`address` the proxy serves on")
 	upstream := fs.String("upstream", "", "`URL` of the API behind the proxy; required")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice plainproxy --upstream URL [--listen ADDR]
+	setUsage(fs, `Usage: sluice plainproxy --upstream URL [--listen ADDR]
 
 Serves a plain httputil.ReverseProxy in front of --upstream: no limits, no
 metrics, no forwarding headers (only SetURL), but the transport, flush
@@ -54,9 +53,7 @@ interval and HTTP server settings of sluice proxy. Run "sluice bench --mode
 http" against it and against sluice proxy in front of the same upstream:
 the difference is the work of sluice proxy. Runs until interrupted.
 
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -90,16 +87,13 @@ func cmdNullAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("nullapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:18280", "`address` to serve on")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice nullapi [--listen ADDR]
+	setUsage(fs, `Usage: sluice nullapi [--listen ADDR]
 
 Answers every request, whatever its method and path, 200 with the same small
 JSON body (`+strconv.Itoa(len(nullBody))+` bytes, with its Content-Length) at once: the upstream
 of bench/proxy.sh. Runs until interrupted.
 
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

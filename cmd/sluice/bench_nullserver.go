@@ -29,8 +29,7 @@ func cmdNullServer(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	grpcAddr := fs.String("grpc-addr", "127.0.0.1:18081", "gRPC listen address (empty: no gRPC)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:18080", "HTTP listen address for POST /json (empty: no HTTP)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice nullserver [--grpc-addr ADDR] [--http-addr ADDR]
+	setUsage(fs, `Usage: sluice nullserver [--grpc-addr ADDR] [--http-addr ADDR]
 
 Serves envoy.service.ratelimit.v3.RateLimitService over gRPC and POST /json
 over HTTP, answering every request OK at once, with one status per descriptor
@@ -38,9 +37,7 @@ shaped like a real answer. It decides nothing and keeps no state: run
 "sluice bench" against it and against sluice serve, with the same flags, and
 the difference is the work of sluice serve. Runs until interrupted.
 
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

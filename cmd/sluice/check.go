@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/reload"
@@ -25,12 +26,13 @@ func init() {
 func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	config := fs.String("config", "", "rules file, or directory of rules files (one domain each)")
+	config := fs.String("config", "", "rules `path`: a file, or a directory of files (one domain each)")
 	merge := fs.Bool("merge-domains", false, "let several rules files define one domain, as sluice serve --merge-domains (envoy-rl's MERGE_DOMAIN_CONFIG)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: sluice check --config FILE [--merge-domains]\n\nValidates rules (and a file's http section, for sluice proxy) and prints every problem with its line. Exits 1 on any problem.\n\n")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, `Usage: sluice check --config PATH [--merge-domains]
+
+Validates rules (and a file's http section, for sluice proxy) as sluice
+serve and sluice proxy read them, and prints every problem with its line,
+then every warning. Exits 1 on any problem.`, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -89,8 +91,11 @@ func parseFlagsArgs(fs *flag.FlagSet, args []string, positional bool) error {
 	fs.Usage = usage
 	switch {
 	case errors.Is(err, flag.ErrHelp):
+		var b strings.Builder
+		fs.SetOutput(&b)
 		fs.Usage()
-		return errHelp
+		fs.SetOutput(out)
+		return &helpError{usage: b.String()}
 	case err != nil:
 		fmt.Fprintf(out, "sluice %s: %v\n", fs.Name(), err)
 		usageHint(fs)
@@ -101,6 +106,41 @@ func parseFlagsArgs(fs *flag.FlagSet, args []string, positional bool) error {
 		return errUsage
 	}
 	return nil
+}
+
+// setUsage gives fs the usage of every sluice command: head (the line
+// "Usage: sluice COMMAND ..." and what the command does), then its flags
+// as writeFlags prints them, then tail. It prints to fs.Output(), which
+// is stdout when asked for with -h.
+func setUsage(fs *flag.FlagSet, head, tail string) {
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, strings.TrimRight(head, "\n")+"\n\nFlags:\n")
+		writeFlags(w, fs, nil)
+		fmt.Fprint(w, tail)
+	}
+}
+
+// writeFlags prints every flag of fs, in the one style of sluice's usages:
+// --name and its value's name on one line; on the next, its usage, its
+// default, and what more(f) says (the environment variables of serve and
+// proxy; nil: nothing).
+func writeFlags(w io.Writer, fs *flag.FlagSet, more func(f *flag.Flag) string) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if name != "" {
+			fmt.Fprintf(w, " %s", name)
+		}
+		fmt.Fprintf(w, "\n      %s", usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		if more != nil {
+			fmt.Fprint(w, more(f))
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 // usageHint prints, after a usage error, where the usage is.

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -33,6 +34,13 @@ var (
 	errUsage = errors.New("usage")
 	errHelp  = errors.New("help")
 )
+
+// helpError is a request for help (-h, --help) and the usage that answers
+// it, which run prints on stdout. It is errHelp.
+type helpError struct{ usage string }
+
+func (e *helpError) Error() string        { return "help" }
+func (e *helpError) Is(target error) bool { return target == errHelp }
 
 // command is one subcommand. Each lives in its own file and registers
 // itself in commands from an init function.
@@ -56,7 +64,7 @@ func usage() string {
 		fmt.Fprintf(&b, "  sluice %-10s %s\n", name, commands[name].summary)
 	}
 	fmt.Fprintf(&b, "  sluice %-10s %s\n", "version", "print the version")
-	b.WriteString("\nRun \"sluice COMMAND --help\" for the flags of a command.\n")
+	b.WriteString("\nRun \"sluice COMMAND --help\" (or \"sluice help COMMAND\") for the flags of a command.\n")
 	return b.String()
 }
 
@@ -70,8 +78,15 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	var err error
 	switch name := args[0]; name {
 	case "version", "--version", "-version":
+		if len(args) > 1 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) {
+			fmt.Fprint(stdout, "Usage: sluice version\n\nPrints the version of sluice.\n")
+			break
+		}
 		fmt.Fprintln(stdout, "sluice", version)
 	case "help", "--help", "-help", "-h":
+		if len(args) > 1 && args[0] == "help" { // sluice help COMMAND
+			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage())
 	default:
 		cmd, ok := commands[name]
@@ -81,7 +96,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		err = cmd.run(ctx, args[1:], stdin, stdout, stderr)
 	}
+	var help *helpError
 	switch {
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.usage)
+		return 0
 	case err == nil, errors.Is(err, errHelp):
 		return 0
 	case errors.Is(err, errUsage):

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -148,11 +150,57 @@ func TestBadFlagIsOneLine(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2, a line and %q", args, code, stdout, stderr, hint)
 		}
 	}
-	for _, cmd := range []string{"serve", "proxy", "check", "simulate"} {
-		code, _, stderr := runCmd(t, "", cmd, "-h")
-		if code != 0 || strings.Count(stderr, "\n") < 4 || !strings.Contains(stderr, "Usage: sluice "+cmd) {
-			t.Errorf("%s -h: exit %d, %d lines", cmd, code, strings.Count(stderr, "\n"))
+}
+
+// TestHelp: every command's --help (and -h, -help, and sluice help
+// COMMAND) exits 0 and prints on stdout a usage in the one style of
+// sluice's: "Usage: sluice COMMAND", then the flags as --name, never the
+// flag package's "Usage of"; so do sluice override's subcommands.
+func TestHelp(t *testing.T) {
+	check := func(args []string, name string, wantFlags bool) {
+		t.Helper()
+		code, stdout, stderr := runCmd(t, "", args...)
+		switch {
+		case code != 0 || stderr != "":
+			t.Errorf("%q: exit %d, stderr %q; want 0 and nothing", args, code, stderr)
+		case !strings.HasPrefix(stdout, "Usage: sluice "+name):
+			t.Errorf("%q: stdout does not start with %q:\n%s", args, "Usage: sluice "+name, stdout)
+		case strings.Contains(stdout, "Usage of") || strings.Contains(stdout, "\n  -") && !strings.Contains(stdout, "\n  --"):
+			t.Errorf("%q: the flag package's usage:\n%s", args, stdout)
+		case wantFlags && !strings.Contains(stdout, "\nFlags:\n  --"):
+			t.Errorf("%q: no flags listed:\n%s", args, stdout)
 		}
+	}
+	names := append(slices.Sorted(maps.Keys(commands)), "version")
+	for _, name := range names {
+		flags := name != "version" && name != "override"
+		for _, h := range []string{"--help", "-h", "-help"} {
+			check([]string{name, h}, name, flags)
+		}
+		check([]string{"help", name}, name, flags)
+	}
+	subs := []string{"set", "get", "list", "rm", "import", "export"}
+	for _, sub := range subs {
+		check([]string{"override", sub, "--help"}, "override "+sub, true)
+		check([]string{"override", "help", sub}, "override "+sub, true)
+	}
+	_, stdout, _ := runCmd(t, "", "override", "--help")
+	for _, sub := range subs {
+		if !strings.Contains(stdout, "sluice override "+sub) {
+			t.Errorf("sluice override --help does not list %s:\n%s", sub, stdout)
+		}
+	}
+	if code, _, stderr := runCmd(t, ""); code != 2 || !strings.Contains(stderr, "Usage:") {
+		t.Errorf("no command: exit %d, stderr %q; want 2 and the usage", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "override"); code != 2 || !strings.Contains(stderr, "Usage: sluice override") {
+		t.Errorf("override alone: exit %d, stderr %q; want 2 and its usage", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "override", "frob"); code != 2 || !strings.Contains(stderr, `unknown subcommand "frob"`) {
+		t.Errorf("override frob: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, "", "help", "frob"); code != 2 || !strings.Contains(stderr, `unknown command "frob"`) {
+		t.Errorf("help frob: exit %d, stderr %q", code, stderr)
 	}
 }
 

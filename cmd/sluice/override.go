@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,20 +100,72 @@ func adminTarget(domain, path string) string {
 	return "?domain=" + url.QueryEscape(domain) + "&path=" + url.QueryEscape(path)
 }
 
+// overrideSubcommand is a subcommand of sluice override, with the
+// synopsis and the text of its usage.
+type overrideSubcommand struct{ name, synopsis, about string }
+
+// overrideSubcommands are the subcommands of sluice override, in the
+// order of its usage.
+var overrideSubcommands = []overrideSubcommand{
+	{"set", "--domain D --path P --limit JSON [--expires TIME | --ttl DURATION] [flags]",
+		"Sets the override of a domain and descriptor path: its limit replaces the\nrules' for the descriptors the path matches, on every node, until it\nexpires or is removed. Prints the change."},
+	{"get", "--domain D --path P [flags]", "Prints the override of a domain and descriptor path."},
+	{"list", "[--domain D] [--prefix P] [flags]", "Prints the overrides, one a line: those of --domain (of every domain\nwhen empty) whose paths start with --prefix."},
+	{"rm", "--domain D --path P [flags]", "Removes the override of a domain and descriptor path. Prints the change."},
+	{"import", "[flags] [FILE]", "Puts the overrides of FILE (stdin when absent or -), one JSON object a\nline, as export writes them: all of them if every line is valid, else\nnone."},
+	{"export", "[flags]", "Prints every override, one JSON object a line, as import reads them."},
+}
+
+// overrideUsage is the usage of sluice override itself.
+func overrideUsage() string {
+	var b strings.Builder
+	b.WriteString(`Usage: sluice override SUBCOMMAND [flags]
+
+Sets, reads and removes the runtime overrides of a server through its admin
+API (sluice serve --admin-addr), with a token of its --admin-token-file.
+docs/overrides.md has the details.
+
+Subcommands:
+`)
+	for _, s := range overrideSubcommands {
+		fmt.Fprintf(&b, "  sluice override %-7s %s\n", s.name, s.synopsis)
+	}
+	b.WriteString("\nRun \"sluice override SUBCOMMAND --help\" for the flags of one.\n")
+	return b.String()
+}
+
 func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprintln(stderr, "Usage: sluice override set|get|list|rm|import|export [flags]; sluice override SUBCOMMAND --help for its flags")
+	if len(args) == 0 {
+		fmt.Fprint(stderr, overrideUsage())
 		return errUsage
 	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" { // sluice override help SUBCOMMAND
+			return cmdOverride(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
+		}
+		return &helpError{usage: overrideUsage()}
+	}
 	sub := args[0]
+	i := slices.IndexFunc(overrideSubcommands, func(s overrideSubcommand) bool { return s.name == sub })
+	if i < 0 {
+		fmt.Fprintf(stderr, "sluice override: unknown subcommand %q (set, get, list, rm, import, export)\n", sub)
+		fmt.Fprintln(stderr, "Run 'sluice override -h' for its usage.")
+		return errUsage
+	}
 	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: sluice override "+sub+" "+overrideSubcommands[i].synopsis+"\n\n"+overrideSubcommands[i].about, "")
 	server, tokenFile := adminFlags(fs)
-	domain := fs.String("domain", "", "the `domain`")
-	path := fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*); in a key or value, write % as %25 and / as %2F")
-	var limit, expires, note, prefix *string
+	var domain, path, limit, expires, note, prefix *string
 	var ttl *time.Duration
 	var pageSize *int
+	if sub != "import" && sub != "export" {
+		domain = fs.String("domain", "", "the `domain`")
+	}
+	if sub == "set" || sub == "get" || sub == "rm" {
+		path = fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*); in a key or value, write % as %25 and / as %2F")
+	}
 	switch sub {
 	case "set":
 		limit = fs.String("limit", "", `the limit as JSON, with a rules file's rate_limit keys: '{"unit":"minute","requests_per_unit":100}', '{"unlimited":true}' or '{"blocked":true}'`)
@@ -122,10 +175,6 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	case "list":
 		prefix = fs.String("prefix", "", "only paths starting with this, written as --path is")
 		pageSize = fs.Int("page", 1000, "overrides asked for per request")
-	case "get", "rm", "import", "export":
-	default:
-		fmt.Fprintf(stderr, "sluice override: unknown subcommand %q (set, get, list, rm, import, export)\n", sub)
-		return errUsage
 	}
 	if err := parseFlagsArgs(fs, args[1:], sub == "import"); err != nil {
 		return err
@@ -278,10 +327,12 @@ func cmdExplain(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	server, tokenFile := adminFlags(fs)
 	domain := fs.String("domain", "", "the request's `domain`")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: sluice explain --domain D [flags] DESCRIPTOR...\n\nEach DESCRIPTOR is key=value pairs joined by /, in order (tenant=acme/user=bob);\nin a key or value, write % as %25 and / as %2F.\n\nFlags:")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, `Usage: sluice explain --domain D [flags] DESCRIPTOR...
+
+Asks a server's admin API (sluice serve --admin-addr) which rule or override
+would apply to each DESCRIPTOR of a request, and why, without deciding
+anything. Each DESCRIPTOR is key=value pairs joined by /, in order
+(tenant=acme/user=bob); in a key or value, write % as %25 and / as %2F.`, "")
 	if err := parseFlagsArgs(fs, args, true); err != nil {
 		return err
 	}

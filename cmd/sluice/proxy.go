@@ -72,7 +72,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	s.storeSettings.remoteOK = true
 	s.storeSettings.flags(fs)
 	s.remote.flags(fs)
-	fs.Usage = func() { proxyUsage(fs, stderr) }
+	fs.Usage = func() { proxyUsage(fs, fs.Output()) }
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}

@@ -145,7 +145,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	s.rlqsMaxBytes = rlqs.DefaultMaxBytes
 	fs.Var(&s.rlqsMaxBytes, "rlqs-max-bytes", "`size`: memory cap of the Rate Limit Quota Service's buckets, across all streams (a bucket of a short id counts about 1.2 KB); past it, new buckets get no assignment and Envoy applies their no_assignment_behavior; counted in the memory limit of --max-bytes")
 	fs.StringVar(&s.rlqsWindows, "rlqs-windows", "token_bucket", "Rate Limit Quota Service: how shares of window limits are sent, token_bucket or requests_per_time_unit (which Envoy does not enforce yet)")
-	fs.Usage = func() { serveUsage(fs, stderr) }
+	fs.Usage = func() { serveUsage(fs, fs.Output()) }
 
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -489,21 +489,12 @@ func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]str
 
 // printFlags prints every flag of fs with its default and its variables.
 func printFlags(fs *flag.FlagSet, w io.Writer, envoy map[string]envoyVar) {
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s", f.Name)
-		if name != "" {
-			fmt.Fprintf(w, " %s", name)
-		}
-		fmt.Fprintf(w, "\n      %s", usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-			fmt.Fprintf(w, " (default %q)", f.DefValue)
-		}
-		fmt.Fprintf(w, "\n      env: %s", envName(f.Name))
+	writeFlags(w, fs, func(f *flag.Flag) string {
+		s := "\n      env: " + envName(f.Name)
 		if ev, ok := envoy[f.Name]; ok {
-			fmt.Fprintf(w, ", then Envoy's %s", strings.Join(ev.names, ", "))
+			s += ", then Envoy's " + strings.Join(ev.names, ", ")
 		}
-		fmt.Fprintln(w)
+		return s
 	})
 }
 

@@ -189,7 +189,7 @@ func TestServeSettingsErrors(t *testing.T) {
 }
 
 func TestServeHelp(t *testing.T) {
-	code, _, errOut := runCmd(t, "", "serve", "--help")
+	code, errOut, _ := runCmd(t, "", "serve", "--help")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}

@@ -26,8 +26,7 @@ func cmdSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	quiet := fs.Bool("quiet", false, "do not print the summary")
 	plot := fs.String("plot", "", "also draw what each rule allowed and denied over time, as an SVG image in this `file`")
 	allOrNothing := fs.Bool("all-or-nothing", false, "decide every limit of a request together, as sluice serve --all-or-nothing (default: each on its own, as sluice serve and envoyproxy/ratelimit)")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: sluice simulate --config FILE --trace FILE
+	setUsage(fs, `Usage: sluice simulate --config FILE --trace FILE
 
 Replays a trace through the rules on a virtual clock and the embedded store.
 Each trace line is an Envoy RLS v3 RateLimitRequest in protobuf JSON plus "at"
@@ -40,9 +39,7 @@ and a summary per rule (allowed, denied, shadow-denied) to stderr; with
 --plot, an SVG of each rule's allowed and denied over time. A malformed
 line fails the run, with its line number, before any decision is printed.
 
-`)
-		fs.PrintDefaults()
-	}
+`, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
