@@ -252,3 +252,20 @@ descriptors:
 		t.Errorf("a bad http section: exit %d, stderr:\n%s\nwant its problem and the rules' warning", code, errOut)
 	}
 }
+
+// TestMissingConfigFailsBeforeStarting: serve and proxy stop on a
+// --config that does not exist before they log that they start, and say
+// which.
+func TestMissingConfigFailsBeforeStarting(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nonexistent.yaml")
+	for _, args := range [][]string{
+		{"serve", "--config", missing},
+		{"serve", "--config", missing, "--log-format", "json"},
+		{"proxy", "--config", missing, "--upstream", "http://127.0.0.1:1"},
+	} {
+		code, _, stderr := runCmd(t, "", args...)
+		if code != 1 || strings.Contains(stderr, "starting") || !strings.Contains(stderr, "--config "+missing+": no such file or directory") {
+			t.Errorf("%q: exit %d, stderr:\n%s\nwant exit 1, the missing file named, and no \"starting\"", args, code, stderr)
+		}
+	}
+}

@@ -199,6 +199,9 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	if err != nil {
 		return err
 	}
+	if err := checkConfig(s.config); err != nil {
+		return err
+	}
 	log := newLogger(s.logLevel, s.logFormat, stderr)
 	log.Info("starting sluice proxy", "version", version, "config", s.config, "upstream", s.upstreamURL.Redacted(),
 		"store", s.store, "failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes)

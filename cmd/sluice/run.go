@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,6 +42,19 @@ type runSettings struct {
 	log             *slog.Logger
 
 	lns []net.Listener // by listen, one an endpoint
+}
+
+// checkConfig fails when --config names nothing that can be read, so
+// that a command stops on it before it logs that it starts.
+func checkConfig(path string) error {
+	if _, err := os.Stat(path); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("--config %s: %w", path, err)
+	}
+	return nil
 }
 
 // listen listens on every address before any is served, so that a taken

@@ -503,6 +503,11 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	if err != nil {
 		return err
 	}
+	if s.config != "" && !s.startWithoutConfig {
+		if err := checkConfig(s.config); err != nil {
+			return err
+		}
+	}
 	log := newLogger(s.logLevel, s.logFormat, stderr)
 	log.Info("starting sluice serve", "version", version, "config", s.config, "store", s.store,
 		"failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes,
