@@ -269,3 +269,38 @@ func TestMissingConfigFailsBeforeStarting(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeListsEveryCommand: the README's table of commands names every
+// command sluice --help lists, and no other.
+func TestReadmeListsEveryCommand(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Commands\n")
+	if !ok {
+		t.Fatal("README.md has no ## Commands section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var inReadme []string
+	for _, line := range strings.Split(section, "\n") {
+		if rest, ok := strings.CutPrefix(line, "| `sluice "); ok {
+			name, _, _ := strings.Cut(rest, " ")
+			name, _, _ = strings.Cut(name, "`")
+			inReadme = append(inReadme, name)
+		}
+	}
+	_, help, _ := runCmd(t, "", "--help")
+	var listed []string
+	for _, line := range strings.Split(help, "\n") {
+		if rest, ok := strings.CutPrefix(line, "  sluice "); ok {
+			name, _, _ := strings.Cut(rest, " ")
+			listed = append(listed, name)
+		}
+	}
+	slices.Sort(inReadme)
+	slices.Sort(listed)
+	if len(listed) < len(commands) || !slices.Equal(inReadme, listed) {
+		t.Errorf("README.md's commands %q, sluice --help's %q", inReadme, listed)
+	}
+}
