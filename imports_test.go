@@ -45,6 +45,9 @@ func TestImportRules(t *testing.T) {
 		mod + "/xdsrules": {mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/server", mod + "/httplimit", mod + "/proxy", mod + "/rls", mod + "/rlsclient"},
 		// The YAML walker of the rules and http readers owns no schema.
 		mod + "/internal/yamlwalk": {mod},
+		// What takes the secrets out of what is shown: the standard
+		// library alone.
+		mod + "/internal/redact": {mod, "github.com/", "golang.org/", "google.golang.org/", "go.yaml.in/"},
 		// The header values and modes every front door shares.
 		mod + "/ratelimitheaders": append(append([]string{mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
 		// The Envoy codec decodes and encodes; it serves nothing and

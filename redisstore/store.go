@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/logsample"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
 )
 
@@ -349,7 +351,7 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 	case cfg.URL != "":
 		o, err := rueidis.ParseURL(cfg.URL)
 		if err != nil {
-			return opt, fmt.Errorf("redisstore: bad URL: %w", err)
+			return opt, fmt.Errorf("redisstore: bad URL %q: %s", redact.String(cfg.URL), urlProblem(err))
 		}
 		opt = o
 	case len(cfg.Addrs) > 0:
@@ -365,7 +367,8 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 			break
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return opt, fmt.Errorf("redisstore: address %q: %v", a, err)
+			// The error names the address, which may hold a password.
+			return opt, fmt.Errorf("redisstore: address %q is not host:port", redact.String(a))
 		}
 	}
 	if cfg.SentinelMaster != "" {
@@ -405,6 +408,21 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 	opt.Dialer.KeepAlive = max(timeout/2, time.Millisecond)
 	opt.ConnWriteTimeout = timeout
 	return opt, nil
+}
+
+// urlProblem says what is wrong with a URL rueidis.ParseURL rejects,
+// without the URL, which may hold a password, nor the bad escape of a
+// *url.EscapeError, which may be part of one.
+func urlProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ee url.EscapeError
+	if errors.As(err, &ee) {
+		return "invalid URL escape (a % not followed by two hexadecimal digits)"
+	}
+	return redact.String(err.Error())
 }
 
 func (s *Store) connect() error {

@@ -778,6 +778,30 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
+// TestBadConfigHidesThePassword: the error of a bad URL or address says
+// what is wrong without the password it holds.
+func TestBadConfigHidesThePassword(t *testing.T) {
+	const secret = "S3cr3tPassw0rd"
+	for _, cfg := range []Config{
+		{URL: "redis://default:" + secret + "@localhost:bad"},
+		{URL: "redis://default:" + secret + "%zz@localhost:6379"},
+		{URL: "redis://default:" + secret + "@local host:6379"},
+		{URL: "redis://default:" + secret + "@localhost:6379/notadb"},
+		{URL: "bogus://default:" + secret + "@localhost:6379"},
+		{Addrs: []string{"default:" + secret + "@localhost:6379"}},
+	} {
+		s, err := New(cfg)
+		if err == nil {
+			s.Close()
+			t.Errorf("New(%+v) accepted a bad configuration", cfg)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), secret[:6]) {
+			t.Errorf("New: %v: the password shows", err)
+		}
+	}
+}
+
 // TestSentinelFailover checks that the store follows a Sentinel failover:
 // the counters replicated to the new master hold, and the function library
 // (replicated too) answers there without a reload.

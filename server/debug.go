@@ -7,27 +7,33 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/dashboard"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/rules"
 )
 
 // DebugHandler serves what an operator inspects, on a listener of its own
-// that should not be exposed:
+// that should not be exposed (it names keys, and profiles the process):
 //
-//	/debug/pprof/...  the runtime profiles of net/http/pprof
+//	/debug/pprof/...  the runtime profiles of net/http/pprof; its cmdline
+//	                  with the secrets of the command line masked
+//	                  (a Redis URL's password, --redis-password)
 //	/rules            the loaded rules: Config.Rules's value, or the
 //	                  decider's rules (domains, rules with their files and
 //	                  line numbers, limits, the configuration hash) as JSON,
 //	                  or as text with ?format=text
+//	/hitters          the top keys of each rule
+//	/dashboard        the live dashboard
 //	/                 this list
 func (s *Server) DebugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", serveCmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
@@ -39,6 +45,16 @@ func (s *Server) DebugHandler() http.Handler {
 		io.WriteString(w, "/debug/pprof/  runtime profiles\n/rules         the loaded rate limit rules (JSON; ?format=text for text)\n/hitters       the top keys of each rule, by requests and denials (?rule=, ?kind=, ?window=minute|hour, ?k=)\n/dashboard     the live dashboard\n")
 	})
 	return mux
+}
+
+// serveCmdline answers as pprof.Cmdline does, the arguments of the
+// process separated by NUL bytes, with their secrets masked
+// (redact.Args): the command line must not hand a Redis password to
+// whoever reaches the debug listener.
+func serveCmdline(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, strings.Join(redact.Args(os.Args), "\x00"))
 }
 
 func (s *Server) serveRules(w http.ResponseWriter, r *http.Request) {

@@ -1,7 +1,8 @@
 // Package server is the network face of sluice serve: the Envoy rate limit
 // service (RLS v3) over gRPC with the gRPC health service, the HTTP JSON API
 // (POST /json), health and readiness (/healthz, /readyz), Prometheus
-// metrics (/metrics), and a debug handler (pprof and the loaded rules).
+// metrics (/metrics), and a debug handler (pprof with the secrets of the
+// command line masked, the loaded rules, the top keys, the dashboard).
 //
 // It answers every request with an rls.Decider and owns what the transports
 // add to it: error codes, global shadow mode, rate limit response headers,

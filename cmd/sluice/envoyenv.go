@@ -55,7 +55,9 @@ var envoyVars = map[string]envoyVar{
 			return hostPort("GRPC_HOST", "GRPC_PORT", "8081").value(env)
 		},
 	},
-	"http-addr":   hostPort("HOST", "PORT", "8080"),
+	"http-addr": hostPort("HOST", "PORT", "8080"),
+	// Without DEBUG_HOST, the debug listener listens on 127.0.0.1, as
+	// --debug-addr :PORT does, where envoy-rl listens on every interface.
 	"debug-addr":  hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
 	"shadow-mode": plain("SHADOW_MODE"),
 	// envoy-rl's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true keeps a

@@ -108,7 +108,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.config, "config", "", "rules `path`: a file, or a directory of files (one domain each); required")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health): host:port, or unix:PATH for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
-	fs.StringVar(&s.debugAddr, "debug-addr", ":6070", "`address` of the debug listener (pprof, loaded rules); empty disables it")
+	fs.StringVar(&s.debugAddr, "debug-addr", "127.0.0.1:6070", "`address` of the debug listener (pprof, loaded rules, top keys, dashboard); a bare :PORT listens on 127.0.0.1, 0.0.0.0:PORT on every interface; empty disables it")
 	s.storeSettings.flags(fs)
 	s.tls.flags(fs)
 	s.statsd.flags(fs)
@@ -186,13 +186,12 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	probs = append(probs, checkDurations(map[string]time.Duration{"snapshot-interval": s.snapshotInterval, "shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay})...)
 	addrs := map[string]string{"grpc-addr": s.grpcAddr, "http-addr": s.httpAddr}
 	if s.debugAddr != "" {
+		s.debugAddr = loopbackUnlessNamed(s.debugAddr)
 		addrs["debug-addr"] = s.debugAddr
 	}
 	probs = append(probs, checkAddrs(addrs)...)
 	if s.adminAddr != "" {
-		if strings.HasPrefix(s.adminAddr, ":") {
-			s.adminAddr = "127.0.0.1" + s.adminAddr // loopback unless told otherwise
-		}
+		s.adminAddr = loopbackUnlessNamed(s.adminAddr)
 		addrs := map[string]string{"admin-addr": s.adminAddr}
 		probs = append(probs, checkAddrs(addrs)...)
 		if s.adminTokenFile == "" {
@@ -368,7 +367,9 @@ func serveUsage(fs *flag.FlagSet, w io.Writer) {
 Runs the rate limit service: envoy.service.ratelimit.v3.RateLimitService,
 envoy.service.rate_limit_quota.v3.RateLimitQuotaService (RLQS) and
 grpc.health.v1.Health over gRPC; POST /json, /healthz, /readyz and /metrics
-over HTTP; pprof and the loaded rules on the debug listener. Rules are
+over HTTP; pprof, the loaded rules, the top keys and the dashboard on the
+debug listener, which answers only the loopback unless --debug-addr names
+another address. Rules are
 reloaded when their files change (or on SIGHUP); a bad reload keeps the rules
 in force. SIGTERM or SIGINT fails readiness, waits --drain-delay, finishes
 in-flight requests, saves --state-file and exits 0.
@@ -404,6 +405,17 @@ func checkDurations(ds map[string]time.Duration) []string {
 		}
 	}
 	return probs
+}
+
+// loopbackUnlessNamed is the address of a listener that shows what only
+// operators should see (keys, rules, profiles, the admin API): a bare
+// :PORT, with no host named, listens on 127.0.0.1; a named host, 0.0.0.0
+// included, is kept.
+func loopbackUnlessNamed(addr string) string {
+	if strings.HasPrefix(addr, ":") {
+		return "127.0.0.1" + addr
+	}
+	return addr
 }
 
 // checkAddrs reports the flags, by name, whose address is not host:port.

@@ -27,7 +27,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := serveSettings{
-		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: ":6070",
+		config: "r.yaml", grpcAddr: ":8081", httpAddr: ":8080", debugAddr: "127.0.0.1:6070",
 		snapshotInterval: 5 * time.Second, responseHeaders: "off", headers: ratelimitheaders.HeadersNone,
 		envoyHeaderNames: server.DefaultEnvoyHeaderNames,
 		statsd:           statsdSettings{protocol: "tcp", format: "statsd", interval: 10 * time.Second},
@@ -195,7 +195,7 @@ func TestServeHelp(t *testing.T) {
 	}
 	for _, want := range []string{
 		"--config", "SLUICE_CONFIG", "RUNTIME_ROOT", "--grpc-addr", `(default ":8081")`, "GRPC_PORT",
-		"--http-addr", `(default ":8080")`, "--debug-addr", `(default ":6070")`, "--store", "--state-file",
+		"--http-addr", `(default ":8080")`, "--debug-addr", `(default "127.0.0.1:6070")`, "--store", "--state-file",
 		"--snapshot-interval", "--max-bytes", "--response-headers", "--shadow-mode", "SHADOW_MODE",
 		"--log-level", "LOG_LEVEL", "--log-format", "--shutdown-timeout", "--drain-delay", ".corrupt",
 		"--redis-url", "REDIS_URL", "--redis-sentinel-master", "--redis-timeout", "--redis-hash-tag",
@@ -274,6 +274,37 @@ func TestServeHeaderModes(t *testing.T) {
 		}
 		if want, _ := ratelimitheaders.ParseHeaderMode(v); s.headers != want {
 			t.Errorf("%s: mode %v, want %v", v, s.headers, want)
+		}
+	}
+}
+
+// TestDebugAddrLoopbackUnlessNamed: the debug listener (and the admin
+// API's) listens on 127.0.0.1 unless its address names a host.
+func TestDebugAddrLoopbackUnlessNamed(t *testing.T) {
+	for _, c := range []struct {
+		args        []string
+		env         map[string]string
+		debug, admn string
+	}{
+		{nil, nil, "127.0.0.1:6070", ""},
+		{[]string{"--debug-addr", ":7070"}, nil, "127.0.0.1:7070", ""},
+		{[]string{"--debug-addr", "0.0.0.0:7070"}, nil, "0.0.0.0:7070", ""},
+		{[]string{"--debug-addr", "[::]:7070"}, nil, "[::]:7070", ""},
+		{[]string{"--debug-addr", ""}, nil, "", ""},
+		{nil, map[string]string{"DEBUG_PORT": "7071"}, "127.0.0.1:7071", ""},
+		{nil, map[string]string{"DEBUG_HOST": "0.0.0.0"}, "0.0.0.0:6070", ""},
+		{nil, map[string]string{"DEBUG_HOST": "0.0.0.0", "DEBUG_PORT": "7072"}, "0.0.0.0:7072", ""},
+		{nil, map[string]string{"SLUICE_DEBUG_ADDR": ":7073"}, "127.0.0.1:7073", ""},
+		{[]string{"--admin-addr", ":9091", "--admin-token-file", "t", "--overrides-file", "o"}, nil, "127.0.0.1:6070", "127.0.0.1:9091"},
+		{[]string{"--admin-addr", "10.0.0.1:9091", "--admin-token-file", "t", "--overrides-file", "o"}, nil, "127.0.0.1:6070", "10.0.0.1:9091"},
+	} {
+		s, err := parseServe(append([]string{"--config", "r.yaml"}, c.args...), envMap(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%q %v: %v", c.args, c.env, err)
+			continue
+		}
+		if s.debugAddr != c.debug || s.adminAddr != c.admn {
+			t.Errorf("%q %v: debug %q admin %q, want %q %q", c.args, c.env, s.debugAddr, s.adminAddr, c.debug, c.admn)
 		}
 	}
 }
