@@ -77,7 +77,7 @@ the difference is the work of sluice proxy. Runs until interrupted.
 	// transport dialed but never used is, to the upstream, a new
 	// connection, which its Shutdown waits 5 s for.
 	defer t.CloseIdleConnections()
-	return serveUntilDone(ctx, "plainproxy", *listen, newHTTPServer(rp, log), stderr)
+	return serveUntilDone(ctx, "plainproxy", *listen, newHTTPServer(rp, log, defaultBodyTimeout), stderr)
 }
 
 // nullBody is what sluice nullapi answers: a small JSON object.
@@ -104,7 +104,7 @@ of bench/proxy.sh. Runs until interrupted.
 		hd["Content-Length"] = length
 		w.Write(nullBody)
 	})
-	return serveUntilDone(ctx, "nullapi", *listen, newHTTPServer(h, slog.New(slog.NewTextHandler(stderr, nil))), stderr)
+	return serveUntilDone(ctx, "nullapi", *listen, newHTTPServer(h, slog.New(slog.NewTextHandler(stderr, nil)), defaultBodyTimeout), stderr)
 }
 
 // serveUntilDone serves hs on addr until ctx is done, then shuts it down.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -64,7 +65,9 @@ the difference is the work of sluice serve. Runs until interrupted.
 		if err != nil {
 			return err
 		}
-		hs := &http.Server{Handler: &loadgen.NullServer{}, ReadHeaderTimeout: 10 * time.Second}
+		// The HTTP server settings of sluice serve, so that a comparison
+		// measures the work of sluice alone.
+		hs := newHTTPServer(&loadgen.NullServer{}, slog.New(slog.NewTextHandler(stderr, nil)), defaultBodyTimeout)
 		go func() { errc <- hs.Serve(lis) }()
 		defer func() {
 			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)

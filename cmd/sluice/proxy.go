@@ -47,6 +47,7 @@ type proxySettings struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
+	bodyTimeout     time.Duration
 	topKeys         bool
 	dashboardRemote bool
 	storeSettings
@@ -69,6 +70,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+	fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
 	s.storeSettings.remoteOK = true
 	s.storeSettings.flags(fs)
 	s.remote.flags(fs)
@@ -112,7 +114,7 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 		probs = append(probs, fmt.Sprintf("--upstream %q: credentials in the URL are not sent; leave them out", u.Redacted()))
 	}
 	s.upstreamURL = u
-	probs = append(probs, checkDurations(map[string]time.Duration{"shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay})...)
+	probs = append(probs, checkDurations(map[string]time.Duration{"shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay, "body-timeout": s.bodyTimeout})...)
 	probs = append(probs, checkAddrs(map[string]string{"listen": s.listen, "admin-listen": s.adminListen})...)
 	if len(probs) > 0 {
 		return nil, errors.New(strings.Join(probs, "; "))
@@ -308,8 +310,8 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 
 	rs := runSettings{
 		endpoints: []endpoint{
-			{name: "proxy", addr: s.listen, http: newHTTPServer(p, log)},
-			{name: "admin", addr: s.adminListen, http: newHTTPServer(admin, log)},
+			{name: "proxy", addr: s.listen, http: newHTTPServer(p, log, s.bodyTimeout)},
+			{name: "admin", addr: s.adminListen, http: newHTTPServer(admin, log, s.bodyTimeout)},
 		},
 		watcher: watcher,
 		ready: func() {

@@ -75,6 +75,7 @@ type serveSettings struct {
 	logFormat           string
 	shutdownTimeout     time.Duration
 	drainDelay          time.Duration
+	bodyTimeout         time.Duration
 	grpcMaxConnAge      time.Duration
 	grpcMaxConnAgeGrace time.Duration
 	rlqsTTL             time.Duration
@@ -133,6 +134,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+	fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
 	fs.DurationVar(&s.grpcMaxConnAge, "grpc-max-connection-age", 24*time.Hour, "gRPC connections are asked to reconnect after this long, to spread clients over new instances")
 	fs.DurationVar(&s.grpcMaxConnAgeGrace, "grpc-max-connection-age-grace", time.Hour, "then closed after this much longer")
 	fs.DurationVar(&s.rlqsTTL, "rlqs-ttl", rlqs.DefaultTTL, "Rate Limit Quota Service: how long Envoy keeps an assignment (must exceed Envoy's reporting_interval); a dropped Envoy's share goes to the others this long plus --rlqs-grace after its last report")
@@ -183,7 +185,7 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	if s.nearLimitRatio <= 0 || s.nearLimitRatio > 1 {
 		probs = append(probs, fmt.Sprintf("--near-limit-ratio %v is not in (0, 1]", s.nearLimitRatio))
 	}
-	probs = append(probs, checkDurations(map[string]time.Duration{"snapshot-interval": s.snapshotInterval, "shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay})...)
+	probs = append(probs, checkDurations(map[string]time.Duration{"snapshot-interval": s.snapshotInterval, "shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay, "body-timeout": s.bodyTimeout})...)
 	addrs := map[string]string{"grpc-addr": s.grpcAddr, "http-addr": s.httpAddr}
 	if s.debugAddr != "" {
 		s.debugAddr = loopbackUnlessNamed(s.debugAddr)
@@ -643,10 +645,10 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	quota.Register(gs)
 	endpoints := []endpoint{
 		{name: "grpc", addr: s.grpcAddr, grpc: gs},
-		{name: "http", addr: s.httpAddr, http: newHTTPServer(srv.Handler(), log)},
+		{name: "http", addr: s.httpAddr, http: newHTTPServer(srv.Handler(), log, s.bodyTimeout)},
 	}
 	if s.debugAddr != "" {
-		endpoints = append(endpoints, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(srv.DebugHandler(), log)})
+		endpoints = append(endpoints, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(srv.DebugHandler(), log, s.bodyTimeout)})
 	}
 	admin, stopOverrides, err := s.overrides(dec.Core(), stores, log)
 	if err != nil {
@@ -654,7 +656,7 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	defer stopOverrides()
 	if admin != nil {
-		endpoints = append(endpoints, endpoint{name: "admin", addr: s.adminAddr, http: newHTTPServer(admin, log)})
+		endpoints = append(endpoints, endpoint{name: "admin", addr: s.adminAddr, http: newHTTPServer(admin, log, s.bodyTimeout)})
 	}
 
 	rs := runSettings{
@@ -688,15 +690,6 @@ func cmdServe(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	}
 	log.Info("stopped")
 	return runErr
-}
-
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
 }
 
 // restoreState loads the state file into store. A missing file is a first

@@ -34,7 +34,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 		xds:              xdsSettings{minBackoff: 500 * time.Millisecond, maxBackoff: 30 * time.Second},
 		tracing:          tracingSettings{protocol: "http", sampling: 1, service: "RateLimit"},
 		nearLimitRatio:   0.8, logLevel: slog.LevelInfo, logFormat: "text",
-		shutdownTimeout: 10 * time.Second, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
+		shutdownTimeout: 10 * time.Second, bodyTimeout: time.Minute, grpcMaxConnAge: 24 * time.Hour, grpcMaxConnAgeGrace: time.Hour,
 		rlqsTTL: 5 * time.Second, rlqsGrace: 2 * time.Second, rlqsWindows: "token_bucket", rlqsMaxBytes: 64 << 20, topKeys: true,
 		storeSettings: storeSettings{
 			store:         "memory",
