@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,12 +37,13 @@ func newHTTPServer(h http.Handler, log *slog.Logger, bodyTimeout time.Duration) 
 // http.Server's ReadTimeout would bound the whole request instead, a
 // deadline that a long upload (or an import of overrides) can never meet.
 //
-// The deadline is on the connection, so it is set only while the body is
-// being read: from the start of the request (which also bounds the server
-// draining a body the handler did not read) to the body's end, when the
-// server clears it to watch the connection during the handler; a request
-// without a body is left alone, so a long answer (a stream, a profile) is
-// never cut by it. idle <= 0 disables it.
+// The deadline is on the connection (http.ResponseController), so it is
+// set only while the body is read: before each read of it, and when the
+// handler returns before its end, for the server to read and drop the
+// rest. Once the body has ended the server clears the deadline to watch
+// the connection, and it is not set again; a request without a body is
+// left alone. So a handler that takes its time, or a long answer (a
+// stream, a profile), is never cut by it. idle <= 0 disables it.
 func withBodyTimeout(h http.Handler, idle time.Duration) http.Handler {
 	if idle <= 0 {
 		return h
@@ -51,29 +53,35 @@ func withBodyTimeout(h http.Handler, idle time.Duration) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(idle)) == nil {
-			r.Body = &idleBody{ReadCloser: r.Body, rc: rc, idle: idle}
-		}
+		b := &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: idle}
+		r.Body = b
 		h.ServeHTTP(w, r)
+		b.extend() // what is left, the server drops: that may not stall either
 	})
 }
 
 // idleBody is a request body whose every read must get data within idle.
+// It is read by one goroutine at a time, not always the handler's (the
+// proxy's transport reads it), hence the atomic.
 type idleBody struct {
 	io.ReadCloser
 	rc   *http.ResponseController
 	idle time.Duration
-	done bool // the body ended: the server watches the connection now
+	done atomic.Bool // the body ended: the server watches the connection now
 }
 
 func (b *idleBody) Read(p []byte) (int, error) {
-	if !b.done {
-		b.rc.SetReadDeadline(time.Now().Add(b.idle))
-	}
+	b.extend()
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
-		b.done = true
+		b.done.Store(true)
 	}
 	return n, err
+}
+
+// extend gives the next read of the body idle, unless the body has ended.
+func (b *idleBody) extend() {
+	if !b.done.Load() {
+		b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	}
 }
