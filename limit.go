@@ -7,7 +7,7 @@ import (
 	"math/bits"
 	"time"
 
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Algorithm names a rate limiting algorithm. The zero value is FixedWindow,

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/httpconf"
+	"github.com/sluicehq/sluice/internal/httpconf"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -2,7 +2,7 @@ package httplimit
 
 import (
 	"fmt"
-	"github.com/sluicehq/sluice/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"hash/maphash"
 	"net/http"
 	"strconv"

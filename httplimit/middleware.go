@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/logsample"
-	"github.com/sluicehq/sluice/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 

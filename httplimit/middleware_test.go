@@ -18,9 +18,9 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/logtest"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 

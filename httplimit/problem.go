@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 )
 
 // The problem types (RFC 9457) of the middleware's error bodies. Each is

@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // The snapshot format, version 2. All integers are little-endian.

@@ -15,7 +15,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Config configures a Store. The zero value is ready to use: every field's

@@ -7,7 +7,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // HashTag maps a hit's key to the part of it that chooses its Redis Cluster

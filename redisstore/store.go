@@ -25,7 +25,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/redact"

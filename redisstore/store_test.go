@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"

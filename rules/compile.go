@@ -10,7 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // compile turns a limit block into a valid sluice.Limit, reporting every

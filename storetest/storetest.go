@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Run runs the whole suite against the stores newStore makes. newStore

@@ -37,7 +37,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/internal/envoyquota"
-	"github.com/sluicehq/sluice/rlqs"
+	"github.com/sluicehq/sluice/internal/rlqs"
 	"github.com/sluicehq/sluice/rules"
 )
 

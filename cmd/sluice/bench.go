@@ -9,7 +9,7 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/sluicehq/sluice/loadgen"
+	"github.com/sluicehq/sluice/internal/loadgen"
 )
 
 func init() {

@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/loadgen"
+	"github.com/sluicehq/sluice/internal/loadgen"
 )
 
 // The commands that measure sluice proxy: a plain reverse proxy, and an

@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sluicehq/sluice/loadgen"
+	"github.com/sluicehq/sluice/internal/loadgen"
 )
 
 func init() {

@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/sluicehq/sluice/httpconf"
-	"github.com/sluicehq/sluice/reload"
+	"github.com/sluicehq/sluice/internal/httpconf"
+	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/overrides"
+	"github.com/sluicehq/sluice/internal/overrides"
 )
 
 func init() {

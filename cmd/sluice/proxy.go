@@ -16,15 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/sluicehq/sluice/hitters"
-	"github.com/sluicehq/sluice/httpconf"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/dashboard"
-	"github.com/sluicehq/sluice/proxy"
+	"github.com/sluicehq/sluice/internal/hitters"
+	"github.com/sluicehq/sluice/internal/httpconf"
+	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/redisstore"
-	"github.com/sluicehq/sluice/reload"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/server"
 )
 
 func init() {

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/rlsclient"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rls"
-	"github.com/sluicehq/sluice/rlsclient"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -26,16 +26,16 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/hitters"
+	"github.com/sluicehq/sluice/internal/overrides"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/rlqs"
+	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/xdsrules"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/overrides"
-	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/redisstore"
-	"github.com/sluicehq/sluice/reload"
-	"github.com/sluicehq/sluice/rlqs"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/server"
-	"github.com/sluicehq/sluice/xdsrules"
 )
 
 func init() {

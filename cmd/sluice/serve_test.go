@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/server"
 )
 
 func envMap(m map[string]string) lookupEnv {

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicehq/sluice/reload"
-	"github.com/sluicehq/sluice/simulate"
+	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/simulate"
 )
 
 func init() {

@@ -16,12 +16,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/memstore/memstoremetrics"
 	"github.com/sluicehq/sluice/redisstore"
-	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 

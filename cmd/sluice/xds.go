@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluicehq/sluice/internal/xdsrules"
 	"github.com/sluicehq/sluice/rules"
-	"github.com/sluicehq/sluice/xdsrules"
 )
 
 // xdsSettings are the flags of rules from xDS.

@@ -3,7 +3,7 @@ package dashboard
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/hitters"
 )
 
 // NewCollector exports t's top key share per rule and kind

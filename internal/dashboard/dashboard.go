@@ -19,7 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/wheremetric"
 	"github.com/sluicehq/sluice/rules"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/hitters"
+	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/internal/algo"
 )
 
 // Differential tests: random traces run through package algo and, in one

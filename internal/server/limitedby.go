@@ -1,0 +1,70 @@
+package server
+
+import (
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/sluicehq/sluice/internal/rls"
+)
+
+// LimitedByHeader is the header that says why a request was limited.
+const LimitedByHeader = "x-sluice-limited-by"
+
+// limitedBy is the x-sluice-limited-by header of a denied request: the
+// first descriptor whose limits denied it, as
+//
+//	rule="api.user"; descriptor=0; algorithm=fixed_window; limit=10/1h0m0s; remaining=0; reset=1834s
+//
+// or, when a runtime override's limits (not the rule's) denied it, the
+// override's ID first:
+//
+//	override="api|user=bob"; rule="api.user"; descriptor=0; algorithm=fixed_window; limit=2/1h0m0s; remaining=0; reset=1834s
+//
+// nil when no descriptor denied (the domain capacity did).
+func limitedBy(o *rls.Outcome) *corev3.HeaderValue {
+	for i := range o.Descriptors {
+		d := &o.Descriptors[i]
+		if !d.Limited || !d.Over || d.ShadowOver || d.Limit == nil {
+			continue
+		}
+		var b strings.Builder
+		if d.Override != "" {
+			b.WriteString(`override="`)
+			b.WriteString(headerSafe(d.Override))
+			b.WriteString(`"; `)
+		}
+		b.WriteString(`rule="`)
+		b.WriteString(headerSafe(d.StatKey))
+		b.WriteString(`"; descriptor=`)
+		b.WriteString(strconv.Itoa(i))
+		b.WriteString("; algorithm=")
+		b.WriteString(d.Limit.Algorithm.String())
+		b.WriteString("; limit=")
+		b.WriteString(strconv.FormatInt(d.Limit.Nominal(), 10))
+		b.WriteByte('/')
+		b.WriteString(d.Limit.Period.String())
+		b.WriteString("; remaining=")
+		b.WriteString(strconv.FormatInt(max(d.Decision.Remaining, 0), 10))
+		b.WriteString("; reset=")
+		b.WriteString(strconv.FormatInt(int64((d.Decision.ResetAfter+999_999_999)/1_000_000_000), 10))
+		b.WriteByte('s')
+		return &corev3.HeaderValue{Key: LimitedByHeader, Value: b.String()}
+	}
+	if c := len(o.Limits); c > 0 && o.Limits[c-1].Descriptor < 0 && !o.Limits[c-1].Decision.Allowed {
+		return &corev3.HeaderValue{Key: LimitedByHeader, Value: `rule="capacity"; descriptor=-1`}
+	}
+	return nil
+}
+
+// headerSafe makes s fit in a quoted header value: no quotes, backslashes
+// or control characters (a stats key may carry request values).
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '"' || r == '\\' {
+			return '?'
+		}
+		return r
+	}, s)
+}

@@ -1,0 +1,191 @@
+// Package simulate replays a trace of timestamped Envoy RLS requests through
+// rules on a virtual clock and the embedded store, and reports every
+// decision: for tuning limits before a rollout, and as the precise way to
+// test semantics.
+//
+// It owns the trace format and the summary; it must not import any
+// transport.
+package simulate
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// RuleStats counts the decisions of one rule (by stats key).
+type RuleStats struct {
+	StatKey      string
+	Allowed      int64 // descriptors within the limit
+	Denied       int64 // descriptors over the limit
+	ShadowDenied int64 // over a shadow-mode limit, let through
+
+	// The same over time: one element per Summary.Step from
+	// Summary.Start, for plots.
+	AllowedOver, DeniedOver, ShadowDeniedOver []int64
+}
+
+// Summary is the result of a run.
+type Summary struct {
+	Requests int64
+	Allowed  int64 // requests with overall code OK
+	Denied   int64 // requests with overall code OVER_LIMIT
+	Rules    []RuleStats
+
+	// The time series of the rules: Steps slices of Step from Start (the
+	// first request), about a hundred over the trace, a second at least.
+	Start time.Time
+	Step  time.Duration
+	Steps int
+}
+
+// maxSteps is about how many slices of time a run's series have.
+const maxSteps = 100
+
+// Options are how a run decides, as the flags of sluice serve set it.
+type Options struct {
+	// AllOrNothing is the default of the domains that set no
+	// all_or_nothing: (sluice serve's --all-or-nothing): false counts each
+	// limit on its own, as envoyproxy/ratelimit and sluice serve do.
+	AllOrNothing bool
+}
+
+// Run is RunOptions with the default Options: the answers of sluice serve
+// run with its defaults.
+func Run(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Writer) (*Summary, error) {
+	return RunOptions(ctx, cfg, in, out, Options{})
+}
+
+// RunOptions reads the whole trace from in (nothing is decided if any line
+// is malformed), replays it through cfg on a fresh memstore whose clock is
+// the trace's "at", and writes one RateLimitResponse in protobuf JSON plus
+// "at" per request to out.
+func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Writer, opt Options) (*Summary, error) {
+	var now time.Time
+	store := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
+	defer store.Close()
+	dec := rls.NewDecider(sluice.NewLimiter(store), cfg)
+	dec.Core().SetAllOrNothing(opt.AllOrNothing)
+	events, err := ReadTrace(in, dec.Check)
+	if err != nil {
+		return nil, err
+	}
+
+	w := bufio.NewWriter(out)
+	sum := &Summary{Step: time.Second, Steps: 1}
+	if len(events) > 0 {
+		first, last := events[0].At, events[0].At
+		for _, ev := range events {
+			first, last = minTime(first, ev.At), maxTime(last, ev.At)
+		}
+		span := last.Sub(first)
+		sum.Start = first
+		// A hundredth of the span, rounded up to whole seconds.
+		step := (span + maxSteps - 1) / maxSteps
+		sum.Step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
+		sum.Steps = int(span/sum.Step) + 1
+	}
+	stats := map[string]*RuleStats{}
+	marshal := protojson.MarshalOptions{}
+	for _, ev := range events {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		now = ev.At
+		o, err := dec.Decide(ctx, ev.Request)
+		if err != nil {
+			return nil, &LineError{Line: ev.Line, Err: err}
+		}
+		sum.Requests++
+		if o.Response.OverallCode == rlsv3.RateLimitResponse_OK {
+			sum.Allowed++
+		} else {
+			sum.Denied++
+		}
+		for _, d := range o.Descriptors {
+			if !d.Limited {
+				continue
+			}
+			rs := stats[d.StatKey]
+			if rs == nil {
+				rs = &RuleStats{StatKey: d.StatKey, AllowedOver: make([]int64, sum.Steps),
+					DeniedOver: make([]int64, sum.Steps), ShadowDeniedOver: make([]int64, sum.Steps)}
+				stats[d.StatKey] = rs
+			}
+			i := min(max(int(ev.At.Sub(sum.Start)/sum.Step), 0), sum.Steps-1)
+			switch {
+			case d.ShadowOver:
+				rs.ShadowDenied++
+				rs.ShadowDeniedOver[i]++
+			case d.Over:
+				rs.Denied++
+				rs.DeniedOver[i]++
+			default:
+				rs.Allowed++
+				rs.AllowedOver[i]++
+			}
+		}
+		body, err := marshal.Marshal(o.Response)
+		if err != nil {
+			return nil, err
+		}
+		// {"at":...,<the response's fields>}
+		w.WriteString(`{"at":`)
+		w.Write(ev.RawAt)
+		if len(body) > 2 {
+			w.WriteByte(',')
+		}
+		w.Write(body[1:])
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return nil, err
+	}
+	for _, rs := range stats {
+		sum.Rules = append(sum.Rules, *rs)
+	}
+	sort.Slice(sum.Rules, func(i, j int) bool { return sum.Rules[i].StatKey < sum.Rules[j].StatKey })
+	return sum, nil
+}
+
+// WriteSummary prints s as a table.
+func WriteSummary(w io.Writer, s *Summary) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%d requests: %d allowed, %d denied\n", s.Requests, s.Allowed, s.Denied)
+	if len(s.Rules) > 0 {
+		width := len("rule")
+		for _, r := range s.Rules {
+			width = max(width, len(r.StatKey))
+		}
+		fmt.Fprintf(bw, "%-*s %9s %9s %14s\n", width, "rule", "allowed", "denied", "shadow-denied")
+		for _, r := range s.Rules {
+			fmt.Fprintf(bw, "%-*s %9d %9d %14d\n", width, r.StatKey, r.Allowed, r.Denied, r.ShadowDenied)
+		}
+	}
+	return bw.Flush()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

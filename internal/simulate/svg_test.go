@@ -1,0 +1,93 @@
+package simulate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/internal/simulate"
+)
+
+// TestPlot: a minute of one request a second against 10 a minute, and a
+// rule that lets everything through, drawn: the bars of each rule add up
+// to its summary, the denials start where the limit ran out, and the
+// image is well-formed XML.
+func TestPlot(t *testing.T) {
+	cfg := rulestest.Config(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: free
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`)
+	var trace strings.Builder
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 60 {
+		fmt.Fprintf(&trace, `{"at":%d,"domain":"api","descriptors":[{"entries":[{"key":"user","value":"a"}]},{"entries":[{"key":"free","value":"b"}]}]}`+"\n", start.Add(time.Duration(i)*time.Second).UnixMilli())
+	}
+	sum, err := simulate.Run(context.Background(), cfg, strings.NewReader(trace.String()), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Step != time.Second || sum.Steps != 60 || !sum.Start.Equal(start) {
+		t.Fatalf("series: start %v, step %v, %d steps; want %v, 1s, 60", sum.Start, sum.Step, sum.Steps, start)
+	}
+	var svg bytes.Buffer
+	if err := simulate.WriteSVG(&svg, sum); err != nil {
+		t.Fatal(err)
+	}
+	// Sum the bars per rule and kind, reading the SVG as XML.
+	bars := map[string]int64{}
+	firstDenied := -1
+	dec := xml.NewDecoder(&svg)
+	rule := ""
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the SVG is not well-formed: %v", err)
+		}
+		se, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		attr := map[string]string{}
+		for _, a := range se.Attr {
+			attr[a.Name.Local] = a.Value
+		}
+		switch se.Name.Local {
+		case "g":
+			if r, ok := attr["data-rule"]; ok {
+				rule = r
+			}
+		case "rect":
+			if n, ok := attr["data-n"]; ok {
+				v, _ := strconv.ParseInt(n, 10, 64)
+				bars[rule+" "+attr["class"]] += v
+				if rule == "api.user" && attr["class"] == "denied" && firstDenied < 0 {
+					x, _ := strconv.ParseFloat(attr["x"], 64)
+					firstDenied = int((x - 60) / (820.0 / 60))
+				}
+			}
+		}
+	}
+	want := map[string]int64{"api.user allowed": 10, "api.user denied": 50, "api.free allowed": 60}
+	for k, v := range want {
+		if bars[k] != v {
+			t.Errorf("%s: bars add up to %d, want %d (all: %v)", k, bars[k], v, bars)
+		}
+	}
+	if firstDenied != 10 {
+		t.Errorf("the first denied bar is at second %d, want 10", firstDenied)
+	}
+}
