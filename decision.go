@@ -41,18 +41,6 @@ type Decision struct {
 	Blocked bool
 
 	// Overdrawn reports a denied hit consumed all the same, past the limit
-	// (Limiter.DecideEach): its limit carries a debt.
+	// (Limiter.TakeEach): its limit carries a debt.
 	Overdrawn bool
-}
-
-// BlockedFor returns d as the decision of a key serving a block_for
-// penalty that ends in left: denied, nothing remaining, and RetryAfter and
-// ResetAfter no earlier than the end of the block. Stores call it.
-func (d Decision) BlockedFor(left time.Duration) Decision {
-	d.Allowed = false
-	d.Remaining = 0
-	d.Blocked = true
-	d.RetryAfter = max(d.RetryAfter, left)
-	d.ResetAfter = max(d.ResetAfter, left)
-	return d
 }

@@ -6,7 +6,7 @@
 // all-or-nothing: if any limit denies, none of them is consumed, so a request
 // rejected by a per-second limit does not burn its per-day quota.
 //
-// Most callers want [Limiter.Allow] for one limit, or [Limiter.Decide] for
+// Most callers want [Limiter.Allow] for one limit, or [Limiter.Take] for
 // several limits at once, over the embedded store:
 //
 //	lim := sluice.NewLimiter(memstore.New(memstore.Config{}))
@@ -20,23 +20,23 @@
 // # Using the limiter
 //
 // Callers need [Limit], [Limiter] ([NewLimiter], [Limiter.Allow],
-// [Limiter.AllowN], [Limiter.Decide] with [Hit]s), [Decision] and a store
+// [Limiter.AllowN], [Limiter.Take] with [Hit]s), [Decision] and a store
 // from a package of its own (memstore, redisstore). [ReasonOf] tells why a
 // store failed.
 //
 // # Implementing a Store
 //
-// A store implements [Store] (and may implement [OneTaker] as a fast path
-// for a single hit): it applies [Hit]s atomically under the rules listed
-// on Store, owns the clock, and turns each algorithm's result into a
-// Decision with [Limit.Params] (the parameters the algo package takes) and
-// [Limit.DecisionOf] (the decision against the configured limit); a key
-// serving a block_for penalty answers [Decision.BlockedFor]. It validates
-// its input with [ValidateHits], returns [StoreError] with a [FailReason]
-// when it cannot decide (and wraps [ErrNeverConnected] in its health while
-// it has never reached its backend), and proves itself with the storetest
-// package's suite, which every store passes.
+// A store implements [Store] (and [EachTaker], to decide hits one by one
+// as envoyproxy/ratelimit counts): it applies [Hit]s atomically under the
+// rules listed on Store and owns the clock; it returns [StoreError] with a
+// [FailReason] when it cannot decide (and wraps [ErrNeverConnected] in its
+// health, a Health method, while it has never reached its backend). The
+// stores of this module share the algorithms' arithmetic; a store of
+// another module may wrap one of them, as packages localcache and lease
+// do, and proves itself with the storetest package's suite, which every
+// store passes.
 //
-// This package imports only the algo package and the standard library; the
+// This package imports only internal/algo (the arithmetic) and the
+// standard library; the
 // stores, the rules and the transports import it, never the other way round.
 package sluice

@@ -52,7 +52,8 @@ func newBudget(lim *sluice.Limiter, cfg *rules.Config, vendor string) (*budget, 
 // try takes one call from the budget, or fails fast with how long until
 // the call would be admitted (sluice.Never if it never will).
 func (b *budget) try(ctx context.Context) (retryAfter time.Duration, err error) {
-	d, _, err := b.lim.Decide(ctx, b.hits)
+	out := make([]sluice.Decision, len(b.hits))
+	d, err := b.lim.Take(ctx, b.hits, out)
 	if err != nil {
 		return 0, err // the store failed
 	}

@@ -15,7 +15,7 @@ var ErrNeverConnected = errors.New("never connected since start")
 // dead backend.
 type FailReason uint8
 
-// The reasons, in the order of FailReasons.
+// The reasons.
 const (
 	// FailError: the backend answered with an error (Redis refused the
 	// call: an error reply), or the store failed in a way it cannot
@@ -51,15 +51,6 @@ func (r FailReason) String() string {
 		return failReasonNames[r]
 	}
 	return "error"
-}
-
-// FailReasons lists every reason, in order.
-func FailReasons() []FailReason {
-	rs := make([]FailReason, numFailReasons)
-	for i := range rs {
-		rs[i] = FailReason(i)
-	}
-	return rs
 }
 
 // StoreError is a store's failure with its reason. Stores that know why

@@ -6,87 +6,118 @@ import (
 	"testing"
 )
 
-// TestImportRules holds the packages to the import rules their doc
-// comments state, over their whole dependency graph (what each imports,
-// directly or not): data flows one way, from the transports through the
-// decision core to the stores and the algorithms, and the Envoy protocol
-// types stay in the codecs at the edge.
-func TestImportRules(t *testing.T) {
+// The groups of third-party packages the allow lists name.
+var (
+	// The embedded store's hash.
+	xxh3 = []string{"github.com/zeebo/xxh3", "github.com/klauspost/cpuid"}
+	// The Prometheus client, with what it brings (protobuf among it).
+	prometheus = []string{"github.com/prometheus/", "github.com/beorn7/perks", "github.com/cespare/xxhash", "github.com/munnerz/goautoneg", "google.golang.org/protobuf/", "golang.org/x/sys/"}
+	// The rules' YAML.
+	yaml = []string{"go.yaml.in/yaml/v3"}
+	// gRPC and the Envoy protos, for the codecs and the servers.
+	envoy = []string{"google.golang.org/grpc", "google.golang.org/protobuf/", "google.golang.org/genproto/", "github.com/envoyproxy/", "github.com/cncf/xds/", "golang.org/x/net/", "golang.org/x/sys/", "golang.org/x/text/"}
+)
+
+// allowed lists, for every public package and for the internal ones whose
+// weight matters to a user (the proxy without Redis, the codec), every
+// package it may depend on, directly or not, beyond the standard library:
+// the module's own by path relative to the module ("" is the root), the
+// others by path prefix. Data flows one way, from the transports through
+// the decision core to the stores and the algorithms; the Envoy protocol
+// types stay in the codecs at the edge; a package that needs Redis or
+// Prometheus says so here.
+var allowed = map[string][][]string{
+	// The vocabulary: the arithmetic and nothing else.
+	"": {{"internal/algo"}},
+	// The stores know nothing of rules or of the ways requests arrive.
+	"memstore":                   {{"", "internal/algo", "internal/limits"}, xxh3},
+	"memstore/memstoremetrics":   {{"", "internal/algo", "internal/limits", "memstore"}, xxh3, prometheus},
+	"redisstore":                 {{"", "internal/algo", "internal/limits", "internal/breaker", "internal/logsample", "internal/redact", "internal/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
+	"redisstore/internal/luasrc": {{"", "internal/algo"}},
+	"localcache":                 {{"", "internal/algo", "internal/limits", "internal/wheremetric"}, xxh3, prometheus},
+	// Leases wrap any store, and name none.
+	"lease":     {{"", "internal/algo"}, xxh3},
+	"storetest": {{"", "internal/algo", "internal/limits"}},
+	"rules":     {{"", "internal/algo", "internal/yamlwalk"}, yaml},
+	// The decision core: plain Go, no protocol, no store.
+	"decide": {{"", "internal/algo", "internal/yamlwalk", "rules"}, yaml},
+	// The HTTP middleware calls the core directly: no gRPC, no protobuf,
+	// no Envoy types, no Redis client, no Prometheus.
+	"httplimit": {{"", "internal/algo", "internal/limits", "internal/yamlwalk", "internal/logsample", "internal/ratelimitheaders", "rules", "decide"}, yaml},
+	"httpretry": {{"internal/algo"}},
+	// The proxy: the middleware in front of a reverse proxy, its
+	// Prometheus metrics and top keys; no Redis client unless the
+	// command wires one, no gRPC, no Envoy types.
+	"internal/proxy": {{"", "internal/algo", "internal/limits", "internal/yamlwalk", "internal/logsample", "internal/ratelimitheaders", "rules", "decide", "httplimit",
+		"internal/dashboard", "internal/entrytext", "internal/hitters", "internal/topkeys", "internal/httpconf", "internal/wheremetric"}, yaml, prometheus,
+		{"golang.org/x/net/", "golang.org/x/text/"}}, // the reverse proxy's HTTP/2
+	// The Envoy codec converts; it serves nothing and stores nothing.
+	"internal/rls": {{"", "internal/algo", "internal/limits", "internal/yamlwalk", "rules", "decide"}, yaml, envoy},
+	// Top keys: a data structure, fed by the hooks; no Redis client.
+	"internal/hitters": {{"internal/entrytext"}},
+	// What takes the secrets out of what is shown: the standard library.
+	"internal/redact": nil,
+	// The YAML walker of the rules and http readers owns no schema.
+	"internal/yamlwalk": {yaml},
+}
+
+// TestImportAllowList holds every public package, and the internal ones
+// named in allowed, to what allowed lets it depend on; a new public
+// package must be given its list.
+func TestImportAllowList(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
 	}
 	const mod = "github.com/sluicehq/sluice"
-	transports := []string{mod + "/internal/rls", mod + "/internal/server", mod + "/httplimit", mod + "/internal/proxy", mod + "/internal/rlsclient", mod + "/internal/simulate", mod + "/internal/httpconf"}
-	grpc := []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/"}
-	// What no store may import: the rules, the core, a transport, an
-	// RPC stack or the Envoy types (the Prometheus client of the store
-	// metrics brings protobuf in, which is fine).
-	storeBans := append([]string{mod + "/rules", mod + "/decide", "google.golang.org/grpc", "github.com/envoyproxy/"}, transports...)
-	rules := map[string][]string{
-		// The stores and the arithmetic know nothing of rules or of the
-		// ways requests arrive.
-		mod + "/internal/algo": append(storeBans, grpc...),
-		// The embedded store needs nothing beyond its hash; its
-		// Prometheus export is package memstoremetrics.
-		mod + "/memstore":   append(storeBans, "github.com/prometheus/", "google.golang.org/protobuf"),
-		mod + "/redisstore": storeBans,
-		mod + "/localcache": storeBans,
-		// Leases wrap any store, and name none.
-		mod + "/lease": append(storeBans, mod+"/memstore", mod+"/redisstore", mod+"/localcache", "github.com/prometheus/"),
-		mod + "/rules": append(append([]string{mod + "/decide", mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
-		// The decision core: plain Go, no protocol, no store.
-		mod + "/decide": append(append([]string{mod + "/memstore", mod + "/redisstore", mod + "/localcache"}, transports...), grpc...),
-		// The HTTP middleware and the proxy call the core directly: no
-		// gRPC, no protobuf, no Envoy types.
-		mod + "/httplimit": append([]string{mod + "/internal/rls", mod + "/internal/server", mod + "/internal/rlsclient", mod + "/internal/proxy", mod + "/memstore", mod + "/redisstore"}, grpc...),
-		// (The proxy's Prometheus metrics bring protobuf along.)
-		mod + "/internal/proxy": {mod + "/internal/rls", mod + "/internal/server", mod + "/internal/rlsclient", mod + "/memstore", mod + "/redisstore", "google.golang.org/grpc", "github.com/envoyproxy/"},
-		// Rules from xDS: a source of rules, deciding and serving nothing.
-		mod + "/internal/xdsrules": {mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/internal/server", mod + "/httplimit", mod + "/internal/proxy", mod + "/internal/rls", mod + "/internal/rlsclient"},
-		// The YAML walker of the rules and http readers owns no schema.
-		mod + "/internal/yamlwalk": {mod},
-		// What takes the secrets out of what is shown: the standard
-		// library alone.
-		mod + "/internal/redact": {mod, "github.com/", "golang.org/", "google.golang.org/", "go.yaml.in/"},
-		// The header values and modes every front door shares.
-		mod + "/internal/ratelimitheaders": append(append([]string{mod + "/memstore", mod + "/redisstore"}, transports...), grpc...),
-		// The Envoy codec decodes and encodes; it serves nothing and
-		// stores nothing (its proto package brings gRPC's stubs along).
-		mod + "/internal/rls": {mod + "/internal/server", mod + "/httplimit", mod + "/internal/proxy", mod + "/internal/rlsclient", mod + "/memstore", mod + "/redisstore", mod + "/localcache"},
-		// The Rate Limit Quota Service matches with the rules and keeps
-		// its shares through a Redis client it is given: no other
-		// transport, no store, no decision core (it decides no hits).
-		// Runtime overrides: matched with the rules' entries, kept in a
-		// file or given a backend; no transport of the rate limit
-		// service, no store, no decision core.
-		mod + "/internal/overrides": {mod + "/internal/server", mod + "/httplimit", mod + "/internal/proxy", mod + "/internal/rlsclient", mod + "/internal/rls", mod + "/internal/rlqs", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease", "google.golang.org/grpc", "github.com/envoyproxy/"},
-		// Heavy hitters: a data structure, fed by the transports.
-		mod + "/internal/hitters": append(append([]string{mod + "/rules", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"}, transports...), grpc...),
-		mod + "/internal/rlqs":    {mod + "/internal/server", mod + "/httplimit", mod + "/internal/proxy", mod + "/internal/rlsclient", mod + "/internal/rls", mod + "/decide", mod + "/memstore", mod + "/redisstore", mod + "/localcache", mod + "/lease"},
-	}
-	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`, "./...").Output()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{len .GoFiles}} {{join .Deps " "}}`, "./...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		pkg, deps, _ := strings.Cut(line, " ")
-		forbidden, ok := rules[pkg]
-		if !ok {
+		fields := strings.Fields(line)
+		pkg, files, deps := fields[0], fields[1], fields[2:]
+		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, mod), "/")
+		lists, ok := allowed[rel]
+		public := !strings.Contains("/"+rel+"/", "/internal/") && !strings.HasPrefix(rel, "cmd/")
+		switch {
+		case !ok && public && files != "0":
+			t.Errorf("%s: a public package without an allow list (imports_test.go)", pkg)
+			continue
+		case !ok:
 			continue
 		}
-		seen[pkg] = true
-		for _, dep := range strings.Fields(deps) {
-			for _, f := range forbidden {
-				if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {
-					t.Errorf("%s depends on %s", pkg, dep)
-				}
+		seen[rel] = true
+		for _, dep := range deps {
+			if !strings.Contains(strings.Split(dep, "/")[0], ".") {
+				continue // the standard library
+			}
+			if !allows(lists, mod, dep) {
+				t.Errorf("%s depends on %s, which its allow list does not name", pkg, dep)
 			}
 		}
 	}
-	for pkg := range rules {
-		if !seen[pkg] {
-			t.Errorf("%s: not found by go list", pkg)
+	for rel := range allowed {
+		if !seen[rel] {
+			t.Errorf("%s: in the allow lists, not found by go list", rel)
 		}
 	}
+}
+
+// allows reports whether dep is in lists: a module package by its exact
+// path, another by a prefix.
+func allows(lists [][]string, mod, dep string) bool {
+	for _, l := range lists {
+		for _, a := range l {
+			switch {
+			case !strings.Contains(a, ".") || a == "":
+				if p := strings.TrimSuffix(mod+"/"+a, "/"); dep == p {
+					return true
+				}
+			case dep == a || strings.HasPrefix(dep, a) && (strings.HasSuffix(a, "/") || strings.HasPrefix(dep, a+"/")):
+				return true
+			}
+		}
+	}
+	return false
 }

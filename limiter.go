@@ -12,19 +12,16 @@ import (
 // concurrent use.
 type Limiter struct {
 	store Store
-	one   OneTaker  // the store, if it takes single hits directly
+	one   oneTaker  // the store, if it takes single hits directly
 	each  EachTaker // the store, if it decides hits one by one
 }
 
 // NewLimiter returns a Limiter over store.
 func NewLimiter(store Store) *Limiter {
-	one, _ := store.(OneTaker)
+	one, _ := store.(oneTaker)
 	each, _ := store.(EachTaker)
 	return &Limiter{store: store, one: one, each: each}
 }
-
-// Store returns the limiter's store.
-func (l *Limiter) Store() Store { return l.store }
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1). Most callers want it.
 func (l *Limiter) Allow(ctx context.Context, key string, limit *Limit) (Decision, error) {
@@ -75,24 +72,18 @@ type oneHit struct {
 
 var oneHitPool = sync.Pool{New: func() any { return new(oneHit) }}
 
-// Decide applies all hits together, all-or-nothing, and returns the overall
-// decision and the decision of each hit.
-func (l *Limiter) Decide(ctx context.Context, hits []Hit) (Decision, []Decision, error) {
-	out := make([]Decision, len(hits))
-	d, err := l.DecideInto(ctx, hits, out)
-	return d, out, err
-}
-
-// DecideInto is Decide writing the per-hit decisions into out, which must
-// have at least len(hits) elements; it does not allocate.
-func (l *Limiter) DecideInto(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
+// Take applies all hits together, all-or-nothing, writes the decision of
+// each hit into out (which must have at least len(hits) elements), and
+// returns the overall decision (Overall). It does not allocate. Most
+// callers with one limit want Allow.
+func (l *Limiter) Take(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
 	return l.decide(ctx, hits, out, l.store.Take)
 }
 
 // decide validates hits and out, has take decide them, and combines the
 // decisions.
 func (l *Limiter) decide(ctx context.Context, hits []Hit, out []Decision, take func(context.Context, []Hit, []Decision) error) (Decision, error) {
-	if err := ValidateHits(hits); err != nil {
+	if err := validateHits(hits); err != nil {
 		return Decision{}, err
 	}
 	if len(out) < len(hits) {
@@ -108,14 +99,14 @@ func (l *Limiter) decide(ctx context.Context, hits []Hit, out []Decision, take f
 	return Overall(hits, out), nil
 }
 
-// DecideEach is DecideInto with each hit decided on its own, as
+// TakeEach is Take with each hit decided on its own, as
 // envoyproxy/ratelimit counts a request's descriptors: a hit that allows
 // is consumed even when another denies the request, and a denied hit that
 // finds its limit not exhausted is consumed past the limit, a debt (see
-// EachTaker). The overall decision is Overall's, as for DecideInto. A
-// store without TakeEach decides each hit with a Take of its own, in
-// order: the same, except that nothing is overdrawn.
-func (l *Limiter) DecideEach(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
+// EachTaker). The overall decision is Overall's, as for Take. A store
+// without TakeEach decides each hit with a Take of its own, in order: the
+// same, except that nothing is overdrawn.
+func (l *Limiter) TakeEach(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {
 	if l.each != nil {
 		return l.decide(ctx, hits, out, l.each.TakeEach)
 	}
@@ -132,12 +123,12 @@ func (l *Limiter) takeEach(ctx context.Context, hits []Hit, out []Decision) erro
 	return nil
 }
 
-// ErrInvalid wraps every input error of ValidateHits, so that transports can
+// ErrInvalid wraps every input error of the Limiter, so that transports can
 // tell bad requests (errors.Is(err, ErrInvalid)) from store failures.
 var ErrInvalid = errors.New("invalid request")
 
-// ValidateHits reports the first problem with hits, wrapping ErrInvalid.
-func ValidateHits(hits []Hit) error {
+// validateHits reports the first problem with hits, wrapping ErrInvalid.
+func validateHits(hits []Hit) error {
 	if len(hits) > MaxHits {
 		return fmt.Errorf("%w: %d limits in one request (at most %d)", ErrInvalid, len(hits), MaxHits)
 	}

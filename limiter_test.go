@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -45,7 +46,8 @@ func TestBadInputIsAnErrorAndChangesNothing(t *testing.T) {
 		{"one bad among good", []sluice.Hit{{Key: "k", Limit: good, Cost: 1}, {Key: "k2", Limit: good, Cost: -5}}, "negative cost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := lim.Decide(ctx, tc.hits)
+			out := make([]sluice.Decision, len(tc.hits))
+			_, err := lim.Take(ctx, tc.hits, out)
 			if !errors.Is(err, sluice.ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
 			}
@@ -73,7 +75,8 @@ func TestOverallPicksTheDecidingLimit(t *testing.T) {
 	perSecond := &sluice.Limit{Name: "s", Rate: 1, Period: time.Second}
 	perMinute := &sluice.Limit{Name: "m", Rate: 3, Period: time.Minute}
 	hits := []sluice.Hit{{Key: "a", Limit: perMinute, Cost: 1}, {Key: "a", Limit: perSecond, Cost: 1}}
-	d, per, err := lim.Decide(ctx, hits)
+	per := make([]sluice.Decision, len(hits))
+	d, err := lim.Take(ctx, hits, per)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +88,7 @@ func TestOverallPicksTheDecidingLimit(t *testing.T) {
 		t.Errorf("per-hit remaining %d, %d", per[0].Remaining, per[1].Remaining)
 	}
 	now = now.Add(100 * time.Millisecond)
-	d, per, err = lim.Decide(ctx, hits)
+	d, err = lim.Take(ctx, hits, per)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +107,8 @@ func TestOverallPicksTheDecidingLimit(t *testing.T) {
 
 func TestNoHits(t *testing.T) {
 	now := epoch
-	d, per, err := newLimiter(t, &now).Decide(context.Background(), nil)
+	var per []sluice.Decision
+	d, err := newLimiter(t, &now).Take(context.Background(), nil, per)
 	if err != nil || !d.Allowed || d.Index != -1 || len(per) != 0 {
 		t.Errorf("%+v %v %v", d, per, err)
 	}
@@ -140,13 +144,13 @@ func TestParamsMargins(t *testing.T) {
 		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second, Burst: 4}, 4},
 		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Second}, 10},
 		{sluice.Limit{Rate: 10, Period: time.Second, ElasticCeiling: 25}, 25},
-		{sluice.Limit{Rate: sluice.MaxCost, Period: time.Second, SoftPercent: sluice.MaxPercent}, 11 * sluice.MaxCost},
+		{sluice.Limit{Rate: sluice.MaxCost, Period: time.Second, SoftPercent: 1000}, 11 * sluice.MaxCost},
 	} {
 		if err := tc.l.Validate(); err != nil {
 			t.Errorf("%+v: %v", tc.l, err)
 			continue
 		}
-		if p := tc.l.Params(); p.Capacity != tc.want {
+		if p := limits.Params(&tc.l); p.Capacity != tc.want {
 			t.Errorf("%+v: capacity %d, want %d", tc.l, p.Capacity, tc.want)
 		}
 	}
@@ -160,7 +164,7 @@ func TestParamsMargins(t *testing.T) {
 	}
 }
 
-func ExampleLimiter_Decide() {
+func ExampleLimiter_Take() {
 	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
 	defer store.Close()
@@ -170,10 +174,11 @@ func ExampleLimiter_Decide() {
 	perSecond := &sluice.Limit{Name: "1/s", Rate: 1, Period: time.Second}
 	perDay := &sluice.Limit{Name: "3/day", Rate: 3, Period: 24 * time.Hour}
 	post := func() {
-		d, per, err := lim.Decide(ctx, []sluice.Hit{
+		per := make([]sluice.Decision, 2)
+		d, err := lim.Take(ctx, []sluice.Hit{
 			{Key: "post/s:ana", Limit: perSecond, Cost: 1},
 			{Key: "post/d:ana", Limit: perDay, Cost: 1},
-		})
+		}, per)
 		if err != nil {
 			panic(err)
 		}

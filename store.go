@@ -32,7 +32,7 @@ type Store interface {
 
 // EachTaker is an optional interface of a Store: hits decided one by one,
 // as envoyproxy/ratelimit counts a request's descriptors, instead of all
-// or nothing. Limiter.DecideEach uses it. The contract, which storetest
+// or nothing. Limiter.TakeEach uses it. The contract, which storetest
 // checks for every store that has it:
 //
 //   - Hits are decided in order, each on the state the previous ones left.
@@ -58,19 +58,17 @@ type EachTaker interface {
 	TakeEach(ctx context.Context, hits []Hit, out []Decision) error
 }
 
-// OneTaker is an optional interface of a Store: Take for a single hit.
-// Limiter.Allow and AllowN use it when the store has it, which spares them
-// the one-element slices that would escape to the heap through Take. It must
-// behave exactly as Take with one hit.
-type OneTaker interface {
+// oneTaker is an optional method set of a Store: TakeOne, Take for a
+// single hit. Limiter.Allow and AllowN use it when the store has it, which
+// spares them the one-element slices that would escape to the heap through
+// Take. It must behave exactly as Take with one hit.
+type oneTaker interface {
 	TakeOne(ctx context.Context, hit Hit) (Decision, error)
 }
 
-// HealthReporter is an optional interface of a Store that can say whether it
-// is currently able to decide, for readiness and metrics: nil when it is,
-// else why not (the Redis store: its circuit breaker is open, its last
-// calls failed). Health must be cheap and do no I/O: it reports the store's
-// last known state. A store without it is taken to be always able.
-type HealthReporter interface {
-	Health() error
-}
+// A Store may say whether it is currently able to decide, for readiness
+// and metrics, with a method Health() error: nil when it is, else why not
+// (the Redis store: its circuit breaker is open, its last calls failed).
+// Health must be cheap and do no I/O: it reports the store's last known
+// state. A store without it is taken to be always able; a store that wraps
+// another (lease, localcache) reports the other's.

@@ -42,8 +42,10 @@ descriptors:
 		{"all", true, true}, {"all", false, true},
 	} {
 		store := memstore.New(memstore.Config{SweepInterval: -1})
-		d := decide.NewDecider(sluice.NewLimiter(store), cfg)
-		d.SetAllOrNothing(c.defaultAll)
+		d, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg, CountEach: !c.defaultAll})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got := d.AllOrNothing(c.domain); got != c.wantAll {
 			t.Errorf("%s, default %v: AllOrNothing %v, want %v", c.domain, c.defaultAll, got, c.wantAll)
 		}
@@ -53,7 +55,7 @@ descriptors:
 		}
 		var o decide.Outcome
 		for range 3 {
-			if err := d.DecideInto(context.Background(), c.domain, descs, &o); err != nil {
+			if err := d.Decide(context.Background(), &decide.Request{Domain: c.domain, Descriptors: descs}, &o); err != nil {
 				t.Fatal(err)
 			}
 		}

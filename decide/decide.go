@@ -1,15 +1,20 @@
-// Package decide is the decision core of every front door: it takes a
-// domain and plain descriptors ([rules.Descriptor]: entries, a cost, an
-// optional per-request limit), matches them against the rules in force,
-// decides every matched limit together with a [sluice.Limiter], and says
-// what became of each descriptor and limit in an [Outcome]. When the store
-// fails, it answers by the domain's failure policy ([Failover]).
+// Package decide is the decision core of every front door, and its one
+// door: a Decider, made by New from one Config, answers a Request (a
+// domain and plain descriptors: entries, a cost, an optional per-request
+// limit) with Decide, which matches the descriptors against the rules and
+// runtime overrides in force, decides every matched limit with a
+// sluice.Limiter, answers a store failure by the domain's failure policy
+// (Failover, resolved in one place: FailurePolicy), and says what became of
+// each descriptor and limit in an Outcome. A Decider may decide on a
+// remote service first (Config.Remote), its own rules then being the
+// fallback when the remote cannot answer.
 //
-// Transports are codecs around it: package rls turns Envoy's
-// RateLimitRequest into descriptors and an Outcome into a
-// RateLimitResponse (for the gRPC service, the HTTP JSON API and sluice
-// simulate); httplimit and proxy build descriptors from HTTP requests and
-// call it directly.
+// What a front door adds after a decision (global shadow mode, response
+// headers, metrics, top keys) is a Hook it registers in Config.Hooks:
+// written once, and shared by sluice serve (gRPC and HTTP JSON), the
+// proxy, the httplimit middleware and the simulator. Transports are codecs
+// around the core: they turn their messages into a Request and an Outcome
+// into their answers, and decide nothing themselves.
 //
 // This package imports the root package, rules and the standard library.
 // It must not import protobuf, gRPC, a transport or a store.
@@ -19,92 +24,256 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Decider decides requests with the current rules and a limiter. It is safe
-// for concurrent use; SetRules swaps the rules atomically.
+// Config configures a Decider. Zero fields mean the default written in
+// their comment; Limiter is required.
+type Config struct {
+	// Limiter decides the limits, over the store. Required.
+	Limiter *sluice.Limiter
+
+	// Rules are the rules in force at first. Nil: every request is
+	// answered ErrNoRules until SetRules (or, with a Remote, answered by
+	// the remote alone).
+	Rules *rules.Config
+
+	// Runtime, when set, is consulted by every decision before the rules:
+	// the runtime overrides (rules.Runtime).
+	Runtime rules.Runtime
+
+	// CountEach is how the requests of a domain whose rules say nothing
+	// (no `all_or_nothing:`) consume. False, the default: every limit of
+	// a request is decided together, and none is consumed when one
+	// denies (sluice.Limiter.Take). True: each limit on its own, as
+	// envoyproxy/ratelimit counts: a limit that allows is consumed even
+	// when another denies, and a denied hit with room left is consumed
+	// past the limit as a debt (sluice.Limiter.TakeEach). sluice serve
+	// sets it, Envoy's way, unless told otherwise. A request's own
+	// Preference comes before it, a domain's all_or_nothing before both.
+	CountEach bool
+
+	// QuotaMode makes every limited descriptor a quota, as if each rule
+	// set quota_mode (envoyproxy/ratelimit's QUOTA_MODE): a request is
+	// denied by its descriptors only when all of them are over their
+	// limits.
+	QuotaMode bool
+
+	// Failover says how a store failure is answered (see Failover). The
+	// zero value answers fail_open in every domain that sets no
+	// failure_policy.
+	Failover Failover
+
+	// Remote, when set, decides every request first: the Decider's own
+	// rules, limiter and failure policies answer only the requests the
+	// remote cannot (see Remote).
+	Remote Remote
+
+	// Hooks are told of every request Decide answers, in this order,
+	// after the decision (see Hook).
+	Hooks []Hook
+
+	// Logger receives what the core does on its own: the write-backs of
+	// what the local failure policy admitted. Nil discards.
+	Logger *slog.Logger
+}
+
+// Request is one request to decide.
+type Request struct {
+	// Domain is the rules domain of the request. Required.
+	Domain string
+
+	// Descriptors are the request's descriptors, each with its entries, its
+	// cost (0 peeks) and optionally its own limit. They are read during
+	// Decide only: the Decider copies what it keeps.
+	Descriptors []rules.Descriptor
+
+	// Prefer is the caller's default of all_or_nothing for a domain whose
+	// rules set none; the zero value is the Decider's (Config.CountEach).
+	Prefer Preference
+}
+
+// Preference is a caller's default, for one request, of how a domain whose
+// rules set no all_or_nothing: consumes (see Config.CountEach).
+type Preference uint8
+
+const (
+	PreferDecider      Preference = iota // the Decider's default
+	PreferAllOrNothing                   // every limit of the request together
+	PreferEach                           // each limit on its own, as Envoy
+)
+
+// Remote decides requests on a remote rate limit service (the client of
+// a remote sluice serve, or envoyproxy/ratelimit, is one). Ask fills o, as
+// Decide documents it, from the remote's answer, and must leave o reset on
+// error. An error wrapping ErrInvalid means the remote refused the request
+// itself; the end of ctx is returned as it is. Any other error means the
+// remote could not answer: the Decider then answers by the domain's
+// failure policy, on its own rules (without them, by its default policy:
+// fail_closed denies every descriptor, retry after a second; anything else
+// allows them), with Outcome.Degraded set and Outcome.StoreErr the
+// remote's error.
+type Remote interface {
+	Ask(ctx context.Context, r *Request, o *Outcome) error
+}
+
+// A Hook is what a front door adds after every decision: global shadow
+// mode (GlobalShadow), response headers, metrics, top keys. It is called,
+// for every request Decide answers, with the request and its outcome (err
+// nil), which it may change (GlobalShadow lets a denial through), or with
+// the error Decide returns (o then reset). Hooks run in the order of
+// Config.Hooks, on the caller's goroutine: they must be fast, safe for
+// concurrent use, and must not keep r, o or anything in them after they
+// return.
+type Hook func(ctx context.Context, r *Request, o *Outcome, err error)
+
+// Decider decides requests with the rules in force and a limiter: its one
+// entry point is Decide. It is safe for concurrent use; SetRules swaps the
+// rules atomically.
 type Decider struct {
 	limiter  *sluice.Limiter
 	rules    atomic.Pointer[rules.Config]
-	failover atomic.Pointer[failover]
+	runtime  rules.Runtime
+	each     bool
+	quota    bool
+	failover Failover
+	remote   Remote
+	hooks    []Hook
+	log      *slog.Logger
 	plans    sync.Pool
-	each     atomic.Bool // the default of domains that set no all_or_nothing: each limit on its own
-	quota    atomic.Bool // every descriptor a quota (envoy-rl's QUOTA_MODE)
-	runtime  atomic.Pointer[runtimeBox]
 
 	spent ledger       // what the local failure policy admitted, to write back
 	clock func() int64 // the write-back's clock (tests); nil: time.Now
 }
 
-type runtimeBox struct{ r rules.Runtime }
-
-// SetRuntime makes every decision consult r (the runtime overrides,
-// package overrides) before the rules; nil stops it.
-func (d *Decider) SetRuntime(r rules.Runtime) {
-	if r == nil {
-		d.runtime.Store(nil)
-		return
+// New checks cfg and returns a Decider of it.
+func New(cfg Config) (*Decider, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("decide: Config.Limiter is required")
 	}
-	d.runtime.Store(&runtimeBox{r})
-}
-
-// Runtime returns what SetRuntime set, or nil.
-func (d *Decider) Runtime() rules.Runtime {
-	if b := d.runtime.Load(); b != nil {
-		return b.r
+	f, err := cfg.Failover.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-// SetQuotaMode makes every limited descriptor a quota, as if each rule set
-// quota_mode (envoyproxy/ratelimit's QUOTA_MODE): a request is denied by
-// its descriptors only when all of them are over their limits.
-func (d *Decider) SetQuotaMode(on bool) { d.quota.Store(on) }
-
-// NewDecider returns a Decider over lim with the rules cfg. Until
-// SetFailover, a store failure is answered fail_open in every domain that
-// sets no failure_policy. cfg may be nil: until SetRules, every request is
-// answered ErrNoRules.
-func NewDecider(lim *sluice.Limiter, cfg *rules.Config) *Decider {
-	d := &Decider{limiter: lim}
-	d.rules.Store(cfg)
-	d.failover.Store(&failover{Failover: Failover{Default: rules.FailOpen, Nodes: 1}})
-	d.plans.New = func() any { return new(scratch) }
-	return d
-}
-
-// SetAllOrNothing sets how the requests of a domain whose rules say
-// nothing (no `all_or_nothing:`) consume: true (the default of
-// NewDecider), every limit of a request decided together and none
-// consumed when one denies (Limiter.DecideInto); false, each limit on its
-// own, as envoyproxy/ratelimit counts: a limit that allows is consumed
-// even when another denies, and a denied hit with room left is consumed
-// past the limit as a debt (Limiter.DecideEach). sluice serve sets false,
-// Envoy's way, unless told otherwise.
-func (d *Decider) SetAllOrNothing(all bool) { d.each.Store(!all) }
-
-// AllOrNothing reports how domain's requests consume under the rules in
-// force (see SetAllOrNothing).
-func (d *Decider) AllOrNothing(domain string) bool {
-	if cfg := d.Rules(); cfg != nil {
-		if dom := cfg.Domain(domain); dom != nil {
-			return d.allOrNothing(dom)
+	for i, h := range cfg.Hooks {
+		if h == nil {
+			return nil, fmt.Errorf("decide: Config.Hooks[%d] is nil", i)
 		}
 	}
-	return !d.each.Load()
+	d := &Decider{
+		limiter:  cfg.Limiter,
+		runtime:  cfg.Runtime,
+		each:     cfg.CountEach,
+		quota:    cfg.QuotaMode,
+		failover: f,
+		remote:   cfg.Remote,
+		hooks:    cfg.Hooks,
+		log:      cfg.Logger,
+	}
+	d.rules.Store(cfg.Rules)
+	d.plans.New = func() any { return new(scratch) }
+	return d, nil
 }
 
-// allOrNothing is AllOrNothing for a domain of the rules (nil: unknown).
-func (d *Decider) allOrNothing(dom *rules.Domain) bool {
+// ErrInvalid is wrapped by every error about the request itself (as opposed
+// to a store failure); it is sluice.ErrInvalid.
+var ErrInvalid = sluice.ErrInvalid
+
+// ErrNoRules is returned while no rules are loaded (a Decider made with nil
+// rules, before its first SetRules): the service is not ready.
+var ErrNoRules = errors.New("no rate limit configuration loaded")
+
+// Decide decides r into o, whose storage it reuses (a server pools its
+// Outcomes to answer without allocating them), then tells the hooks. An
+// error wrapping ErrInvalid means the request is malformed and nothing was
+// consumed; ErrNoRules that no rules are loaded. A store failure (or a
+// remote's) is answered by the domain's failure policy (o.Degraded says
+// which), so that any other error is the caller's context ending
+// (context.Canceled or DeadlineExceeded) or a failure that no policy
+// could answer (the local policy without a local limiter, or the local
+// limiter failing). On error o is left reset.
+func (d *Decider) Decide(ctx context.Context, r *Request, o *Outcome) error {
+	var start time.Time
+	if len(d.hooks) > 0 {
+		start = time.Now()
+	}
+	err := d.decide(ctx, r, o)
+	if len(d.hooks) == 0 {
+		return err
+	}
+	o.Elapsed = time.Since(start)
+	for _, h := range d.hooks {
+		h(ctx, r, o, err)
+	}
+	return err
+}
+
+// decide is Decide without the hooks: on the remote first, if there is
+// one, else (or when it cannot answer) on the rules.
+func (d *Decider) decide(ctx context.Context, r *Request, o *Outcome) error {
+	if d.remote == nil {
+		return d.local(ctx, r, o, nil)
+	}
+	err := d.remote.Ask(ctx, r, o)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrInvalid) || ctx.Err() != nil:
+		o.Reset()
+		return err
+	}
+	o.Reset()
+	if d.Rules() == nil {
+		return d.blind(r, o, err)
+	}
+	return d.local(ctx, r, o, err)
+}
+
+// GlobalShadow is the hook of a global shadow mode (envoyproxy/ratelimit's
+// SHADOW_MODE, sluice serve --shadow-mode, the proxy's and httplimit's
+// ShadowMode): every request is decided and counted, but a denied one is
+// let through, with o.ShadowDenied set. Each descriptor still says what
+// its limits decided. Register it after the hooks that must see the
+// denial (Envoy's own headers), before those that tell the client.
+func GlobalShadow(_ context.Context, _ *Request, o *Outcome, err error) {
+	if err != nil || o.Overall.Allowed {
+		return
+	}
+	o.Overall.Allowed, o.Overall.RetryAfter, o.Overall.Blocked = true, 0, false
+	o.ShadowDenied = true
+}
+
+// Rules returns the rules in force.
+func (d *Decider) Rules() *rules.Config { return d.rules.Load() }
+
+// SetRules replaces the rules in force (a reload): requests already
+// deciding finish with the rules they started with.
+func (d *Decider) SetRules(cfg *rules.Config) { d.rules.Store(cfg) }
+
+// Limiter returns the limiter the Decider decides with.
+func (d *Decider) Limiter() *sluice.Limiter { return d.limiter }
+
+// Runtime returns the runtime overrides the Decider consults (Config.Runtime).
+func (d *Decider) Runtime() rules.Runtime { return d.runtime }
+
+// AllOrNothing reports how domain's requests consume under the rules in
+// force, for callers without a preference (see Config.CountEach).
+func (d *Decider) AllOrNothing(domain string) bool {
+	var dom *rules.Domain
+	if cfg := d.Rules(); cfg != nil {
+		dom = cfg.Domain(domain)
+	}
 	return d.allOrNothingFor(dom, PreferDecider)
 }
 
-// allOrNothingFor is allOrNothing with a caller's preference.
+// allOrNothingFor is AllOrNothing for a domain of the rules (nil: unknown)
+// and a caller's preference.
 func (d *Decider) allOrNothingFor(dom *rules.Domain, pref Preference) bool {
 	switch {
 	case dom != nil && dom.AllOrNothing != nil:
@@ -114,216 +283,18 @@ func (d *Decider) allOrNothingFor(dom *rules.Domain, pref Preference) bool {
 	case pref == PreferEach:
 		return false
 	}
-	return !d.each.Load()
+	return !d.each
 }
 
-// Limiter returns the limiter the Decider decides with.
-func (d *Decider) Limiter() *sluice.Limiter { return d.limiter }
-
-// Rules returns the rules in force.
-func (d *Decider) Rules() *rules.Config { return d.rules.Load() }
-
-// SetRules replaces the rules in force.
-func (d *Decider) SetRules(cfg *rules.Config) { d.rules.Store(cfg) }
-
-// DescriptorOutcome is what became of one request descriptor.
-type DescriptorOutcome struct {
-	// Match is what the descriptor matched in the rules.
-	Status  rules.Status
-	StatKey string // the rule's stats key; empty when nothing matched
-	Rule    *rules.Rule
-
-	// Override is the ID of the runtime override whose limits the
-	// descriptor had instead of the rules' (rules.Match.Runtime), empty
-	// when none.
-	Override string
-
-	// Cost is the number of hits the descriptor applied (its own cost;
-	// Envoy's codec sets it from hits_addend); 0 is a check that consumed
-	// nothing.
-	Cost int64
-
-	// Limited reports that the descriptor had limits to decide (Status
-	// Limited or Overridden); the rest are meaningful only then.
-	Limited bool
-
-	// Over reports that a limit of the descriptor denied the request,
-	// shadow limits included.
-	Over bool
-
-	// ShadowOver reports that the denial came only from shadow-mode
-	// limits: the descriptor is allowed.
-	ShadowOver bool
-
-	// Quota reports a quota descriptor (its rule's quota_mode, or the
-	// Decider's SetQuotaMode): the request is denied by its quota
-	// descriptors only when every one of them is over its limit.
-	Quota bool
-
-	// Decision is the deciding limit of the descriptor. Under the local
-	// failure policy, Remaining is what this node still admits (see
-	// Failover).
-	Decision sluice.Decision
-	Limit    *sluice.Limit
-}
-
-// LimitOutcome is one limit decided for a request and its decision.
-type LimitOutcome struct {
-	Limit    *sluice.Limit
-	Decision sluice.Decision
-	Cost     int64 // the hits applied (or, in a denied request, not applied)
-
-	// Descriptor is the index of the request descriptor the limit belongs
-	// to, or -1 for the domain capacity.
-	Descriptor int
-}
-
-// Outcome is the full answer to one request, for callers that count or log
-// (metrics, response headers, the simulator's summary).
-type Outcome struct {
-	// Overall is the request's decision: denied when any limit denied it
-	// (a descriptor's, or the domain capacity), allowed otherwise; but
-	// quota descriptors deny only all together (DescriptorOutcome.Quota).
-	Overall     sluice.Decision
-	Descriptors []DescriptorOutcome
-
-	// Limits lists every limit decided, in the order of the descriptors
-	// and the domain capacity last; Overall.Index indexes it.
-	Limits []LimitOutcome
-
-	// Degraded is the failure policy that answered the request because
-	// the store failed: FailOpen, FailClosed or FailLocal (see Failover).
-	// It is FailDefault, the zero value, when the store answered.
-	Degraded rules.FailurePolicy
-
-	// StoreErr is the store's error when Degraded is set, for logs, and
-	// Reason why the store could not decide (sluice.ReasonOf(StoreErr)).
-	StoreErr error
-	Reason   sluice.FailReason
-}
-
-// OverLimit reports whether the request is denied: Envoy's OVER_LIMIT.
-func (o *Outcome) OverLimit() bool { return !o.Overall.Allowed }
-
-// Reset empties o for reuse by DecideInto, keeping its slices' storage.
-func (o *Outcome) Reset() {
-	clear(o.Descriptors)
-	clear(o.Limits)
-	*o = Outcome{Descriptors: o.Descriptors[:0], Limits: o.Limits[:0]}
-}
-
-// ErrInvalid is wrapped by every error about the request itself (as opposed
-// to a store failure); it is sluice.ErrInvalid.
-var ErrInvalid = sluice.ErrInvalid
-
-// ErrTooLarge is wrapped, beside ErrInvalid, by the error of a request over
-// one of the bounds below: it is refused before any matching.
-var ErrTooLarge = errors.New("request too large")
-
-// Bounds on one request, checked before its descriptors are matched, so
-// that no request makes the server do more than a bounded amount of work:
-// Envoy sends a handful of descriptors of a few entries each. The
-// transports check them again on the wire, before decoding (see
-// server.MaxRequestBytes).
-const (
-	// MaxDescriptors is the most descriptors in one request.
-	MaxDescriptors = 256
-	// MaxEntries is the most entries in one descriptor (rules nest at
-	// most 64 deep, so no rule needs more).
-	MaxEntries = 64
-	// MaxTotalEntries is the most entries in all the descriptors of one
-	// request together.
-	MaxTotalEntries = 1024
-)
-
-// CheckCounts returns an error wrapping ErrInvalid and ErrTooLarge when a
-// request with these counts is over a bound: descriptors, the entries of
-// the largest descriptor, and the entries of all together.
-func CheckCounts(descriptors, most, total int) error {
-	switch {
-	case descriptors > MaxDescriptors:
-		return fmt.Errorf("%w: %w: more than %d descriptors", ErrInvalid, ErrTooLarge, MaxDescriptors)
-	case most > MaxEntries:
-		return fmt.Errorf("%w: %w: a descriptor of more than %d entries", ErrInvalid, ErrTooLarge, MaxEntries)
-	case total > MaxTotalEntries:
-		return fmt.Errorf("%w: %w: more than %d descriptor entries in all", ErrInvalid, ErrTooLarge, MaxTotalEntries)
-	}
-	return nil
-}
-
-// ErrNoRules is returned while no rules are loaded (a Decider made with nil
-// rules, before its first SetRules): the service is not ready.
-var ErrNoRules = errors.New("no rate limit configuration loaded")
-
-// Decide decides the descriptors descs of domain. An error wrapping
-// ErrInvalid means the request is malformed and nothing was consumed;
-// ErrNoRules that no rules are loaded. A store failure is answered by the
-// domain's failure policy (Outcome.Degraded says which), so that any other
-// error is the caller's context ending (context.Canceled or
-// DeadlineExceeded) or a store failure that no policy could answer (the
-// local policy without a local limiter, or the local limiter failing).
-func (d *Decider) Decide(ctx context.Context, domain string, descs []rules.Descriptor) (*Outcome, error) {
-	o := new(Outcome)
-	if err := d.DecideInto(ctx, domain, descs, o); err != nil {
-		return nil, err
-	}
-	return o, nil
-}
-
-// DecideInto is Decide writing into o, whose Descriptors and Limits
-// storage it reuses: a server pools Outcomes to answer without allocating
-// them. descs is read during the call only. On error o is left reset.
-func (d *Decider) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome) error {
-	return d.decide(ctx, domain, descs, o, nil, PreferDecider)
-}
-
-// Preference is a caller's default, for one request, for the domains whose
-// rules set no all_or_nothing: (see SetAllOrNothing).
-type Preference uint8
-
-const (
-	PreferDecider      Preference = iota // the Decider's default
-	PreferAllOrNothing                   // every limit of the request together
-	PreferEach                           // each limit on its own, as Envoy
-)
-
-// DecideIntoPreferring is DecideInto with the caller's default pref for a
-// domain whose rules say nothing; a domain's all_or_nothing: wins. sluice
-// proxy decides on a remote sluice serve preferring all-or-nothing, its
-// own default, while Envoy's requests there count Envoy's way.
-func (d *Decider) DecideIntoPreferring(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, pref Preference) error {
-	return d.decide(ctx, domain, descs, o, nil, pref)
-}
-
-// DecideDegraded answers as DecideInto does when the store fails with
-// cause, without asking the store: by the domain's failure policy (see
-// Failover), with o.Degraded and o.StoreErr set. It is for a caller whose
-// own backend failed: a client of a remote rate limit service answers with
-// it, on a Decider of the same rules, while the service cannot answer.
-//
-// As with DecideInto, an invalid request is an error wrapping ErrInvalid;
-// a request that matches no limit (an unknown domain, descriptors that
-// match no rule) needs no store and is answered OK, not degraded; and
-// cause itself is returned when no policy answers (the caller's context
-// ended, the local policy without a local limiter, or cause wrapping
-// ErrInvalid). A nil cause is an error.
-func (d *Decider) DecideDegraded(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, cause error) error {
-	if cause == nil {
-		o.Reset()
-		return errors.New("decide: DecideDegraded without a cause")
-	}
-	return d.decide(ctx, domain, descs, o, cause, PreferDecider)
-}
-
-// decide is DecideInto, or with a non-nil cause DecideDegraded: the store
-// is not asked, and its failure is cause.
-func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descriptor, o *Outcome, cause error, pref Preference) error {
+// local decides r on the rules in force into o. With a non-nil cause (the
+// remote could not answer), the store is not asked: its failure is cause.
+func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error) error {
 	o.Reset()
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
-	s.pref = pref
+	s.pref = r.Prefer
 
-	if err := d.plan(s, domain, descs); err != nil {
+	if err := d.plan(s, r.Domain, r.Descriptors); err != nil {
 		return err
 	}
 	p := &s.plan
@@ -339,12 +310,12 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	// request while another has room, so it must not stop the others
 	// from counting either.
 	quota := d.hasQuota(p)
-	each := quota || !d.allOrNothingFor(p.Domain, pref)
+	each := quota || !d.allOrNothingFor(p.Domain, r.Prefer)
 	switch {
 	case cause == nil && each:
-		overall, err = d.limiter.DecideEach(ctx, hits, out)
+		overall, err = d.limiter.TakeEach(ctx, hits, out)
 	case cause == nil:
-		overall, err = d.limiter.DecideInto(ctx, hits, out)
+		overall, err = d.limiter.Take(ctx, hits, out)
 	default:
 		overall, err = failedDecision(hits, cause)
 	}
@@ -360,12 +331,24 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	} else if cause == nil && len(hits) > 0 && d.spent.pending.Load() {
 		// The store answers again: charge it what the local policy
 		// admitted meanwhile.
-		d.startWriteBack(d.failover.Load().Logger)
+		d.startWriteBack()
 	}
+	o.fill(p, hits, out, r.Descriptors, overall)
+	for i := range o.Descriptors {
+		do := &o.Descriptors[i]
+		do.Quota = quota && do.Limited && (d.quota || do.Rule != nil && do.Rule.QuotaMode)
+	}
+	if quota {
+		o.quotaOverall(p.Capacity)
+	}
+	return nil
+}
 
-	n := len(p.Matches)
+// fill writes into o the plan p's matches, its hits as decided (out) and
+// the overall decision.
+func (o *Outcome) fill(p *rules.Plan, hits []sluice.Hit, out []sluice.Decision, descs []rules.Descriptor, overall sluice.Decision) {
 	o.Overall = overall
-	o.Descriptors = grow(o.Descriptors, n)
+	o.Descriptors = grow(o.Descriptors, len(p.Matches))
 	o.Limits = grow(o.Limits, len(hits))
 	for i := range hits {
 		o.Limits[i] = LimitOutcome{Limit: hits[i].Limit, Decision: out[i], Cost: hits[i].Cost, Descriptor: -1}
@@ -373,7 +356,7 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 	for i := range p.Matches {
 		m := &p.Matches[i]
 		do := &o.Descriptors[i]
-		do.Status, do.StatKey, do.Rule, do.Override, do.Cost = m.Status, m.StatKey, m.Rule, m.Runtime, descs[i].Cost
+		do.Status, do.StatKey, do.Rule, do.Cost, do.Override = m.Status, m.StatKey, m.Rule, descs[i].Cost, m.Runtime
 		if m.Count == 0 {
 			continue
 		}
@@ -386,67 +369,67 @@ func (d *Decider) decide(ctx context.Context, domain string, descs []rules.Descr
 		do.Decision, do.Limit = dd, dh[dd.Index].Limit
 		do.Over = !dd.Allowed || dd.Shadow
 		do.ShadowOver = dd.Allowed && dd.Shadow
-		do.Quota = quota && (d.quota.Load() || m.Rule != nil && m.Rule.QuotaMode)
 	}
-	if quota {
-		o.quotaOverall(p.Capacity)
+}
+
+// blind answers r by the default failure policy without rules, the remote
+// having failed with cause: fail_closed denies every descriptor (no rules
+// say which are limited), retry after a second; any other policy allows
+// them all, with no limit known.
+func (d *Decider) blind(r *Request, o *Outcome, cause error) error {
+	if err := checkRequest(r); err != nil {
+		return err
+	}
+	closed := d.failover.Default == rules.FailClosed
+	o.Degraded, o.StoreErr, o.Reason = rules.FailOpen, cause, sluice.ReasonOf(cause)
+	o.Overall = sluice.Decision{Allowed: true, Index: -1}
+	if closed {
+		o.Degraded = rules.FailClosed
+		o.Overall = sluice.Decision{ResetAfter: failClosedWait, RetryAfter: failClosedWait, Index: -1}
+	}
+	o.Descriptors = grow(o.Descriptors, len(r.Descriptors))
+	for i := range o.Descriptors {
+		do := &o.Descriptors[i]
+		do.Cost = r.Descriptors[i].Cost
+		do.Decision = sluice.Decision{Allowed: true}
+		if closed {
+			do.Over = true
+			do.Decision = sluice.Decision{ResetAfter: failClosedWait, RetryAfter: failClosedWait}
+		}
 	}
 	return nil
 }
 
-// hasQuota reports whether a descriptor of the plan is a quota.
-func (d *Decider) hasQuota(p *rules.Plan) bool {
-	global := d.quota.Load()
-	for i := range p.Matches {
-		m := &p.Matches[i]
-		if m.Count > 0 && (global || m.Rule != nil && m.Rule.QuotaMode) {
-			return true
-		}
+// checkRequest reports what makes r invalid whatever the rules: no domain,
+// no descriptors, or more of them than the bounds allow.
+func checkRequest(r *Request) error {
+	switch {
+	case r.Domain == "":
+		return fmt.Errorf("%w: rate limit domain must not be empty", ErrInvalid)
+	case len(r.Descriptors) == 0:
+		return fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrInvalid)
 	}
-	return false
+	return checkDescriptors(r.Descriptors)
 }
 
-// quotaOverall sets o.Overall as envoyproxy/ratelimit decides a request
-// with quota descriptors: denied when a descriptor that is not a quota is
-// over its limit (or the domain capacity, the hit at index capacity of
-// o.Limits, -1 if none), or when every quota descriptor is.
-func (o *Outcome) quotaOverall(capacity int) {
-	quotas, quotasOver, otherOver := 0, 0, false
-	for i := range o.Descriptors {
-		do := &o.Descriptors[i]
-		if !do.Limited {
-			continue
+// checkDescriptors checks the costs and counts of descs against the bounds.
+func checkDescriptors(descs []rules.Descriptor) error {
+	total, most := 0, 0
+	for i := range descs {
+		if c := descs[i].Cost; c < 0 || c > sluice.MaxCost {
+			return fmt.Errorf("%w: descriptor %d: cost %d out of range (0 to %d)", ErrInvalid, i, c, int64(sluice.MaxCost))
 		}
-		over := do.Over && !do.ShadowOver
-		switch {
-		case do.Quota:
-			quotas++
-			if over {
-				quotasOver++
-			}
-		case over:
-			otherOver = true
-		}
+		n := len(descs[i].Entries)
+		total, most = total+n, max(most, n)
 	}
-	if capacity >= 0 && capacity < len(o.Limits) {
-		if c := o.Limits[capacity].Decision; !c.Allowed && !o.Limits[capacity].Limit.Shadow {
-			otherOver = true
-		}
-	}
-	if otherOver || quotas > 0 && quotas == quotasOver || o.Overall.Allowed {
-		return
-	}
-	// Only quotas denied, and not all of them: the request passes.
-	o.Overall.Allowed, o.Overall.RetryAfter, o.Overall.Blocked = true, 0, false
+	return CheckCounts(len(descs), most, total)
 }
 
-// failedDecision is what the limiter's DecideInto returns for hits when its
-// store fails with cause: the hits' own errors first, and no store call
-// (so no failure) for a request without hits.
+// failedDecision is what the limiter's Take returns for hits when its
+// store fails with cause: no store call (so no failure) for a request
+// without hits. (The rules' plan has checked the hits: their number,
+// their keys' length and their limits.)
 func failedDecision(hits []sluice.Hit, cause error) (sluice.Decision, error) {
-	if err := sluice.ValidateHits(hits); err != nil {
-		return sluice.Decision{}, err
-	}
 	if len(hits) == 0 {
 		return sluice.Decision{Allowed: true, Index: -1}, nil
 	}
@@ -460,27 +443,19 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// Check reports whether a request is well formed for the rules in force,
-// without deciding anything: the errors Decide would return for the
-// request itself.
-func (d *Decider) Check(domain string, descs []rules.Descriptor) error {
+// Check reports whether r is well formed for the rules in force, without
+// deciding anything: the errors Decide would return for the request
+// itself.
+func (d *Decider) Check(r *Request) error {
 	s := d.plans.Get().(*scratch)
 	defer d.plans.Put(s)
-	return d.plan(s, domain, descs)
+	return d.plan(s, r.Domain, r.Descriptors)
 }
 
 // plan checks descs and matches them against the rules in force into
 // s.plan.
 func (d *Decider) plan(s *scratch, domain string, descs []rules.Descriptor) error {
-	total, most := 0, 0
-	for i := range descs {
-		if c := descs[i].Cost; c < 0 || c > sluice.MaxCost {
-			return fmt.Errorf("%w: descriptor %d: cost %d out of range (0 to %d)", ErrInvalid, i, c, int64(sluice.MaxCost))
-		}
-		n := len(descs[i].Entries)
-		total, most = total+n, max(most, n)
-	}
-	if err := CheckCounts(len(descs), most, total); err != nil {
+	if err := checkDescriptors(descs); err != nil {
 		return err
 	}
 	cfg := d.Rules()
@@ -488,7 +463,7 @@ func (d *Decider) plan(s *scratch, domain string, descs []rules.Descriptor) erro
 		return ErrNoRules
 	}
 	s.cfg = cfg
-	s.plan.Runtime = d.Runtime()
+	s.plan.Runtime = d.runtime
 	return cfg.Plan(domain, descs, &s.plan)
 }
 

@@ -87,7 +87,7 @@ func (d *Decider) Explain(ctx context.Context, domain string, descs []rules.Desc
 			peeks[i] = sluice.Hit{Key: h.Key, Limit: h.Limit}
 		}
 		states = make([]sluice.Decision, len(peeks))
-		if _, err := d.limiter.DecideEach(ctx, peeks, states); err != nil {
+		if _, err := d.limiter.TakeEach(ctx, peeks, states); err != nil {
 			states = nil
 		}
 	}

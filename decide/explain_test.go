@@ -25,7 +25,10 @@ descriptors:
 `)
 	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
-	d := decide.NewDecider(sluice.NewLimiter(store), cfg)
+	d, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
 	descs := []rules.Descriptor{
 		{Entries: []rules.Entry{{Key: "tenant", Value: "acme"}}, Cost: 1},
 		{Entries: []rules.Entry{{Key: "free", Value: "x"}}, Cost: 1},
@@ -33,7 +36,7 @@ descriptors:
 	}
 	var o decide.Outcome
 	for range 2 {
-		if err := d.DecideInto(context.Background(), "api", descs[:1], &o); err != nil {
+		if err := d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: descs[:1]}, &o); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -70,13 +69,9 @@ type Failover struct {
 	// registry: redisstore.Store.Nodes), asked whenever the local policy
 	// answers. A result below 1 (not learnt yet) means 1.
 	NodeCount func() int
-
-	// Logger, if set, is told of every write-back of what the local
-	// policy admitted.
-	Logger *slog.Logger
 }
 
-// nodes is the number of nodes the local policy divides by.
+// nodes is the number of nodes the local policy shares the limits among.
 func (f *Failover) nodes() int64 {
 	if f.Nodes > 0 {
 		return int64(f.Nodes)
@@ -89,21 +84,17 @@ func (f *Failover) nodes() int64 {
 	return 1
 }
 
-// failover is a Failover in force.
-type failover struct {
-	Failover
-}
-
-// SetFailover sets how store failures are answered. It may be called at any
-// time; requests already deciding finish with the previous setting.
-func (d *Decider) SetFailover(f Failover) error {
+// withDefaults checks f and returns it with its defaults filled in:
+// Default is never FailDefault, and Nodes at least 1 unless NodeCount is
+// set.
+func (f Failover) withDefaults() (Failover, error) {
 	switch {
 	case f.Default > rules.FailLocal:
-		return fmt.Errorf("decide: unknown failure policy %v", f.Default)
+		return f, fmt.Errorf("decide: unknown failure policy %v", f.Default)
 	case f.Nodes < 0:
-		return fmt.Errorf("decide: %d nodes", f.Nodes)
+		return f, fmt.Errorf("decide: %d nodes", f.Nodes)
 	case f.Default == rules.FailLocal && f.Local == nil:
-		return errors.New("decide: the local failure policy needs a Local limiter")
+		return f, errors.New("decide: the local failure policy needs a Local limiter")
 	}
 	if f.Default == rules.FailDefault {
 		f.Default = rules.FailOpen
@@ -111,14 +102,37 @@ func (d *Decider) SetFailover(f Failover) error {
 	if f.Nodes == 0 && f.NodeCount == nil {
 		f.Nodes = 1
 	}
-	d.failover.Store(&failover{Failover: f})
-	return nil
+	return f, nil
 }
 
-// Failover returns the failure handling in force, its defaults filled in:
-// Default is never FailDefault, and Nodes at least 1 unless NodeCount is
-// set.
-func (d *Decider) Failover() Failover { return d.failover.Load().Failover }
+// Failover returns the failure handling in force, its defaults filled in.
+func (d *Decider) Failover() Failover { return d.failover }
+
+// FailurePolicy returns the policy that answers domain's requests when the
+// store (or the remote) cannot: the domain's failure_policy in the rules
+// in force, else Failover.Default; never FailDefault. It is the one place
+// the policy is resolved: the decisions, the Rate Limit Quota Service and
+// the readiness checks all ask it.
+func (d *Decider) FailurePolicy(domain string) rules.FailurePolicy {
+	var dom *rules.Domain
+	if cfg := d.Rules(); cfg != nil {
+		dom = cfg.Domain(domain)
+	}
+	return d.policyOf(dom)
+}
+
+// policyOf is FailurePolicy for a domain of the rules (nil: unknown).
+func (d *Decider) policyOf(dom *rules.Domain) rules.FailurePolicy {
+	if dom != nil && dom.FailurePolicy != rules.FailDefault {
+		return dom.FailurePolicy
+	}
+	return d.failover.Default
+}
+
+// failClosedWait is the reset and retry-after of a fail_closed answer: the
+// store's state is unknown, so the true reset is too, and a client told to
+// come back within a second finds out soon after the store recovers.
+const failClosedWait = time.Second
 
 // fail answers, by the domain's failure policy, the request planned in s
 // whose store decision failed with storeErr. It returns the hits as the
@@ -131,17 +145,14 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 	if errors.Is(storeErr, sluice.ErrInvalid) || ctx.Err() != nil || p.Domain == nil {
 		return nil, sluice.Decision{}, rules.FailDefault, storeErr
 	}
-	f := d.failover.Load()
-	policy := p.Domain.FailurePolicy
-	if policy == rules.FailDefault {
-		policy = f.Default
-	}
+	f := &d.failover
+	policy := d.policyOf(p.Domain)
 	hits := p.Hits
 	switch policy {
 	case rules.FailClosed:
 		for i := range hits {
 			l := hits[i].Limit
-			wait := min(l.Period, time.Second)
+			wait := min(l.Period, failClosedWait)
 			out[i] = sluice.Decision{Limit: l.Nominal(), ResetAfter: wait, RetryAfter: wait}
 		}
 	case rules.FailLocal:
@@ -151,9 +162,9 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		nodes := f.nodes()
 		local := f.localHits(s, nodes)
 		each := !d.allOrNothingFor(p.Domain, s.pref) || d.hasQuota(p)
-		decide := f.Local.DecideInto
+		decide := f.Local.Take
 		if each {
-			decide = f.Local.DecideEach
+			decide = f.Local.TakeEach
 		}
 		overall, err := decide(ctx, local, out)
 		if err != nil {
@@ -194,7 +205,7 @@ const (
 // localHits returns the plan's hits as the local policy decides them on one
 // of nodes nodes, in s: local keys, the configured limits, and each cost
 // weighed by localCost.
-func (f *failover) localHits(s *scratch, nodes int64) []sluice.Hit {
+func (f *Failover) localHits(s *scratch, nodes int64) []sluice.Hit {
 	hits := s.plan.Hits
 	s.localKeys = s.localKeys[:0]
 	s.localEnds = s.localEnds[:0]

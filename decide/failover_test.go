@@ -70,8 +70,8 @@ func newLocalEnv(t *testing.T, yaml string) *localEnv {
 	}
 	e := &localEnv{store: &downStore{inner: mem}}
 	e.nodes.Store(1)
-	e.d = decide.NewDecider(sluice.NewLimiter(e.store), cfg)
-	err = e.d.SetFailover(decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }})
+	e.d, err = decide.New(decide.Config{Limiter: sluice.NewLimiter(e.store), Rules: cfg,
+		Failover: decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func newLocalEnv(t *testing.T, yaml string) *localEnv {
 func (e *localEnv) decide(t *testing.T, key, value string) *decide.Outcome {
 	t.Helper()
 	var o decide.Outcome
-	err := e.d.DecideInto(context.Background(), "api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}, Cost: 1}}, &o)
+	err := e.d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}, Cost: 1}}}, &o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ descriptors:
 func (e *localEnv) peek(t *testing.T, key, value string) int64 {
 	t.Helper()
 	var o decide.Outcome
-	err := e.d.DecideInto(context.Background(), "api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}, &o)
+	err := e.d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}}, &o)
 	if err != nil {
 		t.Fatal(err)
 	}

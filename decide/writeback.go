@@ -2,7 +2,6 @@ package decide
 
 import (
 	"context"
-	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -209,7 +208,7 @@ func (g *ledger) writeBack(ctx context.Context, lim *sluice.Limiter, now int64) 
 			}
 			batch = append(batch, sluice.Hit{Key: it.k.key, Limit: l, Cost: it.e.cost})
 		}
-		if _, err := lim.DecideEach(ctx, batch, out); err != nil {
+		if _, err := lim.TakeEach(ctx, batch, out); err != nil {
 			g.putBack(items[start:])
 			return keys, hits, err
 		}
@@ -222,7 +221,8 @@ func (g *ledger) writeBack(ctx context.Context, lim *sluice.Limiter, now int64) 
 }
 
 // startWriteBack starts a write-back of d's ledger, unless one runs.
-func (d *Decider) startWriteBack(log *slog.Logger) {
+func (d *Decider) startWriteBack() {
+	log := d.log
 	g := &d.spent
 	now := d.now()
 	if now < g.retryAt.Load() || !g.flushing.CompareAndSwap(false, true) {

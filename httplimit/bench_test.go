@@ -185,7 +185,7 @@ descriptors:
 		var o decide.Outcome
 		i := next.Add(1) * 7919
 		for pb.Next() {
-			if err := dec.DecideInto(context.Background(), "bench", reqs[i%uint64(len(reqs))], &o); err != nil {
+			if err := dec.Decide(context.Background(), &decide.Request{Domain: "bench", Descriptors: reqs[i%uint64(len(reqs))]}, &o); err != nil {
 				b.Error(err)
 				return
 			}

@@ -2,12 +2,13 @@ package httplimit
 
 import (
 	"fmt"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"hash/maphash"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 )
 
 // Concurrency caps the requests in flight per key: a request that would

@@ -36,11 +36,14 @@ func (c *concurrency) inFlight() (requests, entries int) {
 func TestConcurrencyKeysOutliveRequests(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
+	dec, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: rulestest.Config(t, "domain: api\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := newMiddleware(Config{
-		Decider:     decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, "domain: api\n")),
 		Domain:      "api",
 		Concurrency: &Concurrency{Max: 2},
-	})
+	}, dec.Decide)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,9 @@
 // [New] returns a func(http.Handler) http.Handler, the shape the standard
 // library, chi (r.Use) and gorilla/mux (r.Use) take as they are:
 //
-//	limit, err := httplimit.New(httplimit.Config{
-//		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
-//		Domain:  "api",
-//	})
+//	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+//	...
+//	limit, err := httplimit.New(httplimit.Config{Decider: decider, Domain: "api"})
 //	...
 //	http.ListenAndServe(":8080", limit(mux))
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -114,7 +115,7 @@ func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error)
 // decision was admitted, in a race with the limit freeing up).
 func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, charged bool, err error) {
 	o := &s.out
-	if err := m.dec.DecideInto(ctx, m.domain, s.fail.descs, o); err != nil {
+	if err := m.decideDescs(ctx, s, s.fail.descs); err != nil {
 		return false, false, err
 	}
 	if o.OverLimit() {
@@ -135,7 +136,7 @@ func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, 
 		return true, false, nil
 	}
 	setCost(s.fail.descs, 1)
-	if err := m.dec.DecideInto(ctx, m.domain, s.fail.descs, o); err != nil {
+	if err := m.decideDescs(ctx, s, s.fail.descs); err != nil {
 		return false, false, err
 	}
 	if o.OverLimit() {
@@ -148,7 +149,7 @@ func (m *middleware) checkFailures(ctx context.Context, s *scratch) (wouldDeny, 
 // limit has quota again (sluice.Limit.MoreAfter).
 func denyAt(o *decide.Outcome, i int) {
 	l := &o.Limits[i]
-	wait := max(l.Limit.MoreAfter(l.Decision), time.Second)
+	wait := max(limits.MoreAfter(l.Limit, l.Decision), time.Second)
 	l.Decision.Allowed, l.Decision.RetryAfter = false, wait
 	o.Overall = l.Decision
 	o.Overall.Index = i
@@ -227,7 +228,7 @@ func (w *statusWriter) charge() {
 	o := &s.out
 	setCost(s.fail.descs, 1)
 	for i := range s.fail.descs {
-		if err := m.dec.DecideInto(ctx, m.domain, s.fail.descs[i:i+1], o); err != nil {
+		if err := m.decideDescs(ctx, s, s.fail.descs[i:i+1]); err != nil {
 			if n, ok := m.errLog.Allow(time.Now()); ok {
 				m.log.Warn("rate limit failure not counted", "domain", m.domain, "err", err, "not_logged", n)
 			}
@@ -235,7 +236,7 @@ func (w *statusWriter) charge() {
 	}
 	// The headers again, from a peek at every limit of the request.
 	setCost(s.main.descs, 0)
-	if err := m.dec.DecideInto(ctx, m.domain, s.main.descs, o); err == nil && o.Degraded != rules.FailOpen {
+	if err := m.decideDescs(ctx, s, s.main.descs); err == nil && o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, false)
 	}
 }

@@ -19,7 +19,7 @@ import (
 //	limit, err := httplimit.NewLimit(lim, &sluice.Limit{Rate: 100, Period: time.Minute}, httplimit.RemoteAddress())
 //	http.ListenAndServe(":8080", limit(mux))
 //
-// It is New with a Decider of that one limit and no rules. For rules,
+// It is New deciding that one limit itself, with no rules. For rules,
 // several limits, trusted proxies, shaping or failure-only limits, use New.
 // The limiter's keys are the values key takes, as they are: give each
 // NewLimit of a shared store its own limit name or key prefix (a KeyFunc)
@@ -34,11 +34,14 @@ func NewLimit(lim *sluice.Limiter, limit *sluice.Limit, key Source) (func(http.H
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return New(Config{
-		Decider:     &oneLimit{lim: lim, limit: limit},
+	m, err := newMiddleware(Config{
 		Domain:      "httplimit",
 		Descriptors: []Descriptor{{{Source: key}}},
-	})
+	}, (&oneLimit{lim: lim, limit: limit}).take)
+	if err != nil {
+		return nil, err
+	}
+	return m.wrap, nil
 }
 
 // oneLimit decides one limit for the one descriptor NewLimit builds, under
@@ -48,8 +51,10 @@ type oneLimit struct {
 	limit *sluice.Limit
 }
 
-func (d *oneLimit) DecideInto(ctx context.Context, _ string, descs []rules.Descriptor, o *decide.Outcome) error {
+// take decides r's one descriptor, under its one value.
+func (d *oneLimit) take(ctx context.Context, r *decide.Request, o *decide.Outcome) error {
 	o.Reset()
+	descs := r.Descriptors
 	if len(descs) == 0 || len(descs[0].Entries) == 0 {
 		// The key is absent: nothing to limit.
 		o.Overall = sluice.Decision{Allowed: true, Index: -1}
@@ -58,7 +63,7 @@ func (d *oneLimit) DecideInto(ctx context.Context, _ string, descs []rules.Descr
 	desc := &descs[0]
 	hits := [1]sluice.Hit{{Key: desc.Entries[0].Value, Limit: d.limit, Cost: desc.Cost}}
 	var out [1]sluice.Decision
-	overall, err := d.lim.DecideInto(ctx, hits[:], out[:])
+	overall, err := d.lim.Take(ctx, hits[:], out[:])
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -19,15 +18,15 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// Decider decides the descriptors of a request into a decide.Outcome:
-// *decide.Decider, which decides with local rules and a store, is the one
-// most callers want. DecideInto must fill o as decide.Decider.DecideInto
-// documents, leave o reset on error, and be safe for concurrent use. It
-// must not use descs, nor keep the strings in them, after it returns: the
-// middleware reuses their storage for the next request (decide.Decider
-// copies what it keeps).
+// Decider decides the requests: *decide.Decider, the one door of the
+// decision core (local rules and a store, or a remote service with the
+// rules as its fallback), is the one callers want. Decide must fill o as
+// decide.Decider.Decide documents, leave o reset on error, and be safe for
+// concurrent use. It must not use r, nor keep the strings in it, after it
+// returns: the middleware reuses their storage for the next request
+// (decide.Decider copies what it keeps).
 type Decider interface {
-	DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error
+	Decide(ctx context.Context, r *decide.Request, o *decide.Outcome) error
 }
 
 // Config configures the middleware made by New. Zero fields mean the
@@ -120,7 +119,7 @@ type Config struct {
 
 // middleware is a validated Config.
 type middleware struct {
-	dec        Decider
+	dec        func(context.Context, *decide.Request, *decide.Outcome) error // Config.Decider's Decide
 	domain     string
 	ip         ClientIP
 	descs      [][]entry
@@ -148,19 +147,24 @@ type middleware struct {
 // gorilla/mux alike. See the package documentation for what it does to a
 // request.
 func New(cfg Config) (func(http.Handler) http.Handler, error) {
-	m, err := newMiddleware(cfg)
+	if cfg.Decider == nil {
+		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
+	}
+	m, err := newMiddleware(cfg, cfg.Decider.Decide)
 	if err != nil {
 		return nil, err
 	}
-	return func(next http.Handler) http.Handler {
-		return &handler{m: m, next: next}
-	}, nil
+	return m.wrap, nil
 }
 
-func newMiddleware(cfg Config) (*middleware, error) {
+// wrap is the middleware around next.
+func (m *middleware) wrap(next http.Handler) http.Handler {
+	return &handler{m: m, next: next}
+}
+
+// newMiddleware checks cfg, but for its Decider: dec decides.
+func newMiddleware(cfg Config, dec func(context.Context, *decide.Request, *decide.Outcome) error) (*middleware, error) {
 	switch {
-	case cfg.Decider == nil:
-		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
 	case cfg.Domain == "":
 		return nil, fmt.Errorf("%w: Domain is required", ErrConfig)
 	case len(cfg.Domain) > rules.MaxEntryLen:
@@ -177,7 +181,7 @@ func newMiddleware(cfg Config) (*middleware, error) {
 		return nil, err
 	}
 	m := &middleware{
-		dec:        cfg.Decider,
+		dec:        dec,
 		domain:     cfg.Domain,
 		ip:         cfg.ClientIP,
 		headers:    cfg.Headers.With(ratelimitheaders.HeadersAll),
@@ -247,11 +251,12 @@ func (m *middleware) compileAll(ds []Descriptor) ([][]entry, error) {
 type scratch struct {
 	main    reqScratch // Config.Descriptors
 	fail    reqScratch // Failures.Descriptors
+	req     decide.Request
 	out     decide.Outcome
 	client  string // the resolved client key, when needed
 	key     []byte
 	ckey    []byte // the concurrency or queue key
-	hdr     []byte
+	hdr     ratelimitheaders.Values
 	entries []rules.Entry // all of main's and fail's
 }
 
@@ -274,7 +279,7 @@ func (m *middleware) newScratch() *scratch {
 	}
 	s := &scratch{
 		key:     make([]byte, 0, 64),
-		hdr:     make([]byte, 0, 256),
+		hdr:     ratelimitheaders.Values{Buf: make([]byte, 0, 256)},
 		entries: make([]rules.Entry, m.entries+fails),
 	}
 	s.main.init(descs, s.entries[:m.entries])
@@ -485,13 +490,19 @@ func shadowLimit(o *decide.Outcome) string {
 
 // decide decides s.main into s.out.
 func (m *middleware) decide(ctx context.Context, s *scratch) error {
-	err := m.dec.DecideInto(ctx, m.domain, s.main.descs, &s.out)
+	err := m.decideDescs(ctx, s, s.main.descs)
 	if err == nil && s.out.Degraded != rules.FailDefault {
 		if n, ok := m.degLog.Allow(time.Now()); ok {
 			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "reason", s.out.Reason.String(), "err", s.out.StoreErr, "not_logged", n)
 		}
 	}
 	return err
+}
+
+// decideDescs decides descs, of the middleware's domain, into s.out.
+func (m *middleware) decideDescs(ctx context.Context, s *scratch, descs []rules.Descriptor) error {
+	s.req = decide.Request{Domain: m.domain, Descriptors: descs}
+	return m.dec(ctx, &s.req, &s.out)
 }
 
 // overLimit reports whether o denies the request (never in shadow mode).
@@ -597,68 +608,33 @@ descs:
 	return len(rs.descs) - before, nil
 }
 
-// setHeaders sets the rate limit headers of the outcome in s on h. The
-// values share one string and one slice, allocated together per
+// setHeaders sets the rate limit headers of the outcome in s on h, denied
+// or not (ratelimitheaders.Values.Fill, the headers of every front door).
+// The values share one string and one slice, allocated together per
 // response.
 func (m *middleware) setHeaders(h http.Header, s *scratch, denied bool) {
-	o := &s.out
-	if m.headers == 0 {
+	v := &s.hdr
+	v.Fill(&s.out, m.headers, denied)
+	if v.N == 0 {
 		return
 	}
-	deciding := ratelimitheaders.Deciding(o)
-	if deciding < 0 {
-		// No limit to describe (a remote's fail_closed answer, say): a
-		// denial still says when to retry.
-		if denied && m.headers&ratelimitheaders.HeadersRetryAfter != 0 {
-			h["Retry-After"] = []string{strconv.FormatInt(retryAfter(o), 10)}
-		}
-		return
-	}
-	dl := &o.Limits[deciding]
-	var ends [6]int
-	names := [6]string{}
-	n := 0
-	b := s.hdr[:0]
-	add := func(name string) {
-		names[n], ends[n] = name, len(b)
-		n++
-	}
-	if m.headers&ratelimitheaders.HeadersIETF != 0 {
-		b = ratelimitheaders.AppendPolicy(b, o.Limits)
-		add("Ratelimit-Policy")
-		b = ratelimitheaders.AppendRateLimit(b, dl)
-		add("Ratelimit")
-	}
-	if m.headers&ratelimitheaders.HeadersXRateLimit != 0 {
-		b = strconv.AppendInt(b, dl.Decision.Limit, 10)
-		add("X-Ratelimit-Limit")
-		b = strconv.AppendInt(b, dl.Decision.Remaining, 10)
-		add("X-Ratelimit-Remaining")
-		b = strconv.AppendInt(b, ratelimitheaders.Reset(dl), 10)
-		add("X-Ratelimit-Reset")
-	}
-	if denied && m.headers&ratelimitheaders.HeadersRetryAfter != 0 {
-		b = strconv.AppendInt(b, retryAfter(o), 10)
-		add("Retry-After")
-	}
-	s.hdr = b
 	// The values are new strings for every response: net/http writes the
 	// header after the handler returns, when s may serve another request.
 	// One allocation holds them and their slices.
 	var vals []string
 	var all string
-	if len(b) <= len(headerBlock{}.buf) {
+	if len(v.Buf) <= len(headerBlock{}.buf) {
 		hb := new(headerBlock)
-		copy(hb.buf[:], b)
-		vals, all = hb.vals[:n], unsafe.String(&hb.buf[0], len(b))
+		copy(hb.buf[:], v.Buf)
+		vals, all = hb.vals[:v.N], unsafe.String(&hb.buf[0], len(v.Buf))
 	} else {
-		vals, all = make([]string, n), string(b)
+		vals, all = make([]string, v.N), string(v.Buf)
 	}
 	start := 0
-	for i := range n {
-		vals[i] = all[start:ends[i]]
-		start = ends[i]
-		h[names[i]] = vals[i : i+1 : i+1]
+	for i := range v.N {
+		vals[i] = all[start:v.Ends[i]]
+		start = v.Ends[i]
+		h[ratelimitheaders.CanonicalNames[v.Fields[i]]] = vals[i : i+1 : i+1]
 	}
 }
 

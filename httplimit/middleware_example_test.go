@@ -36,8 +36,12 @@ descriptors:
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
 	defer store.Close()
 
+	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+	if err != nil {
+		panic(err)
+	}
 	limit, err := httplimit.New(httplimit.Config{
-		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider: decider,
 		Domain:  "api",
 	})
 	if err != nil {

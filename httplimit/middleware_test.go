@@ -33,7 +33,7 @@ func decider(t testing.TB, yaml string) *decide.Decider {
 	t.Helper()
 	store := memstore.New(memstore.Config{Now: func() time.Time { return fixedNow }})
 	t.Cleanup(func() { store.Close() })
-	return decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml))
+	return mustDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml))
 }
 
 // okHandler answers 200 "ok".
@@ -301,7 +301,7 @@ func (failingStore) Take(context.Context, []sluice.Hit, []sluice.Decision) error
 
 func TestStoreFailure(t *testing.T) {
 	newDecider := func(policy string) *decide.Decider {
-		return decide.NewDecider(sluice.NewLimiter(failingStore{}), rulestest.Config(t, ipRules+"failure_policy: "+policy+"\n"))
+		return mustDecider(sluice.NewLimiter(failingStore{}), rulestest.Config(t, ipRules+"failure_policy: "+policy+"\n"))
 	}
 	t.Run("fail_open", func(t *testing.T) {
 		srv := limited(t, httplimit.Config{Decider: newDecider("fail_open"), Domain: "api"})
@@ -332,7 +332,7 @@ func TestStoreFailure(t *testing.T) {
 	t.Run("no rules: OnError", func(t *testing.T) {
 		var got error
 		mw, err := httplimit.New(httplimit.Config{
-			Decider: decide.NewDecider(sluice.NewLimiter(failingStore{}), nil),
+			Decider: mustDecider(sluice.NewLimiter(failingStore{}), nil),
 			Domain:  "api",
 			OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 				got = err
@@ -674,7 +674,7 @@ func TestConcurrentClientsExact(t *testing.T) {
 // without rules does: over limit, no limit to describe, a wait.
 type closedDecider struct{ wait time.Duration }
 
-func (d closedDecider) DecideInto(_ context.Context, _ string, _ []rules.Descriptor, o *decide.Outcome) error {
+func (d closedDecider) Decide(_ context.Context, _ *decide.Request, o *decide.Outcome) error {
 	o.Reset()
 	o.Overall = sluice.Decision{RetryAfter: d.wait, Index: -1}
 	o.Degraded = rules.FailClosed
@@ -708,7 +708,7 @@ func TestBlockFor(t *testing.T) {
 	now.Store(fixedNow.UnixNano())
 	store := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
 	t.Cleanup(func() { store.Close() })
-	dec := decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, `
+	dec := mustDecider(sluice.NewLimiter(store), rulestest.Config(t, `
 domain: api
 descriptors:
   - key: remote_address

@@ -60,8 +60,12 @@ descriptors:
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
 	defer store.Close()
 
+	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+	if err != nil {
+		panic(err)
+	}
 	limit, err := httplimit.New(httplimit.Config{
-		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider: decider,
 		Domain:  "auth",
 		// Every attempt, per client address.
 		Descriptors: []httplimit.Descriptor{
@@ -173,8 +177,12 @@ descriptors:
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
 	defer store.Close()
 
+	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+	if err != nil {
+		panic(err)
+	}
 	limit, err := httplimit.New(httplimit.Config{
-		Decider: decide.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider: decider,
 		Domain:  "api",
 		Descriptors: []httplimit.Descriptor{{
 			{Key: "plan", Source: httplimit.Header("X-Plan")},
@@ -276,8 +284,10 @@ descriptors:
 	// and changes them through its admin API (sluice override set); a Go
 	// program may keep an Index itself.
 	runtime := overrides.NewIndex(func() time.Time { return now })
-	decider := decide.NewDecider(sluice.NewLimiter(store), cfg)
-	decider.SetRuntime(runtime)
+	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg, Runtime: runtime})
+	if err != nil {
+		panic(err)
+	}
 	week := now.Add(7 * 24 * time.Hour)
 	for _, o := range []*overrides.Override{
 		// carol, on a free plan, gets 1,200 a minute for launch week,

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
@@ -33,7 +32,7 @@ func newClocked(t *testing.T, limit string, start time.Time) *clocked {
 	c.now.Store(start.UnixNano())
 	store := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, c.now.Load()) }})
 	t.Cleanup(func() { store.Close() })
-	dec := decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: "+limit+"\n"))
+	dec := mustDecider(sluice.NewLimiter(store), rulestest.Config(t, "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: "+limit+"\n"))
 	srv := limited(t, httplimit.Config{Decider: dec, Domain: "api"})
 	c.client, c.url = srv.Client(), srv.URL
 	c.nowStr = func() string { return time.Unix(0, c.now.Load()).UTC().Format("15:04:05.00") }

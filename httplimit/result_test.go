@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // results collects what OnResult is told.
@@ -35,7 +34,7 @@ func (rs *results) take() string {
 
 type errDecider struct{}
 
-func (errDecider) DecideInto(_ context.Context, _ string, _ []rules.Descriptor, o *decide.Outcome) error {
+func (errDecider) Decide(_ context.Context, _ *decide.Request, o *decide.Outcome) error {
 	o.Reset()
 	return errors.New("store on fire")
 }

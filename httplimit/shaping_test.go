@@ -17,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // leakyRules releases 10 requests a second, one at a time: the outflow of
@@ -48,7 +47,7 @@ func newShapingRun(t *testing.T, sh httplimit.Shaping) *shapingRun {
 	t.Cleanup(func() { store.Close() })
 	run := &shapingRun{t: t, start: time.Now()}
 	mw, err := httplimit.New(httplimit.Config{
-		Decider:  decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, leakyRules)),
+		Decider:  mustDecider(sluice.NewLimiter(store), rulestest.Config(t, leakyRules)),
 		Domain:   "api",
 		Shaping:  &sh,
 		OnResult: run.res.on,
@@ -207,7 +206,7 @@ func TestShapingRealListener(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { store.Close() })
 	mw, err := httplimit.New(httplimit.Config{
-		Decider: decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, strings.Replace(leakyRules, "10,", "20,", 1))),
+		Decider: mustDecider(sluice.NewLimiter(store), rulestest.Config(t, strings.Replace(leakyRules, "10,", "20,", 1))),
 		Domain:  "api",
 		Shaping: &httplimit.Shaping{MaxDelay: 5 * time.Second},
 	})
@@ -260,9 +259,9 @@ type countingDecider struct {
 	calls atomic.Int64
 }
 
-func (d *countingDecider) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error {
+func (d *countingDecider) Decide(ctx context.Context, r *decide.Request, o *decide.Outcome) error {
 	d.calls.Add(1)
-	if err := d.closedDecider.DecideInto(ctx, domain, descs, o); err != nil {
+	if err := d.closedDecider.Decide(ctx, r, o); err != nil {
 		return err
 	}
 	o.Degraded = 0 // a store's answer, naming no wait

@@ -207,7 +207,7 @@ func (s *Store) Close() error {
 // Health returns the wrapped store's Health() if it has that method, and
 // nil otherwise.
 func (s *Store) Health() error {
-	if h, ok := s.next.(sluice.HealthReporter); ok {
+	if h, ok := s.next.(interface{ Health() error }); ok {
 		return h.Health()
 	}
 	return nil

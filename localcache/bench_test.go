@@ -1,6 +1,7 @@
 package localcache_test
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -53,12 +54,17 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
+// oneTaker is a store that takes a single hit directly.
+type oneTaker interface {
+	TakeOne(ctx context.Context, hit sluice.Hit) (sluice.Decision, error)
+}
+
 // stores returns the stores to compare: the cache over memstore, and
 // memstore alone.
-func stores(b *testing.B) map[string]sluice.OneTaker {
+func stores(b *testing.B) map[string]oneTaker {
 	m := memstore.New(memstore.Config{SweepInterval: -1})
 	b.Cleanup(func() { m.Close() })
-	return map[string]sluice.OneTaker{
+	return map[string]oneTaker{
 		"localcache": localcache.New(m, localcache.Config{}),
 		"memstore":   m,
 	}

@@ -12,7 +12,7 @@
 // An entry is learned from every hit, in a request passed to the wrapped
 // store, that has a cost above 0, a limit not in shadow mode, and a decision
 // that denies with a RetryAfter above 0. Its identity is the hit's Key, the
-// limit's fields that [sluice.Limit.Params] compiles (algorithm, rate,
+// limit's fields that the algorithm's parameters compile (algorithm, rate,
 // period, burst, refill interval, soft percent, elastic ceiling), BlockFor,
 // and for a sketch limit its Name, width and depth (which name its sketch):
 // a per-request override of the limit on the same key string never shares

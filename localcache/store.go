@@ -16,6 +16,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Config configures a Store. The zero value is ready to use: every field's
@@ -40,7 +41,7 @@ const DefaultMaxEntries = 100_000
 // New.
 type Store struct {
 	next sluice.Store
-	one  sluice.OneTaker // next, if it takes single hits directly
+	one  oneTaker // next, if it takes single hits directly
 
 	now   func() time.Duration // nil: time since start
 	start time.Time
@@ -79,7 +80,7 @@ func New(next sluice.Store, cfg Config) *Store {
 		hits:       newStripes(),
 		misses:     newStripes(),
 	}
-	s.one, _ = next.(sluice.OneTaker)
+	s.one, _ = next.(oneTaker)
 	// A table grows up to at least 5/4 of its shard's entries in slots.
 	// With two buckets to choose from, an entry seldom finds both full
 	// below a load of 90%, so evictions wait for the shard to be full.
@@ -131,7 +132,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 // TakeEach implements sluice.EachTaker when the wrapped store does: hits
 // decided one by one, a denied hit with room left overdrawn. Over a store
 // without TakeEach it decides each hit with a Take, as
-// Limiter.DecideEach's fallback does, and so overdraws nothing: short of
+// Limiter.TakeEach's fallback does, and so overdraws nothing: short of
 // the EachTaker contract, as the wrapped store is. A request is
 // answered locally only from entries that deny every cost of at least 1
 // (learned from a denial of cost 1, an overdrawn hit, or a block): a
@@ -217,7 +218,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return nil
 }
 
-// TakeOne is Take for a single hit: the sluice.OneTaker fast path that
+// TakeOne is Take for a single hit: the fast path (a TakeOne method) that
 // Limiter.Allow uses. A local answer allocates nothing; a request passed
 // to the store allocates what the store's TakeOne does.
 func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
@@ -303,7 +304,7 @@ func keyBefore(hits []sluice.Hit, i int) bool {
 }
 
 // identity returns the identity of h's entry: its key, the fields of its
-// limit that make up the compiled parameters (Limit.Params: the capacity
+// limit that make up the compiled parameters (the algorithm's parameters: the capacity
 // comes from Burst, SoftPercent and ElasticCeiling; Debit) and BlockFor, and for a
 // sketch the sketch's name and dimensions. The raw fields are at least as
 // fine as the parameters, and cheaper to read.
@@ -321,7 +322,7 @@ func (s *Store) identity(h *sluice.Hit) ident {
 		x ^= 0x94d049bb133111eb
 	}
 	if l.Algorithm == sluice.Sketch {
-		w, d := l.SketchDims()
+		w, d := limits.SketchDims(l)
 		x ^= mix(xxh3.HashString(l.Name) ^ uint64(w)<<32 ^ uint64(d))
 	}
 	u := xxh3.HashString128Seed(h.Key, s.seed^mix(x))
@@ -365,7 +366,7 @@ func (s *Store) answer(id ident, h *sluice.Hit, now int64, d *sluice.Decision, e
 	case e.until == never, h.Limit.Rate == 0 && !d.Blocked:
 		// A zero limit never admits a hit, whenever its entry ends.
 		d.RetryAfter = sluice.Never
-	case h.Cost > e.minCost && !d.Blocked && h.Cost > h.Limit.Params().Capacity:
+	case h.Cost > e.minCost && !d.Blocked && h.Cost > limits.Params(h.Limit).Capacity:
 		// Above the capacity, as the store would say.
 		d.RetryAfter = sluice.Never
 	default:
@@ -433,4 +434,10 @@ func afterSat(t int64, d time.Duration) int64 {
 		return never
 	}
 	return t + int64(d)
+}
+
+// oneTaker is a store that takes a single hit directly (TakeOne), as the
+// Limiter asks of one.
+type oneTaker interface {
+	TakeOne(ctx context.Context, hit sluice.Hit) (sluice.Decision, error)
 }

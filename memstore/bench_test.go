@@ -117,7 +117,7 @@ func BenchmarkTwoLimits(b *testing.B) {
 		i := int(start.Add(7919) % uint64(len(keys)))
 		for pb.Next() {
 			hits[0].Key, hits[1].Key = keys[i], keys[i]
-			lim.DecideInto(ctx, hits, out)
+			lim.Take(ctx, hits, out)
 			if i++; i == len(keys) {
 				i = 0
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // countMin is the algo package's count-min sketch.
@@ -39,7 +40,7 @@ type sketchSet struct {
 }
 
 func idOf(l *sluice.Limit, p *algo.Params) sketchID {
-	w, d := l.SketchDims()
+	w, d := limits.SketchDims(l)
 	return sketchID{name: l.Name, rate: p.Rate, period: p.Period, capacity: p.Capacity, width: w, depth: d}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Config configures a Store. The zero value is ready to use: every field's
@@ -261,7 +262,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return nil
 }
 
-// TakeOne is Take for a single hit: the sluice.OneTaker fast path that
+// TakeOne is Take for a single hit: the fast path (a TakeOne method) that
 // Limiter.Allow uses.
 func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
 	if err := ctx.Err(); err != nil {
@@ -286,7 +287,7 @@ func (s *Store) takeSingle(hits []sluice.Hit, out []sluice.Decision, now int64, 
 // takeOne is Take (each: TakeEach) for the common request: one hit of a
 // one-state algorithm without block_for.
 func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each bool) {
-	p := h.Limit.Params()
+	p := limits.Params(h.Limit)
 	k := s.keyHash(h.Key, &p)
 	sh := &s.shards[s.shardOf(k)]
 	if wordLimit(&p) {
@@ -299,7 +300,7 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each boo
 			r = s.takeWordLocked(sh, k, &p, h.Cost, now, each)
 			sh.mu.Unlock()
 		}
-		*out = h.Limit.DecisionOf(r, &p)
+		*out = limits.Decision(h.Limit, r, &p)
 		return
 	}
 	sh.mu.Lock()
@@ -322,7 +323,7 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each boo
 		sh.t.remove(i)
 	}
 	sh.mu.Unlock()
-	*out = h.Limit.DecisionOf(r, &p)
+	*out = limits.Decision(h.Limit, r, &p)
 }
 
 // Where the state of a hit lives.
@@ -402,10 +403,10 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64, ea
 	for i := range ops {
 		o, l := &ops[i], hits[i].Limit
 		if o.until == 0 {
-			out[i] = l.DecisionOf(o.r, &o.p)
+			out[i] = limits.Decision(l, o.r, &o.p)
 			continue
 		}
-		out[i] = l.DecisionOf(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
+		out[i] = limits.Blocked(limits.Decision(l, o.r, &o.p), time.Duration(o.until-now))
 	}
 }
 
@@ -415,7 +416,7 @@ func (s *Store) prepare(hits []sluice.Hit, ops []op) {
 	for i := range hits {
 		h := &hits[i]
 		o := &ops[i]
-		*o = op{p: h.Limit.Params(), prev: -1}
+		*o = op{p: limits.Params(h.Limit), prev: -1}
 		o.k = s.keyHash(h.Key, &o.p)
 		if h.Limit.BlockFor > 0 {
 			o.bk = blockKey(o.k)

@@ -186,7 +186,7 @@ func TestNoAllocs(t *testing.T) {
 		out1 := make([]sluice.Decision, 1)
 		if a := testing.AllocsPerRun(500, func() {
 			one[0].Key = keys[i%len(keys)]
-			lim.DecideInto(ctx, one, out1)
+			lim.Take(ctx, one, out1)
 			i++
 		}); a != 0 {
 			t.Errorf("%s: %.1f allocs per decision", k, a)
@@ -194,7 +194,7 @@ func TestNoAllocs(t *testing.T) {
 		other := limitOf(algo.TokenBucket, 5, time.Second)
 		hits := []sluice.Hit{{Key: "a", Limit: l, Cost: 1}, {Key: "b", Limit: other, Cost: 1}}
 		out := make([]sluice.Decision, 2)
-		if a := testing.AllocsPerRun(500, func() { lim.DecideInto(ctx, hits, out) }); a != 0 {
+		if a := testing.AllocsPerRun(500, func() { lim.Take(ctx, hits, out) }); a != 0 {
 			t.Errorf("%s: %.1f allocs per two-limit decision", k, a)
 		}
 	}

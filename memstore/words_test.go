@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/storetest"
 )
 
@@ -85,15 +86,15 @@ func TestWordEncoding(t *testing.T) {
 // reference, held to the same count.
 func TestWordsStress(t *testing.T) {
 	const capacity = 20
-	limits := map[string]*sluice.Limit{
+	cases := map[string]*sluice.Limit{
 		"fixed_window": {Algorithm: sluice.FixedWindow, Rate: capacity, Period: time.Second},
 		"gcra":         {Algorithm: sluice.GCRA, Rate: capacity, Period: time.Second, Burst: capacity},
 		"token_bucket": {Algorithm: sluice.TokenBucket, Rate: capacity, Period: time.Second, Burst: capacity},
 		"locked gcra":  {Algorithm: sluice.GCRA, Rate: capacity, Period: time.Second + 1, Burst: capacity},
 	}
-	for name, l := range limits {
+	for name, l := range cases {
 		t.Run(name, func(t *testing.T) {
-			p := l.Params()
+			p := limits.Params(l)
 			if wordLimit(&p) == (name == "locked gcra") {
 				t.Fatalf("%s: in the word table %v", name, wordLimit(&p))
 			}
@@ -274,7 +275,7 @@ func TestRestoreVersion1(t *testing.T) {
 	s := New(Config{Now: clock.Now, Shards: 2, SweepInterval: -1, Seed: 42})
 	defer s.Close()
 	l := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute}
-	p := l.Params()
+	p := limits.Params(l)
 	k := s.keyHash("k", &p)
 	now := storetest.Start.UnixNano()
 	end := now - now%p.Period + p.Period
@@ -389,7 +390,7 @@ func TestClaimAfterLegacyMove(t *testing.T) {
 		clock := storetest.NewClock(storetest.Start)
 		s := New(Config{Now: clock.Now, Shards: 1, MaxBytes: maxBytes, SweepInterval: -1, Seed: 42})
 		l := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Minute}
-		p := l.Params()
+		p := limits.Params(l)
 		now := storetest.Start.UnixNano()
 		end := now - now%p.Period + p.Period
 		hits := make([]sluice.Hit, n)

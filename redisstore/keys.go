@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // HashTag maps a hit's key to the part of it that chooses its Redis Cluster
@@ -86,7 +87,7 @@ func (k *keyer) appendID(b []byte, key string, p *algo.Params) []byte {
 // sketchKeys returns the meta key and the two window keys of the sketch of
 // limit l with parameters p, and the block key of h in the sketch's slot.
 func (k *keyer) sketchKeys(h *sluice.Hit, p *algo.Params) (meta, k0, k1, block string) {
-	w, d := h.Limit.SketchDims()
+	w, d := limits.SketchDims(h.Limit)
 	id := paramBytes(make([]byte, 0, 64+len(h.Limit.Name)), p)
 	id = binary.LittleEndian.AppendUint32(id, uint32(w))
 	id = binary.LittleEndian.AppendUint32(id, uint32(d))

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
@@ -487,7 +488,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Health implements sluice.HealthReporter: nil while Redis answers, the
+// Health says whether the store can decide (see sluice.Store): nil while Redis answers, the
 // reason otherwise. It does no I/O.
 func (s *Store) Health() error {
 	if s.client.Load() == nil {
@@ -863,7 +864,7 @@ func loadLibrary(ctx context.Context, c *conn) error {
 // sketch its counters, go in req (prev, which depends on the group, is
 // added by build).
 func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
-	o.p = h.Limit.Params()
+	o.p = limits.Params(h.Limit)
 	p := &o.p
 	o.spec = specOf(h.Limit, p)
 	o.req = strconv.AppendInt(o.req[:0], h.Cost, 10)
@@ -871,7 +872,7 @@ func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 		meta, k0, k1, block := k.sketchKeys(h, p)
 		o.state = meta
 		o.keys = append(o.keys, meta, k0, k1)
-		w, d := h.Limit.SketchDims()
+		w, d := limits.SketchDims(h.Limit)
 		o.cells = algo.SketchCells(sketchHash(h.Key, p), w, d, o.cells[:0])
 		if block != "" {
 			o.keys = append(o.keys, block)
@@ -937,9 +938,9 @@ func decision(h *sluice.Hit, p *algo.Params, f string) (sluice.Decision, error) 
 	}
 	// A hit denied yet committed was overdrawn (mode "e").
 	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2], Overdrawn: !allowed && n[4] == 1}
-	d := h.Limit.DecisionOf(r, p)
+	d := limits.Decision(h.Limit, r, p)
 	if left := time.Duration(n[3]); left > 0 {
-		d = d.BlockedFor(left)
+		d = limits.Blocked(d, left)
 	}
 	return d, nil
 }

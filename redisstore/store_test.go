@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
@@ -208,13 +209,14 @@ func TestOneRoundTrip(t *testing.T) {
 		{Key: "ip:1", Limit: logLimit, Cost: 1},
 		{Key: "ip:1", Limit: sketch, Cost: 1},
 	}
-	if _, _, err := lim.Decide(ctx, hits); err != nil {
+	scratch := make([]sluice.Decision, len(hits))
+	if _, err := lim.Take(ctx, hits, scratch); err != nil {
 		t.Fatal(err)
 	}
 	before, fcall := proxy.commands.Load(), proxy.fcall.Load()
 	const n = 50
 	for i := range n {
-		if _, _, err := lim.Decide(ctx, hits[:1+i%len(hits)]); err != nil {
+		if _, err := lim.Take(ctx, hits[:1+i%len(hits)], scratch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -224,7 +226,8 @@ func TestOneRoundTrip(t *testing.T) {
 
 	srv.Cmd("FUNCTION", "FLUSH")
 	before, fcall, function := proxy.commands.Load(), proxy.fcall.Load(), proxy.function.Load()
-	d, _, err := lim.Decide(ctx, hits[:1])
+	out := make([]sluice.Decision, len(hits[:1]))
+	d, err := lim.Take(ctx, hits[:1], out)
 	if err != nil || !d.Allowed {
 		t.Fatalf("after FUNCTION FLUSH: %+v, %v", d, err)
 	}
@@ -913,10 +916,11 @@ func TestBatching(t *testing.T) {
 		wg.Go(func() {
 			for i := range 2000 / 64 {
 				// Each request: the shared limit and one of its own.
-				d, _, err := lim.Decide(context.Background(), []sluice.Hit{
+				var out [2]sluice.Decision
+				d, err := lim.Take(context.Background(), []sluice.Hit{
 					{Key: "shared", Limit: shared, Cost: 1},
 					{Key: fmt.Sprintf("own:%d:%d", w, i), Limit: other, Cost: 1},
-				})
+				}, out[:])
 				if err != nil {
 					t.Error(err)
 					return
@@ -967,9 +971,9 @@ func TestBatchingEach(t *testing.T) {
 				var d sluice.Decision
 				var err error
 				if w%2 == 0 {
-					d, err = lim.DecideEach(context.Background(), hits, out)
+					d, err = lim.TakeEach(context.Background(), hits, out)
 				} else {
-					d, err = lim.DecideInto(context.Background(), hits, out)
+					d, err = lim.Take(context.Background(), hits, out)
 				}
 				if err != nil {
 					t.Error(err)
@@ -1045,7 +1049,7 @@ func TestBatchErrorReply(t *testing.T) {
 	lim := sluice.NewLimiter(s)
 	warm(t, lim, l)
 	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
-	p := l.Params()
+	p := limits.Params(l)
 	srv.Cmd("RPUSH", k.stateKey(&sluice.Hit{Key: "bad", Limit: l}, &p), "x") // a key of the wrong type
 	done := srv.Sleep(time.Second)
 	time.Sleep(20 * time.Millisecond)

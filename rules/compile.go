@@ -140,7 +140,7 @@ func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 		}
 	}
 	if s.soft != nil {
-		if v, ok := p.integer(s.soft, "soft_percent", 0, sluice.MaxPercent); ok {
+		if v, ok := p.integer(s.soft, "soft_percent", 0, algo.MaxSoftPercent); ok {
 			l.SoftPercent = int(v)
 		}
 	}
@@ -256,7 +256,7 @@ func (p *parser) sketch(l *sluice.Limit, n *yaml.Node) {
 	for _, kv := range pairs {
 		switch kv.K.Value {
 		case "width":
-			w, _ = p.integer(kv.V, "sketch width", 1, sluice.MaxSketchCells)
+			w, _ = p.integer(kv.V, "sketch width", 1, algo.MaxSketchCells)
 		case "depth":
 			d, _ = p.integer(kv.V, "sketch depth", 1, 64)
 		default:
@@ -264,8 +264,8 @@ func (p *parser) sketch(l *sluice.Limit, n *yaml.Node) {
 		}
 	}
 	l.Sketch = sluice.SketchConfig{Width: int(w), Depth: int(d)}
-	ww, dd := l.SketchDims()
-	if ww > 0 && dd > 0 && int64(ww)*int64(dd) > sluice.MaxSketchCells {
-		p.Errorf(p.Deref(n), "sketch width*depth must be at most %d, got %dx%d", sluice.MaxSketchCells, ww, dd)
+	ww, dd := algo.SketchDims(l.Sketch.Width, l.Sketch.Depth)
+	if ww > 0 && dd > 0 && int64(ww)*int64(dd) > algo.MaxSketchCells {
+		p.Errorf(p.Deref(n), "sketch width*depth must be at most %d, got %dx%d", algo.MaxSketchCells, ww, dd)
 	}
 }

@@ -70,7 +70,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatal(err)
 			}
 			if err == nil {
-				if err := sluice.ValidateHits(p.Hits); err != nil {
+				if err := validHits(p.Hits); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -157,7 +157,7 @@ func FuzzPlan(f *testing.F) {
 		if len(p.Matches) != len(ds) {
 			t.Fatalf("%d matches for %d descriptors", len(p.Matches), len(ds))
 		}
-		if err := sluice.ValidateHits(p.Hits); err != nil {
+		if err := validHits(p.Hits); err != nil {
 			t.Fatal(err)
 		}
 		d := c.Domain(domain)

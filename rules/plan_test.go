@@ -1,6 +1,7 @@
 package rules_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -294,7 +295,7 @@ descriptors:
 	if p.Hits[1].Limit.Period != 24*time.Hour || p.Hits[2].Limit.Algorithm != sluice.GCRA {
 		t.Errorf("hit order: %+v", p.Hits)
 	}
-	if err := sluice.ValidateHits(p.Hits); err != nil {
+	if err := validHits(p.Hits); err != nil {
 		t.Error(err)
 	}
 }
@@ -373,7 +374,7 @@ descriptors:
 	if len(p.Hits) != 1 || p.Capacity != 0 {
 		t.Errorf("unmatched request: %+v", p.Hits)
 	}
-	if err := sluice.ValidateHits(p.Hits); err != nil {
+	if err := validHits(p.Hits); err != nil {
 		t.Error(err)
 	}
 }
@@ -689,3 +690,16 @@ func TestInfixWildcardKeys(t *testing.T) {
 		}
 	}
 }
+
+// validHits reports what the limiter refuses of hits, wrapping
+// sluice.ErrInvalid: it asks the store nothing more.
+func validHits(hits []sluice.Hit) error {
+	out := make([]sluice.Decision, len(hits))
+	_, err := sluice.NewLimiter(nopStore{}).Take(context.Background(), hits, out)
+	return err
+}
+
+// nopStore decides nothing.
+type nopStore struct{}
+
+func (nopStore) Take(context.Context, []sluice.Hit, []sluice.Decision) error { return nil }

@@ -15,7 +15,7 @@
 // different limits given the same key string keep separate state. For a
 // store with TakeEach ([sluice.EachTaker]) it checks that contract too:
 // hits decided one by one, and debts (algo.Overdraw); a store without it
-// is checked through Limiter.DecideEach's fallback.
+// is checked through Limiter.TakeEach's fallback.
 //
 // The store must read the suite's Clock for every decision. This package
 // imports sluice, algo and the standard library, never a store.
@@ -33,6 +33,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Run runs the whole suite against the stores newStore makes. newStore
@@ -77,12 +78,14 @@ type suite struct {
 type env struct {
 	t     *testing.T
 	clock *Clock
+	store sluice.Store
 	lim   *sluice.Limiter
 }
 
 func (s suite) env(t *testing.T) *env {
 	clock := NewClock(Start)
-	return &env{t: t, clock: clock, lim: sluice.NewLimiter(s.newStore(t, clock))}
+	store := s.newStore(t, clock)
+	return &env{t: t, clock: clock, store: store, lim: sluice.NewLimiter(store)}
 }
 
 // forKinds runs f in a subtest, on a fresh store, for each algorithm.
@@ -99,7 +102,8 @@ func hit(key string, l *sluice.Limit, n int64) sluice.Hit {
 // take decides hits together and returns the overall and per-hit decisions.
 func (e *env) take(hits ...sluice.Hit) (sluice.Decision, []sluice.Decision) {
 	e.t.Helper()
-	d, per, err := e.lim.Decide(context.Background(), hits)
+	per := make([]sluice.Decision, len(hits))
+	d, err := e.lim.Take(context.Background(), hits, per)
 	if err != nil {
 		e.t.Fatalf("Decide: %v", err)
 	}
@@ -170,7 +174,7 @@ func (s suite) basic(t *testing.T) {
 // decision must be exactly the one algo computes on the committed state.
 // The sketch is left out: its estimate depends on the store's key hash.
 func (s suite) trace(t *testing.T) {
-	limits := []*sluice.Limit{
+	cases := []*sluice.Limit{
 		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
 		{Name: "fw-soft", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second, SoftPercent: 40},
 		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
@@ -181,10 +185,10 @@ func (s suite) trace(t *testing.T) {
 		{Name: "log", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second},
 		{Name: "log-elastic", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, ElasticCeiling: 9},
 	}
-	for li, l := range limits {
+	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			p := l.Params()
+			p := limits.Params(l)
 			rng := rand.New(rand.NewPCG(uint64(li), 0x5eed))
 			costs := []int64{0, 1, 1, 1, 1, 2, 3, p.Capacity + 1}
 			var st algo.State
@@ -215,7 +219,7 @@ func (s suite) trace(t *testing.T) {
 						st = next
 					}
 				}
-				wantD := l.DecisionOf(r, &p)
+				wantD := limits.Decision(l, r, &p)
 				got := e.allow("trace", l, n)
 				if got.Allowed != wantD.Allowed || got.Limit != wantD.Limit || got.Remaining != wantD.Remaining ||
 					got.ResetAfter != wantD.ResetAfter || got.RetryAfter != wantD.RetryAfter || got.Over != wantD.Over {
@@ -472,7 +476,8 @@ func (s suite) concurrentAllOrNothing(t *testing.T) {
 		wg.Go(func() {
 			hits := []sluice.Hit{hit(fmt.Sprintf("own%d", w), own, 1), hit("shared", shared, 1)}
 			for range tries {
-				d, _, err := e.lim.Decide(context.Background(), hits)
+				out := make([]sluice.Decision, len(hits))
+				d, err := e.lim.Take(context.Background(), hits, out)
 				if err != nil {
 					t.Error(err)
 					return
@@ -527,7 +532,7 @@ func (s suite) softAndElastic(t *testing.T) {
 			{Name: "soft", Algorithm: k, Rate: 10, Period: time.Hour, SoftPercent: 20},
 			{Name: "elastic", Algorithm: k, Rate: 10, Period: time.Hour, ElasticCeiling: 15},
 		} {
-			top := l.Params().Capacity
+			top := limits.Params(l).Capacity
 			for i := range top {
 				d := e.allow(l.Name, l, 1)
 				what := fmt.Sprintf("%s request %d", l.Name, i+1)
@@ -617,11 +622,11 @@ func (s suite) canceledContext(t *testing.T) {
 	want(t, "after the canceled request", e.allow("k", l, 1), true, 0)
 }
 
-// each decides hits one by one (Limiter.DecideEach).
+// each decides hits one by one (Limiter.TakeEach).
 func (e *env) each(hits ...sluice.Hit) (sluice.Decision, []sluice.Decision) {
 	e.t.Helper()
 	out := make([]sluice.Decision, len(hits))
-	d, err := e.lim.DecideEach(context.Background(), hits, out)
+	d, err := e.lim.TakeEach(context.Background(), hits, out)
 	if err != nil {
 		e.t.Fatalf("DecideEach: %v", err)
 	}
@@ -658,7 +663,7 @@ func (s suite) eachIndependent(t *testing.T) {
 // a denied client digs no deeper. Without TakeEach, nothing is overdrawn.
 func (s suite) eachOverdraw(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		_, hasEach := e.lim.Store().(sluice.EachTaker)
+		_, hasEach := e.store.(sluice.EachTaker)
 		l := &sluice.Limit{Name: "tokens", Algorithm: k, Rate: 10, Period: time.Minute}
 		if d, _ := e.each(hit("u", l, 8)); !d.Allowed {
 			t.Fatalf("8 of 10: %+v", d)
@@ -758,10 +763,10 @@ func (s suite) eachOverdraw(t *testing.T) {
 // eachTrace compares TakeEach with the algo package on a random trace, as
 // trace does for Take: every decision exactly algo.Overdraw's (for sliding
 // logs, LogStepEach with algo.Overdraws) on the state it left. A store
-// without TakeEach is checked through Limiter.DecideEach's fallback, a
+// without TakeEach is checked through Limiter.TakeEach's fallback, a
 // Take a hit: algo.Step's (LogStep's) decisions, nothing overdrawn.
 func (s suite) eachTrace(t *testing.T) {
-	limits := []*sluice.Limit{
+	cases := []*sluice.Limit{
 		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
 		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
 		{Name: "tb-discrete", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
@@ -773,11 +778,11 @@ func (s suite) eachTrace(t *testing.T) {
 		{Name: "sw-debit", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second, Debit: true},
 		{Name: "log-debit", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, Debit: true},
 	}
-	for li, l := range limits {
+	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			_, each := e.lim.Store().(sluice.EachTaker)
-			p := l.Params()
+			_, each := e.store.(sluice.EachTaker)
+			p := limits.Params(l)
 			rng := rand.New(rand.NewPCG(uint64(li), 0xeac4))
 			costs := []int64{0, 0, 1, 1, 1, 2, 3, p.Capacity + 1}
 			var st algo.State
@@ -799,7 +804,7 @@ func (s suite) eachTrace(t *testing.T) {
 						st = next
 					}
 				}
-				wantD := l.DecisionOf(r, &p)
+				wantD := limits.Decision(l, r, &p)
 				_, per := e.each(hit("trace", l, n))
 				got := per[0]
 				if got.Allowed != wantD.Allowed || got.Remaining != wantD.Remaining || got.Overdrawn != wantD.Overdrawn ||

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/httpconf"
@@ -146,16 +146,12 @@ Flags:
 // proxyDecider is what the proxy decides with, built from the store flags
 // by openProxyDecider.
 type proxyDecider struct {
-	httplimit.Decider
+	*decide.Decider // its rules are the file's, its default failure policy --failure-policy
 
-	// setRules puts new rules in force in the decider.
-	setRules func(*rules.Config)
-
-	// health is the store's health (nil: always up) and policy the
-	// default failure policy: /readyz fails while the store is down and
-	// the policy is fail_closed, as sluice serve's does.
+	// health is the store's health (nil: always up): /readyz fails while
+	// the store is down and the default failure policy is fail_closed, as
+	// sluice serve's does.
 	health func() error
-	policy rules.FailurePolicy
 
 	register func(*prometheus.Registry) // the store's collectors
 	close    func()
@@ -179,19 +175,22 @@ func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.C
 	if s.store == "remote" {
 		return openRemoteDecider(s, remote, initial, log)
 	}
-	dec, set, err := newLocalDecider(s, log)
+	core, set, err := localDecideConfig(s, log)
 	if err != nil {
 		return nil, err
 	}
-	dec.SetRules(initial)
+	core.Rules = initial
+	dec, err := decide.New(core)
+	if err != nil {
+		set.close()
+		return nil, err
+	}
 	return &proxyDecider{
-		Decider:  dec.Core(),
-		setRules: dec.SetRules,
+		Decider:  dec,
 		health:   set.health(),
-		policy:   dec.Failover().Default,
 		register: set.register,
 		close:    set.close,
-		explain:  dashboardExplainer(dec.Core()),
+		explain:  dashboard.TightestLimit(dec),
 		redis:    set.redis,
 	}, nil
 }
@@ -279,7 +278,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 			if err == nil {
 				d := c.Domains()[0]
 				if err = p.SetRoutes(d, sec); err == nil {
-					dec.setRules(c)
+					dec.SetRules(c)
 					domainNow.Store(&d)
 					log.Info("configuration loaded", "hash", c.Hash(), "domain", d, "routes", len(sec.Routes))
 					loads.WithLabelValues("success").Inc()
@@ -298,7 +297,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	var draining atomic.Bool
 	admin := proxy.AdminHandler(proxy.AdminConfig{
 		StoreHealth:     dec.health,
-		Policy:          dec.policy,
+		Policy:          dec.Failover().Default,
 		Draining:        draining.Load,
 		Gatherer:        reg,
 		Hitters:         top,

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rlsclient"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
@@ -77,29 +77,31 @@ func openRemoteDecider(s *storeSettings, r *remoteSettings, initial *rules.Confi
 	if err != nil {
 		return nil, err
 	}
-	local := memstore.New(memstore.Config{})
-	lim := sluice.NewLimiter(local)
-	fallback := rls.NewDecider(lim, initial)
-	if err := fallback.SetFailover(rls.Failover{Default: s.failurePolicy, Local: lim, Nodes: s.localNodes}); err != nil {
-		local.Close()
-		return nil, err
-	}
 	client, err := rlsclient.New(rlsclient.Config{
 		Target:      r.addr,
 		DialOptions: opts,
 		Timeout:     r.timeout,
-		Fallback:    fallback,
 		Logger:      log.With("component", "rls"),
 	})
 	if err != nil {
+		return nil, err
+	}
+	local := memstore.New(memstore.Config{})
+	lim := sluice.NewLimiter(local)
+	dec, err := decide.New(decide.Config{
+		Limiter:  lim,
+		Rules:    initial,
+		Remote:   client,
+		Failover: decide.Failover{Default: s.failurePolicy, Local: lim, Nodes: s.localNodes},
+	})
+	if err != nil {
+		client.Close()
 		local.Close()
 		return nil, err
 	}
 	return &proxyDecider{
-		Decider:  client,
-		setRules: fallback.SetRules,
+		Decider:  dec,
 		health:   client.Health,
-		policy:   s.failurePolicy,
 		register: func(reg *prometheus.Registry) { reg.MustRegister(client.Collector("sluice")) },
 		close:    func() { client.Close(); local.Close() },
 	}, nil

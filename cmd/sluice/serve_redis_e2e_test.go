@@ -548,7 +548,15 @@ func checksBite(t *testing.T, tg *target, ss []sample, margin int64) {
 	if tg.spec.interval > 0 {
 		tighter.n = tg.spec.n - int64(tg.spec.period/tg.spec.interval)
 	}
-	if w := checkKey(tighter, ss, margin, false); len(w.over) == 0 {
+	// Against a limit one lower, the admissions break the bound, and
+	// the checks must say so; unless the run admitted no more than that
+	// bound allows (a loaded machine that sent too few requests), where
+	// there is nothing to find.
+	switch w := checkKey(tighter, ss, margin, false); {
+	case len(w.over) > 0:
+	case int64(w.admitted) <= w.upper:
+		t.Logf("%s: %d admitted, within the bound %d of a limit of %d: the checks from above have nothing to find in this run", tg.name, w.admitted, w.upper, tighter.n)
+	default:
 		t.Errorf("%s: the checks from above find nothing wrong against a limit of %d", tg.name, tighter.n)
 	}
 	if w := checkKey(looser, ss, margin, false); len(w.under) == 0 && int64(w.admitted)+margin >= w.floor {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/simulate"
 )
@@ -26,6 +27,8 @@ func cmdSimulate(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	quiet := fs.Bool("quiet", false, "do not print the summary")
 	plot := fs.String("plot", "", "also draw what each rule allowed and denied over time, as an SVG image in this `file`")
 	allOrNothing := fs.Bool("all-or-nothing", false, "decide every limit of a request together, as sluice serve --all-or-nothing (default: each on its own, as sluice serve and envoyproxy/ratelimit)")
+	shadow := fs.Bool("shadow-mode", false, "answer as sluice serve --shadow-mode: decide and count every limit, but never answer OVER_LIMIT")
+	headers := fs.String("response-headers", "off", "`modes` of rate limit response headers in each response, as sluice serve --response-headers: off, ietf, x-ratelimit, retry-after, all, or a comma list")
 	setUsage(fs, `Usage: sluice simulate --config FILE --trace FILE
 
 Replays a trace through the rules on a virtual clock and the embedded store.
@@ -48,6 +51,10 @@ line fails the run, with its line number, before any decision is printed.
 		usageHint(fs)
 		return errUsage
 	}
+	mode, err := ratelimitheaders.ParseHeaderMode(*headers)
+	if err != nil {
+		return fmt.Errorf("--response-headers: %w", err)
+	}
 	cfg, err := reload.Load(*config)
 	if err != nil {
 		return err
@@ -61,7 +68,7 @@ line fails the run, with its line number, before any decision is printed.
 		defer f.Close()
 		in = f
 	}
-	sum, err := simulate.RunOptions(ctx, cfg, in, stdout, simulate.Options{AllOrNothing: *allOrNothing})
+	sum, err := simulate.RunOptions(ctx, cfg, in, stdout, simulate.Options{AllOrNothing: *allOrNothing, ShadowMode: *shadow, Headers: mode})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *tracePath, err)
 	}

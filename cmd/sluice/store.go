@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"
@@ -206,28 +206,24 @@ func (s *storeSettings) check() []string {
 	return probs
 }
 
-// newLocalDecider opens the store of s and returns a Decider over it, with
-// no rules yet, whose failure policy is --failure-policy; the node-local
-// store of the local policy is always there, so that a domain may choose
-// it whatever the default is. The storeSet's close closes both stores.
-func newLocalDecider(s *storeSettings, log *slog.Logger) (*rls.Decider, *storeSet, error) {
+// localDecideConfig opens the store of s and returns the configuration of
+// a decision core over it, with no rules yet, whose failure policy is
+// --failure-policy; the node-local store of the local policy is always
+// there, so that a domain may choose it whatever the default is. The
+// storeSet's close closes both stores.
+func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *storeSet, error) {
 	set, err := openStore(s, log)
 	if err != nil {
-		return nil, nil, err
+		return decide.Config{}, nil, err
 	}
-	dec := rls.NewDecider(sluice.NewLimiter(set.store), nil)
 	local := memstore.New(memstore.Config{})
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
-	f := rls.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes, Logger: log}
+	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
 	if set.redis != nil {
 		f.NodeCount = set.redis.Nodes
 	}
-	if err := dec.SetFailover(f); err != nil {
-		set.close()
-		return nil, nil, err
-	}
-	return dec, set, nil
+	return decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide")}, set, nil
 }
 
 // health is the store's health check: nil when it cannot tell (the

@@ -3,7 +3,7 @@ package algo
 import "math"
 
 // Overdraw is Step for a hit decided on its own, as envoyproxy/ratelimit
-// counts (sluice.Limiter.DecideEach): a hit that fits is admitted as by
+// counts (sluice.Limiter.TakeEach): a hit that fits is admitted as by
 // Step; a hit of cost n > 0 that does not fit, but finds the limit not
 // exhausted (Step's Remaining at least 1: a hit of cost 1 would fit), is
 // consumed all the same, past the limit. The returned state then carries

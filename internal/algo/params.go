@@ -156,3 +156,58 @@ type Result struct {
 	// limit (Overdraw): the state carries a debt.
 	Overdrawn bool
 }
+
+// LimitParams are the parameters of a limit of algorithm kind, rate per
+// period, whose nominal capacity (its burst, or its rate for the windows)
+// is nominal, with a soft margin, an elastic ceiling, a refill interval
+// and a debit flag: the one compilation of a sluice.Limit, shared by its
+// validation and the stores.
+func LimitParams(kind Kind, rate, period, nominal int64, softPercent int, elasticCeiling, interval int64, debit bool) Params {
+	return Params{
+		Kind:     kind,
+		Rate:     rate,
+		Period:   period,
+		Capacity: Capacity(nominal, softPercent, elasticCeiling),
+		Interval: interval,
+		Debit:    debit,
+	}
+}
+
+// Capacity is the enforced capacity of a limit whose nominal capacity (its
+// burst, or its rate for the windows) is nominal, with a soft margin of
+// softPercent (ceil(nominal·(100+softPercent)/100), saturated) and an
+// elastic ceiling (zero: none), whichever is larger.
+func Capacity(nominal int64, softPercent int, elasticCeiling int64) int64 {
+	capacity := nominal
+	if softPercent > 0 {
+		c := capacity
+		if c <= math.MaxInt64/(100+MaxSoftPercent) {
+			c = (c*int64(100+softPercent) + 99) / 100
+		}
+		capacity = c
+	}
+	return max(capacity, elasticCeiling)
+}
+
+// MaxSoftPercent bounds a limit's soft margin, in percent.
+const MaxSoftPercent = 1000
+
+// The count-min sketch's dimensions: the defaults of a sketch limit, and
+// the most cells one may have.
+const (
+	DefaultSketchWidth = 2048
+	DefaultSketchDepth = 4
+	MaxSketchCells     = 1 << 24
+)
+
+// SketchDims is a sketch's width and depth as configured, with the
+// defaults for zero.
+func SketchDims(width, depth int) (int, int) {
+	if width == 0 {
+		width = DefaultSketchWidth
+	}
+	if depth == 0 {
+		depth = DefaultSketchDepth
+	}
+	return width, depth
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/wheremetric"
 	"github.com/sluicehq/sluice/rules"
@@ -206,4 +207,27 @@ func ParseKey(k string) []rules.Entry {
 		out = append(out, rules.Entry{Key: kv[0], Value: kv[1]})
 	}
 	return out
+}
+
+// TightestLimit reads, for the near-limit list, what is left of a
+// descriptor's tightest limit: a peek, through the decisions' own
+// matching (decide.Decider.Explain).
+func TightestLimit(dec *decide.Decider) Explainer {
+	return func(ctx context.Context, domain string, descs []rules.Descriptor) (int64, int64, bool) {
+		e, err := dec.Explain(ctx, domain, descs)
+		if err != nil || len(e.Descriptors) == 0 {
+			return 0, 0, false
+		}
+		found := false
+		var remaining, limit int64
+		for _, l := range e.Descriptors[0].Limits {
+			if l.State == nil || l.State.Limit <= 0 {
+				continue
+			}
+			if !found || l.State.Remaining*limit < remaining*l.State.Limit {
+				remaining, limit, found = l.State.Remaining, l.State.Limit, true
+			}
+		}
+		return remaining, limit, found
+	}
 }

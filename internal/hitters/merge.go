@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // Snapshot is a node's top keys, to be merged with other nodes': per rule,
@@ -111,16 +109,23 @@ func Merge(snaps []Snapshot, rule string, kind Kind, hour bool, k int) ([]Item, 
 	return out, hits
 }
 
-// Shared publishes a node's snapshot to Redis and reads every node's, so
-// that any node can show the top keys of all of them: one hash of node →
-// snapshot (JSON), each snapshot dropped by readers once older than
-// MaxAge.
+// Shared publishes a node's snapshot to a shared hash (a Redis hash every
+// node reaches) and reads every node's, so that any node can show the top
+// keys of all of them: one field a node, its snapshot as JSON, each
+// snapshot dropped by readers once older than MaxAge.
 type Shared struct {
-	client func() (rueidis.Client, error)
-	key    string
-	node   string
-	t      *Tracker
-	k      int
+	hash Hash
+	node string
+	t    *Tracker
+	k    int
+}
+
+// Hash is the few calls of a hash that Shared makes (the command gives one
+// over the Redis store's client): set a field, read them all, delete one.
+type Hash interface {
+	Set(ctx context.Context, field, value string) error
+	All(ctx context.Context) (map[string]string, error)
+	Delete(ctx context.Context, field string) error
 }
 
 // SnapshotRules is the rules of the snapshots and of more (the rules of
@@ -144,10 +149,9 @@ const MaxAge = 10 * time.Second
 // PublishEvery is how often a node publishes.
 const PublishEvery = 2 * time.Second
 
-// NewShared returns the sharing of t's top k keys under node, in the Redis
-// that client gives, under keys starting with prefix.
-func NewShared(t *Tracker, client func() (rueidis.Client, error), prefix, node string, k int) *Shared {
-	return &Shared{client: client, key: prefix + "hitters", node: node, t: t, k: k}
+// NewShared returns the sharing of t's top k keys under node, in hash.
+func NewShared(t *Tracker, hash Hash, node string, k int) *Shared {
+	return &Shared{hash: hash, node: node, t: t, k: k}
 }
 
 // Run publishes every PublishEvery until ctx ends.
@@ -166,25 +170,17 @@ func (s *Shared) Run(ctx context.Context) {
 
 // Publish writes this node's snapshot now.
 func (s *Shared) Publish(ctx context.Context) error {
-	c, err := s.client()
-	if err != nil {
-		return err
-	}
 	data, err := json.Marshal(s.t.Snapshot(s.node, s.k))
 	if err != nil {
 		return err
 	}
-	return c.Do(ctx, c.B().Hset().Key(s.key).FieldValue().FieldValue(s.node, string(data)).Build()).Error()
+	return s.hash.Set(ctx, s.node, string(data))
 }
 
 // Snapshots reads every node's snapshot no older than MaxAge (by this
 // node's clock), dropping the older ones from Redis.
 func (s *Shared) Snapshots(ctx context.Context) ([]Snapshot, error) {
-	c, err := s.client()
-	if err != nil {
-		return nil, err
-	}
-	all, err := c.Do(ctx, c.B().Hgetall().Key(s.key).Build()).AsStrMap()
+	all, err := s.hash.All(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +189,7 @@ func (s *Shared) Snapshots(ctx context.Context) ([]Snapshot, error) {
 	for node, raw := range all {
 		var snap Snapshot
 		if json.Unmarshal([]byte(raw), &snap) != nil || now.Sub(snap.At) > MaxAge {
-			c.Do(ctx, c.B().Hdel().Key(s.key).Field(node).Build())
+			s.hash.Delete(ctx, node)
 			continue
 		}
 		out = append(out, snap)

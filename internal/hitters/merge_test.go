@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/zeebo/xxh3"
 
+	"github.com/sluicehq/sluice/internal/redishash"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -61,6 +62,7 @@ func TestShared(t *testing.T) {
 	}
 	defer c.Close()
 	client := func() (rueidis.Client, error) { return c, nil }
+	hash := func(prefix string) Hash { return redishash.New(client, prefix+"hitters") }
 	now := time.Unix(1_800_000_000, 0)
 	prefix := fmt.Sprintf("h%d:", time.Now().UnixNano())
 	var shares []*Shared
@@ -69,7 +71,7 @@ func TestShared(t *testing.T) {
 		for range 10 + n {
 			tr.Add("api.user", 1, Denied, name("user=mallory"))
 		}
-		shares = append(shares, NewShared(tr, client, prefix, fmt.Sprint("node", n), 10))
+		shares = append(shares, NewShared(tr, hash(prefix), fmt.Sprint("node", n), 10))
 	}
 	for _, s := range shares {
 		if err := s.Publish(context.Background()); err != nil {

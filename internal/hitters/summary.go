@@ -12,9 +12,10 @@
 // same bound. A key's sum is within [Low, High] (Item), and
 // High − true ≤ N/m for the window's N, since the parts' N/m add up to it.
 //
-// This package imports the standard library, internal/entrytext (the
-// text of its keys), and rueidis to share a node's top keys through Redis
-// (Shared); nothing of sluice's transports or stores.
+// This package imports the standard library and internal/entrytext (the
+// text of its keys); a node's top keys are shared through a Hash the
+// caller gives (Shared): nothing of sluice's transports, stores or Redis
+// client.
 package hitters
 
 import "math/bits"

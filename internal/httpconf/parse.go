@@ -1,7 +1,6 @@
 package httpconf
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -629,7 +628,7 @@ func (p *parser) check(s *Section) {
 		}
 		lines[r.Pattern] = r.Line
 		_, err := httplimit.New(httplimit.Config{
-			Decider:     nopDecider{},
+			Decider:     new(decide.Decider), // never asked: the middleware is only checked
 			Domain:      "check",
 			ClientIP:    s.ClientIP,
 			Descriptors: r.Descriptors,
@@ -654,11 +653,4 @@ func register(mux *http.ServeMux, pattern string) (msg string) {
 	}()
 	mux.Handle(pattern, http.NotFoundHandler())
 	return ""
-}
-
-// nopDecider lets httplimit.New check a configuration.
-type nopDecider struct{}
-
-func (nopDecider) DecideInto(context.Context, string, []rules.Descriptor, *decide.Outcome) error {
-	return errors.New("httpconf: not a decider")
 }

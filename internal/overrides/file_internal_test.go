@@ -3,11 +3,12 @@ package overrides
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sluicehq/sluice/rules"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/rules"
 )
 
 func put(t *testing.T, s *FileStore, path, limit string, expires *time.Time) {

@@ -131,9 +131,11 @@ descriptors:
 `)
 	store := memstore.New(memstore.Config{SweepInterval: -1})
 	defer store.Close()
-	d := decide.NewDecider(sluice.NewLimiter(store), cfg)
 	x := overrides.NewIndex(nil)
-	d.SetRuntime(x)
+	d, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg, Runtime: x})
+	if err != nil {
+		t.Fatal(err)
+	}
 	x.Put(mustOverride(t, "api", "tenant=acme", `{"unit":"hour","requests_per_unit":2}`, nil))
 	x.Put(mustOverride(t, "api", "tenant=vip", `{"unlimited":true}`, nil))
 	x.Put(mustOverride(t, "api", "tenant=bad", `{"blocked":true}`, nil))
@@ -142,7 +144,7 @@ descriptors:
 		var o decide.Outcome
 		got := 0
 		for range n {
-			if err := d.DecideInto(context.Background(), "api", []rules.Descriptor{{Entries: entries(path), Cost: 1, Override: own}}, &o); err != nil {
+			if err := d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: []rules.Descriptor{{Entries: entries(path), Cost: 1, Override: own}}}, &o); err != nil {
 				t.Fatal(err)
 			}
 			if o.Overall.Allowed {

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/httpconf"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/rulestest"
@@ -92,7 +91,7 @@ func BenchmarkProxy(b *testing.B) {
 	}
 	limited, err := proxy.New(proxy.Config{
 		Upstream: upURL,
-		Decider:  decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
+		Decider:  mustDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
 		Domain:   "api",
 		HTTP:     section,
 		Metrics:  m, // as sluice proxy runs it

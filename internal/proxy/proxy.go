@@ -88,6 +88,7 @@ import (
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/httpconf"
+	"github.com/sluicehq/sluice/internal/topkeys"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -266,7 +267,10 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 	}
 	var record func([]rules.Descriptor, *decide.Outcome) // top keys
 	if p.cfg.Hitters != nil {
-		record = topKeysRecorder(p.cfg.Hitters, s.ShadowMode)
+		top, shadow := p.cfg.Hitters, s.ShadowMode
+		// The decision that settled each request: the top keys' one
+		// recording, shared with sluice serve's hook.
+		record = func(descs []rules.Descriptor, o *decide.Outcome) { topkeys.Record(top, descs, o, shadow) }
 	}
 	names := map[string]bool{}
 	for _, rc := range s.Routes {

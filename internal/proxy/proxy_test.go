@@ -94,7 +94,7 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store, top *
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := decide.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, src))
+	dec := mustDecider(sluice.NewLimiter(store), rulestest.Config(t, src))
 	reg := prometheus.NewRegistry()
 	m, err := proxy.NewMetrics(reg)
 	if err != nil {
@@ -648,7 +648,7 @@ func TestSetRoutes(t *testing.T) {
 }
 
 func TestNewErrors(t *testing.T) {
-	dec := decide.NewDecider(sluice.NewLimiter(memstore.New(memstore.Config{})), rulestest.Config(t, perIP))
+	dec := mustDecider(sluice.NewLimiter(memstore.New(memstore.Config{})), rulestest.Config(t, perIP))
 	for _, tc := range []struct {
 		name     string
 		upstream string

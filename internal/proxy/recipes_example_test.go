@@ -60,9 +60,13 @@ descriptors:
 	}))
 	defer api.Close()
 	upstream, _ := url.Parse(api.URL)
+	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+	if err != nil {
+		panic(err)
+	}
 	p, err := proxy.New(proxy.Config{
 		Upstream: upstream,
-		Decider:  decide.NewDecider(sluice.NewLimiter(store), cfg),
+		Decider:  decider,
 		Domain:   d.Name,
 		HTTP:     section,
 	})

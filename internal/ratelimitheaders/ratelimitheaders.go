@@ -17,11 +17,15 @@
 package ratelimitheaders
 
 import (
+	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // MaxSeconds caps every number of seconds in a header (ten years).
@@ -43,12 +47,13 @@ func Seconds(d, period time.Duration) int64 {
 }
 
 // Deciding returns the index in o.Limits of the limit the headers describe,
-// or -1 when there is none: the limit that denied, else the enforced limit
+// or -1 when there is none: the limit that denied (or would have, in global
+// shadow mode), else the enforced limit
 // with the least quota left (on a tie, the one whose quota comes back
 // later, by More). Shadow-mode limits, which never deny, are not
 // advertised.
 func Deciding(o *decide.Outcome) int {
-	if !o.Overall.Allowed && o.Overall.Index >= 0 && o.Overall.Index < len(o.Limits) && !o.Limits[o.Overall.Index].Limit.Shadow {
+	if (!o.Overall.Allowed || o.ShadowDenied) && o.Overall.Index >= 0 && o.Overall.Index < len(o.Limits) && !o.Limits[o.Overall.Index].Limit.Shadow {
 		return o.Overall.Index
 	}
 	deciding := -1
@@ -77,7 +82,7 @@ func Deciding(o *decide.Outcome) int {
 // until it has one more than Decision.Remaining, which for a sliding
 // window, a sliding log and a sketch is a time by which it surely has.
 func More(dl *decide.LimitOutcome) time.Duration {
-	return dl.Limit.MoreAfter(dl.Decision)
+	return limits.MoreAfter(dl.Limit, dl.Decision)
 }
 
 // Reset is the RateLimit t and X-RateLimit-Reset value of the deciding
@@ -123,7 +128,7 @@ func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 // its quota q (sluice.Limit.Window), rounded up: the period of a window
 // algorithm, the time a bucket takes to refill its whole burst.
 func Window(l *sluice.Limit) int64 {
-	return Seconds(l.Window(), l.Period)
+	return Seconds(limits.Window(l), l.Period)
 }
 
 // AppendRateLimit appends the RateLimit value of the deciding limit dl:
@@ -167,4 +172,110 @@ func AppendSFString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
+}
+
+// Field is one rate limit header field.
+type Field uint8
+
+// The fields, in the order Append writes them.
+const (
+	FieldPolicy     Field = iota // RateLimit-Policy
+	FieldRateLimit               // RateLimit
+	FieldLimit                   // X-RateLimit-Limit
+	FieldRemaining               // X-RateLimit-Remaining
+	FieldReset                   // X-RateLimit-Reset
+	FieldRetryAfter              // Retry-After
+	NumFields
+)
+
+// Names are the fields' names as sent in an Envoy response (Envoy keeps
+// the case it is given); CanonicalNames as net/http's Header keys them.
+var (
+	Names          = [NumFields]string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"}
+	CanonicalNames = [NumFields]string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset", "Retry-After"}
+)
+
+// Values are the values of the rate limit headers of one answer, in one
+// buffer: field Fields[i]'s value is Buf[start:Ends[i]], where start is
+// the previous end (0 for the first).
+type Values struct {
+	Fields [NumFields]Field
+	Ends   [NumFields]int
+	N      int
+	Buf    []byte
+}
+
+// Value returns the i-th value.
+func (v *Values) Value(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = v.Ends[i-1]
+	}
+	return v.Buf[start:v.Ends[i]]
+}
+
+// Fill sets v, reusing its buffer, to the rate limit headers of mode for
+// the answer o, denied or not: every front door's headers, written here
+// once. The headers describe the deciding limit (Deciding); a denial adds
+// Retry-After (RetryAfter), and a denial with no limit to describe (a
+// remote's fail_closed answer) still says when to retry. A fail_open
+// answer knows no quota to advertise: no headers.
+func (v *Values) Fill(o *decide.Outcome, mode HeaderMode, denied bool) {
+	b := v.Buf[:0]
+	v.N = 0
+	add := func(f Field) {
+		v.Fields[v.N], v.Ends[v.N] = f, len(b)
+		v.N++
+	}
+	defer func() { v.Buf = b }()
+	if mode == 0 || o.Degraded == rules.FailOpen {
+		return
+	}
+	deciding := Deciding(o)
+	if deciding < 0 {
+		if denied && mode&HeadersRetryAfter != 0 {
+			b = strconv.AppendInt(b, max(Seconds(o.Overall.RetryAfter, time.Minute), 1), 10)
+			add(FieldRetryAfter)
+		}
+		return
+	}
+	dl := &o.Limits[deciding]
+	if mode&HeadersIETF != 0 {
+		b = AppendPolicy(b, o.Limits)
+		add(FieldPolicy)
+		b = AppendRateLimit(b, dl)
+		add(FieldRateLimit)
+	}
+	if mode&HeadersXRateLimit != 0 {
+		b = strconv.AppendInt(b, dl.Decision.Limit, 10)
+		add(FieldLimit)
+		b = strconv.AppendInt(b, dl.Decision.Remaining, 10)
+		add(FieldRemaining)
+		b = strconv.AppendInt(b, Reset(dl), 10)
+		add(FieldReset)
+	}
+	if denied && mode&HeadersRetryAfter != 0 {
+		b = strconv.AppendInt(b, RetryAfter(o, dl), 10)
+		add(FieldRetryAfter)
+	}
+}
+
+// Hook returns the decide.Hook that adds the rate limit headers of mode to
+// every answer (decide.Outcome.AddHeader), for the front doors that send
+// an outcome's headers as they are: sluice serve's response_headers_to_add
+// and the simulator. Register it after decide.GlobalShadow: a request let
+// through is not told to retry.
+func Hook(mode HeaderMode) decide.Hook {
+	pool := sync.Pool{New: func() any { return new(Values) }}
+	return func(_ context.Context, _ *decide.Request, o *decide.Outcome, err error) {
+		if err != nil {
+			return
+		}
+		v := pool.Get().(*Values)
+		v.Fill(o, mode, o.OverLimit())
+		for i := range v.N {
+			o.AddHeader(Names[v.Fields[i]], v.Value(i))
+		}
+		pool.Put(v)
+	}
 }

@@ -105,6 +105,15 @@ type Config struct {
 	// its last match.
 	Runtime func() rules.Runtime
 
+	// FailurePolicy returns the failure policy of a domain (a
+	// decide.Decider's FailurePolicy: its failure_policy, else the
+	// server's default), which answers the buckets whose shares cannot be
+	// computed (Redis failing): fail_open ALLOW_ALL, fail_closed
+	// DENY_ALL, local no answer (Envoy keeps its assignments until their
+	// time to live, then applies its expired_assignment_behavior). Nil: a
+	// domain's failure_policy alone, no answer for the others.
+	FailurePolicy func(domain string) rules.FailurePolicy
+
 	// ShadowMode answers every bucket ALLOW_ALL (the server's global
 	// shadow mode: nothing is denied).
 	ShadowMode bool
@@ -516,12 +525,16 @@ func (s *Server) drop(st *Stream, key string, b *bucketState, now time.Time) {
 }
 
 // failed answers the assigned buckets of a report whose shares could not be
-// computed: by the domain's failure policy when it says fail_open or
-// fail_closed; else not at all, so that Envoy keeps its assignments until
-// their TTL and then does what its expired_assignment_behavior says.
+// computed: by the domain's failure policy (Config.FailurePolicy) when it
+// is fail_open or fail_closed; else not at all, so that Envoy keeps its
+// assignments until their TTL and then does what its
+// expired_assignment_behavior says.
 func (s *Server) failed(resp *rlqsv3.RateLimitQuotaResponse, cfg *rules.Config, domain string, assigned []*bucketState, err error) *rlqsv3.RateLimitQuotaResponse {
 	policy := rules.FailDefault
-	if cfg != nil {
+	switch {
+	case s.cfg.FailurePolicy != nil:
+		policy = s.cfg.FailurePolicy(domain)
+	case cfg != nil:
 		if d := cfg.Domain(domain); d != nil {
 			policy = d.FailurePolicy
 		}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -50,13 +51,13 @@ func TestDecideDegradedMatchesStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		domain string // the domain's failure_policy
-		f      rls.Failover
+		f      decide.Failover
 	}{
-		{"fail_open", "", rls.Failover{}},
-		{"fail_closed", "", rls.Failover{Default: rules.FailClosed}},
-		{"local", "", rls.Failover{Default: rules.FailLocal, Nodes: 2}},
-		{"domain_closed", "fail_closed", rls.Failover{Default: rules.FailOpen}},
-		{"domain_local", "local", rls.Failover{Nodes: 3}},
+		{"fail_open", "", decide.Failover{}},
+		{"fail_closed", "", decide.Failover{Default: rules.FailClosed}},
+		{"local", "", decide.Failover{Default: rules.FailLocal, Nodes: 2}},
+		{"domain_closed", "fail_closed", decide.Failover{Default: rules.FailOpen}},
+		{"domain_local", "local", decide.Failover{Nodes: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			yaml := degradedRules
@@ -73,7 +74,7 @@ func TestDecideDegradedMatchesStoreFailure(t *testing.T) {
 			ctx := context.Background()
 			for i, descs := range reqs {
 				r := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs}
-				var want, got rls.Outcome
+				var want, got outcome
 				if err := failing.dec.DecideInto(ctx, r, &want); err != nil {
 					t.Fatalf("request %d: DecideInto: %v", i, err)
 				}
@@ -94,7 +95,7 @@ func TestDecideDegradedMatchesStoreFailure(t *testing.T) {
 
 // sameOutcome compares two outcomes of separate Deciders, whose limits are
 // equal but not the same pointers.
-func sameOutcome(t *testing.T, what string, got, want *rls.Outcome) {
+func sameOutcome(t *testing.T, what string, got, want *outcome) {
 	t.Helper()
 	if !proto.Equal(got.Response, want.Response) {
 		t.Errorf("%s: response\n%v\nwant\n%v", what, got.Response, want.Response)
@@ -131,7 +132,7 @@ func TestDecideDegradedErrors(t *testing.T) {
 	e := newFailEnv(t, "failure_policy: local\n"+noCapacity)
 	ctx := context.Background()
 	r := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
-	var o rls.Outcome
+	var o outcome
 
 	if err := e.dec.DecideDegraded(ctx, r, &o, nil); err == nil {
 		t.Error("a nil cause passed")
@@ -143,7 +144,7 @@ func TestDecideDegradedErrors(t *testing.T) {
 		{Domain: "api"},
 		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{nil}},
 	} {
-		if err := e.dec.DecideDegraded(ctx, bad, &o, errDown); !errors.Is(err, rls.ErrInvalid) || o.Response != nil {
+		if err := e.dec.DecideDegraded(ctx, bad, &o, errDown); !errors.Is(err, decide.ErrInvalid) || o.Response != nil {
 			t.Errorf("request %v: %v, response %v", bad, err, o.Response)
 		}
 	}
@@ -159,7 +160,7 @@ func TestDecideDegradedErrors(t *testing.T) {
 	}
 	// A cause that says the request is invalid is no failure to answer.
 	inv := fmt.Errorf("%w: refused", sluice.ErrInvalid)
-	if err := e.dec.DecideDegraded(ctx, r, &o, inv); !errors.Is(err, rls.ErrInvalid) {
+	if err := e.dec.DecideDegraded(ctx, r, &o, inv); !errors.Is(err, decide.ErrInvalid) {
 		t.Errorf("invalid cause: %v", err)
 	}
 	// Nothing to limit needs no store: OK, not degraded.
@@ -175,21 +176,31 @@ func TestDecideDegradedErrors(t *testing.T) {
 	}
 }
 
+// A request the remote cannot answer, answered by the failure policy:
+// the response (one allocation with its status) and the counter keys, as
+// a decision of the store's.
 func TestDecideDegradedAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
 	e := newFailEnv(t, degradedRules)
-	e.setFailover(t, rls.Failover{Default: rules.FailClosed})
+	core, err := decide.New(decide.Config{Limiter: e.dec.Limiter(), Rules: e.dec.Rules(), Remote: failingRemote{errDown},
+		Failover: decide.Failover{Default: rules.FailClosed}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
-	r := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
-	var o rls.Outcome
-	// The response (one allocation with its status) and the counter keys,
-	// as DecideInto's.
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
+	var r decide.Request
+	var o decide.Outcome
 	if n := testing.AllocsPerRun(100, func() {
-		if err := e.dec.DecideDegraded(ctx, r, &o, errDown); err != nil {
+		if err := rls.Request(req, &r); err != nil {
 			t.Fatal(err)
 		}
+		if err := core.Decide(ctx, &r, &o); err != nil || o.Degraded != rules.FailClosed {
+			t.Fatal(err, o.Degraded)
+		}
+		rls.Response(&o, false)
 	}); n > 2 {
 		t.Errorf("%v allocations per request, want at most 2", n)
 	}

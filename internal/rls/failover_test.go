@@ -13,7 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
@@ -54,7 +54,7 @@ func (s *flakyStore) fail(err error) {
 // failEnv is a Decider over a flaky store, with a local memstore for the
 // local policy, on one fixed clock.
 type failEnv struct {
-	dec   *rls.Decider
+	dec   *decider
 	store *flakyStore
 	local *sluice.Limiter
 	now   time.Time
@@ -69,18 +69,18 @@ func newFailEnv(t testing.TB, yaml string) *failEnv {
 	t.Cleanup(func() { main.Close(); local.Close() })
 	e.store = &flakyStore{inner: main}
 	e.local = sluice.NewLimiter(local)
-	e.dec = rls.NewDecider(sluice.NewLimiter(e.store), rulestest.Config(t, yaml))
+	e.dec = newRLSDecider(sluice.NewLimiter(e.store), rulestest.Config(t, yaml))
 	return e
 }
 
-func (e *failEnv) setFailover(t *testing.T, f rls.Failover) {
+func (e *failEnv) setFailover(t *testing.T, f decide.Failover) {
 	t.Helper()
 	if err := e.dec.SetFailover(f); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (e *failEnv) decide(t *testing.T, descs ...*rlv3.RateLimitDescriptor) *rls.Outcome {
+func (e *failEnv) decide(t *testing.T, descs ...*rlv3.RateLimitDescriptor) *outcome {
 	t.Helper()
 	o, err := e.dec.Decide(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs})
 	if err != nil {
@@ -90,7 +90,7 @@ func (e *failEnv) decide(t *testing.T, descs ...*rlv3.RateLimitDescriptor) *rls.
 }
 
 // codes spells the overall and per-descriptor codes: "OVER_LIMIT: OK OVER_LIMIT".
-func codes(o *rls.Outcome) string {
+func codes(o *outcome) string {
 	s := o.Response.OverallCode.String() + ":"
 	for _, st := range o.Response.Statuses {
 		s += " " + st.Code.String()
@@ -141,7 +141,7 @@ func TestFailOpen(t *testing.T) {
 
 func TestFailClosed(t *testing.T) {
 	e := newFailEnv(t, failRules)
-	e.setFailover(t, rls.Failover{Default: rules.FailClosed})
+	e.setFailover(t, decide.Failover{Default: rules.FailClosed})
 	e.store.fail(errDown)
 	o := e.decide(t, desc("user", "a"), desc("none", "x"), desc("fast", "b"))
 	if o.Degraded != rules.FailClosed {
@@ -160,7 +160,7 @@ func TestFailClosed(t *testing.T) {
 		t.Errorf("fast status %v", fast)
 	}
 	// In the exact dialect, the period itself.
-	exact := &rls.Outcome{Dialect: rls.DialectExact}
+	exact := &outcome{Exact: true}
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("fast", "b")}}
 	if err := e.dec.DecideInto(context.Background(), req, exact); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestFailurePolicyPerDomain(t *testing.T) {
 			yaml = "failure_policy: " + tc.domain.String() + "\n" + yaml
 		}
 		e := newFailEnv(t, yaml)
-		e.setFailover(t, rls.Failover{Default: tc.def, Local: e.local})
+		e.setFailover(t, decide.Failover{Default: tc.def, Local: e.local})
 		e.store.fail(errDown)
 		o := e.decide(t, desc("user", "a"))
 		if o.Degraded != tc.want || codes(o) != tc.code {
@@ -227,7 +227,7 @@ descriptors:
       - {unit: second, requests_per_unit: 2}
       - {unit: hour, requests_per_unit: 1000}
 `)
-	e.setFailover(t, rls.Failover{Local: e.local, Nodes: 3})
+	e.setFailover(t, decide.Failover{Local: e.local, Nodes: 3})
 	// Two requests through the store before it fails.
 	e.decide(t, desc("user", "a"))
 	e.decide(t, desc("user", "a"))
@@ -294,7 +294,7 @@ descriptors:
 // that failed (never do this) still counts apart from the store's keys.
 func TestFailLocalKeysAreDistinct(t *testing.T) {
 	e := newFailEnv(t, failRules)
-	e.setFailover(t, rls.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(e.store.inner)})
+	e.setFailover(t, decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(e.store.inner)})
 	for range 10 {
 		e.decide(t, desc("user", "a"))
 	}
@@ -318,7 +318,7 @@ descriptors:
               - key: d
                 rate_limit: {unit: minute, requests_per_unit: 2}
 `)
-	e.setFailover(t, rls.Failover{Default: rules.FailLocal, Local: e.local})
+	e.setFailover(t, decide.Failover{Default: rules.FailLocal, Local: e.local})
 	long := func(n int) []*rlv3.RateLimitDescriptor {
 		rd := &rlv3.RateLimitDescriptor{}
 		for i, k := range []string{"a", "b", "c", "d"} {
@@ -375,7 +375,7 @@ func TestFailErrors(t *testing.T) {
 		t.Errorf("canceled, store up: %v", err)
 	}
 	e.store.fail(errDown)
-	var o rls.Outcome
+	var o outcome
 	if err := e.dec.DecideInto(ctx, r, &o); !errors.Is(err, errDown) || o.Response != nil || o.Degraded != rules.FailDefault {
 		t.Errorf("canceled, store down: %v, outcome %+v", err, o)
 	}
@@ -387,7 +387,7 @@ func TestFailErrors(t *testing.T) {
 
 	// Invalid input is never masked.
 	e.store.fail(fmt.Errorf("%w: the store refused the key", sluice.ErrInvalid))
-	if _, err := e.dec.Decide(context.Background(), r); !errors.Is(err, rls.ErrInvalid) {
+	if _, err := e.dec.Decide(context.Background(), r); !errors.Is(err, decide.ErrInvalid) {
 		t.Errorf("invalid: %v", err)
 	}
 
@@ -400,7 +400,7 @@ func TestFailErrors(t *testing.T) {
 	// The local limiter fails too (the caller's context ends while it
 	// decides): the error says both.
 	ctx, cancel = context.WithCancel(context.Background())
-	e.setFailover(t, rls.Failover{Local: sluice.NewLimiter(cancelingStore{cancel: cancel})})
+	e.setFailover(t, decide.Failover{Local: sluice.NewLimiter(cancelingStore{cancel: cancel})})
 	if _, err := e.dec.Decide(ctx, r); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("local limiter failing: %v", err)
 	}
@@ -416,7 +416,7 @@ func (s cancelingStore) Take(ctx context.Context, _ []sluice.Hit, _ []sluice.Dec
 
 func TestSetFailover(t *testing.T) {
 	e := newFailEnv(t, failRules)
-	for _, f := range []rls.Failover{
+	for _, f := range []decide.Failover{
 		{Default: rules.FailLocal},
 		{Nodes: -1},
 		{Default: rules.FailurePolicy(9)},
@@ -425,23 +425,20 @@ func TestSetFailover(t *testing.T) {
 			t.Errorf("SetFailover(%+v) passed", f)
 		}
 	}
-	e.setFailover(t, rls.Failover{Default: rules.FailLocal, Local: e.local, Nodes: 4})
+	e.setFailover(t, decide.Failover{Default: rules.FailLocal, Local: e.local, Nodes: 4})
 	if f := e.dec.Failover(); f.Default != rules.FailLocal || f.Nodes != 4 || f.Local != e.local {
 		t.Errorf("Failover() = %+v", f)
 	}
-	e.setFailover(t, rls.Failover{})
+	e.setFailover(t, decide.Failover{})
 	if f := e.dec.Failover(); f.Default != rules.FailOpen || f.Nodes != 1 {
 		t.Errorf("zero Failover gives %+v", f)
-	}
-	if e.dec.Limiter().Store() != sluice.Store(e.store) {
-		t.Error("Limiter() is not the decider's")
 	}
 }
 
 // Rules swapped during an outage: the local policy follows the new limits.
 func TestFailLocalReload(t *testing.T) {
 	e := newFailEnv(t, failRules)
-	e.setFailover(t, rls.Failover{Default: rules.FailLocal, Local: e.local, Nodes: 2})
+	e.setFailover(t, decide.Failover{Default: rules.FailLocal, Local: e.local, Nodes: 2})
 	e.store.fail(errDown)
 	if o := e.decide(t, desc("user", "a")); o.Overall.Limit != 10 || o.Overall.Remaining != 4 {
 		t.Fatalf("%+v, want limit 10 and 4 remaining", o.Overall)
@@ -472,13 +469,13 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 1000000000}
 `)
-			if err := e.dec.SetFailover(rls.Failover{Default: tc.policy, Local: e.local, Nodes: 3}); err != nil {
+			if err := e.dec.SetFailover(decide.Failover{Default: tc.policy, Local: e.local, Nodes: 3}); err != nil {
 				b.Fatal(err)
 			}
 			if tc.down {
 				e.store.fail(errDown)
 			}
-			var o rls.Outcome
+			var o outcome
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := e.dec.DecideInto(ctx, r, &o); err != nil {

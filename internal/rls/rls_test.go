@@ -8,17 +8,17 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )
 
-func newDecider(t *testing.T, yaml string) *rls.Decider {
+func newDecider(t *testing.T, yaml string) *decider {
 	t.Helper()
 	now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
@@ -27,7 +27,7 @@ func newDecider(t *testing.T, yaml string) *rls.Decider {
 	if yaml != "" {
 		cfg = rulestest.Config(t, yaml)
 	}
-	return rls.NewDecider(sluice.NewLimiter(store), cfg)
+	return newRLSDecider(sluice.NewLimiter(store), cfg)
 }
 
 func desc(key, value string) *rlv3.RateLimitDescriptor {
@@ -37,10 +37,10 @@ func desc(key, value string) *rlv3.RateLimitDescriptor {
 func TestNoRules(t *testing.T) {
 	dec := newDecider(t, "")
 	r := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
-	if _, err := dec.Decide(context.Background(), r); !errors.Is(err, rls.ErrNoRules) {
+	if _, err := dec.Decide(context.Background(), r); !errors.Is(err, decide.ErrNoRules) {
 		t.Errorf("Decide: %v", err)
 	}
-	if err := dec.Check(r); !errors.Is(err, rls.ErrNoRules) {
+	if err := dec.Check(r); !errors.Is(err, decide.ErrNoRules) {
 		t.Errorf("Check: %v", err)
 	}
 	// A malformed request is invalid whether or not rules are loaded.
@@ -66,7 +66,7 @@ descriptors:
 	user.HitsAddend = wrapperspb.UInt64(3)
 	r := &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 2, Descriptors: []*rlv3.RateLimitDescriptor{desc("post", "x"), desc("none", "1"), user}}
 
-	var o rls.Outcome
+	var o outcome
 	if err := dec.DecideInto(ctx, r, &o); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ descriptors:
 	}
 
 	// An error leaves the outcome empty.
-	if err := dec.DecideInto(ctx, &rlsv3.RateLimitRequest{Domain: "api"}, &o); !errors.Is(err, rls.ErrInvalid) {
+	if err := dec.DecideInto(ctx, &rlsv3.RateLimitRequest{Domain: "api"}, &o); !errors.Is(err, decide.ErrInvalid) {
 		t.Fatalf("no descriptors: %v", err)
 	}
 	if o.Response != nil || len(o.Descriptors) != 0 || len(o.Limits) != 0 {
@@ -131,6 +131,8 @@ descriptors:
 	}
 }
 
+// One descriptor through the codec and the door: the response (one
+// allocation with its status) and the counter keys.
 func TestDecideIntoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
@@ -142,56 +144,26 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1000000}
 `)
 	ctx := context.Background()
-	r := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
-	var o rls.Outcome
-	// The response (one allocation with its status) and the counter keys.
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
+	var r decide.Request
+	var o decide.Outcome
 	if n := testing.AllocsPerRun(100, func() {
-		if err := dec.DecideInto(ctx, r, &o); err != nil {
+		if err := rls.Request(req, &r); err != nil {
 			t.Fatal(err)
 		}
+		if err := dec.core.Decide(ctx, &r, &o); err != nil {
+			t.Fatal(err)
+		}
+		rls.Response(&o, false)
 	}); n > 2 {
 		t.Errorf("%v allocations per request, want at most 2", n)
 	}
 }
 
-// With ReuseResponse, DecideInto builds each Response in the storage of the
-// last one: the same responses as fresh ones, for any number of
-// descriptors in turn (TestReuseResponseAllocs: without allocating).
-func TestReuseResponse(t *testing.T) {
-	yaml := `
-domain: api
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 3}
-  - key: ip
-    rate_limit: {unit: hour, requests_per_unit: 5}
-`
-	fresh, reused := newDecider(t, yaml), newDecider(t, yaml)
-	ctx := context.Background()
-	reqs := []*rlsv3.RateLimitRequest{
-		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}},
-		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a"), desc("ip", "1")}},
-		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("ip", "1"), desc("other", "x"), desc("user", "b")}},
-		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("other", "x")}},
-	}
-	o := rls.Outcome{ReuseResponse: true}
-	for i := range 12 {
-		r := reqs[i%len(reqs)]
-		want, err := fresh.Decide(ctx, r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := reused.DecideInto(ctx, r, &o); err != nil {
-			t.Fatal(err)
-		}
-		if !proto.Equal(o.Response, want.Response) {
-			t.Errorf("request %d: reused %v, want %v", i, o.Response, want.Response)
-		}
-	}
-}
-
-// With ReuseResponse, a request allocates only its counter keys.
-func TestReuseResponseAllocs(t *testing.T) {
+// A decision through the door and the codec allocates only its counter
+// keys and the response (a request of two descriptors: the response, its
+// statuses, and their blocks).
+func TestCodecAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
@@ -204,13 +176,18 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
 `)
 	ctx := context.Background()
-	r := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a"), desc("ip", "1")}}
-	o := rls.Outcome{ReuseResponse: true}
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a"), desc("ip", "1")}}
+	var r decide.Request
+	var o decide.Outcome
 	if n := testing.AllocsPerRun(100, func() {
-		if err := dec.DecideInto(ctx, r, &o); err != nil {
+		if err := rls.Request(req, &r); err != nil {
 			t.Fatal(err)
 		}
-	}); n > 1 {
-		t.Errorf("%v allocations per request with ReuseResponse, want at most 1 (the counter keys)", n)
+		if err := dec.core.Decide(ctx, &r, &o); err != nil {
+			t.Fatal(err)
+		}
+		rls.Response(&o, false)
+	}); n > 4 {
+		t.Errorf("%v allocations per request, want at most 4 (the counter keys and the response's three)", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rlsclient"
 )
@@ -23,7 +24,7 @@ descriptors:
 // BenchmarkClient decides through a real sluice serve on loopback gRPC,
 // with 1 and 10000 keys; remote_down is the failure policy's answer
 // while the breaker is open (no call), and local is the same decision
-// made by an rls.Decider in process, for scale.
+// made by a Decider in process, for scale.
 func BenchmarkClient(b *testing.B) {
 	r := startRemote(b, benchRules)
 	reqs := func(keys int) []*rlsv3.RateLimitRequest {
@@ -33,17 +34,21 @@ func BenchmarkClient(b *testing.B) {
 		}
 		return rs
 	}
-	run := func(b *testing.B, dec any, rs []*rlsv3.RateLimitRequest, wantDegraded bool) {
-		decideInto := rlsDecide(dec)
+	run := func(b *testing.B, dec *decide.Decider, rs []*rlsv3.RateLimitRequest, wantDegraded bool) {
 		var next atomic.Int64
 		b.ReportAllocs()
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
-			var o rls.Outcome
+			var r decide.Request
+			var o decide.Outcome
 			for pb.Next() {
 				rq := rs[int(next.Add(1))%len(rs)]
-				if err := decideInto(ctx, rq, &o); err != nil {
+				if err := rls.Request(rq, &r); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := dec.Decide(ctx, &r, &o); err != nil {
 					b.Error(err)
 					return
 				}
@@ -54,7 +59,7 @@ func BenchmarkClient(b *testing.B) {
 			}
 		})
 	}
-	c := newClient(b, rlsclient.Config{Target: r.addr})
+	c := viaRemote(b, newClient(b, rlsclient.Config{Target: r.addr}), nil, decide.Failover{})
 	for _, keys := range []int{1, 10000} {
 		b.Run("remote/keys="+strconv.Itoa(keys), func(b *testing.B) {
 			run(b, c, reqs(keys), false)
@@ -64,11 +69,10 @@ func BenchmarkClient(b *testing.B) {
 		run(b, r.local(), reqs(1), false)
 	})
 	b.Run("remote_down/keys=1", func(b *testing.B) {
-		down := newClient(b, rlsclient.Config{Target: serveRLS(b, &hangingService{calls: make(chan struct{}, 1)}), BreakerCooldown: 1 << 40})
+		down := viaRemote(b, newClient(b, rlsclient.Config{Target: serveRLS(b, &hangingService{calls: make(chan struct{}, 1)}), BreakerCooldown: 1 << 40}), nil, decide.Failover{})
 		rs := reqs(1)
-		var o rls.Outcome
 		for range 5 { // open the breaker, for good
-			down.DecideRLS(context.Background(), rs[0], &o)
+			ask(b, down, rs[0])
 		}
 		run(b, down, rs, true)
 	})

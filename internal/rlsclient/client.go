@@ -13,9 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -23,14 +21,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/rls"
-	"github.com/sluicehq/sluice/rules"
 )
 
 // exactDialect is the metadata by which the client asks for
@@ -61,7 +57,7 @@ var ErrUnavailable = errors.New("remote rate limit service unavailable")
 // made once: a remote that is down turns every request away.
 var errBreakerOpen = fmt.Errorf("%w: %w", ErrUnavailable, breaker.ErrOpen)
 
-// ErrClosed is returned by DecideInto and DecideRLS after Close.
+// ErrClosed is returned by Ask after Close.
 var ErrClosed = errors.New("rlsclient: client closed")
 
 // Config configures a Client. Zero fields mean the default in their
@@ -87,51 +83,33 @@ type Config struct {
 	// answered by the failure policy.
 	Timeout time.Duration
 
-	// Fallback, when not nil, answers the requests the remote cannot, as
-	// it answers when its own store fails: by the domain's failure_policy
-	// in its rules, else its Failover().Default; the local policy decides
-	// on its Failover().Local with every limit divided by
-	// Failover().Nodes (see rls.Failover). Give it the remote's rules.
-	Fallback *rls.Decider
-
-	// FailurePolicy answers the requests the remote cannot when Fallback
-	// is nil: FailOpen (the zero value, FailDefault, means it) allows
-	// them, with no limit known; FailClosed denies them, retry after a
-	// second. FailLocal needs local rules: use Fallback. Setting both
-	// FailurePolicy and Fallback is an error.
-	FailurePolicy rules.FailurePolicy
-
 	// BreakerFailures consecutive failed calls open the circuit breaker,
-	// which then turns calls away at once, answering them by the failure
-	// policy, for BreakerCooldown (doubling up to 5s while the remote
+	// which then turns calls away at once, for the failure policy to
+	// answer, for BreakerCooldown (doubling up to 5s while the remote
 	// stays down) before letting one probe through. Zero values mean the
 	// internal/breaker defaults (5 and 200ms).
 	BreakerFailures int
 	BreakerCooldown time.Duration
 
-	// Logger receives the remote's failures answered by the failure
-	// policy (at most one line a second of each result: error, timeout,
-	// breaker_open) and the breaker's changes of state. Nil discards.
+	// Logger receives the remote's failures (at most one line a second of
+	// each result: error, timeout, breaker_open) and the breaker's changes
+	// of state. Nil discards.
 	Logger *slog.Logger
 }
 
 // Client decides RLS requests on a remote rate limit service. Make one
 // with New; it is safe for concurrent use.
 type Client struct {
-	target   string
-	conn     *grpc.ClientConn
-	rls      rlsv3.RateLimitServiceClient
-	timeout  time.Duration
-	fallback *rls.Decider
-	policy   rules.FailurePolicy
-	br       *breaker.Breaker
-	log      *slog.Logger
-	limits   limitCache
-	metrics  metrics
-	lastErr  atomic.Pointer[error]         // of the last call, nil once one succeeds
-	logs     [numResults]logsample.Sampler // of the failures answered by the policy
-
-	outcomes sync.Pool // *rls.Outcome, for DecideInto
+	target  string
+	conn    *grpc.ClientConn
+	rls     rlsv3.RateLimitServiceClient
+	timeout time.Duration
+	br      *breaker.Breaker
+	log     *slog.Logger
+	limits  limitCache
+	metrics metrics
+	lastErr atomic.Pointer[error]         // of the last call, nil once one succeeds
+	logs    [numResults]logsample.Sampler // of the failures answered by the policy
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -153,25 +131,14 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("rlsclient: negative BreakerFailures %d", cfg.BreakerFailures)
 	case cfg.BreakerCooldown < 0:
 		return nil, fmt.Errorf("rlsclient: negative BreakerCooldown %v", cfg.BreakerCooldown)
-	case cfg.Fallback != nil && cfg.FailurePolicy != rules.FailDefault:
-		return nil, errors.New("rlsclient: set FailurePolicy or Fallback, not both (the Fallback's rules and Failover choose its policy)")
-	case cfg.FailurePolicy == rules.FailLocal:
-		return nil, errors.New("rlsclient: FailurePolicy local needs local rules: set Fallback instead")
-	case cfg.FailurePolicy > rules.FailLocal:
-		return nil, fmt.Errorf("rlsclient: unknown FailurePolicy %v", cfg.FailurePolicy)
 	}
 	c := &Client{
-		target:   cfg.Target,
-		timeout:  cfg.Timeout,
-		fallback: cfg.Fallback,
-		policy:   cfg.FailurePolicy,
-		log:      cfg.Logger,
+		target:  cfg.Target,
+		timeout: cfg.Timeout,
+		log:     cfg.Logger,
 	}
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
-	}
-	if c.policy == rules.FailDefault {
-		c.policy = rules.FailOpen
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -226,7 +193,7 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-// Health implements sluice.HealthReporter: nil while the remote answers,
+// Health says whether the remote answers: nil while the remote answers,
 // the reason otherwise (the breaker is not closed, or the last call
 // failed). It does no I/O; before the first call it is nil.
 func (c *Client) Health() error {
@@ -239,20 +206,18 @@ func (c *Client) Health() error {
 	return nil
 }
 
-// DecideRLS decides req on the remote into o, as rls.Decider.DecideInto
-// does locally (see the package documentation for how the remote's
-// response maps to o), reusing o's storage. o.Response is the remote's
-// response, which the caller owns. On error o is left reset.
-//
-// A request the remote cannot answer is answered by the failure policy,
-// with o.Degraded set and o.StoreErr wrapping ErrUnavailable and the
-// gRPC error. The errors are: an invalid request (wrapping rls.ErrInvalid:
-// checked here, or the remote's InvalidArgument), the caller's context
-// ending (wrapping its error), a malformed response (statuses that do not
-// match the descriptors), the Fallback's own errors, and ErrClosed.
-func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome) error {
+// Ask decides r on the remote into o (see the package documentation for
+// how the remote's response maps to o): the decide.Remote of a Decider
+// whose own rules answer, by their failure policy, what the remote cannot.
+// An error wrapping decide.ErrInvalid means the request is invalid
+// (checked here, or the remote's InvalidArgument); the caller's context
+// ending returns its error; any other error (wrapping ErrUnavailable: the
+// remote unreachable, failing, silent past the timeout, its breaker open,
+// or an answer that does not fit the request; or ErrClosed) means the
+// remote could not answer. On error o is left reset.
+func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) error {
 	o.Reset()
-	if err := checkRequest(req); err != nil {
+	if err := checkRequest(r); err != nil {
 		return err
 	}
 	if c.closed.Load() {
@@ -261,9 +226,13 @@ func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	req, err := rls.RateLimitRequest(r)
+	if err != nil {
+		return err
+	}
 	if err := c.br.Allow(); err != nil {
 		c.metrics.calls[resultBreakerOpen].Add(1)
-		return c.degrade(ctx, req, o, resultBreakerOpen, &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: errBreakerOpen})
+		return c.failed(r, resultBreakerOpen, &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: errBreakerOpen})
 	}
 	timeout := c.timeout
 	if c.br.State() == breaker.HalfOpen {
@@ -273,7 +242,7 @@ func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *
 		timeout = max(timeout, min(4*timeout, time.Second))
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
-	// Ask sluice serve for what it knows (rls.DialectExact): limits named
+	// Ask sluice serve for what it knows (the exact dialect): limits named
 	// as its rules name them, resets to the nanosecond.
 	cctx = metadata.NewOutgoingContext(cctx, exactDialect)
 	start := time.Now()
@@ -285,10 +254,10 @@ func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *
 		if c.lastErr.Load() != nil {
 			c.lastErr.Store(nil)
 		}
-		if err := c.fill(req, resp, o); err != nil {
+		if err := c.fill(r, resp, o); err != nil {
 			c.metrics.calls[resultMalformed].Add(1)
 			o.Reset()
-			return err
+			return c.failed(r, resultMalformed, &sluice.StoreError{Reason: sluice.FailError, Err: fmt.Errorf("%w: %w", ErrUnavailable, err)})
 		}
 		c.metrics.calls[resultOK].Add(1)
 		return nil
@@ -312,7 +281,7 @@ func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *
 	if status.Code(err) == codes.InvalidArgument {
 		c.br.Done(nil)
 		c.metrics.calls[resultInvalid].Add(1)
-		return fmt.Errorf("%w: %s", rls.ErrInvalid, status.Convert(err).Message())
+		return fmt.Errorf("%w: %s", decide.ErrInvalid, status.Convert(err).Message())
 	}
 	res, why := resultError, sluice.FailUnreachable
 	if status.Code(err) == codes.DeadlineExceeded {
@@ -322,89 +291,26 @@ func (c *Client) DecideRLS(ctx context.Context, req *rlsv3.RateLimitRequest, o *
 	c.br.Done(err)
 	var cause error = &sluice.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, c.target, err)}
 	c.lastErr.Store(&cause)
-	return c.degrade(ctx, req, o, res, cause)
+	return c.failed(r, res, cause)
 }
 
-// DecideInto decides the descriptors descs of domain on the remote into o,
-// as decide.Decider.DecideInto does locally: it is the httplimit.Decider
-// of a remote service. Each descriptor's cost is its hits_addend (the
-// request's, 1, when the cost is 1); the rest is DecideRLS's.
-func (c *Client) DecideInto(ctx context.Context, domain string, descs []rules.Descriptor, o *decide.Outcome) error {
-	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: 1, Descriptors: make([]*rlv3.RateLimitDescriptor, len(descs))}
-	for i := range descs {
-		d := &descs[i]
-		pd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))}
-		for j, e := range d.Entries {
-			pd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
-		}
-		if d.Cost != 1 {
-			if d.Cost < 0 {
-				o.Reset()
-				return fmt.Errorf("%w: descriptor %d: negative cost %d", rls.ErrInvalid, i, d.Cost)
-			}
-			pd.HitsAddend = wrapperspb.UInt64(uint64(d.Cost))
-		}
-		if ov := d.Override; ov != nil {
-			pd.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: ov.RequestsPerUnit, Unit: typev3.RateLimitUnit(ov.Unit)}
-			if ov.UnitMultiplier != 1 {
-				pd.Limit.UnitMultiplier = wrapperspb.UInt32(ov.UnitMultiplier)
-			}
-		}
-		req.Descriptors[i] = pd
-	}
-	ro, _ := c.outcomes.Get().(*rls.Outcome)
-	if ro == nil {
-		ro = new(rls.Outcome)
-	}
-	defer func() {
-		ro.Reset()
-		c.outcomes.Put(ro)
-	}()
-	if err := c.DecideRLS(ctx, req, ro); err != nil {
-		o.Reset()
-		return err
-	}
-	o.Reset()
-	src := &ro.Outcome
-	o.Overall, o.Degraded, o.StoreErr, o.Reason = src.Overall, src.Degraded, src.StoreErr, src.Reason
-	o.Descriptors = append(o.Descriptors, src.Descriptors...)
-	o.Limits = append(o.Limits, src.Limits...)
-	return nil
-}
-
-// degrade answers req by the failure policy, the remote having failed with
-// cause, and logs it.
-func (c *Client) degrade(ctx context.Context, req *rlsv3.RateLimitRequest, o *rls.Outcome, res result, cause error) error {
-	if c.fallback != nil {
-		if err := c.fallback.DecideDegraded(ctx, req, o, cause); err != nil {
-			return err
-		}
-	} else {
-		c.answer(req, o, cause)
-	}
+// failed logs that the remote could not answer r (at most a line a second
+// of each result) and returns cause, for the failure policy.
+func (c *Client) failed(r *decide.Request, res result, cause error) error {
 	if n, ok := c.logs[res].Allow(time.Now()); ok {
-		c.log.Warn("remote rate limit service failed; answered by the failure policy",
-			"target", c.target, "result", resultNames[res], "domain", req.GetDomain(),
-			"policy", o.Degraded.String(), "err", cause, "not_logged", n)
+		c.log.Warn("remote rate limit service failed; the failure policy answers",
+			"target", c.target, "result", resultNames[res], "domain", r.Domain, "err", cause, "not_logged", n)
 	}
-	return nil
+	return cause
 }
 
-// checkRequest reports what every remote refuses, without asking it: the
-// errors of rls.Decider for a request it cannot read.
-func checkRequest(req *rlsv3.RateLimitRequest) error {
+// checkRequest reports what every remote refuses, without asking it.
+func checkRequest(r *decide.Request) error {
 	switch {
-	case req == nil:
-		return fmt.Errorf("%w: no request", rls.ErrInvalid)
-	case req.GetDomain() == "":
-		return fmt.Errorf("%w: rate limit domain must not be empty", rls.ErrInvalid)
-	case len(req.GetDescriptors()) == 0:
-		return fmt.Errorf("%w: rate limit descriptor list must not be empty", rls.ErrInvalid)
-	}
-	for i, d := range req.GetDescriptors() {
-		if d == nil {
-			return fmt.Errorf("%w: descriptor %d is null", rls.ErrInvalid, i)
-		}
+	case r.Domain == "":
+		return fmt.Errorf("%w: rate limit domain must not be empty", decide.ErrInvalid)
+	case len(r.Descriptors) == 0:
+		return fmt.Errorf("%w: rate limit descriptor list must not be empty", decide.ErrInvalid)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rlsclient"
@@ -71,7 +72,7 @@ func startRemote(t testing.TB, yaml string) *remote {
 	r := &remote{t: t, clock: storetest.NewClock(epoch)}
 	store := memstore.New(memstore.Config{Now: r.clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), nil), Registry: prometheus.NewRegistry()})
+	srv, err := server.New(server.Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store)}, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +126,29 @@ func (r *remote) restart() {
 	r.serve(lis)
 }
 
-// local is an rls.Decider of the remote's rules on a memstore of its own,
-// on the remote's clock.
-func (r *remote) local() *rls.Decider {
+// local is a Decider of the remote's rules on a memstore of its own, on
+// the remote's clock.
+func (r *remote) local() *decide.Decider {
 	store := memstore.New(memstore.Config{Now: r.clock.Now, SweepInterval: -1})
 	r.t.Cleanup(func() { store.Close() })
-	return rls.NewDecider(sluice.NewLimiter(store), r.cfg)
+	dec, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: r.cfg})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return dec
+}
+
+// viaRemote is a Decider that decides on c's remote, and answers what
+// the remote cannot by f, with the rules cfg (nil: none).
+func viaRemote(t testing.TB, c *rlsclient.Client, cfg *rules.Config, f decide.Failover) *decide.Decider {
+	t.Helper()
+	store := memstore.New(memstore.Config{SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	dec, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg, Remote: c, Failover: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dec
 }
 
 func newClient(t testing.TB, cfg rlsclient.Config) *rlsclient.Client {
@@ -150,32 +168,41 @@ func req(descs ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: "api", Descriptors: descs}
 }
 
-// rlsDecide is the RLS form of deciding of dec: a Client's DecideRLS, or a
-// local rls.Decider's DecideInto.
-func rlsDecide(dec any) func(context.Context, *rlsv3.RateLimitRequest, *rls.Outcome) error {
-	switch d := dec.(type) {
-	case *rlsclient.Client:
-		return d.DecideRLS
-	case *rls.Decider:
-		return d.DecideInto
-	}
-	panic(fmt.Sprintf("not a decider: %T", dec))
+// outcome is an answer as sluice serve's codec tells it: the core's
+// outcome and the response built from it, in the exact dialect the
+// client asks the remote for (names as sluice gives them, resets to the
+// nanosecond), so that a local decision compares with a remote one.
+type outcome struct {
+	decide.Outcome
+	Response *rlsv3.RateLimitResponse
 }
 
-func decide(t testing.TB, dec any, r *rlsv3.RateLimitRequest) *rls.Outcome {
+// ask decides r with dec, through the codec.
+func ask(t testing.TB, dec *decide.Decider, r *rlsv3.RateLimitRequest) *outcome {
 	t.Helper()
-	// The client asks the remote for the exact dialect (names as sluice
-	// gives them, resets to the nanosecond): the local decider answers in
-	// it too, to compare.
-	o := &rls.Outcome{Dialect: rls.DialectExact}
-	if err := rlsDecide(dec)(context.Background(), r, o); err != nil {
-		t.Fatalf("DecideInto(%v): %v", r, err)
+	o := new(outcome)
+	var dr decide.Request
+	if err := rls.Request(r, &dr); err != nil {
+		t.Fatal(err)
 	}
+	if err := dec.Decide(context.Background(), &dr, &o.Outcome); err != nil {
+		t.Fatalf("Decide(%v): %v", r, err)
+	}
+	o.Response = rls.Response(&o.Outcome, true)
 	return o
 }
 
+// askRaw asks c alone, as its Decider does.
+func askRaw(c *rlsclient.Client, ctx context.Context, r *rlsv3.RateLimitRequest, o *decide.Outcome) error {
+	var dr decide.Request
+	if err := rls.Request(r, &dr); err != nil {
+		return err
+	}
+	return c.Ask(ctx, &dr, o)
+}
+
 // codes spells the overall and per-descriptor codes: "OVER_LIMIT: OK OVER_LIMIT".
-func codes(o *rls.Outcome) string {
+func codes(o *outcome) string {
 	s := o.Response.GetOverallCode().String() + ":"
 	for _, st := range o.Response.GetStatuses() {
 		s += " " + st.Code.String()
@@ -187,7 +214,7 @@ func codes(o *rls.Outcome) string {
 // responses, and outcomes that say the same of every limited descriptor.
 func TestMatchesLocal(t *testing.T) {
 	r := startRemote(t, testRules)
-	c := newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second})
+	c := viaRemote(t, newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second}), nil, decide.Failover{})
 	local := r.local()
 	override := d("user=o")
 	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 2 /* minute */}
@@ -213,7 +240,7 @@ func TestMatchesLocal(t *testing.T) {
 		if i == 7 {
 			r.clock.Advance(1500 * time.Millisecond) // a new second
 		}
-		want, got := decide(t, local, rq), decide(t, c, rq)
+		want, got := ask(t, local, rq), ask(t, c, rq)
 		if !proto.Equal(got.Response, want.Response) {
 			t.Errorf("request %d: response\n%v\nwant\n%v", i, got.Response, want.Response)
 		}
@@ -256,11 +283,11 @@ func TestMatchesLocal(t *testing.T) {
 // overall decision against the denying one.
 func TestMultipleDescriptors(t *testing.T) {
 	r := startRemote(t, testRules)
-	c := newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second})
+	c := viaRemote(t, newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second}), nil, decide.Failover{})
 	for range 3 {
-		decide(t, c, req(d("user=a")))
+		ask(t, c, req(d("user=a")))
 	}
-	o := decide(t, c, req(d("report=r"), d("free=x"), d("user=a"), d("post=p")))
+	o := ask(t, c, req(d("report=r"), d("free=x"), d("user=a"), d("post=p")))
 	if got := codes(o); got != "OVER_LIMIT: OK OK OVER_LIMIT OK" {
 		t.Fatalf("codes %s", got)
 	}
@@ -289,20 +316,20 @@ func TestMultipleDescriptors(t *testing.T) {
 	if o.Overall.Allowed || o.Overall.Index != 1 || o.Overall.RetryAfter != time.Minute || o.Overall.Limit != 3 {
 		t.Errorf("overall %+v", o.Overall)
 	}
-	if o := decide(t, c, req(d("report=r"))); o.Limits[0].Decision.Remaining != 1 {
+	if o := ask(t, c, req(d("report=r"))); o.Limits[0].Decision.Remaining != 1 {
 		t.Errorf("report after the denied request: %+v", o.Limits[0].Decision)
 	}
 	// The daily limit, named, decides when it has the least left.
 	for range 4 {
-		decide(t, c, req(d("post=q")))
+		ask(t, c, req(d("post=q")))
 		r.clock.Advance(time.Second)
 	}
-	o = decide(t, c, req(d("post=q")))
+	o = ask(t, c, req(d("post=q")))
 	if !strings.HasPrefix(o.Limits[0].Limit.Name, "daily") || o.Limits[0].Limit.Period != 24*time.Hour || o.Overall.Remaining != 0 || !o.Overall.Allowed || o.Overall.Index != 0 {
 		t.Errorf("post: %+v %+v", *o.Limits[0].Limit, o.Overall)
 	}
 	// The limits are cached: the same Limit every time.
-	if o2 := decide(t, c, req(d("post=q"))); o2.Limits[0].Limit != o.Limits[0].Limit {
+	if o2 := ask(t, c, req(d("post=q"))); o2.Limits[0].Limit != o.Limits[0].Limit {
 		t.Error("a new Limit for the same remote limit")
 	}
 }
@@ -311,13 +338,13 @@ func TestMultipleDescriptors(t *testing.T) {
 // are unlimited: allowed, no limit outcome.
 func TestUnlimited(t *testing.T) {
 	r := startRemote(t, testRules)
-	c := newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second})
+	c := viaRemote(t, newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second}), nil, decide.Failover{})
 	for _, rq := range []*rlsv3.RateLimitRequest{
 		req(d("free=x"), d("nothing=y"), d("user=a", "more=b")),
 		{Domain: "unknown", Descriptors: []*rlv3.RateLimitDescriptor{d("user=a")}},
 	} {
 		for range 5 {
-			o := decide(t, c, rq)
+			o := ask(t, c, rq)
 			if len(o.Limits) != 0 || !o.Overall.Allowed || o.Overall.Index != -1 || o.Degraded != rules.FailDefault {
 				t.Fatalf("%v: limits %+v, overall %+v", rq, o.Limits, o.Overall)
 			}
@@ -335,19 +362,23 @@ func TestUnlimited(t *testing.T) {
 func TestRemoteDown(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  func(r *remote) rlsclient.Config
+		// fallback is what answers while the remote is down: rules
+		// (nil: none) and a failure policy.
+		fallback func(r *remote) (*rules.Config, decide.Failover)
 		// check checks the answers while the remote is down, with the
 		// user limit of 3 a minute.
-		check func(t *testing.T, os []*rls.Outcome)
+		check func(t *testing.T, os []*outcome)
 	}{
-		{"fail_open", func(r *remote) rlsclient.Config { return rlsclient.Config{} }, func(t *testing.T, os []*rls.Outcome) {
+		{"fail_open", func(r *remote) (*rules.Config, decide.Failover) { return nil, decide.Failover{} }, func(t *testing.T, os []*outcome) {
 			for i, o := range os {
 				if o.Degraded != rules.FailOpen || codes(o) != "OK: OK" || !o.Overall.Allowed || len(o.Limits) != 0 {
 					t.Errorf("request %d: %v %s %+v", i, o.Degraded, codes(o), o.Overall)
 				}
 			}
 		}},
-		{"fail_closed", func(r *remote) rlsclient.Config { return rlsclient.Config{FailurePolicy: rules.FailClosed} }, func(t *testing.T, os []*rls.Outcome) {
+		{"fail_closed", func(r *remote) (*rules.Config, decide.Failover) {
+			return nil, decide.Failover{Default: rules.FailClosed}
+		}, func(t *testing.T, os []*outcome) {
 			for i, o := range os {
 				reset := o.Response.Statuses[0].GetDurationUntilReset().AsDuration()
 				if o.Degraded != rules.FailClosed || codes(o) != "OVER_LIMIT: OVER_LIMIT" || o.Overall.Allowed || o.Overall.RetryAfter != time.Second || reset != time.Second {
@@ -355,15 +386,11 @@ func TestRemoteDown(t *testing.T) {
 				}
 			}
 		}},
-		{"fallback_local", func(r *remote) rlsclient.Config {
-			fb := r.local()
+		{"fallback_local", func(r *remote) (*rules.Config, decide.Failover) {
 			store := memstore.New(memstore.Config{Now: r.clock.Now, SweepInterval: -1})
 			t.Cleanup(func() { store.Close() })
-			if err := fb.SetFailover(rls.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(store), Nodes: 2}); err != nil {
-				t.Fatal(err)
-			}
-			return rlsclient.Config{Fallback: fb}
-		}, func(t *testing.T, os []*rls.Outcome) {
+			return r.cfg, decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(store), Nodes: 2}
+		}, func(t *testing.T, os []*outcome) {
 			// floor(3/2) = 1 a minute on this node.
 			for i, o := range os {
 				want := "OK: OK"
@@ -381,25 +408,27 @@ func TestRemoteDown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := startRemote(t, testRules)
-			cfg := tc.cfg(r)
 			// A long timeout: a call that the remote counts must not
 			// time out here (a refused connection fails at once).
-			cfg.Target, cfg.Timeout, cfg.BreakerCooldown = r.addr, 5*time.Second, 20*time.Millisecond
-			c := newClient(t, cfg)
-			if o := decide(t, c, req(d("user=a"))); o.Degraded != rules.FailDefault || o.Response.Statuses[0].LimitRemaining != 2 {
+			cl := newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second, BreakerCooldown: 20 * time.Millisecond})
+			c := viaRemote(t, cl, nil, decide.Failover{})
+			if rc, f := tc.fallback(r); true {
+				c = viaRemote(t, cl, rc, f)
+			}
+			if o := ask(t, c, req(d("user=a"))); o.Degraded != rules.FailDefault || o.Response.Statuses[0].LimitRemaining != 2 {
 				t.Fatalf("remote up: %v %v", o.Degraded, o.Response.Statuses[0])
 			}
 			r.stop()
-			var os []*rls.Outcome
+			var os []*outcome
 			for range 8 { // more than the breaker's 5 failures
-				o := decide(t, c, req(d("user=a")))
+				o := ask(t, c, req(d("user=a")))
 				if !errors.Is(o.StoreErr, rlsclient.ErrUnavailable) {
 					t.Errorf("store error %v", o.StoreErr)
 				}
 				os = append(os, o)
 			}
 			tc.check(t, os)
-			if err := c.Health(); !errors.Is(err, rlsclient.ErrUnavailable) {
+			if err := cl.Health(); !errors.Is(err, rlsclient.ErrUnavailable) {
 				t.Errorf("Health while down: %v", err)
 			}
 
@@ -409,7 +438,7 @@ func TestRemoteDown(t *testing.T) {
 			if codes(o) != "OK: OK" || o.Response.Statuses[0].LimitRemaining != 1 {
 				t.Errorf("remote back: %s %v", codes(o), o.Response.Statuses[0])
 			}
-			if err := c.Health(); err != nil {
+			if err := cl.Health(); err != nil {
 				t.Errorf("Health after recovery: %v", err)
 			}
 		})
@@ -419,11 +448,11 @@ func TestRemoteDown(t *testing.T) {
 // waitRemote decides r until the remote answers it (not the policy), for
 // at most 20 seconds: gRPC reconnects with backoff and the breaker probes
 // after its cooldown.
-func waitRemote(t *testing.T, c *rlsclient.Client, r *rlsv3.RateLimitRequest) *rls.Outcome {
+func waitRemote(t *testing.T, c *decide.Decider, r *rlsv3.RateLimitRequest) *outcome {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		o := decide(t, c, r)
+		o := ask(t, c, r)
 		if o.Degraded == rules.FailDefault {
 			return o
 		}
@@ -467,12 +496,13 @@ func serveRLS(t testing.TB, svc rlsv3.RateLimitServiceServer) string {
 // and the breaker opens.
 func TestRemoteHangs(t *testing.T) {
 	addr := serveRLS(t, &hangingService{calls: make(chan struct{}, 1)})
-	c := newClient(t, rlsclient.Config{Target: addr, FailurePolicy: rules.FailClosed})
+	cl := newClient(t, rlsclient.Config{Target: addr})
+	c := viaRemote(t, cl, nil, decide.Failover{Default: rules.FailClosed})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c.Collector("sluice"))
+	reg.MustRegister(cl.Collector("sluice"))
 	for i := range 7 {
 		start := time.Now()
-		o := decide(t, c, req(d("user=a")))
+		o := ask(t, c, req(d("user=a")))
 		// A generous bound: the default timeout is 500ms.
 		if el := time.Since(start); el > 2*time.Second {
 			t.Errorf("request %d answered after %v", i, el)
@@ -501,8 +531,8 @@ func TestCallerCanceled(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var o rls.Outcome
-	if err := c.DecideRLS(ctx, req(d("user=a")), &o); !errors.Is(err, context.Canceled) || o.Response != nil {
+	var o decide.Outcome
+	if err := askRaw(c, ctx, req(d("user=a")), &o); !errors.Is(err, context.Canceled) || len(o.Descriptors) != 0 {
 		t.Errorf("canceled before: %v, %+v", err, o)
 	}
 	for i := range 5 {
@@ -511,9 +541,9 @@ func TestCallerCanceled(t *testing.T) {
 			<-svc.calls // the remote has the call
 			cancel()
 		}()
-		err := c.DecideRLS(ctx, req(d("user=a")), &o)
+		err := askRaw(c, ctx, req(d("user=a")), &o)
 		cancel()
-		if !errors.Is(err, context.Canceled) || o.Response != nil || o.Degraded != rules.FailDefault {
+		if !errors.Is(err, context.Canceled) || len(o.Descriptors) != 0 || o.Degraded != rules.FailDefault {
 			t.Errorf("canceled during call %d: %v, %+v", i, err, o)
 		}
 	}
@@ -527,9 +557,6 @@ func TestCallerCanceled(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	store := memstore.New(memstore.Config{})
-	t.Cleanup(func() { store.Close() })
-	fb := rls.NewDecider(sluice.NewLimiter(store), nil)
 	for _, tc := range []struct {
 		cfg  rlsclient.Config
 		want string
@@ -542,9 +569,6 @@ func TestConfigErrors(t *testing.T) {
 		{rlsclient.Config{Target: "localhost:8081", Timeout: -time.Second}, "negative Timeout"},
 		{rlsclient.Config{Target: "localhost:8081", BreakerFailures: -1}, "negative BreakerFailures"},
 		{rlsclient.Config{Target: "localhost:8081", BreakerCooldown: -1}, "negative BreakerCooldown"},
-		{rlsclient.Config{Target: "localhost:8081", FailurePolicy: rules.FailLocal}, "set Fallback instead"},
-		{rlsclient.Config{Target: "localhost:8081", FailurePolicy: rules.FailurePolicy(9)}, "unknown FailurePolicy"},
-		{rlsclient.Config{Target: "localhost:8081", FailurePolicy: rules.FailClosed, Fallback: fb}, "not both"},
 	} {
 		c, err := rlsclient.New(tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -555,7 +579,7 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 	for _, target := range []string{"127.0.0.1:8081", "[::1]:8081", "ratelimit.svc:8081", "dns:///ratelimit:8081", "unix:///run/sluice.sock"} {
-		c, err := rlsclient.New(rlsclient.Config{Target: target, Fallback: fb})
+		c, err := rlsclient.New(rlsclient.Config{Target: target})
 		if err != nil {
 			t.Errorf("New(%q): %v", target, err)
 			continue
@@ -566,13 +590,13 @@ func TestConfigErrors(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		if err := c.DecideRLS(context.Background(), req(d("user=a")), new(rls.Outcome)); !errors.Is(err, rlsclient.ErrClosed) {
-			t.Errorf("DecideRLS after Close: %v", err)
+		if err := askRaw(c, context.Background(), req(d("user=a")), new(decide.Outcome)); !errors.Is(err, rlsclient.ErrClosed) {
+			t.Errorf("Ask after Close: %v", err)
 		}
 	}
 }
 
-// Invalid requests are errors wrapping rls.ErrInvalid, whether refused
+// Invalid requests are errors wrapping decide.ErrInvalid, whether refused
 // here or by the remote, with the remote up or down; nothing is degraded
 // and the breaker hears no failure.
 func TestInvalidRequest(t *testing.T) {
@@ -587,17 +611,17 @@ func TestInvalidRequest(t *testing.T) {
 			{Domain: "api"},
 			{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{nil}},
 		} {
-			var o rls.Outcome
-			if err := c.DecideRLS(context.Background(), rq, &o); !errors.Is(err, rls.ErrInvalid) || o.Response != nil {
+			var o decide.Outcome
+			if err := askRaw(c, context.Background(), rq, &o); !errors.Is(err, decide.ErrInvalid) || len(o.Descriptors) != 0 {
 				t.Errorf("%s: %v: %v", when, rq, err)
 			}
 		}
 	}
 	check("remote up")
 	// What only the remote refuses.
-	for _, rq := range []*rlsv3.RateLimitRequest{req(d()), req(negative)} {
-		var o rls.Outcome
-		if err := c.DecideRLS(context.Background(), rq, &o); !errors.Is(err, rls.ErrInvalid) || o.Response != nil || o.Degraded != rules.FailDefault {
+	for _, rq := range []*rlsv3.RateLimitRequest{req(d())} {
+		var o decide.Outcome
+		if err := askRaw(c, context.Background(), rq, &o); !errors.Is(err, decide.ErrInvalid) || len(o.Descriptors) != 0 || o.Degraded != rules.FailDefault {
 			t.Errorf("%v: %v, %+v", rq, err, o)
 		}
 	}
@@ -623,9 +647,9 @@ func (wrongService) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest
 
 func TestMalformedResponse(t *testing.T) {
 	c := newClient(t, rlsclient.Config{Target: serveRLS(t, wrongService{}), Timeout: 5 * time.Second})
-	var o rls.Outcome
-	err := c.DecideRLS(context.Background(), req(d("user=a"), d("user=b")), &o)
-	if err == nil || !strings.Contains(err.Error(), "3 descriptor statuses for 2 descriptors") || o.Response != nil || len(o.Descriptors) != 0 {
+	var o decide.Outcome
+	err := askRaw(c, context.Background(), req(d("user=a"), d("user=b")), &o)
+	if !errors.Is(err, rlsclient.ErrUnavailable) || !strings.Contains(err.Error(), "3 descriptor statuses for 2 descriptors") || len(o.Descriptors) != 0 {
 		t.Errorf("%v, %+v", err, o)
 	}
 }
@@ -635,20 +659,20 @@ func TestMalformedResponse(t *testing.T) {
 func TestLogsFailures(t *testing.T) {
 	r := startRemote(t, testRules)
 	var buf logtest.Buffer
-	c := newClient(t, rlsclient.Config{Target: r.addr, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	c := viaRemote(t, newClient(t, rlsclient.Config{Target: r.addr, Logger: slog.New(slog.NewTextHandler(&buf, nil))}), nil, decide.Failover{})
 	r.stop()
 	for range 20 {
-		decide(t, c, req(d("user=a")))
+		ask(t, c, req(d("user=a")))
 	}
 	lines := buf.String()
-	policy := strings.Count(lines, "answered by the failure policy")
+	policy := strings.Count(lines, "the failure policy answers")
 	if n := strings.Count(lines, "result=error"); n < 1 || n > 2 {
 		t.Errorf("%d lines of errors:\n%s", n, lines)
 	}
 	if n := strings.Count(lines, "result=breaker_open"); n < 1 || n > 2 || policy > 4 {
 		t.Errorf("%d lines of breaker_open, %d in all:\n%s", n, policy, lines)
 	}
-	if !strings.Contains(lines, "circuit breaker") || !strings.Contains(lines, "to=open") || !strings.Contains(lines, "policy=fail_open") {
+	if !strings.Contains(lines, "circuit breaker") || !strings.Contains(lines, "to=open") {
 		t.Errorf("log:\n%s", lines)
 	}
 }

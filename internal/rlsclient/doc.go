@@ -1,17 +1,17 @@
 // Package rlsclient decides rate limit requests on a remote rate limit
 // service over Envoy RLS v3 gRPC (envoy.service.ratelimit.v3): a sluice
-// serve, or envoyproxy/ratelimit. Its Client has the DecideInto of
-// decide.Decider, so that httplimit and sluice proxy decide on a shared
-// remote service exactly as they would on local rules, and the DecideInto
-// of rls.Decider as DecideRLS, for Envoy's request and response:
+// serve, or envoyproxy/ratelimit. Its Client is a decide.Remote: a
+// Decider with it decides every request on the remote first, and answers
+// what the remote cannot by its own rules' failure policy, so that
+// httplimit and sluice proxy decide on a shared remote service through
+// the one door of package decide:
 //
 //	c, err := rlsclient.New(rlsclient.Config{Target: "ratelimit:8081"})
-//	mw, err := httplimit.New(httplimit.Config{Decider: c, Domain: "api"})
+//	dec, err := decide.New(decide.Config{Limiter: local, Rules: rules, Remote: c, Failover: ...})
 //
 // # The outcome
 //
-// The remote's RateLimitResponse is the outcome's Response, unchanged. A
-// descriptor status that carries a current limit is a limited descriptor
+// A descriptor status that carries a current limit is a limited descriptor
 // with one limit: a sluice.Limit named as the remote names it, of
 // requests_per_unit per unit × unit_multiplier (the remote tells nothing
 // more: its algorithm and burst stay its own), and a decision of that
@@ -31,15 +31,13 @@
 // failures, a probe after a cooldown that doubles while the remote stays
 // down) turns calls away at once while the remote is down. A call that
 // the remote does not answer (unavailable, refused, our own timeout, the
-// breaker open, any gRPC error but InvalidArgument) is answered by the
-// failure policy: Config.Fallback, an rls.Decider of the same rules,
-// answers as it does when its own store fails (rls.Decider.DecideDegraded:
-// the domain's failure_policy, fail_open, fail_closed, or local limits
-// divided by the number of nodes); without one, Config.FailurePolicy.
-// The caller's own cancellation and an invalid request (the remote's
+// breaker open, any gRPC error but InvalidArgument, an answer that does
+// not fit the request) is an error wrapping ErrUnavailable, which the
+// Decider answers by the domain's failure policy on its own rules. The
+// caller's own cancellation and an invalid request (the remote's
 // InvalidArgument) are errors, never answered by a policy.
 //
-// It imports the root package, rls, rules, internal/breaker, gRPC, the
+// It imports the root package, decide, internal/rls (the codec), internal/breaker, gRPC, the
 // Envoy protos and Prometheus; it must not import a transport (httplimit,
 // server) or a store.
 package rlsclient

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/rlsclient"
 )
@@ -18,7 +19,7 @@ import (
 func TestHTTPLimitHeaders(t *testing.T) {
 	r := startRemote(t, testRules) // remote_address: 3 a minute
 	c := newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second})
-	mw, err := httplimit.New(httplimit.Config{Decider: c, Domain: "api"})
+	mw, err := httplimit.New(httplimit.Config{Decider: viaRemote(t, c, nil, decide.Failover{}), Domain: "api"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestHTTPLimitRemoteSlidingWindow(t *testing.T) {
 	r := startRemote(t, "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: sliding_window}\n")
 	r.clock.Set(epoch.Add(51 * time.Second))
 	c := newClient(t, rlsclient.Config{Target: r.addr, Timeout: 5 * time.Second})
-	mw, err := httplimit.New(httplimit.Config{Decider: c, Domain: "api"})
+	mw, err := httplimit.New(httplimit.Config{Decider: viaRemote(t, c, nil, decide.Failover{}), Domain: "api"})
 	if err != nil {
 		t.Fatal(err)
 	}

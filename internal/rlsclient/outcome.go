@@ -7,18 +7,17 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
-// fill writes into o, reset, the outcome of req that the remote answered
+// fill writes into o, reset, the outcome of r that the remote answered
 // with resp (see the package documentation).
-func (c *Client) fill(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse, o *rls.Outcome) error {
+func (c *Client) fill(r *decide.Request, resp *rlsv3.RateLimitResponse, o *decide.Outcome) error {
 	sts := resp.GetStatuses()
-	descs := req.GetDescriptors()
+	descs := r.Descriptors
 	if len(sts) != len(descs) {
 		return fmt.Errorf("rlsclient: %s answered %d descriptor statuses for %d descriptors", c.target, len(sts), len(descs))
 	}
@@ -28,13 +27,12 @@ func (c *Client) fill(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse
 			limited++
 		}
 	}
-	o.Response = resp
 	o.Descriptors = grow(o.Descriptors, len(sts))
 	o.Limits = grow(o.Limits, limited)
 	j := 0
 	for i, st := range sts {
 		do := &o.Descriptors[i]
-		do.Cost = cost(req, i)
+		do.Cost = descs[i].Cost
 		over := st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT
 		reset := max(0, st.GetDurationUntilReset().AsDuration())
 		d := sluice.Decision{Allowed: !over, Remaining: int64(st.GetLimitRemaining()), ResetAfter: reset}
@@ -50,12 +48,12 @@ func (c *Client) fill(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse
 		lim := c.limits.get(cl)
 		d.Limit = lim.Rate
 		do.Status = rules.Limited
-		if descs[i].GetLimit() != nil {
+		if descs[i].Override != nil {
 			do.Status = rules.Overridden
 		}
 		do.Limited, do.Decision, do.Limit = true, d, lim
 		d.Index = j
-		o.Limits[j] = rls.LimitOutcome{Limit: lim, Decision: d, Cost: do.Cost, Descriptor: i}
+		o.Limits[j] = decide.LimitOutcome{Limit: lim, Decision: d, Cost: do.Cost, Descriptor: i}
 		j++
 	}
 	o.Overall = overall(resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT, o.Limits)
@@ -68,7 +66,7 @@ func (c *Client) fill(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse
 // least remaining. A request denied by no limit of its own (the remote's
 // domain capacity) is reported against the latter, with a wait of a
 // second: the remote says nothing of when its capacity frees up.
-func overall(allowed bool, ls []rls.LimitOutcome) sluice.Decision {
+func overall(allowed bool, ls []decide.LimitOutcome) sluice.Decision {
 	best := -1
 	for i := range ls {
 		d := &ls[i].Decision
@@ -100,15 +98,6 @@ func overall(allowed bool, ls []rls.LimitOutcome) sluice.Decision {
 	return d
 }
 
-// cost is what descriptor i of req applies: its hits_addend if set, else
-// the request's, where 0 means 1.
-func cost(req *rlsv3.RateLimitRequest, i int) int64 {
-	if h := req.GetDescriptors()[i].GetHitsAddend(); h != nil {
-		return int64(h.GetValue())
-	}
-	return max(1, int64(req.GetHitsAddend()))
-}
-
 func grow[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
@@ -116,51 +105,9 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-// failClosedWait is the reset and retry-after of a fail_closed answer: the
-// remote's state is unknown, so the true reset is too, and a client told
-// to come back within a second finds out soon after the remote recovers
-// (rls.Failover's fail_closed waits the same).
+// failClosedWait is the wait of a denial the remote's response describes
+// no limit of: the remote says nothing of when its capacity frees up.
 const failClosedWait = time.Second
-
-// answer writes into o, reset, the answer to req of the Client's own
-// failure policy, the remote having failed with cause: fail_open allows
-// every descriptor, with no limit known; fail_closed denies every
-// descriptor (no rules say which are limited), retry after a second.
-func (c *Client) answer(req *rlsv3.RateLimitRequest, o *rls.Outcome, cause error) {
-	n := len(req.GetDescriptors())
-	closed := c.policy == rules.FailClosed
-	code := rlsv3.RateLimitResponse_OK
-	o.Overall = sluice.Decision{Allowed: true, Index: -1}
-	o.Degraded = rules.FailOpen
-	if closed {
-		code = rlsv3.RateLimitResponse_OVER_LIMIT
-		o.Overall = sluice.Decision{ResetAfter: failClosedWait, RetryAfter: failClosedWait, Index: -1}
-		o.Degraded = rules.FailClosed
-	}
-	o.StoreErr = cause
-	// One allocation for the statuses and their resets.
-	type block struct {
-		st    rlsv3.RateLimitResponse_DescriptorStatus
-		reset durationpb.Duration
-	}
-	blocks := make([]block, n)
-	o.Response = &rlsv3.RateLimitResponse{OverallCode: code, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
-	o.Descriptors = grow(o.Descriptors, n)
-	for i := range blocks {
-		b := &blocks[i]
-		b.st.Code = code
-		do := &o.Descriptors[i]
-		do.Cost = cost(req, i)
-		do.Decision = sluice.Decision{Allowed: true}
-		if closed {
-			b.reset.Seconds = int64(failClosedWait / time.Second)
-			b.st.DurationUntilReset = &b.reset
-			do.Over = true
-			do.Decision = sluice.Decision{ResetAfter: failClosedWait, RetryAfter: failClosedWait}
-		}
-		o.Response.Statuses[i] = &b.st
-	}
-}
 
 // limitKey identifies a remote limit as the remote describes it.
 type limitKey struct {

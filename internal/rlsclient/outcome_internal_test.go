@@ -5,12 +5,11 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -77,10 +76,10 @@ func TestLimitCache(t *testing.T) {
 // Responses that sluice's own server does not send but a remote may.
 func TestFillEdges(t *testing.T) {
 	c := &Client{target: "test"}
-	reqOf := func(n int) *rlsv3.RateLimitRequest {
-		r := &rlsv3.RateLimitRequest{Domain: "api", HitsAddend: 2}
+	reqOf := func(n int) *decide.Request {
+		r := &decide.Request{Domain: "api"}
 		for range n {
-			r.Descriptors = append(r.Descriptors, &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}})
+			r.Descriptors = append(r.Descriptors, rules.Descriptor{Entries: []rules.Entry{{Key: "k", Value: "v"}}, Cost: 2})
 		}
 		return r
 	}
@@ -97,7 +96,7 @@ func TestFillEdges(t *testing.T) {
 	// Denied by none of its descriptors' limits (the remote's domain
 	// capacity): reported against the least remaining, with a second's
 	// wait, the remote naming none.
-	var o rls.Outcome
+	var o decide.Outcome
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
 		status(rlsv3.RateLimitResponse_OK, hour, 50, time.Hour),
 		status(rlsv3.RateLimitResponse_OK, minute, 5, time.Minute),

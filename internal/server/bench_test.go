@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -43,10 +43,8 @@ func benchServerWith(b *testing.B, headers ratelimitheaders.HeaderMode, all bool
 	b.Helper()
 	store := memstore.New(memstore.Config{})
 	b.Cleanup(func() { store.Close() })
-	dec := rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules))
-	dec.Core().SetAllOrNothing(all)
 	srv, err := server.New(server.Config{
-		Decider: dec,
+		Decide:  decide.Config{Limiter: sluice.NewLimiter(store), Rules: rulestest.Config(b, benchRules), CountEach: !all},
 		Headers: headers,
 		Hitters: top,
 	})
@@ -254,7 +252,7 @@ func TestShouldRateLimitAllocs(t *testing.T) {
 	top := hitters.New(hitters.Config{})
 	defer top.Close()
 	for _, h := range []*hitters.Tracker{nil, top} {
-		srv, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, benchRules)), Hitters: h})
+		srv, err := server.New(server.Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store), Rules: rulestest.Config(t, benchRules)}, Hitters: h})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -97,9 +98,7 @@ func TestClientPreference(t *testing.T) {
 	clock := storetest.NewClock(epoch)
 	store := memstore.New(memstore.Config{Now: clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	dec := rls.NewDecider(sluice.NewLimiter(store), nil)
-	dec.Core().SetAllOrNothing(false) // sluice serve's default
-	e := newEnvStore(t, rules, server.Config{Decider: dec}, store)
+	e := newEnvStore(t, rules, server.Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store), CountEach: true}}, store) // sluice serve's default
 	ipLeft := func(ctx context.Context, user, ip string) uint32 {
 		t.Helper()
 		resp, err := e.rls.ShouldRateLimit(ctx, req("d", d("user="+user), d("ip="+ip)))

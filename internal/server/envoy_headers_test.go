@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -58,7 +58,7 @@ func TestEnvoyHeaders(t *testing.T) {
 	}
 	store := memstore.New(memstore.Config{})
 	defer store.Close()
-	if _, err := server.New(server.Config{Decider: rls.NewDecider(sluice.NewLimiter(store), nil), EnvoyHeaders: &server.EnvoyHeaderNames{Limit: "bad name", Remaining: "r", Reset: "x"}}); err == nil {
+	if _, err := server.New(server.Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store)}, EnvoyHeaders: &server.EnvoyHeaderNames{Limit: "bad name", Remaining: "r", Reset: "x"}}); err == nil {
 		t.Error("a header name with a space was accepted")
 	}
 }

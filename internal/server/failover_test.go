@@ -12,9 +12,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/logtest"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -22,7 +22,7 @@ import (
 )
 
 // downStore is a memstore that a test takes down and brings back, and that
-// reports its state as a sluice.HealthReporter. Real Redis outages (a
+// reports its state with a Health method. Real Redis outages (a
 // killed server, deadlines, the circuit breaker) are tested end to end with
 // the Redis store; the server only sees Take's error and Health.
 type downStore struct {
@@ -54,19 +54,17 @@ var errRedisDown = &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: error
 
 // failoverEnv is a server over a downStore, with a decider whose failure
 // handling is f (its Local, if any, a fresh memstore).
-func failoverEnv(t *testing.T, f rls.Failover, cfg server.Config) (*env, *downStore) {
+func failoverEnv(t *testing.T, f decide.Failover, cfg server.Config) (*env, *downStore) {
 	t.Helper()
 	mem := memstore.New(memstore.Config{SweepInterval: -1})
 	local := memstore.New(memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { mem.Close(); local.Close() })
 	store := &downStore{inner: mem}
-	cfg.Decider = rls.NewDecider(sluice.NewLimiter(store), nil)
 	if f.Default == rules.FailLocal || f.Nodes > 0 {
 		f.Local = sluice.NewLimiter(local)
 	}
-	if err := cfg.Decider.SetFailover(f); err != nil {
-		t.Fatal(err)
-	}
+	cfg.Decide = decide.Config{Limiter: sluice.NewLimiter(store), Failover: f}
+	cfg.StoreHealth = store.Health
 	return newEnvStore(t, "", cfg, nil), store
 }
 
@@ -94,7 +92,7 @@ func threeDomains(t *testing.T) *rules.Config {
 
 func TestFailurePolicies(t *testing.T) {
 	var logs logtest.Buffer
-	e, store := failoverEnv(t, rls.Failover{Nodes: 2}, server.Config{
+	e, store := failoverEnv(t, decide.Failover{Nodes: 2}, server.Config{
 		Headers: ratelimitheaders.HeadersAll,
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 	})
@@ -193,7 +191,7 @@ func TestFailurePolicies(t *testing.T) {
 // nothing but denials: it is not ready, so that traffic goes to nodes that
 // can decide.
 func TestReadinessFailClosed(t *testing.T) {
-	e, store := failoverEnv(t, rls.Failover{Default: rules.FailClosed}, server.Config{})
+	e, store := failoverEnv(t, decide.Failover{Default: rules.FailClosed}, server.Config{})
 	e.srv.ConfigLoaded(rulestest.Config(t, hitsRules), epoch)
 	check := func(want healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()

@@ -1,62 +1,17 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strconv"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/rules"
 )
-
-// headerValues builds the rate limit headers of o (see the
-// ratelimitheaders package). over is the response's overall code;
-// shadow-mode limits, which never deny, are not advertised.
-func (s *Server) headerValues(o *rls.Outcome, over bool) []*corev3.HeaderValue {
-	deciding := ratelimitheaders.Deciding(&o.Outcome)
-	if deciding < 0 {
-		return nil
-	}
-	dl := &o.Limits[deciding]
-
-	n := 0
-	if s.headers&ratelimitheaders.HeadersIETF != 0 {
-		n += 2
-	}
-	if s.headers&ratelimitheaders.HeadersXRateLimit != 0 {
-		n += 3
-	}
-	retry := over && s.headers&ratelimitheaders.HeadersRetryAfter != 0
-	if retry {
-		n++
-	}
-	hvs := make([]corev3.HeaderValue, n)
-	out := make([]*corev3.HeaderValue, 0, n)
-	add := func(k, v string) {
-		h := &hvs[len(out)]
-		h.Key, h.Value = k, v
-		out = append(out, h)
-	}
-	if s.headers&ratelimitheaders.HeadersIETF != 0 {
-		b := ratelimitheaders.AppendPolicy(make([]byte, 0, 64), o.Limits)
-		add("RateLimit-Policy", string(b))
-		add("RateLimit", string(ratelimitheaders.AppendRateLimit(b[:0], dl)))
-	}
-	if s.headers&ratelimitheaders.HeadersXRateLimit != 0 {
-		add("X-RateLimit-Limit", strconv.FormatInt(dl.Decision.Limit, 10))
-		add("X-RateLimit-Remaining", strconv.FormatInt(dl.Decision.Remaining, 10))
-		add("X-RateLimit-Reset", strconv.FormatInt(ratelimitheaders.Reset(dl), 10))
-	}
-	if retry {
-		add("Retry-After", strconv.FormatInt(ratelimitheaders.RetryAfter(&o.Outcome, dl), 10))
-	}
-	return out
-}
 
 // EnvoyHeaderNames are the names of envoyproxy/ratelimit's own rate limit
 // headers (its LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER and
@@ -80,34 +35,41 @@ func (n *EnvoyHeaderNames) validate() error {
 	return nil
 }
 
-// values are the headers envoyproxy/ratelimit adds to resp: those of the
-// descriptor with the least remaining count among those with a limit, or
-// of the last one over its limit that is not a quota; none when no
-// descriptor has a limit.
-func (n *EnvoyHeaderNames) values(resp *rlsv3.RateLimitResponse, o *decide.Outcome) []*corev3.HeaderValue {
-	var least *rlsv3.RateLimitResponse_DescriptorStatus
+// hook is the decide.Hook of envoyproxy/ratelimit's own headers, added
+// to every answer: those of the descriptor with the least remaining count
+// among those with a limit, or of the last one over its limit that is not
+// a quota; none when no descriptor has a limit (or a fail_open answer,
+// which knows none). Register it before decide.GlobalShadow, as Envoy
+// sets them before its shadow mode turns the answer.
+func (n *EnvoyHeaderNames) hook(_ context.Context, _ *decide.Request, o *decide.Outcome, err error) {
+	if err != nil || o.Degraded == rules.FailOpen {
+		return
+	}
+	least := -1
 	leastLeft := uint32(math.MaxUint32)
-	for i, st := range resp.GetStatuses() {
-		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < leastLeft {
-			least, leastLeft = st, st.GetLimitRemaining()
+	for i := range o.Descriptors {
+		do := &o.Descriptors[i]
+		if !do.Limited {
+			continue
 		}
-		quota := i < len(o.Descriptors) && o.Descriptors[i].Quota
-		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !quota {
-			least, leastLeft = st, 0
+		left := clampUint32(do.Decision.Remaining)
+		if left < leastLeft {
+			least, leastLeft = i, left
+		}
+		if !do.Decision.Allowed && !do.Quota {
+			least, leastLeft = i, 0
 		}
 	}
-	if least == nil || least.GetCurrentLimit() == nil {
-		return nil
+	if least < 0 {
+		return
 	}
-	reset := least.GetDurationUntilReset()
-	secs := reset.GetSeconds()
-	if reset.GetNanos() > 0 {
-		secs++
-	}
-	hvs := []corev3.HeaderValue{
-		{Key: n.Limit, Value: strconv.FormatUint(uint64(least.GetCurrentLimit().GetRequestsPerUnit()), 10)},
-		{Key: n.Remaining, Value: strconv.FormatUint(uint64(least.GetLimitRemaining()), 10)},
-		{Key: n.Reset, Value: strconv.FormatInt(secs, 10)},
-	}
-	return []*corev3.HeaderValue{&hvs[0], &hvs[1], &hvs[2]}
+	do := &o.Descriptors[least]
+	var b [24]byte
+	o.AddHeader(n.Limit, strconv.AppendUint(b[:0], uint64(clampUint32(do.Limit.Rate)), 10))
+	o.AddHeader(n.Remaining, strconv.AppendUint(b[:0], uint64(clampUint32(do.Decision.Remaining)), 10))
+	o.AddHeader(n.Reset, strconv.AppendInt(b[:0], rls.WholeSeconds(rls.UntilReset(do.Limit, &do.Decision)), 10))
+}
+
+func clampUint32(v int64) uint32 {
+	return uint32(min(max(v, 0), math.MaxUint32))
 }

@@ -5,46 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
 	"github.com/sluicehq/sluice/internal/hitters"
-	"github.com/sluicehq/sluice/internal/rls"
 )
-
-// recordHitters tells t every limited descriptor of a request: its rule
-// (the stats key), its entries (hashed here, written out only when they
-// take a counter) and whether it was denied; in global shadow mode
-// (shadow) a denial was let through, so it is shadow-denied. It
-// allocates nothing.
-func recordHitters(t *hitters.Tracker, req *rlsv3.RateLimitRequest, o *rls.Outcome, shadow bool) {
-	descs := req.GetDescriptors()
-	for i := range o.Descriptors {
-		d := &o.Descriptors[i]
-		if !d.Limited || i >= len(descs) {
-			continue
-		}
-		entries := descs[i].GetEntries()
-		t.Add(d.StatKey, entriesHash(entries), hitters.OutcomeOf(d.Over, d.ShadowOver || shadow && d.Over), func(b []byte) []byte { return appendEntries(b, entries) })
-	}
-}
-
-// entriesHash is the hitters.KeyHash of the entries.
-func entriesHash(entries []*ratelimitv3.RateLimitDescriptor_Entry) uint64 {
-	h := hitters.NewKeyHash
-	for _, e := range entries {
-		h = h.Entry(e.GetKey(), e.GetValue())
-	}
-	return uint64(h)
-}
-
-// appendEntries writes the entries as key=value pairs joined by "/".
-func appendEntries(b []byte, entries []*ratelimitv3.RateLimitDescriptor_Entry) []byte {
-	for i, e := range entries {
-		b = hitters.AppendEntry(b, i, e.GetKey(), e.GetValue())
-	}
-	return b
-}
 
 // hittersReport is what /hitters answers for one rule.
 type hittersReport struct {

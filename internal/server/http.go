@@ -88,17 +88,12 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed RateLimitRequest JSON: "+err.Error())
 		return
 	}
-	dialect := rls.DialectEnvoy
-	if r.Header.Get(rls.DialectKey) == rls.DialectExactValue {
-		dialect = rls.DialectExact
-	}
-	o, f := s.answer(r.Context(), req, viaHTTP, dialect, preference(r.Header.Get(rls.AllOrNothingKey)))
+	exact := r.Header.Get(rls.DialectKey) == rls.DialectExactValue
+	resp, f := s.answer(r.Context(), req, viaHTTP, exact, rls.Preference(r.Header.Get(rls.AllOrNothingKey)))
 	if f != nil {
 		writeError(w, f.httpStatus(), f.msg)
 		return
 	}
-	resp := o.Response
-	s.release(o)
 	out, err := protojson.Marshal(resp)
 	if err != nil {
 		s.log.Error("encoding a RateLimitResponse", "err", err)

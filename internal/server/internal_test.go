@@ -13,7 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -50,7 +50,7 @@ func TestHealthWatch(t *testing.T) {
 		var mu sync.Mutex
 		var storeErr error
 		s, err := New(Config{
-			Decider: rls.NewDecider(sluice.NewLimiter(store), nil),
+			Decide: decide.Config{Limiter: sluice.NewLimiter(store)},
 			Ready: func(context.Context) error {
 				mu.Lock()
 				defer mu.Unlock()
@@ -123,11 +123,7 @@ func TestHealthWatchStore(t *testing.T) {
 		store := memstore.New(memstore.Config{SweepInterval: -1})
 		defer store.Close()
 		var down atomic.Bool
-		dec := rls.NewDecider(sluice.NewLimiter(store), nil)
-		if err := dec.SetFailover(rls.Failover{Default: rules.FailClosed}); err != nil {
-			t.Fatal(err)
-		}
-		s, err := New(Config{Decider: dec, StoreHealth: func() error {
+		s, err := New(Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store), Failover: decide.Failover{Default: rules.FailClosed}}, StoreHealth: func() error {
 			if down.Load() {
 				return errors.New("store down")
 			}

@@ -1,12 +1,11 @@
 package server
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 )
 
 // LimitedByHeader is the header that says why a request was limited.
@@ -22,8 +21,13 @@ const LimitedByHeader = "x-sluice-limited-by"
 //
 //	override="api|user=bob"; rule="api.user"; descriptor=0; algorithm=fixed_window; limit=2/1h0m0s; remaining=0; reset=1834s
 //
-// nil when no descriptor denied (the domain capacity did).
-func limitedBy(o *rls.Outcome) *corev3.HeaderValue {
+// or rule="capacity"; descriptor=-1 when the domain capacity did. It is
+// the decide.Hook of Config.LimitedBy: denials only, not those global
+// shadow mode let through.
+func limitedBy(_ context.Context, _ *decide.Request, o *decide.Outcome, err error) {
+	if err != nil || !o.OverLimit() {
+		return
+	}
 	for i := range o.Descriptors {
 		d := &o.Descriptors[i]
 		if !d.Limited || !d.Over || d.ShadowOver || d.Limit == nil {
@@ -50,12 +54,12 @@ func limitedBy(o *rls.Outcome) *corev3.HeaderValue {
 		b.WriteString("; reset=")
 		b.WriteString(strconv.FormatInt(int64((d.Decision.ResetAfter+999_999_999)/1_000_000_000), 10))
 		b.WriteByte('s')
-		return &corev3.HeaderValue{Key: LimitedByHeader, Value: b.String()}
+		o.AddHeader(LimitedByHeader, []byte(b.String()))
+		return
 	}
 	if c := len(o.Limits); c > 0 && o.Limits[c-1].Descriptor < 0 && !o.Limits[c-1].Decision.Allowed {
-		return &corev3.HeaderValue{Key: LimitedByHeader, Value: `rule="capacity"; descriptor=-1`}
+		o.AddHeader(LimitedByHeader, []byte(`rule="capacity"; descriptor=-1`))
 	}
-	return nil
 }
 
 // headerSafe makes s fit in a quoted header value: no quotes, backslashes

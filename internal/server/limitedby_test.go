@@ -8,8 +8,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/overrides"
-	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
@@ -29,15 +29,13 @@ descriptors:
 	clock := storetest.NewClock(epoch)
 	store := memstore.New(memstore.Config{Now: clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	dec := rls.NewDecider(sluice.NewLimiter(store), nil)
 	idx := overrides.NewIndex(clock.Now)
 	o := &overrides.Override{Domain: "api", Path: []overrides.Entry{{Key: "user", Value: "bob/x"}}, Limit: json.RawMessage(`{"unit":"hour","requests_per_unit":2}`)}
 	if err := o.Compile(); err != nil {
 		t.Fatal(err)
 	}
 	idx.Put(o)
-	dec.Core().SetRuntime(idx)
-	e := newEnvStore(t, yaml, server.Config{LimitedBy: true, Decider: dec}, store)
+	e := newEnvStore(t, yaml, server.Config{LimitedBy: true, Decide: decide.Config{Limiter: sluice.NewLimiter(store), Runtime: idx}}, store)
 
 	bob := req("api", d("user=bob/x"))
 	for range 2 {

@@ -11,14 +11,14 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	protov2 "google.golang.org/protobuf/proto"
 
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/grpcraw"
-	"github.com/sluicehq/sluice/internal/rls"
 )
 
 // MaxRequestBytes bounds an encoded rate limit request on either transport:
 // a gRPC message (larger ones get ResourceExhausted from gRPC itself) and
 // the body of POST /json (larger ones get 413). Within it, the counts of
-// rls.MaxDescriptors, rls.MaxEntries and rls.MaxTotalEntries are checked
+// decide.MaxDescriptors, decide.MaxEntries and decide.MaxTotalEntries are checked
 // on the wire, before the request is decoded into memory, so that an
 // oversized request costs a scan of its bytes and no more.
 const MaxRequestBytes = 1 << 20
@@ -28,7 +28,7 @@ const MaxRequestBytes = 1 << 20
 const MaxJSONBody = MaxRequestBytes
 
 // errMalformed is the error of a request whose encoding is broken.
-var errMalformed = fmt.Errorf("%w: malformed RateLimitRequest", rls.ErrInvalid)
+var errMalformed = fmt.Errorf("%w: malformed RateLimitRequest", decide.ErrInvalid)
 
 // GRPCServerOptions returns the options a gRPC server needs to serve the
 // rate limit service of RegisterGRPC: the bound on a request's size and
@@ -92,7 +92,7 @@ func decodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 
 // scanProto counts the descriptors of an encoded RateLimitRequest and the
 // entries of each, without decoding anything, and checks them against the
-// bounds of rls.CheckCounts.
+// bounds of decide.CheckCounts.
 func scanProto(b []byte) error {
 	descriptors, most, total := 0, 0, 0
 	for len(b) > 0 {
@@ -118,7 +118,7 @@ func scanProto(b []byte) error {
 		}
 		total += entries
 		most = max(most, entries)
-		if err := rls.CheckCounts(descriptors, most, total); err != nil {
+		if err := decide.CheckCounts(descriptors, most, total); err != nil {
 			return err
 		}
 	}
@@ -155,7 +155,7 @@ var errJSONSyntax = errors.New("json syntax")
 
 // scanJSON counts the descriptors of a RateLimitRequest in protobuf JSON
 // and the entries of each, without decoding anything, and checks them
-// against the bounds of rls.CheckCounts. A body that is not JSON passes:
+// against the bounds of decide.CheckCounts. A body that is not JSON passes:
 // protojson, which decodes it next, names its fault.
 func scanJSON(b []byte) error {
 	s := jsonScan{b: b}
@@ -194,7 +194,7 @@ func (s *jsonScan) space() {
 
 func (s *jsonScan) value(role, depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: %w: JSON nested more than %d deep", rls.ErrInvalid, rls.ErrTooLarge, maxJSONDepth)
+		return fmt.Errorf("%w: %w: JSON nested more than %d deep", decide.ErrInvalid, decide.ErrTooLarge, maxJSONDepth)
 	}
 	s.space()
 	if s.i >= len(s.b) {
@@ -337,7 +337,7 @@ func (s *jsonScan) array(role, depth int) error {
 			s.total++
 			s.most = max(s.most, entries)
 		}
-		if err := rls.CheckCounts(s.descriptors, s.most, s.total); err != nil {
+		if err := decide.CheckCounts(s.descriptors, s.most, s.total); err != nil {
 			return err
 		}
 		if err := s.value(elem, depth); err != nil {

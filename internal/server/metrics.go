@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/wheremetric"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -169,7 +169,8 @@ func (m *metrics) setConfig(hash string, at time.Time) {
 
 // count adds the outcome of one request of domain to the per-rule
 // counters. shadow is the global shadow mode.
-func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
+func (m *metrics) count(domain string, o *decide.Outcome, shadow bool) {
+	consumed := o.Overall.Allowed && !o.ShadowDenied
 	var dm *domainMetrics
 	for i := range o.Descriptors {
 		d := &o.Descriptors[i]
@@ -189,7 +190,7 @@ func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
 			// as envoy-rl does; Prometheus keeps one label for them all.
 			rc = m.override(dm, rc, d.StatKey)
 		}
-		m.add(rc, d.Cost, &d.Decision, d.Over, d.ShadowOver || (d.Over && shadow), o.Overall.Allowed)
+		m.add(rc, d.Cost, &d.Decision, d.Over, d.ShadowOver || (d.Over && shadow), consumed)
 	}
 	if n := len(o.Limits); n > 0 && o.Limits[n-1].Descriptor < 0 {
 		if dm == nil {
@@ -197,7 +198,7 @@ func (m *metrics) count(domain string, o *rls.Outcome, shadow bool) {
 		}
 		c := &o.Limits[n-1]
 		over := !c.Decision.Allowed
-		m.add(m.rule(dm, labelCapacity, false), c.Cost, &c.Decision, over, over && (c.Limit.Shadow || shadow), o.Overall.Allowed)
+		m.add(m.rule(dm, labelCapacity, false), c.Cost, &c.Decision, over, over && (c.Limit.Shadow || shadow), consumed)
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
@@ -35,11 +35,9 @@ func quotaEnv(t *testing.T, yaml string, cfg server.Config, global, metadata boo
 	clock := storetest.NewClock(epoch)
 	store := memstore.New(memstore.Config{Now: clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	dec := rls.NewDecider(sluice.NewLimiter(store), nil)
-	dec.Core().SetAllOrNothing(false) // sluice serve's default
-	dec.Core().SetQuotaMode(global)
-	dec.SetDynamicMetadata(metadata)
-	cfg.Decider = dec
+	// Each limit on its own: sluice serve's default.
+	cfg.Decide = decide.Config{Limiter: sluice.NewLimiter(store), CountEach: true, QuotaMode: global}
+	cfg.DynamicMetadata = metadata
 	e := newEnvStore(t, yaml, cfg, store)
 	e.clock = clock
 	return e

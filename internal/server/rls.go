@@ -18,17 +18,6 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// preference reads a client's all_or_nothing default (rls.AllOrNothingKey).
-func preference(v string) decide.Preference {
-	switch v {
-	case "true":
-		return decide.PreferAllOrNothing
-	case "false":
-		return decide.PreferEach
-	}
-	return decide.PreferDecider
-}
-
 // transport is where a request came from, a label of sluice_requests_total.
 type transport uint8
 
@@ -71,89 +60,62 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	// ValueFromIncomingContext copies only a key that is there (never for
 	// Envoy, which sends neither), where FromIncomingContext would copy
 	// every header of every request.
-	dialect, prefer := rls.DialectEnvoy, decide.PreferDecider
+	exact, prefer := false, decide.PreferDecider
 	if v := metadata.ValueFromIncomingContext(ctx, rls.DialectKey); len(v) == 1 && v[0] == rls.DialectExactValue {
-		dialect = rls.DialectExact
+		exact = true
 	}
 	if v := metadata.ValueFromIncomingContext(ctx, rls.AllOrNothingKey); len(v) == 1 {
-		prefer = preference(v[0])
+		prefer = rls.Preference(v[0])
 	}
-	o, f := s.answer(ctx, req, viaGRPC, dialect, prefer)
+	resp, f := s.answer(ctx, req, viaGRPC, exact, prefer)
 	if f != nil {
 		return nil, f.grpcErr()
 	}
-	resp := o.Response
-	s.release(o)
 	return resp, nil
 }
 
-// answer decides req, answering in dialect, and applies what the server adds: global shadow mode,
-// metrics and response headers. The outcome goes back with release; on
-// failure there is none.
-func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport, dialect rls.Dialect, prefer decide.Preference) (*rls.Outcome, *failure) {
-	o := s.outcomes.Get().(*rls.Outcome)
-	o.Dialect, o.Prefer = dialect, prefer
-	start := time.Now()
-	err := s.dec.DecideInto(ctx, req, o)
-	s.m.latency.Observe(time.Since(start).Seconds())
-	if err != nil {
-		s.release(o)
+// exchange is one request in decision: the core's request and outcome,
+// pooled.
+type exchange struct {
+	r decide.Request
+	o decide.Outcome
+}
+
+// answer converts req, decides it through the one door (whose hooks add
+// what the server adds: global shadow mode, metrics, top keys, response
+// headers), and converts the outcome into the response, in the exact
+// dialect or Envoy's. On failure there is no response.
+func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via transport, exact bool, prefer decide.Preference) (*rlsv3.RateLimitResponse, *failure) {
+	x := s.exchanges.Get().(*exchange)
+	defer s.exchanges.Put(x)
+	if err := rls.Request(req, &x.r); err != nil {
+		x.o.Reset()
 		return nil, s.fail(err, via)
 	}
-	if o.Degraded != rules.FailDefault {
-		s.degraded(req.GetDomain(), o, via)
+	x.r.Prefer = prefer
+	err := s.dec.Decide(ctx, &x.r, &x.o)
+	if err != nil {
+		return nil, s.fail(err, via)
 	}
-	resp := o.Response
-	if s.envoyHdrs != nil {
-		// Before global shadow mode turns the overall code, as Envoy.
-		resp.ResponseHeadersToAdd = s.envoyHdrs.values(resp, &o.Outcome)
+	o := &x.o
+	if o.Degraded != rules.FailDefault {
+		s.logDegraded(req.GetDomain(), o, via)
+	}
+	resp := rls.Response(o, exact)
+	if s.metadata {
+		resp.DynamicMetadata = rls.DynamicMetadata(req, o)
 	}
 	res := resultOK
 	switch {
-	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && s.shadow:
-		// As envoyproxy/ratelimit: the request is let through, and each
-		// descriptor still says what its limit decided.
+	case o.ShadowDenied:
 		res = resultShadowOverLimit
-		resp.OverallCode = rlsv3.RateLimitResponse_OK
-		if sd := s.m.statsd; sd != nil {
-			sd.globalShadow.Inc()
-		}
-	case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+	case o.OverLimit():
 		res = resultOverLimit
 	case o.Overall.Shadow:
 		res = resultShadowOverLimit
 	}
-	s.m.count(req.GetDomain(), o, s.shadow)
-	if s.hitters != nil {
-		recordHitters(s.hitters, req, o, s.shadow)
-	}
-	if s.m.statsd != nil && len(req.Descriptors) > 0 && !anyMatched(o) {
-		if cfg := s.dec.Rules(); cfg != nil && cfg.Domain(req.GetDomain()) == nil {
-			s.m.notFound(req.GetDomain(), len(req.Descriptors))
-		}
-	}
-	// A fail_open answer knows no quota to advertise.
-	if s.headers != 0 && o.Degraded != rules.FailOpen {
-		hv := s.headerValues(o, resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT)
-		if resp.ResponseHeadersToAdd == nil {
-			resp.ResponseHeadersToAdd = hv // the common case: no copy
-		} else {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, hv...)
-		}
-	}
-	if s.limitedBy && res == resultOverLimit {
-		if hv := limitedBy(o); hv != nil {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, hv)
-		}
-	}
 	s.m.requests[via][res].Inc()
-	return o, nil
-}
-
-// release returns o to the pool; its Response stays with the caller.
-func (s *Server) release(o *rls.Outcome) {
-	o.Reset()
-	s.outcomes.Put(o)
+	return resp, nil
 }
 
 // failure is a request the server could not answer: what kind of failure
@@ -190,18 +152,18 @@ func (f *failure) httpStatus() int {
 
 // fail turns a Decider error into a failure and counts it.
 func (s *Server) fail(err error, via transport) *failure {
-	if sd := s.m.statsd; sd != nil && (errors.Is(err, rls.ErrInvalid) || errors.Is(err, rls.ErrNoRules)) {
+	if sd := s.m.statsd; sd != nil && (errors.Is(err, decide.ErrInvalid) || errors.Is(err, decide.ErrNoRules)) {
 		sd.serviceError.Inc() // envoy-rl's service errors: a bad request, no configuration
 	}
 	switch {
-	case errors.Is(err, rls.ErrInvalid):
+	case errors.Is(err, decide.ErrInvalid):
 		s.m.requests[via][resultInvalid].Inc()
-		if errors.Is(err, rls.ErrTooLarge) {
+		if errors.Is(err, decide.ErrTooLarge) {
 			s.m.tooLarge[via].Inc()
 		}
 		s.log.Debug("invalid rate limit request", "transport", transportNames[via], "err", err)
 		return &failure{failInvalid, err.Error()}
-	case errors.Is(err, rls.ErrNoRules):
+	case errors.Is(err, decide.ErrNoRules):
 		s.m.requests[via][resultError].Inc()
 		return &failure{failUnavailable, err.Error()}
 	case errors.Is(err, context.Canceled):
@@ -223,14 +185,10 @@ func (s *Server) fail(err error, via transport) *failure {
 	}
 }
 
-// degraded counts a request of domain that the failure policy o.Degraded
-// answered, and logs while the policies answer: one line at once, then
-// at most one a minute, with the requests answered since the last line.
-func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
-	s.m.degraded(domain, o.Degraded, o.Reason)
-	if sd := s.m.statsd; sd != nil {
-		sd.redisError.Inc() // the store failed, as envoy-rl counts it
-	}
+// logDegraded logs while the failure policies answer: one line at once,
+// then at most one a minute, with the requests answered since the last
+// line (the hook has counted them).
+func (s *Server) logDegraded(domain string, o *decide.Outcome, via transport) {
 	now := time.Now()
 	s.policy.answered(now, o.Reason)
 	if n, ok := s.policyLog.Allow(now); ok {
@@ -242,7 +200,7 @@ func (s *Server) degraded(domain string, o *rls.Outcome, via transport) {
 
 // anyMatched reports whether a descriptor of o matched a rule: then its
 // domain is known, and no lookup need say so.
-func anyMatched(o *rls.Outcome) bool {
+func anyMatched(o *decide.Outcome) bool {
 	for i := range o.Descriptors {
 		if o.Descriptors[i].Status != rules.NoMatch {
 			return true

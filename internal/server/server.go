@@ -4,9 +4,10 @@
 // metrics (/metrics), and a debug handler (pprof with the secrets of the
 // command line masked, the loaded rules, the top keys, the dashboard).
 //
-// It answers every request with an rls.Decider and owns what the transports
-// add to it: error codes, global shadow mode, rate limit response headers,
-// metrics and readiness. It does not listen, read flags or watch files: the
+// It answers every request through the one door of package decide, whose
+// Decider it makes with the hooks of what the server adds (global shadow
+// mode, rate limit response headers, metrics, statsd, top keys), converts
+// with package rls, and owns the transports' error codes and readiness. It does not listen, read flags or watch files: the
 // command wires listeners, configuration and lifecycle to it. It must not
 // import cmd/ or any store.
 //
@@ -53,7 +54,7 @@
 //	                       domain label is bounded by the configuration
 //	sluice_store_up                  1 while the store reports it can
 //	                       decide, else 0; only when there is a
-//	                       Config.StoreHealth or a sluice.HealthReporter
+//	                       Config.StoreHealth
 //	sluice_config_loads_total{result}  configuration loads, success or
 //	                       failure (a failure keeps the previous one)
 //	sluice_config_info{hash}         1, labelled with the hash of the
@@ -65,7 +66,7 @@
 // # Store failures
 //
 // The decider answers a store failure with the domain's failure policy
-// (rls.Failover). The server counts those requests as above and logs them
+// (decide.Failover). The server counts those requests as above and logs them
 // at most once per second per domain; a fail_open answer carries no rate
 // limit headers, since it knows no quota.
 //
@@ -90,22 +91,27 @@ import (
 	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/topkeys"
 	"github.com/sluicehq/sluice/rules"
 )
 
 // Config configures a Server. Zero fields mean the documented default.
 type Config struct {
-	// Decider answers the requests; required. Its rules may be nil until
-	// the first ConfigLoaded: the server is then not ready and answers
-	// Unavailable (gRPC) or 503 (HTTP).
-	Decider *rls.Decider
+	// Decide configures the decision core that answers the requests
+	// (decide.New): Limiter is required. The server adds its own hooks
+	// before Decide.Hooks. Its rules may be nil until the first
+	// ConfigLoaded: the server is then not ready and answers Unavailable
+	// (gRPC) or 503 (HTTP).
+	Decide decide.Config
+
+	// DynamicMetadata adds to every response the dynamic metadata of
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA (rls.DynamicMetadata).
+	DynamicMetadata bool
 
 	// Logger receives request failures and configuration events. Nil
 	// discards them.
@@ -153,9 +159,9 @@ type Config struct {
 	// not. It must be cheap (no I/O): it backs sluice_store_up and the
 	// store line of /readyz, which is 503 while it fails only when the
 	// decider's default failure policy is fail_closed (see Readiness in
-	// the package documentation). Nil means the Health method of the
-	// decider's store if it is a sluice.HealthReporter, else none: the
-	// store is taken to be always up and sluice_store_up is not exported.
+	// the package documentation). Nil means none: the store is taken to
+	// be always up and sluice_store_up is not exported. (A store's Health
+	// method is one.)
 	StoreHealth func() error
 
 	// Rules returns what the debug handler's /rules prints: a string (or
@@ -181,7 +187,8 @@ type Config struct {
 	Hitters *hitters.Tracker
 
 	// Explain reads a counter's state for the dashboard's near-limit
-	// list; nil leaves the list empty.
+	// list; nil means the tightest limit of the server's own decider
+	// (dashboard.TightestLimit).
 	Explain Explainer
 
 	// HittersShared, when set, lets /hitters?scope=cluster merge every
@@ -198,7 +205,8 @@ const DefaultNearLimitRatio = 0.8
 // Server answers rate limit requests over gRPC and HTTP. Make one with New.
 // It is safe for concurrent use.
 type Server struct {
-	dec           *rls.Decider
+	dec           *decide.Decider
+	metadata      bool
 	log           *slog.Logger
 	reg           *prometheus.Registry
 	headers       ratelimitheaders.HeaderMode // the families sent; 0: none
@@ -222,7 +230,7 @@ type Server struct {
 	mu      sync.Mutex
 	changed chan struct{}
 
-	outcomes  sync.Pool         // *rls.Outcome
+	exchanges sync.Pool         // *exchange
 	storeLog  logsample.Sampler // of the store failures logged
 	policyLog logsample.Sampler // of the requests answered by a failure policy: one line a minute
 	policy    policyWatch
@@ -236,9 +244,6 @@ type loadInfo struct {
 
 // New returns a Server for cfg.
 func New(cfg Config) (*Server, error) {
-	if cfg.Decider == nil {
-		return nil, errors.New("server: Config.Decider is required")
-	}
 	if cfg.NearLimitRatio < 0 || cfg.NearLimitRatio > 1 {
 		return nil, errors.New("server: NearLimitRatio must be between 0 and 1")
 	}
@@ -252,7 +257,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{
-		dec:           cfg.Decider,
+		metadata:      cfg.DynamicMetadata,
 		log:           cfg.Logger,
 		reg:           cfg.Registry,
 		headers:       cfg.Headers.With(0),
@@ -269,11 +274,6 @@ func New(cfg Config) (*Server, error) {
 		changed:       make(chan struct{}),
 	}
 	s.policyLog.Interval = policyLogEvery
-	if s.storeUp == nil {
-		if hr, ok := s.dec.Limiter().Store().(sluice.HealthReporter); ok {
-			s.storeUp = hr.Health
-		}
-	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -300,7 +300,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.outcomes.New = func() any { return new(rls.Outcome) }
+	dc := cfg.Decide
+	dc.Hooks = append(s.hooks(), cfg.Decide.Hooks...)
+	if s.dec, err = decide.New(dc); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	if s.explain == nil {
+		s.explain = dashboard.TightestLimit(s.dec)
+	}
+	s.exchanges.New = func() any { return new(exchange) }
 	if rc := s.dec.Rules(); rc != nil {
 		s.m.setConfig(rc.Hash(), time.Time{})
 	}
@@ -387,6 +395,62 @@ func (s *Server) readiness(ctx context.Context) error {
 		}
 	}
 	return decide.StoreReadiness(s.storeHealth(), s.dec.Failover().Default)
+}
+
+// Decider returns the server's decision core, for the parts that share
+// it: the admin API's explanations, the Rate Limit Quota Service, the
+// dashboard.
+func (s *Server) Decider() *decide.Decider { return s.dec }
+
+// hooks are what the server adds to every decision, in this order:
+// envoyproxy/ratelimit's own headers (before global shadow mode turns the
+// answer, as Envoy), global shadow mode, the metrics and top keys, the
+// rate limit headers, x-sluice-limited-by.
+func (s *Server) hooks() []decide.Hook {
+	var hs []decide.Hook
+	if s.envoyHdrs != nil {
+		hs = append(hs, s.envoyHdrs.hook)
+	}
+	if s.shadow {
+		hs = append(hs, decide.GlobalShadow)
+	}
+	hs = append(hs, s.record)
+	if s.hitters != nil {
+		hs = append(hs, topkeys.Hook(s.hitters, s.shadow))
+	}
+	if s.headers != 0 {
+		hs = append(hs, ratelimitheaders.Hook(s.headers))
+	}
+	if s.limitedBy {
+		hs = append(hs, limitedBy)
+	}
+	return hs
+}
+
+// record is the hook of the server's metrics: the decision's duration,
+// the answers of the failure policies, the per-rule counters, and
+// envoyproxy/ratelimit's statsd stats.
+func (s *Server) record(_ context.Context, r *decide.Request, o *decide.Outcome, err error) {
+	s.m.latency.Observe(o.Elapsed.Seconds())
+	if err != nil {
+		return
+	}
+	sd := s.m.statsd
+	if o.Degraded != rules.FailDefault {
+		s.m.degraded(r.Domain, o.Degraded, o.Reason)
+		if sd != nil {
+			sd.redisError.Inc() // the store failed, as envoy-rl counts it
+		}
+	}
+	if o.ShadowDenied && sd != nil {
+		sd.globalShadow.Inc()
+	}
+	s.m.count(r.Domain, o, s.shadow)
+	if sd != nil && len(r.Descriptors) > 0 && !anyMatched(o) {
+		if cfg := s.dec.Rules(); cfg != nil && cfg.Domain(r.Domain) == nil {
+			s.m.notFound(r.Domain, len(r.Descriptors))
+		}
+	}
 }
 
 // storeHealth is the store's state: nil when it is up or cannot tell.

@@ -26,7 +26,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -63,12 +62,12 @@ func newEnv(t *testing.T, yaml string, cfg server.Config) *env {
 	return e
 }
 
-// newEnvStore is newEnv on store, or on cfg.Decider if set.
+// newEnvStore is newEnv on store, or on cfg.Decide.Limiter if set.
 func newEnvStore(t *testing.T, yaml string, cfg server.Config, store sluice.Store) *env {
 	t.Helper()
 	e := &env{t: t}
-	if cfg.Decider == nil {
-		cfg.Decider = rls.NewDecider(sluice.NewLimiter(store), nil)
+	if cfg.Decide.Limiter == nil {
+		cfg.Decide.Limiter = sluice.NewLimiter(store)
 	}
 	e.reg = prometheus.NewRegistry()
 	cfg.Registry = e.reg

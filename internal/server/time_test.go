@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/internal/rulestest"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/memstore"
@@ -120,7 +120,7 @@ func clockServer(t *testing.T, yaml string) (*server.Server, func(key string) *h
 	store := memstore.New(memstore.Config{SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
 	srv, err := server.New(server.Config{
-		Decider: rls.NewDecider(sluice.NewLimiter(store), rulestest.Config(t, yaml)),
+		Decide:  decide.Config{Limiter: sluice.NewLimiter(store), Rules: rulestest.Config(t, yaml)},
 		Headers: ratelimitheaders.HeadersAll,
 	})
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
@@ -59,6 +61,14 @@ type Options struct {
 	// all_or_nothing: (sluice serve's --all-or-nothing): false counts each
 	// limit on its own, as envoyproxy/ratelimit and sluice serve do.
 	AllOrNothing bool
+
+	// ShadowMode is the global shadow mode (sluice serve's
+	// --shadow-mode): no request is denied overall.
+	ShadowMode bool
+
+	// Headers are the rate limit response headers each response carries
+	// (sluice serve's --response-headers); zero adds none.
+	Headers ratelimitheaders.HeaderMode
 }
 
 // Run is RunOptions with the default Options: the answers of sluice serve
@@ -75,79 +85,41 @@ func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Wri
 	var now time.Time
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
 	defer store.Close()
-	dec := rls.NewDecider(sluice.NewLimiter(store), cfg)
-	dec.Core().SetAllOrNothing(opt.AllOrNothing)
-	events, err := ReadTrace(in, dec.Check)
+	dec, err := newDecider(sluice.NewLimiter(store), cfg, opt)
 	if err != nil {
 		return nil, err
 	}
-
-	w := bufio.NewWriter(out)
-	sum := &Summary{Step: time.Second, Steps: 1}
-	if len(events) > 0 {
-		first, last := events[0].At, events[0].At
-		for _, ev := range events {
-			first, last = minTime(first, ev.At), maxTime(last, ev.At)
+	var r decide.Request
+	events, err := ReadTrace(in, func(req *rlsv3.RateLimitRequest) error {
+		if err := rls.Request(req, &r); err != nil {
+			return err
 		}
-		span := last.Sub(first)
-		sum.Start = first
-		// A hundredth of the span, rounded up to whole seconds.
-		step := (span + maxSteps - 1) / maxSteps
-		sum.Step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
-		sum.Steps = int(span/sum.Step) + 1
+		return dec.Check(&r)
+	})
+	if err != nil {
+		return nil, err
 	}
+	w := bufio.NewWriter(out)
+	sum := newSummary(events)
 	stats := map[string]*RuleStats{}
-	marshal := protojson.MarshalOptions{}
+	var o decide.Outcome
 	for _, ev := range events {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		now = ev.At
-		o, err := dec.Decide(ctx, ev.Request)
+		err := rls.Request(ev.Request, &r)
+		if err == nil {
+			err = dec.Decide(ctx, &r, &o)
+		}
 		if err != nil {
 			return nil, &LineError{Line: ev.Line, Err: err}
 		}
-		sum.Requests++
-		if o.Response.OverallCode == rlsv3.RateLimitResponse_OK {
-			sum.Allowed++
-		} else {
-			sum.Denied++
-		}
-		for _, d := range o.Descriptors {
-			if !d.Limited {
-				continue
-			}
-			rs := stats[d.StatKey]
-			if rs == nil {
-				rs = &RuleStats{StatKey: d.StatKey, AllowedOver: make([]int64, sum.Steps),
-					DeniedOver: make([]int64, sum.Steps), ShadowDeniedOver: make([]int64, sum.Steps)}
-				stats[d.StatKey] = rs
-			}
-			i := min(max(int(ev.At.Sub(sum.Start)/sum.Step), 0), sum.Steps-1)
-			switch {
-			case d.ShadowOver:
-				rs.ShadowDenied++
-				rs.ShadowDeniedOver[i]++
-			case d.Over:
-				rs.Denied++
-				rs.DeniedOver[i]++
-			default:
-				rs.Allowed++
-				rs.AllowedOver[i]++
-			}
-		}
-		body, err := marshal.Marshal(o.Response)
-		if err != nil {
+		resp := rls.Response(&o, false)
+		sum.count(resp, &o, ev.At, stats)
+		if err := writeLine(w, ev.RawAt, resp); err != nil {
 			return nil, err
 		}
-		// {"at":...,<the response's fields>}
-		w.WriteString(`{"at":`)
-		w.Write(ev.RawAt)
-		if len(body) > 2 {
-			w.WriteByte(',')
-		}
-		w.Write(body[1:])
-		w.WriteByte('\n')
 	}
 	if err := w.Flush(); err != nil {
 		return nil, err
@@ -157,6 +129,88 @@ func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Wri
 	}
 	sort.Slice(sum.Rules, func(i, j int) bool { return sum.Rules[i].StatKey < sum.Rules[j].StatKey })
 	return sum, nil
+}
+
+// newDecider is the decision core of a run: the same door and hooks as
+// sluice serve's with the flags of opt.
+func newDecider(lim *sluice.Limiter, cfg *rules.Config, opt Options) (*decide.Decider, error) {
+	var hooks []decide.Hook
+	if opt.ShadowMode {
+		hooks = append(hooks, decide.GlobalShadow)
+	}
+	if opt.Headers != 0 {
+		hooks = append(hooks, ratelimitheaders.Hook(opt.Headers))
+	}
+	return decide.New(decide.Config{Limiter: lim, Rules: cfg, CountEach: !opt.AllOrNothing, Hooks: hooks})
+}
+
+// newSummary is the empty summary of a run of events: its time series
+// start at the first and run in slices of a hundredth of the span,
+// rounded up to whole seconds.
+func newSummary(events []Event) *Summary {
+	sum := &Summary{Step: time.Second, Steps: 1}
+	if len(events) == 0 {
+		return sum
+	}
+	first, last := events[0].At, events[0].At
+	for _, ev := range events {
+		first, last = minTime(first, ev.At), maxTime(last, ev.At)
+	}
+	span := last.Sub(first)
+	sum.Start = first
+	step := (span + maxSteps - 1) / maxSteps
+	sum.Step = max(time.Second, (step+time.Second-1)/time.Second*time.Second)
+	sum.Steps = int(span/sum.Step) + 1
+	return sum
+}
+
+// count adds a request answered resp, with outcome o, at at.
+func (sum *Summary) count(resp *rlsv3.RateLimitResponse, o *decide.Outcome, at time.Time, stats map[string]*RuleStats) {
+	sum.Requests++
+	if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+		sum.Allowed++
+	} else {
+		sum.Denied++
+	}
+	i := min(max(int(at.Sub(sum.Start)/sum.Step), 0), sum.Steps-1)
+	for _, d := range o.Descriptors {
+		if !d.Limited {
+			continue
+		}
+		rs := stats[d.StatKey]
+		if rs == nil {
+			rs = &RuleStats{StatKey: d.StatKey, AllowedOver: make([]int64, sum.Steps),
+				DeniedOver: make([]int64, sum.Steps), ShadowDeniedOver: make([]int64, sum.Steps)}
+			stats[d.StatKey] = rs
+		}
+		switch {
+		case d.ShadowOver:
+			rs.ShadowDenied++
+			rs.ShadowDeniedOver[i]++
+		case d.Over:
+			rs.Denied++
+			rs.DeniedOver[i]++
+		default:
+			rs.Allowed++
+			rs.AllowedOver[i]++
+		}
+	}
+}
+
+// writeLine writes resp in protobuf JSON with the request's "at" first:
+// {"at":...,<the response's fields>}.
+func writeLine(w *bufio.Writer, at []byte, resp *rlsv3.RateLimitResponse) error {
+	body, err := protojson.MarshalOptions{}.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	w.WriteString(`{"at":`)
+	w.Write(at)
+	if len(body) > 2 {
+		w.WriteByte(',')
+	}
+	w.Write(body[1:])
+	return w.WriteByte('\n')
 }
 
 // WriteSummary prints s as a table.

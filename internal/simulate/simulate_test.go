@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/rulestest"
 )
 
@@ -212,4 +213,54 @@ func FuzzReadTrace(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The serve hooks apply: with global shadow mode the third request is OK
+// overall, its descriptor still OVER_LIMIT; with the response headers each
+// response carries them, and the let-through one no Retry-After.
+func TestShadowModeAndHeaders(t *testing.T) {
+	cfg := rulestest.Config(t, `
+domain: auth
+descriptors:
+  - key: login
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`)
+	var trace strings.Builder
+	for _, at := range []string{"10:00:00", "10:00:10", "10:00:20"} {
+		trace.WriteString(`{"at":"2026-03-01T` + at + `Z","domain":"auth","descriptors":[{"entries":[{"key":"login","value":"kristie"}]}]}` + "\n")
+	}
+	for _, shadow := range []bool{false, true} {
+		var out bytes.Buffer
+		if _, err := RunOptions(context.Background(), cfg, strings.NewReader(trace.String()), &out, Options{ShadowMode: shadow, Headers: ratelimitheaders.HeadersAll}); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var l struct {
+				OverallCode string `json:"overallCode"`
+				Statuses    []struct {
+					Code string `json:"code"`
+				} `json:"statuses"`
+				Headers []struct {
+					Key   string `json:"key"`
+					Value string `json:"value"`
+				} `json:"responseHeadersToAdd"`
+			}
+			if err := json.Unmarshal([]byte(s), &l); err != nil {
+				t.Fatal(err)
+			}
+			h := map[string]string{}
+			for _, kv := range l.Headers {
+				h[kv.Key] = kv.Value
+			}
+			got = append(got, l.OverallCode+" "+l.Statuses[0].Code+" remaining="+h["X-RateLimit-Remaining"]+" retry="+h["Retry-After"])
+		}
+		want := []string{"OK OK remaining=1 retry=", "OK OK remaining=0 retry=", "OVER_LIMIT OVER_LIMIT remaining=0 retry=40"}
+		if shadow {
+			want[2] = "OK OVER_LIMIT remaining=0 retry="
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("shadow %v:\n%s\nwant\n%s", shadow, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
 }

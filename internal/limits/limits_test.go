@@ -1,4 +1,4 @@
-package sluice_test
+package limits_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -49,7 +50,7 @@ func TestMoreAfter(t *testing.T) {
 				store.Close()
 				break
 			}
-			more := l.MoreAfter(d)
+			more := limits.MoreAfter(&l, d)
 			if more <= 0 || more >= sluice.Never {
 				t.Fatalf("%s: request %d: %+v: MoreAfter %v", tc.name, i, d, more)
 			}
@@ -82,21 +83,21 @@ func TestMoreAfter(t *testing.T) {
 // has no more to come.
 func TestMoreAfterEdges(t *testing.T) {
 	bucket := sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Burst: 5, Period: time.Hour}
-	if got := bucket.MoreAfter(sluice.Decision{Remaining: 0, ResetAfter: 5 * time.Hour, RetryAfter: 3 * time.Hour}); got != 3*time.Hour {
+	if got := limits.MoreAfter(&bucket, sluice.Decision{Remaining: 0, ResetAfter: 5 * time.Hour, RetryAfter: 3 * time.Hour}); got != 3*time.Hour {
 		t.Errorf("denial: %v", got)
 	}
-	if got := bucket.MoreAfter(sluice.Decision{Allowed: true, Remaining: 5}); got != 0 {
+	if got := limits.MoreAfter(&bucket, sluice.Decision{Allowed: true, Remaining: 5}); got != 0 {
 		t.Errorf("full: %v", got)
 	}
 	zero := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 0, Period: time.Minute}
-	if got := zero.MoreAfter(sluice.Decision{RetryAfter: sluice.Never, ResetAfter: time.Second}); got != sluice.Never {
+	if got := limits.MoreAfter(&zero, sluice.Decision{RetryAfter: sluice.Never, ResetAfter: time.Second}); got != sluice.Never {
 		t.Errorf("zero sliding window: %v", got)
 	}
 	zeroFixed := sluice.Limit{Rate: 0, Period: time.Minute}
-	if got := zeroFixed.MoreAfter(sluice.Decision{RetryAfter: sluice.Never, ResetAfter: time.Second}); got != time.Second {
+	if got := limits.MoreAfter(&zeroFixed, sluice.Decision{RetryAfter: sluice.Never, ResetAfter: time.Second}); got != time.Second {
 		t.Errorf("zero fixed window: %v", got)
 	}
-	if got := (&sluice.Limit{Rate: 10, Burst: 100, Period: time.Minute, Algorithm: sluice.TokenBucket}).Window(); got != 10*time.Minute {
+	if got := limits.Window(&sluice.Limit{Rate: 10, Burst: 100, Period: time.Minute, Algorithm: sluice.TokenBucket}); got != 10*time.Minute {
 		t.Errorf("Window: %v", got)
 	}
 }
