@@ -48,6 +48,16 @@
 # NAME (default redis) names the result files, for side runs;
 # REDIS_SERVE_FLAGS are extra flags of the redis-backed sluice serve only
 # (e.g. "--local-cache-size 0", "--redis-timeout 1s").
+# B_REV (a git revision) and B_TAGS (Go build tags) add a third server,
+# redis-b: sluice serve --store redis built from that revision (default:
+# this tree) with those tags, with the same flags and keys of its own
+# (--redis-prefix sluice-b:), on the same Redis, in the same alternating
+# rounds; the tables then compare redis-b with redis (this tree), e.g.
+# B_REV=main for a change's before and after, or B_TAGS=sluice_exactlua
+# for the store without its Lua fast path (redisstore/internal/luasrc).
+# SERVERS chooses the servers (default "memory redis", and redis-b when
+# set), in the order of odd rounds (even rounds reverse it), e.g.
+# SERVERS="redis redis-b".
 # PROFILE=1 also takes, after each scenario's rounds, a 10 s CPU profile of
 # the redis-backed sluice serve under that scenario's load
 # (DATE-NAME-cpu-SCENARIO.pprof, summarised in .txt) with Redis's INFO
@@ -61,8 +71,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # summarize prints the tables of DATE-redis.md from a jsonl file: medians
-# across rounds per scenario and store, redis over memory, Redis's cost per
-# call, and every round's throughputs. CPU per request adds up the sluice
+# across rounds per scenario and server, redis over memory, Redis's cost per
+# call, every round's throughputs, and with redis-b, redis-b against redis. CPU per request adds up the sluice
 # serve process, the load generator and (for redis) Redis, per request
 # served: Redis CPU in ms per 1,000 requests is µs per request. "Net of
 # idle" takes off what Redis used in the memory runs of the same scenario
@@ -73,32 +83,46 @@ summarize() { # file.jsonl
 	def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	def r(n): if . == null then "–" else . * n | round / n end;
 	def med(f): map(f) | median;
-	def total: .server_cpu_us_per_req + .gen_cpu_us_per_req + (if .server == "redis" then .redis_cpu_ms_per_1k_req else 0 end);
+	def total: .server_cpu_us_per_req + .gen_cpu_us_per_req + (if .server != "memory" then .redis_cpu_ms_per_1k_req else 0 end);
 	def row($idle): {rps: med(.rps), p50: med(.p50_us), p99: med(.p99_us), p999: med(.p999_us),
 		cpu: med(.server_cpu_us_per_req), gen: med(.gen_cpu_us_per_req), total: med(total),
 		rcpu_call: med(.redis_cpu_ms_per_1k_calls), rcpu_req: med(.redis_cpu_ms_per_1k_req),
-		rcpu_net: med(if (.redis_calls // 0) > 0 then (.redis_cpu_ms - $idle) / .redis_calls * 1e3 else null end),
-		rproc_call: med(.redis_proc_cpu_ms_per_1k_calls), calls_req: med(.redis_calls_per_req),
+		rcpu_net: med(if (.redis_calls // 0) > 0 and $idle != null then (.redis_cpu_ms - $idle) / .redis_calls * 1e3 else null end),
+		rproc_call: med(.redis_proc_cpu_ms_per_1k_calls), rproc_req: med(.redis_proc_cpu_ms_per_1k_req),
+		calls_req: med(.redis_calls_per_req),
 		script_us: med(.script_us_per_call), reads_call: med(.redis_reads_per_call),
 		ok: (map(.ok) | add), over: (map(.over_limit) | add), errors: (map(.errors) | add),
 		store_errors: (map((.redis_call_errors // 0) + (.redis_calls_rejected // 0)) | add),
 		store_error_rounds: (map(select((.redis_call_errors // 0) + (.redis_calls_rejected // 0) > 0)) | length)};
 	(group_by(.scenario) | map(
 		(map(select(.server == "memory")) | med(.redis_cpu_ms)) as $idle |
-		{scenario: .[0].scenario, rounds: (map(select(.server == "memory")) | length),
-		 m: (map(select(.server == "memory")) | row($idle)), r: (map(select(.server == "redis")) | row($idle))})) as $s |
-	(["| scenario | store | req/s | p50 µs | p99 µs | p99.9 µs | sluice CPU µs/req | generator CPU µs/req | Redis CPU µs/req | all CPU µs/req |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"] +
-	 ($s | map("| \(.scenario) | memory | \(.m.rps | round) | \(.m.p50 | r(1)) | \(.m.p99 | r(1)) | \(.m.p999 | r(1)) | \(.m.cpu | r(10)) | \(.m.gen | r(10)) | – | \(.m.total | r(10)) |",
-	     "| \(.scenario) | redis | \(.r.rps | round) | \(.r.p50 | r(1)) | \(.r.p99 | r(1)) | \(.r.p999 | r(1)) | \(.r.cpu | r(10)) | \(.r.gen | r(10)) | \(.r.rcpu_req | r(10)) | \(.r.total | r(10)) |")) +
+		{scenario: .[0].scenario, rounds: (map(.round) | unique | length),
+		 by: (group_by(.server) | map({key: .[0].server, value: row($idle)}) | from_entries)})) as $s |
+	($s | map(select(.by.memory and .by.redis))) as $mr |
+	($s | map(select(.by.redis and .by["redis-b"]))) as $rb |
+	(["| scenario | server | req/s | p50 µs | p99 µs | p99.9 µs | sluice CPU µs/req | generator CPU µs/req | Redis CPU µs/req | all CPU µs/req |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"] +
+	 ($s | map(.scenario as $sc | .by | to_entries[] |
+		"| \($sc) | \(.key) | \(.value.rps | round) | \(.value.p50 | r(1)) | \(.value.p99 | r(1)) | \(.value.p999 | r(1)) | \(.value.cpu | r(10)) | \(.value.gen | r(10)) | \(if .key == "memory" then "–" else .value.rcpu_req | r(10) end) | \(.value.total | r(10)) |")) +
+	 (if ($mr | length) == 0 then [] else
 	 ["", "| scenario | rounds | redis/memory req/s (target ≥ 0.80; hot ≥ 0.95) | redis/memory p99 | redis/memory sluice CPU per request | memory/redis all CPU per request | redis ok / over limit / errors | store errors + rejected (rounds) |", "|---|---:|---:|---:|---:|---:|---|---:|"] +
-	 ($s | map("| \(.scenario) | \(.rounds) | \(.r.rps / .m.rps | r(100)) | \(.r.p99 / .m.p99 | r(100)) | \(.r.cpu / .m.cpu | r(100)) | \(.m.total / .r.total | r(100)) | \(.r.ok) / \(.r.over) / \(.r.errors) | \(.r.store_errors) (\(.r.store_error_rounds)) |")) +
-	 ["", "| scenario | Redis calls per request | Redis CPU ms per 1k calls (INFO) | same from /proc | same, net of idle | Redis CPU ms per 1k requests | script µs per call (commandstats, in-command) | Redis socket reads per call |", "|---|---:|---:|---:|---:|---:|---:|---:|"] +
-	 ($s | map("| \(.scenario) | \(.r.calls_req | r(1000)) | \(.r.rcpu_call | r(100)) | \(.r.rproc_call | r(100)) | \(.r.rcpu_net | r(100)) | \(.r.rcpu_req | r(100)) | \(.r.script_us | r(100)) | \(.r.reads_call | r(1000)) |")) +
-	 ["", "| scenario | round | memory req/s | redis req/s | redis/memory | redis store errors + rejected |", "|---|---:|---:|---:|---:|---:|"] +
+	 ($mr | map(.by.memory as $m | .by.redis as $r |
+		"| \(.scenario) | \(.rounds) | \($r.rps / $m.rps | r(100)) | \($r.p99 / $m.p99 | r(100)) | \($r.cpu / $m.cpu | r(100)) | \($m.total / $r.total | r(100)) | \($r.ok) / \($r.over) / \($r.errors) | \($r.store_errors) (\($r.store_error_rounds)) |")) end) +
+	 ["", "| scenario | server | Redis calls per request | Redis CPU ms per 1k calls (INFO) | same from /proc | same, net of idle | Redis CPU ms per 1k requests | same from /proc | script µs per call (commandstats, in-command) | Redis socket reads per call |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"] +
+	 ($s | map(.scenario as $sc | .by | to_entries[] | select(.key != "memory") |
+		"| \($sc) | \(.key) | \(.value.calls_req | r(1000)) | \(.value.rcpu_call | r(100)) | \(.value.rproc_call | r(100)) | \(.value.rcpu_net | r(100)) | \(.value.rcpu_req | r(100)) | \(.value.rproc_req | r(100)) | \(.value.script_us | r(100)) | \(.value.reads_call | r(1000)) |")) +
+	 (if ($rb | length) == 0 then [] else
+	 ["", "| scenario | rounds | redis req/s | redis-b req/s | redis/redis-b req/s | redis Redis CPU µs/req | redis-b Redis CPU µs/req | redis-b/redis Redis CPU per request | redis ok / over / errors | redis-b ok / over / errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"] +
+	 ($rb | map(.by.redis as $r | .by["redis-b"] as $b |
+		"| \(.scenario) | \(.rounds) | \($r.rps | round) | \($b.rps | round) | \($r.rps / $b.rps | r(100)) | \($r.rcpu_req | r(100)) | \($b.rcpu_req | r(100)) | \($b.rcpu_req / $r.rcpu_req | r(100)) | \($r.ok) / \($r.over) / \($r.errors) | \($b.ok) / \($b.over) / \($b.errors) |")) end) +
+	 ["", "| scenario | round | server | req/s | Redis CPU µs/req | redis-b/redis or redis/memory req/s |", "|---|---:|---|---:|---:|---:|"] +
 	 (group_by(.scenario) | map(group_by(.round) | map(
 		(map(select(.server == "memory"))[0]) as $m | (map(select(.server == "redis"))[0]) as $r |
-		select($m != null and $r != null) |
-		"| \($m.scenario) | \($m.round) | \($m.rps | round) | \($r.rps | round) | \($r.rps / $m.rps | r(100)) | \(($r.redis_call_errors // 0) + ($r.redis_calls_rejected // 0)) |")) | flatten)) |
+		(map(select(.server == "redis-b"))[0]) as $b |
+		sort_by(.server) | .[] |
+		"| \(.scenario) | \(.round) | \(.server) | \(.rps | round) | \(if .server == "memory" then "–" else .redis_cpu_ms_per_1k_req | r(100) end) | \(
+			if .server == "redis-b" and $r != null then .rps / $r.rps | r(100)
+			elif .server == "redis" and $m != null then .rps / $m.rps | r(100)
+			else "" end) |")) | flatten)) |
 	.[]' "$1"
 }
 
@@ -119,7 +143,20 @@ profile=${PROFILE:-0}
 lua=${LUA:-0}
 name=${NAME:-redis}
 redis_serve_flags=${REDIS_SERVE_FLAGS:-}
-servers="memory redis"
+b_rev=${B_REV:-}
+b_tags=${B_TAGS:-}
+servers=${SERVERS:-memory redis${b_rev:+ redis-b}}
+if [ -z "${SERVERS:-}" ] && [ -z "$b_rev" ] && [ -n "$b_tags" ]; then
+	servers="memory redis redis-b"
+fi
+# redis_servers are the redis-backed ones; the first is the one whose
+# metrics a memory run reads (idle), and PROFILE=1's.
+redis_servers=$(tr ' ' '\n' <<<"$servers" | grep -v '^memory$' | paste -sd' ' || true)
+if [ -z "$redis_servers" ]; then
+	echo "redis.sh: SERVERS=\"$servers\" has no redis-backed server" >&2
+	exit 2
+fi
+first_redis=${redis_servers%% *}
 
 for c in redis-server redis-cli jq curl /usr/bin/time; do
 	command -v "$c" >/dev/null || {
@@ -138,6 +175,21 @@ fi
 . bench/lib.sh
 bench_setup "$name"
 trap 'exit 130' INT TERM
+
+# bin_b is the sluice of redis-b: B_REV's tree (exported with git
+# archive, not checked out) or this one, built with B_TAGS.
+declare -A bin_of=([memory]=$bin [redis]=$bin)
+if [[ " $servers " == *" redis-b "* ]]; then
+	bin_b=$work/sluice-b
+	if [ -n "$b_rev" ]; then
+		mkdir "$work/b"
+		git archive "$b_rev" | tar -x -C "$work/b"
+		(cd "$work/b" && go build -tags "$b_tags" -o "$bin_b" ./cmd/sluice)
+	else
+		go build -tags "$b_tags" -o "$bin_b" ./cmd/sluice
+	fi
+	bin_of[redis-b]=$bin_b
+fi
 
 # free_port prints a TCP port that no socket uses, not one it gave before,
 # below the range the kernel picks outgoing ports from (so that a client's
@@ -184,11 +236,12 @@ store_flags() { # server
 	case "$1" in
 	memory) echo "--store memory" ;;
 	redis) echo "--store redis --redis-url redis://127.0.0.1:$redis_port${redis_serve_flags:+ $redis_serve_flags}" ;;
+	redis-b) echo "--store redis --redis-url redis://127.0.0.1:$redis_port --redis-prefix sluice-b:${redis_serve_flags:+ $redis_serve_flags}" ;;
 	esac
 }
 for s in $servers; do
 	# shellcheck disable=SC2046
-	"$bin" serve --config "$work/rules.yaml" $(store_flags "$s") --grpc-addr "${grpc_addr[$s]}" \
+	"${bin_of[$s]}" serve --config "$work/rules.yaml" $(store_flags "$s") --grpc-addr "${grpc_addr[$s]}" \
 		--http-addr "${http_addr[$s]}" --debug-addr "${debug_addr[$s]}" --log-format json \
 		2>"$work/serve-$s.log" &
 	pid_of[$s]=$!
@@ -211,8 +264,13 @@ rss() { # label
 	redis-server --version
 	echo "rueidis: $(go list -m github.com/redis/rueidis 2>/dev/null || echo unknown)"
 	echo "mode $mode, $connections connection(s), $concurrency in flight, warmup $warmup, duration $duration, $rounds rounds"
-	echo "sluice serve flags: --store memory | $(store_flags redis | sed "s/$redis_port/PORT/")"
-	echo "redis-server on 127.0.0.1:$redis_port, pid $redis_pid; sluice serve --store memory pid ${pid_of[memory]}, --store redis pid ${pid_of[redis]}"
+	for s in $servers; do
+		echo "sluice serve ($s) flags: $(store_flags "$s" | sed "s/$redis_port/PORT/"), pid ${pid_of[$s]}"
+	done
+	if [ -n "${bin_b:-}" ]; then
+		echo "redis-b: sluice built from ${b_rev:-this tree} ($(git rev-parse "${b_rev:-HEAD}")) with tags \"$b_tags\""
+	fi
+	echo "redis-server on 127.0.0.1:$redis_port, pid $redis_pid"
 	loadavg "start"
 	rss "start"
 } >"$out-machine.txt"
@@ -224,13 +282,17 @@ target() { # server
 	esac
 }
 
-# counters prints, as one JSON object, every counter a run is measured by:
-# the redis-backed server's store and cache metrics, and Redis's own.
+# counters SERVER prints, as one JSON object, every counter a run is
+# measured by: the store and cache metrics of SERVER (of the first
+# redis-backed server for memory), and Redis's own.
 counters() {
-	local info
+	local info m=$1
+	if [ "$m" = memory ]; then
+		m=$first_redis
+	fi
 	info=$(rcli info everything | tr -d '\r')
 	{
-		curl -fsS "http://${http_addr[redis]}/metrics" |
+		curl -fsS "http://${http_addr[$m]}/metrics" |
 			awk '/^sluice_redis_calls_total\{result="(ok|error|rejected)"\}/ {
 				sub(/.*result="/, "", $1); sub(/"\}/, "", $1); print "calls_" $1, $2 }
 			/^sluice_local_cache_(hits|misses)_total / {
@@ -247,7 +309,7 @@ bench() { # server scenario round [extra flags]
 	local server=$1 scenario=$2 round=$3 pid before after ticks
 	shift 3
 	pid=${pid_of[$server]}
-	before=$(counters)
+	before=$(counters "$server")
 	ticks=$(cpu_ticks "$pid")
 	# shellcheck disable=SC2046
 	/usr/bin/time -f '%U %S' -o "$work/gen.time" \
@@ -255,7 +317,7 @@ bench() { # server scenario round [extra flags]
 		--connections "$connections" --concurrency "$concurrency" \
 		--warmup "$warmup" --duration "$duration" $(rls_flags "$scenario") "$@" >"$work/run.json"
 	ticks=$(($(cpu_ticks "$pid") - ticks))
-	after=$(counters)
+	after=$(counters "$server")
 	# CPU over the whole run (warm-up included) per request answered: the
 	# server's, the generator's and Redis's. The Redis figures of a memory
 	# run are Redis idling, for reference.
@@ -276,18 +338,19 @@ bench() { # server scenario round [extra flags]
 		  fcall_calls: $d.fcall_calls, evalsha_calls: $d.evalsha_calls, eval_calls: $d.eval_calls, redis_reads: $d.reads,
 		  script_us_per_call: (($d.fcall_calls + $d.evalsha_calls) as $c |
 			if $c > 0 then ($d.fcall_usec + $d.evalsha_usec) / $c else null end)} +
-		 if $server == "redis" then
+		 if $server != "memory" then
 		 {redis_calls_per_req: ($d.calls_ok / $n),
 		  redis_cpu_ms_per_1k_calls: (if $d.calls_ok > 0 then $rcpu / $d.calls_ok * 1e3 else null end),
 		  redis_cpu_ms_per_1k_req: ($rcpu / $n * 1e3),
 		  redis_proc_cpu_ms_per_1k_calls: (if $d.calls_ok > 0 then $rproc / $d.calls_ok * 1e3 else null end),
+		  redis_proc_cpu_ms_per_1k_req: ($rproc / $n * 1e3),
 		  redis_reads_per_call: (if $d.calls_ok > 0 then $d.reads / $d.calls_ok else null end)}
 		 else {} end' "$work/run.json"
 }
 
 summary() { # the one-line summary of a jsonl line
 	jq -r '"\(.scenario) round \(.round) \(.server): \(.rps|floor) req/s p50 \(.p50_us)µs p99 \(.p99_us)µs ok \(.ok) over \(.over_limit) errors \(.errors) sluice cpu \(.server_cpu_us_per_req*10|floor/10)µs/req redis cpu \(.redis_cpu_ms|floor)ms" +
-		(if .server == "redis" then " = \(.redis_cpu_ms_per_1k_calls // 0 | .*100|floor/100)ms/1k calls, \(.redis_calls_per_req*1000|floor/1000) calls/req, cache hits \(.cache_hits), store errors \(.redis_call_errors)+\(.redis_calls_rejected)" else "" end)'
+		(if .server != "memory" then " = \(.redis_cpu_ms_per_1k_calls // 0 | .*100|floor/100)ms/1k calls, \(.redis_calls_per_req*1000|floor/1000) calls/req, cache hits \(.cache_hits), store errors \(.redis_call_errors)+\(.redis_calls_rejected)" else "" end)'
 }
 
 # Warm both servers up, untimed: Redis compiles the store's Lua on first
@@ -297,7 +360,9 @@ for s in $servers; do
 		--concurrency "$concurrency" --keys 10000 --warmup 0 --duration 3s >/dev/null
 done
 {
-	echo "after the untimed warm-up: $(curl -fsS "http://${http_addr[redis]}/metrics" | grep -E '^sluice_redis_calls_total' | tr '\n' ' ')"
+	for s in $redis_servers; do
+		echo "after the untimed warm-up, $s: $(curl -fsS "http://${http_addr[$s]}/metrics" | grep -E '^sluice_redis_calls_total' | tr '\n' ' ')"
+	done
 	echo "Redis commandstats: $(rcli info commandstats | grep -E 'cmdstat_(eval|fcall|function)' | tr -d '\r' | tr '\n' ' ')"
 } >>"$out-machine.txt"
 
@@ -313,9 +378,9 @@ for scenario in $scenarios; do
 		rss "after filling 1M keys" >>"$out-machine.txt"
 	fi
 	for round in $(seq "$rounds"); do
-		order="memory redis"
+		order=$servers
 		if [ $((round % 2)) = 0 ]; then
-			order="redis memory"
+			order=$(tr ' ' '\n' <<<"$servers" | tac | paste -sd' ')
 		fi
 		for server in $order; do
 			loadavg "$scenario round $round $server" >>"$out-machine.txt"
@@ -323,12 +388,12 @@ for scenario in $scenarios; do
 		done
 	done
 	if [ "$profile" = 1 ]; then
-		bench redis "$scenario" 0 --duration 14s >"$work/profile.json" &
+		bench "$first_redis" "$scenario" 0 --duration 14s >"$work/profile.json" &
 		bench_pid=$!
 		sleep 3
 		rcli info commandstats | tr -d '\r' >"$work/cmdstat.before"
 		rcli info cpu | tr -d '\r' >"$work/cpu.before"
-		curl -fsS -o "$out-cpu-$scenario.pprof" "http://${debug_addr[redis]}/debug/pprof/profile?seconds=10"
+		curl -fsS -o "$out-cpu-$scenario.pprof" "http://${debug_addr[$first_redis]}/debug/pprof/profile?seconds=10"
 		rcli info commandstats | tr -d '\r' >"$work/cmdstat.after"
 		rcli info cpu | tr -d '\r' >"$work/cpu.after"
 		wait "$bench_pid"
@@ -359,8 +424,10 @@ rss "end" >>"$out-machine.txt"
 	# over 10 ms; latency monitor, over 10 ms), or waiting for a CPU.
 	echo "end: Redis slowlog (commands over 10 ms): $(rcli slowlog len) entries; latency monitor (events over 10 ms):"
 	rcli latency latest | tr -d '\r' | paste -sd' ' | sed 's/^/  /'
-	echo "end: sluice serve --store redis, Redis call durations (cumulative, all runs):"
-	curl -fsS "http://${http_addr[redis]}/metrics" | grep -E '^sluice_redis_call_duration_seconds_(bucket|count)' | sed 's/^/  /'
+	for s in $redis_servers; do
+		echo "end: sluice serve ($s), Redis call durations (cumulative, all runs):"
+		curl -fsS "http://${http_addr[$s]}/metrics" | grep -E '^sluice_redis_call_duration_seconds_(bucket|count)' | sed 's/^/  /'
+	done
 } >>"$out-machine.txt"
 
 med() { printf '%s\n' "$@" | sort -g | sed -n 2p; } # the median of 3
@@ -454,7 +521,7 @@ if [ "$lua" = 1 ]; then
 		echo "redis.sh: no FCALL or EVALSHA seen from the store" >&2
 		exit 1
 	fi
-	lib="$(cat redisstore/internal/luasrc/int.lua)"$'\n'"$(cat redisstore/internal/luasrc/algo.lua)"$'\n'"$(cat redisstore/take.lua)"
+	lib="$(cat redisstore/internal/luasrc/int.lua)"$'\n'"$(cat redisstore/internal/luasrc/algo.lua)"$'\n'"$(cat redisstore/internal/luasrc/fast.lua)"$'\n'"$(cat redisstore/take.lua)"
 	rest=("${call[@]:2}") # numkeys, keys, arguments
 	{
 		echo "One decision inside Redis, in pieces. The store's call, captured with MONITOR:"
