@@ -63,62 +63,87 @@ func boolInt(v bool) int {
 	return 0
 }
 
-// fastClass returns the fast path's class of p and its four quantities.
+// fastClass returns the fast path's class of p and its four quantities:
+// "-" and zeros when p has none.
 func fastClass(p *algo.Params) (byte, [4]int64) {
-	const e9 = 1_000_000_000
-	per := p.Period
 	switch p.Kind {
 	case algo.FixedWindow, algo.SlidingWindow, algo.Sketch:
-		var wk, wn int64
-		switch {
-		case per > fastMax:
-		case per%e9 == 0:
-			wk = per / e9
-		case e9%per == 0:
-			wn = per
-		}
-		if wk == 0 && wn == 0 {
-			break
-		}
-		return 'W', [4]int64{wk, wn, per, int64(boolInt(per%1000 == 0))}
+		return windowClass(p.Period)
 	case algo.TokenBucket, algo.LeakyBucket, algo.GCRA:
 		if p.Kind == algo.TokenBucket && p.Interval > 0 {
-			iv := p.Interval
-			if iv > fastMax || (iv%e9 != 0 && e9%iv != 0) {
-				break
-			}
-			hi, lo := bits.Mul64(uint64(p.Rate), uint64(iv))
-			var a int64
-			if hi == 0 {
-				a = int64(lo / uint64(per))
-			}
-			if a > fastMax {
-				break
-			}
-			var ik, in int64
-			if iv%e9 == 0 {
-				ik = iv / e9
-			} else {
-				in = iv
-			}
-			return 'D', [4]int64{a, ik, in, iv}
+			return discreteClass(p)
 		}
-		if p.Rate == 0 {
-			return 'G', [4]int64{0, 0, 0, 1}
-		}
-		g := gcd(p.Rate, per)
-		r, pp := p.Rate/g, per/g
-		hi, tol := bits.Mul64(uint64(p.Capacity), uint64(pp))
-		if hi != 0 || tol > fastMax || pp > fastMax || r > fastMax {
-			break
-		}
-		return 'G', [4]int64{r, pp, int64(tol), g}
+		return gcraClass(p)
 	case algo.SlidingLog:
-		if per <= fastMax {
-			return 'L', [4]int64{per, 0, 0, 0}
+		if p.Period <= fastMax {
+			return 'L', [4]int64{p.Period, 0, 0, 0}
 		}
 	}
-	return '-', [4]int64{0, 0, 0, 0}
+	return noClass()
+}
+
+// noClass is the class of a limit the fast path cannot take: every
+// decision takes the exact path (algo.lua).
+func noClass() (byte, [4]int64) { return '-', [4]int64{0, 0, 0, 0} }
+
+const e9 = 1_000_000_000
+
+// windowClass is the class W of a window of period per: a period of whole
+// seconds, or one that divides a second.
+func windowClass(per int64) (byte, [4]int64) {
+	var wk, wn int64
+	switch {
+	case per > fastMax:
+	case per%e9 == 0:
+		wk = per / e9
+	case e9%per == 0:
+		wn = per
+	}
+	if wk == 0 && wn == 0 {
+		return noClass() // neither, or a zero period
+	}
+	return 'W', [4]int64{wk, wn, per, int64(boolInt(per%1000 == 0))}
+}
+
+// discreteClass is the class D of a token bucket with discrete refill:
+// ticks of whole seconds, or of a period that divides a second, and the
+// tokens a tick, Rate·Interval/Period (floored, as algo does).
+func discreteClass(p *algo.Params) (byte, [4]int64) {
+	iv := p.Interval
+	if iv > fastMax || (iv%e9 != 0 && e9%iv != 0) {
+		return noClass()
+	}
+	hi, lo := bits.Mul64(uint64(p.Rate), uint64(iv))
+	var a int64
+	if hi == 0 {
+		a = int64(lo / uint64(p.Period))
+	}
+	if a > fastMax {
+		return noClass()
+	}
+	var ik, in int64
+	if iv%e9 == 0 {
+		ik = iv / e9
+	} else {
+		in = iv
+	}
+	return 'D', [4]int64{a, ik, in, iv}
+}
+
+// gcraClass is the class G of GCRA, the smooth token bucket and the leaky
+// bucket: the rate and period divided by their gcd g, and the capacity
+// in units of g/Rate ns.
+func gcraClass(p *algo.Params) (byte, [4]int64) {
+	if p.Rate == 0 {
+		return 'G', [4]int64{0, 0, 0, 1}
+	}
+	g := gcd(p.Rate, p.Period)
+	r, pp := p.Rate/g, p.Period/g
+	hi, tol := bits.Mul64(uint64(p.Capacity), uint64(pp))
+	if hi != 0 || tol > fastMax || pp > fastMax || r > fastMax {
+		return noClass()
+	}
+	return 'G', [4]int64{r, pp, int64(tol), g}
 }
 
 func gcd(a, b int64) int64 {
