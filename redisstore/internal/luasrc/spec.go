@@ -52,6 +52,10 @@ func Spec(p *algo.Params, shadow bool, blockFor int64) string {
 	return string(b)
 }
 
+// exactOnly, set only in a build with the tag sluice_exactlua
+// (exactonly.go), gives every limit the class "-".
+var exactOnly = false
+
 // fastMax bounds the static quantities of the fast path: the script adds
 // at most a few of them and stays below 2^52.
 const fastMax = 1 << 51
@@ -66,6 +70,9 @@ func boolInt(v bool) int {
 // fastClass returns the fast path's class of p and its four quantities:
 // "-" and zeros when p has none.
 func fastClass(p *algo.Params) (byte, [4]int64) {
+	if exactOnly {
+		return noClass()
+	}
 	switch p.Kind {
 	case algo.FixedWindow, algo.SlidingWindow, algo.Sketch:
 		return windowClass(p.Period)
