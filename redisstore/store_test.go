@@ -359,21 +359,29 @@ func TestACLUser(t *testing.T) {
 
 // TestDifferentialMemstore runs the same random requests, with several
 // hits on all seven algorithms, through memstore and the Redis store on
-// one clock: every decision must be identical. On the cluster, requests
-// span slots, so the refunds of a request denied in another slot are
-// exercised too.
+// one clock, by Take and by TakeEach: every decision must be identical. On
+// the cluster, requests span slots, so the refunds of a request denied in
+// another slot are exercised too. TakeEach's requests come faster, on
+// fewer keys, so that hits often find their limits exhausted, where
+// TakeEach differs from Take.
 func TestDifferentialMemstore(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) {
-		srv := redistest.Standalone(t)
-		differential(t, Config{URL: srv.URL()}, 1)
-	})
-	t.Run("cluster", func(t *testing.T) {
-		c := redistest.Cluster(t, 3, 0)
-		differential(t, Config{Addrs: c.Addrs()}, 2)
-	})
+	for i, each := range []bool{false, true} {
+		name := ""
+		if each {
+			name = "/each"
+		}
+		t.Run("standalone"+name, func(t *testing.T) {
+			srv := redistest.Standalone(t)
+			differential(t, Config{URL: srv.URL()}, uint64(1+2*i), each)
+		})
+		t.Run("cluster"+name, func(t *testing.T) {
+			c := redistest.Cluster(t, 3, 0)
+			differential(t, Config{Addrs: c.Addrs()}, uint64(2+2*i), each)
+		})
+	}
 }
 
-func differential(t *testing.T, cfg Config, seed uint64) {
+func differential(t *testing.T, cfg Config, seed uint64, each bool) {
 	clock := storetest.NewClock(storetest.Start.Add(123456789))
 	rs := newTestStore(t, cfg, clock.Now)
 	ms := memstore.New(memstore.Config{Now: clock.Now})
@@ -393,6 +401,10 @@ func differential(t *testing.T, cfg Config, seed uint64) {
 		{Name: "soft", Rate: 10, Period: time.Second, SoftPercent: 20, Algorithm: sluice.SlidingWindow},
 	}
 	keys := []string{"a", "b", "c", strings.Repeat("k", 300)}
+	gap := 150 * time.Millisecond
+	if each {
+		keys, gap = keys[:2], 20*time.Millisecond
+	}
 	ctx := context.Background()
 	const requests = 1500
 	for i := range requests {
@@ -406,10 +418,14 @@ func differential(t *testing.T, cfg Config, seed uint64) {
 		}
 		want := make([]sluice.Decision, n)
 		got := make([]sluice.Decision, n)
-		if err := ms.Take(ctx, hits, want); err != nil {
+		take, takeRedis := ms.Take, rs.Take
+		if each {
+			take, takeRedis = ms.TakeEach, rs.TakeEach
+		}
+		if err := take(ctx, hits, want); err != nil {
 			t.Fatal(err)
 		}
-		if err := rs.Take(ctx, hits, got); err != nil {
+		if err := takeRedis(ctx, hits, got); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		for j := range hits {
@@ -418,7 +434,7 @@ func differential(t *testing.T, cfg Config, seed uint64) {
 					i, clock.Now().Sub(storetest.Start), j, hits[j].Limit.Name, hits[j].Key[:1], hits[j].Cost, n, got[j], want[j])
 			}
 		}
-		clock.Advance(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
+		clock.Advance(time.Duration(rng.Int64N(int64(gap))))
 	}
 }
 
