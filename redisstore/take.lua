@@ -13,14 +13,21 @@
 -- (the common one), else by algo.lua's exact arithmetic; both give the same
 -- answers and write the same states.
 --
+-- In order: the helpers that read and write states, sliding logs and
+-- sketches; the clock; the lean paths of a request of one hit (decide1,
+-- sketch1, log1); the general path, in steps (read_hits, refund,
+-- evaluate, commit, reply) and one function a mode (take_all, take_each,
+-- refund); decide, which chooses; and take, the entry.
+--
 -- ARGV: [1] "mode hits [now]": the mode ("t" take, "u" take and return
 -- undo strings, "r" refund, "e" each: the hits decided one by one, as
--- memstore's TakeEach, a denied hit with room left consumed past its limit
--- (algo.overdraw), a peek at a state in debt denied), the number of hits, and now in ns (absent:
--- Redis TIME); then two per hit: its spec (the limit: see spec.go; parsed once and cached) and "cost
--- prev" (prev: 1-based index of the previous hit on the same state, 0 =
--- none), followed for a sketch by its counter indexes. In refund mode two
--- undo strings per hit follow the hits (see refund below).
+-- memstore's TakeEach, a denied hit with room left consumed past its
+-- limit (algo.overdraw), a peek at a state in debt denied), the number of
+-- hits, and now in ns (absent: Redis TIME); then two per hit: its spec
+-- (the limit: see luasrc/spec.go; parsed once and cached) and "cost prev"
+-- (prev: 1-based index of the previous hit on the same state, 0 = none),
+-- followed for a sketch by its counter indexes. In refund mode two undo
+-- strings per hit follow the hits (see refund below).
 --
 -- KEYS per hit: the state key (a string, or a list for sliding_log), or for
 -- a sketch its meta key and the two window keys; then the block key if the
@@ -71,13 +78,24 @@ local function str(x)
   return X.str(x)
 end
 
+-- fast_step returns the fast path's step (fast.lua) for a state kind
+-- (0-4) of the class cls, nil if it has none.
+local function fast_step(kind, cls)
+  if cls == 'W' and kind == 0 then return fast.fixed end
+  if cls == 'W' and kind == 4 then return fast.sliding end
+  if cls == 'G' and kind >= 1 and kind <= 3 then return fast.gcra end
+  if cls == 'D' and kind == 1 then return fast.discrete end
+  return nil
+end
+
 -- specs caches the parsed specs by their string: a limit's spec is the same
 -- on every call, and parsing it costs more than a decision.
 local specs, nspecs = {}, 0
 
 -- spec parses "kind rate period cap interval shadow block_for class a b c
--- d" (see spec.go): the exact Params for algo.lua, and the fast path's
--- quantities for the class (W window, G gcra, D discrete, L log, - none).
+-- d debit" (see luasrc/spec.go): the exact Params for algo.lua, and the fast
+-- path's quantities for the class (W window, G gcra, D discrete, L log, -
+-- none) and its step for a state kind (sp.fast).
 local function spec(s)
   local sp = specs[s]
   if sp then return sp end
@@ -97,6 +115,7 @@ local function spec(s)
     cap = tonumber(f[4]),
   }
   sp.block = not X.eq(sp.blockfor, 0)
+  sp.fast = fast_step(kind, sp.cls)
   sp.ce = charges_exhausted(sp.p)
   local a, b, c, d = tonumber(f[9]), tonumber(f[10]), tonumber(f[11]), tonumber(f[12])
   if sp.cls == 'W' then
@@ -275,6 +294,30 @@ local function read_meta(key)
   return ws, tonumber(seq)
 end
 
+-- raise_counters raises to target the counters rd (BITFIELD_RO
+-- arguments: see bitfield_read) names in key, the cells of a sketch whose
+-- values are vals (nil: all 0): the conservative update. undo, when
+-- given, collects "cell:old" for every counter changed. It returns
+-- whether every counter was 0 (the key may be new, without a TTL).
+local function raise_counters(key, rd, cells, vals, target, undo)
+  local ts = format('%d', target)
+  local args = {'BITFIELD', key}
+  local fresh = true
+  for j = 1, #cells do
+    local v = vals and vals[j] or 0
+    if v > 0 then fresh = false end
+    if v < target then
+      args[#args + 1] = 'SET'
+      args[#args + 1] = 'u32'
+      args[#args + 1] = rd[3 * j + 2]
+      args[#args + 1] = ts
+      if undo then undo[#undo + 1] = cells[j] .. ':' .. v end
+    end
+  end
+  if #args > 2 then call(unpack(args)) end
+  return fresh
+end
+
 -- fields splits a raw state value into its numbers (as strings).
 local function fields(v)
   local t = {}
@@ -321,8 +364,6 @@ local function overdrawn(after)
 end
 
 local BLOCKED = {allowed = false, remaining = 0, reset = 0, retry = 0}
-
-local fast_table = {[0] = fast.fixed, [2] = fast.gcra, [3] = fast.gcra, [4] = fast.sliding}
 
 -- The clock of the request in progress: now = S*1e9 + F (S nil outside
 -- the fast path's domain), and now exact (int.lua), made on demand by
@@ -420,24 +461,26 @@ end
 -- scratch holds decide1's result, used before the next.
 local scratch = {allowed = false, remaining = 0, reset = 0, retry = 0}
 
+-- reply1 appends to out the answer of a lean path's hit, which is never
+-- blocked: allowed ok (0 or 1), the result r (plain numbers but retry,
+-- which may be int.NEVER), committed c (0 or 1).
+local function reply1(out, ok, r, c)
+  local rty = r.retry
+  if rty + 0 == rty then
+    out[#out + 1] = format('%d %d %d %d 0 %d', ok, r.remaining, r.reset, rty, c)
+  else
+    out[#out + 1] = ok .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(rty) .. ' 0 ' .. c
+  end
+end
+
 -- decide1 decides, if it can, a request of one hit of a table kind
 -- without block_for on the fast path, as decide would, with none of its
 -- bookkeeping: most requests are such. It returns false when it cannot,
 -- having changed nothing.
 local function decide1(KEYS, k, ARGV, a, out, each)
   local sp = spec(ARGV[a])
-  local kind = sp.kind
-  if kind > 4 or sp.block then return false end
-  local fn
-  if sp.cls == 'W' and (kind == 0 or kind == 4) then
-    fn = fast_table[kind]
-  elseif sp.cls == 'G' and kind >= 1 and kind <= 3 then
-    fn = fast.gcra
-  elseif sp.cls == 'D' and kind == 1 then
-    fn = fast.discrete
-  else
-    return false
-  end
+  local fn = sp.fast
+  if not fn or sp.block then return false end
   local rq = reqs[ARGV[a + 1]]
   if not rq or rq[2] ~= 0 then return false end
   local cost, key = rq[1], KEYS[k]
@@ -455,12 +498,7 @@ local function decide1(KEYS, k, ARGV, a, out, each)
       end
     end
   end
-  local rem, rst, rty = r.remaining, r.reset, r.retry
-  if rty + 0 == rty then
-    out[#out + 1] = format('%d %d %d %d 0 %d', ok, rem, rst, rty, c)
-  else
-    out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' 0 ' .. c
-  end
+  reply1(out, ok, r, c)
   return true
 end
 
@@ -517,30 +555,12 @@ local function sketch1(KEYS, k, ARGV, a, out)
       c = 1
       -- Count the hits in the current window with the conservative update.
       local target = math.min(curr + math.min(n, MAXU32), MAXU32)
-      local ts = format('%d', target)
-      local args = {'BITFIELD', curk}
-      local fresh = true -- every counter 0: the key may be new, without a TTL
-      for j = 1, #cells do
-        local v = vals and vals[j] or 0
-        if v > 0 then fresh = false end
-        if v < target then
-          args[#args + 1] = 'SET'
-          args[#args + 1] = 'u32'
-          args[#args + 1] = rd[3 * j + 2]
-          args[#args + 1] = ts
-        end
-      end
-      if #args > 2 then call(unpack(args)) end
+      local fresh = raise_counters(curk, rd, cells, vals, target, nil)
       call('SET', meta, start .. ' ' .. (seq + 1), 'KEEPTTL')
       if fresh then call('PEXPIRE', curk, ttl2 or ttl_ms(sp.per + sp.per)) end
     end
   end
-  local rty = r.retry
-  if rty + 0 == rty then
-    out[#out + 1] = format('%d %d %d %d 0 %d', ok, r.remaining, r.reset, rty, c)
-  else
-    out[#out + 1] = ok .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(rty) .. ' 0 ' .. c
-  end
+  reply1(out, ok, r, c)
   return true
 end
 
@@ -568,54 +588,53 @@ local function log1(KEYS, k, ARGV, a, out)
   end
   local ok2 = 0
   if r.allowed then ok2 = 1 end
-  local rty = r.retry
-  if rty + 0 == rty then
-    out[#out + 1] = format('%d %d %d %d 0 %d', ok2, r.remaining, r.reset, rty, c)
-  else
-    out[#out + 1] = ok2 .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(rty) .. ' 0 ' .. c
-  end
+  reply1(out, ok2, r, c)
   return true
 end
 
--- decide decides one request of nhits hits in mode, whose keys start at
--- KEYS[k] and hits at ARGV[a], appending its reply to out; it returns the
--- indexes after them.
-local function decide(KEYS, k, ARGV, a, mode, nhits, out)
-  if nhits == 1 and mode == 'e' and S then
-    if decide1(KEYS, k, ARGV, a, out, true) then return k + 1, a + 2 end
+-- The general path: any number of hits, chained hits on one state,
+-- block_for, the exact arithmetic, and the modes "u" and "r". A hit is an
+-- op, a table that collects what evaluating, committing and answering it
+-- learn: its spec (sp), kind, Params (p), cost, prev (the index of the
+-- previous hit on the same state, 0 = none) and keys, then its result r,
+-- the state it read and would write, whether it committed, and its undo
+-- strings.
+
+-- read_req returns the parsed "cost prev [counters]" of a hit: {cost,
+-- prev, cells, rd} (a sketch's counters, and the BITFIELD_RO arguments
+-- that read them), cached in reqs.
+local function read_req(req)
+  local rq = reqs[req]
+  if rq then return rq end
+  local cost, prev, rest = match(req, '^(%d+) (%d+) ?(.*)$')
+  rq = {tonumber(cost), tonumber(prev)}
+  if rest ~= '' then
+    local cells = fields(rest)
+    local rd = {'BITFIELD_RO', ''}
+    for j = 1, #cells do
+      rd[#rd + 1] = 'GET'
+      rd[#rd + 1] = 'u32'
+      rd[#rd + 1] = '#' .. cells[j]
+    end
+    rq[3], rq[4] = cells, rd
   end
-  if nhits == 1 and mode == 't' and S then
-    if decide1(KEYS, k, ARGV, a, out, false) then return k + 1, a + 2 end
-    if sketch1(KEYS, k, ARGV, a, out) then return k + 3, a + 2 end
-    if log1(KEYS, k, ARGV, a, out) then return k + 1, a + 2 end
-  end
-  local ops = {}
-  local chained = false
+  if nreqs >= 16384 then reqs, nreqs = {}, 0 end
+  reqs[req] = rq
+  nreqs = nreqs + 1
+  return rq
+end
+
+-- read_hits returns the ops of a request's nhits hits, whose keys start at
+-- KEYS[k] and hits at ARGV[a] (costs of 0 when peek is set), the indexes
+-- after them, and whether a hit follows another on the same state.
+local function read_hits(KEYS, k, ARGV, a, nhits, peek)
+  local ops, chained = {}, false
   for i = 1, nhits do
     local sp = spec(ARGV[a])
-    local req = ARGV[a + 1]
+    local rq = read_req(ARGV[a + 1])
     a = a + 2
-    local rq = reqs[req]
-    if not rq then
-      local cost, prev, rest = match(req, '^(%d+) (%d+) ?(.*)$')
-      rq = {tonumber(cost), tonumber(prev)}
-      if rest ~= '' then
-        -- A sketch's counters, and the arguments that read them.
-        local cells = fields(rest)
-        local rd = {'BITFIELD_RO', ''}
-        for j = 1, #cells do
-          rd[#rd + 1] = 'GET'
-          rd[#rd + 1] = 'u32'
-          rd[#rd + 1] = '#' .. cells[j]
-        end
-        rq[3], rq[4] = cells, rd
-      end
-      if nreqs >= 16384 then reqs, nreqs = {}, 0 end
-      reqs[req] = rq
-      nreqs = nreqs + 1
-    end
     local o = {sp = sp, kind = sp.kind, p = sp.p, cost = rq[1], prev = rq[2], shadow = sp.shadow}
-    if mode == 'r' then o.cost = 0 end
+    if peek then o.cost = 0 end
     if o.prev > 0 then chained = true end
     if sp.kind == 6 then
       o.cells, o.rd = rq[3], rq[4]
@@ -631,461 +650,536 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
     end
     ops[i] = o
   end
-  -- The fast path takes hits on their own; a request naming a state twice
-  -- takes the exact path, which chains them.
-  local fastok = S and not chained and mode ~= 'r'
+  return ops, k, a, chained
+end
 
-  -- refund ---------------------------------------------------------------------
-  --
-  -- Undo the consumption of a take whose request another slot denied. For a
-  -- state key: if it still holds what the take wrote, the value before it is
-  -- restored; a window counter changed since by others is decremented in the
-  -- same window; anything else stays (the state errs towards denying). For a
-  -- sliding log the hits are taken off the entry they were logged in. Sketch
-  -- counters are put back if no other hit was added to the sketch since;
-  -- otherwise they stay.
+-- first_hit returns the first hit of the request on o's state.
+local function first_hit(ops, o)
+  while o.prev > 0 do o = ops[o.prev] end
+  return o
+end
 
-  if mode == 'r' then
-    now_x()
-    for i = nhits, 1, -1 do
-      local o = ops[i]
-      local before, after = ARGV[a + 2 * (i - 1)], ARGV[a + 2 * (i - 1) + 1]
-      if o.kind <= 4 and after ~= '' then
-        local cur = call('GET', o.key)
-        if cur == after then
-          write_raw(o.key, before, now)
-        elseif cur and (o.kind == 0 or o.kind == 4) then
-          refund_window(o, cur, before, after)
+-- refund ---------------------------------------------------------------------
+--
+-- Undo the consumption of a take whose request another slot denied. For a
+-- state key: if it still holds what the take wrote, the value before it is
+-- restored; a window counter changed since by others is decremented in the
+-- same window; anything else stays (the state errs towards denying). For a
+-- sliding log the hits are taken off the entry they were logged in. Sketch
+-- counters are put back if no other hit was added to the sketch since;
+-- otherwise they stay.
+
+-- refund_state undoes a take on a state key: before and after are the
+-- values the take read and wrote.
+local function refund_state(o, before, after)
+  local cur = call('GET', o.key)
+  if cur == after then
+    write_raw(o.key, before, now)
+  elseif cur and (o.kind == 0 or o.kind == 4) then
+    refund_window(o, cur, before, after)
+  end
+end
+
+-- refund_sketch undoes a take's add to a sketch: before is the sketch's
+-- meta value (window start and sequence number) after the add, after the
+-- window's parity and the changed counters' old values. If no add and no
+-- rotation came since, it puts the counters back and steps the number
+-- back.
+local function refund_sketch(o, before, after)
+  local start, seq = read_meta(o.meta)
+  if not start or call('GET', o.meta) ~= before then return end
+  local parity, cells = match(after, '^(%d) ?(.*)$')
+  local key = o.k0
+  if parity == '1' then key = o.k1 end
+  local args = {'BITFIELD', key}
+  for cell, old in string.gmatch(cells, '(%d+):(%d+)') do
+    args[#args + 1] = 'SET'
+    args[#args + 1] = 'u32'
+    args[#args + 1] = '#' .. cell
+    args[#args + 1] = old
+  end
+  if #args > 2 then call(unpack(args)) end
+  call('SET', o.meta, start .. ' ' .. (seq - 1), 'KEEPTTL')
+end
+
+-- refund_log undoes a take on a sliding log: before is the time of the
+-- entry the hits went into, after their number. It takes them off that
+-- entry (and off the header's total), and the entry off the log if none
+-- are left.
+local function refund_log(o, before, after)
+  local raw = call('LRANGE', o.key, 0, -1)
+  local h = parse_header(raw[1])
+  if not h then return end
+  for j = #raw, 2, -1 do
+    local at, n = match(raw[j], '^(%d+) (%d+)$')
+    if at == before then
+      local took = X.parse(after)
+      local left = X.sub(X.parse(n), took)
+      local cnt = tonumber(h.cnt)
+      local nat, nn = h.nat, h.nn
+      if X.eq(left, 0) then
+        call('LSET', o.key, j - 1, '-')
+        call('LREM', o.key, 1, '-')
+        cnt = cnt - 1
+        if j == #raw then
+          if j > 2 then nat, nn = match(raw[j - 1], '^(%d+) (%d+)$') else nat, nn = '0', '0' end
         end
-      elseif o.kind == 6 and before ~= '' then
-        -- before: the sketch's meta value (window start and sequence
-        -- number) after the take's add; if no add and no rotation came
-        -- since, put the counters back and step the number back.
-        local start, seq = read_meta(o.meta)
-        if start and call('GET', o.meta) == before then
-          local parity, cells = match(after, '^(%d) ?(.*)$')
-          local key = o.k0
-          if parity == '1' then key = o.k1 end
-          local args = {'BITFIELD', key}
-          for cell, old in string.gmatch(cells, '(%d+):(%d+)') do
-            args[#args + 1] = 'SET'
-            args[#args + 1] = 'u32'
-            args[#args + 1] = '#' .. cell
-            args[#args + 1] = old
-          end
-          if #args > 2 then call(unpack(args)) end
-          call('SET', o.meta, start .. ' ' .. (seq - 1), 'KEEPTTL')
-        end
-      elseif o.kind == 5 and before ~= '' then
-        -- before: the time of the entry the hits went into; after: their
-        -- number. Take them off it (and off the header's total).
-        local raw = call('LRANGE', o.key, 0, -1)
-        local h = parse_header(raw[1])
-        if h then
-          for j = #raw, 2, -1 do
-            local at, n = match(raw[j], '^(%d+) (%d+)$')
-            if at == before then
-              local took = X.parse(after)
-              local left = X.sub(X.parse(n), took)
-              local cnt = tonumber(h.cnt)
-              local nat, nn = h.nat, h.nn
-              if X.eq(left, 0) then
-                call('LSET', o.key, j - 1, '-')
-                call('LREM', o.key, 1, '-')
-                cnt = cnt - 1
-                if j == #raw then
-                  if j > 2 then nat, nn = match(raw[j - 1], '^(%d+) (%d+)$') else nat, nn = '0', '0' end
-                end
-              else
-                call('LSET', o.key, j - 1, at .. ' ' .. X.str(left))
-                if j == #raw then nn = X.str(left) end
-              end
-              if cnt == 0 then
-                call('DEL', o.key)
-              else
-                call('LSET', o.key, 0, cnt .. ' ' .. X.str(X.sub(X.parse(h.sum), took)) .. ' ' .. h.seen .. ' ' .. nat .. ' ' .. nn .. ' ' .. h.exp)
-              end
-              break
-            end
-          end
-        end
+      else
+        call('LSET', o.key, j - 1, at .. ' ' .. X.str(left))
+        if j == #raw then nn = X.str(left) end
+      end
+      if cnt == 0 then
+        call('DEL', o.key)
+      else
+        call('LSET', o.key, 0, cnt .. ' ' .. X.str(X.sub(X.parse(h.sum), took)) .. ' ' .. h.seen .. ' ' .. nat .. ' ' .. nn .. ' ' .. h.exp)
+      end
+      return
+    end
+  end
+end
+
+-- undo_takes undoes the takes of ops, last first, from their undo strings,
+-- two a hit from ARGV[a] on (empty: the hit consumed nothing).
+local function undo_takes(ops, ARGV, a)
+  now_x()
+  for i = #ops, 1, -1 do
+    local o = ops[i]
+    local before, after = ARGV[a + 2 * (i - 1)], ARGV[a + 2 * (i - 1) + 1]
+    if o.kind <= 4 and after ~= '' then
+      refund_state(o, before, after)
+    elseif o.kind == 6 and before ~= '' then
+      refund_sketch(o, before, after)
+    elseif o.kind == 5 and before ~= '' then
+      refund_log(o, before, after)
+    end
+  end
+end
+
+-- evaluate -------------------------------------------------------------------
+--
+-- Every hit is evaluated in order, on the state the previous hit on it
+-- (q) would leave if it commits: on the fast path when its spec has one
+-- and fastok (no chained hits), else exactly. In mode "e" (each) the hits
+-- are decided one by one: a denial with room left overdraws, and so does
+-- one that finds a limit that charges an exhausted one exhausted but not
+-- in debt (algo.Overdraw, OverdrawsExhausted).
+
+-- read_block sets o.blocked and o.left (the time left) when o's key is
+-- serving a block_for penalty.
+local function read_block(o, fastok)
+  local v = call('GET', o.bkey)
+  if not v then return end
+  local d = fastok and fast.rel(v, S, F)
+  if d then
+    if d > 0 then o.blocked, o.left = true, d end
+  else
+    local u = X.parse(v)
+    if u and X.lt(now_x(), u) then o.blocked, o.left = true, X.sub(u, now) end
+  end
+end
+
+-- evaluate_state evaluates a hit on a state key (kinds 0-4): its result
+-- and the state to write if it commits (o.written; o.next, exact).
+local function evaluate_state(o, q, fastok, each)
+  local sp = o.sp
+  local fn = fastok and sp.fast
+  if fn and o.blocked then
+    o.r = BLOCKED
+    return
+  elseif fn then
+    o.raw = call('GET', o.key)
+    local r, w, ttl = fn(sp, o.raw, S, F, o.cost)
+    if r and (not each or fast_each(r, o.cost, sp)) then
+      o.r, o.written, o.ttl, o.fast = r, w, ttl, fn
+      return
+    end
+  end
+  now_x()
+  if q and commits(q) then
+    o.base, o.raw = q.next, q.written
+  elseif q then
+    o.base, o.raw = q.base, q.raw
+  else
+    if o.raw == nil then o.raw = call('GET', o.key) end
+    o.base = parse_state(o.kind, o.raw, now)
+  end
+  if o.blocked then
+    o.r = BLOCKED
+    return
+  end
+  if each then
+    o.next, o.r = overdraw(o.p, o.base, now, o.cost)
+  else
+    o.next, o.r = step(o.p, o.base, now, o.cost)
+  end
+  if commits(o) then o.written = encode_state(o.kind, o.next) end
+end
+
+-- evaluate_log evaluates a hit on a sliding log: its result, the entries
+-- out of the window (o.expired), and what committing needs (the fast
+-- path's header and time, or the exact log).
+local function evaluate_log(o, q, fastok, each)
+  local sp = o.sp
+  if o.blocked then
+    -- A blocked key's log is not read, and drops nothing.
+    o.r, o.expired = BLOCKED, 0
+    if not fastok then o.log = read_log(o.key) end
+    return
+  end
+  if fastok and sp.cls == 'L' then
+    local raw = call('LRANGE', o.key, 0, 2)
+    local h, ok = log_header(raw)
+    if ok then
+      log_key = o.key
+      local r, e, t, live = fast.log_step(sp, h, raw, 1, more_entries, S, F, o.cost)
+      if r and (not each or fast_each(r, o.cost, sp)) then
+        o.r, o.expired, o.t, o.h, o.live, o.fast = r, e, t, h, live, true
+        o.rawlog = raw
+        return
       end
     end
   end
+  now_x()
+  if q and commits(q) then
+    o.log = log_commit(q.log, q.expired, now, q.cost)
+  elseif q then
+    o.log = q.log
+  else
+    o.log = read_log(o.key)
+  end
+  if not each then
+    o.expired, o.r = log_step(o.p, o.log, now, o.cost)
+    return
+  end
+  o.expired, o.r = log_step_each(o.p, o.log, now, o.cost)
+  if overdraws(o.r, o.cost) or sp.ce and not o.r.allowed and overdraws_exhausted(o.p, o.r, o.cost, function()
+        return not select(2, log_step_each(o.p, o.log, now, 0)).allowed
+      end) then
+    o.r.overdrawn = true
+  end
+end
 
-  -- evaluate -------------------------------------------------------------------
+-- rotate_sketch brings a sketch's windows forward to now, as
+-- CMSketch.rotate does on every Check: it finds the window of now (o.ws_s,
+-- its parity, and its key o.curk, the previous window's o.prevk), clears
+-- the windows that are over and records a new window's start in the meta
+-- key. It returns the time elapsed in the window, the window's start
+-- relative to now (fast path; exact: o.wsx, o.ex) and how it rotated
+-- ("same", "back", "next", "reset").
+local function rotate_sketch(o, fastok)
+  local sp = o.sp
+  local start, seq = read_meta(o.meta)
+  o.seq = seq
+  local per = o.p.period
+  local e, wsr, rel
+  if fastok and sp.cls == 'W' then
+    e, wsr, rel = fast.sketch_window(sp, start, S, F)
+  end
+  if rel then
+    if rel == 'back' then o.ws_s = start else o.ws_s = fast.abs(S, F, wsr) end
+    o.parity = fast.parity(sp, o.ws_s)
+  else
+    now_x()
+    local st = nil
+    if start then st = X.parse(start) end
+    local ws
+    ws, e, rel = sketch_window(per, st, now)
+    local cur = ws
+    if rel == 'back' then cur = st end
+    o.ws_s = X.str(ws)
+    o.parity = window_parity(cur, per)
+    o.wsx, o.ex = ws, e
+  end
+  if o.parity == 0 then
+    o.curk, o.prevk = o.k0, o.k1
+  else
+    o.curk, o.prevk = o.k1, o.k0
+  end
+  if rel == 'next' then
+    call('DEL', o.curk)
+  elseif rel == 'reset' then
+    call('DEL', o.k0, o.k1)
+  end
+  if o.ex then
+    o.ttl2 = ttl_ms_x(add_sat(now, add_sat(per, per)), now)
+  else
+    o.ttl2 = ttl_ms(sp.per + sp.per)
+  end
+  o.start = start
+  if rel == 'next' or rel == 'reset' then
+    call('SET', o.meta, o.ws_s .. ' ' .. seq, 'PX', o.ttl2)
+    o.start = o.ws_s
+  end
+  return e, wsr, rel
+end
 
-  local allowed = true
-  for i = 1, nhits do
-    local o = ops[i]
-    local sp = o.sp
-    if o.bkey then
-      local v = call('GET', o.bkey)
-      if v then
-        local d = fastok and fast.rel(v, S, F)
-        if d then
-          if d > 0 then o.blocked, o.left = true, d end
-        else
-          local u = X.parse(v)
-          if u and X.lt(now_x(), u) then o.blocked, o.left = true, X.sub(u, now) end
-        end
-      end
+-- read_sketch returns the key's estimates in a sketch's previous and
+-- current windows (none for a zero limit), keeping the current window's
+-- counters in o.vals. Windows just cleared hold nothing: it does not read
+-- them.
+local function read_sketch(o, rel)
+  local prev, curr = 0, 0
+  if o.sp.rate == 0 then return prev, curr end
+  if rel ~= 'next' and rel ~= 'reset' then
+    curr, o.vals = bitfield_read(o.curk, o.rd)
+  else
+    o.vals = {}
+    for j = 1, #o.cells do o.vals[j] = 0 end
+  end
+  if rel ~= 'reset' then
+    prev = bitfield_read(o.prevk, o.rd)
+  end
+  return prev, curr
+end
+
+-- sketch_result is the result of n hits against a sketch's estimates prev
+-- and curr, e into the window that starts wsr from now: on the fast path
+-- when it can, else exactly (setting o.wsx, o.ex).
+local function sketch_result(o, n, prev, curr, e, wsr)
+  local sp, per = o.sp, o.p.period
+  if o.ex then
+    if sp.rate == 0 then return zero_limit(n, X.sub(add_sat(o.wsx, per), now)) end
+    return slide_result(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, o.wsx, o.ex)
+  end
+  if sp.rate == 0 then
+    if n == 0 then
+      return {allowed = true, remaining = 0, reset = wsr + sp.per, retry = 0}
     end
+    return {allowed = false, remaining = 0, reset = wsr + sp.per, retry = X.NEVER}
+  end
+  local r = fast.slide(sp, prev, curr, e, wsr, n)
+  if r then return r end
+  now_x()
+  local ws = X.parse(o.ws_s)
+  o.wsx, o.ex = ws, e
+  return slide_result(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, ws, e)
+end
+
+-- sketch_each decides a sketch hit one by one (mode "e"), exactly, when
+-- its answer may differ from sketch_result's: a peek may meet a debt, a
+-- denial with room left overdraws, and so does one that finds a limit
+-- charged after the fact exhausted but not in debt (CheckEach). Any other
+-- answer is the same either way.
+local function sketch_each(o, n, prev, curr, e)
+  local sp, per = o.sp, o.p.period
+  if sp.rate == 0 or
+      not (n == 0 or not o.r.allowed and o.cost ~= 0 and (sp.ce or not X.lt(o.r.remaining, 1))) then
+    return
+  end
+  now_x()
+  local ws = o.wsx or X.parse(o.ws_s)
+  o.wsx, o.ex = ws, o.ex or e
+  local c = X.min(o.p.cap, MAXSWC)
+  o.r = slide_result_each(per, c, now, n, prev, curr, ws, o.ex)
+  if overdraws(o.r, o.cost) or sp.ce and not o.r.allowed and overdraws_exhausted(o.p, o.r, o.cost, function()
+        return not slide_result_each(per, c, now, o.pend, prev, curr, ws, o.ex).allowed
+      end) then
+    o.r.overdrawn = true
+  end
+end
+
+-- evaluate_sketch evaluates a hit on a sketch: its windows are brought
+-- forward to now, then the request, with the hits of this request on the
+-- same key before it (o.pend), is checked against the key's estimates.
+local function evaluate_sketch(o, q, fastok, each)
+  o.pend = 0
+  if q then
+    o.pend = q.pend
+    if commits(q) then o.pend = o.pend + q.cost end
+  end
+  local e, wsr, rel = rotate_sketch(o, fastok)
+  if o.blocked then
+    o.r = BLOCKED
+    return
+  end
+  local n = o.cost + o.pend
+  local prev, curr = read_sketch(o, rel)
+  o.r = sketch_result(o, n, prev, curr, e, wsr)
+  if each then sketch_each(o, n, prev, curr, e) end
+  o.sk = {e = e, wsr = wsr, prev = prev, curr = curr}
+end
+
+-- evaluate evaluates every hit of ops and reports whether every enforced
+-- one allows.
+local function evaluate(ops, fastok, each)
+  local allowed = true
+  for i = 1, #ops do
+    local o = ops[i]
+    if o.bkey then read_block(o, fastok) end
     local q = nil
     if o.prev > 0 then q = ops[o.prev] end
-    local done = false
     if o.kind <= 4 then
-      if fastok then
-        local fn = fast_table[o.kind]
-        if o.kind == 1 then
-          if sp.cls == 'D' then fn = fast.discrete elseif sp.cls == 'G' then fn = fast.gcra else fn = nil end
-        elseif (o.kind == 2 or o.kind == 3) and sp.cls ~= 'G' then
-          fn = nil
-        elseif (o.kind == 0 or o.kind == 4) and sp.cls ~= 'W' then
-          fn = nil
-        end
-        if fn and o.blocked then
-          o.r, done = BLOCKED, true
-        elseif fn then
-          o.raw = call('GET', o.key)
-          local r, w, ttl = fn(sp, o.raw, S, F, o.cost)
-          if r and (mode ~= 'e' or fast_each(r, o.cost, sp)) then
-            o.r, o.written, o.ttl, o.fast, done = r, w, ttl, fn, true
-          end
-        end
-      end
-      if not done then
-        now_x()
-        if q and commits(q) then
-          o.base, o.raw = q.next, q.written
-        elseif q then
-          o.base, o.raw = q.base, q.raw
-        else
-          if o.raw == nil then o.raw = call('GET', o.key) end
-          o.base = parse_state(o.kind, o.raw, now)
-        end
-        if o.blocked then
-          o.r = BLOCKED
-        elseif mode == 'e' then
-          o.next, o.r = overdraw(o.p, o.base, now, o.cost)
-          if commits(o) then o.written = encode_state(o.kind, o.next) end
-        else
-          o.next, o.r = step(o.p, o.base, now, o.cost)
-          if commits(o) then o.written = encode_state(o.kind, o.next) end
-        end
-      end
+      evaluate_state(o, q, fastok, each)
     elseif o.kind == 5 then
-      if o.blocked then
-        -- A blocked key's log is not read, and drops nothing.
-        o.r, o.expired, done = BLOCKED, 0, true
-        if not fastok then o.log = read_log(o.key) end
-      elseif fastok and sp.cls == 'L' then
-        local raw = call('LRANGE', o.key, 0, 2)
-        local h, ok = log_header(raw)
-        if ok then
-          log_key = o.key
-          local r, e, t, live = fast.log_step(sp, h, raw, 1, more_entries, S, F, o.cost)
-          if r and (mode ~= 'e' or fast_each(r, o.cost, sp)) then
-            o.r, o.expired, o.t, o.h, o.live, o.fast, done = r, e, t, h, live, true, true
-            o.rawlog = raw
-          end
-        end
-      end
-      if not done then
-        now_x()
-        if q and commits(q) then
-          o.log = log_commit(q.log, q.expired, now, q.cost)
-        elseif q then
-          o.log = q.log
-        else
-          o.log = read_log(o.key)
-        end
-        if mode == 'e' then
-          o.expired, o.r = log_step_each(o.p, o.log, now, o.cost)
-          if overdraws(o.r, o.cost) or sp.ce and not o.r.allowed and overdraws_exhausted(o.p, o.r, o.cost, function()
-                return not select(2, log_step_each(o.p, o.log, now, 0)).allowed
-              end) then
-            o.r.overdrawn = true
-          end
-        else
-          o.expired, o.r = log_step(o.p, o.log, now, o.cost)
-        end
-      end
+      evaluate_log(o, q, fastok, each)
     else
-      -- A sketch: its windows are brought forward to now (as
-      -- CMSketch.rotate does on every Check), then the request is checked
-      -- against the key's estimates in them.
-      o.pend = 0
-      if q then
-        o.pend = q.pend
-        if commits(q) then o.pend = o.pend + q.cost end
-      end
-      local start, seq = read_meta(o.meta)
-      o.seq = seq
-      local per = o.p.period
-      local e, wsr, rel
-      if fastok and sp.cls == 'W' then
-        e, wsr, rel = fast.sketch_window(sp, start, S, F)
-      end
-      if rel then
-        if rel == 'back' then o.ws_s = start else o.ws_s = fast.abs(S, F, wsr) end
-        o.parity = fast.parity(sp, o.ws_s)
-      else
-        now_x()
-        local st = nil
-        if start then st = X.parse(start) end
-        local ws
-        ws, e, rel = sketch_window(per, st, now)
-        local cur = ws
-        if rel == 'back' then cur = st end
-        o.ws_s = X.str(ws)
-        o.parity = window_parity(cur, per)
-        o.wsx, o.ex = ws, e
-      end
-      if o.parity == 0 then
-        o.curk, o.prevk = o.k0, o.k1
-      else
-        o.curk, o.prevk = o.k1, o.k0
-      end
-      if rel == 'next' then
-        call('DEL', o.curk)
-      elseif rel == 'reset' then
-        call('DEL', o.k0, o.k1)
-      end
-      local ttl2
-      if o.ex then
-        ttl2 = ttl_ms_x(add_sat(now, add_sat(per, per)), now)
-      else
-        ttl2 = ttl_ms(sp.per + sp.per)
-      end
-      o.ttl2 = ttl2
-      o.start = start
-      if rel == 'next' or rel == 'reset' then
-        call('SET', o.meta, o.ws_s .. ' ' .. seq, 'PX', ttl2)
-        o.start = o.ws_s
-      end
-      if o.blocked then
-        o.r = BLOCKED
-      else
-        local n = o.cost + o.pend
-        local prev, curr = 0, 0
-        if not (sp.rate == 0) then
-          -- Windows just cleared hold nothing: no need to read them.
-          if rel ~= 'next' and rel ~= 'reset' then
-            curr, o.vals = bitfield_read(o.curk, o.rd)
-          else
-            o.vals = {}
-            for j = 1, #o.cells do o.vals[j] = 0 end
-          end
-          if rel ~= 'reset' then
-            prev = bitfield_read(o.prevk, o.rd)
-          end
-        end
-        if o.ex then
-          if sp.rate == 0 then
-            o.r = zero_limit(n, X.sub(add_sat(o.wsx, per), now))
-          else
-            o.r = slide_result(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, o.wsx, o.ex)
-          end
-        else
-          if sp.rate == 0 then
-            if n == 0 then
-              o.r = {allowed = true, remaining = 0, reset = wsr + sp.per, retry = 0}
-            else
-              o.r = {allowed = false, remaining = 0, reset = wsr + sp.per, retry = X.NEVER}
-            end
-          else
-            o.r = fast.slide(sp, prev, curr, e, wsr, n)
-            if not o.r then
-              now_x()
-              local ws = X.parse(o.ws_s)
-              o.wsx, o.ex = ws, e
-              o.r = slide_result(per, X.min(o.p.cap, MAXSWC), now, n, prev, curr, ws, e)
-            end
-          end
-        end
-        if mode == 'e' and not (sp.rate == 0) and
-            (n == 0 or not o.r.allowed and o.cost ~= 0 and (sp.ce or not X.lt(o.r.remaining, 1))) then
-          -- One by one: a peek may meet a debt, a denial with room left
-          -- overdraws, and so does one that finds a limit charged after
-          -- the fact exhausted but not in debt (CheckEach), on the exact
-          -- path; any other answer is the same either way.
-          now_x()
-          local ws = o.wsx or X.parse(o.ws_s)
-          o.wsx, o.ex = ws, o.ex or e
-          local c = X.min(o.p.cap, MAXSWC)
-          o.r = slide_result_each(per, c, now, n, prev, curr, ws, o.ex)
-          if overdraws(o.r, o.cost) or sp.ce and not o.r.allowed and overdraws_exhausted(o.p, o.r, o.cost, function()
-                return not slide_result_each(per, c, now, o.pend, prev, curr, ws, o.ex).allowed
-              end) then
-            o.r.overdrawn = true
-          end
-        end
-        o.sk = {e = e, wsr = wsr, prev = prev, curr = curr}
-      end
+      evaluate_sketch(o, q, fastok, each)
     end
     if not o.r.allowed and not o.shadow then allowed = false end
   end
+  return allowed
+end
 
-  -- commit ---------------------------------------------------------------------
+-- commit ---------------------------------------------------------------------
+--
+-- A hit that commits writes what evaluating it found, and keeps the undo
+-- strings of a refund (o.undo1, o.undo2): for a state key the values
+-- before and after; for a sliding log the entry's time and the hits; for
+-- a sketch its meta value after the add, and the window's parity followed
+-- by every changed counter and its old value.
 
+-- commit_state writes a hit's new state to its key.
+local function commit_state(o)
+  o.undo1, o.undo2 = o.raw, o.written
+  if o.fast and o.ttl then
+    call('SET', o.key, o.written, 'PX', ttl_ms(o.ttl))
+  elseif o.fast then
+    -- The same window as the stored state: its TTL is already the
+    -- window's end.
+    call('SET', o.key, o.written, 'KEEPTTL')
+  else
+    write_raw(o.key, o.written, now)
+  end
+end
+
+-- commit_log logs a hit's cost in its sliding log, dropping the expired
+-- entries.
+local function commit_log(o)
+  if o.fast then
+    o.undo1, o.undo2 = log_write_fast(o.key, o.sp.per, o.h, o.expired, o.t, o.live, o.cost)
+  else
+    local log2 = log_commit(o.log, o.expired, now, o.cost)
+    commit_log_x(o.key, o.log, o.expired, now, o.cost, o.p.period)
+    local last = log2.entries[#log2.entries]
+    o.undo1, o.undo2 = X.str(last.at), X.str(o.cost)
+    if o.r.overdrawn then
+      local _, after = log_step(o.p, log2, now, 1)
+      o.r = overdrawn(after)
+    end
+  end
+  o.logdone = true
+end
+
+-- commit_sketch counts a hit's cost in the current window of its sketch
+-- with the conservative update; touched holds the sketches (meta keys)
+-- this request added to, undo whether to keep the undo strings. What
+-- evaluate read stands unless another hit of this request added to the
+-- sketch since.
+local function commit_sketch(o, touched, undo)
+  local est, vals, start, seq
+  if touched[o.meta] or not o.vals then
+    est, vals = bitfield_read(o.curk, o.rd)
+    start, seq = read_meta(o.meta)
+  else
+    vals, start, seq = o.vals, o.start, o.seq
+    est = MAXU32
+    for j = 1, #vals do
+      if vals[j] < est then est = vals[j] end
+    end
+  end
+  touched[o.meta] = true
+  local add = MAXU32
+  if o.cost < MAXU32 then add = o.cost end
+  local target = math.min(est + add, MAXU32)
+  local changed = undo and {tostring(o.parity)}
+  local fresh = raise_counters(o.curk, o.rd, o.cells, vals, target, changed)
+  local meta = (start or o.ws_s) .. ' ' .. (seq + 1)
+  -- The meta key's TTL was set when the window began (a rotation
+  -- writes it), two periods on: as long as the window matters.
+  call('SET', o.meta, meta, 'KEEPTTL')
+  if fresh then call('PEXPIRE', o.curk, o.ttl2) end
+  if changed then o.undo1, o.undo2 = meta, concat(changed, ' ') end
+  if o.r.overdrawn then
+    o.r = overdrawn(slide_result(o.p.period, X.min(o.p.cap, MAXSWC), now, 1, o.sk.prev, target, o.wsx, o.ex))
+  end
+end
+
+-- start_block starts the block_for penalty of a hit's key.
+local function start_block(o, fastok)
+  local bf = o.sp.blockfor
+  if fastok and bf + 0 == bf and bf < fast.P52 then
+    o.blocked, o.left = true, bf
+    call('SET', o.bkey, fast.abs(S, F, bf), 'PX', ttl_ms(bf))
+  else
+    now_x()
+    local u = add_sat(now, bf)
+    o.blocked, o.left = true, X.sub(u, now)
+    call('SET', o.bkey, X.str(u), 'PX', ttl_ms_x(u, now))
+  end
+end
+
+-- commit commits, when consume is set, every hit that commits (allowed,
+-- or overdrawn, with a cost, not blocked), keeping undo strings when undo
+-- is set; and starts the block_for penalty of every denied hit with a
+-- cost, by an enforced limit or by a shadow limit that reports what
+-- enforcing it would do.
+local function commit(ops, consume, undo, fastok)
   local touched = {} -- the sketches (meta keys) added to
-  for i = 1, nhits do
+  for i = 1, #ops do
     local o = ops[i]
-    if (allowed or mode == 'e') and commits(o) then
+    if consume and commits(o) then
       o.committed = true
       if o.kind <= 4 then
-        o.undo1, o.undo2 = o.raw, o.written
-        if o.fast and o.ttl then
-          call('SET', o.key, o.written, 'PX', ttl_ms(o.ttl))
-        elseif o.fast then
-          -- The same window as the stored state: its TTL is already the
-          -- window's end.
-          call('SET', o.key, o.written, 'KEEPTTL')
-        else
-          write_raw(o.key, o.written, now)
-        end
+        commit_state(o)
       elseif o.kind == 5 then
-        if o.fast then
-          o.undo1, o.undo2 = log_write_fast(o.key, o.sp.per, o.h, o.expired, o.t, o.live, o.cost)
-        else
-          local log2 = log_commit(o.log, o.expired, now, o.cost)
-          commit_log_x(o.key, o.log, o.expired, now, o.cost, o.p.period)
-          local last = log2.entries[#log2.entries]
-          o.undo1, o.undo2 = X.str(last.at), X.str(o.cost)
-          if o.r.overdrawn then
-            local _, after = log_step(o.p, log2, now, 1)
-            o.r = overdrawn(after)
-          end
-        end
-        o.logdone = true
+        commit_log(o)
       else
-        -- Count the hits in the current window with the conservative
-        -- update; the undo strings of a refund are the sketch's meta value
-        -- after this add, and the window's parity followed by every changed
-        -- counter and its old value.
-        -- What evaluate read stands unless another hit of this request
-        -- added to the sketch since.
-        local est, vals, start, seq
-        if touched[o.meta] or not o.vals then
-          est, vals = bitfield_read(o.curk, o.rd)
-          start, seq = read_meta(o.meta)
-        else
-          vals, start, seq = o.vals, o.start, o.seq
-          est = MAXU32
-          for j = 1, #vals do
-            if vals[j] < est then est = vals[j] end
-          end
-        end
-        touched[o.meta] = true
-        local add = MAXU32
-        if o.cost < MAXU32 then add = o.cost end
-        local target = math.min(est + add, MAXU32)
-        local ts = format('%d', target)
-        local args = {'BITFIELD', o.curk}
-        local undo = (mode == 'u' or mode == 'r') and {tostring(o.parity)}
-        local fresh = true -- every counter 0: the key may be new, without a TTL
-        for j = 1, #o.cells do
-          local v = vals[j]
-          if v > 0 then fresh = false end
-          if v < target then
-            args[#args + 1] = 'SET'
-            args[#args + 1] = 'u32'
-            args[#args + 1] = o.rd[3 * j + 2]
-            args[#args + 1] = ts
-            if undo then undo[#undo + 1] = o.cells[j] .. ':' .. v end
-          end
-        end
-        if #args > 2 then call(unpack(args)) end
-        local meta = (start or o.ws_s) .. ' ' .. (seq + 1)
-        -- The meta key's TTL was set when the window began (a rotation
-        -- writes it), two periods on: as long as the window matters.
-        call('SET', o.meta, meta, 'KEEPTTL')
-        if fresh then call('PEXPIRE', o.curk, o.ttl2) end
-        if undo then o.undo1, o.undo2 = meta, concat(undo, ' ') end
-        if o.r.overdrawn then
-          o.r = overdrawn(slide_result(o.p.period, X.min(o.p.cap, MAXSWC), now, 1, o.sk.prev, target, o.wsx, o.ex))
-        end
+        commit_sketch(o, touched, undo)
       end
     end
     if not o.r.allowed and not o.blocked and o.bkey and o.cost ~= 0 then
-      -- A denial (by an enforced limit, or by a shadow limit that reports
-      -- what enforcing it would do) starts a block_for penalty.
-      local bf = o.sp.blockfor
-      if fastok and bf + 0 == bf and bf < fast.P52 then
-        o.blocked, o.left = true, bf
-        call('SET', o.bkey, fast.abs(S, F, bf), 'PX', ttl_ms(bf))
-      else
-        now_x()
-        local u = add_sat(now, bf)
-        o.blocked, o.left = true, X.sub(u, now)
-        call('SET', o.bkey, X.str(u), 'PX', ttl_ms_x(u, now))
-      end
+      start_block(o, fastok)
     end
   end
+end
 
-  -- Sliding logs on which nothing was logged still drop their expired
-  -- entries (algo.Log.Commit), so that the next request need not read them.
-  for i = 1, nhits do
+-- drop_expired has the sliding logs on which nothing was logged drop their
+-- expired entries all the same (algo.Log.Commit), so that the next request
+-- need not read them.
+local function drop_expired(ops)
+  for i = 1, #ops do
     local o = ops[i]
     if o.kind == 5 and o.prev == 0 and o.expired and o.expired > 0 then
       local logged = false
-      for j = i, nhits do
-        local p = ops[j]
-        if p.logdone then
-          local f = p
-          while f.prev > 0 do f = ops[f.prev] end
-          if f == o then logged = true end
-        end
+      for j = i, #ops do
+        if ops[j].logdone and first_hit(ops, ops[j]) == o then logged = true end
       end
-      if not logged then
-        if o.fast then
-          log_write_fast(o.key, o.sp.per, o.h, o.expired, o.t, o.live, 0)
-        else
-          commit_log_x(o.key, o.log, o.expired, now, 0, o.p.period)
-        end
+      if not logged and o.fast then
+        log_write_fast(o.key, o.sp.per, o.h, o.expired, o.t, o.live, 0)
+      elseif not logged then
+        commit_log_x(o.key, o.log, o.expired, now, 0, o.p.period)
       end
     end
   end
+end
 
-  if not allowed and mode ~= 'e' then
-    -- Nothing was consumed: a hit that would have allowed reports the state as
-    -- it stands, as a peek at what the first hit on its state saw.
-    for i = 1, nhits do
-      local o = ops[i]
-      if o.r.allowed and not o.blocked and o.cost ~= 0 then
-        local first = o
-        while first.prev > 0 do first = ops[first.prev] end
-        if o.kind <= 4 then
-          if o.fast then
-            o.r = o.fast(o.sp, o.raw, S, F, 0)
-          else
-            local _, r = step(o.p, first.base, now, 0)
-            o.r = r
-          end
-        elseif o.kind == 5 then
-          if o.fast then
-            -- The log as read before any commit; a peek reads no entry
-            -- the request did not already read.
-            log_key = o.key
-            o.r = fast.log_step(o.sp, o.h, o.rawlog, 1, more_entries, S, F, 0)
-          else
-            local _, r = log_step(o.p, first.log, now, 0)
-            o.r = r
-          end
-        else
-          local sk = o.sk
-          if o.ex then
-            o.r = slide_result(o.p.period, X.min(o.p.cap, MAXSWC), now, 0, sk.prev, sk.curr, o.wsx, o.ex)
-          else
-            o.r = fast.slide(o.sp, sk.prev, sk.curr, sk.e, sk.wsr, 0)
-          end
-        end
-      end
-    end
+-- peek returns the result of a peek at o's state as the request found it,
+-- before any commit: as first, the request's first hit on it, saw it. A
+-- peek at a log reads no entry the request did not already read.
+local function peek(o, first)
+  if o.kind <= 4 and o.fast then
+    return o.fast(o.sp, o.raw, S, F, 0)
+  elseif o.kind <= 4 then
+    local _, r = step(o.p, first.base, now, 0)
+    return r
+  elseif o.kind == 5 and o.fast then
+    log_key = o.key
+    return fast.log_step(o.sp, o.h, o.rawlog, 1, more_entries, S, F, 0)
+  elseif o.kind == 5 then
+    local _, r = log_step(o.p, first.log, now, 0)
+    return r
   end
+  local sk = o.sk
+  if o.ex then
+    return slide_result(o.p.period, X.min(o.p.cap, MAXSWC), now, 0, sk.prev, sk.curr, o.wsx, o.ex)
+  end
+  return fast.slide(o.sp, sk.prev, sk.curr, sk.e, sk.wsr, 0)
+end
 
-  for i = 1, nhits do
+-- reply appends the answer of every hit to out, "allowed remaining reset
+-- retry left committed", then with undo set two undo strings a hit.
+local function reply(ops, out, undo)
+  for i = 1, #ops do
     local o = ops[i]
     local r = o.r
     local ok = 0
@@ -1101,13 +1195,78 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
       out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
     end
   end
-  if mode == 'u' or mode == 'r' then
-    for i = 1, nhits do
-      out[#out + 1] = ops[i].undo1 or ''
-      out[#out + 1] = ops[i].undo2 or ''
+  if not undo then return end
+  for i = 1, #ops do
+    out[#out + 1] = ops[i].undo1 or ''
+    out[#out + 1] = ops[i].undo2 or ''
+  end
+end
+
+-- The modes ------------------------------------------------------------------
+
+-- take_all decides a request all-or-nothing (modes "t" and "u"): every
+-- hit is evaluated, then, if every enforced hit allows, all are
+-- committed; otherwise nothing is consumed, a denying hit with block_for
+-- starts its block, and the hits that would have allowed and consumed
+-- report a peek at their state as it stands.
+local function take_all(ops, fastok, undo)
+  local allowed = evaluate(ops, fastok, false)
+  commit(ops, allowed, undo, fastok)
+  drop_expired(ops)
+  if allowed then return end
+  for i = 1, #ops do
+    local o = ops[i]
+    if o.r.allowed and not o.blocked and o.cost ~= 0 then
+      o.r = peek(o, first_hit(ops, o))
     end
   end
-  if mode == 'r' then a = a + 2 * nhits end
+end
+
+-- take_each decides the hits of a request one by one (mode "e"), as
+-- memstore's TakeEach: each that allows, or overdraws, is committed
+-- whatever the others answer.
+local function take_each(ops, fastok)
+  evaluate(ops, fastok, true)
+  commit(ops, true, false, fastok)
+  drop_expired(ops)
+end
+
+-- refund takes back a take whose request another slot denied (mode "r",
+-- the undo strings from ARGV[a] on), then answers a peek at every hit's
+-- state (ops have costs of 0: nothing commits, no block starts).
+local function refund(ops, ARGV, a)
+  undo_takes(ops, ARGV, a)
+  evaluate(ops, false, false)
+  drop_expired(ops)
+end
+
+-- decide decides one request of nhits hits in mode, whose keys start at
+-- KEYS[k] and hits at ARGV[a], appending its reply to out; it returns the
+-- indexes after them. A request of one hit without block_for takes a lean
+-- path when it can.
+local function decide(KEYS, k, ARGV, a, mode, nhits, out)
+  if nhits == 1 and mode == 'e' and S then
+    if decide1(KEYS, k, ARGV, a, out, true) then return k + 1, a + 2 end
+  end
+  if nhits == 1 and mode == 't' and S then
+    if decide1(KEYS, k, ARGV, a, out, false) then return k + 1, a + 2 end
+    if sketch1(KEYS, k, ARGV, a, out) then return k + 3, a + 2 end
+    if log1(KEYS, k, ARGV, a, out) then return k + 1, a + 2 end
+  end
+  local ops, chained
+  ops, k, a, chained = read_hits(KEYS, k, ARGV, a, nhits, mode == 'r')
+  -- The fast path takes hits on their own; a request naming a state twice
+  -- takes the exact path, which chains them.
+  local fastok = S and not chained and mode ~= 'r'
+  if mode == 'r' then
+    refund(ops, ARGV, a)
+    a = a + 2 * nhits
+  elseif mode == 'e' then
+    take_each(ops, fastok)
+  else
+    take_all(ops, fastok, mode == 'u')
+  end
+  reply(ops, out, mode == 'u' or mode == 'r')
   return k, a
 end
 
