@@ -1,0 +1,169 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/redact"
+)
+
+// Connecting: the client's options from a Config, the connection made in
+// the background while Redis is down, and the health that reports it.
+
+// clientOption turns cfg into rueidis options.
+func clientOption(cfg Config) (rueidis.ClientOption, error) {
+	var opt rueidis.ClientOption
+	switch {
+	case cfg.URL != "":
+		o, err := rueidis.ParseURL(cfg.URL)
+		if err != nil {
+			return opt, fmt.Errorf("redisstore: bad URL %q: %s", redact.String(cfg.URL), urlProblem(err))
+		}
+		opt = o
+	case len(cfg.Addrs) > 0:
+		opt.InitAddress = cfg.Addrs
+	default:
+		return opt, errors.New("redisstore: no URL and no addresses")
+	}
+	for _, a := range opt.InitAddress {
+		if opt.DialCtxFn != nil {
+			if a == "" {
+				return opt, errors.New("redisstore: a unix:// URL needs a socket path")
+			}
+			break
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			// The error names the address, which may hold a password.
+			return opt, fmt.Errorf("redisstore: address %q is not host:port", redact.String(a))
+		}
+	}
+	if cfg.SentinelMaster != "" {
+		opt.Sentinel.MasterSet = cfg.SentinelMaster
+	}
+	if cfg.Username != "" {
+		opt.Username = cfg.Username
+	}
+	if cfg.Password != "" {
+		opt.Password = cfg.Password
+	}
+	if cfg.DB != 0 {
+		opt.SelectDB = cfg.DB
+	}
+	if cfg.TLS != nil {
+		opt.TLSConfig = cfg.TLS
+	}
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+	}
+	opt.DisableCache = true // no client-side caching: no CLIENT TRACKING
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	opt.Dialer.Timeout = cfg.DialTimeout
+	if opt.Dialer.Timeout <= 0 {
+		opt.Dialer.Timeout = min(timeout, DefaultDialTimeout)
+	}
+	// Silence, not slowness, fails a call. rueidis watches each
+	// connection: when it has had no reply for Dialer.KeepAlive, it sends
+	// a PING, and closes the connection (failing its calls) when that has
+	// no answer within ConnWriteTimeout. Calls carry no deadline of their
+	// own (see Store.ctx), so a busy Redis, or a busy node, only makes
+	// them slower.
+	opt.Dialer.KeepAlive = max(timeout/2, time.Millisecond)
+	opt.ConnWriteTimeout = timeout
+	return opt, nil
+}
+
+// urlProblem says what is wrong with a URL rueidis.ParseURL rejects,
+// without the URL, which may hold a password, nor the bad escape of a
+// *url.EscapeError, which may be part of one.
+func urlProblem(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var ee url.EscapeError
+	if errors.As(err, &ee) {
+		return "invalid URL escape (a % not followed by two hexadecimal digits)"
+	}
+	return redact.String(err.Error())
+}
+
+func (s *Store) connect() error {
+	c, err := rueidis.NewClient(s.opt)
+	if err != nil {
+		return err
+	}
+	cn := &conn{c: c, cluster: c.Mode() == rueidis.ClientModeCluster, owned: true}
+	// Load the library now, so that the first request does not wait for
+	// it; if this fails, the first call loads it.
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Dialer.Timeout)
+	if err := loadLibrary(ctx, cn); err != nil {
+		s.log.Warn("redis: could not load the function library; the first request will try again", "err", err)
+	}
+	cancel()
+	s.client.Store(cn)
+	s.lastErr.Store(nil)
+	s.log.Info("connected to redis", "mode", string(c.Mode()), "addrs", s.opt.InitAddress)
+	return nil
+}
+
+// reconnect retries connect with backoff until it succeeds or Close.
+func (s *Store) reconnect() {
+	defer close(s.done)
+	wait := 100 * time.Millisecond
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(wait):
+		}
+		err := s.connect()
+		if err == nil {
+			return
+		}
+		s.setErr(err)
+		if wait >= 5*time.Second {
+			// Every 5s at most: a configuration that can never work
+			// (a wrong password, a bad TLS setting) stays visible.
+			s.log.Warn("redis still not reachable; retrying", "err", err)
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (s *Store) setErr(err error) {
+	s.lastErr.Store(&err)
+}
+
+// Health implements sluice.HealthReporter: nil while Redis answers, the
+// reason otherwise. It does no I/O.
+func (s *Store) Health() error {
+	if s.client.Load() == nil {
+		return s.notConnected()
+	}
+	if st := s.br.State(); st != breaker.Closed {
+		return fmt.Errorf("%w: circuit breaker %s", ErrUnavailable, st)
+	}
+	return nil
+}
+
+// notConnected is the error of a call made before the store connected.
+// It wraps sluice.ErrNeverConnected: once connected, the store keeps its
+// client, and a lost connection fails calls in other ways.
+func (s *Store) notConnected() error {
+	if p := s.lastErr.Load(); p != nil {
+		return fmt.Errorf("%w: not connected: %w: %v", ErrUnavailable, sluice.ErrNeverConnected, *p)
+	}
+	return fmt.Errorf("%w: not connected: %w", ErrUnavailable, sluice.ErrNeverConnected)
+}
