@@ -3,10 +3,7 @@ package redisstore
 import (
 	"cmp"
 	"context"
-	"crypto/sha1"
 	"crypto/tls"
-	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,33 +24,6 @@ import (
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/logsample"
-	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
-)
-
-//go:embed take.lua
-var takeLua string
-
-// The store runs its Lua as a Redis function library (FUNCTION LOAD, then
-// FCALL): the exact-integer library, the algorithms and take.lua. A plain
-// script (EVALSHA) would run all of their definitions again on every
-// call (measured: 30.6 against 21µs of Redis CPU per decision); a library runs them
-// once, on its first call (code that runs while a library loads sees only
-// the redis table, so the definitions wait for the first call and stay in
-// an upvalue). The names carry a hash of the code, so that nodes of two
-// sluice versions sharing a Redis each call their own.
-var (
-	takeCode = luasrc.Lib + "\n" + takeLua
-	libHash  = func() string { h := sha1.Sum([]byte(takeCode + "\n" + nodesLua)); return hex.EncodeToString(h[:6]) }()
-	fnName   = "sluice_take_" + libHash
-	nodesFn  = "sluice_nodes_" + libHash
-	libCode  = "#!lua name=sluice_" + libHash + "\n" +
-		"local function lib()\n" + takeCode + "\nreturn take\nend\n" +
-		"local take\n" +
-		"redis.register_function('" + fnName + "', function(keys, args)\n" +
-		"  take = take or lib()\n" +
-		"  return take(keys, args)\n" +
-		"end)\n" +
-		"redis.register_function('" + nodesFn + "', function(keys, args)\n" + nodesLua + "\nend)\n"
 )
 
 // Defaults of Config.
@@ -578,57 +548,6 @@ func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 		}()
 	}
 	wg.Wait()
-}
-
-// fcall calls the request function. When Redis does not know it (a fresh
-// or restarted server, FUNCTION FLUSH, a failover to a replica that was
-// never given it), it loads the library and calls again.
-func (s *Store) fcall(ctx context.Context, c *conn, fn string, keys, args []string) rueidis.RedisResult {
-	call := func() rueidis.RedisResult {
-		return c.c.Do(ctx, c.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
-	}
-	res := call()
-	if err := res.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
-		// One load at a time: the calls that met the same restart wait
-		// for it, and their own loads then find the library there.
-		s.loadMu.Lock()
-		err := loadLibrary(ctx, c)
-		s.loadMu.Unlock()
-		if err != nil {
-			return res
-		}
-		res = call()
-	}
-	return res
-}
-
-// loadLibrary loads the function library on every node that takes writes:
-// the server, or each node of a Cluster (replicas refuse it, and get it by
-// replication).
-func loadLibrary(ctx context.Context, c *conn) error {
-	load := func(cl rueidis.Client) error {
-		err := cl.Do(ctx, cl.B().FunctionLoad().FunctionCode(libCode).Build()).Error()
-		if err != nil && strings.Contains(err.Error(), "already exists") {
-			return nil
-		}
-		return err
-	}
-	if !c.cluster {
-		return load(c.c)
-	}
-	var errs []error
-	loaded := false
-	for _, n := range c.c.Nodes() {
-		if err := load(n); err != nil {
-			errs = append(errs, err)
-		} else {
-			loaded = true
-		}
-	}
-	if loaded {
-		return nil
-	}
-	return errors.Join(errs...)
 }
 
 // encode fills o with the keys of hit h and its spec; its cost, and for a

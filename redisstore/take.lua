@@ -1,7 +1,7 @@
 -- take.lua: the request function of the Redis store, take(KEYS, ARGV). It
 -- is appended to the exact-integer library, the algorithms and their fast
 -- paths (redisstore/internal/luasrc), so the tables int, algo and fast are
--- in scope; the store loads the whole as a function library (see store.go),
+-- in scope; the store loads the whole as a function library (see library.go),
 -- where these definitions run once, not on every call. It mirrors
 -- memstore's takeMany: every hit of the request is evaluated first, then,
 -- if every enforced hit allows, all are committed; otherwise nothing is
