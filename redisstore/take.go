@@ -1,0 +1,318 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/algo"
+)
+
+// Take implements sluice.Store; see its documentation for the contract.
+// The hits whose keys share a Cluster slot (all of them, on a standalone or
+// Sentinel server) are decided by one script call; a request spanning
+// several slots makes one call per slot, in parallel, and takes back what
+// the allowing slots consumed when another slot denies (see the package
+// documentation).
+//
+// ctx bounds only the wait for a slot among the calls in flight
+// (Config.MaxInFlight): once sent, a call waits for Redis's answer, or for
+// Redis to be found silent (Config.Timeout), whatever ctx does, so that a
+// caller's deadline, which measures the node's own queue as much as Redis,
+// never takes a busy Redis for a dead one. Errors are
+// *sluice.StoreError, whose reason says what failed.
+func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.call1(ctx, hits, out, false)
+}
+
+// TakeEach implements sluice.EachTaker: the hits decided one by one, in
+// order, in the same script calls as Take (mode "e"), a denied hit with
+// room left consumed past its limit (algo.Overdraw). On a Cluster, the
+// slots' calls need no refund: each hit stands on its own.
+func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.call1(ctx, hits, out, true)
+}
+
+// call1 is Take, or TakeEach when each is set: one request, through the
+// gate, the breaker and the batcher.
+func (s *Store) call1(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(out) < len(hits) {
+		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	c := s.client.Load()
+	if c == nil {
+		s.metrics.rejected.Add(1)
+		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: s.notConnected()}
+	}
+	if err := s.gate.enter(ctx); err != nil {
+		if err != errShed {
+			return err // the caller gave up waiting
+		}
+		s.metrics.shed.Add(1)
+		if n, ok := s.shedLog.Allow(time.Now()); ok {
+			s.log.Warn("redis: calls in flight and queue full; shedding calls to the failure policy",
+				"in_flight", s.gate.inFlight(), "queued", s.gate.queued(), "shed_not_logged", n)
+		}
+		return &sluice.StoreError{Reason: sluice.FailOverload, Err: fmt.Errorf("redisstore: %w", ErrOverload)}
+	}
+	defer s.gate.leave()
+	if err := s.br.Allow(); err != nil {
+		s.metrics.rejected.Add(1)
+		return &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
+	}
+	start := time.Now()
+	err := s.take(s.ctx, c, hits, out, each)
+	s.metrics.observe(time.Since(start), err)
+	if err != nil && s.ctx.Err() != nil {
+		// Closed under the call: that says nothing about Redis.
+		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: fmt.Errorf("redisstore: closed: %w", err)}
+	}
+	switch {
+	case errors.Is(err, errOpenWhileQueued):
+		// Never sent: it says nothing of Redis.
+	case err != nil && reasonOf(err) == sluice.FailError:
+		s.br.Done(nil) // Redis answered, refusing this request
+	default:
+		s.br.Done(err)
+	}
+	if err != nil {
+		why := reasonOf(err)
+		if errors.Is(err, errOpenWhileQueued) {
+			why = sluice.FailBreakerOpen
+		}
+		return &sluice.StoreError{Reason: why, Err: fmt.Errorf("redisstore: %w", err)}
+	}
+	return nil
+}
+
+// reasonOf classifies the error of a call that reached rueidis: an error
+// reply is Redis refusing; a deadline is a connection found silent (or a
+// handshake that had no answer); a network error or a closed connection is
+// Redis unreachable; anything else (a malformed answer) an error.
+func reasonOf(err error) sluice.FailReason {
+	var re *rueidis.RedisError
+	var ne net.Error
+	switch {
+	case errors.As(err, &re):
+		return sluice.FailError
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return sluice.FailTimeout
+	case errors.As(err, &ne):
+		if ne.Timeout() {
+			return sluice.FailTimeout
+		}
+		return sluice.FailUnreachable
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, rueidis.ErrClosing),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return sluice.FailUnreachable
+	}
+	return sluice.FailError
+}
+
+// op is one hit, encoded for the script.
+type op struct {
+	p     algo.Params
+	slot  uint16 // on a Cluster
+	state string // the state key, or a sketch's meta key
+	spec  string // the limit's spec (spec.go)
+	req   []byte // the cost
+	cells []uint32
+	keys  []string
+}
+
+// group is the hits of one script call.
+type group struct {
+	idx  []int // indexes into hits
+	keys []string
+	args []string
+	res  []string
+	err  error
+}
+
+// take decides hits all-or-nothing in one script call per slot (one call
+// on a standalone server or Sentinel, batched with concurrent requests):
+// when several slots are involved and one denies or fails, the others'
+// consumption is taken back.
+func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []sluice.Decision, each bool) error {
+	ops := make([]op, len(hits))
+	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+	for i := range hits {
+		s.encode(&k, &hits[i], &ops[i])
+		if c.cluster {
+			ops[i].slot = slotOf(ops[i].state)
+		}
+	}
+	groups := groupBySlot(c, ops)
+	nowArg := ""
+	if s.now != nil {
+		nowArg = strconv.FormatInt(s.now().UnixNano(), 10)
+	}
+	mode := "t"
+	switch {
+	case each:
+		mode = "e" // one by one: nothing to refund
+	case len(groups) > 1:
+		mode = "u" // with the undo strings of a refund
+	}
+	for _, g := range groups {
+		g.build(hits, ops, nowArg, mode, nil)
+	}
+	if len(groups) == 1 && !c.cluster {
+		s.batch.do(c, groups[0], nowArg)
+	} else {
+		s.run(ctx, c, groups)
+	}
+	failed, allowed := verdict(hits, groups)
+	if (failed != nil || !allowed) && len(groups) > 1 && !each {
+		s.refund(ctx, c, hits, ops, groups, nowArg)
+	}
+	if failed != nil {
+		return failed
+	}
+	for _, g := range groups {
+		for j, i := range g.idx {
+			d, err := decision(&hits[i], &ops[i].p, g.res[j])
+			if err != nil {
+				return err
+			}
+			out[i] = d
+		}
+	}
+	return nil
+}
+
+// groupBySlot puts the hits in script calls: all in one, or on a Cluster
+// one a slot.
+func groupBySlot(c *conn, ops []op) []*group {
+	if !c.cluster {
+		g := &group{idx: make([]int, len(ops))}
+		for i := range ops {
+			g.idx[i] = i
+		}
+		return []*group{g}
+	}
+	var groups []*group
+	bySlot := make(map[uint16]*group, 1)
+	for i := range ops {
+		g := bySlot[ops[i].slot]
+		if g == nil {
+			g = &group{}
+			bySlot[ops[i].slot] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+	}
+	return groups
+}
+
+// verdict reads the calls' answers: an error of a call, and whether every
+// enforced hit allowed.
+func verdict(hits []sluice.Hit, groups []*group) (failed error, allowed bool) {
+	allowed = true
+	for _, g := range groups {
+		if g.err != nil {
+			failed = g.err
+			continue
+		}
+		for j, i := range g.idx {
+			if g.res[j][0] != '1' && !hits[i].Limit.Shadow {
+				allowed = false
+			}
+		}
+	}
+	return failed, allowed
+}
+
+// refund takes back what the allowing slots consumed when another slot
+// denied, or failed, and has their hits report peeks.
+func (s *Store) refund(ctx context.Context, c *conn, hits []sluice.Hit, ops []op, groups []*group, nowArg string) {
+	var refunds []*group
+	var taken [][]string
+	for _, g := range groups {
+		if g.err != nil {
+			continue
+		}
+		n := len(g.idx)
+		committed := false
+		for j := range g.idx {
+			committed = committed || field(g.res[j], 5) == "1"
+		}
+		if committed {
+			g.build(hits, ops, nowArg, "r", g.res[n:3*n])
+			refunds = append(refunds, g)
+			taken = append(taken, g.res)
+		}
+	}
+	s.run(ctx, c, refunds)
+	for k, g := range refunds {
+		if g.err != nil {
+			// The slot's consumption stays (the safe side); its
+			// hits report what the take answered.
+			s.metrics.refundFailed.Add(1)
+			s.log.Warn("redis: could not take back a cross-slot request's consumption", "err", g.err)
+			g.err, g.res = nil, taken[k]
+			continue
+		}
+		// The refund answers peeks; as in a request denied in one
+		// slot, only the hits that allowed and would have consumed
+		// report them, the others (denying shadow limits, peeks)
+		// keep their answers.
+		for j, i := range g.idx {
+			if taken[k][j][0] != '1' || hits[i].Cost == 0 {
+				g.res[j] = taken[k][j]
+			}
+		}
+	}
+}
+
+// run executes the script for every group, in parallel when there are
+// several.
+func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
+	exec := func(g *group) {
+		g.res, g.err = nil, nil
+		s.metrics.fcalls.Add(1)
+		arr, err := s.fcall(ctx, c, fnName, g.keys, g.args).AsStrSlice()
+		want := len(g.idx)
+		if m := g.args[0][0]; m == 'u' || m == 'r' {
+			want *= 3 // and two undo strings a hit
+		}
+		if err == nil && len(arr) != want {
+			err = fmt.Errorf("script returned %d values for %d hits", len(arr), len(g.idx))
+		}
+		for i := 0; err == nil && i < len(g.idx); i++ {
+			if len(arr[i]) < 2 {
+				err = fmt.Errorf("script returned %q for a hit", arr[i])
+			}
+		}
+		g.res, g.err = arr, err
+	}
+	if len(groups) == 1 {
+		exec(groups[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			exec(g)
+		}()
+	}
+	wg.Wait()
+}
