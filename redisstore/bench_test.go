@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +40,11 @@ func BenchmarkTake(b *testing.B) {
 	}
 	srv := redistest.Standalone(b)
 	s := newTestStore(b, Config{URL: srv.URL(), Heartbeat: -1}, nil)
+	info, err := srv.Dial()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { info.Close() })
 	ctx := context.Background()
 	const keys = 10000
 	for _, c := range cases {
@@ -62,7 +66,7 @@ func BenchmarkTake(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
-			cpu := redisCPU(b, srv)
+			cpu := redisCPU(b, info)
 			i := 0
 			for b.Loop() {
 				if err := take(ctx, reqs[i%keys], out); err != nil {
@@ -73,25 +77,16 @@ func BenchmarkTake(b *testing.B) {
 				}
 				i++
 			}
-			b.ReportMetric((redisCPU(b, srv)-cpu)*1e9/float64(b.N), "redis-cpu-ns/op")
+			b.ReportMetric((redisCPU(b, info)-cpu)*1e9/float64(b.N), "redis-cpu-ns/op")
 		})
 	}
 }
 
-// redisCPU returns the CPU seconds srv has used (INFO cpu, user and
-// system).
-func redisCPU(b *testing.B, srv *redistest.Server) float64 {
-	v, err := srv.Do("INFO", "cpu")
+// redisCPU returns the CPU seconds the server of c has used.
+func redisCPU(b *testing.B, c *redistest.Conn) float64 {
+	v, err := c.UsedCPU()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(v.(string), "\r\n") {
-		name, val, _ := strings.Cut(line, ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			f, _ := strconv.ParseFloat(val, 64)
-			sum += f
-		}
-	}
-	return sum
+	return v
 }

@@ -430,3 +430,30 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// UsedCPU returns the CPU seconds the server has used, user and system
+// (INFO cpu): what a benchmark divides by its operations to learn Redis's
+// CPU per operation, which other load on the machine does not inflate as
+// it does wall time.
+func (c *Conn) UsedCPU() (float64, error) {
+	v, err := c.Do("INFO", "cpu")
+	if err != nil {
+		return 0, err
+	}
+	info, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("redistest: INFO cpu replied %T", v)
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\r\n") {
+		name, val, _ := strings.Cut(line, ":")
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return 0, fmt.Errorf("redistest: INFO cpu: %s: %w", line, err)
+			}
+			sum += f
+		}
+	}
+	return sum, nil
+}

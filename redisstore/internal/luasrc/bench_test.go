@@ -2,8 +2,6 @@ package luasrc_test
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
@@ -53,19 +51,11 @@ func BenchmarkLuaStep(b *testing.B) {
 
 // cpu returns the CPU seconds redis-server has used.
 func (d *driver) cpu() float64 {
-	v, err := d.conn.Do("INFO", "cpu")
+	v, err := d.conn.UsedCPU()
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(v.(string), "\r\n") {
-		name, val, _ := strings.Cut(line, ":")
-		if name == "used_cpu_user" || name == "used_cpu_sys" {
-			f, _ := strconv.ParseFloat(val, 64)
-			sum += f
-		}
-	}
-	return sum
+	return v
 }
 
 // BenchmarkLibPrefix measures what luasrc.Lib costs every script that
