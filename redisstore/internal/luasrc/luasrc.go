@@ -19,7 +19,9 @@
 // numbers (times relative to now, the quantities of a limit prepared by
 // the Go side), where absolute nanosecond times would be limbs, and
 // answers nil outside its domain; within it, it answers exactly as
-// algo.lua does.
+// algo.lua does. It halves Redis's CPU per decision (measured at the top
+// of fast.lua, against a build with -tags sluice_exactlua, where no limit
+// takes it: exactonly.go).
 //
 // Both files are one chunk of local definitions (Redis forbids globals):
 // a script is [Lib] followed by its own code, which sees the local tables
