@@ -592,8 +592,9 @@ local function log1(KEYS, k, ARGV, a, out)
   return true
 end
 
--- The general path: any number of hits, chained hits on one state,
--- block_for, the exact arithmetic, and the modes "u" and "r". A hit is an
+-- The general path: whatever the lean paths do not take (several hits,
+-- chained hits on one state, block_for, the exact arithmetic, the modes
+-- "u" and "r", a sketch or a sliding log in mode "e"). A hit is an
 -- op, a table that collects what evaluating, committing and answering it
 -- learn: its spec (sp), kind, Params (p), cost, prev (the index of the
 -- previous hit on the same state, 0 = none) and keys, then its result r,
