@@ -146,7 +146,7 @@ func (s *Store) setErr(err error) {
 	s.lastErr.Store(&err)
 }
 
-// Health implements sluice.HealthReporter: nil while Redis answers, the
+// Health says whether the store can decide (see sluice.Store): nil while Redis answers, the
 // reason otherwise. It does no I/O.
 func (s *Store) Health() error {
 	if s.client.Load() == nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // A script call's arguments and answers: a hit's keys, spec and cost
@@ -18,7 +19,7 @@ import (
 // sketch its counters, go in req (prev, which depends on the group, is
 // added by build).
 func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
-	o.p = h.Limit.Params()
+	o.p = limits.Params(h.Limit)
 	p := &o.p
 	o.spec = specOf(h.Limit, p)
 	o.req = strconv.AppendInt(o.req[:0], h.Cost, 10)
@@ -26,7 +27,7 @@ func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 		meta, k0, k1, block := k.sketchKeys(h, p)
 		o.state = meta
 		o.keys = append(o.keys, meta, k0, k1)
-		w, d := h.Limit.SketchDims()
+		w, d := limits.SketchDims(h.Limit)
 		o.cells = algo.SketchCells(sketchHash(h.Key, p), w, d, o.cells[:0])
 		if block != "" {
 			o.keys = append(o.keys, block)
@@ -92,9 +93,9 @@ func decision(h *sluice.Hit, p *algo.Params, f string) (sluice.Decision, error) 
 	}
 	// A hit denied yet committed was overdrawn (mode "e").
 	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2], Overdrawn: !allowed && n[4] == 1}
-	d := h.Limit.DecisionOf(r, p)
+	d := limits.Decision(h.Limit, r, p)
 	if left := time.Duration(n[3]); left > 0 {
-		d = d.BlockedFor(left)
+		d = limits.Blocked(d, left)
 	}
 	return d, nil
 }

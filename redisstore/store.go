@@ -15,7 +15,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/breaker"
-	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/logsample"
 )
 
