@@ -57,7 +57,8 @@
 # for the store without its Lua fast path (redisstore/internal/luasrc).
 # SERVERS chooses the servers (default "memory redis", and redis-b when
 # set), in the order of odd rounds (even rounds reverse it), e.g.
-# SERVERS="redis redis-b".
+# SERVERS="redis redis-b"; memory-b is B_REV's build on the embedded
+# store, to compare "memory" before and after a change the same way.
 # PROFILE=1 also takes, after each scenario's rounds, a 10 s CPU profile of
 # the redis-backed sluice serve under that scenario's load
 # (DATE-NAME-cpu-SCENARIO.pprof, summarised in .txt) with Redis's INFO
@@ -83,7 +84,7 @@ summarize() { # file.jsonl
 	def median: map(select(. != null)) | sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	def r(n): if . == null then "–" else . * n | round / n end;
 	def med(f): map(f) | median;
-	def total: .server_cpu_us_per_req + .gen_cpu_us_per_req + (if .server != "memory" then .redis_cpu_ms_per_1k_req else 0 end);
+	def total: .server_cpu_us_per_req + .gen_cpu_us_per_req + (if (.server | startswith("memory") | not) then .redis_cpu_ms_per_1k_req else 0 end);
 	def row($idle): {rps: med(.rps), p50: med(.p50_us), p99: med(.p99_us), p999: med(.p999_us),
 		cpu: med(.server_cpu_us_per_req), gen: med(.gen_cpu_us_per_req), total: med(total),
 		rcpu_call: med(.redis_cpu_ms_per_1k_calls), rcpu_req: med(.redis_cpu_ms_per_1k_req),
@@ -95,20 +96,20 @@ summarize() { # file.jsonl
 		store_errors: (map((.redis_call_errors // 0) + (.redis_calls_rejected // 0)) | add),
 		store_error_rounds: (map(select((.redis_call_errors // 0) + (.redis_calls_rejected // 0) > 0)) | length)};
 	(group_by(.scenario) | map(
-		(map(select(.server == "memory")) | med(.redis_cpu_ms)) as $idle |
+		(map(select((.server | startswith("memory")))) | med(.redis_cpu_ms)) as $idle |
 		{scenario: .[0].scenario, rounds: (map(.round) | unique | length),
 		 by: (group_by(.server) | map({key: .[0].server, value: row($idle)}) | from_entries)})) as $s |
 	($s | map(select(.by.memory and .by.redis))) as $mr |
 	($s | map(select(.by.redis and .by["redis-b"]))) as $rb |
 	(["| scenario | server | req/s | p50 µs | p99 µs | p99.9 µs | sluice CPU µs/req | generator CPU µs/req | Redis CPU µs/req | all CPU µs/req |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"] +
 	 ($s | map(.scenario as $sc | .by | to_entries[] |
-		"| \($sc) | \(.key) | \(.value.rps | round) | \(.value.p50 | r(1)) | \(.value.p99 | r(1)) | \(.value.p999 | r(1)) | \(.value.cpu | r(10)) | \(.value.gen | r(10)) | \(if .key == "memory" then "–" else .value.rcpu_req | r(10) end) | \(.value.total | r(10)) |")) +
+		"| \($sc) | \(.key) | \(.value.rps | round) | \(.value.p50 | r(1)) | \(.value.p99 | r(1)) | \(.value.p999 | r(1)) | \(.value.cpu | r(10)) | \(.value.gen | r(10)) | \(if (.key | startswith("memory")) then "–" else .value.rcpu_req | r(10) end) | \(.value.total | r(10)) |")) +
 	 (if ($mr | length) == 0 then [] else
 	 ["", "| scenario | rounds | redis/memory req/s (target ≥ 0.80; hot ≥ 0.95) | redis/memory p99 | redis/memory sluice CPU per request | memory/redis all CPU per request | redis ok / over limit / errors | store errors + rejected (rounds) |", "|---|---:|---:|---:|---:|---:|---|---:|"] +
 	 ($mr | map(.by.memory as $m | .by.redis as $r |
 		"| \(.scenario) | \(.rounds) | \($r.rps / $m.rps | r(100)) | \($r.p99 / $m.p99 | r(100)) | \($r.cpu / $m.cpu | r(100)) | \($m.total / $r.total | r(100)) | \($r.ok) / \($r.over) / \($r.errors) | \($r.store_errors) (\($r.store_error_rounds)) |")) end) +
 	 ["", "| scenario | server | Redis calls per request | Redis CPU ms per 1k calls (INFO) | same from /proc | same, net of idle | Redis CPU ms per 1k requests | same from /proc | script µs per call (commandstats, in-command) | Redis socket reads per call |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"] +
-	 ($s | map(.scenario as $sc | .by | to_entries[] | select(.key != "memory") |
+	 ($s | map(.scenario as $sc | .by | to_entries[] | select((.key | startswith("memory") | not)) |
 		"| \($sc) | \(.key) | \(.value.calls_req | r(1000)) | \(.value.rcpu_call | r(100)) | \(.value.rproc_call | r(100)) | \(.value.rcpu_net | r(100)) | \(.value.rcpu_req | r(100)) | \(.value.rproc_req | r(100)) | \(.value.script_us | r(100)) | \(.value.reads_call | r(1000)) |")) +
 	 (if ($rb | length) == 0 then [] else
 	 ["", "| scenario | rounds | redis req/s | redis-b req/s | redis/redis-b req/s | redis Redis CPU µs/req | redis-b Redis CPU µs/req | redis-b/redis Redis CPU per request | redis ok / over / errors | redis-b ok / over / errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"] +
@@ -116,10 +117,10 @@ summarize() { # file.jsonl
 		"| \(.scenario) | \(.rounds) | \($r.rps | round) | \($b.rps | round) | \($r.rps / $b.rps | r(100)) | \($r.rcpu_req | r(100)) | \($b.rcpu_req | r(100)) | \($b.rcpu_req / $r.rcpu_req | r(100)) | \($r.ok) / \($r.over) / \($r.errors) | \($b.ok) / \($b.over) / \($b.errors) |")) end) +
 	 ["", "| scenario | round | server | req/s | Redis CPU µs/req | redis-b/redis or redis/memory req/s |", "|---|---:|---|---:|---:|---:|"] +
 	 (group_by(.scenario) | map(group_by(.round) | map(
-		(map(select(.server == "memory"))[0]) as $m | (map(select(.server == "redis"))[0]) as $r |
+		(map(select((.server | startswith("memory"))))[0]) as $m | (map(select(.server == "redis"))[0]) as $r |
 		(map(select(.server == "redis-b"))[0]) as $b |
 		sort_by(.server) | .[] |
-		"| \(.scenario) | \(.round) | \(.server) | \(.rps | round) | \(if .server == "memory" then "–" else .redis_cpu_ms_per_1k_req | r(100) end) | \(
+		"| \(.scenario) | \(.round) | \(.server) | \(.rps | round) | \(if (.server | startswith("memory")) then "–" else .redis_cpu_ms_per_1k_req | r(100) end) | \(
 			if .server == "redis-b" and $r != null then .rps / $r.rps | r(100)
 			elif .server == "redis" and $m != null then .rps / $m.rps | r(100)
 			else "" end) |")) | flatten)) |
@@ -151,7 +152,7 @@ if [ -z "${SERVERS:-}" ] && [ -z "$b_rev" ] && [ -n "$b_tags" ]; then
 fi
 # redis_servers are the redis-backed ones; the first is the one whose
 # metrics a memory run reads (idle), and PROFILE=1's.
-redis_servers=$(tr ' ' '\n' <<<"$servers" | grep -v '^memory$' | paste -sd' ' || true)
+redis_servers=$(tr ' ' '\n' <<<"$servers" | grep -v '^memory' | paste -sd' ' || true)
 if [ -z "$redis_servers" ]; then
 	echo "redis.sh: SERVERS=\"$servers\" has no redis-backed server" >&2
 	exit 2
@@ -179,7 +180,7 @@ trap 'exit 130' INT TERM
 # bin_b is the sluice of redis-b: B_REV's tree (exported with git
 # archive, not checked out) or this one, built with B_TAGS.
 declare -A bin_of=([memory]=$bin [redis]=$bin)
-if [[ " $servers " == *" redis-b "* ]]; then
+if [[ " $servers " == *" redis-b "* || " $servers " == *" memory-b "* ]]; then
 	bin_b=$work/sluice-b
 	if [ -n "$b_rev" ]; then
 		mkdir "$work/b"
@@ -189,6 +190,7 @@ if [[ " $servers " == *" redis-b "* ]]; then
 		go build -tags "$b_tags" -o "$bin_b" ./cmd/sluice
 	fi
 	bin_of[redis-b]=$bin_b
+	bin_of[memory-b]=$bin_b
 fi
 
 # free_port prints a TCP port that no socket uses, not one it gave before,
@@ -234,7 +236,7 @@ rcli ping >/dev/null 2>&1 || {
 
 store_flags() { # server
 	case "$1" in
-	memory) echo "--store memory" ;;
+	memory | memory-b) echo "--store memory" ;;
 	redis) echo "--store redis --redis-url redis://127.0.0.1:$redis_port${redis_serve_flags:+ $redis_serve_flags}" ;;
 	redis-b) echo "--store redis --redis-url redis://127.0.0.1:$redis_port --redis-prefix sluice-b:${redis_serve_flags:+ $redis_serve_flags}" ;;
 	esac
@@ -338,7 +340,7 @@ bench() { # server scenario round [extra flags]
 		  fcall_calls: $d.fcall_calls, evalsha_calls: $d.evalsha_calls, eval_calls: $d.eval_calls, redis_reads: $d.reads,
 		  script_us_per_call: (($d.fcall_calls + $d.evalsha_calls) as $c |
 			if $c > 0 then ($d.fcall_usec + $d.evalsha_usec) / $c else null end)} +
-		 if $server != "memory" then
+		 if ($server | startswith("memory") | not) then
 		 {redis_calls_per_req: ($d.calls_ok / $n),
 		  redis_cpu_ms_per_1k_calls: (if $d.calls_ok > 0 then $rcpu / $d.calls_ok * 1e3 else null end),
 		  redis_cpu_ms_per_1k_req: ($rcpu / $n * 1e3),
@@ -350,7 +352,7 @@ bench() { # server scenario round [extra flags]
 
 summary() { # the one-line summary of a jsonl line
 	jq -r '"\(.scenario) round \(.round) \(.server): \(.rps|floor) req/s p50 \(.p50_us)µs p99 \(.p99_us)µs ok \(.ok) over \(.over_limit) errors \(.errors) sluice cpu \(.server_cpu_us_per_req*10|floor/10)µs/req redis cpu \(.redis_cpu_ms|floor)ms" +
-		(if .server != "memory" then " = \(.redis_cpu_ms_per_1k_calls // 0 | .*100|floor/100)ms/1k calls, \(.redis_calls_per_req*1000|floor/1000) calls/req, cache hits \(.cache_hits), store errors \(.redis_call_errors)+\(.redis_calls_rejected)" else "" end)'
+		(if (.server | startswith("memory") | not) then " = \(.redis_cpu_ms_per_1k_calls // 0 | .*100|floor/100)ms/1k calls, \(.redis_calls_per_req*1000|floor/1000) calls/req, cache hits \(.cache_hits), store errors \(.redis_call_errors)+\(.redis_calls_rejected)" else "" end)'
 }
 
 # Warm both servers up, untimed: Redis compiles the store's Lua on first
