@@ -170,6 +170,17 @@ func (s *Store) unlockShards(set *[MaxShards / 64]uint64) {
 func (s *Store) apply(hits []sluice.Hit, ops []op, now int64, each bool) {
 	s.claimWords(ops, now)
 	defer s.releaseWords(ops, now)
+	allowed := s.evaluateAll(hits, ops, now, each)
+	s.commitAll(hits, ops, now, allowed || each)
+	s.dropExpired(ops, now)
+	if !allowed && !each {
+		s.peekAllowed(hits, ops, now)
+	}
+}
+
+// evaluateAll decides every hit (evaluate) and reports whether every
+// enforced one allows.
+func (s *Store) evaluateAll(hits []sluice.Hit, ops []op, now int64, each bool) bool {
 	allowed := true
 	for i := range ops {
 		s.evaluate(hits, ops, i, now, each)
@@ -177,9 +188,16 @@ func (s *Store) apply(hits []sluice.Hit, ops []op, now int64, each bool) {
 			allowed = false
 		}
 	}
+	return allowed
+}
+
+// commitAll commits the hits that consume (if consume is set: the request
+// is allowed, or decided one by one), and starts the block_for penalty of
+// each denied hit.
+func (s *Store) commitAll(hits []sluice.Hit, ops []op, now int64, consume bool) {
 	for i := range ops {
 		o, h := &ops[i], &hits[i]
-		if (allowed || each) && o.commits(h.Cost) {
+		if consume && o.commits(h.Cost) {
 			s.commit(ops, i, h, now)
 			if o.where == inLog {
 				chainHead(ops, i).logDone = true
@@ -192,103 +210,139 @@ func (s *Store) apply(hits []sluice.Hit, ops []op, now int64, each bool) {
 			s.put(&s.shards[s.shardOf(o.bk)], o.bk, algo.State{A: o.until}, now)
 		}
 	}
+}
+
+// dropExpired drops the expired entries of the sliding logs on which
+// nothing was logged, so that the next request need not read them again
+// (see algo.Log.Commit).
+func (s *Store) dropExpired(ops []op, now int64) {
 	for i := range ops {
-		// A sliding log on which nothing was logged still drops its
-		// expired entries, so that the next request need not read them
-		// again (see algo.Log.Commit).
 		if o := &ops[i]; o.where == inLog && o.prev < 0 && !o.logDone && o.expired > 0 {
 			s.commitLog(o, now, 0)
 		}
 	}
-	if !allowed && !each {
-		// Nothing was consumed: a hit that would have allowed reports the
-		// state as it stands, as a peek.
-		for i := range ops {
-			if o := &ops[i]; o.r.Allowed && o.until == 0 && hits[i].Cost > 0 {
-				s.peekStored(ops, i, now)
-			}
+}
+
+// peekAllowed is for a request denied all-or-nothing, which consumed
+// nothing: a hit that would have allowed reports the state as it stands,
+// as a peek.
+func (s *Store) peekAllowed(hits []sluice.Hit, ops []op, now int64) {
+	for i := range ops {
+		if o := &ops[i]; o.r.Allowed && o.until == 0 && hits[i].Cost > 0 {
+			s.peekStored(ops, i, now)
 		}
 	}
 }
 
 // evaluate decides hit i on the state it would see: the stored state, or
-// the pending state of the previous hit on the same key.
+// the pending state of the previous hit on the same key. A hit whose key
+// is blocked (block_for) is not decided; its until says until when.
 func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each bool) {
-	o, h := &ops[i], &hits[i]
+	o := &ops[i]
 	if o.bk != 0 {
-		sh := &s.shards[s.shardOf(o.bk)]
-		if j := sh.t.find(o.bk); j >= 0 {
-			if until := sh.t.slots[j].st.A; until > now {
-				o.until = until
-			} else {
-				sh.t.remove(j)
-			}
-		}
-	}
-	var q *op
-	if o.prev >= 0 {
-		q = &ops[o.prev]
+		s.readBlock(o, now)
 	}
 	switch o.where {
 	case inTable, inWord:
-		switch {
-		case q != nil && q.commits(hits[o.prev].Cost):
-			o.base = q.next
-		case q != nil:
-			o.base = q.base
-		case o.where == inWord:
-			// claimWords read the word (or the legacy entry).
-		default:
-			sh := &s.shards[s.shardOf(o.k)]
-			if j := sh.t.find(o.k); j >= 0 {
-				// An idle entry reads as a fresh key; a commit
-				// overwrites it in place.
-				if st := sh.t.slots[j].st; st.A > now {
-					o.base = st
-				}
-			}
-		}
-		if o.until == 0 {
-			o.next, o.r = step(each, &o.p, o.base, now, h.Cost)
-		}
+		s.evaluateState(hits, ops, i, now, each)
 	case inLog:
-		switch {
-		case q != nil && q.commits(hits[o.prev].Cost):
-			// The log as the previous hit would leave it, its live
-			// entries copied so that the stored log stays untouched until
-			// commit (a request that names one key twice pays for it).
-			o.log = q.log
-			o.log.Entries = append(make([]algo.LogEntry, 0, len(q.log.Entries)+1), q.log.Entries...)
-			o.log.Commit(q.expired, now, hits[o.prev].Cost)
-		case q != nil:
-			o.log = q.log
-		default:
-			o.log = s.shards[s.shardOf(o.k)].logs[o.k].l
-		}
-		if o.until == 0 {
-			if each {
-				o.expired, o.r = algo.LogStepEach(&o.p, &o.log, now, h.Cost)
-				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) ||
-					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, func() bool { return !peekLog(&o.p, &o.log, now) })
-			} else {
-				o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
-			}
-		}
+		s.evaluateLog(hits, ops, i, now, each)
 	case inSketch:
-		if q != nil {
-			o.pend = q.pend
-			if q.commits(hits[o.prev].Cost) {
-				o.pend += hits[o.prev].Cost
+		evaluateSketch(hits, ops, i, now, each)
+	}
+}
+
+// readBlock sets o.until to the end of the block_for penalty of o's key
+// if one is active at now, and drops it if it has ended.
+func (s *Store) readBlock(o *op, now int64) {
+	sh := &s.shards[s.shardOf(o.bk)]
+	if j := sh.t.find(o.bk); j >= 0 {
+		if until := sh.t.slots[j].st.A; until > now {
+			o.until = until
+		} else {
+			sh.t.remove(j)
+		}
+	}
+}
+
+// previous returns the previous hit of the request on the same state as
+// hit i and its cost, or nil if hit i is the first.
+func previous(hits []sluice.Hit, ops []op, i int) (*op, int64) {
+	if j := ops[i].prev; j >= 0 {
+		return &ops[j], hits[j].Cost
+	}
+	return nil, 0
+}
+
+// evaluateState is evaluate for a one-state algorithm (inTable, inWord).
+func (s *Store) evaluateState(hits []sluice.Hit, ops []op, i int, now int64, each bool) {
+	o, h := &ops[i], &hits[i]
+	switch q, qCost := previous(hits, ops, i); {
+	case q != nil && q.commits(qCost):
+		o.base = q.next
+	case q != nil:
+		o.base = q.base
+	case o.where == inWord:
+		// claimWords read the word (or the legacy entry).
+	default:
+		sh := &s.shards[s.shardOf(o.k)]
+		if j := sh.t.find(o.k); j >= 0 {
+			// An idle entry reads as a fresh key; a commit
+			// overwrites it in place.
+			if st := sh.t.slots[j].st; st.A > now {
+				o.base = st
 			}
 		}
-		if o.until == 0 {
-			if each {
-				o.r = o.sk.s.CheckEach(&o.p, o.k, now, h.Cost+o.pend)
-				o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) ||
-					algo.OverdrawsExhausted(&o.p, o.r, h.Cost, func() bool { return !o.sk.s.CheckEach(&o.p, o.k, now, o.pend).Allowed })
-			} else {
-				o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
-			}
+	}
+	if o.until == 0 {
+		o.next, o.r = step(each, &o.p, o.base, now, h.Cost)
+	}
+}
+
+// evaluateLog is evaluate for a sliding log.
+func (s *Store) evaluateLog(hits []sluice.Hit, ops []op, i int, now int64, each bool) {
+	o, h := &ops[i], &hits[i]
+	switch q, qCost := previous(hits, ops, i); {
+	case q != nil && q.commits(qCost):
+		// The log as the previous hit would leave it, its live
+		// entries copied so that the stored log stays untouched until
+		// commit (a request that names one key twice pays for it).
+		o.log = q.log
+		o.log.Entries = append(make([]algo.LogEntry, 0, len(q.log.Entries)+1), q.log.Entries...)
+		o.log.Commit(q.expired, now, qCost)
+	case q != nil:
+		o.log = q.log
+	default:
+		o.log = s.shards[s.shardOf(o.k)].logs[o.k].l
+	}
+	if o.until == 0 {
+		if each {
+			o.expired, o.r = algo.LogStepEach(&o.p, &o.log, now, h.Cost)
+			o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) ||
+				algo.OverdrawsExhausted(&o.p, o.r, h.Cost, func() bool { return !peekLog(&o.p, &o.log, now) })
+		} else {
+			o.expired, o.r = algo.LogStep(&o.p, &o.log, now, h.Cost)
+		}
+	}
+}
+
+// evaluateSketch is evaluate for a sketch: the hit adds its cost to those
+// of the earlier hits of the request on the same key that commit.
+func evaluateSketch(hits []sluice.Hit, ops []op, i int, now int64, each bool) {
+	o, h := &ops[i], &hits[i]
+	if q, qCost := previous(hits, ops, i); q != nil {
+		o.pend = q.pend
+		if q.commits(qCost) {
+			o.pend += qCost
+		}
+	}
+	if o.until == 0 {
+		if each {
+			o.r = o.sk.s.CheckEach(&o.p, o.k, now, h.Cost+o.pend)
+			o.r.Overdrawn = algo.Overdraws(o.r, h.Cost) ||
+				algo.OverdrawsExhausted(&o.p, o.r, h.Cost, func() bool { return !o.sk.s.CheckEach(&o.p, o.k, now, o.pend).Allowed })
+		} else {
+			o.r = o.sk.s.Check(&o.p, o.k, now, h.Cost+o.pend)
 		}
 	}
 }
