@@ -131,80 +131,12 @@ func (s *Store) Snapshot(w io.Writer) error {
 		return err
 	}
 
-	var slots, entries []entry
-	var words []wrec
-	var logs []logRecord
-	var flat []algo.LogEntry
+	var c shardCopy
 	for i := range s.shards {
-		sh := &s.shards[i]
-		logs, flat = logs[:0], flat[:0]
-		sh.mu.Lock()
-		// The shard's table is copied whole, with one copy into a buffer
-		// made outside the lock, so that the lock is held for a memory
-		// copy only (tens of microseconds a shard at 1M keys), and the
-		// live entries are picked out of the copy after.
-		for cap(slots) < len(sh.t.slots) {
-			n := len(sh.t.slots)
-			sh.mu.Unlock()
-			slots = make([]entry, n+n/4)
-			sh.mu.Lock()
-		}
-		slots = slots[:len(sh.t.slots)]
-		copy(slots, sh.t.slots)
-		words = words[:0]
-		if t := sh.wordsOf(); t != nil {
-			// Words can change without the mutex: each is read once,
-			// atomically; a claimed one (wBusy) cannot be seen here, since
-			// claims are released before the mutex is.
-			for i := range t.slots {
-				e := &t.slots[i]
-				if k := e.key.Load(); k != 0 {
-					if w := e.word.Load(); w < wBusy && wordIdleAt(w) > now {
-						words = append(words, wrec{k, w})
-					}
-				}
-			}
-		}
-		for k, ll := range sh.logs {
-			if ll.idle > now {
-				logs = append(logs, logRecord{key: k, idle: ll.idle, from: len(flat), to: len(flat) + len(ll.l.Entries)})
-				flat = append(flat, ll.l.Entries...)
-			}
-		}
-		sh.mu.Unlock()
-
-		entries = slots[:0] // filtered in place
-		for _, e := range slots {
-			if e.key != 0 && e.st.A > now {
-				entries = append(entries, e)
-			}
-		}
+		c.fill(&s.shards[i], now)
 		var err error
-		if b, err = writeChunks(bw, b, tagEntries, entries, func(b []byte, e entry) []byte {
-			b = binary.LittleEndian.AppendUint64(b, e.key)
-			b = binary.LittleEndian.AppendUint64(b, uint64(e.st.A))
-			return binary.LittleEndian.AppendUint64(b, uint64(e.st.B))
-		}); err != nil {
+		if b, err = c.write(bw, b, now); err != nil {
 			return err
-		}
-		if b, err = writeChunks(bw, b, tagWords, words, func(b []byte, r wrec) []byte {
-			b = binary.LittleEndian.AppendUint64(b, r.k)
-			return binary.LittleEndian.AppendUint64(b, r.w)
-		}); err != nil {
-			return err
-		}
-		for _, l := range logs {
-			b = append(b[:0], tagLog)
-			b = binary.LittleEndian.AppendUint64(b, l.key)
-			b = binary.LittleEndian.AppendUint64(b, uint64(l.idle))
-			b = binary.LittleEndian.AppendUint32(b, uint32(l.to-l.from))
-			for _, e := range flat[l.from:l.to] {
-				b = binary.LittleEndian.AppendUint64(b, uint64(e.At))
-				b = binary.LittleEndian.AppendUint64(b, uint64(e.N))
-			}
-			if _, err := bw.Write(b); err != nil {
-				return err
-			}
 		}
 	}
 
@@ -216,6 +148,103 @@ func (s *Store) Snapshot(w io.Writer) error {
 	}
 	_, err := w.Write(binary.LittleEndian.AppendUint32(nil, cw.crc.Sum32()))
 	return err
+}
+
+// shardCopy is what Snapshot copies of a shard under its lock, to write
+// after it unlocks. Its buffers are reused from shard to shard.
+type shardCopy struct {
+	slots []entry     // the two-word table, whole
+	words []wrec      // the word table's live keys
+	logs  []logRecord // the live sliding logs, their entries in flat
+	flat  []algo.LogEntry
+}
+
+// logRecord is a sliding log in a shardCopy: its key, when it goes idle,
+// and where its entries are in flat.
+type logRecord struct {
+	key      uint64
+	idle     int64
+	from, to int
+}
+
+// fill copies sh into c, under sh's lock: its two-word table whole, and
+// the words and sliding logs live at now.
+func (c *shardCopy) fill(sh *shard, now int64) {
+	c.logs, c.flat = c.logs[:0], c.flat[:0]
+	sh.mu.Lock()
+	// The shard's table is copied whole, with one copy into a buffer
+	// made outside the lock, so that the lock is held for a memory
+	// copy only (tens of microseconds a shard at 1M keys), and the
+	// live entries are picked out of the copy after.
+	for cap(c.slots) < len(sh.t.slots) {
+		n := len(sh.t.slots)
+		sh.mu.Unlock()
+		c.slots = make([]entry, n+n/4)
+		sh.mu.Lock()
+	}
+	c.slots = c.slots[:len(sh.t.slots)]
+	copy(c.slots, sh.t.slots)
+	c.words = c.words[:0]
+	if t := sh.wordsOf(); t != nil {
+		// Words can change without the mutex: each is read once,
+		// atomically; a claimed one (wBusy) cannot be seen here, since
+		// claims are released before the mutex is.
+		for i := range t.slots {
+			e := &t.slots[i]
+			if k := e.key.Load(); k != 0 {
+				if w := e.word.Load(); w < wBusy && wordIdleAt(w) > now {
+					c.words = append(c.words, wrec{k, w})
+				}
+			}
+		}
+	}
+	for k, ll := range sh.logs {
+		if ll.idle > now {
+			c.logs = append(c.logs, logRecord{key: k, idle: ll.idle, from: len(c.flat), to: len(c.flat) + len(ll.l.Entries)})
+			c.flat = append(c.flat, ll.l.Entries...)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// write writes the records of c to bw: the entries of its table live at
+// now, its words and its logs. b is the buffer to reuse; it is returned
+// for the next use.
+func (c *shardCopy) write(bw *bufio.Writer, b []byte, now int64) ([]byte, error) {
+	entries := c.slots[:0] // filtered in place
+	for _, e := range c.slots {
+		if e.key != 0 && e.st.A > now {
+			entries = append(entries, e)
+		}
+	}
+	var err error
+	if b, err = writeChunks(bw, b, tagEntries, entries, func(b []byte, e entry) []byte {
+		b = binary.LittleEndian.AppendUint64(b, e.key)
+		b = binary.LittleEndian.AppendUint64(b, uint64(e.st.A))
+		return binary.LittleEndian.AppendUint64(b, uint64(e.st.B))
+	}); err != nil {
+		return b, err
+	}
+	if b, err = writeChunks(bw, b, tagWords, c.words, func(b []byte, r wrec) []byte {
+		b = binary.LittleEndian.AppendUint64(b, r.k)
+		return binary.LittleEndian.AppendUint64(b, r.w)
+	}); err != nil {
+		return b, err
+	}
+	for _, l := range c.logs {
+		b = append(b[:0], tagLog)
+		b = binary.LittleEndian.AppendUint64(b, l.key)
+		b = binary.LittleEndian.AppendUint64(b, uint64(l.idle))
+		b = binary.LittleEndian.AppendUint32(b, uint32(l.to-l.from))
+		for _, e := range c.flat[l.from:l.to] {
+			b = binary.LittleEndian.AppendUint64(b, uint64(e.At))
+			b = binary.LittleEndian.AppendUint64(b, uint64(e.N))
+		}
+		if _, err := bw.Write(b); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 // writeChunks writes recs as records of tag, at most sweepChunk each:
@@ -235,12 +264,6 @@ func writeChunks[T any](bw *bufio.Writer, b []byte, tag byte, recs []T, put func
 		}
 	}
 	return b, nil
-}
-
-type logRecord struct {
-	key      uint64
-	idle     int64
-	from, to int
 }
 
 func (s *Store) snapshotSketches(bw *bufio.Writer) error {
