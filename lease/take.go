@@ -38,9 +38,35 @@ type held struct {
 	d sluice.Decision // the hit's decision, read under the shard's lock
 }
 
+// take is Take, or TakeEach when each is set: the hits that leases serve
+// are reserved from them (reserveAll), the others decided by the store
+// (decideRest).
 func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	var stack [8]held
-	res := stack[:0]
+	res, answered, err := s.reserveAll(ctx, hits, out, each, stack[:0])
+	if answered || err != nil {
+		return err
+	}
+	if len(res) == 0 {
+		return s.decide(ctx, hits, out, each)
+	}
+	for _, r := range res {
+		out[r.i] = r.d
+	}
+	s.stats.Local.Add(int64(len(res)))
+	if len(res) == len(hits) {
+		return nil
+	}
+	return s.decideRest(ctx, hits, out, res, each)
+}
+
+// reserveAll reserves from their leases the hits that leases may serve,
+// appending the reservations to res, and counts in Stats.Fallback the
+// leasing hits left to the store. When the store is down (see down), it
+// gives back what it reserved and returns the store's error. When the
+// request is one hit (Take) that its key itself could not grant, the
+// grant's answer is the store's: it is in out[0], and answered is true.
+func (s *Store) reserveAll(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool, res []held) (_ []held, answered bool, _ error) {
 	var fallback int64 // leasing hits the store decides
 	for i := range hits {
 		h := &hits[i]
@@ -60,7 +86,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 			// The store is down (see down): the failure policy answers
 			// the request, and what was reserved goes back.
 			s.giveBack(res, hits, out)
-			return err
+			return nil, false, err
 		}
 		if ok {
 			fallback--
@@ -73,23 +99,19 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 			// answer for it is the store's (nothing was consumed).
 			s.stats.Fallback.Add(1)
 			out[0] = *denial
-			return nil
+			return nil, true, nil
 		}
 	}
 	if fallback > 0 {
 		s.stats.Fallback.Add(fallback)
 	}
-	if len(res) == 0 {
-		return s.decide(ctx, hits, out, each)
-	}
-	for _, r := range res {
-		out[r.i] = r.d
-	}
-	s.stats.Local.Add(int64(len(res)))
-	if len(res) == len(hits) {
-		return nil
-	}
-	// The rest through the store, in one call, in their order.
+	return res, false, nil
+}
+
+// decideRest passes the hits that res does not hold to the store, in one
+// call, in their order, and gives res back (release) if that fails or,
+// all-or-nothing, if one of them is denied.
+func (s *Store) decideRest(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, res []held, each bool) error {
 	rest := make([]sluice.Hit, 0, len(hits)-len(res))
 	idx := make([]int, 0, len(hits)-len(res))
 	for i := range hits {
