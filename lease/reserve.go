@@ -29,22 +29,10 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			l.promote(now, &s.stats)
 		}
 		if l != nil && now < l.deadline && l.units >= h.Cost {
-			l.units -= h.Cost
-			l.spent += h.Cost
-			d := decisionOf(l, now)
-			size, renew := l.renewal(now, led)
-			var f *flight
-			if renew {
-				f = newFlight()
-				l.pending = f
-			}
+			d, size, f := l.spend(h.Cost, now, led)
 			sh.mu.Unlock()
-			if renew {
-				// The renewal outlives the call: it keeps nothing of
-				// the caller's (h is in a slice the caller reuses).
-				s.stats.Renewals.Add(1)
-				lim, bg := h.Limit, context.WithoutCancel(ctx)
-				s.goFn(func() { s.renew(bg, lim, k, led, size, l, f) })
+			if f != nil {
+				s.renewAhead(ctx, h.Limit, k, led, size, l, f)
 			}
 			return held{l: l, k: k, d: d}, true, nil, nil
 		}
@@ -62,23 +50,10 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			// hit fails with it.
 			f := l.pending
 			sh.mu.Unlock()
-			if s.Health() != nil {
-				// The store says it is down (its breaker open, or
-				// never connected): the grant is its probe, or
-				// fails at once. The store answers the hit now, as
-				// it answers a hit that does not lease, rather than
-				// hold it behind the probe.
-				return held{}, false, nil, nil
+			if again, err := s.await(ctx, f); !again {
+				return held{}, false, nil, err
 			}
-			select {
-			case <-f.done:
-				if f.err != nil {
-					return held{}, false, nil, f.err
-				}
-				continue
-			case <-ctx.Done():
-				return held{}, false, nil, nil
-			}
+			continue
 		}
 		if l == nil {
 			if s.count.Load() >= s.max {
@@ -100,6 +75,56 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 		r, ok, denial, err := s.grant(ctx, h, k, led, size)
 		s.landed(sh, l, f, err)
 		return r, ok, denial, err
+	}
+}
+
+// spend takes cost from the lease, which holds it and has not expired,
+// and returns the hit's decision. When the lease runs low (renewal), it
+// also returns the size of the grant to make ahead and its flight, now
+// the lease's pending grant, for renewAhead; otherwise f is nil. Call it
+// under the shard's lock.
+func (l *lease) spend(cost int64, now time.Duration, led *ledger) (d sluice.Decision, size int64, f *flight) {
+	l.units -= cost
+	l.spent += cost
+	d = decisionOf(l, now)
+	size, renew := l.renewal(now, led)
+	if !renew {
+		return d, 0, nil
+	}
+	f = newFlight()
+	l.pending = f
+	return d, size, f
+}
+
+// renewAhead makes grant f of lease l, running low (spend), in the
+// background (renew). The renewal outlives the call: it keeps nothing of
+// the caller's (the hit is in a slice the caller reuses).
+func (s *Store) renewAhead(ctx context.Context, lim *sluice.Limit, k lkey, led *ledger, size int64, l *lease, f *flight) {
+	s.stats.Renewals.Add(1)
+	bg := context.WithoutCancel(ctx)
+	s.goFn(func() { s.renew(bg, lim, k, led, size, l, f) })
+}
+
+// await waits for grant f, in flight for the hit's lease, and reports
+// whether to look at the lease again. When not, the store decides the
+// hit, and err is f's failure if f found the store down: a call of the
+// hit's own would fail so too, after as long again.
+func (s *Store) await(ctx context.Context, f *flight) (again bool, err error) {
+	if s.Health() != nil {
+		// The store says it is down (its breaker open, or never
+		// connected): the grant is its probe, or fails at once. The
+		// store answers the hit now, as it answers a hit that does not
+		// lease, rather than hold it behind the probe.
+		return false, nil
+	}
+	select {
+	case <-f.done:
+		if f.err != nil {
+			return false, f.err
+		}
+		return true, nil
+	case <-ctx.Done():
+		return false, nil
 	}
 }
 
