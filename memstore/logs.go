@@ -84,6 +84,8 @@ func trimLogsBudget(sh *shard, keep uint64, b int64, evicted *atomic.Int64) {
 	}
 }
 
+// dropLog deletes the sliding log of key k from sh, and its memory from
+// sh's estimate.
 func dropLog(sh *shard, k uint64) {
 	sh.logBytes -= logKeyBytes + int64(cap(sh.logs[k].l.Entries))*logEntryBytes
 	delete(sh.logs, k)
