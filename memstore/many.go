@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Where the state of a hit lives.
@@ -78,10 +79,10 @@ func (s *Store) takeMany(hits []sluice.Hit, out []sluice.Decision, now int64, ea
 	for i := range ops {
 		o, l := &ops[i], hits[i].Limit
 		if o.until == 0 {
-			out[i] = l.DecisionOf(o.r, &o.p)
+			out[i] = limits.Decision(l, o.r, &o.p)
 			continue
 		}
-		out[i] = l.DecisionOf(o.r, &o.p).BlockedFor(time.Duration(o.until - now))
+		out[i] = limits.Blocked(limits.Decision(l, o.r, &o.p), time.Duration(o.until-now))
 	}
 }
 
@@ -91,7 +92,7 @@ func (s *Store) prepare(hits []sluice.Hit, ops []op) {
 	for i := range hits {
 		h := &hits[i]
 		o := &ops[i]
-		*o = op{p: h.Limit.Params(), prev: -1}
+		*o = op{p: limits.Params(h.Limit), prev: -1}
 		o.k = s.keyHash(h.Key, &o.p)
 		if h.Limit.BlockFor > 0 {
 			o.bk = blockKey(o.k)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
 )
 
@@ -184,7 +183,7 @@ func (rs *restorer) sketch(d *decoder) error {
 	if !d.ok {
 		return nil // Restore reports the overrun
 	}
-	if id.width < 1 || id.depth < 1 || id.width*id.depth > sluice.MaxSketchCells {
+	if id.width < 1 || id.depth < 1 || id.width*id.depth > algo.MaxSketchCells {
 		return corrupt("sketch %q of %dx%d cells", id.name, id.width, id.depth)
 	}
 	if idle <= rs.now {

@@ -13,7 +13,6 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Config configures a Store. The zero value is ready to use: every field's

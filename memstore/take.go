@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Take implements sluice.Store; see its documentation for the contract.
@@ -42,7 +43,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return nil
 }
 
-// TakeOne is Take for a single hit: the sluice.OneTaker fast path that
+// TakeOne is Take for a single hit: the fast path (a TakeOne method) that
 // Limiter.Allow uses.
 func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
 	if err := ctx.Err(); err != nil {
@@ -67,7 +68,7 @@ func (s *Store) takeSingle(hits []sluice.Hit, out []sluice.Decision, now int64, 
 // takeOne is Take (each: TakeEach) for the common request: one hit of a
 // one-state algorithm without block_for.
 func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each bool) {
-	p := h.Limit.Params()
+	p := limits.Params(h.Limit)
 	k := s.keyHash(h.Key, &p)
 	sh := &s.shards[s.shardOf(k)]
 	if wordLimit(&p) {
@@ -80,7 +81,7 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each boo
 			r = s.takeWordLocked(sh, k, &p, h.Cost, now, each)
 			sh.mu.Unlock()
 		}
-		*out = h.Limit.DecisionOf(r, &p)
+		*out = limits.Decision(h.Limit, r, &p)
 		return
 	}
 	sh.mu.Lock()
@@ -103,7 +104,7 @@ func (s *Store) takeOne(h *sluice.Hit, out *sluice.Decision, now int64, each boo
 		sh.t.remove(i)
 	}
 	sh.mu.Unlock()
-	*out = h.Limit.DecisionOf(r, &p)
+	*out = limits.Decision(h.Limit, r, &p)
 }
 
 // step is algo.Step, or algo.Overdraw for TakeEach.

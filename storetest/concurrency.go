@@ -59,7 +59,8 @@ func (s suite) concurrentAllOrNothing(t *testing.T) {
 		wg.Go(func() {
 			hits := []sluice.Hit{hit(fmt.Sprintf("own%d", w), own, 1), hit("shared", shared, 1)}
 			for range tries {
-				d, _, err := e.lim.Decide(context.Background(), hits)
+				out := make([]sluice.Decision, len(hits))
+				d, err := e.lim.Take(context.Background(), hits, out)
 				if err != nil {
 					t.Error(err)
 					return

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // basic: admit up to the limit, deny the next with a finite RetryAfter,
@@ -79,7 +80,7 @@ func (s suite) softAndElastic(t *testing.T) {
 			{Name: "soft", Algorithm: k, Rate: 10, Period: time.Hour, SoftPercent: 20},
 			{Name: "elastic", Algorithm: k, Rate: 10, Period: time.Hour, ElasticCeiling: 15},
 		} {
-			top := l.Params().Capacity
+			top := limits.Params(l).Capacity
 			for i := range top {
 				d := e.allow(l.Name, l, 1)
 				what := fmt.Sprintf("%s request %d", l.Name, i+1)

@@ -39,7 +39,7 @@ func (s suite) eachIndependent(t *testing.T) {
 // a denied client digs no deeper. Without TakeEach, nothing is overdrawn.
 func (s suite) eachOverdraw(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		_, hasEach := e.lim.Store().(sluice.EachTaker)
+		_, hasEach := e.store.(sluice.EachTaker)
 		l := &sluice.Limit{Name: "tokens", Algorithm: k, Rate: 10, Period: time.Minute}
 		charge := overdrawCharge(t, e, l, hasEach)
 		if !hasEach {

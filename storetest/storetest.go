@@ -27,7 +27,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // Run runs the whole suite against the stores newStore makes. newStore
@@ -113,11 +112,11 @@ func (e *env) allow(key string, l *sluice.Limit, n int64) sluice.Decision {
 	return d
 }
 
-// each decides hits one by one (Limiter.DecideEach).
+// each decides hits one by one (Limiter.TakeEach).
 func (e *env) each(hits ...sluice.Hit) (sluice.Decision, []sluice.Decision) {
 	e.t.Helper()
 	out := make([]sluice.Decision, len(hits))
-	d, err := e.lim.DecideEach(context.Background(), hits, out)
+	d, err := e.lim.TakeEach(context.Background(), hits, out)
 	if err != nil {
 		e.t.Fatalf("DecideEach: %v", err)
 	}

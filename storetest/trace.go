@@ -7,13 +7,14 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 // trace compares the store with the algo package on a random trace: each
 // decision must be exactly the one algo computes on the committed state.
 // The sketch is left out: its estimate depends on the store's key hash.
 func (s suite) trace(t *testing.T) {
-	limits := []*sluice.Limit{
+	cases := []*sluice.Limit{
 		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
 		{Name: "fw-soft", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second, SoftPercent: 40},
 		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
@@ -24,10 +25,10 @@ func (s suite) trace(t *testing.T) {
 		{Name: "log", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second},
 		{Name: "log-elastic", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, ElasticCeiling: 9},
 	}
-	for li, l := range limits {
+	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			p := l.Params()
+			p := limits.Params(l)
 			rng := rand.New(rand.NewPCG(uint64(li), 0x5eed))
 			costs := []int64{0, 1, 1, 1, 1, 2, 3, p.Capacity + 1}
 			var st algo.State
@@ -58,7 +59,7 @@ func (s suite) trace(t *testing.T) {
 						st = next
 					}
 				}
-				wantD := l.DecisionOf(r, &p)
+				wantD := limits.Decision(l, r, &p)
 				got := e.allow("trace", l, n)
 				if got.Allowed != wantD.Allowed || got.Limit != wantD.Limit || got.Remaining != wantD.Remaining ||
 					got.ResetAfter != wantD.ResetAfter || got.RetryAfter != wantD.RetryAfter || got.Over != wantD.Over {
@@ -73,10 +74,10 @@ func (s suite) trace(t *testing.T) {
 // eachTrace compares TakeEach with the algo package on a random trace, as
 // trace does for Take: every decision exactly algo.Overdraw's (for sliding
 // logs, LogStepEach with algo.Overdraws) on the state it left. A store
-// without TakeEach is checked through Limiter.DecideEach's fallback, a
+// without TakeEach is checked through Limiter.TakeEach's fallback, a
 // Take a hit: algo.Step's (LogStep's) decisions, nothing overdrawn.
 func (s suite) eachTrace(t *testing.T) {
-	limits := []*sluice.Limit{
+	cases := []*sluice.Limit{
 		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
 		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
 		{Name: "tb-discrete", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
@@ -88,11 +89,11 @@ func (s suite) eachTrace(t *testing.T) {
 		{Name: "sw-debit", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second, Debit: true},
 		{Name: "log-debit", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, Debit: true},
 	}
-	for li, l := range limits {
+	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			_, each := e.lim.Store().(sluice.EachTaker)
-			p := l.Params()
+			_, each := e.store.(sluice.EachTaker)
+			p := limits.Params(l)
 			rng := rand.New(rand.NewPCG(uint64(li), 0xeac4))
 			costs := []int64{0, 0, 1, 1, 1, 2, 3, p.Capacity + 1}
 			var st algo.State
@@ -114,7 +115,7 @@ func (s suite) eachTrace(t *testing.T) {
 						st = next
 					}
 				}
-				wantD := l.DecisionOf(r, &p)
+				wantD := limits.Decision(l, r, &p)
 				_, per := e.each(hit("trace", l, n))
 				got := per[0]
 				if got.Allowed != wantD.Allowed || got.Remaining != wantD.Remaining || got.Overdrawn != wantD.Overdrawn ||
