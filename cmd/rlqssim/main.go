@@ -36,6 +36,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/envoyquota"
 	"github.com/sluicehq/sluice/internal/rlqs"
 	"github.com/sluicehq/sluice/rules"
@@ -153,7 +154,42 @@ type delivery struct {
 
 const step = 5 * time.Millisecond
 
+// sim is one simulation under way: the server and its Envoys on a virtual
+// clock, and what has been measured so far.
+type sim struct {
+	c         config
+	srv       *rlqs.Server
+	limit     *sluice.Limit
+	limitRate float64 // the limit's rate, a second
+	rng       *rand.Rand
+	base      time.Time
+	now       time.Duration     // virtual time since base
+	bucket    map[string]string // the bucket every Envoy reports
+	es        []*envoy
+	demands   []float64 // each Envoy's demand at this step, a second
+	killAt    time.Duration
+	window    int64 // admitted in the current period
+	r         report
+}
+
 func run(c config) (report, error) {
+	s, err := newSim(c)
+	if err != nil {
+		return report{}, err
+	}
+	ctx := context.Background()
+	for s.now = 0; s.now < c.duration; s.now += step {
+		if err := s.step(ctx); err != nil {
+			return s.r, err
+		}
+	}
+	return s.finish(), nil
+}
+
+// newSim compiles the one rule the Envoys share, starts a server on the
+// virtual clock and opens a stream for each Envoy, each reporting at its
+// own offset.
+func newSim(c config) (*sim, error) {
 	burst := ""
 	if c.burst > 0 {
 		burst = fmt.Sprintf(", burst: %d", c.burst)
@@ -162,144 +198,189 @@ func run(c config) (report, error) {
 		c.algorithm, c.rate, c.period, burst)
 	dom, err := rules.Parse("sim.yaml", []byte(src))
 	if err != nil {
-		return report{}, err
+		return nil, err
 	}
 	cfg, err := rules.NewConfig(dom)
 	if err != nil {
-		return report{}, err
+		return nil, err
 	}
-	base := time.Unix(1_800_000_000, 0)
-	var now time.Duration
-	clock := func() time.Time { return base.Add(now) }
+	s := &sim{c: c, base: time.Unix(1_800_000_000, 0), killAt: c.duration / 2, bucket: map[string]string{"tenant": "acme"}}
 	policy := rlqs.PolicyDefaults(rlqs.Policy{TTL: c.ttl, Grace: c.grace})
-	srv, err := rlqs.New(rlqs.Config{Rules: func() *rules.Config { return cfg }, Policy: policy,
-		Pools: rlqs.NewMemPools(policy, clock), Now: clock})
+	s.srv, err = rlqs.New(rlqs.Config{Rules: func() *rules.Config { return cfg }, Policy: policy,
+		Pools: rlqs.NewMemPools(policy, s.clock), Now: s.clock})
 	if err != nil {
-		return report{}, err
+		return nil, err
 	}
-	limit := dom.Rules[0].Limits[0]
-	limitRate := float64(limit.Rate) / limit.Period.Seconds()
-	rng := rand.New(rand.NewPCG(c.seed, 3))
-	es := make([]*envoy, c.envoys)
-	for i := range es {
-		es[i] = &envoy{stream: srv.NewStream(), nextReport: time.Duration(rng.Int64N(int64(c.interval)))}
+	s.limit = dom.Rules[0].Limits[0]
+	s.limitRate = float64(s.limit.Rate) / s.limit.Period.Seconds()
+	s.rng = rand.New(rand.NewPCG(c.seed, 3))
+	s.es = make([]*envoy, c.envoys)
+	for i := range s.es {
+		s.es[i] = &envoy{stream: s.srv.NewStream(), nextReport: time.Duration(s.rng.Int64N(int64(c.interval)))}
 	}
-	weights := func(rot int) {
-		sum := 0.0
-		for i, e := range es {
-			r := (i + rot) % len(es)
-			e.weight = 1 / math.Pow(float64(r+1), c.skew)
-			sum += e.weight
-		}
-		for _, e := range es {
-			e.weight /= sum
-		}
+	s.demands = make([]float64, len(s.es))
+	s.r = report{LimitRate: s.limitRate, Reclaimed: -1}
+	s.weigh(0)
+	return s, nil
+}
+
+// clock is the virtual clock, for the server and the Envoys' buckets.
+func (s *sim) clock() time.Time { return s.base.Add(s.now) }
+
+// weigh gives each Envoy its share of the demand for rotation rot: the
+// Envoy of rank r asks in proportion to 1/(r+1)^skew.
+func (s *sim) weigh(rot int) {
+	sum := 0.0
+	for i, e := range s.es {
+		r := (i + rot) % len(s.es)
+		e.weight = 1 / math.Pow(float64(r+1), s.c.skew)
+		sum += e.weight
 	}
-	weights(0)
-	bucket := map[string]string{"tenant": "acme"}
-	ctx := context.Background()
-	r := report{LimitRate: limitRate, Reclaimed: -1}
-	killAt := c.duration / 2
-	demands := make([]float64, len(es))
-	var window int64 // admitted in the current period
-	for now = 0; now < c.duration; now += step {
-		if now > 0 && now%limit.Period == 0 {
-			r.WorstWindow, window = max(r.WorstWindow, window), 0
-		}
-		if now > 0 && now%c.phase == 0 {
-			weights(int(now / c.phase))
-		}
-		t := clock()
-		if now == killAt {
-			for i := range int(math.Round(c.kill * float64(len(es)))) {
-				es[i].killed = true
-				r.Killed++
-			}
-		}
-		// Answers that arrive.
-		for _, e := range es {
-			for len(e.inbox) > 0 && e.inbox[0].at <= now {
-				e.bucket.Apply(e.inbox[0].act, t)
-				e.inbox = e.inbox[1:]
-			}
-		}
-		// Requests, Poisson at each Envoy's demand.
-		for i, e := range es {
-			d := c.demand * limitRate * e.weight
-			demands[i] = d
-			for n := poisson(rng, d*step.Seconds()); n > 0; n-- {
-				e.asked++
-				if e.bucket.Allow(t) {
-					e.admitted++
-					window++
-					e.allowed++
-				} else {
-					e.denied++
-				}
-			}
-		}
-		// What max-min fair shares of the true demand would admit, over
-		// the Envoys still reporting.
-		alive := make([]float64, 0, len(es))
-		for i, e := range es {
-			if !e.killed {
-				alive = append(alive, demands[i])
-			}
-		}
-		fair := maxMin(alive, limitRate)
-		k := 0
-		for _, e := range es {
-			if !e.killed {
-				e.fair += fair[k] * step.Seconds()
-				k++
-			}
-		}
-		// Reports.
-		for _, e := range es {
-			if e.killed || now < e.nextReport {
-				continue
-			}
-			e.nextReport = now + c.interval
-			rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "sim", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
-				BucketId:           &rlqsv3.BucketId{Bucket: bucket},
-				TimeElapsed:        durationpb.New(c.interval.Truncate(time.Second)),
-				NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied,
-			}}}
-			e.allowed, e.denied = 0, 0
-			resp, err := srv.Report(ctx, e.stream, rep)
-			if err != nil {
-				return r, err
-			}
-			// A stream delivers in order: an answer never overtakes the
-			// one before it.
-			at := now + time.Duration(rng.Int64N(int64(c.delay)+1))
-			if n := len(e.inbox); n > 0 {
-				at = max(at, e.inbox[n-1].at)
-			}
-			for _, a := range resp.GetBucketAction() {
-				e.inbox = append(e.inbox, delivery{at: at, act: a})
-			}
-		}
-		// What the Envoys enforce together, and how soon the killed
-		// ones' shares are reclaimed.
-		total, others := 0.0, 0.0
-		for _, e := range es {
-			rt := e.bucket.Rate(t)
-			total += rt
-			if !e.killed {
-				others += rt
-			}
-		}
-		r.WorstRate = max(r.WorstRate, total)
-		if r.Killed > 0 && now >= killAt && r.Reclaimed < 0 && others >= 0.9*limitRate && sum(alive) >= 0.9*limitRate {
-			r.Reclaimed = now - killAt
+	for _, e := range s.es {
+		e.weight /= sum
+	}
+}
+
+// step advances the simulation by one step: a new period or phase, the
+// kill at half time, then the answers that arrive, the requests, the fair
+// shares, the reports and what the Envoys enforce, in that order.
+func (s *sim) step(ctx context.Context) error {
+	if s.now > 0 && s.now%s.limit.Period == 0 {
+		s.r.WorstWindow, s.window = max(s.r.WorstWindow, s.window), 0
+	}
+	if s.now > 0 && s.now%s.c.phase == 0 {
+		s.weigh(int(s.now / s.c.phase))
+	}
+	t := s.clock()
+	if s.now == s.killAt {
+		s.killStreams()
+	}
+	s.deliver(t)
+	s.ask(t)
+	alive := s.accrueFair()
+	if err := s.sendReports(ctx); err != nil {
+		return err
+	}
+	s.measureEnforced(t, alive)
+	return nil
+}
+
+// killStreams ends the streams of the first -kill of the Envoys.
+func (s *sim) killStreams() {
+	for i := range int(math.Round(s.c.kill * float64(len(s.es)))) {
+		s.es[i].killed = true
+		s.r.Killed++
+	}
+}
+
+// deliver applies to each Envoy's bucket the answers that have reached it.
+func (s *sim) deliver(t time.Time) {
+	for _, e := range s.es {
+		for len(e.inbox) > 0 && e.inbox[0].at <= s.now {
+			e.bucket.Apply(e.inbox[0].act, t)
+			e.inbox = e.inbox[1:]
 		}
 	}
-	if now%limit.Period == 0 {
-		r.WorstWindow = max(r.WorstWindow, window)
+}
+
+// ask sends each Envoy its requests of this step, Poisson at its demand,
+// and lets its bucket admit or deny them.
+func (s *sim) ask(t time.Time) {
+	for i, e := range s.es {
+		d := s.c.demand * s.limitRate * e.weight
+		s.demands[i] = d
+		for n := poisson(s.rng, d*step.Seconds()); n > 0; n-- {
+			e.asked++
+			if e.bucket.Allow(t) {
+				e.admitted++
+				s.window++
+				e.allowed++
+			} else {
+				e.denied++
+			}
+		}
+	}
+}
+
+// accrueFair adds to each Envoy still reporting what max-min fair shares
+// of the true demand would admit in this step, and returns the demands of
+// those Envoys.
+func (s *sim) accrueFair() (alive []float64) {
+	alive = make([]float64, 0, len(s.es))
+	for i, e := range s.es {
+		if !e.killed {
+			alive = append(alive, s.demands[i])
+		}
+	}
+	fair := maxMin(alive, s.limitRate)
+	k := 0
+	for _, e := range s.es {
+		if !e.killed {
+			e.fair += fair[k] * step.Seconds()
+			k++
+		}
+	}
+	return alive
+}
+
+// sendReports sends the usage of each Envoy whose report is due and queues the
+// server's answers for delivery after a random delay.
+func (s *sim) sendReports(ctx context.Context) error {
+	for _, e := range s.es {
+		if e.killed || s.now < e.nextReport {
+			continue
+		}
+		e.nextReport = s.now + s.c.interval
+		rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: "sim", BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+			BucketId:           &rlqsv3.BucketId{Bucket: s.bucket},
+			TimeElapsed:        durationpb.New(s.c.interval.Truncate(time.Second)),
+			NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied,
+		}}}
+		e.allowed, e.denied = 0, 0
+		resp, err := s.srv.Report(ctx, e.stream, rep)
+		if err != nil {
+			return err
+		}
+		// A stream delivers in order: an answer never overtakes the
+		// one before it.
+		at := s.now + time.Duration(s.rng.Int64N(int64(s.c.delay)+1))
+		if n := len(e.inbox); n > 0 {
+			at = max(at, e.inbox[n-1].at)
+		}
+		for _, a := range resp.GetBucketAction() {
+			e.inbox = append(e.inbox, delivery{at: at, act: a})
+		}
+	}
+	return nil
+}
+
+// measureEnforced records the rate the Envoys enforce together, and how
+// soon after the kill the others enforce 90% of the limit (when the
+// demand of those still reporting reaches it).
+func (s *sim) measureEnforced(t time.Time, alive []float64) {
+	total, others := 0.0, 0.0
+	for _, e := range s.es {
+		rt := e.bucket.Rate(t)
+		total += rt
+		if !e.killed {
+			others += rt
+		}
+	}
+	s.r.WorstRate = max(s.r.WorstRate, total)
+	if s.r.Killed > 0 && s.now >= s.killAt && s.r.Reclaimed < 0 && others >= 0.9*s.limitRate && sum(alive) >= 0.9*s.limitRate {
+		s.r.Reclaimed = s.now - s.killAt
+	}
+}
+
+// finish closes the last period and sums up the Envoys: the hits asked
+// and admitted, the bound, and the fairness over the Envoys never killed.
+func (s *sim) finish() report {
+	r := s.r
+	if s.now%s.limit.Period == 0 {
+		r.WorstWindow = max(r.WorstWindow, s.window)
 	}
 	var xs []float64
-	for _, e := range es {
+	for _, e := range s.es {
 		r.Asked += e.asked
 		r.Admitted += e.admitted
 		r.Gifts += e.bucket.Gifts
@@ -308,8 +389,8 @@ func run(c config) (report, error) {
 		}
 	}
 	r.Fairness = jain(xs)
-	r.Bound = int64(limitRate*c.duration.Seconds()) + limit.Nominal() + int64(c.envoys) + r.Gifts
-	return r, nil
+	r.Bound = int64(s.limitRate*s.c.duration.Seconds()) + s.limit.Nominal() + int64(s.c.envoys) + r.Gifts
+	return r
 }
 
 // maxMin returns the max-min fair split of capacity among demands.
