@@ -144,15 +144,8 @@ func (c *counting) Take(ctx context.Context, h []sluice.Hit, o []sluice.Decision
 }
 
 func run(c config) (report, error) {
-	u, err := bound(c.overshoot, c.rate)
+	l, err := c.limit()
 	if err != nil {
-		return report{}, err
-	}
-	l := &sluice.Limit{Name: "sim", Algorithm: c.algorithm, Rate: c.rate, Period: c.period, LeaseOvershoot: u}
-	if l.Algorithm == sluice.GCRA || l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyBucket {
-		l.Burst = c.burst
-	}
-	if err := l.Validate(); err != nil {
 		return report{}, err
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -164,47 +157,17 @@ func run(c config) (report, error) {
 	for i := range nodes {
 		nodes[i] = lease.New(shared, lease.Config{Now: func() time.Duration { return now.Sub(start) }, Go: func(f func()) { f() }})
 	}
-	// Each node's share of the demand.
-	w := make([]float64, c.nodes)
-	var sum float64
-	for i := range w {
-		w[i] = 1 / math.Pow(float64(i+1), c.skew)
-		sum += w[i]
-	}
 	rng := rand.New(rand.NewPCG(c.seed, 0x1ea5e))
+	pick := c.picker(rng)
 	steady := c.demand * float64(c.rate) / c.period.Seconds() // asks a second, all nodes
-	// The arrivals of all nodes, merged: one Poisson process at the total
-	// rate, each arrival given to node i with probability w[i]/sum.
-	pick := func() int {
-		x := rng.Float64() * sum
-		for i, wi := range w {
-			if x < wi {
-				return i
-			}
-			x -= wi
-		}
-		return len(w) - 1
-	}
 	asked := make([]int64, c.nodes)
 	admitted := make([]int64, c.nodes)
-	type adm struct {
-		at time.Duration
-		n  int64
-	}
-	var log []adm
-	var r report
-	r.Bound = u
+	var log admissions
+	r := report{Bound: l.LeaseOvershoot}
 	out := make([]sluice.Decision, 1)
 	for t := time.Duration(0); t < c.duration; {
-		// Demand now: steady, paused or bursting, by the phase.
 		pos := t % c.phase
-		rate := steady
-		switch {
-		case pos >= c.phase*8/10 && pos < c.phase*9/10:
-			rate = 0
-		case pos >= c.phase*9/10:
-			rate = steady * c.burstx
-		}
+		rate := c.demandAt(pos, steady)
 		if rate == 0 {
 			t = t - pos + c.phase*9/10
 			continue
@@ -218,24 +181,94 @@ func run(c config) (report, error) {
 		}
 		if out[0].Allowed {
 			admitted[i]++
-			log = append(log, adm{t, 1})
+			log = append(log, admission{t, 1})
 		}
-	}
-	for i := range asked {
-		r.Asked += asked[i]
-		r.Admitted += admitted[i]
 	}
 	r.Calls = shared.calls
 	for _, n := range nodes {
 		r.Expired += n.Stats().Expired.Load()
 	}
-	r.Excess = excess(l, func(yield func(time.Duration, int64) bool) {
-		for _, a := range log {
-			if !yield(a.at, a.n) {
-				return
+	r.Excess = excess(l, log.all)
+	r.tally(asked, admitted)
+	return r, nil
+}
+
+// limit is the limit the nodes share, with the lease bound -overshoot.
+func (c config) limit() (*sluice.Limit, error) {
+	u, err := bound(c.overshoot, c.rate)
+	if err != nil {
+		return nil, err
+	}
+	l := &sluice.Limit{Name: "sim", Algorithm: c.algorithm, Rate: c.rate, Period: c.period, LeaseOvershoot: u}
+	if l.Algorithm == sluice.GCRA || l.Algorithm == sluice.TokenBucket || l.Algorithm == sluice.LeakyBucket {
+		l.Burst = c.burst
+	}
+	if err := l.Validate(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// picker returns the node of the next arrival. The arrivals of all nodes
+// are merged into one Poisson process at the total rate, each arrival
+// given to node i with probability w[i]/sum, w[i] = 1/(i+1)^skew.
+func (c config) picker(rng *rand.Rand) func() int {
+	w := make([]float64, c.nodes)
+	var sum float64
+	for i := range w {
+		w[i] = 1 / math.Pow(float64(i+1), c.skew)
+		sum += w[i]
+	}
+	return func() int {
+		x := rng.Float64() * sum
+		for i, wi := range w {
+			if x < wi {
+				return i
 			}
+			x -= wi
 		}
-	})
+		return len(w) - 1
+	}
+}
+
+// demandAt is the demand, asks a second of all nodes, at pos into a
+// phase: steady, then paused for its ninth tenth, then bursting for its
+// last.
+func (c config) demandAt(pos time.Duration, steady float64) float64 {
+	switch {
+	case pos >= c.phase*8/10 && pos < c.phase*9/10:
+		return 0
+	case pos >= c.phase*9/10:
+		return steady * c.burstx
+	}
+	return steady
+}
+
+// admission is a hit admitted, n of them at once.
+type admission struct {
+	at time.Duration
+	n  int64
+}
+
+// admissions are the hits admitted, in the order they were.
+type admissions []admission
+
+// all yields each admission's time and count.
+func (log admissions) all(yield func(time.Duration, int64) bool) {
+	for _, a := range log {
+		if !yield(a.at, a.n) {
+			return
+		}
+	}
+}
+
+// tally sums what each node asked and admitted into r: the totals, the
+// fairness, and the hottest node's shares of both.
+func (r *report) tally(asked, admitted []int64) {
+	for i := range asked {
+		r.Asked += asked[i]
+		r.Admitted += admitted[i]
+	}
 	r.Fairness = jain(asked, admitted)
 	hot := 0
 	for i := range asked {
@@ -249,7 +282,6 @@ func run(c config) (report, error) {
 	if r.Asked > 0 {
 		r.HotAsked = float64(asked[hot]) / float64(r.Asked)
 	}
-	return r, nil
 }
 
 // excess is the worst number of hits admitted beyond the limit's own bound:
