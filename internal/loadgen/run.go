@@ -87,15 +87,17 @@ type Config struct {
 	Seed uint64
 }
 
+// withDefaults returns c with its zero fields set to their defaults, and
+// an error if the result does not describe a run.
 func (c Config) withDefaults() (Config, error) {
-	if c.Target == "" {
-		return c, errors.New("no target")
-	}
+	c.setDefaults()
+	return c, c.check()
+}
+
+// setDefaults sets each zero field to the default written in its comment.
+func (c *Config) setDefaults() {
 	if c.Mode == "" {
 		c.Mode = GRPC
-	}
-	if c.Mode != GRPC && c.Mode != JSON && c.Mode != HTTP {
-		return c, fmt.Errorf("mode %q: want grpc, json or http", c.Mode)
 	}
 	if c.Path == "" {
 		c.Path = "/"
@@ -118,25 +120,36 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Timeout == 0 {
 		c.Timeout = 2 * time.Second
 	}
+}
+
+// check reports the first field, defaults set, that makes no run: no
+// target, an unknown mode, a value out of range, or no end.
+func (c Config) check() error {
+	if c.Target == "" {
+		return errors.New("no target")
+	}
+	if c.Mode != GRPC && c.Mode != JSON && c.Mode != HTTP {
+		return fmt.Errorf("mode %q: want grpc, json or http", c.Mode)
+	}
 	switch {
 	case c.Connections < 0, c.Concurrency < 0, c.Keys < 0:
-		return c, errors.New("connections, concurrency and keys must be positive")
+		return errors.New("connections, concurrency and keys must be positive")
 	case c.Connections > c.Concurrency:
-		return c, fmt.Errorf("%d connections for %d requests in flight: some would stay idle", c.Connections, c.Concurrency)
+		return fmt.Errorf("%d connections for %d requests in flight: some would stay idle", c.Connections, c.Concurrency)
 	case !(c.Hot >= 0 && c.Hot <= 1):
-		return c, fmt.Errorf("hot share %v: want 0..1", c.Hot)
+		return fmt.Errorf("hot share %v: want 0..1", c.Hot)
 	case c.Warmup < 0, c.Duration < 0, c.Requests < 0, c.Timeout < 0:
-		return c, errors.New("warmup, duration, requests and timeout must not be negative")
+		return errors.New("warmup, duration, requests and timeout must not be negative")
 	case !strings.HasPrefix(c.Path, "/"):
-		return c, fmt.Errorf("path %q: want one that starts with /", c.Path)
+		return fmt.Errorf("path %q: want one that starts with /", c.Path)
 	case c.Header != "" && !httpguts.ValidHeaderFieldName(c.Header):
-		return c, fmt.Errorf("header %q: not a header name", c.Header)
+		return fmt.Errorf("header %q: not a header name", c.Header)
 	case !(c.Rate >= 0) || math.IsInf(c.Rate, 0):
-		return c, fmt.Errorf("rate %v: want a finite rate >= 0", c.Rate)
+		return fmt.Errorf("rate %v: want a finite rate >= 0", c.Rate)
 	case c.Duration == 0 && c.Requests == 0:
-		return c, errors.New("neither a duration nor a request cap: the run would not stop")
+		return errors.New("neither a duration nor a request cap: the run would not stop")
 	}
-	return c, nil
+	return nil
 }
 
 // Result is what a run measured. Requests = OK + OverLimit + Unknown +
