@@ -239,26 +239,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var b *bodies
-	var c client
-	switch cfg.Mode {
-	case GRPC:
-		if b, err = protoBodies(cfg.Domain, cfg.DescriptorKey, cfg.Keys); err != nil {
-			return nil, err
-		}
-		if c, err = newGRPCClient(cfg.Target, cfg.Connections, cfg.Concurrency); err != nil {
-			return nil, err
-		}
-	case JSON:
-		if b, err = jsonBodies(cfg.Domain, cfg.DescriptorKey, cfg.Keys); err != nil {
-			return nil, err
-		}
-		c = newJSONClient(cfg.Target, cfg.Connections, cfg.Concurrency, cfg.Timeout)
-	case HTTP:
-		if b, err = valueBodies(cfg.Keys); err != nil {
-			return nil, err
-		}
-		c = newGetClient(cfg.Target, cfg.Path, cfg.Header, cfg.Connections, cfg.Concurrency, cfg.Timeout)
+	b, c, err := dial(cfg)
+	if err != nil {
+		return nil, err
 	}
 	defer c.close()
 
@@ -270,33 +253,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			hist: newHistogram(),
 		}
 	}
-	each := func(f func(w *worker)) {
-		var wg sync.WaitGroup
-		for _, w := range workers {
-			wg.Go(func() { f(w) })
-		}
-		wg.Wait()
-	}
-
+	r := &loop{cfg: cfg, c: c, b: b, hotBelow: hotBelow(cfg.Hot)}
 	if cfg.Fill {
-		var next atomic.Int64
-		each(func(w *worker) {
-			for {
-				i := next.Add(1) - 1
-				if i > int64(cfg.Keys) || ctx.Err() != nil {
-					return
-				}
-				rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-				o, _, _ := c.do(rctx, w.lane, b.body(int(i)))
-				cancel()
-				if o != outError {
-					w.filled++
-				}
-			}
-		})
+		each(workers, func(w *worker) { r.fill(ctx, w) })
 	}
 
-	r := &loop{cfg: cfg, c: c, b: b, start: time.Now()}
+	r.start = time.Now()
 	r.measureStart = r.start.Add(cfg.Warmup)
 	if cfg.Duration > 0 {
 		r.measureEnd = r.measureStart.Add(cfg.Duration)
@@ -317,37 +279,70 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Rate > 0 {
 		r.interval = float64(time.Second) / cfg.Rate
 	}
-	if cfg.Hot >= 1 {
-		r.hotBelow = math.MaxUint64
-	} else {
-		r.hotBelow = uint64(cfg.Hot * (1 << 64))
-	}
-	each(func(w *worker) { r.work(ctx, w) })
+	each(workers, func(w *worker) { r.work(ctx, w) })
+	return collect(cfg, r.measureStart, workers), nil
+}
 
+// dial encodes the bodies of cfg's mode and makes its client.
+func dial(cfg Config) (*bodies, client, error) {
+	switch cfg.Mode {
+	case GRPC:
+		b, err := protoBodies(cfg.Domain, cfg.DescriptorKey, cfg.Keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := newGRPCClient(cfg.Target, cfg.Connections, cfg.Concurrency)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, c, nil
+	case JSON:
+		b, err := jsonBodies(cfg.Domain, cfg.DescriptorKey, cfg.Keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, newJSONClient(cfg.Target, cfg.Connections, cfg.Concurrency, cfg.Timeout), nil
+	default: // HTTP
+		b, err := valueBodies(cfg.Keys)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, newGetClient(cfg.Target, cfg.Path, cfg.Header, cfg.Connections, cfg.Concurrency, cfg.Timeout), nil
+	}
+}
+
+// hotBelow is the threshold of a uniform uint64 under which a request goes
+// to the hot key, for a hot share of hot.
+func hotBelow(hot float64) uint64 {
+	if hot >= 1 {
+		return math.MaxUint64
+	}
+	return uint64(hot * (1 << 64))
+}
+
+// each runs f for every worker at once, and returns when all have.
+func each(workers []*worker, f func(w *worker)) {
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() { f(w) })
+	}
+	wg.Wait()
+}
+
+// collect merges what the workers measured, from measureStart on.
+func collect(cfg Config, measureStart time.Time, workers []*worker) *Result {
 	res := &Result{Config: cfg, ErrorKinds: map[string]int64{}, ErrorSamples: map[string]string{}}
 	h := newHistogram()
-	last := r.measureStart
+	last := measureStart
 	for _, w := range workers {
 		h.merge(w.hist)
-		res.OK += w.counts[outOK]
-		res.OverLimit += w.counts[outOver]
-		res.Unknown += w.counts[outUnknown]
-		res.Errors += w.counts[outError]
-		res.Hot += w.hot
-		res.Filled += w.filled
-		res.Warmup += w.warmup
+		res.add(w)
 		if w.last.After(last) {
 			last = w.last
 		}
-		for k, n := range w.kinds {
-			res.ErrorKinds[k] += n
-			if _, ok := res.ErrorSamples[k]; !ok {
-				res.ErrorSamples[k] = w.samples[k]
-			}
-		}
 	}
 	res.Requests = res.OK + res.OverLimit + res.Unknown + res.Errors
-	res.Elapsed = last.Sub(r.measureStart)
+	res.Elapsed = last.Sub(measureStart)
 	res.Latency = Latency{
 		Min: time.Duration(h.min), Mean: h.mean(), Max: time.Duration(h.max),
 		P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), P999: h.quantile(0.999),
@@ -355,7 +350,25 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if h.n == 0 {
 		res.Latency.Min = 0
 	}
-	return res, nil
+	return res
+}
+
+// add adds w's counts to res, and its errors, keeping the first sample of
+// each kind.
+func (res *Result) add(w *worker) {
+	res.OK += w.counts[outOK]
+	res.OverLimit += w.counts[outOver]
+	res.Unknown += w.counts[outUnknown]
+	res.Errors += w.counts[outError]
+	res.Hot += w.hot
+	res.Filled += w.filled
+	res.Warmup += w.warmup
+	for k, n := range w.kinds {
+		res.ErrorKinds[k] += n
+		if _, ok := res.ErrorSamples[k]; !ok {
+			res.ErrorSamples[k] = w.samples[k]
+		}
+	}
 }
 
 // loop is the shared state of the workers of one run.
@@ -371,6 +384,25 @@ type loop struct {
 	hotBelow     uint64    // a request goes to the hot key when rng.Uint64() < hotBelow
 	issued       atomic.Int64
 	due          atomic.Int64 // open loop: sequence number of the next request
+	filling      atomic.Int64 // fill: the next key to send
+}
+
+// fill sends, from worker w, one request for each key not yet taken by
+// another worker (the hot key, Keys, last), until every key is sent or
+// ctx is done.
+func (r *loop) fill(ctx context.Context, w *worker) {
+	for {
+		i := r.filling.Add(1) - 1
+		if i > int64(r.cfg.Keys) || ctx.Err() != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		o, _, _ := r.c.do(rctx, w.lane, r.b.body(int(i)))
+		cancel()
+		if o != outError {
+			w.filled++
+		}
+	}
 }
 
 // work runs one worker until the measurement ends, the request cap is
