@@ -413,31 +413,13 @@ func (r *loop) work(ctx context.Context, w *worker) {
 		// from sent.
 		var due, sent time.Time
 		if r.interval > 0 {
-			seq := r.due.Add(1) - 1
-			due = r.start.Add(time.Duration(float64(seq) * r.interval))
-			if !r.measureEnd.IsZero() && !due.Before(r.measureEnd) {
+			var ok bool
+			if due, sent, ok = r.waitDue(ctx); !ok {
 				return
-			}
-			sent = due
-			if d := time.Until(due); d > 0 {
-				// Idle until the request is due. The wake-up can be late
-				// (the runtime's timers have a granularity of about a
-				// millisecond when idle): that lateness is the
-				// generator's, so latency runs from the actual send. A
-				// request already overdue, because every worker was busy,
-				// keeps its due time: the server's slowness made it wait.
-				t := time.NewTimer(d)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				sent = time.Now()
 			}
 		} else {
 			due = time.Now()
-			if !r.measureEnd.IsZero() && !due.Before(r.measureEnd) {
+			if r.ended(due) {
 				return
 			}
 		}
@@ -445,11 +427,7 @@ func (r *loop) work(ctx context.Context, w *worker) {
 		if measured && r.cfg.Requests > 0 && r.issued.Add(1) > r.cfg.Requests {
 			return
 		}
-		key := r.cfg.Keys // the hot key
-		hot := r.hotBelow > 0 && w.rng.Uint64() < r.hotBelow
-		if !hot {
-			key = int(w.rng.Uint64N(uint64(r.cfg.Keys)))
-		}
+		key, hot := r.key(w)
 		if r.interval == 0 {
 			sent = time.Now()
 		}
@@ -464,15 +442,65 @@ func (r *loop) work(ctx context.Context, w *worker) {
 		if o == outError && ctx.Err() != nil {
 			return // interrupted: not the server's failure
 		}
-		w.counts[o]++
-		if hot {
-			w.hot++
-		}
-		w.last = done
-		if o == outError {
-			w.countError(kind, err)
-			continue
-		}
-		w.hist.record(done.Sub(sent))
+		w.record(o, hot, sent, done, kind, err)
 	}
+}
+
+// waitDue takes the open loop's next request and waits until it is due. It
+// returns when the request was due and when it is sent, and false when it
+// falls at or after the end of the measurement or ctx is done first.
+func (r *loop) waitDue(ctx context.Context) (due, sent time.Time, ok bool) {
+	seq := r.due.Add(1) - 1
+	due = r.start.Add(time.Duration(float64(seq) * r.interval))
+	if r.ended(due) {
+		return due, sent, false
+	}
+	sent = due
+	if d := time.Until(due); d > 0 {
+		// Idle until the request is due. The wake-up can be late
+		// (the runtime's timers have a granularity of about a
+		// millisecond when idle): that lateness is the
+		// generator's, so latency runs from the actual send. A
+		// request already overdue, because every worker was busy,
+		// keeps its due time: the server's slowness made it wait.
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return due, sent, false
+		case <-t.C:
+		}
+		sent = time.Now()
+	}
+	return due, sent, true
+}
+
+// ended reports whether the measurement has a time limit and t is at or
+// after it.
+func (r *loop) ended(t time.Time) bool {
+	return !r.measureEnd.IsZero() && !t.Before(r.measureEnd)
+}
+
+// key picks the key of w's next request: the hot key (Keys) for the hot
+// share, otherwise one of the others, uniformly.
+func (r *loop) key(w *worker) (key int, hot bool) {
+	if r.hotBelow > 0 && w.rng.Uint64() < r.hotBelow {
+		return r.cfg.Keys, true
+	}
+	return int(w.rng.Uint64N(uint64(r.cfg.Keys))), false
+}
+
+// record counts a measured answer of outcome o, sent at sent and answered
+// at done: its latency, or its error of the given kind.
+func (w *worker) record(o outcome, hot bool, sent, done time.Time, kind string, err error) {
+	w.counts[o]++
+	if hot {
+		w.hot++
+	}
+	w.last = done
+	if o == outError {
+		w.countError(kind, err)
+		return
+	}
+	w.hist.record(done.Sub(sent))
 }
