@@ -147,6 +147,8 @@ var errProtocol = errors.New("redistest: RESP protocol error")
 
 func readReply(r *bufio.Reader) (any, error) { return readValue(r, 0) }
 
+// readValue reads one RESP2 value, depth arrays deep: its type's first
+// byte and the rest of its line, then what the type says follows.
 func readValue(r *bufio.Reader, depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, fmt.Errorf("%w: nesting deeper than %d", errProtocol, maxDepth)
@@ -158,6 +160,7 @@ func readValue(r *bufio.Reader, depth int) (any, error) {
 	if len(line) == 0 {
 		return nil, fmt.Errorf("%w: empty line", errProtocol)
 	}
+	// body is in r's buffer: read it before reading on.
 	body := line[1:]
 	switch line[0] {
 	case '+':
@@ -171,40 +174,52 @@ func readValue(r *bufio.Reader, depth int) (any, error) {
 		}
 		return n, nil
 	case '$':
-		n, err := strconv.Atoi(string(body))
-		if err != nil || n < -1 || n > maxBulk {
-			return nil, fmt.Errorf("%w: bulk length %q", errProtocol, body)
-		}
-		if n == -1 {
-			return nil, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		if buf[n] != '\r' || buf[n+1] != '\n' {
-			return nil, fmt.Errorf("%w: bulk string not ended by CRLF", errProtocol)
-		}
-		return string(buf[:n]), nil
+		return readBulk(r, body)
 	case '*':
-		n, err := strconv.Atoi(string(body))
-		if err != nil || n < -1 || n > maxArray {
-			return nil, fmt.Errorf("%w: array length %q", errProtocol, body)
-		}
-		if n == -1 {
-			return nil, nil
-		}
-		a := make([]any, 0, min(n, 1024))
-		for range n {
-			v, err := readValue(r, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, v)
-		}
-		return a, nil
+		return readArray(r, body, depth)
 	}
 	return nil, fmt.Errorf("%w: unknown type %q", errProtocol, line[0])
+}
+
+// readBulk reads the bulk string of length head and the CRLF after it; a
+// length of -1 is the null bulk string, nil.
+func readBulk(r *bufio.Reader, head []byte) (any, error) {
+	n, err := strconv.Atoi(string(head))
+	if err != nil || n < -1 || n > maxBulk {
+		return nil, fmt.Errorf("%w: bulk length %q", errProtocol, head)
+	}
+	if n == -1 {
+		return nil, nil
+	}
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	if buf[n] != '\r' || buf[n+1] != '\n' {
+		return nil, fmt.Errorf("%w: bulk string not ended by CRLF", errProtocol)
+	}
+	return string(buf[:n]), nil
+}
+
+// readArray reads the head elements of an array that is depth arrays
+// deep; a length of -1 is the null array, nil.
+func readArray(r *bufio.Reader, head []byte, depth int) (any, error) {
+	n, err := strconv.Atoi(string(head))
+	if err != nil || n < -1 || n > maxArray {
+		return nil, fmt.Errorf("%w: array length %q", errProtocol, head)
+	}
+	if n == -1 {
+		return nil, nil
+	}
+	a := make([]any, 0, min(n, 1024))
+	for range n {
+		v, err := readValue(r, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		a = append(a, v)
+	}
+	return a, nil
 }
 
 // readLine reads up to CRLF and returns the line without it.
