@@ -105,83 +105,124 @@ type nearLimit struct {
 	Limit     int64  `json:"limit"`
 }
 
+// serveData answers the page's poll: the store's state, the request and
+// decision counts, and the rules.
 func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
-	d := data{Title: cfg.Title, Now: time.Now().Unix(), Store: "up", Requests: map[string]float64{}, Decisions: map[string]float64{}, Rules: []rule{}}
-	if cfg.StoreHealth != nil {
-		if err := cfg.StoreHealth(); err != nil {
-			d.Store = err.Error()
-		}
-	}
-	if cfg.Gatherer != nil {
-		if mfs, err := cfg.Gatherer.Gather(); err == nil {
-			for _, mf := range mfs {
-				var into map[string]float64
-				var label string
-				switch mf.GetName() {
-				case cfg.RequestsMetric:
-					into, label = d.Requests, "result"
-				case wheremetric.Name:
-					into, label = d.Decisions, "where"
-				default:
-					continue
-				}
-				for _, m := range mf.GetMetric() {
-					for _, lp := range m.GetLabel() {
-						if lp.GetName() == label {
-							into[lp.GetValue()] += m.GetCounter().GetValue()
-						}
-					}
-				}
-			}
-		}
-	}
-	if t := cfg.Tracker; t != nil {
-		d.Scope = "this node"
-		names := t.Rules()
-		top := func(rule string, kind hitters.Kind, k int) []hitters.Item {
-			items, _ := t.Top(rule, kind, false, k)
-			return items
-		}
-		if cfg.Cluster != nil {
-			if snaps, err := cfg.Cluster(r.Context()); err != nil {
-				d.Scope = "this node (the cluster's top keys: " + err.Error() + ")"
-			} else {
-				d.Scope = fmt.Sprintf("cluster (%d nodes)", len(snaps))
-				names = hitters.SnapshotRules(snaps, names...)
-				top = func(rule string, kind hitters.Kind, k int) []hitters.Item {
-					items, _ := hitters.Merge(snaps, rule, kind, false, k)
-					return items
-				}
-			}
-		}
-		var domains []string
-		if cfg.Domains != nil {
-			domains = cfg.Domains()
-		}
-		for _, name := range names {
-			dr := rule{Rule: name, Series: t.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
-			if items := top(name, hitters.Denials, 5); items != nil {
-				dr.Offenders = items
-			}
-			if cfg.Explain != nil {
-				askers := top(name, hitters.Requests, 10)
-				domain := domainOf(name, domains)
-				for _, a := range askers {
-					if a.Truncated { // not the whole key: its counter is not known
-						continue
-					}
-					remaining, limit, ok := cfg.Explain(r.Context(), domain, []rules.Descriptor{{Entries: ParseKey(a.Key), Cost: 1}})
-					if ok && limit > 0 && remaining*5 <= limit {
-						dr.NearLimit = append(dr.NearLimit, nearLimit{Key: a.Key, Requests: a.High, Remaining: remaining, Limit: limit})
-					}
-				}
-			}
-			d.Rules = append(d.Rules, dr)
-		}
+	d := data{Title: cfg.Title, Now: time.Now().Unix(), Store: cfg.storeState(), Requests: map[string]float64{}, Decisions: map[string]float64{}, Rules: []rule{}}
+	cfg.count(d.Requests, d.Decisions)
+	if cfg.Tracker != nil {
+		d.Scope, d.Rules = cfg.rules(r.Context())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(d)
+}
+
+// storeState is "up", or why the store is not.
+func (cfg Config) storeState() string {
+	if cfg.StoreHealth != nil {
+		if err := cfg.StoreHealth(); err != nil {
+			return err.Error()
+		}
+	}
+	return "up"
+}
+
+// count adds up, from the Gatherer, the requests counter by its label
+// result into requests and sluice_decisions_total by where into
+// decisions. Without a Gatherer, or when it fails, both stay empty.
+func (cfg Config) count(requests, decisions map[string]float64) {
+	if cfg.Gatherer == nil {
+		return
+	}
+	mfs, err := cfg.Gatherer.Gather()
+	if err != nil {
+		return
+	}
+	for _, mf := range mfs {
+		var into map[string]float64
+		var label string
+		switch mf.GetName() {
+		case cfg.RequestsMetric:
+			into, label = requests, "result"
+		case wheremetric.Name:
+			into, label = decisions, "where"
+		default:
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label {
+					into[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+}
+
+// topFunc reads the top k keys of a rule by kind.
+type topFunc func(rule string, kind hitters.Kind, k int) []hitters.Item
+
+// rules is every rule of the Tracker (or of the cluster) with its series,
+// its top offenders and, with Explain, its keys near their limit; scope
+// says whose top keys they are.
+func (cfg Config) rules(ctx context.Context) (scope string, out []rule) {
+	scope, names, top := cfg.topKeys(ctx)
+	var domains []string
+	if cfg.Domains != nil {
+		domains = cfg.Domains()
+	}
+	out = []rule{}
+	for _, name := range names {
+		dr := rule{Rule: name, Series: cfg.Tracker.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
+		if items := top(name, hitters.Denials, 5); items != nil {
+			dr.Offenders = items
+		}
+		if cfg.Explain != nil {
+			dr.NearLimit = cfg.nearTheirLimit(ctx, domainOf(name, domains), top(name, hitters.Requests, 10))
+		}
+		out = append(out, dr)
+	}
+	return scope, out
+}
+
+// topKeys returns whose top keys the page shows, the rules to show, and
+// how to read a rule's top keys: this node's, or with Cluster the
+// cluster's, merged, unless Cluster fails.
+func (cfg Config) topKeys(ctx context.Context) (scope string, names []string, top topFunc) {
+	t := cfg.Tracker
+	names = t.Rules()
+	top = func(rule string, kind hitters.Kind, k int) []hitters.Item {
+		items, _ := t.Top(rule, kind, false, k)
+		return items
+	}
+	if cfg.Cluster == nil {
+		return "this node", names, top
+	}
+	snaps, err := cfg.Cluster(ctx)
+	if err != nil {
+		return "this node (the cluster's top keys: " + err.Error() + ")", names, top
+	}
+	return fmt.Sprintf("cluster (%d nodes)", len(snaps)), hitters.SnapshotRules(snaps, names...), func(rule string, kind hitters.Kind, k int) []hitters.Item {
+		items, _ := hitters.Merge(snaps, rule, kind, false, k)
+		return items
+	}
+}
+
+// nearTheirLimit is those of askers, keys of a rule of domain, that have a
+// fifth or less of their limit left, as Explain reads it.
+func (cfg Config) nearTheirLimit(ctx context.Context, domain string, askers []hitters.Item) []nearLimit {
+	near := []nearLimit{}
+	for _, a := range askers {
+		if a.Truncated { // not the whole key: its counter is not known
+			continue
+		}
+		remaining, limit, ok := cfg.Explain(ctx, domain, []rules.Descriptor{{Entries: ParseKey(a.Key), Cost: 1}})
+		if ok && limit > 0 && remaining*5 <= limit {
+			near = append(near, nearLimit{Key: a.Key, Requests: a.High, Remaining: remaining, Limit: limit})
+		}
+	}
+	return near
 }
 
 // domainOf is the domain of a rule's stats key: the longest of domains
