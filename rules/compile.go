@@ -62,57 +62,81 @@ func (p *parser) rate(l *sluice.Limit, s *limitSpec, at *yaml.Node, what string)
 	}
 	switch {
 	case s.refillAmount != nil:
-		amount, ok := p.integer(s.refillAmount, "refill_amount", 1, sluice.MaxCost)
-		for _, other := range []*yaml.Node{s.rpu, s.unit, s.period, s.mult} {
-			if other != nil {
-				p.Errorf(p.Deref(other), "refill_amount (with refill_interval) states the rate; leave out requests_per_unit, unit, unit_multiplier and period")
-				break
-			}
-		}
-		if s.refillInterval == nil {
-			p.Errorf(p.Deref(s.refillAmount), "refill_amount needs refill_interval")
-		} else if iv, ok2 := p.duration(s.refillInterval, "refill_interval"); ok && ok2 {
-			l.Rate, l.Period, l.RefillInterval = amount, iv, iv
-		}
+		p.refillRate(l, s)
 	case s.period != nil:
-		if s.unit != nil {
-			p.Errorf(unitNode, "set either unit (with unit_multiplier) or period, not both")
-		}
-		if s.mult != nil {
-			p.Errorf(p.Deref(s.mult), "unit_multiplier goes with unit, not with period")
-		}
-		if d, ok := p.duration(s.period, "period"); ok {
-			l.Period = d
-		}
-		l.Rate = rpu
+		p.periodRate(l, s, rpu, unitNode)
 	case s.unit != nil:
-		name, ok := p.str(s.unit, "unit")
-		if !ok {
-			break
-		}
-		u, err := ParseUnit(name)
-		if err != nil {
-			p.Errorf(unitNode, "%v", err)
-			break
-		}
-		mult := int64(1)
-		if s.mult != nil {
-			maxMult := int64(MaxPeriod / u.Duration())
-			m, ok := p.integer(s.mult, "unit_multiplier", 1, maxMult)
-			if !ok {
-				break
-			}
-			mult = m
-		}
-		l.Period = u.Duration() * time.Duration(mult)
-		l.Rate = rpu
+		p.unitRate(l, s, rpu, unitNode)
 	default:
 		p.Errorf(at, "invalid rate limit unit '' (%s needs unit: one of %s, or a period, or unlimited: true)", what, unitNames)
 	}
 	if s.rpu == nil && s.refillAmount == nil && l.Period > 0 {
 		p.Warnf(at, "requests_per_unit is missing, so it is 0 and every request is denied (as in Envoy)")
 	}
+	p.refillInterval(l, s)
+}
 
+// refillRate reads the rate as refill_amount per refill_interval, which
+// then is also the refill interval, and allows no other way to state it.
+func (p *parser) refillRate(l *sluice.Limit, s *limitSpec) {
+	amount, ok := p.integer(s.refillAmount, "refill_amount", 1, sluice.MaxCost)
+	for _, other := range []*yaml.Node{s.rpu, s.unit, s.period, s.mult} {
+		if other != nil {
+			p.Errorf(p.Deref(other), "refill_amount (with refill_interval) states the rate; leave out requests_per_unit, unit, unit_multiplier and period")
+			break
+		}
+	}
+	if s.refillInterval == nil {
+		p.Errorf(p.Deref(s.refillAmount), "refill_amount needs refill_interval")
+	} else if iv, ok2 := p.duration(s.refillInterval, "refill_interval"); ok && ok2 {
+		l.Rate, l.Period, l.RefillInterval = amount, iv, iv
+	}
+}
+
+// periodRate reads the rate as rpu per period, which takes neither unit
+// (at unitNode) nor unit_multiplier.
+func (p *parser) periodRate(l *sluice.Limit, s *limitSpec, rpu int64, unitNode *yaml.Node) {
+	if s.unit != nil {
+		p.Errorf(unitNode, "set either unit (with unit_multiplier) or period, not both")
+	}
+	if s.mult != nil {
+		p.Errorf(p.Deref(s.mult), "unit_multiplier goes with unit, not with period")
+	}
+	if d, ok := p.duration(s.period, "period"); ok {
+		l.Period = d
+	}
+	l.Rate = rpu
+}
+
+// unitRate reads the rate as rpu per unit (at unitNode) times
+// unit_multiplier; a period that would exceed MaxPeriod is refused.
+func (p *parser) unitRate(l *sluice.Limit, s *limitSpec, rpu int64, unitNode *yaml.Node) {
+	name, ok := p.str(s.unit, "unit")
+	if !ok {
+		return
+	}
+	u, err := ParseUnit(name)
+	if err != nil {
+		p.Errorf(unitNode, "%v", err)
+		return
+	}
+	mult := int64(1)
+	if s.mult != nil {
+		maxMult := int64(MaxPeriod / u.Duration())
+		m, ok := p.integer(s.mult, "unit_multiplier", 1, maxMult)
+		if !ok {
+			return
+		}
+		mult = m
+	}
+	l.Period = u.Duration() * time.Duration(mult)
+	l.Rate = rpu
+}
+
+// refillInterval reads the refill interval of a discrete token bucket
+// whose rate is stated otherwise (refill_interval without refill_amount),
+// and refuses a refill interval on any other algorithm.
+func (p *parser) refillInterval(l *sluice.Limit, s *limitSpec) {
 	if s.refillInterval != nil && s.refillAmount == nil {
 		if d, ok := p.duration(s.refillInterval, "refill_interval"); ok {
 			l.RefillInterval = d
