@@ -45,6 +45,9 @@ func (p *parser) unknown(k *yaml.Node, what string, allowed []string, envoyPos b
 	p.Unknown(k, what, allowed)
 }
 
+// root reads a whole rules file: its top-level keys, then the capacity
+// and the descriptors, then what refers from one part of the file to
+// another.
 func (p *parser) root(n *yaml.Node) {
 	if yamlwalk.IsNull(n) {
 		p.Errorf(n, "config file cannot have empty domain")
@@ -54,12 +57,34 @@ func (p *parser) root(n *yaml.Node) {
 	if !ok {
 		return
 	}
-	var descs, capacity *yaml.Node
-	domainSeen := false
+	f := p.rootFields(pairs)
+	if !f.domainSeen {
+		p.Errorf(n, "config file cannot have empty domain")
+	}
+	if f.capacity != nil {
+		p.capacity(f.capacity)
+	}
+	if f.descs != nil {
+		p.descriptors(&p.d.root, f.descs)
+	}
+	p.crossCheck()
+}
+
+// rootNodes are the top-level keys read after the others: the descriptors
+// and the capacity, and whether the file has a domain.
+type rootNodes struct {
+	descs, capacity *yaml.Node
+	domainSeen      bool
+}
+
+// rootFields reads the file's top-level keys into the domain, and returns
+// those read later.
+func (p *parser) rootFields(pairs []yamlwalk.Pair) rootNodes {
+	var f rootNodes
 	for _, kv := range pairs {
 		switch kv.K.Value {
 		case "domain":
-			domainSeen = true
+			f.domainSeen = true
 			if s, ok := p.str(kv.V, "domain"); ok {
 				p.d.Name = s
 				if s == "" {
@@ -67,9 +92,9 @@ func (p *parser) root(n *yaml.Node) {
 				}
 			}
 		case "descriptors":
-			descs = kv.V
+			f.descs = kv.V
 		case "capacity":
-			capacity = kv.V
+			f.capacity = kv.V
 		case "failure_policy":
 			p.failurePolicy(kv.V)
 		case "all_or_nothing":
@@ -89,15 +114,13 @@ func (p *parser) root(n *yaml.Node) {
 			p.unknown(kv.K, "the file's top level", rootKeys, true)
 		}
 	}
-	if !domainSeen {
-		p.Errorf(n, "config file cannot have empty domain")
-	}
-	if capacity != nil {
-		p.capacity(capacity)
-	}
-	if descs != nil {
-		p.descriptors(&p.d.root, descs)
-	}
+	return f
+}
+
+// crossCheck reports, once the whole file is read, what refers to another
+// part of it: an elastic_ceiling without a domain capacity, and a
+// replaces that names no rate_limit of the domain.
+func (p *parser) crossCheck() {
 	if p.d.Capacity == nil {
 		for _, e := range p.elastic {
 			p.Errorf(e, "elastic_ceiling needs a domain capacity (a top-level capacity: block)")
