@@ -110,3 +110,41 @@ descriptors:
 		t.Error("ParseTagMode accepted an unknown mode")
 	}
 }
+
+// BenchmarkHashTag measures the tag of each kind of counter key Plan
+// builds (a rule's, an override's and the capacity's), in each mode.
+func BenchmarkHashTag(b *testing.B) {
+	c := rulestest.Config(b, `
+domain: api
+capacity: {unit: second, requests_per_unit: 1000}
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 5}
+`)
+	ov := desc("user=bob")
+	ov.Override = &rules.Override{RequestsPerUnit: 7, Unit: rules.Minute}
+	var p rules.Plan
+	if err := c.Plan("api", []rules.Descriptor{desc("user=bob"), ov}, &p); err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, len(p.Hits))
+	for i, h := range p.Hits {
+		keys[i] = h.Key
+	}
+	if len(keys) != 3 || keys[0][0] != 'r' || keys[1][0] != 'o' || keys[2][0] != 'c' {
+		b.Fatalf("keys %q, want a rule's, an override's and the capacity's", keys)
+	}
+	for _, m := range []rules.TagMode{rules.TagEntry, rules.TagDomain} {
+		tag := rules.HashTag(m)
+		b.Run(m.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			n := 0
+			for i := 0; b.Loop(); i++ {
+				n += len(tag(keys[i%len(keys)]))
+			}
+			if n == 0 {
+				b.Fatal("empty tags")
+			}
+		})
+	}
+}
