@@ -80,20 +80,27 @@ func keyParts(key string) (entries, domainEnd int, ok bool) {
 	case 'c': // the domain capacity: 'c', the domain, '/'...
 		_, end, ok := keyField(key, 1)
 		return len(key), end, ok
-	case 'o': // a per-request override: 'o', the domain, '/period', the entries
-		_, end, ok := keyField(key, 1)
-		if !ok || end >= len(key) || key[end] != '/' {
-			return 0, 0, false
-		}
-		i := end + 1
-		for i < len(key) && key[i] >= '0' && key[i] <= '9' {
-			i++
-		}
-		return i, end, true
+	case 'o':
+		return overrideKeyParts(key)
 	case 'r':
-	default:
+		return ruleKeyParts(key)
+	}
+	return 0, 0, false
+}
+
+// overrideKeyParts is keyParts of a per-request override's key: 'o', the
+// domain, '/period', the entries.
+func overrideKeyParts(key string) (entries, domainEnd int, ok bool) {
+	_, end, ok := keyField(key, 1)
+	if !ok || end >= len(key) || key[end] != '/' {
 		return 0, 0, false
 	}
+	return digitsEnd(key, end+1), end, true
+}
+
+// ruleKeyParts is keyParts of a rule's key: 'r', the domain and rule
+// fields, the limit's tag "#i/algorithm/period/interval", the entries.
+func ruleKeyParts(key string) (entries, domainEnd int, ok bool) {
 	_, domainEnd, ok = keyField(key, 1)
 	if !ok {
 		return 0, 0, false
@@ -107,10 +114,15 @@ func keyParts(key string) (entries, domainEnd int, ok bool) {
 			slashes++
 		}
 	}
+	return digitsEnd(key, i), domainEnd, true
+}
+
+// digitsEnd returns the end of the run of decimal digits at i.
+func digitsEnd(key string, i int) int {
 	for i < len(key) && key[i] >= '0' && key[i] <= '9' {
 		i++
 	}
-	return i, domainEnd, true
+	return i
 }
 
 // entryEnd returns the end of the entry at i: 'v' or 's' and two fields.
