@@ -162,16 +162,16 @@ type Transport struct {
 	hosts       hostMap
 }
 
-// Defaults of Config.
+// Defaults of Config, as its fields' comments give them.
 const (
-	DefaultMaxAttempts = 4
-	DefaultBaseDelay   = 100 * time.Millisecond
-	DefaultMaxDelay    = 20 * time.Second
-	DefaultMaxWait     = time.Minute
-	DefaultHintJitter  = time.Second
-	DefaultMaxHosts    = 1024
-	DefaultBudgetK     = 2
-	DefaultBudgetSpan  = 2 * time.Minute
+	defaultMaxAttempts = 4
+	defaultBaseDelay   = 100 * time.Millisecond
+	defaultMaxDelay    = 20 * time.Second
+	defaultMaxWait     = time.Minute
+	defaultHintJitter  = time.Second
+	defaultMaxHosts    = 1024
+	defaultBudgetK     = 2
+	defaultBudgetSpan  = 2 * time.Minute
 )
 
 // drainLimit is how much of a discarded response body is read so that its
@@ -182,19 +182,19 @@ const drainLimit = 64 << 10
 func New(cfg Config) *Transport {
 	t := &Transport{
 		base:        cfg.Base,
-		maxAttempts: orDefault(cfg.MaxAttempts, DefaultMaxAttempts),
+		maxAttempts: orDefault(cfg.MaxAttempts, defaultMaxAttempts),
 		retryStatus: cfg.RetryStatus,
 		retryAll:    cfg.RetryNonIdempotent,
-		baseDelay:   orDefault(cfg.BaseDelay, DefaultBaseDelay),
-		maxDelay:    orDefault(cfg.MaxDelay, DefaultMaxDelay),
-		maxWait:     orDefault(cfg.MaxWait, DefaultMaxWait),
-		hintJitter:  orDefault(cfg.HintJitter, DefaultHintJitter),
+		baseDelay:   orDefault(cfg.BaseDelay, defaultBaseDelay),
+		maxDelay:    orDefault(cfg.MaxDelay, defaultMaxDelay),
+		maxWait:     orDefault(cfg.MaxWait, defaultMaxWait),
+		hintJitter:  orDefault(cfg.HintJitter, defaultHintJitter),
 		quota:       !cfg.IgnoreQuota,
 		key:         cfg.Key,
 		rand:        cfg.Rand,
 		onWait:      cfg.OnWait,
 		log:         cfg.Logger,
-		hosts:       hostMap{max: orDefault(cfg.MaxHosts, DefaultMaxHosts)},
+		hosts:       hostMap{max: orDefault(cfg.MaxHosts, defaultMaxHosts)},
 	}
 	if cfg.HintJitter < 0 {
 		t.hintJitter = 0
@@ -219,13 +219,13 @@ func New(cfg Config) *Transport {
 	}
 	if b := cfg.Budget; b != nil {
 		t.budget = true
-		t.k = DefaultBudgetK
+		t.k = defaultBudgetK
 		if b.K > 0 {
 			t.k = max(b.K, 1)
 		}
-		t.slot = max(int64(orDefault(b.Window, DefaultBudgetSpan))/budgetSlots, 1)
+		t.slot = max(int64(orDefault(b.Window, defaultBudgetSpan))/budgetSlots, 1)
 	} else {
-		t.slot = int64(DefaultBudgetSpan) / budgetSlots
+		t.slot = int64(defaultBudgetSpan) / budgetSlots
 	}
 	return t
 }
