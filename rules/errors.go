@@ -1,11 +1,8 @@
 package rules
 
 import (
-	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/sluicehq/sluice/internal/yamlwalk"
 )
 
 // Problem is one thing wrong with a rules file, or one warning about it.
@@ -54,16 +51,4 @@ func (e *Error) Error() string {
 		lines[i] = p.String()
 	}
 	return strings.Join(lines, "\n")
-}
-
-// SyntaxProblem is the problem of err, a YAML syntax error of the file
-// named file as package yamlwalk reports it (at the line where the file
-// stops being YAML): the problem Parse reports, so that another reader of
-// the same file (the http section's) reports it alike.
-func SyntaxProblem(file string, err error) Problem {
-	var se *yamlwalk.SyntaxError
-	if errors.As(err, &se) {
-		return Problem{File: file, Line: se.Line, Msg: "invalid YAML: " + se.Msg}
-	}
-	return Problem{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 }

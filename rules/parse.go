@@ -70,7 +70,8 @@ func (p *parser) problems(notes []yamlwalk.Note) []Problem {
 func (p *parser) parse(data []byte) error {
 	doc, err := yamlwalk.Load(data)
 	if err != nil {
-		return &Error{Problems: []Problem{SyntaxProblem(p.file, err)}}
+		line, msg := yamlwalk.SyntaxMessage(err)
+		return &Error{Problems: []Problem{{File: p.file, Line: line, Msg: msg}}}
 	}
 	if doc.Second {
 		// Envoy reads the first document only; so does sluice, with a

@@ -76,7 +76,8 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 func Parse(name string, data []byte) (*Section, error) {
 	doc, err := yamlwalk.Load(data)
 	if err != nil {
-		return nil, &rules.Error{Problems: []rules.Problem{rules.SyntaxProblem(name, err)}}
+		line, msg := yamlwalk.SyntaxMessage(err)
+		return nil, &rules.Error{Problems: []rules.Problem{{File: name, Line: line, Msg: msg}}}
 	}
 	root := doc.Root
 	var section *yaml.Node

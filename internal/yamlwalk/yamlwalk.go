@@ -130,6 +130,18 @@ func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("yaml: line %d: %s", e.Line, e.Msg)
 }
 
+// SyntaxMessage is the line and message of err, an error of Load, as a
+// reader of a file reports it: the line where the file stops being YAML
+// (0 when unknown) and "invalid YAML: " and what is wrong, so that every
+// reader of the same file (the rules, the http section) reports it alike.
+func SyntaxMessage(err error) (line int, msg string) {
+	var se *SyntaxError
+	if errors.As(err, &se) {
+		return se.Line, "invalid YAML: " + se.Msg
+	}
+	return 0, "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
 // syntaxError turns err, the error of decoding the first document of
 // data, into a *SyntaxError at the right line.
 //
