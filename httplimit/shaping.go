@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/entrytext"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -207,7 +208,9 @@ func (sh *shaper) leave(key string, w *waiter) {
 func appendQueueKey(b []byte, descs []rules.Descriptor) []byte {
 	for _, d := range descs {
 		b = append(b, '|')
-		b = rules.AppendEntries(b, d.Entries)
+		for _, e := range d.Entries {
+			b = entrytext.AppendField(entrytext.AppendField(b, e.Key), e.Value)
+		}
 	}
 	return b
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/entrytext"
 )
 
 // Entry is one key/value pair of a request descriptor.
@@ -297,7 +298,7 @@ func (p *Plan) override(c *Config, d *Domain, desc *Descriptor, m *Match) error 
 	m.Count = 1
 	start := len(p.buf)
 	p.buf = append(p.buf, 'o')
-	p.buf = appendField(p.buf, d.Name)
+	p.buf = entrytext.AppendField(p.buf, d.Name)
 	p.buf = appendEntriesKey(p.buf, l.Period, desc.Entries)
 	if err := p.addHit(start, l, desc.Cost); err != nil {
 		return err
@@ -313,8 +314,8 @@ func appendEntriesKey(b []byte, period time.Duration, entries []Entry) []byte {
 	b = strconv.AppendInt(b, int64(period), 10)
 	for _, e := range entries {
 		b = append(b, 'v')
-		b = appendField(b, e.Key)
-		b = appendField(b, e.Value)
+		b = entrytext.AppendField(b, e.Key)
+		b = entrytext.AppendField(b, e.Value)
 	}
 	return b
 }
@@ -328,7 +329,7 @@ func (p *Plan) runtimeHits(d *Domain, desc *Descriptor, m *Match) error {
 	for j, l := range m.runtime {
 		start := len(p.buf)
 		p.buf = append(p.buf, 'u')
-		p.buf = appendField(p.buf, d.Name)
+		p.buf = entrytext.AppendField(p.buf, d.Name)
 		p.buf = strconv.AppendInt(p.buf, int64(j), 10)
 		p.buf = appendEntriesKey(p.buf, l.Period, desc.Entries)
 		if err := p.addHit(start, l, desc.Cost); err != nil {
@@ -370,7 +371,7 @@ func (p *Plan) entriesStat(m *Match, domain string, entries []Entry) {
 func (p *Plan) capacity(d *Domain, cost int64) error {
 	start := len(p.buf)
 	p.buf = append(p.buf, 'c')
-	p.buf = appendField(p.buf, d.Name)
+	p.buf = entrytext.AppendField(p.buf, d.Name)
 	p.buf = append(p.buf, '/')
 	p.buf = append(p.buf, d.Capacity.Algorithm.String()...)
 	p.buf = append(p.buf, '/')
@@ -477,19 +478,19 @@ func (p *Plan) walk(d *Domain, entries []Entry) *Rule {
 // part is length-prefixed, so no two distinct requests share a key.
 func appendRuleKey(b []byte, domain string, r *Rule, j int, entries []Entry, lv []level) []byte {
 	b = append(b, 'r')
-	b = appendField(b, domain)
-	b = appendField(b, r.ident)
+	b = entrytext.AppendField(b, domain)
+	b = entrytext.AppendField(b, r.ident)
 	b = append(b, r.tags[j]...)
 	for i, e := range entries {
 		if lv[i].shared {
 			b = append(b, 's')
-			b = appendField(b, e.Key)
-			b = appendField(b, pattern(lv[i].rule.composite, e.Key))
+			b = entrytext.AppendField(b, e.Key)
+			b = entrytext.AppendField(b, pattern(lv[i].rule.composite, e.Key))
 			continue
 		}
 		b = append(b, 'v')
-		b = appendField(b, e.Key)
-		b = appendField(b, e.Value)
+		b = entrytext.AppendField(b, e.Key)
+		b = entrytext.AppendField(b, e.Value)
 	}
 	return b
 }
@@ -552,23 +553,6 @@ func pattern(composite, key string) string {
 		return composite[len(key)+1:]
 	}
 	return composite
-}
-
-// AppendEntries appends entries as one unambiguous string: each key and
-// value prefixed by its length ("6:tenant4:acme"). Callers that key maps
-// by a request's entries use it (overrides, the RLQS buckets, httplimit's
-// queues).
-func AppendEntries(b []byte, entries []Entry) []byte {
-	for _, e := range entries {
-		b = appendField(appendField(b, e.Key), e.Value)
-	}
-	return b
-}
-
-func appendField(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
 }
 
 func contains(list []string, s string) bool {

@@ -9,10 +9,26 @@
 // unescapes each part (Cut, Unescape), so that every string written reads
 // back whole, and two different entry lists never share a text.
 //
+// Keys that are never read back (maps keyed by a request's entries:
+// rules' counter keys, overrides' index, the RLQS buckets, httplimit's
+// queues) write each field length-prefixed instead (AppendField), which is
+// unambiguous without escaping.
+//
 // This package imports nothing of sluice.
 package entrytext
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
+
+// AppendField appends s prefixed by its length and ":" ("6:tenant"), so
+// that a run of fields reads as one unambiguous string.
+func AppendField(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
+}
 
 // AppendEscaped appends s with "%" and every byte of special written as
 // "%" and two upper-case hex digits (%25, %2F for "/", %3D for "=").

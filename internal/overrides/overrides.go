@@ -417,10 +417,11 @@ func NewIndex(now func() time.Time) *Index {
 // appendEntryKey appends the exact key of a domain and entries: the
 // index's key of an all-exact override, and what a request looks up.
 func appendEntryKey(b []byte, domain string, entries []rules.Entry) []byte {
-	b = strconv.AppendInt(b, int64(len(domain)), 10)
-	b = append(b, ':')
-	b = append(b, domain...)
-	return rules.AppendEntries(b, entries)
+	b = entrytext.AppendField(b, domain)
+	for _, e := range entries {
+		b = entrytext.AppendField(entrytext.AppendField(b, e.Key), e.Value)
+	}
+	return b
 }
 
 func (x *Index) shard(key []byte) *indexShard {

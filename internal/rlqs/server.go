@@ -61,6 +61,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/entrytext"
 	"github.com/sluicehq/sluice/internal/grpcraw"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/rules"
@@ -604,7 +605,11 @@ func (s *Server) client(stream uint64, key string) string {
 // canonical is a bucket id's map as one string, sorted by key, each key
 // and value length-prefixed.
 func canonical(m map[string]string) string {
-	return string(rules.AppendEntries(nil, sortedEntries(m)))
+	var b []byte
+	for _, e := range sortedEntries(m) {
+		b = entrytext.AppendField(entrytext.AppendField(b, e.Key), e.Value)
+	}
+	return string(b)
 }
 
 // sortedEntries is a bucket id's map as entries sorted by key.
