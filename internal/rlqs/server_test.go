@@ -26,12 +26,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/grpcraw"
 	"github.com/sluicehq/sluice/internal/metrictest"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/rlqs"
 	"github.com/sluicehq/sluice/internal/rlqstest"
 	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -531,30 +534,46 @@ func (failingPools) Assign(context.Context, []rlqs.Ask, []rlqs.Share) error {
 	return errors.New("redis: connection refused")
 }
 
-// TestPoolsDown: when the shares cannot be computed, a domain that says
-// fail_closed gets DENY_ALL, fail_open ALLOW_ALL, and one that says
-// nothing no answer at all (Envoy keeps its assignment until it expires);
-// buckets that need no share are answered as ever.
+// TestPoolsDown: when the shares cannot be computed, each domain is
+// answered by the policy a decide.Decider resolves for it (the one
+// resolver): fail_closed DENY_ALL, fail_open ALLOW_ALL, local no answer at
+// all (Envoy keeps its assignment until it expires), and a domain that
+// says nothing by the server's default (--failure-policy); buckets that
+// need no share are answered as ever.
 func TestPoolsDown(t *testing.T) {
 	cfg := rulestest.Config(t, "domain: closed\nfailure_policy: fail_closed\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
 		"domain: open\nfailure_policy: fail_open\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}]\n",
 		"domain: quiet\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 5}}, {key: free, rate_limit: {unlimited: true}}]\n")
-	client := serve(t, rlqs.Config{Rules: func() *rules.Config { return cfg }, Pools: failingPools{}})
-	for domain, want := range map[string][]string{
-		"closed": {"DENY_ALL ttl=5s"},
-		"open":   {"ALLOW_ALL ttl=5s"},
-		"quiet":  {"ALLOW_ALL ttl=5s"}, // only free=1: k=v has no answer
+	local := sluice.NewLimiter(memstore.New(memstore.Config{SweepInterval: -1}))
+	for _, c := range []struct {
+		def   rules.FailurePolicy
+		quiet []string
+	}{
+		{rules.FailDefault, []string{"ALLOW_ALL ttl=5s", "ALLOW_ALL ttl=5s"}}, // fail_open, as envoyproxy/ratelimit
+		{rules.FailClosed, []string{"ALLOW_ALL ttl=5s", "DENY_ALL ttl=5s"}},
+		{rules.FailLocal, []string{"ALLOW_ALL ttl=5s"}}, // only free=1: k=v has no answer
 	} {
-		stream, err := client.StreamRateLimitQuotas(context.Background())
+		dec, err := decide.New(decide.Config{Limiter: local, Rules: cfg, Failover: decide.Failover{Default: c.def, Local: local}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"k": "v"}, 1, 0, 0)}}
-		if domain == "quiet" {
-			rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"free": "1"}, 1, 0, 0))
-		}
-		if got := answers(t, stream, rep, ""); !slices.Equal(got, want) {
-			t.Errorf("%s: %v, want %v", domain, got, want)
+		client := serve(t, rlqs.Config{Rules: dec.Rules, Pools: failingPools{}, FailurePolicy: dec.FailurePolicy})
+		for domain, want := range map[string][]string{
+			"closed": {"DENY_ALL ttl=5s"},
+			"open":   {"ALLOW_ALL ttl=5s"},
+			"quiet":  c.quiet,
+		} {
+			stream, err := client.StreamRateLimitQuotas(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := &rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(map[string]string{"k": "v"}, 1, 0, 0)}}
+			if domain == "quiet" {
+				rep.BucketQuotaUsages = append(rep.BucketQuotaUsages, usage(map[string]string{"free": "1"}, 1, 0, 0))
+			}
+			if got := answers(t, stream, rep, ""); !slices.Equal(got, want) {
+				t.Errorf("default %v, %s: %v, want %v", c.def, domain, got, want)
+			}
 		}
 	}
 }
