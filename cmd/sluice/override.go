@@ -134,128 +134,38 @@ Subcommands:
 	return b.String()
 }
 
+// cmdOverride runs one subcommand of sluice override: its flags, then the
+// admin API's answer.
 func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, overrideUsage())
-		return errUsage
+	if len(args) > 1 && args[0] == "help" { // sluice override help SUBCOMMAND
+		return cmdOverride(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
 	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		if len(args) > 1 && args[0] == "help" { // sluice override help SUBCOMMAND
-			return cmdOverride(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
-		}
-		return &helpError{usage: overrideUsage()}
-	}
-	sub := args[0]
-	i := slices.IndexFunc(overrideSubcommands, func(s overrideSubcommand) bool { return s.name == sub })
-	if i < 0 {
-		fmt.Fprintf(stderr, "sluice override: unknown subcommand %q (set, get, list, rm, import, export)\n", sub)
-		fmt.Fprintln(stderr, "Run 'sluice override -h' for its usage.")
-		return errUsage
-	}
-	fs := flag.NewFlagSet("override "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	setUsage(fs, "Usage: sluice override "+sub+" "+overrideSubcommands[i].synopsis+"\n\n"+overrideSubcommands[i].about, "")
-	server, tokenFile := adminFlags(fs)
-	var domain, path, limit, expires, note, prefix *string
-	var ttl *time.Duration
-	var pageSize *int
-	if sub != "import" && sub != "export" {
-		domain = fs.String("domain", "", "the `domain`")
-	}
-	if sub == "set" || sub == "get" || sub == "rm" {
-		path = fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*); in a key or value, write % as %25 and / as %2F")
-	}
-	switch sub {
-	case "set":
-		limit = fs.String("limit", "", `the limit as JSON, with a rules file's rate_limit keys: '{"unit":"minute","requests_per_unit":100}', '{"unlimited":true}' or '{"blocked":true}'`)
-		expires = fs.String("expires", "", "when the override ends, RFC 3339 (2026-12-31T00:00:00Z); none when empty")
-		ttl = fs.Duration("ttl", 0, "or how long from now the override lasts")
-		note = fs.String("note", "", "a note kept with the override")
-	case "list":
-		prefix = fs.String("prefix", "", "only paths starting with this, written as --path is")
-		pageSize = fs.Int("page", 1000, "overrides asked for per request")
-	}
-	if err := parseFlagsArgs(fs, args[1:], sub == "import"); err != nil {
-		return err
-	}
-	c, err := newAdminClient(*server, *tokenFile)
+	sub, err := overrideSubcommandOf(args, stderr)
 	if err != nil {
 		return err
 	}
-	switch sub {
+	fs := flag.NewFlagSet("override "+sub.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	setUsage(fs, "Usage: sluice override "+sub.name+" "+sub.synopsis+"\n\n"+sub.about, "")
+	f := newOverrideFlags(fs, sub.name)
+	if err := parseFlagsArgs(fs, args[1:], sub.name == "import"); err != nil {
+		return err
+	}
+	c, err := newAdminClient(*f.server, *f.tokenFile)
+	if err != nil {
+		return err
+	}
+	switch sub.name {
 	case "set":
-		p, err := overrides.ParsePath(*path)
-		if err != nil {
-			return flagErrors(err)
-		}
-		if err := checkLimitFlag(*limit); err != nil {
-			return err
-		}
-		o := overrides.Override{Domain: *domain, Path: p, Limit: json.RawMessage(*limit), Note: *note}
-		switch {
-		case *expires != "" && *ttl != 0:
-			return errors.New("--expires and --ttl exclude each other")
-		case *expires != "":
-			t, err := time.Parse(time.RFC3339, *expires)
-			if err != nil {
-				return fmt.Errorf("--expires: %w", err)
-			}
-			o.Expires = &t
-		case *ttl != 0:
-			t := time.Now().Add(*ttl).UTC()
-			o.Expires = &t
-		}
-		// The server checks it too; here each error names its flag.
-		if err := o.Compile(); err != nil {
-			return flagErrors(err)
-		}
-		body, err := json.Marshal(&o)
-		if err != nil {
-			return err
-		}
-		return c.print(ctx, stdout, "PUT", "/v1/override", bytes.NewReader(body))
+		return f.set(ctx, c, stdout)
 	case "get":
-		return c.print(ctx, stdout, "GET", "/v1/override"+adminTarget(*domain, *path), nil)
+		return c.print(ctx, stdout, "GET", "/v1/override"+adminTarget(*f.domain, *f.path), nil)
 	case "rm":
-		return c.print(ctx, stdout, "DELETE", "/v1/override"+adminTarget(*domain, *path), nil)
+		return c.print(ctx, stdout, "DELETE", "/v1/override"+adminTarget(*f.domain, *f.path), nil)
 	case "list":
-		after := ""
-		for {
-			q := url.Values{"domain": {*domain}, "prefix": {*prefix}, "limit": {fmt.Sprint(*pageSize)}, "after": {after}}
-			out, err := c.do(ctx, "GET", "/v1/overrides?"+q.Encode(), nil)
-			if err != nil {
-				return err
-			}
-			var page struct {
-				Overrides []json.RawMessage `json:"overrides"`
-				Next      string            `json:"next"`
-			}
-			if err := json.Unmarshal(out, &page); err != nil {
-				return err
-			}
-			for _, o := range page.Overrides {
-				fmt.Fprintln(stdout, string(o))
-			}
-			if page.Next == "" {
-				return nil
-			}
-			after = page.Next
-		}
+		return f.list(ctx, c, stdout)
 	case "import":
-		in := stdin
-		if fs.NArg() > 1 {
-			return fmt.Errorf("import takes one file (or - for stdin), got %d", fs.NArg())
-		}
-		if fs.NArg() == 1 && fs.Arg(0) != "-" {
-			f, err := os.Open(fs.Arg(0))
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			in = f
-		}
-		return c.print(ctx, stdout, "POST", "/v1/overrides/import", in)
+		return overrideImport(ctx, c, fs.Args(), stdin, stdout)
 	case "export":
 		out, err := c.do(ctx, "GET", "/v1/overrides/export", nil)
 		if err != nil {
@@ -265,6 +175,138 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	}
 	return nil
+}
+
+// overrideSubcommandOf is the subcommand args name; a *helpError for
+// help, errUsage (its usage written to stderr) for none or an unknown one.
+func overrideSubcommandOf(args []string, stderr io.Writer) (*overrideSubcommand, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, overrideUsage())
+		return nil, errUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		return nil, &helpError{usage: overrideUsage()}
+	}
+	i := slices.IndexFunc(overrideSubcommands, func(s overrideSubcommand) bool { return s.name == args[0] })
+	if i < 0 {
+		fmt.Fprintf(stderr, "sluice override: unknown subcommand %q (set, get, list, rm, import, export)\n", args[0])
+		fmt.Fprintln(stderr, "Run 'sluice override -h' for its usage.")
+		return nil, errUsage
+	}
+	return &overrideSubcommands[i], nil
+}
+
+// overrideFlags are the flags of one override subcommand; those it does
+// not take are nil.
+type overrideFlags struct {
+	server, tokenFile                          *string
+	domain, path, limit, expires, note, prefix *string
+	ttl                                        *time.Duration
+	pageSize                                   *int
+}
+
+// newOverrideFlags defines on fs the flags of subcommand sub.
+func newOverrideFlags(fs *flag.FlagSet, sub string) *overrideFlags {
+	f := new(overrideFlags)
+	f.server, f.tokenFile = adminFlags(fs)
+	if sub != "import" && sub != "export" {
+		f.domain = fs.String("domain", "", "the `domain`")
+	}
+	if sub == "set" || sub == "get" || sub == "rm" {
+		f.path = fs.String("path", "", "the descriptor `path`: key=value pairs joined by /, values exact, * or a prefix ending in * (tenant=acme/user=*); in a key or value, write % as %25 and / as %2F")
+	}
+	switch sub {
+	case "set":
+		f.limit = fs.String("limit", "", `the limit as JSON, with a rules file's rate_limit keys: '{"unit":"minute","requests_per_unit":100}', '{"unlimited":true}' or '{"blocked":true}'`)
+		f.expires = fs.String("expires", "", "when the override ends, RFC 3339 (2026-12-31T00:00:00Z); none when empty")
+		f.ttl = fs.Duration("ttl", 0, "or how long from now the override lasts")
+		f.note = fs.String("note", "", "a note kept with the override")
+	case "list":
+		f.prefix = fs.String("prefix", "", "only paths starting with this, written as --path is")
+		f.pageSize = fs.Int("page", 1000, "overrides asked for per request")
+	}
+	return f
+}
+
+// set sends the override of the flags, checked first so that each error
+// names its flag.
+func (f *overrideFlags) set(ctx context.Context, c *adminClient, stdout io.Writer) error {
+	p, err := overrides.ParsePath(*f.path)
+	if err != nil {
+		return flagErrors(err)
+	}
+	if err := checkLimitFlag(*f.limit); err != nil {
+		return err
+	}
+	o := overrides.Override{Domain: *f.domain, Path: p, Limit: json.RawMessage(*f.limit), Note: *f.note}
+	switch {
+	case *f.expires != "" && *f.ttl != 0:
+		return errors.New("--expires and --ttl exclude each other")
+	case *f.expires != "":
+		t, err := time.Parse(time.RFC3339, *f.expires)
+		if err != nil {
+			return fmt.Errorf("--expires: %w", err)
+		}
+		o.Expires = &t
+	case *f.ttl != 0:
+		t := time.Now().Add(*f.ttl).UTC()
+		o.Expires = &t
+	}
+	// The server checks it too; here each error names its flag.
+	if err := o.Compile(); err != nil {
+		return flagErrors(err)
+	}
+	body, err := json.Marshal(&o)
+	if err != nil {
+		return err
+	}
+	return c.print(ctx, stdout, "PUT", "/v1/override", bytes.NewReader(body))
+}
+
+// list prints the overrides the flags select, one JSON object a line,
+// asking for them a page at a time.
+func (f *overrideFlags) list(ctx context.Context, c *adminClient, stdout io.Writer) error {
+	after := ""
+	for {
+		q := url.Values{"domain": {*f.domain}, "prefix": {*f.prefix}, "limit": {fmt.Sprint(*f.pageSize)}, "after": {after}}
+		out, err := c.do(ctx, "GET", "/v1/overrides?"+q.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Overrides []json.RawMessage `json:"overrides"`
+			Next      string            `json:"next"`
+		}
+		if err := json.Unmarshal(out, &page); err != nil {
+			return err
+		}
+		for _, o := range page.Overrides {
+			fmt.Fprintln(stdout, string(o))
+		}
+		if page.Next == "" {
+			return nil
+		}
+		after = page.Next
+	}
+}
+
+// overrideImport sends the overrides of the file args name (stdin for
+// none or "-").
+func overrideImport(ctx context.Context, c *adminClient, args []string, stdin io.Reader, stdout io.Writer) error {
+	in := stdin
+	if len(args) > 1 {
+		return fmt.Errorf("import takes one file (or - for stdin), got %d", len(args))
+	}
+	if len(args) == 1 && args[0] != "-" {
+		f, err := os.Open(args[0])
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	return c.print(ctx, stdout, "POST", "/v1/overrides/import", in)
 }
 
 // limitExample is a limit as --limit takes it.
