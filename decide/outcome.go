@@ -39,7 +39,7 @@ type DescriptorOutcome struct {
 	ShadowOver bool
 
 	// Quota reports a quota descriptor (its rule's quota_mode, or the
-	// Decider's SetQuotaMode): the request is denied by its quota
+	// Decider's Config.QuotaMode): the request is denied by its quota
 	// descriptors only when every one of them is over its limit.
 	Quota bool
 

@@ -118,7 +118,7 @@ func (e *env) each(hits ...sluice.Hit) (sluice.Decision, []sluice.Decision) {
 	out := make([]sluice.Decision, len(hits))
 	d, err := e.lim.TakeEach(context.Background(), hits, out)
 	if err != nil {
-		e.t.Fatalf("DecideEach: %v", err)
+		e.t.Fatalf("TakeEach: %v", err)
 	}
 	return d, out
 }
