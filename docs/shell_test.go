@@ -1,0 +1,254 @@
+package docs
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A script is the blocks of one Markdown file that carry the same run=NAME
+// attribute: its sh blocks run in order as one bash script, and its other
+// blocks with file=NAME are written to those files first.
+type script struct {
+	doc, name string
+	repo      bool              // cwd=repo: run at the repository root
+	files     map[string]string // file name -> contents
+	fileLines map[string]int
+	sh        []block
+}
+
+// userDocs are the Markdown files users read: README.md and docs/*.md, not
+// docs/internals/ or docs/reference/.
+func userDocs(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{filepath.Join("..", "README.md")}, docs...)
+}
+
+// attrs returns the attributes (key=value words after the language) of the
+// fence that opens on line n of path.
+func attrs(t *testing.T, path string, n int) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for i := 1; sc.Scan(); i++ {
+		if i != n {
+			continue
+		}
+		out := map[string]string{}
+		words := strings.Fields(strings.TrimPrefix(sc.Text(), "```"))
+		for _, w := range words[min(1, len(words)):] {
+			if k, v, ok := strings.Cut(w, "="); ok {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	t.Fatalf("%s:%d: no such line", path, n)
+	return nil
+}
+
+// scripts gathers the run= scripts of the Markdown file path.
+func scripts(t *testing.T, path string) []*script {
+	t.Helper()
+	byName := map[string]*script{}
+	var order []string
+	for _, b := range blocks(t, path) {
+		a := attrs(t, path, b.line)
+		name, ok := a["run"]
+		if !ok {
+			continue
+		}
+		s := byName[name]
+		if s == nil {
+			s = &script{doc: path, name: name, files: map[string]string{}, fileLines: map[string]int{}}
+			byName[name] = s
+			order = append(order, name)
+		}
+		if a["cwd"] == "repo" {
+			s.repo = true
+		}
+		switch {
+		case a["file"] != "":
+			f := a["file"]
+			if filepath.IsAbs(f) || strings.Contains(f, "..") {
+				t.Fatalf("%s:%d: file=%s must be a relative name inside the script's directory", path, b.line, f)
+			}
+			if _, dup := s.files[f]; dup {
+				t.Fatalf("%s:%d: run=%s writes file=%s twice (first at line %d)", path, b.line, name, f, s.fileLines[f])
+			}
+			s.files[f], s.fileLines[f] = b.text, b.line
+		case b.lang == "sh" || b.lang == "bash" || b.lang == "shell":
+			s.sh = append(s.sh, b)
+		default:
+			t.Fatalf("%s:%d: a %q block with run=%s needs file=NAME (only sh blocks are run)", path, b.line, b.lang, name)
+		}
+	}
+	out := make([]*script, 0, len(order))
+	for _, n := range order {
+		s := byName[n]
+		if len(s.sh) == 0 {
+			t.Fatalf("%s: run=%s has files but no sh block to run", path, n)
+		}
+		if s.repo && len(s.files) > 0 {
+			t.Fatalf("%s: run=%s runs at the repository root (cwd=repo) and cannot also write files there", path, n)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestShell runs every run= script of the user docs, one after another,
+// each in a new directory (or at the repository root with cwd=repo), with
+// the sluice binary built from this tree first on PATH. A script fails
+// when a command fails (bash -euo pipefail). What a script leaves running
+// in the background is killed when it ends.
+func TestShell(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the docs' commands")
+	}
+	var all []*script
+	for _, doc := range userDocs(t) {
+		all = append(all, scripts(t, doc)...)
+	}
+	if len(all) == 0 {
+		t.Skip("no run= blocks in the docs yet")
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatalf("bash: %v", err)
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
+	}
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		t.Run(strings.TrimSuffix(filepath.Base(s.doc), ".md")+"/"+s.name, func(t *testing.T) {
+			if err := runScript(t, bash, bin, repo, s); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// scriptTimeout bounds one script: its servers start, answer a few
+// requests and are killed.
+const scriptTimeout = 3 * time.Minute
+
+// runScript runs s and says why it failed.
+func runScript(t *testing.T, bash, bin, repo string, s *script) error {
+	dir := t.TempDir()
+	names := make([]string, 0, len(s.files))
+	for n := range s.files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s.files[n]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var src strings.Builder
+	src.WriteString("set -euo pipefail\n")
+	for _, b := range s.sh {
+		fmt.Fprintf(&src, "echo '>>> %s:%d' >&2\n%s", s.doc, b.line, b.text)
+	}
+	// The output goes to a file, not a pipe, so that a server left in the
+	// background cannot hold Wait open.
+	out, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), scriptTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bash, "-c", src.String())
+	cmd.Dir = dir
+	if s.repo {
+		cmd.Dir = repo
+	}
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	runErr := cmd.Run()
+	// Whatever the script started in the background goes with it.
+	if cmd.Process != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	if runErr != nil {
+		log, _ := os.ReadFile(out.Name())
+		if ctx.Err() != nil {
+			runErr = fmt.Errorf("still running after %v", scriptTimeout)
+		}
+		return fmt.Errorf("%s: run=%s: %v\n%s", s.doc, s.name, runErr, tail(string(log), 80))
+	}
+	return nil
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// The runner fails a script whose command fails, names the block, and does
+// not wait for what a script leaves in the background.
+func TestShellRunner(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatalf("bash: %v", err)
+	}
+	doc := filepath.Join(t.TempDir(), "doc.md")
+	md := "```yaml file=conf/a.yaml run=ok\nx: 1\n```\n\n" +
+		"```sh run=ok\nsleep 600 &\ngrep -q 'x: 1' conf/a.yaml\n```\n\n" +
+		"```sh run=ok\ntest \"$(pwd)\" != /\n```\n\n" +
+		"```sh\nnot run\n```\n\n" +
+		"```sh run=bad\ntrue\nfalse\necho unreachable\n```\n"
+	if err := os.WriteFile(doc, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := scripts(t, doc)
+	if len(got) != 2 || got[0].name != "ok" || len(got[0].sh) != 2 || got[0].files["conf/a.yaml"] != "x: 1\n" || got[1].name != "bad" {
+		t.Fatalf("scripts: %+v", got)
+	}
+	start := time.Now()
+	if err := runScript(t, bash, t.TempDir(), "/", got[0]); err != nil {
+		t.Errorf("run=ok: %v", err)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("run=ok took %v: the runner waited for its background job", d)
+	}
+	err = runScript(t, bash, t.TempDir(), "/", got[1])
+	if err == nil || !strings.Contains(err.Error(), "doc.md:18") || strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("run=bad: %v, want a failure naming the block at line 18", err)
+	}
+}
