@@ -16,6 +16,12 @@
 #   10k   GET /keys with X-Key: k<i>, 10,000 values chosen uniformly: the
 #         route limits by that header, so 10,000 keys
 #
+# B_REV=rev compares sluice proxy before and after a change instead: the
+# plain proxy is replaced by sluice proxy built from that revision (git
+# archive, not checked out), "sluice-b", on the same port, with the same
+# flags, and the tables compare sluice with sluice-b
+# (DATE-proxy-b.jsonl, .md).
+#
 # Each round runs every scenario against both proxies, the plain one first
 # in odd rounds and sluice first in even ones, so that a burst of someone
 # else's load on this shared machine spreads over both. The three servers
@@ -45,6 +51,15 @@ admin=127.0.0.1:${ADMIN_PORT:-28191}
 # shellcheck source=bench/lib.sh
 . bench/lib.sh
 bench_setup "proxy"
+b_rev=${B_REV:-}
+base=plain
+if [ -n "$b_rev" ]; then
+	base=sluice-b
+	out=$out-b
+	mkdir "$work/b"
+	git archive "$b_rev" | tar -x -C "$work/b"
+	(cd "$work/b" && go build -o "$work/sluice-b" ./cmd/sluice)
+fi
 
 # Limits far above what a run sends: every request is decided and
 # proxied.
@@ -68,7 +83,13 @@ EOF
 "$bin" nullapi --listen "$upstream" 2>"$work/nullapi.log" &
 upstream_pid=$!
 pids+=("$upstream_pid")
-"$bin" plainproxy --listen "$plain" --upstream "http://$upstream" 2>"$work/plain.log" &
+if [ -n "$b_rev" ]; then
+	pick_port admin_b
+	"$work/sluice-b" proxy --config "$work/proxy.yaml" --upstream "http://$upstream" --listen "$plain" \
+		--admin-listen "127.0.0.1:$admin_b" --log-format json 2>"$work/plain.log" &
+else
+	"$bin" plainproxy --listen "$plain" --upstream "http://$upstream" 2>"$work/plain.log" &
+fi
 plain_pid=$!
 pids+=("$plain_pid")
 "$bin" proxy --config "$work/proxy.yaml" --upstream "http://$upstream" --listen "$sluice" \
@@ -83,11 +104,11 @@ ready "http://$admin/readyz" "${logs[@]}"
 ready "http://$sluice/one" "${logs[@]}"
 
 server_pid() { # server
-	if [ "$1" = plain ]; then echo "$plain_pid"; else echo "$sluice_pid"; fi
+	if [ "$1" = "$base" ]; then echo "$plain_pid"; else echo "$sluice_pid"; fi
 }
 rss() { # label
 	local s
-	for s in plain sluice; do
+	for s in $base sluice; do
 		echo "$1: $s VmRSS $(awk '/VmRSS/ {print $2, $3}' "/proc/$(server_pid $s)/status"), VmHWM $(awk '/VmHWM/ {print $2, $3}' "/proc/$(server_pid $s)/status")"
 	done
 }
@@ -99,7 +120,7 @@ rss() { # label
 } >"$out-machine.txt"
 
 target() { # server
-	if [ "$1" = plain ]; then echo "$plain"; else echo "$sluice"; fi
+	if [ "$1" = "$base" ]; then echo "$plain"; else echo "$sluice"; fi
 }
 
 flags() { # scenario
@@ -136,9 +157,9 @@ bench() { # server scenario round
 : >"$out.jsonl"
 for round in $(seq "$rounds"); do
 	for scenario in $scenarios; do
-		order="plain sluice"
+		order="$base sluice"
 		if [ $((round % 2)) = 0 ]; then
-			order="sluice plain"
+			order="sluice $base"
 		fi
 		for server in $order; do
 			loadavg "$scenario round $round $server" >>"$out-machine.txt"
@@ -151,7 +172,7 @@ rss "end" >>"$out-machine.txt"
 curl -fsS "http://$admin/metrics" | grep '^sluice_proxy_requests_total' | grep -v ' 0$' >>"$out-machine.txt"
 
 # Medians across rounds, and sluice over plain.
-jq -s -r '
+jq -s -r --arg base "$base" '
 	def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 	def r(n): . * n | round / n;
 	def med(f): map(f) | median;
@@ -160,13 +181,14 @@ jq -s -r '
 		ok: (map(.ok) | add), over: (map(.over_limit) | add), errors: (map(.errors) | add)};
 	def line($name): "| \(.scenario) | \($name) | \(.[$name].rps | round) | \(.[$name].p50 | r(1)) | \(.[$name].p99 | r(1)) | \(.[$name].p999 | r(1)) | \(.[$name].cpu | r(10)) | \(.[$name].up | r(10)) | \(.[$name].ok) / \(.[$name].over) / \(.[$name].errors) |";
 	group_by(.scenario) | map({scenario: .[0].scenario,
-		plain: (map(select(.server == "plain")) | row), sluice: (map(select(.server == "sluice")) | row),
-		rounds: (map(select(.server == "plain")) | length),
-		per_round: (group_by(.round) | map((map(select(.server == "sluice"))[0].rps) / (map(select(.server == "plain"))[0].rps) | r(100)))}) |
+		($base): (map(select(.server == $base)) | row), sluice: (map(select(.server == "sluice")) | row),
+		rounds: (map(select(.server == $base)) | length),
+		per_round: (group_by(.round) | map((map(select(.server == "sluice"))[0].rps) / (map(select(.server == $base))[0].rps) | r(100))),
+		cpu_per_round: (group_by(.round) | map((map(select(.server == "sluice"))[0].proxy_cpu_us_per_req) / (map(select(.server == $base))[0].proxy_cpu_us_per_req) | r(100)))}) |
 	(["| scenario | proxy | req/s | p50 µs | p99 µs | p99.9 µs | proxy CPU µs/req | upstream CPU µs/req | ok / over / errors |", "|---|---|---:|---:|---:|---:|---:|---:|---|"] +
-	 map(line("plain"), line("sluice")) +
-	 ["", "| scenario | rounds | sluice/plain req/s (target >= 0.90) | per round | sluice/plain p99 | sluice/plain proxy CPU per request |", "|---|---:|---:|---|---:|---:|"] +
-	 map("| \(.scenario) | \(.rounds) | \(.sluice.rps / .plain.rps | r(100)) | \(.per_round | map(tostring) | join(" ")) | \(.sluice.p99 / .plain.p99 | r(100)) | \(.sluice.cpu / .plain.cpu | r(100)) |")) |
+	 map(line($base), line("sluice")) +
+	 ["", "| scenario | rounds | sluice/\($base) req/s\(if $base == "plain" then " (target >= 0.90)" else "" end) | per round | sluice/\($base) p99 | sluice/\($base) proxy CPU per request | per round |", "|---|---:|---:|---|---:|---:|---|"] +
+	 map("| \(.scenario) | \(.rounds) | \(.sluice.rps / .[$base].rps | r(100)) | \(.per_round | map(tostring) | join(" ")) | \(.sluice.p99 / .[$base].p99 | r(100)) | \(.sluice.cpu / .[$base].cpu | r(100)) | \(.cpu_per_round | map(tostring) | join(" ")) |")) |
 	.[]' "$out.jsonl" | tee "$out.md"
 echo
 cat "$out-machine.txt"

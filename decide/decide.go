@@ -190,7 +190,9 @@ var ErrInvalid = sluice.ErrInvalid
 var ErrNoRules = errors.New("no rate limit configuration loaded")
 
 // Decide decides r into o, whose storage it reuses (a server pools its
-// Outcomes to answer without allocating them), then tells the hooks. An
+// Outcomes to answer without allocating them), then tells the hooks. r
+// escapes to the heap (the hooks are given it), so a caller that decides
+// often reuses its Request as it does its Outcome. An
 // error wrapping ErrInvalid means the request is malformed and nothing was
 // consumed; ErrNoRules that no rules are loaded. A store failure (or a
 // remote's) is answered by the domain's failure policy (o.Degraded says
