@@ -25,12 +25,14 @@ func init() {
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdPlainProxy(ctx, args, stderr)
 		},
+		help: func(lookupEnv) *help { h, _, _ := plainProxyHelp(); return h },
 	}
 	commands["nullapi"] = command{
 		summary: "an HTTP API that answers every request at once, to put behind proxies",
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdNullAPI(ctx, args, stderr)
 		},
+		help: func(lookupEnv) *help { h, _ := nullAPIHelp(); return h },
 	}
 }
 
@@ -40,21 +42,21 @@ func benchHTTPFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.StringVar(&cfg.Header, "header", "", `with --mode http: the header that carries each request's key value ("k0" …, or "hot"); empty: no header, every request alike`)
 }
 
-func cmdPlainProxy(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plainproxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:18180", "`address` the proxy serves on")
-	upstream := fs.String("upstream", "", "`URL` of the API behind the proxy; required")
-	setUsage(fs, `Usage: sluice plainproxy --upstream URL [--listen ADDR]
-
-Serves a plain httputil.ReverseProxy in front of --upstream: no limits, no
+// plainProxyHelp builds the flags of sluice plainproxy.
+func plainProxyHelp() (h *help, listen, upstream *string) {
+	h = newHelp("plainproxy", "plainproxy --upstream URL [--listen ADDR]", `Serves a plain httputil.ReverseProxy in front of --upstream: no limits, no
 metrics, no forwarding headers (only SetURL), but the transport, flush
 interval and HTTP server settings of sluice proxy. Run "sluice bench --mode
 http" against it and against sluice proxy in front of the same upstream:
-the difference is the work of sluice proxy. Runs until interrupted.
+the difference is the work of sluice proxy. Runs until interrupted.`)
+	listen = h.fs.String("listen", "127.0.0.1:18180", "`address` the proxy serves on")
+	upstream = h.fs.String("upstream", "", "`URL` of the API behind the proxy; required")
+	return h, listen, upstream
+}
 
-`, "")
-	if err := parseFlags(fs, args); err != nil {
+func cmdPlainProxy(ctx context.Context, args []string, stderr io.Writer) error {
+	h, listen, upstream := plainProxyHelp()
+	if err := h.parse(args, false, stderr); err != nil {
 		return err
 	}
 	u, err := url.Parse(*upstream)
@@ -83,18 +85,18 @@ the difference is the work of sluice proxy. Runs until interrupted.
 // nullBody is what sluice nullapi answers: a small JSON object.
 var nullBody = []byte(`{"id":42,"name":"widget","price":"9.99","tags":["a","b"]}` + "\n")
 
-func cmdNullAPI(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("nullapi", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:18280", "`address` to serve on")
-	setUsage(fs, `Usage: sluice nullapi [--listen ADDR]
-
-Answers every request, whatever its method and path, 200 with the same small
+// nullAPIHelp builds the flags of sluice nullapi.
+func nullAPIHelp() (h *help, listen *string) {
+	h = newHelp("nullapi", "nullapi [--listen ADDR]", `Answers every request, whatever its method and path, 200 with the same small
 JSON body (`+strconv.Itoa(len(nullBody))+` bytes, with its Content-Length) at once: the upstream
-of bench/proxy.sh. Runs until interrupted.
+of bench/proxy.sh. Runs until interrupted.`)
+	listen = h.fs.String("listen", "127.0.0.1:18280", "`address` to serve on")
+	return h, listen
+}
 
-`, "")
-	if err := parseFlags(fs, args); err != nil {
+func cmdNullAPI(ctx context.Context, args []string, stderr io.Writer) error {
+	hp, listen := nullAPIHelp()
+	if err := hp.parse(args, false, stderr); err != nil {
 		return err
 	}
 	length := []string{strconv.Itoa(len(nullBody))}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,24 +21,25 @@ func init() {
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdNullServer(ctx, args, stderr)
 		},
+		help: func(lookupEnv) *help { h, _, _ := nullServerHelp(); return h },
 	}
 }
 
-func cmdNullServer(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("nullserver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	grpcAddr := fs.String("grpc-addr", "127.0.0.1:18081", "gRPC listen address (empty: no gRPC)")
-	httpAddr := fs.String("http-addr", "127.0.0.1:18080", "HTTP listen address for POST /json (empty: no HTTP)")
-	setUsage(fs, `Usage: sluice nullserver [--grpc-addr ADDR] [--http-addr ADDR]
-
-Serves envoy.service.ratelimit.v3.RateLimitService over gRPC and POST /json
+// nullServerHelp builds the flags of sluice nullserver.
+func nullServerHelp() (h *help, grpcAddr, httpAddr *string) {
+	h = newHelp("nullserver", "nullserver [--grpc-addr ADDR] [--http-addr ADDR]", `Serves envoy.service.ratelimit.v3.RateLimitService over gRPC and POST /json
 over HTTP, answering every request OK at once, with one status per descriptor
 shaped like a real answer. It decides nothing and keeps no state: run
 "sluice bench" against it and against sluice serve, with the same flags, and
-the difference is the work of sluice serve. Runs until interrupted.
+the difference is the work of sluice serve. Runs until interrupted.`)
+	grpcAddr = h.fs.String("grpc-addr", "127.0.0.1:18081", "gRPC listen address (empty: no gRPC)")
+	httpAddr = h.fs.String("http-addr", "127.0.0.1:18080", "HTTP listen address for POST /json (empty: no HTTP)")
+	return h, grpcAddr, httpAddr
+}
 
-`, "")
-	if err := parseFlags(fs, args); err != nil {
+func cmdNullServer(ctx context.Context, args []string, stderr io.Writer) error {
+	h, grpcAddr, httpAddr := nullServerHelp()
+	if err := h.parse(args, false, stderr); err != nil {
 		return err
 	}
 	if *grpcAddr == "" && *httpAddr == "" {

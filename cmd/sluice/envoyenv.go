@@ -17,6 +17,7 @@ import (
 type envoyVar struct {
 	names []string
 	value func(env lookupEnv) (string, bool)
+	note  string // how the value is made from names, unless it is one's value
 }
 
 // envoyVars are the envoyproxy/ratelimit variables that map cleanly onto a
@@ -24,6 +25,7 @@ type envoyVar struct {
 var envoyVars = map[string]envoyVar{
 	"config": {
 		names: []string{"RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"},
+		note:  "the path RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY, when one is set; RUNTIME_ROOT defaults to /srv/runtime_data/current and RUNTIME_APPDIRECTORY to config; none with CONFIG_TYPE=GRPC_XDS_SOTW",
 		value: func(env lookupEnv) (string, bool) {
 			if t, _ := env("CONFIG_TYPE"); strings.EqualFold(t, "GRPC_XDS_SOTW") {
 				// envoy-rl reads no runtime files when its rules come
@@ -48,6 +50,7 @@ var envoyVars = map[string]envoyVar{
 	"grpc-addr": {
 		// envoy-rl listens on GRPC_UDS, a Unix socket, when it is set.
 		names: []string{"GRPC_UDS", "GRPC_HOST", "GRPC_PORT"},
+		note:  "unix:GRPC_UDS when GRPC_UDS is set, else GRPC_HOST:GRPC_PORT as for the other listeners (GRPC_PORT defaults to 8081)",
 		value: func(env lookupEnv) (string, bool) {
 			if uds, ok := env("GRPC_UDS"); ok && uds != "" {
 				return "unix:" + uds, true
@@ -86,6 +89,7 @@ var envoyVars = map[string]envoyVar{
 	// STATSD_PORT (8125).
 	"statsd": {
 		names: []string{"USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT"},
+		note:  "STATSD_HOST:STATSD_PORT (localhost and 8125 by default), when USE_STATSD or USE_DOG_STATSD is true",
 		value: func(env lookupEnv) (string, bool) {
 			if !envTrue(env, "USE_STATSD") && !envTrue(env, "USE_DOG_STATSD") {
 				return "", false
@@ -103,6 +107,7 @@ var envoyVars = map[string]envoyVar{
 	},
 	"statsd-format": {
 		names: []string{"USE_DOG_STATSD"},
+		note:  "dogstatsd when USE_DOG_STATSD is true; an error when USE_STATSD is true too, as in envoyproxy/ratelimit",
 		value: func(env lookupEnv) (string, bool) {
 			switch {
 			case !envTrue(env, "USE_DOG_STATSD"):
@@ -125,6 +130,7 @@ var envoyVars = map[string]envoyVar{
 	// envoy-rl takes its rules from xDS with CONFIG_TYPE=GRPC_XDS_SOTW.
 	"config-xds": {
 		names: []string{"CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL"},
+		note:  "CONFIG_GRPC_XDS_SERVER_URL, when CONFIG_TYPE=GRPC_XDS_SOTW",
 		value: func(env lookupEnv) (string, bool) {
 			if t, _ := env("CONFIG_TYPE"); !strings.EqualFold(t, "GRPC_XDS_SOTW") {
 				return "", false
@@ -149,6 +155,7 @@ var envoyVars = map[string]envoyVar{
 	"log-format":          plain("LOG_FORMAT"),
 	"log-level": {
 		names: []string{"LOG_LEVEL"},
+		note:  "LOG_LEVEL, with logrus's trace read as debug, warning as warn, fatal and panic as error",
 		value: func(env lookupEnv) (string, bool) {
 			v, ok := env("LOG_LEVEL")
 			// logrus levels: trace, debug, info, warn(ing), error, fatal, panic.
@@ -182,6 +189,7 @@ func withTLS(name string) envoyVar { return whenTrue("GRPC_SERVER_USE_TLS", name
 func whenTrue(on, name string) envoyVar {
 	return envoyVar{
 		names: []string{on, name},
+		note:  name + ", when " + on + " is true",
 		value: func(env lookupEnv) (string, bool) {
 			if !envTrue(env, on) {
 				return "", false
@@ -200,6 +208,7 @@ func plain(name string) envoyVar {
 func hostPort(hostVar, portVar, defPort string) envoyVar {
 	return envoyVar{
 		names: []string{hostVar, portVar},
+		note:  hostVar + ":" + portVar + ", when either is set; " + portVar + " defaults to " + defPort + ", and an unset " + hostVar + " gives :" + portVar,
 		value: func(env lookupEnv) (string, bool) {
 			host, h := env(hostVar)
 			port, p := env(portVar)
@@ -275,6 +284,7 @@ var envoyRedis = map[string]envoyVar{
 		// Envoy's BACKEND_TYPE defaults to redis: a deployment that sets
 		// only REDIS_URL runs on Redis there, and here.
 		names: []string{"BACKEND_TYPE", "REDIS_URL"},
+		note:  "BACKEND_TYPE in lower case; redis when only REDIS_URL is set (BACKEND_TYPE's default there)",
 		value: func(env lookupEnv) (string, bool) {
 			v, ok := env("BACKEND_TYPE")
 			if !ok {
@@ -288,6 +298,7 @@ var envoyRedis = map[string]envoyVar{
 	},
 	"redis-url": {
 		names: []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE"},
+		note:  "REDIS_URL, without the master's name before the first comma with REDIS_TYPE=sentinel, and prefixed with unix:// unless REDIS_SOCKET_TYPE is tcp (its default there is unix)",
 		value: func(env lookupEnv) (string, bool) {
 			u, ok := env("REDIS_URL")
 			if !ok {
@@ -308,6 +319,7 @@ var envoyRedis = map[string]envoyVar{
 	},
 	"redis-sentinel-master": {
 		names: []string{"REDIS_TYPE", "REDIS_URL"},
+		note:  "the master's name, before the first comma of REDIS_URL, with REDIS_TYPE=sentinel",
 		value: func(env lookupEnv) (string, bool) {
 			typ, _ := env("REDIS_TYPE")
 			u, ok := env("REDIS_URL")
@@ -320,6 +332,7 @@ var envoyRedis = map[string]envoyVar{
 	},
 	"redis-password": {
 		names: []string{"REDIS_AUTH"},
+		note:  "REDIS_AUTH, or its part after the colon when it is user:password",
 		value: func(env lookupEnv) (string, bool) {
 			v, ok := env("REDIS_AUTH")
 			if _, pw, found := strings.Cut(v, ":"); found {
@@ -330,6 +343,7 @@ var envoyRedis = map[string]envoyVar{
 	},
 	"redis-username": {
 		names: []string{"REDIS_AUTH"},
+		note:  "the part of REDIS_AUTH before the colon, when it is user:password",
 		value: func(env lookupEnv) (string, bool) {
 			v, _ := env("REDIS_AUTH")
 			user, _, found := strings.Cut(v, ":")

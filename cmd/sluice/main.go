@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -47,9 +46,32 @@ func (e *helpError) Is(target error) bool { return target == errHelp }
 type command struct {
 	summary string // one line for the usage
 	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+
+	// help builds the command's flags, bound to settings of their own,
+	// and its help, with the defaults env gives (where the command takes
+	// any from the environment): what its --help, --help-all and its page
+	// of docs/reference show. run parses with a help built the same way.
+	help func(env lookupEnv) *help
+	// subs, when not nil, builds the helps of its subcommands.
+	subs func(env lookupEnv) []*help
 }
 
-var commands = map[string]command{}
+var commands = map[string]command{
+	"version": {
+		summary: "print the version",
+		run: func(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+			h := versionHelp()
+			if err := h.parse(args, false, stderr); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, "sluice", version)
+			return nil
+		},
+		help: func(lookupEnv) *help { return versionHelp() },
+	},
+}
+
+func versionHelp() *help { return newHelp("version", "version", "Prints the version of sluice.") }
 
 // usage lists the commands.
 func usage() string {
@@ -63,7 +85,6 @@ func usage() string {
 	for _, name := range names {
 		fmt.Fprintf(&b, "  sluice %-10s %s\n", name, commands[name].summary)
 	}
-	fmt.Fprintf(&b, "  sluice %-10s %s\n", "version", "print the version")
 	b.WriteString("\nRun \"sluice COMMAND --help\" (or \"sluice help COMMAND\") for the flags of a command.\n")
 	return b.String()
 }
@@ -76,13 +97,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 2
 	}
 	var err error
-	switch name := args[0]; name {
-	case "version", "--version", "-version":
-		if len(args) > 1 && slices.Contains([]string{"-h", "-help", "--help"}, args[1]) {
-			fmt.Fprint(stdout, "Usage: sluice version\n\nPrints the version of sluice.\n")
-			break
-		}
-		fmt.Fprintln(stdout, "sluice", version)
+	name := args[0]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
+	switch name {
 	case "help", "--help", "-help", "-h":
 		if len(args) > 1 && args[0] == "help" { // sluice help COMMAND
 			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)

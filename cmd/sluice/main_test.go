@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -154,8 +157,9 @@ func TestBadFlagIsOneLine(t *testing.T) {
 
 // TestHelp: every command's --help (and -h, -help, and sluice help
 // COMMAND) exits 0 and prints on stdout a usage in the one style of
-// sluice's: "Usage: sluice COMMAND", then the flags as --name, never the
-// flag package's "Usage of"; so do sluice override's subcommands.
+// sluice's: "Usage: sluice COMMAND", then the flags as --name under a
+// heading, never the flag package's "Usage of", in at most 80 lines of at
+// most 80 columns; so do sluice override's subcommands.
 func TestHelp(t *testing.T) {
 	check := func(args []string, name string, wantFlags bool) {
 		t.Helper()
@@ -167,8 +171,15 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q: stdout does not start with %q:\n%s", args, "Usage: sluice "+name, stdout)
 		case strings.Contains(stdout, "Usage of") || strings.Contains(stdout, "\n  -") && !strings.Contains(stdout, "\n  --"):
 			t.Errorf("%q: the flag package's usage:\n%s", args, stdout)
-		case wantFlags && !strings.Contains(stdout, "\nFlags:\n  --"):
-			t.Errorf("%q: no flags listed:\n%s", args, stdout)
+		case wantFlags && !regexp.MustCompile(`\n\n[A-Z][^\n]*:\n  --`).MatchString(stdout):
+			t.Errorf("%q: no flags listed under a heading:\n%s", args, stdout)
+		case strings.Count(stdout, "\n") > 80:
+			t.Errorf("%q: %d lines, want at most 80:\n%s", args, strings.Count(stdout, "\n"), stdout)
+		}
+		for _, line := range strings.Split(stdout, "\n") {
+			if len([]rune(line)) > 80 && strings.Contains(strings.TrimSpace(line), " ") { // a word too long stays whole
+				t.Errorf("%q: a line of %d columns, want at most 80: %q", args, len([]rune(line)), line)
+			}
 		}
 	}
 	names := append(slices.Sorted(maps.Keys(commands)), "version")
@@ -201,6 +212,44 @@ func TestHelp(t *testing.T) {
 	}
 	if code, _, stderr := runCmd(t, "", "help", "frob"); code != 2 || !strings.Contains(stderr, `unknown command "frob"`) {
 		t.Errorf("help frob: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestHelpAll: every command's --help-all (and sluice override's
+// subcommands') exits 0 and lists on stdout every flag of the FlagSet the
+// command parses with, with its environment variables where the command
+// reads them; --help lists those it does not show as so many more.
+func TestHelpAll(t *testing.T) {
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		for _, h := range commandHelps(name) {
+			args := append(strings.Fields(h.fs.Name()), "--help-all")
+			code, stdout, stderr := runCmd(t, "", args...)
+			if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "Usage: sluice "+h.fs.Name()) {
+				t.Errorf("%q: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
+				continue
+			}
+			n := 0
+			h.fs.VisitAll(func(f *flag.Flag) {
+				n++
+				if !regexp.MustCompile(`\n  --` + f.Name + `( |\n)`).MatchString(stdout) {
+					t.Errorf("%q does not list --%s", args, f.Name)
+				}
+				if v := h.env.variable(f.Name); v != "" && !strings.Contains(stdout, v) {
+					t.Errorf("%q does not name %s, the variable of --%s", args, v, f.Name)
+				}
+				for _, v := range h.env.envoy[f.Name].names {
+					if !strings.Contains(stdout, v) {
+						t.Errorf("%q does not name %s, a variable of --%s", args, v, f.Name)
+					}
+				}
+			})
+			_, short, _ := runCmd(t, "", append(args[:len(args)-1], "--help")...)
+			shown := strings.Count(short, "\n  --")
+			more := fmt.Sprintf("\n%d more flags", n-shown)
+			if shown < n && !strings.Contains(short, more) {
+				t.Errorf("%s --help shows %d of %d flags and does not say %q:\n%s", h.fs.Name(), shown, n, more, short)
+			}
+		}
 	}
 }
 

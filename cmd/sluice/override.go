@@ -22,10 +22,24 @@ func init() {
 	commands["override"] = command{
 		summary: "set, get, list, remove, import or export runtime overrides on a server (its admin API)",
 		run:     cmdOverride,
+		help: func(lookupEnv) *help {
+			return newHelp("override", "override SUBCOMMAND [flags]", overrideAbout)
+		},
+		subs: func(env lookupEnv) []*help {
+			var hs []*help
+			for i := range overrideSubcommands {
+				h, _ := overrideHelp(&overrideSubcommands[i], env)
+				hs = append(hs, h)
+			}
+			return hs
+		},
 	}
 	commands["explain"] = command{
 		summary: "say which rule or override would apply to descriptors, and why (a server's admin API)",
-		run:     cmdExplain,
+		run: func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+			return cmdExplain(ctx, args, os.LookupEnv, stdout, stderr)
+		},
+		help: func(env lookupEnv) *help { h, _, _, _ := explainHelp(env); return h },
 	}
 }
 
@@ -36,15 +50,24 @@ type adminClient struct {
 	http   *http.Client
 }
 
-// adminFlags adds --server and --token-file to fs.
-func adminFlags(fs *flag.FlagSet) (server, tokenFile *string) {
-	server = fs.String("server", envOr("SLUICE_ADMIN_URL", "http://127.0.0.1:9091"), "`URL` of the server's admin API (--admin-addr); env SLUICE_ADMIN_URL")
-	tokenFile = fs.String("token-file", os.Getenv("SLUICE_ADMIN_TOKEN_FILE"), "`file` holding the bearer token (the first of an --admin-token-file); env SLUICE_ADMIN_TOKEN_FILE")
+// adminFlags adds --server and --token-file to fs, their defaults from
+// the variables of adminEnv when set in env.
+func adminFlags(fs *flag.FlagSet, env lookupEnv) (server, tokenFile *string) {
+	server = fs.String("server", envOr(env, adminEnv.vars["server"], "http://127.0.0.1:9091"), "`URL` of the server's admin API (--admin-addr)")
+	tokenFile = fs.String("token-file", envOr(env, adminEnv.vars["token-file"], ""), "`file` holding the bearer token (the first of an --admin-token-file)")
 	return server, tokenFile
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
+// adminEnv is how the clients of the admin API read the environment.
+var adminEnv = envReading{
+	brief: "--server and --token-file default to SLUICE_ADMIN_URL and SLUICE_ADMIN_TOKEN_FILE.",
+	note:  "--server and --token-file default to SLUICE_ADMIN_URL and SLUICE_ADMIN_TOKEN_FILE when they are set; no other flag reads the environment.",
+	vars:  map[string]string{"server": "SLUICE_ADMIN_URL", "token-file": "SLUICE_ADMIN_TOKEN_FILE"},
+}
+
+// envOr is the variable name of env, or def when it is unset or empty.
+func envOr(env lookupEnv, name, def string) string {
+	if v, _ := env(name); v != "" {
 		return v
 	}
 	return def
@@ -107,7 +130,7 @@ type overrideSubcommand struct{ name, synopsis, about string }
 // overrideSubcommands are the subcommands of sluice override, in the
 // order of its usage.
 var overrideSubcommands = []overrideSubcommand{
-	{"set", "--domain D --path P --limit JSON [--expires TIME | --ttl DURATION] [flags]",
+	{"set", "--domain D --path P --limit JSON [flags]",
 		"Sets the override of a domain and descriptor path: its limit replaces the\nrules' for the descriptors the path matches, on every node, until it\nexpires or is removed. Prints the change."},
 	{"get", "--domain D --path P [flags]", "Prints the override of a domain and descriptor path."},
 	{"list", "[--domain D] [--prefix P] [flags]", "Prints the overrides, one a line: those of --domain (of every domain\nwhen empty) whose paths start with --prefix."},
@@ -116,17 +139,15 @@ var overrideSubcommands = []overrideSubcommand{
 	{"export", "[flags]", "Prints every override, one JSON object a line, as import reads them."},
 }
 
+// overrideAbout is what sluice override does.
+const overrideAbout = `Sets, reads and removes the runtime overrides of a server through its admin
+API (sluice serve --admin-addr), with a token of its --admin-token-file.
+docs/overrides.md has the details.`
+
 // overrideUsage is the usage of sluice override itself.
 func overrideUsage() string {
 	var b strings.Builder
-	b.WriteString(`Usage: sluice override SUBCOMMAND [flags]
-
-Sets, reads and removes the runtime overrides of a server through its admin
-API (sluice serve --admin-addr), with a token of its --admin-token-file.
-docs/overrides.md has the details.
-
-Subcommands:
-`)
+	b.WriteString("Usage: sluice override SUBCOMMAND [flags]\n\n" + overrideAbout + "\n\nSubcommands:\n")
 	for _, s := range overrideSubcommands {
 		fmt.Fprintf(&b, "  sluice override %-7s %s\n", s.name, s.synopsis)
 	}
@@ -144,11 +165,9 @@ func cmdOverride(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet("override "+sub.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	setUsage(fs, "Usage: sluice override "+sub.name+" "+sub.synopsis+"\n\n"+sub.about, "")
-	f := newOverrideFlags(fs, sub.name)
-	if err := parseFlagsArgs(fs, args[1:], sub.name == "import"); err != nil {
+	h, f := overrideHelp(sub, os.LookupEnv)
+	fs := h.fs
+	if err := h.parse(args[1:], sub.name == "import", stderr); err != nil {
 		return err
 	}
 	c, err := newAdminClient(*f.server, *f.tokenFile)
@@ -185,7 +204,7 @@ func overrideSubcommandOf(args []string, stderr io.Writer) (*overrideSubcommand,
 		return nil, errUsage
 	}
 	switch args[0] {
-	case "help", "-h", "-help", "--help":
+	case "help", "-h", "-help", "--help", "-help-all", "--help-all":
 		return nil, &helpError{usage: overrideUsage()}
 	}
 	i := slices.IndexFunc(overrideSubcommands, func(s overrideSubcommand) bool { return s.name == args[0] })
@@ -206,10 +225,18 @@ type overrideFlags struct {
 	pageSize                                   *int
 }
 
+// overrideHelp builds the flags of the subcommand sub, with the defaults
+// env gives.
+func overrideHelp(sub *overrideSubcommand, env lookupEnv) (*help, *overrideFlags) {
+	h := newHelp("override "+sub.name, "override "+sub.name+" "+sub.synopsis, sub.about)
+	h.env = adminEnv
+	return h, newOverrideFlags(h.fs, sub.name, env)
+}
+
 // newOverrideFlags defines on fs the flags of subcommand sub.
-func newOverrideFlags(fs *flag.FlagSet, sub string) *overrideFlags {
+func newOverrideFlags(fs *flag.FlagSet, sub string, env lookupEnv) *overrideFlags {
 	f := new(overrideFlags)
-	f.server, f.tokenFile = adminFlags(fs)
+	f.server, f.tokenFile = adminFlags(fs, env)
 	if sub != "import" && sub != "export" {
 		f.domain = fs.String("domain", "", "the `domain`")
 	}
@@ -364,18 +391,23 @@ func flagErrors(err error) error {
 	return errors.Join(out...)
 }
 
-func cmdExplain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	server, tokenFile := adminFlags(fs)
-	domain := fs.String("domain", "", "the request's `domain`")
-	setUsage(fs, `Usage: sluice explain --domain D [flags] DESCRIPTOR...
-
-Asks a server's admin API (sluice serve --admin-addr) which rule or override
+// explainHelp builds the flags of sluice explain, with the defaults env
+// gives.
+func explainHelp(env lookupEnv) (h *help, server, tokenFile, domain *string) {
+	h = newHelp("explain", "explain --domain D [flags] DESCRIPTOR...", `Asks a server's admin API (sluice serve --admin-addr) which rule or override
 would apply to each DESCRIPTOR of a request, and why, without deciding
 anything. Each DESCRIPTOR is key=value pairs joined by /, in order
-(tenant=acme/user=bob); in a key or value, write % as %25 and / as %2F.`, "")
-	if err := parseFlagsArgs(fs, args, true); err != nil {
+(tenant=acme/user=bob); in a key or value, write % as %25 and / as %2F.`)
+	h.env = adminEnv
+	server, tokenFile = adminFlags(h.fs, env)
+	domain = h.fs.String("domain", "", "the request's `domain`")
+	return h, server, tokenFile, domain
+}
+
+func cmdExplain(ctx context.Context, args []string, env lookupEnv, stdout, stderr io.Writer) error {
+	h, server, tokenFile, domain := explainHelp(env)
+	fs := h.fs
+	if err := h.parse(args, true, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {

@@ -33,6 +33,7 @@ func init() {
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdProxy(ctx, args, os.LookupEnv, stderr)
 		},
+		help: func(lookupEnv) *help { return new(proxySettings).help() },
 	}
 }
 
@@ -56,30 +57,77 @@ type proxySettings struct {
 	sources     []string // for the startup log
 }
 
-func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings, error) {
-	s := &proxySettings{}
-	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&s.config, "config", "", "rules `file` with its http section (routes, client address, headers); required")
-	fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
-	fs.StringVar(&s.listen, "listen", ":8090", "`address` the proxy serves on (not :8080, so that it runs beside sluice serve)")
-	fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz, /readyz and /dashboard, kept apart from --listen so that no path of the upstream is shadowed")
-	fs.BoolVar(&s.dashboardRemote, "dashboard-remote", false, "serve /dashboard to every client of --admin-listen, not only the loopback (it names keys: client addresses, users, API keys)")
-	fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory, and the series of each rule: the admin listener's live /dashboard")
-	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
-	fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
-	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
-	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
-	fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
-	s.storeSettings.remoteOK = true
-	s.storeSettings.flags(fs)
-	s.remote.flags(fs)
-	fs.Usage = func() { proxyUsage(fs, fs.Output()) }
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
+// help builds the flags of sluice proxy, bound to s, in the groups of its
+// help.
+func (s *proxySettings) help() *help {
+	h := newHelp("proxy", "proxy --config FILE --upstream URL [flags]", `Runs a rate limiting reverse proxy: every request is limited by the route of
+the rules file's http section it matches, with the file's rules, before the
+upstream sees it; a request that matches no route is proxied unlimited.
+/metrics, /healthz and /readyz are served on --admin-listen.`)
+	h.more = `The file is reloaded when it changes (or on SIGHUP); a bad reload keeps the
+configuration in force. SIGTERM or SIGINT fails readiness, waits
+--drain-delay, finishes in-flight requests and exits 0. docs/proxy.md has
+the details.`
 	// Only the Redis variables of envoyproxy/ratelimit apply here: its
 	// other settings (ports, the runtime directory) are the service's.
+	h.env = envReading{
+		brief: "Every flag can also be set by its environment variable, SLUICE_ and its name (SLUICE_UPSTREAM), and the Redis ones by envoyproxy/ratelimit's (REDIS_URL).",
+		note: `Every flag can also be set by its environment variable: SLUICE_ and the
+flag's name in capitals, dashes as underscores (SLUICE_UPSTREAM); a flag
+wins over its variable. The Redis variables of envoyproxy/ratelimit
+(REDIS_URL, REDIS_AUTH, ...) are read after the SLUICE_ ones, for the
+flags that name them.`,
+		all:   true,
+		envoy: envoyRedis,
+	}
+	h.group("Proxy", func(fs *flag.FlagSet) {
+		fs.StringVar(&s.config, "config", "", "rules `file` with its http section (routes, client address, headers); required")
+		fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
+		fs.StringVar(&s.listen, "listen", ":8090", "`address` the proxy serves on (not :8080, so that it runs beside sluice serve)")
+		fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz, /readyz and /dashboard, kept apart from --listen so that no path of the upstream is shadowed")
+		fs.BoolVar(&s.dashboardRemote, "dashboard-remote", false, "serve /dashboard to every client of --admin-listen, not only the loopback (it names keys: client addresses, users, API keys)")
+		fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory, and the series of each rule: the admin listener's live /dashboard")
+	})
+	h.group("Logs and shutdown", func(fs *flag.FlagSet) {
+		fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "`level` of the logs: debug, info, warn or error")
+		fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
+		fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
+		fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+		fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
+	})
+	s.storeSettings.remoteOK = true
+	h.group("Store", s.storeSettings.flags)
+	h.group("Redis (--store redis)", func(fs *flag.FlagSet) { s.redis.flags(fs) })
+	h.group("Remote store (--store remote)", s.remote.flags)
+	h.first = []briefGroup{
+		{"Proxy", []briefFlag{
+			{"config", "rules file with its http section"},
+			{"upstream", "URL of the API behind the proxy"},
+			{"listen", "address the proxy serves on"},
+			{"admin-listen", "metrics, health and /dashboard"},
+		}},
+		{"Store", []briefFlag{
+			{"store", "memory, redis (shared) or remote"},
+			{"failure-policy", "local, fail_closed or fail_open"},
+			{"redis-url", "with --store redis: redis://[user:pass@]host:port"},
+			{"redis-password", "password (overrides the URL's)"},
+			{"rls-addr", "with --store remote: the sluice serve that decides"},
+		}},
+		{"Logs", []briefFlag{
+			{"log-level", "debug, info, warn or error"},
+			{"log-format", "text or json"},
+		}},
+	}
+	return h
+}
+
+func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings, error) {
+	s := &proxySettings{}
+	h := s.help()
+	fs := h.fs
+	if err := h.parse(args, false, stderr); err != nil {
+		return nil, err
+	}
 	var err error
 	if s.sources, err = applyEnv(fs, env, envoyRedis); err != nil {
 		return nil, err
@@ -120,27 +168,6 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 		return nil, errors.New(strings.Join(probs, "; "))
 	}
 	return s, nil
-}
-
-func proxyUsage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, `Usage: sluice proxy --config FILE --upstream URL [flags]
-
-Runs a rate limiting reverse proxy: every request is limited by the route of
-the rules file's http section it matches, with the file's rules, before the
-upstream sees it; a request that matches no route is proxied unlimited.
-/metrics, /healthz and /readyz are served on --admin-listen. The file is
-reloaded when it changes (or on SIGHUP); a bad reload keeps the
-configuration in force. SIGTERM or SIGINT fails readiness, waits
---drain-delay, finishes in-flight requests and exits 0.
-
-Every flag can be set by its environment variable (SLUICE_ and the flag name
-in capitals, dashes as underscores); a flag wins over its variable. The
-Redis variables of envoyproxy/ratelimit are read too, after the SLUICE_ ones.
-docs/proxy.md has the details.
-
-Flags:
-`)
-	printFlags(fs, w, envoyRedis)
 }
 
 // proxyDecider is what the proxy decides with, built from the store flags

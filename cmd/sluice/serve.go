@@ -30,6 +30,7 @@ func init() {
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdServe(ctx, args, os.LookupEnv, stderr)
 		},
+		help: func(lookupEnv) *help { return new(serveSettings).help() },
 	}
 }
 

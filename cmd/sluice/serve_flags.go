@@ -74,22 +74,9 @@ func envName(flagName string) string {
 // parseServe reads the settings from args, then env.
 func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings, error) {
 	s := &serveSettings{}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	s.listenerFlags(fs)
-	s.storeSettings.flags(fs)
-	s.tls.flags(fs)
-	s.statsd.flags(fs)
-	s.tracing.flags(fs)
-	s.xds.flags(fs)
-	s.ruleFlags(fs)
-	s.envoyFlags(fs)
-	s.observabilityFlags(fs)
-	s.adminFlags(fs)
-	s.rlqsFlags(fs)
-	fs.Usage = func() { serveUsage(fs, fs.Output()) }
-
-	if err := parseFlags(fs, args); err != nil {
+	h := s.help()
+	fs := h.fs
+	if err := h.parse(args, false, stderr); err != nil {
 		return nil, err
 	}
 	var err error
@@ -112,14 +99,105 @@ func parseServe(args []string, env lookupEnv, stderr io.Writer) (*serveSettings,
 	return s, nil
 }
 
+// help builds the flags of sluice serve, bound to s, in the groups of its
+// help.
+func (s *serveSettings) help() *help {
+	h := newHelp("serve", "serve --config PATH [flags]", `Runs the rate limit service: Envoy's rate limit services (RLS v3 and RLQS)
+and gRPC health over gRPC; POST /json, /healthz, /readyz and /metrics over
+HTTP; pprof, the rules, the top keys and the dashboard on the debug listener.
+Rules are reloaded when their files change (or on SIGHUP).`)
+	h.more = `The debug listener answers only the loopback unless --debug-addr names
+another address. A bad reload of the rules keeps the rules in force.
+SIGTERM or SIGINT fails readiness, waits --drain-delay, finishes in-flight
+requests, saves --state-file and exits 0.
+
+A corrupt --state-file is logged, renamed to FILE.corrupt, and the service
+starts with empty counters; a state file that cannot be read or written
+otherwise (permissions) is an error. docs/operations.md has the details.`
+	h.env = envReading{
+		brief: "Every flag can also be set by its environment variable, SLUICE_ and its name (SLUICE_REDIS_URL), and many by envoyproxy/ratelimit's (REDIS_URL).",
+		note: `Every flag can also be set by its environment variable: SLUICE_ and the
+flag's name in capitals, dashes as underscores (SLUICE_REDIS_URL); a flag
+wins over its variable. Variables of envoyproxy/ratelimit are read after
+the SLUICE_ ones, for the flags that name them; those it has that sluice
+does not honour are named in a warning at start. Beside these, --tracing
+reads OTEL_EXPORTER_OTLP_ENDPOINT, --dogstatsd-mogrifiers
+DOG_STATSD_MOGRIFIER_*, and GOMEMLIMIT, when set, wins over the memory
+limit --max-bytes sets.`,
+		all:   true,
+		envoy: envoyVars,
+	}
+	h.group("Rules", s.ruleFlags)
+	h.group("Rules from xDS (instead of --config)", s.xds.flags)
+	h.group("Listeners", s.listenerFlags)
+	h.group("TLS of the gRPC listener", s.tls.flags)
+	h.group("Store", func(fs *flag.FlagSet) {
+		s.storeSettings.flags(fs)
+		s.stateFlags(fs)
+	})
+	h.group("Redis (--store redis)", func(fs *flag.FlagSet) { s.redis.flags(fs) })
+	h.group("Envoy compatibility", s.envoyFlags)
+	h.group("Observability", s.observabilityFlags)
+	h.group("Statsd", s.statsd.flags)
+	h.group("Tracing", s.tracing.flags)
+	h.group("Admin API", s.adminFlags)
+	h.group("Rate Limit Quota Service (RLQS)", s.rlqsFlags)
+	h.first = []briefGroup{
+		{"Rules", []briefFlag{
+			{"config", "rules file, or directory of files (one domain each)"},
+			{"config-xds", "or an xDS server to take the rules from"},
+			{"shadow-mode", "decide and count, but never deny"},
+		}},
+		{"Listeners", []briefFlag{
+			{"grpc-addr", "Envoy's rate limit services"},
+			{"http-addr", "/json, /healthz, /readyz, /metrics"},
+			{"debug-addr", "pprof, rules, top keys"},
+			{"grpc-tls-cert", "TLS certificate of --grpc-addr (PEM)"},
+			{"grpc-tls-key", "its key (PEM)"},
+			{"grpc-client-ca", "CAs of client certificates: mutual TLS"},
+		}},
+		{"Store", []briefFlag{
+			{"store", "memory (one node) or redis (shared)"},
+			{"failure-policy", "local, fail_closed or fail_open"},
+			{"max-bytes", "memory cap of the store (512MiB, 2GB)"},
+			{"state-file", "save and restore the counters (--store memory)"},
+		}},
+		{"Redis", []briefFlag{
+			{"redis-url", "redis://[user:pass@]host:port, rediss:// for TLS"},
+			{"redis-password", "password (overrides the URL's)"},
+			{"redis-sentinel-master", "master set: --redis-url lists the Sentinels"},
+		}},
+		{"Envoy compatibility", []briefFlag{
+			{"envoy-headers", "envoyproxy/ratelimit's RateLimit-* headers"},
+			{"response-headers", "ietf, x-ratelimit, retry-after, all"},
+			{"response-dynamic-metadata", "envoyproxy/ratelimit's dynamic metadata"},
+			{"statsd", "statsd server for envoyproxy/ratelimit's stats"},
+		}},
+		{"Observability", []briefFlag{
+			{"log-level", "debug, info, warn or error"},
+			{"log-format", "text or json"},
+			{"tracing", "OpenTelemetry traces over OTLP"},
+		}},
+		{"Admin", []briefFlag{
+			{"admin-addr", "admin API (overrides, explain); empty: off"},
+			{"admin-token-file", "its bearer tokens, name:secret, one a line"},
+			{"overrides-file", "where overrides are kept with --store memory"},
+		}},
+	}
+	return h
+}
+
+// stateFlags are the flags of the memory store's state file.
+func (s *serveSettings) stateFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
+	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
+}
+
 // listenerFlags are the flags of the listeners and of their lifecycle.
 func (s *serveSettings) listenerFlags(fs *flag.FlagSet) {
-	fs.StringVar(&s.config, "config", "", "rules `path`: a file, or a directory of files (one domain each); required")
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health): host:port, or unix:PATH for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", "127.0.0.1:6070", "`address` of the debug listener (pprof, loaded rules, top keys, dashboard); a bare :PORT listens on 127.0.0.1, 0.0.0.0:PORT on every interface; empty disables it")
-	fs.StringVar(&s.stateFile, "state-file", "", "`file` to save usage to on shutdown and every --snapshot-interval, and restore from on start; empty disables")
-	fs.DurationVar(&s.snapshotInterval, "snapshot-interval", defaultSnapshotInterval, "how often to save usage to --state-file: a crash (kill -9) loses at most the hits of one interval; 0 saves only on shutdown")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
 	fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
@@ -129,6 +207,7 @@ func (s *serveSettings) listenerFlags(fs *flag.FlagSet) {
 
 // ruleFlags are the flags of how the rules are read and decided.
 func (s *serveSettings) ruleFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.config, "config", "", "rules `path`: a file, or a directory of files (one domain each); required")
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
 	fs.BoolVar(&s.allOrNothing, "all-or-nothing", false, "decide every limit of a request together, none consumed when one denies (default: each on its own, as envoyproxy/ratelimit; a domain's all_or_nothing: wins)")
 	fs.BoolVar(&s.mergeDomains, "merge-domains", false, "let several rules files define one domain, merging their descriptors (default: one domain per file)")
@@ -241,34 +320,6 @@ func (s *serveSettings) checkRLQS() []string {
 	return probs
 }
 
-// serveUsage prints every flag with its environment variables and default.
-func serveUsage(fs *flag.FlagSet, w io.Writer) {
-	fmt.Fprint(w, `Usage: sluice serve --config PATH [flags]
-
-Runs the rate limit service: envoy.service.ratelimit.v3.RateLimitService,
-envoy.service.rate_limit_quota.v3.RateLimitQuotaService (RLQS) and
-grpc.health.v1.Health over gRPC; POST /json, /healthz, /readyz and /metrics
-over HTTP; pprof, the loaded rules, the top keys and the dashboard on the
-debug listener, which answers only the loopback unless --debug-addr names
-another address. Rules are
-reloaded when their files change (or on SIGHUP); a bad reload keeps the rules
-in force. SIGTERM or SIGINT fails readiness, waits --drain-delay, finishes
-in-flight requests, saves --state-file and exits 0.
-
-Every flag can be set by its environment variable (SLUICE_ and the flag name
-in capitals, dashes as underscores); a flag wins over its variable. Some
-variables of envoyproxy/ratelimit are read too, after the SLUICE_ ones.
-
-Flags:
-`)
-	printFlags(fs, w, envoyVars)
-	fmt.Fprint(w, `
-A corrupt --state-file is logged, renamed to FILE.corrupt, and the service
-starts with empty counters; a state file that cannot be read or written
-otherwise (permissions) is an error. docs/operations.md has the details.
-`)
-}
-
 func newLogger(level slog.Level, format string, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	if format == "json" {
@@ -357,15 +408,4 @@ func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]str
 		sources = append(sources, f.Name+" from "+from)
 	})
 	return sources, err
-}
-
-// printFlags prints every flag of fs with its default and its variables.
-func printFlags(fs *flag.FlagSet, w io.Writer, envoy map[string]envoyVar) {
-	writeFlags(w, fs, func(f *flag.Flag) string {
-		s := "\n      env: " + envName(f.Name)
-		if ev, ok := envoy[f.Name]; ok {
-			s += ", then Envoy's " + strings.Join(ev.names, ", ")
-		}
-		return s
-	})
 }

@@ -188,11 +188,27 @@ func TestServeSettingsErrors(t *testing.T) {
 	}
 }
 
+// TestServeHelp: sluice serve --help shows what a newcomer needs first,
+// grouped, and --help-all every flag with its variables and default.
 func TestServeHelp(t *testing.T) {
-	code, errOut, _ := runCmd(t, "", "serve", "--help")
+	code, short, _ := runCmd(t, "", "serve", "--help")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	for _, want := range []string{
+		"\nRules:\n", "\nListeners:\n", "\nStore:\n", "\nRedis:\n", "\nEnvoy compatibility:\n", "\nObservability:\n", "\nAdmin:\n",
+		"--config path", "--grpc-addr", "(default :8081)", "--grpc-tls-cert", "--store", "--redis-url", "--envoy-headers",
+		"--statsd", "--log-level", "--admin-addr", "--admin-token-file", "SLUICE_", "sluice serve --help-all", "docs/reference/serve.md",
+	} {
+		if !strings.Contains(short, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	code, errOut, _ := runCmd(t, "", "serve", "--help-all")
+	if code != 0 {
+		t.Fatalf("--help-all: exit %d", code)
+	}
+	errOut = strings.Join(strings.Fields(errOut), " ") // as if unwrapped
 	for _, want := range []string{
 		"--config", "SLUICE_CONFIG", "RUNTIME_ROOT", "--grpc-addr", `(default ":8081")`, "GRPC_PORT",
 		"--http-addr", `(default ":8080")`, "--debug-addr", `(default "127.0.0.1:6070")`, "--store", "--state-file",
@@ -202,7 +218,7 @@ func TestServeHelp(t *testing.T) {
 		"--local-cache-size", "--failure-policy", "--local-nodes", "--redis-max-in-flight", "--redis-max-queue",
 	} {
 		if !strings.Contains(errOut, want) {
-			t.Errorf("help lacks %q", want)
+			t.Errorf("--help-all lacks %q", want)
 		}
 	}
 }

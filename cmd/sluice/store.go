@@ -175,13 +175,13 @@ func (s *storeSettings) storeNames() []string {
 	return stores
 }
 
+// flags defines the flags of the store, but for Redis's (redisSettings.flags).
 func (s *storeSettings) flags(fs *flag.FlagSet) {
 	usage := "`name` of the store that keeps the counters: " + strings.Join(s.storeNames(), ", ")
 	if s.remoteOK {
 		usage += " (remote: a sluice serve at --rls-addr decides)"
 	}
 	fs.StringVar(&s.store, "store", "memory", usage)
-	s.redis.flags(fs)
 	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailLocal, "`policy` when the store cannot decide, for domains that set no failure_policy: local (limit on this node alone, each node admitting its share of every limit), fail_closed, or fail_open")
 	fs.IntVar(&s.localNodes, "local-nodes", 0, "`nodes` sharing the limits: the local failure policy gives each node 1/nodes of every limit; 0 means the count the nodes learn from each other through Redis (1 with another store, or until learnt)")
 	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
