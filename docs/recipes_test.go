@@ -228,3 +228,43 @@ func TestRecipes(t *testing.T) {
 		t.Errorf("recipes.md has %d yaml and %d go blocks checked; want at least 4 and 5", seen["yaml"], seen["go"])
 	}
 }
+
+// guides are the pages besides recipes.md whose go blocks (and yaml blocks
+// with from=) are copies of code that runs: each go block must say where
+// from, and be lines of that declaration, which a test runs.
+var guides = []string{"getting-started.md", "concepts.md", "client.md", "proxy.md", "leases.md", "overrides.md", "rules.md", "migrating.md"}
+
+// TestGuidesFrom checks the go blocks and the from= yaml blocks of the
+// guides as TestRecipes checks recipes.md's.
+func TestGuidesFrom(t *testing.T) {
+	for _, page := range guides {
+		if _, err := os.Stat(page); os.IsNotExist(err) {
+			continue
+		}
+		for _, b := range blocks(t, page) {
+			where := page + ":" + strconv.Itoa(b.line)
+			if b.lang == "go" && b.from == "" {
+				t.Errorf("%s: a go block without from=", where)
+				continue
+			}
+			if b.from == "" || (b.lang != "go" && b.lang != "yaml") {
+				continue
+			}
+			path, name, _ := strings.Cut(b.from, ":")
+			src, raws := source(t, path, name)
+			if b.lang == "go" {
+				if !quotes(src, b.text) {
+					t.Errorf("%s: the go block is not a copy of lines of %s in %s", where, name, path)
+				}
+				continue
+			}
+			found := false
+			for _, r := range raws {
+				found = found || r == b.text
+			}
+			if !found {
+				t.Errorf("%s: the yaml block is not a raw string of %s in %s", where, name, path)
+			}
+		}
+	}
+}
