@@ -5,6 +5,8 @@
 // the environment.
 package main
 
+//go:generate go test -run ^TestReference$ -update
+
 import (
 	"context"
 	"errors"

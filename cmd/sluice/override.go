@@ -23,7 +23,9 @@ func init() {
 		summary: "set, get, list, remove, import or export runtime overrides on a server (its admin API)",
 		run:     cmdOverride,
 		help: func(lookupEnv) *help {
-			return newHelp("override", "override SUBCOMMAND [flags]", overrideAbout)
+			h := newHelp("override", "override SUBCOMMAND [flags]", overrideAbout)
+			h.env = adminEnv
+			return h
 		},
 		subs: func(env lookupEnv) []*help {
 			var hs []*help

@@ -76,7 +76,8 @@ the details.`
 flag's name in capitals, dashes as underscores (SLUICE_UPSTREAM); a flag
 wins over its variable. The Redis variables of envoyproxy/ratelimit
 (REDIS_URL, REDIS_AUTH, ...) are read after the SLUICE_ ones, for the
-flags that name them.`,
+flags that name them. GOMEMLIMIT, when set, wins over the memory limit of
+the process --max-bytes sets.`,
 		all:   true,
 		envoy: envoyRedis,
 	}

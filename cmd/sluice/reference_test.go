@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite docs/reference from the flag de
 const referenceDir = "../../docs/reference"
 
 // regenerate is the one command that rewrites the reference.
-const regenerate = "go test ./cmd/sluice -run TestReference -update"
+const regenerate = "go generate ./cmd/sluice"
 
 // noEnv is an environment with nothing set: the reference shows the
 // defaults of the flags, not of the environment it is generated in.
@@ -164,7 +164,7 @@ func writeHelpRef(b *strings.Builder, h *help, level string) {
 	if h.subsList() != "" {
 		b.WriteString("\n" + h.subsList())
 	}
-	if h.env.note != "" {
+	if h.env.note != "" && level == "##" { // a subcommand's is its command's
 		fmt.Fprintf(b, "\n%s Environment\n", level)
 		writeParagraphs(b, h.env.note)
 	}

@@ -121,9 +121,9 @@ flag's name in capitals, dashes as underscores (SLUICE_REDIS_URL); a flag
 wins over its variable. Variables of envoyproxy/ratelimit are read after
 the SLUICE_ ones, for the flags that name them; those it has that sluice
 does not honour are named in a warning at start. Beside these, --tracing
-reads OTEL_EXPORTER_OTLP_ENDPOINT, --dogstatsd-mogrifiers
-DOG_STATSD_MOGRIFIER_*, and GOMEMLIMIT, when set, wins over the memory
-limit --max-bytes sets.`,
+reads the OTEL_EXPORTER_OTLP_* variables (its endpoint),
+--dogstatsd-mogrifiers DOG_STATSD_MOGRIFIER_*, and GOMEMLIMIT, when set,
+wins over the memory limit of the process --max-bytes sets.`,
 		all:   true,
 		envoy: envoyVars,
 	}
