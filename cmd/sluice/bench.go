@@ -44,8 +44,8 @@ whatever the answers, up to --concurrency in flight, and latency counts from
 when a request was due. The run always ends by itself, after --warmup plus
 --duration, or --requests measured requests.`
 	h.group("Target", func(fs *flag.FlagSet) {
-		fs.StringVar(&o.mode, "mode", "grpc", "protocol: grpc (RateLimitService/ShouldRateLimit), json (HTTP POST /json) or http (GET --path, for an HTTP API or sluice proxy)")
-		fs.StringVar(&o.cfg.Target, "target", "127.0.0.1:8081", "host:port of the server (the gRPC port, or the HTTP port with --mode json or http)")
+		fs.StringVar(&o.mode, "mode", "grpc", "`protocol`: grpc (RateLimitService/ShouldRateLimit), json (HTTP POST /json) or http (GET --path, for an HTTP API or sluice proxy)")
+		fs.StringVar(&o.cfg.Target, "target", "127.0.0.1:8081", "`host:port` of the server (the gRPC port, or the HTTP port with --mode json or http)")
 		fs.IntVar(&o.cfg.Connections, "connections", 1, "gRPC client connections, or HTTP transports with --mode json or http")
 		benchHTTPFlags(fs, &o.cfg)
 	})
@@ -54,8 +54,8 @@ when a request was due. The run always ends by itself, after --warmup plus
 		fs.Float64Var(&o.cfg.Rate, "rate", 0, "open loop: requests per second, due whatever the answers, latency from when each was due (0: closed loop)")
 		fs.IntVar(&o.cfg.Keys, "keys", 1000, `distinct descriptor values, "k0" … "k<keys-1>", chosen uniformly`)
 		fs.Float64Var(&o.cfg.Hot, "hot", 0, `share of requests (0..1) sent with the one hot value "hot" instead`)
-		fs.StringVar(&o.cfg.Domain, "domain", "bench", "domain of the requests")
-		fs.StringVar(&o.cfg.DescriptorKey, "descriptor-key", "key", "key of the one descriptor entry of each request")
+		fs.StringVar(&o.cfg.Domain, "domain", "bench", "`domain` of the requests")
+		fs.StringVar(&o.cfg.DescriptorKey, "descriptor-key", "key", "`key` of the one descriptor entry of each request")
 		fs.DurationVar(&o.cfg.Timeout, "timeout", 2*time.Second, "timeout of each request")
 		fs.Uint64Var(&o.cfg.Seed, "seed", 1, "seed of the choice of keys")
 	})

@@ -39,7 +39,7 @@ func init() {
 // benchHTTPFlags adds sluice bench's flags of its HTTP mode.
 func benchHTTPFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.StringVar(&cfg.Path, "path", "/", "with --mode http: the `path` (and query) of each GET")
-	fs.StringVar(&cfg.Header, "header", "", `with --mode http: the header that carries each request's key value ("k0" …, or "hot"); empty: no header, every request alike`)
+	fs.StringVar(&cfg.Header, "header", "", "with --mode http: the `header` that carries each request's key value (\"k0\" …, or \"hot\"); empty: no header, every request alike")
 }
 
 // plainProxyHelp builds the flags of sluice plainproxy.

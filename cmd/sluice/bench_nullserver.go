@@ -32,8 +32,8 @@ over HTTP, answering every request OK at once, with one status per descriptor
 shaped like a real answer. It decides nothing and keeps no state: run
 "sluice bench" against it and against sluice serve, with the same flags, and
 the difference is the work of sluice serve. Runs until interrupted.`)
-	grpcAddr = h.fs.String("grpc-addr", "127.0.0.1:18081", "gRPC listen address (empty: no gRPC)")
-	httpAddr = h.fs.String("http-addr", "127.0.0.1:18080", "HTTP listen address for POST /json (empty: no HTTP)")
+	grpcAddr = h.fs.String("grpc-addr", "127.0.0.1:18081", "gRPC listen `address` (empty: no gRPC)")
+	httpAddr = h.fs.String("http-addr", "127.0.0.1:18080", "HTTP listen `address` for POST /json (empty: no HTTP)")
 	return h, grpcAddr, httpAddr
 }
 

@@ -145,6 +145,11 @@ func TestBadFlagIsOneLine(t *testing.T) {
 		{"simulate", "--trace"},
 		{"bench", "--bogus"},
 		{"nullserver", "--bogus"},
+		{"nullapi", "--bogus"},
+		{"plainproxy", "--bogus"},
+		{"explain", "--bogus"},
+		{"check", "--bogus"},
+		{"version", "--bogus"},
 	} {
 		code, stdout, stderr := runCmd(t, "", args...)
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")

@@ -247,7 +247,7 @@ func newOverrideFlags(fs *flag.FlagSet, sub string, env lookupEnv) *overrideFlag
 	}
 	switch sub {
 	case "set":
-		f.limit = fs.String("limit", "", `the limit as JSON, with a rules file's rate_limit keys: '{"unit":"minute","requests_per_unit":100}', '{"unlimited":true}' or '{"blocked":true}'`)
+		f.limit = fs.String("limit", "", `the limit as `+"`JSON`"+`, with a rules file's rate_limit keys: '{"unit":"minute","requests_per_unit":100}', '{"unlimited":true}' or '{"blocked":true}'`)
 		f.expires = fs.String("expires", "", "when the override ends, RFC 3339 (2026-12-31T00:00:00Z); none when empty")
 		f.ttl = fs.Duration("ttl", 0, "or how long from now the override lasts")
 		f.note = fs.String("note", "", "a note kept with the override")

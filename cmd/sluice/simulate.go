@@ -37,8 +37,8 @@ and a summary per rule (allowed, denied, shadow-denied) to stderr; with
 --plot, an SVG of each rule's allowed and denied over time. A malformed
 line fails the run, with its line number, before any decision is printed.`)
 	fs := h.fs
-	fs.StringVar(&f.config, "config", "", "rules file, or directory of rules files (one domain each)")
-	fs.StringVar(&f.tracePath, "trace", "", `trace of requests, one JSON object per line ("-" for stdin)`)
+	fs.StringVar(&f.config, "config", "", "rules `file`, or directory of rules files (one domain each)")
+	fs.StringVar(&f.tracePath, "trace", "", "`trace` of requests, one JSON object per line (\"-\" for stdin)")
 	fs.BoolVar(&f.quiet, "quiet", false, "do not print the summary")
 	fs.StringVar(&f.plot, "plot", "", "also draw what each rule allowed and denied over time, as an SVG image in this `file`")
 	fs.BoolVar(&f.allOrNothing, "all-or-nothing", false, "decide every limit of a request together, as sluice serve --all-or-nothing (default: each on its own, as sluice serve and envoyproxy/ratelimit)")
