@@ -16,6 +16,8 @@ var (
 	yaml = []string{"go.yaml.in/yaml/v3"}
 	// gRPC and the Envoy protos, for the codecs and the servers.
 	envoy = []string{"google.golang.org/grpc", "google.golang.org/protobuf/", "google.golang.org/genproto/", "github.com/envoyproxy/", "github.com/cncf/xds/", "golang.org/x/net/", "golang.org/x/sys/", "golang.org/x/text/"}
+	// The MaxMind database reader of the proxy's GeoIP sources.
+	maxmind = []string{"github.com/oschwald/maxminddb-golang/v2", "golang.org/x/sys/"}
 )
 
 // allowed lists, for every public package and for the internal ones whose
@@ -59,6 +61,9 @@ var allowed = map[string][][]string{
 	"internal/redact": nil,
 	// The YAML walker of the rules and http readers owns no schema.
 	"internal/yamlwalk": {yaml},
+	// The GeoIP databases: MaxMind's reader (and the system calls it
+	// maps files with), no writer, nothing of httplimit.
+	"internal/geoip": {maxmind},
 }
 
 // TestImportAllowList holds every public package, and the internal ones

@@ -196,23 +196,32 @@ func (c *ClientIP) prefixLens() (v4, v6 int, err error) {
 // 1 MB X-Forwarded-For costs about as much as a short one), and it does not
 // allocate unless it fails.
 func (c *ClientIP) Resolve(r *http.Request) (netip.Prefix, error) {
-	v4, v6, err := c.prefixLens()
+	a, bits, err := c.resolve(r)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
+	return a.Prefix(bits)
+}
+
+// resolve returns the client's address, ungrouped, and the prefix length
+// that groups it.
+func (c *ClientIP) resolve(r *http.Request) (netip.Addr, int, error) {
+	v4, v6, err := c.prefixLens()
+	if err != nil {
+		return netip.Addr{}, 0, err
+	}
 	peer, ok := parsePeer(r.RemoteAddr)
 	if !ok {
-		return netip.Prefix{}, fmt.Errorf("%w: %q", ErrPeerAddress, r.RemoteAddr)
+		return netip.Addr{}, 0, fmt.Errorf("%w: %q", ErrPeerAddress, r.RemoteAddr)
 	}
 	client := peer
 	if c.trusted(peer) {
 		client = c.fromHeaders(r.Header, peer)
 	}
-	bits := v6
 	if client.Is4() {
-		bits = v4
+		return client, v4, nil
 	}
-	return client.Prefix(bits)
+	return client, v6, nil
 }
 
 // fromHeaders returns the client as the first configured header present

@@ -66,7 +66,7 @@ func (m *middleware) newConcurrency(cfg *Concurrency) (*concurrency, error) {
 		return nil, fmt.Errorf("concurrency: %w", err)
 	}
 	for _, e := range key {
-		m.needIP = m.needIP || e.kind == remoteAddress
+		m.needIP = m.needIP || e.needsClient()
 	}
 	c := &concurrency{max: int32(cfg.Max), ents: key, seed: maphash.MakeSeed()}
 	for i := range c.shards {
@@ -84,7 +84,7 @@ func (c *concurrency) key(s *scratch, r *http.Request) (key string, ok bool, err
 	}
 	b := s.ckey[:0]
 	for i := range c.ents {
-		v, ok, err := c.ents[i].value(r, s.client)
+		v, ok, err := c.ents[i].value(r, s)
 		if err != nil {
 			return "", false, invalidError{err.Error()}
 		}

@@ -99,7 +99,7 @@ func (f *failures) counts(status int) bool {
 // left, for the headers, and a key serving a block_for penalty denies it.
 func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error) {
 	s.fail.reset()
-	n, err := m.fill(&s.fail, f.descs, r, s.client, 0)
+	n, err := m.fill(&s.fail, f.descs, r, s, 0)
 	if err != nil {
 		return 0, err
 	}

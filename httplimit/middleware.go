@@ -238,7 +238,7 @@ func (m *middleware) compileAll(ds []Descriptor) ([][]entry, error) {
 			return nil, err
 		}
 		for _, e := range c {
-			m.needIP = m.needIP || e.kind == remoteAddress
+			m.needIP = m.needIP || e.needsClient()
 		}
 		m.entries += len(c)
 		out = append(out, c)

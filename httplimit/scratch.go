@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"net/http"
+	"net/netip"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/decide"
@@ -16,7 +17,8 @@ type scratch struct {
 	fail    reqScratch // Failures.Descriptors
 	req     decide.Request
 	out     decide.Outcome
-	client  string // the resolved client key, when needed
+	client  string     // the resolved client key, when needed
+	addr    netip.Addr // the resolved client address, ungrouped, when needed
 	key     []byte
 	ckey    []byte // the concurrency or queue key
 	hdr     ratelimitheaders.Values
@@ -66,6 +68,7 @@ func (m *middleware) release(s *scratch) {
 	s.main.reset()
 	s.fail.reset()
 	s.client = ""
+	s.addr = netip.Addr{}
 	s.out.Reset()
 	m.scratch.Put(s)
 }
@@ -75,10 +78,12 @@ func (m *middleware) release(s *scratch) {
 // descriptor is skipped.
 func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
 	if m.needIP {
-		p, err := m.ip.Resolve(r)
+		a, bits, err := m.ip.resolve(r)
 		if err != nil {
 			return 0, err
 		}
+		p, _ := a.Prefix(bits) // bits is in range for a's family
+		s.addr = a
 		s.key = AppendKey(s.key[:0], p)
 		// The client key lives in s.key until the request is done: no
 		// copy per request (see Decider, and concurrency.acquire, which
@@ -86,7 +91,7 @@ func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
 		s.client = unsafe.String(unsafe.SliceData(s.key), len(s.key))
 	}
 	s.main.reset()
-	return m.fill(&s.main, m.descs, r, s.client, 1)
+	return m.fill(&s.main, m.descs, r, s, 1)
 }
 
 // reset empties rs of descriptors.
@@ -111,7 +116,7 @@ func (rs *reqScratch) appendCopy(src *reqScratch) {
 
 // fill adds to rs the descriptors set of r, each of cost hits, and returns
 // how many it added.
-func (m *middleware) fill(rs *reqScratch, set [][]entry, r *http.Request, client string, hits int64) (int, error) {
+func (m *middleware) fill(rs *reqScratch, set [][]entry, r *http.Request, s *scratch, hits int64) (int, error) {
 	before := len(rs.descs)
 	next := rs.next
 descs:
@@ -119,7 +124,7 @@ descs:
 		start := next
 		for i := range d {
 			e := &d[i]
-			v, ok, err := e.value(r, client)
+			v, ok, err := e.value(r, s)
 			if err != nil {
 				return 0, invalidError{err.Error()}
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"strings"
 	"unicode/utf8"
@@ -42,7 +43,9 @@ const (
 //
 //   - absent: a [Header] or [APIKey] whose header the request does not
 //     carry or carries empty, and a [Country] whose header is absent or
-//     not two ASCII letters, skip the whole descriptor for that request,
+//     not two ASCII letters, and a [Located] value its Locator does not
+//     know (an address missing from a GeoIP database, a private one),
+//     skip the whole descriptor for that request,
 //     as Envoy's request_headers action does: the request is not counted
 //     against that descriptor's limits, and is still counted against the
 //     other descriptors'.
@@ -68,12 +71,13 @@ type Entry struct {
 }
 
 // Source produces the value of a descriptor entry from a request. Make one
-// with RemoteAddress, Header, APIKey, Method, Path, Country or Const; the
-// zero Source is invalid.
+// with RemoteAddress, Header, APIKey, Method, Path, Country, Const, KeyFunc
+// or Located; the zero Source is invalid.
 type Source struct {
 	kind   sourceKind
 	header string // canonical header name, or the Const value
 	fn     func(*http.Request) (string, error)
+	loc    Locator
 }
 
 type sourceKind uint8
@@ -88,6 +92,7 @@ const (
 	path
 	constant
 	function
+	located
 )
 
 var defaultKeys = [...]string{
@@ -99,6 +104,7 @@ var defaultKeys = [...]string{
 	path:          "path",
 	constant:      "generic_key",
 	function:      "key",
+	located:       "location",
 }
 
 // RemoteAddress is the client's address as Config.ClientIP resolves it, in
@@ -149,12 +155,33 @@ func KeyFunc(f func(*http.Request) (string, error)) Source {
 	return Source{kind: function, fn: f}
 }
 
+// Locator maps a client address to a value: its country from a GeoIP
+// database, its autonomous system number, its network's name. Locate
+// returns "" when it knows none. It is called on every request of a
+// Located entry, so it must be fast, must not block (a database being
+// reloaded keeps answering from the one in force), and must be safe for
+// concurrent use.
+type Locator interface {
+	Locate(addr netip.Addr) string
+}
+
+// Located is the value l gives for the client's address as Config.ClientIP
+// resolves it (trusted proxies and forwarding headers; never a header a
+// client could set itself), before IPv4Prefix and IPv6Prefix group it,
+// IPv4-mapped addresses as IPv4. An empty value, and one that Header would
+// refuse (longer than MaxHeaderValueLen bytes, a control character,
+// invalid UTF-8), is absent: the descriptor is skipped, as for Country,
+// since the request did not choose it. Default key "location": name the
+// key the rules match, such as "country" or "asn".
+func Located(l Locator) Source { return Source{kind: located, loc: l} }
+
 // entry is an Entry compiled by New.
 type entry struct {
 	key  string
 	kind sourceKind
 	arg  string // the canonical header name, or the Const value
 	fn   func(*http.Request) (string, error)
+	loc  Locator
 }
 
 // compile checks d and returns its compiled entries.
@@ -168,13 +195,17 @@ func compile(i int, d Descriptor) ([]entry, error) {
 	out := make([]entry, len(d))
 	for j, e := range d {
 		s := e.Source
-		c := entry{key: e.Key, kind: s.kind, arg: s.header, fn: s.fn}
+		c := entry{key: e.Key, kind: s.kind, arg: s.header, fn: s.fn, loc: s.loc}
 		switch s.kind {
 		case noSource:
 			return nil, fmt.Errorf("%w: descriptor %d entry %d has no Source", ErrConfig, i, j)
 		case function:
 			if s.fn == nil {
 				return nil, fmt.Errorf("%w: descriptor %d entry %d: KeyFunc of a nil function", ErrConfig, i, j)
+			}
+		case located:
+			if s.loc == nil {
+				return nil, fmt.Errorf("%w: descriptor %d entry %d: Located by a nil Locator", ErrConfig, i, j)
 			}
 		case header, apiKey, country:
 			if !isToken(s.header) {
@@ -221,13 +252,22 @@ func checkValue(v string, maxLen int) error {
 	return nil
 }
 
+// needsClient reports whether e reads the resolved client address.
+func (e *entry) needsClient() bool { return e.kind == remoteAddress || e.kind == located }
+
 // value returns the value of e for r, with ok false when the descriptor is
-// skipped (absent) and err set when the request is invalid. client is the
-// resolved client key, for RemoteAddress.
-func (e *entry) value(r *http.Request, client string) (v string, ok bool, err error) {
+// skipped (absent) and err set when the request is invalid. s holds the
+// resolved client, for RemoteAddress and Located.
+func (e *entry) value(r *http.Request, s *scratch) (v string, ok bool, err error) {
 	switch e.kind {
 	case remoteAddress:
-		return client, true, nil
+		return s.client, true, nil
+	case located:
+		v := e.loc.Locate(s.addr)
+		if v == "" || checkValue(v, MaxHeaderValueLen) != nil {
+			return "", false, nil
+		}
+		return v, true, nil
 	case header, apiKey:
 		lines := r.Header[e.arg]
 		if len(lines) == 0 || len(lines) == 1 && lines[0] == "" {
