@@ -7,6 +7,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/geoip"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -49,9 +50,12 @@ func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
 	if !isMap || len(p.Errs) > before {
 		return er.e, false
 	}
+	if er.e.Key == "" {
+		er.e.Key = er.geoKey
+	}
 	if er.src == nil && er.ok {
 		if er.e.Key != "remote_address" {
-			p.Errorf(p.node(n), "an entry needs a source: source (remote_address, method, path), header, api_key, country or value; only key remote_address implies its source")
+			p.Errorf(p.node(n), "an entry needs a source: source (remote_address, method, path, country, asn), header, api_key, country or value; only key remote_address implies its source")
 			return er.e, false
 		}
 		er.e.Source = httplimit.RemoteAddress()
@@ -65,6 +69,8 @@ type entryReader struct {
 	e   httplimit.Entry
 	src *yaml.Node // the source key, once one is read
 	ok  bool
+
+	geoKey string // the default key of a geoip source
 }
 
 // field reads one field of the entry.
@@ -106,7 +112,8 @@ func (er *entryReader) field(key string, k, v *yaml.Node) {
 	}
 }
 
-// source reads the source field: remote_address, method or path.
+// source reads the source field: remote_address, method, path, or a
+// database of the geoip block (country, asn).
 func (er *entryReader) source(k, v *yaml.Node) {
 	s, sok := er.p.str(v, "source")
 	switch s {
@@ -116,12 +123,31 @@ func (er *entryReader) source(k, v *yaml.Node) {
 		er.setSource(k, httplimit.Method())
 	case "path":
 		er.setSource(k, httplimit.Path())
+	case "country":
+		er.located(k, v, geoip.Country, er.p.geo.Country)
+	case "asn":
+		er.located(k, v, geoip.ASN, er.p.geo.ASN)
 	default:
 		if sok {
-			er.p.Errorf(er.p.node(v), "unknown source %q (want remote_address, method or path; or header, api_key, country or value instead of source)", s)
+			er.p.Errorf(er.p.node(v), "unknown source %q (want remote_address, method, path, country or asn; or header, api_key, country or value instead of source)", s)
 		}
 		er.ok = false
 	}
+}
+
+// located sets the source of field f, read from db, the database the
+// geoip block names for it; the entry's key defaults to the field's name.
+func (er *entryReader) located(k, v *yaml.Node, f geoip.Field, db *geoip.DB) {
+	p := er.p
+	if db == nil {
+		if p.geoNamed&f == 0 { // else its problem is reported already
+			p.Errorf(p.node(v), "source %s needs a database: name it in the http section's geoip block (geoip: {%s: path/to/file.mmdb})", f, f)
+		}
+		er.ok = false
+		return
+	}
+	er.setSource(k, httplimit.Located(db.Locator(f)))
+	er.geoKey = f.String()
 }
 
 // setSource sets the entry's source from key k; a second one is a problem.

@@ -17,6 +17,9 @@
 //	    ipv4_prefix: 32
 //	  headers: [ietf, x-ratelimit, retry-after]   # or [all], or [none]; default all
 //	  shadow_mode: false
+//	  geoip:                            # databases for source: country and source: asn
+//	    country: GeoLite2-Country.mmdb  # relative to this file's directory
+//	    asn: GeoLite2-ASN.mmdb
 //	  routes:
 //	    - pattern: "POST /login"      # a net/http.ServeMux pattern
 //	      name: login                 # default: the pattern
@@ -25,7 +28,9 @@
 //	        - [{key: user, header: X-User}]
 //	        - [{key: method, source: method}, {key: path, source: path}]
 //	        - [{key: plan, api_key: X-API-Key}]
-//	        - [{country: CF-IPCountry}]
+//	        - [{country: CF-IPCountry}]   # a CDN's country header
+//	        - [{source: country}]         # the client address in geoip's country database
+//	        - [{key: network, source: asn}]
 //	        - [{key: tier, value: gold}]
 //	      shaping: {max_delay: 500ms, max_queue: 20}
 //	      failures:                   # limits that count only these statuses
@@ -41,8 +46,9 @@
 // This package owns the section's format and its translation into
 // httplimit settings. It imports rules (for its Problem and Error types
 // and to load the rules of the same file), httplimit, rls (the Decider's
-// signature, to check routes with httplimit.New), go.yaml.in/yaml/v3 and
-// x/net's httpguts; it must not import stores, transports or the proxy.
+// signature, to check routes with httplimit.New), geoip (to open the
+// databases the section names), go.yaml.in/yaml/v3 and x/net's httpguts;
+// it must not import stores, transports or the proxy.
 package httpconf
 
 import (
@@ -64,6 +70,10 @@ type Section struct {
 	// ShadowMode is shadow_mode: decide and count every request, deny
 	// none.
 	ShadowMode bool
+
+	// GeoIP is geoip: the databases of the entries {source: country} and
+	// {source: asn}.
+	GeoIP GeoIP
 
 	// Routes are the routes in file order; never empty.
 	Routes []Route

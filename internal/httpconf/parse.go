@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/geoip"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/yamlwalk"
 	"github.com/sluicehq/sluice/rules"
@@ -17,7 +18,7 @@ import (
 
 // The keys each mapping of the section takes.
 var (
-	sectionKeys  = []string{"client_ip", "headers", "shadow_mode", "routes"}
+	sectionKeys  = []string{"client_ip", "headers", "shadow_mode", "geoip", "routes"}
 	clientIPKeys = []string{"trusted_proxies", "headers", "ipv6_prefix", "ipv4_prefix"}
 	routeKeys    = []string{"pattern", "name", "descriptors", "shaping", "failures", "concurrency"}
 	shapingKeys  = []string{"max_delay", "max_queue"}
@@ -71,8 +72,9 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 // Parse reads the http section of the rules file data; name is the file's
 // name in problems. A file without one gives Default(). An invalid section
 // gives a *rules.Error listing every problem. Parse reads nothing but the
-// section: a file whose rules are invalid, or that is not a mapping, has a
-// valid section as long as the section is.
+// section, and the databases its geoip block names (a relative path is
+// taken from the directory of name): a file whose rules are invalid, or
+// that is not a mapping, has a valid section as long as the section is.
 func Parse(name string, data []byte) (*Section, error) {
 	doc, err := yamlwalk.Load(data)
 	if err != nil {
@@ -105,7 +107,9 @@ func Parse(name string, data []byte) (*Section, error) {
 // sluice's own and read strictly (YAML 1.2), not as Envoy's yaml.v2.
 type parser struct {
 	*yamlwalk.Walker
-	file string
+	file     string
+	geo      GeoIP       // the databases of the geoip block, once opened
+	geoNamed geoip.Field // the fields the geoip block names, opened or not
 }
 
 // problems gives the walk's problems as the file's.
@@ -198,6 +202,9 @@ func (p *parser) section(n *yaml.Node) *Section {
 			s.Headers = p.headers(v)
 		case "shadow_mode":
 			s.ShadowMode = p.boolean(v, "shadow_mode")
+		case "geoip":
+			p.geoip(&p.geo, v)
+			s.GeoIP = p.geo
 		case "routes":
 			routes = v
 		}

@@ -139,7 +139,7 @@ func TestErrors(t *testing.T) {
 		want      []string // "line:col: message" substrings, in order
 	}{
 		{"not a mapping", "http: [1]\n", []string{"1:7: the http section must be a mapping, got a list"}},
-		{"unknown key", head + "  route: []\n", []string{`3:3: unknown key "route" in the http section (want one of client_ip, headers, shadow_mode, routes)`}},
+		{"unknown key", head + "  route: []\n", []string{`3:3: unknown key "route" in the http section (want one of client_ip, headers, shadow_mode, geoip, routes)`}},
 		{"repeated key", head + "  shadow_mode: true\n  shadow_mode: false\n", []string{`4:3: key "shadow_mode" repeated (first at line 3)`}},
 		{"shadow string", head + "  shadow_mode: 'yes'\n", []string{`3:16: shadow_mode must be true or false, got "yes"`}},
 		{"bad proxy", head + "  client_ip:\n    trusted_proxies: [10.0.0.0/8, 300.1.1.1, 'a,b']\n", []string{

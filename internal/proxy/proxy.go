@@ -61,6 +61,14 @@
 // Denials, invalid requests and decisions that fail are answered by the
 // middleware (429, 400, 503; see httplimit).
 //
+// # Country and ASN
+//
+// The entries {source: country} and {source: asn} of a route look the
+// client address (as client_ip resolves it) up in the MaxMind-format
+// databases of the section's geoip block. A database is reloaded when its
+// file changes, in the background; a file it refuses is logged (component
+// geoip) and the one in force keeps answering.
+//
 // AdminHandler serves the operators' side of a proxy (/healthz, /readyz,
 // /metrics), apart from the API's paths.
 //
@@ -222,6 +230,11 @@ func (p *Proxy) SetRoutes(domain string, s *httpconf.Section) error {
 	t, err := p.build(domain, s)
 	if err != nil {
 		return err
+	}
+	// The section's GeoIP databases reload themselves when their files
+	// change; what they refuse is logged here.
+	for _, db := range s.GeoIP.DBs() {
+		db.SetLogger(p.log.With("component", "geoip"))
 	}
 	old := p.table.Swap(t)
 	if old != nil && p.cfg.Metrics != nil {
