@@ -21,14 +21,14 @@ import (
 // API that answers at once, for bench/proxy.sh.
 func init() {
 	commands["plainproxy"] = command{
-		summary: "a reverse proxy that limits nothing, to compare sluice proxy with",
+		summary: "a reverse proxy that limits nothing, to compare with",
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdPlainProxy(ctx, args, stderr)
 		},
 		help: func(lookupEnv) *help { h, _, _ := plainProxyHelp(); return h },
 	}
 	commands["nullapi"] = command{
-		summary: "an HTTP API that answers every request at once, to put behind proxies",
+		summary: "an HTTP API that answers at once, to put behind proxies",
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdNullAPI(ctx, args, stderr)
 		},

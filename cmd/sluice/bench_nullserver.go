@@ -17,7 +17,7 @@ import (
 
 func init() {
 	commands["nullserver"] = command{
-		summary: "a rate limit service that answers OK at once, to compare with",
+		summary: "a rate limit service that answers OK at once",
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdNullServer(ctx, args, stderr)
 		},

@@ -85,9 +85,9 @@ func usage() string {
 	var b strings.Builder
 	b.WriteString("sluice: a rate limiter\n\nUsage:\n")
 	for _, name := range names {
-		fmt.Fprintf(&b, "  sluice %-10s %s\n", name, commands[name].summary)
+		fmt.Fprintf(&b, "  sluice %-11s %s\n", name, commands[name].summary)
 	}
-	b.WriteString("\nRun \"sluice COMMAND --help\" (or \"sluice help COMMAND\") for the flags of a command.\n")
+	b.WriteString("\nRun \"sluice help COMMAND\" (or \"sluice COMMAND --help\") for a command's flags.\n")
 	return b.String()
 }
 

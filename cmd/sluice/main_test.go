@@ -206,6 +206,12 @@ func TestHelp(t *testing.T) {
 			t.Errorf("sluice override --help does not list %s:\n%s", sub, stdout)
 		}
 	}
+	_, usage, _ := runCmd(t, "", "--help")
+	for _, line := range strings.Split(usage, "\n") {
+		if len([]rune(line)) > 80 {
+			t.Errorf("sluice --help: a line of %d columns, want at most 80: %q", len([]rune(line)), line)
+		}
+	}
 	if code, _, stderr := runCmd(t, ""); code != 2 || !strings.Contains(stderr, "Usage:") {
 		t.Errorf("no command: exit %d, stderr %q; want 2 and the usage", code, stderr)
 	}

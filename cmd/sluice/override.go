@@ -20,7 +20,7 @@ import (
 
 func init() {
 	commands["override"] = command{
-		summary: "set, get, list, remove, import or export runtime overrides on a server (its admin API)",
+		summary: "set, get, list, rm, import or export runtime overrides",
 		run:     cmdOverride,
 		help: func(lookupEnv) *help {
 			h := newHelp("override", "override SUBCOMMAND [flags]", overrideAbout)
@@ -37,7 +37,7 @@ func init() {
 		},
 	}
 	commands["explain"] = command{
-		summary: "say which rule or override would apply to descriptors, and why (a server's admin API)",
+		summary: "ask a server which rule or override applies, and why",
 		run: func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return cmdExplain(ctx, args, os.LookupEnv, stdout, stderr)
 		},

@@ -26,7 +26,7 @@ import (
 
 func init() {
 	commands["serve"] = command{
-		summary: "run the rate limit service: Envoy RLS v3 over gRPC, HTTP JSON, metrics",
+		summary: "run the rate limit service (Envoy RLS, RLQS, HTTP JSON)",
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdServe(ctx, args, os.LookupEnv, stderr)
 		},

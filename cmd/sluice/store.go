@@ -223,11 +223,7 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide")}
 	if set.redis != nil {
 		cfg.Failover.NodeCount = set.redis.Nodes
-		clock, err := redisClock(set.redis, log.With("component", "redisclock"))
-		if err != nil {
-			set.close()
-			return decide.Config{}, nil, err
-		}
+		clock := redisClock(set.redis, log.With("component", "redisclock"))
 		cfg.Now = clock.Now
 		closeAll := set.close
 		set.close = func() { clock.Close(); closeAll() }
