@@ -82,6 +82,12 @@ type Config struct {
 	// Logger receives what the core does on its own: the write-backs of
 	// what the local failure policy admitted. Nil discards.
 	Logger *slog.Logger
+
+	// Now is the store's clock, which chooses the window of rules with
+	// schedules (rules.Plan.Now): read once per decision, and only for
+	// rules with schedules. Nil means time.Now, the clock of a memstore
+	// made without one.
+	Now func() time.Time
 }
 
 // Request is one request to decide.
@@ -140,6 +146,7 @@ type Decider struct {
 	limiter  *sluice.Limiter
 	rules    atomic.Pointer[rules.Config]
 	runtime  rules.Runtime
+	storeNow func() time.Time // Config.Now
 	each     bool
 	quota    bool
 	failover Failover
@@ -169,6 +176,7 @@ func New(cfg Config) (*Decider, error) {
 	d := &Decider{
 		limiter:  cfg.Limiter,
 		runtime:  cfg.Runtime,
+		storeNow: cfg.Now,
 		each:     cfg.CountEach,
 		quota:    cfg.QuotaMode,
 		failover: f,
@@ -466,6 +474,7 @@ func (d *Decider) plan(s *scratch, domain string, descs []rules.Descriptor) erro
 	}
 	s.cfg = cfg
 	s.plan.Runtime = d.runtime
+	s.plan.Now = d.storeNow
 	return cfg.Plan(domain, descs, &s.plan)
 }
 

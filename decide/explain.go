@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
@@ -27,10 +28,16 @@ type DescriptorExplanation struct {
 	Status string `json:"status"`
 	// Source: rules, override (a runtime override), request (Envoy's
 	// per-descriptor limit) or none.
-	Source   string             `json:"source"`
-	Rule     string             `json:"rule,omitempty"`     // the rule reached: file:line:column
-	StatKey  string             `json:"stat_key,omitempty"` // its stats key
-	Override string             `json:"override,omitempty"` // the runtime override's domain and path
+	Source   string `json:"source"`
+	Rule     string `json:"rule,omitempty"`     // the rule reached: file:line:column
+	StatKey  string `json:"stat_key,omitempty"` // its stats key
+	Override string `json:"override,omitempty"` // the runtime override's domain and path
+	// Schedule is the window of the rule's schedules whose limits apply
+	// (its name, days, hours and zone), empty when the rule's own do;
+	// Until, for a rule with schedules, when that changes (RFC 3339, empty
+	// when it never does).
+	Schedule string             `json:"schedule,omitempty"`
+	Until    string             `json:"until,omitempty"`
 	Limits   []LimitExplanation `json:"limits,omitempty"`
 	Why      string             `json:"why"`
 }
@@ -134,6 +141,7 @@ func (d *Decider) Explain(ctx context.Context, domain string, descs []rules.Desc
 		default:
 			de.Source, de.Why = "rules", "the rule reached by the entries applies"
 		}
+		explainSchedule(&de, m)
 		e.Descriptors = append(e.Descriptors, de)
 	}
 	if p.Capacity >= 0 {
@@ -141,6 +149,31 @@ func (d *Decider) Explain(ctx context.Context, domain string, descs []rules.Desc
 		e.Capacity = &c
 	}
 	return e, nil
+}
+
+// explainSchedule says which window of a rule's schedules applies, and
+// until when.
+func explainSchedule(de *DescriptorExplanation, m *rules.Match) {
+	if m.Rule == nil || len(m.Rule.Schedules) == 0 || m.Runtime != "" || m.Status == rules.Replaced {
+		return
+	}
+	until := "for good"
+	if !m.Until.IsZero() {
+		de.Until = m.Until.Format(time.RFC3339)
+		until = "until " + de.Until
+	}
+	if s := m.Schedule; s != nil {
+		if s.Unlimited {
+			de.Why = "the rule reached applies"
+		}
+		de.Schedule = fmt.Sprintf("%s (%s %s-%s %s)", s.Name, s.Days, s.From, s.To, s.Zone)
+		de.Why += fmt.Sprintf("; its schedule %s holds now, %s, and its limits replace the rule's own", de.Schedule, until)
+		if s.Unlimited {
+			de.Why += " (it is unlimited)"
+		}
+		return
+	}
+	de.Why += "; none of its schedules holds now: its own limits apply " + until
 }
 
 func explainLimit(p *rules.Plan, j int, states []sluice.Decision) LimitExplanation {

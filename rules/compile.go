@@ -11,7 +11,42 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/yamlwalk"
 )
+
+// limitSpec collects the keys of one limit block before compiling it.
+type limitSpec struct {
+	unit, rpu, mult, period, alg, burst *yaml.Node
+	refillInterval, refillAmount        *yaml.Node
+	soft, elastic, blockFor, sketch     *yaml.Node
+	debit, consistency, overshoot       *yaml.Node
+}
+
+// limitKey records kv in s if it is a limit key.
+func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
+	slot := map[string]**yaml.Node{
+		"unit": &s.unit, "requests_per_unit": &s.rpu, "unit_multiplier": &s.mult,
+		"period": &s.period, "algorithm": &s.alg, "burst": &s.burst,
+		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
+		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
+		"debit": &s.debit, "consistency": &s.consistency, "max_overshoot": &s.overshoot,
+	}[kv.K.Value]
+	if slot == nil {
+		return false
+	}
+	*slot = kv.V
+	return true
+}
+
+// extensions reports the first sluice-only key of s, or nil.
+func (s *limitSpec) extension() *yaml.Node {
+	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot} {
+		if n != nil {
+			return n
+		}
+	}
+	return nil
+}
 
 // compile turns a limit block into a valid sluice.Limit, reporting every
 // problem; at is the block, for problems of the block as a whole.

@@ -103,9 +103,18 @@ type Match struct {
 	// the rule the entries reach, or nil: the stats stay the rule's.
 	Runtime string
 
+	// Schedule is the window of the rule's schedules whose limits apply,
+	// nil when the rule's own do (or a runtime override's). Until is when
+	// that changes (another window, or none, applies from then), zero
+	// when it never does; it is set for every rule with schedules.
+	Schedule *Schedule
+	Until    time.Time
+
 	runtime            []*sluice.Limit
-	lv                 int // first level in Plan.levels
-	statStart, statEnd int // StatKey span in the plan's buffer, statStart < 0 if none
+	limits             []*sluice.Limit // the rule's limits in force (Limited, without Runtime)
+	tags               []string        // and their key tags
+	lv                 int             // first level in Plan.levels
+	statStart, statEnd int             // StatKey span in the plan's buffer, statStart < 0 if none
 }
 
 // Plan is the matching of one request: the hits to decide together and,
@@ -132,6 +141,15 @@ type Plan struct {
 	// for each descriptor without Envoy's own limit, before the rules
 	// (reset keeps it).
 	Runtime Runtime
+
+	// Now, when set by the caller before Config.Plan, is the clock that
+	// chooses the window of a rule with schedules: the store's clock, so
+	// that the limits change when the store's time says. It is read at
+	// most once per Config.Plan, and only when a rule with schedules is
+	// matched; nil means time.Now (reset keeps it).
+	Now func() time.Time
+
+	now time.Time // read for this plan, zero until then
 
 	buf       []byte
 	scratch   []byte
@@ -201,10 +219,10 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 			}
 			lv := p.levels[m.lv : m.lv+len(desc.Entries)]
 			m.First = len(p.Hits)
-			m.Count = len(m.Rule.Limits)
-			for j, l := range m.Rule.Limits {
+			m.Count = len(m.limits)
+			for j, l := range m.limits {
 				start := len(p.buf)
-				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, j, desc.Entries, lv)
+				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, m.tags[j], desc.Entries, lv)
 				if err := p.addHit(start, l, desc.Cost); err != nil {
 					return err
 				}
@@ -230,12 +248,25 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 	return nil
 }
 
+// clock returns the time of this plan, reading p.Now the first time.
+func (p *Plan) clock() time.Time {
+	if p.now.IsZero() {
+		if p.Now != nil {
+			p.now = p.Now()
+		} else {
+			p.now = time.Now()
+		}
+	}
+	return p.now
+}
+
 // reset empties p for a new plan, keeping its storage.
 func (p *Plan) reset() {
 	p.Domain = nil
 	p.Hits = p.Hits[:0]
 	p.Matches = p.Matches[:0]
 	p.Capacity = -1
+	p.now = time.Time{}
 	p.buf = p.buf[:0]
 	p.levels = p.levels[:0]
 	p.spans = p.spans[:0]
@@ -273,7 +304,17 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 		}
 		m.Rule = r
 		m.Status = Limited
-		if r.Unlimited {
+		var unlimited bool
+		if len(r.windows) == 0 {
+			m.limits, m.tags, unlimited = r.Limits, r.tags, r.Unlimited
+		} else {
+			var i int
+			m.limits, m.tags, unlimited, i, m.Until = r.limitsAt(p.clock())
+			if i >= 0 {
+				m.Schedule = r.Schedules[i]
+			}
+		}
+		if unlimited {
 			m.Status = Unlimited
 		}
 		p.replacing = append(p.replacing, r.Replaces...)
@@ -476,11 +517,11 @@ func (p *Plan) walk(d *Domain, entries []Entry) *Rule {
 // algorithm, period and refill interval, and every entry's key and value —
 // or, where a share_threshold wildcard matched, its pattern. Every variable
 // part is length-prefixed, so no two distinct requests share a key.
-func appendRuleKey(b []byte, domain string, r *Rule, j int, entries []Entry, lv []level) []byte {
+func appendRuleKey(b []byte, domain string, r *Rule, tag string, entries []Entry, lv []level) []byte {
 	b = append(b, 'r')
 	b = entrytext.AppendField(b, domain)
 	b = entrytext.AppendField(b, r.ident)
-	b = append(b, r.tags[j]...)
+	b = append(b, tag...)
 	for i, e := range entries {
 		if lv[i].shared {
 			b = append(b, 's')

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/calendar"
 )
 
 // Domain is the parsed rules of one domain: one rules file. It is immutable
@@ -82,6 +83,11 @@ type Rule struct {
 	// is enforced.
 	Unlimited bool
 
+	// Schedules are the windows whose limits replace Limits while they
+	// hold (the `schedules:` extension), in file order: the first that
+	// holds applies.
+	Schedules []*Schedule
+
 	// The descriptor flags, with Envoy's meaning.
 	ShadowMode     bool // shadow_mode: evaluate and report, never deny
 	DetailedMetric bool // detailed_metric: stats key carries request values
@@ -102,14 +108,15 @@ type Rule struct {
 	File         string
 	Line, Column int
 
-	composite string           // key, or key_value: Envoy's map key
-	children  map[string]*Rule // by composite
-	wildcards []*Rule          // wildcard children, in file order
-	glob      glob             // the pattern of a wildcard rule, else nil
-	limited   bool             // has a rate_limit block (limits or unlimited)
-	depth     int              // 1 at the top level
-	ident     string           // length-prefixed path, part of counter keys
-	tags      []string         // per limit: index, algorithm and period, part of counter keys
+	composite string            // key, or key_value: Envoy's map key
+	children  map[string]*Rule  // by composite
+	wildcards []*Rule           // wildcard children, in file order
+	glob      glob              // the pattern of a wildcard rule, else nil
+	limited   bool              // has a rate_limit block (limits or unlimited)
+	depth     int               // 1 at the top level
+	ident     string            // length-prefixed path, part of counter keys
+	tags      []string          // per limit: index, algorithm and period, part of counter keys
+	windows   []calendar.Window // of Schedules, in order
 }
 
 // HasRateLimit reports whether the rule has a rate_limit (or rate_limits)

@@ -25,7 +25,7 @@ var envoyKeys = map[string]bool{
 // The keys each kind of mapping takes.
 var (
 	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "consistency", "max_overshoot", "http"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "schedules", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
@@ -195,8 +195,8 @@ func (p *parser) descriptors(parent *Rule, n *yaml.Node) {
 // descriptorNodes are the keys of a descriptor read later than its flags:
 // its limits, children and value, and whether it has a key.
 type descriptorNodes struct {
-	rl, rls, children, value *yaml.Node
-	keySeen                  bool
+	rl, rls, children, value, schedules *yaml.Node
+	keySeen                             bool
 }
 
 // descriptorFields reads a descriptor's keys into r, and returns those
@@ -215,6 +215,8 @@ func (p *parser) descriptorFields(r *Rule, pairs []yamlwalk.Pair) descriptorNode
 			f.rl = kv.V
 		case "rate_limits":
 			f.rls = kv.V
+		case "schedules":
+			f.schedules = kv.V
 		case "descriptors":
 			f.children = kv.V
 		case "shadow_mode":
@@ -301,43 +303,13 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
 	case rls != nil:
 		p.rateLimits(r, rls)
 	}
+	if f.schedules != nil {
+		p.schedules(r, f.schedules)
+		p.checkSchedules(r, f.schedules)
+	}
 	if children != nil {
 		p.descriptors(r, children)
 	}
-}
-
-// limitSpec collects the keys of one limit block before compiling it.
-type limitSpec struct {
-	unit, rpu, mult, period, alg, burst *yaml.Node
-	refillInterval, refillAmount        *yaml.Node
-	soft, elastic, blockFor, sketch     *yaml.Node
-	debit, consistency, overshoot       *yaml.Node
-}
-
-// limitKey records kv in s if it is a limit key.
-func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
-	slot := map[string]**yaml.Node{
-		"unit": &s.unit, "requests_per_unit": &s.rpu, "unit_multiplier": &s.mult,
-		"period": &s.period, "algorithm": &s.alg, "burst": &s.burst,
-		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
-		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
-		"debit": &s.debit, "consistency": &s.consistency, "max_overshoot": &s.overshoot,
-	}[kv.K.Value]
-	if slot == nil {
-		return false
-	}
-	*slot = kv.V
-	return true
-}
-
-// extensions reports the first sluice-only key of s, or nil.
-func (s *limitSpec) extension() *yaml.Node {
-	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot} {
-		if n != nil {
-			return n
-		}
-	}
-	return nil
 }
 
 func (p *parser) rateLimit(r *Rule, n *yaml.Node) {

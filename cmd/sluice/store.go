@@ -220,10 +220,15 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
 	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
+	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide")}
 	if set.redis != nil {
-		f.NodeCount = set.redis.Nodes
+		cfg.Failover.NodeCount = set.redis.Nodes
+		clock := redisClock(set.redis, log.With("component", "redisclock"))
+		cfg.Now = clock.Now
+		closeAll := set.close
+		set.close = func() { clock.Close(); closeAll() }
 	}
-	return decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide")}, set, nil
+	return cfg, set, nil
 }
 
 // health is the store's health check: nil when it cannot tell (the

@@ -457,3 +457,22 @@ func (c *Conn) UsedCPU() (float64, error) {
 	}
 	return sum, nil
 }
+
+// Time is the server's clock, as TIME answers it: the clock the stores
+// decide by, which a test cannot set.
+func (s *Server) Time() (time.Time, error) {
+	v, err := s.Do("TIME")
+	if err != nil {
+		return time.Time{}, err
+	}
+	parts, ok := v.([]any)
+	if !ok || len(parts) != 2 {
+		return time.Time{}, fmt.Errorf("TIME answered %v", v)
+	}
+	sec, err1 := strconv.ParseInt(fmt.Sprint(parts[0]), 10, 64)
+	usec, err2 := strconv.ParseInt(fmt.Sprint(parts[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}, fmt.Errorf("TIME answered %v", v)
+	}
+	return time.Unix(sec, usec*1000), nil
+}

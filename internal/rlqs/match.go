@@ -33,7 +33,7 @@ func sortedEntries(m map[string]string) []rules.Entry {
 
 // match sets what bucket b matches in cfg.
 func (s *Server) match(b *bucketState, cfg *rules.Config, domain string) {
-	b.rules, b.action, b.limits, b.pools = cfg, actAbandon, nil, nil
+	b.rules, b.action, b.limits, b.pools, b.until = cfg, actAbandon, nil, nil, time.Time{}
 	m := b.id.Bucket
 	if cfg == nil || len(m) > MaxBucketEntries {
 		return
@@ -44,7 +44,9 @@ func (s *Server) match(b *bucketState, cfg *rules.Config, domain string) {
 		}
 	}
 	entries := sortedEntries(m)
-	plan := rules.Plan{Runtime: s.runtime()}
+	// The server's clock chooses a schedule's window, as it times the
+	// buckets.
+	plan := rules.Plan{Runtime: s.runtime(), Now: s.cfg.Now}
 	for {
 		if s.matchOrder(b, cfg, domain, entries, &plan) || len(entries) > maxPermuted || !nextPermutation(entries) {
 			return
@@ -89,6 +91,7 @@ func (s *Server) matchOrder(b *bucketState, cfg *rules.Config, domain string, en
 		return false
 	}
 	m := plan.Matches[0]
+	b.until = m.Until
 	switch m.Status {
 	case rules.Unlimited, rules.Replaced:
 		b.action = actAllow

@@ -91,7 +91,9 @@ func (s *Server) bucket(st *Stream, key string, id *rlqsv3.BucketId, cfg *rules.
 		}
 		b = &bucketState{id: id, client: s.client(st.id, key)}
 	}
-	if gen, stale := s.runtimeChanged(b, now); stale || b.rules != cfg || cfg == nil {
+	// A bucket is matched again when the rules or the runtime overrides
+	// changed, or when the window of a schedule it matched has ended.
+	if gen, stale := s.runtimeChanged(b, now); stale || b.rules != cfg || cfg == nil || (!b.until.IsZero() && !now.Before(b.until)) {
 		s.match(b, cfg, st.domain)
 		b.matched, b.gen = now, gen
 		if !s.keep(st, key, b, fresh, now) {

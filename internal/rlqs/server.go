@@ -292,6 +292,7 @@ type bucketState struct {
 	rules   *rules.Config   // the rules the match was made with
 	matched time.Time       // when, server time
 	gen     uint64          // and the runtime's Generation then
+	until   time.Time       // when the match's schedule window changes, zero if never
 	action  action          // what the match gave
 	limits  []*sluice.Limit // for actAssign
 	pools   []string        // the counter key of each limit

@@ -83,9 +83,10 @@ func Run(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Writer) (*
 // "at" per request to out.
 func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Writer, opt Options) (*Summary, error) {
 	var now time.Time
-	store := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
+	clock := func() time.Time { return now }
+	store := memstore.New(memstore.Config{Now: clock, SweepInterval: -1})
 	defer store.Close()
-	dec, err := newDecider(sluice.NewLimiter(store), cfg, opt)
+	dec, err := newDecider(sluice.NewLimiter(store), clock, cfg, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -132,8 +133,9 @@ func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Wri
 }
 
 // newDecider is the decision core of a run: the same door and hooks as
-// sluice serve's with the flags of opt.
-func newDecider(lim *sluice.Limiter, cfg *rules.Config, opt Options) (*decide.Decider, error) {
+// sluice serve's with the flags of opt, on the trace's clock (which
+// chooses the windows of schedules, as the store's clock does in serve).
+func newDecider(lim *sluice.Limiter, clock func() time.Time, cfg *rules.Config, opt Options) (*decide.Decider, error) {
 	var hooks []decide.Hook
 	if opt.ShadowMode {
 		hooks = append(hooks, decide.GlobalShadow)
@@ -141,7 +143,7 @@ func newDecider(lim *sluice.Limiter, cfg *rules.Config, opt Options) (*decide.De
 	if opt.Headers != 0 {
 		hooks = append(hooks, ratelimitheaders.Hook(opt.Headers))
 	}
-	return decide.New(decide.Config{Limiter: lim, Rules: cfg, CountEach: !opt.AllOrNothing, Hooks: hooks})
+	return decide.New(decide.Config{Limiter: lim, Rules: cfg, CountEach: !opt.AllOrNothing, Hooks: hooks, Now: clock})
 }
 
 // newSummary is the empty summary of a run of events: its time series

@@ -1,0 +1,162 @@
+package decide_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/redisclock"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/lease"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/rules"
+)
+
+func scheduleDecider(t *testing.T, store sluice.Store, now func() time.Time, src string) *decide.Decider {
+	t.Helper()
+	d, err := rules.Parse("sched.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dec
+}
+
+// take decides one request of descriptor k=v and says whether it passed.
+func take(t *testing.T, dec *decide.Decider, entry string) bool {
+	t.Helper()
+	k, v, _ := strings.Cut(entry, "=")
+	var o decide.Outcome
+	r := decide.Request{Domain: "sched", Descriptors: []rules.Descriptor{{Entries: []rules.Entry{{Key: k, Value: v}}, Cost: 1}}}
+	if err := dec.Decide(context.Background(), &r, &o); err != nil {
+		t.Fatal(err)
+	}
+	return !o.OverLimit()
+}
+
+// admitted counts the requests of entry admitted out of n.
+func admitted(t *testing.T, dec *decide.Decider, entry string, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		if take(t, dec, entry) {
+			ok++
+		}
+	}
+	return ok
+}
+
+// On the embedded store, on its clock: the window's limit applies from the
+// instant it opens to the instant it closes, each in counters of its own,
+// so neither side's count carries over the switch.
+func TestScheduleSwitchesOnTheStoreClock(t *testing.T) {
+	now := time.Date(2026, 12, 1, 0, 59, 0, 0, time.UTC) // Tuesday
+	clock := func() time.Time { return now }
+	store := memstore.New(memstore.Config{Now: clock})
+	defer store.Close()
+	dec := scheduleDecider(t, store, clock, `domain: sched
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+    schedules:
+      - {name: quiet, days: [mon-fri], from: "01:00", to: "02:00", tz: UTC, rate_limit: {unit: hour, requests_per_unit: 3}}
+`)
+	if got := admitted(t, dec, "k=a", 8); got != 8 {
+		t.Fatalf("before the window: %d of 8 admitted, want 8 of the own limit of 10", got)
+	}
+	now = now.Add(time.Minute - time.Nanosecond)
+	if got := admitted(t, dec, "k=a", 4); got != 2 {
+		t.Fatalf("a nanosecond before the window: %d of 4 admitted, want the own limit's last 2", got)
+	}
+	now = now.Add(time.Nanosecond) // 01:00:00, the window opens
+	if got := admitted(t, dec, "k=a", 5); got != 3 {
+		t.Fatalf("in the window: %d of 5 admitted, want its own 3 (the rule's count does not carry)", got)
+	}
+	now = time.Date(2026, 12, 1, 1, 59, 59, 0, time.UTC)
+	if take(t, dec, "k=a") {
+		t.Fatal("the window's limit, spent, admitted before it closed")
+	}
+	now = time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC) // the window closes; the own hour is new
+	if got := admitted(t, dec, "k=a", 12); got != 10 {
+		t.Fatalf("after the window: %d of 12 admitted, want a new hour's 10", got)
+	}
+}
+
+// On Redis and on leases over Redis, whose clock is Redis's TIME and
+// cannot be set: rules built around the real time, one with a window that
+// holds now and one with a window that does not, choose by the estimate
+// of Redis's clock.
+func TestScheduleOnRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	newRedis := func(t *testing.T) *redisstore.Store {
+		rs, err := redisstore.New(redisstore.Config{URL: srv.URL(), Prefix: fmt.Sprintf("sched-%d:", time.Now().UnixNano()), Timeout: 5 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rs.Close() })
+		return rs
+	}
+	for _, tc := range []struct {
+		name        string
+		consistency string
+		store       func(t *testing.T) sluice.Store
+	}{
+		{"redis", "exact", func(t *testing.T) sluice.Store { return newRedis(t) }},
+		{"lease", "lease", func(t *testing.T) sluice.Store { return lease.New(newRedis(t), lease.Config{}) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := redisclock.New(redisclock.Config{Time: func(context.Context) (time.Time, error) { return srv.Time() }})
+			defer clock.Close()
+			clock.Sample(context.Background())
+			if _, ok := clock.Error(); !ok {
+				t.Fatal("no sample of Redis's clock")
+			}
+			// A window from a minute ago to three minutes on holds for the
+			// test; one from an hour on does not.
+			at := clock.Now().UTC()
+			hm := func(d time.Duration) string { return at.Add(d).Format("15:04") }
+			src := fmt.Sprintf(`domain: sched
+consistency: %s
+max_overshoot: 1
+descriptors:
+  - key: held
+    rate_limit: {unit: hour, requests_per_unit: 100}
+    schedules:
+      - {name: now, from: "%s", to: "%s", tz: UTC, rate_limit: {unit: hour, requests_per_unit: 3}}
+  - key: later
+    rate_limit: {unit: hour, requests_per_unit: 2}
+    schedules:
+      - {name: later, from: "%s", to: "%s", tz: UTC, rate_limit: {unit: hour, requests_per_unit: 50}}
+`, tc.consistency, hm(-time.Minute), hm(3*time.Minute), hm(time.Hour), hm(time.Hour+10*time.Minute))
+			dec := scheduleDecider(t, tc.store(t), clock.Now, src)
+			if got := admitted(t, dec, "held=x", 6); got != 3 {
+				t.Errorf("a window that holds: %d of 6 admitted, want its 3", got)
+			}
+			if got := admitted(t, dec, "later=x", 6); got != 2 {
+				t.Errorf("a window that does not hold: %d of 6 admitted, want the own 2", got)
+			}
+			e, err := dec.Explain(context.Background(), "sched", []rules.Descriptor{{Entries: []rules.Entry{{Key: "held", Value: "x"}}, Cost: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if de := e.Descriptors[0]; !strings.HasPrefix(de.Schedule, "now (every day ") || de.Until == "" || !strings.Contains(de.Why, "holds now, until ") {
+				t.Errorf("explain: schedule %q until %q why %q", de.Schedule, de.Until, de.Why)
+			}
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package redisclock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// Against a real redis-server, with this process's clock set 7 s wrong:
+// the estimate is Redis's time, within its stated error and the round
+// trip of the check.
+func TestRedisClock(t *testing.T) {
+	r := redistest.Standalone(t)
+	skew := 7 * time.Second
+	local := func() time.Time { return time.Now().Add(skew) }
+	ask := func(context.Context) (time.Time, error) { return r.Time() }
+	c := New(Config{Time: ask, Interval: 20 * time.Millisecond, Local: local})
+	defer c.Close()
+	c.Sample(context.Background())
+	if _, ok := c.Error(); !ok {
+		t.Fatal("no sample after Sample")
+	}
+	for range 5 {
+		before := time.Now()
+		est := c.Now()
+		rt, err := ask(context.Background())
+		rtt := time.Since(before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound, _ := c.Error()
+		// Redis's clock has microseconds; the estimate was read before
+		// the check's TIME, within its round trip.
+		if d := rt.Sub(est); d < -bound-time.Millisecond || d > bound+rtt+time.Millisecond {
+			t.Errorf("estimate %v, Redis %v: off by %v (bound %v, check's round trip %v)", est, rt, d, bound, rtt)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
+// The sample with the shortest round trip is used, and samples older than
+// Window are dropped: with Redis gone, Now falls back to the local clock.
+func TestSamples(t *testing.T) {
+	var now time.Time = time.Unix(1_000_000, 0)
+	local := func() time.Time { return now }
+	type answer struct {
+		offset, rtt time.Duration
+		err         error
+	}
+	var next answer
+	ask := func(context.Context) (time.Time, error) {
+		if next.err != nil {
+			return time.Time{}, next.err
+		}
+		// Redis reads its clock in the middle of the call.
+		at := now.Add(next.rtt / 2).Add(next.offset)
+		now = now.Add(next.rtt)
+		return at, nil
+	}
+	next = answer{offset: 3 * time.Second, rtt: 40 * time.Millisecond}
+	c := newClock(Config{Time: ask, Window: 10 * time.Second, Local: local})
+	c.Sample(context.Background())
+	if got := c.Now().Sub(now); got != 3*time.Second {
+		t.Fatalf("offset %v, want 3s", got)
+	}
+	next = answer{offset: 3*time.Second + 5*time.Millisecond, rtt: 4 * time.Millisecond}
+	c.Sample(context.Background())
+	if got, bound := c.Now().Sub(now), 2*time.Millisecond; got != 3*time.Second+5*time.Millisecond {
+		t.Errorf("offset %v after a shorter round trip, want 3.005s", got)
+	} else if e, _ := c.Error(); e != bound {
+		t.Errorf("error bound %v, want %v", e, bound)
+	}
+	next = answer{offset: time.Hour, rtt: time.Second}
+	c.Sample(context.Background())
+	if got := c.Now().Sub(now); got != 3*time.Second+5*time.Millisecond {
+		t.Errorf("a longer round trip replaced the best sample: offset %v", got)
+	}
+	next = answer{err: errors.New("connection refused")}
+	now = now.Add(9500 * time.Millisecond) // the best sample is 10.5 s old, the last 9.5 s
+	c.Sample(context.Background())
+	if got := c.Now().Sub(now); got != time.Hour {
+		t.Errorf("offset %v once the best sample aged out, want the remaining one's 1h", got)
+	}
+	now = now.Add(20 * time.Second)
+	if got := c.Now().Sub(now); got != 0 {
+		t.Errorf("offset %v with every sample older than Window, want the local clock", got)
+	}
+	if _, ok := c.Error(); ok {
+		t.Error("an error bound without samples")
+	}
+}
