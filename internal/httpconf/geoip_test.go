@@ -24,10 +24,7 @@ import (
 func geoDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := geoiptest.Write(filepath.Join(dir, "country.mmdb"), "GeoLite2-Country", geoiptest.Countries); err != nil {
-		t.Fatal(err)
-	}
-	if err := geoiptest.Write(filepath.Join(dir, "asn.mmdb"), "GeoLite2-ASN", geoiptest.ASNs); err != nil {
+	if err := geoiptest.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -37,8 +34,8 @@ const geoSection = `domain: api
 http:
   client_ip: {trusted_proxies: [127.0.0.1]}
   geoip:
-    country: country.mmdb
-    asn: asn.mmdb
+    country: GeoLite2-Country.mmdb
+    asn: GeoLite2-ASN.mmdb
   routes:
     - pattern: /
       descriptors:
@@ -63,7 +60,7 @@ func TestGeoIPSources(t *testing.T) {
 	if s.GeoIP.Country == nil || s.GeoIP.ASN == nil || len(s.GeoIP.DBs()) != 2 {
 		t.Fatalf("GeoIP = %+v", s.GeoIP)
 	}
-	if got := s.GeoIP.Country.Path(); got != filepath.Join(dir, "country.mmdb") {
+	if got := s.GeoIP.Country.Path(); got != filepath.Join(dir, "GeoLite2-Country.mmdb") {
 		t.Errorf("country path %q", got)
 	}
 	ds := s.Routes[0].Descriptors
@@ -128,12 +125,12 @@ func TestGeoIPErrors(t *testing.T) {
 		name, src string
 		want      []string
 	}{
-		{"missing", "http:\n  geoip:\n    country: nowhere.mmdb\n    asn: asn.mmdb\n" + route,
+		{"missing", "http:\n  geoip:\n    country: nowhere.mmdb\n    asn: GeoLite2-ASN.mmdb\n" + route,
 			[]string{`rules.yaml:4:14: geoip country: geoip: stat ` + filepath.Join(dir, "nowhere.mmdb") + `: no such file or directory`}},
-		{"junk", "http:\n  geoip:\n    country: country.mmdb\n    asn: junk.mmdb\n" + route,
+		{"junk", "http:\n  geoip:\n    country: GeoLite2-Country.mmdb\n    asn: junk.mmdb\n" + route,
 			[]string{`rules.yaml:5:10: geoip asn: geoip: ` + filepath.Join(dir, "junk.mmdb") + ` is not a MaxMind database`}},
-		{"wrong kind", "http:\n  geoip:\n    country: asn.mmdb\n" + route,
-			[]string{`rules.yaml:4:14: geoip country: geoip: ` + filepath.Join(dir, "asn.mmdb") + ` (GeoLite2-ASN) holds no country.iso_code`,
+		{"wrong kind", "http:\n  geoip:\n    country: GeoLite2-ASN.mmdb\n" + route,
+			[]string{`rules.yaml:4:14: geoip country: geoip: ` + filepath.Join(dir, "GeoLite2-ASN.mmdb") + ` (GeoLite2-ASN) holds no country.iso_code`,
 				`rules.yaml:7:52: source asn needs a database`}},
 		{"no geoip", "http:\n" + route, []string{
 			`rules.yaml:5:31: source country needs a database: name it in the http section's geoip block`,

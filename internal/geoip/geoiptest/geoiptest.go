@@ -113,3 +113,18 @@ var (
 		{Prefix: "2a01:4f8::/32", ASN: 29518},
 	}
 )
+
+// The file names WriteDir gives its databases.
+const (
+	CountryFile = "GeoLite2-Country.mmdb"
+	ASNFile     = "GeoLite2-ASN.mmdb"
+)
+
+// WriteDir writes a country database of Countries and an ASN database of
+// ASNs into dir, as CountryFile and ASNFile.
+func WriteDir(dir string) error {
+	if err := Write(filepath.Join(dir, CountryFile), "GeoLite2-Country", Countries); err != nil {
+		return err
+	}
+	return Write(filepath.Join(dir, ASNFile), "GeoLite2-ASN", ASNs)
+}
