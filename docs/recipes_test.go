@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,21 +195,9 @@ func TestRecipes(t *testing.T) {
 			t.Errorf("%s: a %s block without from=", where, b.lang)
 			continue
 		}
-		path, name, _ := strings.Cut(b.from, ":")
 		seen[b.lang]++
-		src, raws := source(t, path, name)
-		if b.lang == "go" {
-			if !quotes(src, b.text) {
-				t.Errorf("%s: the go block is not a copy of lines of %s in %s", where, name, path)
-			}
+		if !copied(t, where, b) || b.lang == "go" {
 			continue
-		}
-		found := false
-		for _, r := range raws {
-			found = found || r == b.text
-		}
-		if !found {
-			t.Errorf("%s: the yaml block is not a raw string of %s in %s", where, name, path)
 		}
 		d, err := rules.Parse(where, []byte(b.text))
 		if err != nil {
@@ -235,36 +224,77 @@ func TestRecipes(t *testing.T) {
 var guides = []string{"getting-started.md", "concepts.md", "client.md", "proxy.md", "leases.md", "overrides.md", "rules.md", "migrating.md"}
 
 // TestGuidesFrom checks the go blocks and the from= yaml blocks of the
-// guides as TestRecipes checks recipes.md's.
+// guides as TestRecipes checks recipes.md's, and loads every yaml block
+// that is a whole rules file (it starts with domain:).
 func TestGuidesFrom(t *testing.T) {
 	for _, page := range guides {
-		if _, err := os.Stat(page); os.IsNotExist(err) {
-			continue
-		}
 		for _, b := range blocks(t, page) {
 			where := page + ":" + strconv.Itoa(b.line)
 			if b.lang == "go" && b.from == "" {
 				t.Errorf("%s: a go block without from=", where)
 				continue
 			}
-			if b.from == "" || (b.lang != "go" && b.lang != "yaml") {
-				continue
-			}
-			path, name, _ := strings.Cut(b.from, ":")
-			src, raws := source(t, path, name)
-			if b.lang == "go" {
-				if !quotes(src, b.text) {
-					t.Errorf("%s: the go block is not a copy of lines of %s in %s", where, name, path)
+			if b.lang == "yaml" && b.from == "" && strings.HasPrefix(b.text, "domain:") {
+				// A whole rules file: it loads as serve and proxy read it.
+				if _, err := rules.Parse(where, []byte(b.text)); err != nil {
+					t.Errorf("%s: %v", where, err)
+				}
+				if _, err := httpconf.Parse(where, []byte(b.text)); err != nil {
+					t.Errorf("%s: %v", where, err)
 				}
 				continue
 			}
-			found := false
-			for _, r := range raws {
-				found = found || r == b.text
+			if b.from == "" || (b.lang != "go" && b.lang != "yaml") {
+				continue
 			}
-			if !found {
-				t.Errorf("%s: the yaml block is not a raw string of %s in %s", where, name, path)
+			copied(t, where, b)
+		}
+	}
+}
+
+// TestMigratingNamesEveryVariable: docs/migrating.md names every variable
+// of envoyproxy/ratelimit that sluice reads (envoyVars, envoyRedis) or
+// warns of (envoyUnmapped), as cmd/sluice/envoyenv.go lists them.
+func TestMigratingNamesEveryVariable(t *testing.T) {
+	data, err := os.ReadFile("migrating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`"([A-Z][A-Z0-9_]+)"`)
+	n := 0
+	for _, decl := range []string{"envoyVars", "envoyRedis", "envoyUnmapped"} {
+		src, _ := source(t, "cmd/sluice/envoyenv.go", decl)
+		for _, m := range name.FindAllStringSubmatch(src, -1) {
+			n++
+			if !regexp.MustCompile(`\b` + m[1] + `\b`).Match(data) {
+				t.Errorf("migrating.md does not name %s (%s in cmd/sluice/envoyenv.go)", m[1], decl)
 			}
 		}
 	}
+	if n < 100 {
+		t.Errorf("found %d variables in cmd/sluice/envoyenv.go; want at least 100", n)
+	}
+}
+
+// copied reports whether the block b, at where, is a copy of the code its
+// from= names (a go block: lines of the declaration; a yaml block: one of
+// its raw strings), and says where it is not.
+func copied(t *testing.T, where string, b block) bool {
+	t.Helper()
+	path, name, _ := strings.Cut(b.from, ":")
+	src, raws := source(t, path, name)
+	if b.lang == "go" {
+		if !quotes(src, b.text) {
+			t.Errorf("%s: the go block is not a copy of lines of %s in %s", where, name, path)
+			return false
+		}
+		return true
+	}
+	for _, r := range raws {
+		if r == b.text {
+			return true
+		}
+	}
+	t.Errorf("%s: the yaml block is not a raw string of %s in %s", where, name, path)
+	return false
 }
