@@ -37,51 +37,16 @@ descriptors:
   - key: remote_address
     rate_limit: {algorithm: sliding_window, unit: minute, requests_per_unit: 250}
 `)
-	d, err := rules.Parse("api.yaml", src)
-	if err != nil {
-		panic(err)
-	}
-	cfg, err := rules.NewConfig(d)
-	if err != nil {
-		panic(err)
-	}
-	section, err := httpconf.Parse("api.yaml", src)
-	if err != nil {
-		panic(err)
-	}
-	// Here the load balancer is this process, on loopback.
-	section.ClientIP.TrustedProxies = append(section.ClientIP.TrustedProxies, netip.MustParsePrefix("127.0.0.1/32"))
-
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
-	defer store.Close()
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok\n")
-	}))
-	defer api.Close()
-	upstream, _ := url.Parse(api.URL)
-	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
-	if err != nil {
-		panic(err)
-	}
-	p, err := proxy.New(proxy.Config{
-		Upstream: upstream,
-		Decider:  decider,
-		Domain:   d.Name,
-		HTTP:     section,
-	})
-	if err != nil {
-		panic(err)
-	}
-	front := httptest.NewServer(p)
-	defer front.Close()
+	front, stop := exampleProxy("api.yaml", src, func() time.Time { return now })
+	defer stop()
 
 	// send sends n requests with key from client, and tells how many were
 	// allowed and which limits denied the others.
 	send := func(key, client string, n int) {
 		allowed, denied := 0, map[string]int{}
 		for range n {
-			req, _ := http.NewRequest("GET", front.URL+"/v1/things", nil)
+			req, _ := http.NewRequest("GET", front+"/v1/things", nil)
 			req.Header.Set("X-API-Key", key)
 			req.Header.Set("X-Forwarded-For", client)
 			resp, err := http.DefaultClient.Do(req)
@@ -120,4 +85,44 @@ descriptors:
 	// key-d from 2001:db8:1:2::1: 100 allowed, denied by map[]
 	// key-e from 2001:db8:1:2::ffff: 100 allowed, denied by map[]
 	// key-f from 2001:db8:1:2:abcd::: 50 allowed, denied by map[api.remote_address:10]
+}
+
+// exampleProxy runs the proxy of the rules file src (named name) in front
+// of an upstream answering "ok", deciding with a memstore whose clock is
+// now (nil: the time), trusting this process (loopback) as the load
+// balancer in front. It returns the proxy's URL and what stops it all.
+func exampleProxy(name string, src []byte, now func() time.Time) (front string, stop func()) {
+	d, err := rules.Parse(name, src)
+	if err != nil {
+		panic(err)
+	}
+	cfg, err := rules.NewConfig(d)
+	if err != nil {
+		panic(err)
+	}
+	section, err := httpconf.Parse(name, src)
+	if err != nil {
+		panic(err)
+	}
+	section.ClientIP.TrustedProxies = append(section.ClientIP.TrustedProxies, netip.MustParsePrefix("127.0.0.1/32"))
+
+	store := memstore.New(memstore.Config{Now: now})
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	}))
+	upstream, _ := url.Parse(api.URL)
+	decider, err := decide.New(decide.Config{Limiter: sluice.NewLimiter(store), Rules: cfg})
+	if err != nil {
+		panic(err)
+	}
+	p, err := proxy.New(proxy.Config{Upstream: upstream, Decider: decider, Domain: d.Name, HTTP: section})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(p)
+	return srv.URL, func() {
+		srv.Close()
+		api.Close()
+		store.Close()
+	}
 }
