@@ -117,8 +117,8 @@ func TestCheckGeoIPE2E(t *testing.T) {
 		t.Fatalf("check of a bad file: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"rules.yaml:5:14: geoip country: geoip: stat ",
-		"rules.yaml:6:10: geoip asn: geoip: ",
+		"rules.yaml:5:14: geoip country: stat ",
+		"rules.yaml:6:10: geoip asn: ",
 		"not an ASN database",
 	} {
 		if !strings.Contains(string(out), want) {

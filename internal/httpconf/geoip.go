@@ -2,6 +2,7 @@ package httpconf
 
 import (
 	"path/filepath"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -64,7 +65,7 @@ func (p *parser) geoip(g *GeoIP, n *yaml.Node) {
 	open := func(f geoip.Field) *geoip.DB {
 		db, err := geoip.Open(paths[f], f, geoip.Options{})
 		if err != nil {
-			p.Errorf(lines[f], "geoip %s: %v", f, err)
+			p.Errorf(lines[f], "geoip %s: %s", f, strings.TrimPrefix(err.Error(), "geoip: "))
 		}
 		return db
 	}
@@ -73,7 +74,7 @@ func (p *parser) geoip(g *GeoIP, n *yaml.Node) {
 	case cp != "" && cp == ap:
 		db, err := geoip.Open(cp, geoip.Country|geoip.ASN, geoip.Options{})
 		if err != nil {
-			p.Errorf(lines[geoip.Country], "geoip country and asn: %v", err)
+			p.Errorf(lines[geoip.Country], "geoip country and asn: %s", strings.TrimPrefix(err.Error(), "geoip: "))
 		}
 		g.Country, g.ASN = db, db
 	default:

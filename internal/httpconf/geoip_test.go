@@ -126,11 +126,11 @@ func TestGeoIPErrors(t *testing.T) {
 		want      []string
 	}{
 		{"missing", "http:\n  geoip:\n    country: nowhere.mmdb\n    asn: GeoLite2-ASN.mmdb\n" + route,
-			[]string{`rules.yaml:4:14: geoip country: geoip: stat ` + filepath.Join(dir, "nowhere.mmdb") + `: no such file or directory`}},
+			[]string{`rules.yaml:4:14: geoip country: stat ` + filepath.Join(dir, "nowhere.mmdb") + `: no such file or directory`}},
 		{"junk", "http:\n  geoip:\n    country: GeoLite2-Country.mmdb\n    asn: junk.mmdb\n" + route,
-			[]string{`rules.yaml:5:10: geoip asn: geoip: ` + filepath.Join(dir, "junk.mmdb") + ` is not a MaxMind database`}},
+			[]string{`rules.yaml:5:10: geoip asn: ` + filepath.Join(dir, "junk.mmdb") + ` is not a MaxMind database`}},
 		{"wrong kind", "http:\n  geoip:\n    country: GeoLite2-ASN.mmdb\n" + route,
-			[]string{`rules.yaml:4:14: geoip country: geoip: ` + filepath.Join(dir, "GeoLite2-ASN.mmdb") + ` (GeoLite2-ASN) holds no country.iso_code`,
+			[]string{`rules.yaml:4:14: geoip country: ` + filepath.Join(dir, "GeoLite2-ASN.mmdb") + ` (GeoLite2-ASN) holds no country.iso_code`,
 				`rules.yaml:7:52: source asn needs a database`}},
 		{"no geoip", "http:\n" + route, []string{
 			`rules.yaml:5:31: source country needs a database: name it in the http section's geoip block`,
