@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/internal/geoip"
 	"github.com/sluicehq/sluice/internal/geoip/geoiptest"
 	"github.com/sluicehq/sluice/internal/loopback"
 )
@@ -98,6 +100,36 @@ func TestProxyGeoIPE2E(t *testing.T) {
 	got = append(got, from(loopback.Client(t, "127.0.0.2"), "89.160.20.112"))
 	if want := "200,200,429,200,200,200,429,200,200,200"; strings.Join(got, ",") != want {
 		t.Errorf("got  %s\nwant %s\n%s", strings.Join(got, ","), want, p.log())
+	}
+
+	// The country database replaced by a corrupt file: refused, logged,
+	// and the British client is still British. Requests start the checks,
+	// at most one every 10 seconds.
+	country := filepath.Join(filepath.Dir(file), geoiptest.CountryFile)
+	if err := geoiptest.Replace(country, []byte("\xab\xcd\xefMaxMind.com broken")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * geoip.DefaultCheckEvery)
+	for !strings.Contains(p.log(), "geoip database refused") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the corrupt database was not refused:\n%s", p.log())
+		}
+		if got := from(trusted, "81.2.69.142"); got != "429" {
+			t.Fatalf("with a corrupt database the British client got %s, want 429", got)
+		}
+	}
+	// A good file in which the client is Irish, limited by nothing.
+	if err := geoiptest.Write(country, "GeoLite2-Country", []geoiptest.Network{{Prefix: "81.2.69.0/24", Country: "IE"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(3 * geoip.DefaultCheckEvery)
+	for from(trusted, "81.2.69.142") != "200" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new database was not loaded:\n%s", p.log())
+		}
+	}
+	if !strings.Contains(p.log(), "geoip database loaded") {
+		t.Errorf("the reload is not logged:\n%s", p.log())
 	}
 }
 
