@@ -56,6 +56,14 @@ type Limit struct {
 	// Zero means equal to Rate. Ignored by the window algorithms.
 	Burst int64
 
+	// WindowOffset shifts the windows of a FixedWindow from the Unix
+	// epoch: they start WindowOffset past a multiple of Period (0 <=
+	// WindowOffset < Period). Zero means aligned to the epoch, as Envoy's.
+	// Calendar periods (a month from its anchor day in a time zone) are
+	// limits whose Period is the period's length and whose offset puts a
+	// window's start on the period's, one per period.
+	WindowOffset time.Duration
+
 	// RefillInterval switches a TokenBucket from smooth refill to discrete
 	// refill: every RefillInterval, Rate*RefillInterval/Period tokens are
 	// added at once (which must be a whole number). Refill steps are aligned
@@ -224,5 +232,5 @@ func (l *Limit) sketchDims() (w, d int) {
 // the soft or elastic margin (algo.Capacity). Package internal/limits gives
 // the stores the same.
 func (l *Limit) params() algo.Params {
-	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), l.nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), l.Debit)
+	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), l.nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
 }

@@ -39,13 +39,7 @@ func scheduleDecider(t *testing.T, store sluice.Store, now func() time.Time, src
 // take decides one request of descriptor k=v and says whether it passed.
 func take(t *testing.T, dec *decide.Decider, entry string) bool {
 	t.Helper()
-	k, v, _ := strings.Cut(entry, "=")
-	var o decide.Outcome
-	r := decide.Request{Domain: "sched", Descriptors: []rules.Descriptor{{Entries: []rules.Entry{{Key: k, Value: v}}, Cost: 1}}}
-	if err := dec.Decide(context.Background(), &r, &o); err != nil {
-		t.Fatal(err)
-	}
-	return !o.OverLimit()
+	return !decideOne(t, dec, entry).OverLimit()
 }
 
 // admitted counts the requests of entry admitted out of n.
@@ -158,5 +152,99 @@ descriptors:
 				t.Errorf("explain: schedule %q until %q why %q", de.Schedule, de.Until, de.Why)
 			}
 		})
+	}
+}
+
+// decideOne decides one request of entry on dec and returns its outcome.
+func decideOne(t *testing.T, dec *decide.Decider, entry string) decide.Outcome {
+	t.Helper()
+	k, v, _ := strings.Cut(entry, "=")
+	var o decide.Outcome
+	r := decide.Request{Domain: "sched", Descriptors: []rules.Descriptor{{Entries: []rules.Entry{{Key: k, Value: v}}, Cost: 1}}}
+	if err := dec.Decide(context.Background(), &r, &o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// A month from its anchor day in Berlin, on the embedded store's clock:
+// the denial's Retry-After counts down to the local midnight that starts
+// the next period, which starts afresh.
+func TestCalendarMonthOnTheStoreClock(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	boundary := time.Date(2027, 2, 28, 0, 0, 0, 0, berlin) // anchor 31, clamped to February's last day
+	now := boundary.Add(-3 * time.Second)
+	clock := func() time.Time { return now }
+	store := memstore.New(memstore.Config{Now: clock})
+	defer store.Close()
+	dec := scheduleDecider(t, store, clock, `domain: sched
+descriptors:
+  - key: plan
+    rate_limit: {unit: month, requests_per_unit: 3, calendar: {tz: Europe/Berlin, anchor_day: 31}}
+`)
+	for range 3 {
+		if o := decideOne(t, dec, "plan=pro"); o.OverLimit() {
+			t.Fatal("denied within the month's 3")
+		}
+	}
+	o := decideOne(t, dec, "plan=pro")
+	if !o.OverLimit() || o.Limits[0].Decision.RetryAfter != 3*time.Second {
+		t.Fatalf("the 4th: over %v retry %v, want denied until the local midnight 3s away", o.OverLimit(), o.Limits[0].Decision.RetryAfter)
+	}
+	now = boundary
+	o = decideOne(t, dec, "plan=pro")
+	next := time.Date(2027, 3, 31, 0, 0, 0, 0, berlin)
+	if o.OverLimit() || o.Limits[0].Decision.ResetAfter != next.Sub(boundary) || o.Limits[0].Decision.Remaining != 2 {
+		t.Fatalf("at the anchor: over %v reset %v remaining %d, want a new month of %v", o.OverLimit(), o.Limits[0].Decision.ResetAfter, o.Limits[0].Decision.Remaining, next.Sub(boundary))
+	}
+}
+
+// On Redis, whose clock cannot be set: a calendar day in UTC resets at
+// Redis's next midnight, and its key expires then.
+func TestCalendarOnRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	prefix := fmt.Sprintf("cal-%d:", time.Now().UnixNano())
+	rs, err := redisstore.New(redisstore.Config{URL: srv.URL(), Prefix: prefix, Timeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	clock := redisclock.New(redisclock.Config{Time: func(context.Context) (time.Time, error) { return srv.Time() }})
+	defer clock.Close()
+	clock.Sample(context.Background())
+	dec := scheduleDecider(t, rs, clock.Now, `domain: sched
+descriptors:
+  - key: plan
+    rate_limit: {unit: day, requests_per_unit: 2, calendar: {tz: UTC}}
+`)
+	decideOne(t, dec, "plan=x")
+	decideOne(t, dec, "plan=x")
+	o := decideOne(t, dec, "plan=x")
+	now, err := srv.Time()
+	if err != nil {
+		t.Fatal(err)
+	}
+	midnight := now.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+	if d := o.Limits[0].Decision.RetryAfter - midnight.Sub(now); !o.OverLimit() || d < -2*time.Second || d > 2*time.Second {
+		t.Fatalf("the 3rd: over %v retry %v, want denied until Redis's midnight, %v away", o.OverLimit(), o.Limits[0].Decision.RetryAfter, midnight.Sub(now))
+	}
+	keys, err := srv.Do("KEYS", prefix+"{*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, _ := keys.([]any) // the counters' keys (beside the nodes' registry)
+	if len(ks) != 1 {
+		t.Fatalf("keys %v, want the day's one", keys)
+	}
+	ttl, err := srv.Do("PTTL", ks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := ttl.(int64)
+	if d := time.Duration(ms)*time.Millisecond - midnight.Sub(now); d < -2*time.Second || d > time.Minute {
+		t.Errorf("the key expires in %v, want at Redis's midnight, %v away (and a little slack)", time.Duration(ms)*time.Millisecond, midnight.Sub(now))
 	}
 }

@@ -127,7 +127,9 @@ func wordLimit(p *algo.Params) bool {
 	case algo.GCRA, algo.TokenBucket, algo.LeakyBucket:
 		return p.Period%p.Rate == 0
 	case algo.FixedWindow:
-		return p.Period >= 1<<wTagShift && p.Capacity >= 0 && uint64(p.Capacity) < wMaxCount
+		// The word keeps the window's end to 2^24 ns and finds it again
+		// by the epoch's alignment: not an offset's.
+		return p.Offset == 0 && p.Period >= 1<<wTagShift && p.Capacity >= 0 && uint64(p.Capacity) < wMaxCount
 	}
 	return false
 }

@@ -93,7 +93,7 @@ end
 local specs, nspecs = {}, 0
 
 -- spec parses "kind rate period cap interval shadow block_for class a b c
--- d debit" (see luasrc/spec.go): the exact Params for algo.lua, and the fast
+-- d debit offset" (see luasrc/spec.go): the exact Params for algo.lua, and the fast
 -- path's quantities for the class (W window, G gcra, D discrete, L log, -
 -- none) and its step for a state kind (sp.fast).
 local function spec(s)
@@ -107,7 +107,7 @@ local function spec(s)
   local kind = tonumber(f[1])
   sp = {
     kind = kind,
-    p = {kind = kind, rate = X.parse(f[2]), period = X.parse(f[3]), cap = X.parse(f[4]), interval = X.parse(f[5]), debit = f[13] == '1'},
+    p = {kind = kind, rate = X.parse(f[2]), period = X.parse(f[3]), cap = X.parse(f[4]), interval = X.parse(f[5]), offset = X.parse(f[14] or '0'), debit = f[13] == '1'},
     shadow = f[6] == '1',
     blockfor = X.parse(f[7]),
     cls = f[8],

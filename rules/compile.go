@@ -20,6 +20,8 @@ type limitSpec struct {
 	refillInterval, refillAmount        *yaml.Node
 	soft, elastic, blockFor, sketch     *yaml.Node
 	debit, consistency, overshoot       *yaml.Node
+	calendar                            *yaml.Node
+	cal                                 *calLimit // the calendar, once compiled
 }
 
 // limitKey records kv in s if it is a limit key.
@@ -30,6 +32,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
 		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
 		"debit": &s.debit, "consistency": &s.consistency, "max_overshoot": &s.overshoot,
+		"calendar": &s.calendar,
 	}[kv.K.Value]
 	if slot == nil {
 		return false
@@ -40,7 +43,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 
 // extensions reports the first sluice-only key of s, or nil.
 func (s *limitSpec) extension() *yaml.Node {
-	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot} {
+	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot, s.calendar} {
 		if n != nil {
 			return n
 		}
@@ -64,6 +67,11 @@ func (p *parser) compile(at *yaml.Node, s *limitSpec, what string) (*sluice.Limi
 			p.Errorf(at, "%s: %s", what, line)
 		}
 		return nil, false
+	}
+	if s.calendar != nil {
+		if s.cal = p.calendar(l, s); s.cal == nil {
+			return nil, false
+		}
 	}
 	return l, true
 }

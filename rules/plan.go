@@ -113,6 +113,7 @@ type Match struct {
 	runtime            []*sluice.Limit
 	limits             []*sluice.Limit // the rule's limits in force (Limited, without Runtime)
 	tags               []string        // and their key tags
+	cals               []*calLimit     // and calendars (nil: none)
 	lv                 int             // first level in Plan.levels
 	statStart, statEnd int             // StatKey span in the plan's buffer, statStart < 0 if none
 }
@@ -221,8 +222,13 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 			m.First = len(p.Hits)
 			m.Count = len(m.limits)
 			for j, l := range m.limits {
+				tag := m.tags[j]
+				if m.cals != nil && m.cals[j] != nil {
+					// A calendar period: its own limit and counter.
+					l, tag = m.cals[j].at(p.clock(), tag)
+				}
 				start := len(p.buf)
-				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, m.tags[j], desc.Entries, lv)
+				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, tag, desc.Entries, lv)
 				if err := p.addHit(start, l, desc.Cost); err != nil {
 					return err
 				}
@@ -306,10 +312,10 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 		m.Status = Limited
 		var unlimited bool
 		if len(r.windows) == 0 {
-			m.limits, m.tags, unlimited = r.Limits, r.tags, r.Unlimited
+			m.limits, m.tags, m.cals, unlimited = r.Limits, r.tags, r.cals, r.Unlimited
 		} else {
 			var i int
-			m.limits, m.tags, unlimited, i, m.Until = r.limitsAt(p.clock())
+			m.limits, m.tags, m.cals, unlimited, i, m.Until = r.limitsAt(p.clock())
 			if i >= 0 {
 				m.Schedule = r.Schedules[i]
 			}

@@ -117,6 +117,7 @@ type Rule struct {
 	ident     string            // length-prefixed path, part of counter keys
 	tags      []string          // per limit: index, algorithm and period, part of counter keys
 	windows   []calendar.Window // of Schedules, in order
+	cals      []*calLimit       // per limit, its calendar or nil; nil when none has one
 }
 
 // HasRateLimit reports whether the rule has a rate_limit (or rate_limits)

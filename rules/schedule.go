@@ -40,7 +40,8 @@ type Schedule struct {
 	Line, Column int
 
 	window calendar.Window
-	tags   []string // per limit, part of counter keys: the window's and the limit's
+	tags   []string    // per limit, part of counter keys: the window's and the limit's
+	cals   []*calLimit // per limit, its calendar or nil; nil when none has one
 }
 
 // scheduleKeys are the keys of a schedules entry.
@@ -128,7 +129,7 @@ func (p *parser) schedule(r *Rule, n *yaml.Node, i int) *Schedule {
 	if len(p.Errs) > before {
 		return nil
 	}
-	s.Limits, s.Unlimited = w.Limits, w.Unlimited
+	s.Limits, s.Unlimited, s.cals = w.Limits, w.Unlimited, w.cals
 	for _, t := range w.tags {
 		s.tags = append(s.tags, "@"+strconv.Itoa(i)+t)
 	}
@@ -259,18 +260,19 @@ func lintWindows(ws []calendar.Window, now time.Time) (reach []bool, overlap []i
 	return reach, overlap
 }
 
-// limitsAt returns the limits of r in force at now and their key tags:
+// limitsAt returns the limits of r in force at now, their key tags and
+// calendars:
 // those of the first schedule window that holds now, or r's own; sched is
 // the window's index (-1 for r's own) and until when the answer holds
 // (zero: for ever).
-func (r *Rule) limitsAt(now time.Time) (limits []*sluice.Limit, tags []string, unlimited bool, sched int, until time.Time) {
+func (r *Rule) limitsAt(now time.Time) (limits []*sluice.Limit, tags []string, cals []*calLimit, unlimited bool, sched int, until time.Time) {
 	if len(r.windows) == 0 {
-		return r.Limits, r.tags, r.Unlimited, -1, time.Time{}
+		return r.Limits, r.tags, r.cals, r.Unlimited, -1, time.Time{}
 	}
 	i, until := calendar.Active(r.windows, now)
 	if i < 0 {
-		return r.Limits, r.tags, r.Unlimited, -1, until
+		return r.Limits, r.tags, r.cals, r.Unlimited, -1, until
 	}
 	s := r.Schedules[i]
-	return s.Limits, s.tags, s.Unlimited, i, until
+	return s.Limits, s.tags, s.cals, s.Unlimited, i, until
 }

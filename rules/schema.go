@@ -26,7 +26,7 @@ var envoyKeys = map[string]bool{
 var (
 	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "consistency", "max_overshoot", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "schedules", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
-	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot"}
+	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot", "calendar"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
 	capacityKeys   = append(slices.Clone(limitKeys), "shadow_mode")
@@ -161,6 +161,10 @@ func (p *parser) capacity(n *yaml.Node) {
 		if !p.limitKey(&spec, kv) {
 			p.unknown(kv.K, "capacity", capacityKeys, false)
 		}
+	}
+	if spec.calendar != nil {
+		p.Errorf(p.Deref(spec.calendar), "calendar is not supported in capacity (a domain's capacity counts Envoy's fixed units)")
+		return
 	}
 	l, ok := p.compile(p.Deref(n), &spec, "capacity")
 	if !ok {
@@ -441,6 +445,12 @@ func (p *parser) finish(r *Rule, limits []*sluice.Limit, specs []*limitSpec) {
 			p.elastic = append(p.elastic, specs[i].elastic)
 		}
 		r.tags = append(r.tags, fmt.Sprintf("#%d/%s/%d/%d", i, l.Algorithm, int64(l.Period), int64(l.RefillInterval)))
+		if specs[i].cal != nil {
+			if r.cals == nil {
+				r.cals = make([]*calLimit, len(limits))
+			}
+			r.cals[i] = specs[i].cal
+		}
 	}
 	r.Limits = limits
 }

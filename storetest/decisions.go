@@ -169,3 +169,45 @@ func (s suite) canceledContext(t *testing.T) {
 	}
 	want(t, "after the canceled request", e.allow("k", l, 1), true, 0)
 }
+
+// windowOffset: a fixed window whose windows start WindowOffset past the
+// epoch's (a calendar period's) counts from there, says so in ResetAfter
+// and RetryAfter, and starts afresh at the offset boundary, taken together
+// or one by one.
+func (s suite) windowOffset(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		e := s.env(t)
+		// Start is a day boundary: the window of now is [Start-7h, Start+17h).
+		l := &sluice.Limit{Name: "offset", Algorithm: sluice.FixedWindow, Rate: 3, Period: 24 * time.Hour, WindowOffset: 17 * time.Hour}
+		take := func() sluice.Decision {
+			if each {
+				_, ds := e.each(hit("k", l, 1))
+				return ds[0]
+			}
+			return e.allow("k", l, 1)
+		}
+		e.clock.Advance(17*time.Hour - 3*time.Second)
+		for i := range 3 {
+			d := take()
+			want(t, fmt.Sprintf("each=%v request %d", each, i+1), d, true, int64(2-i))
+			if d.ResetAfter != 3*time.Second {
+				t.Fatalf("each=%v: ResetAfter %v, want the 3s left of the offset window", each, d.ResetAfter)
+			}
+		}
+		d := take()
+		want(t, fmt.Sprintf("each=%v request 4", each), d, false, 0)
+		if d.RetryAfter != 3*time.Second {
+			t.Fatalf("each=%v: RetryAfter %v, want 3s, to the offset boundary", each, d.RetryAfter)
+		}
+		e.clock.Advance(3*time.Second - time.Nanosecond)
+		if d := take(); d.Allowed {
+			t.Fatalf("each=%v: admitted a nanosecond before the boundary", each)
+		}
+		e.clock.Advance(time.Nanosecond)
+		d = take()
+		want(t, fmt.Sprintf("each=%v at the boundary", each), d, true, 2)
+		if d.ResetAfter != 24*time.Hour {
+			t.Fatalf("each=%v: ResetAfter %v at the boundary, want a whole period", each, d.ResetAfter)
+		}
+	}
+}

@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) sluice.Store) {
 		{"EachIndependent", s.eachIndependent},
 		{"EachOverdraw", s.eachOverdraw},
 		{"EachTrace", s.eachTrace},
+		{"WindowOffset", s.windowOffset},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)

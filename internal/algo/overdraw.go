@@ -104,8 +104,8 @@ func OverdrawsExhausted(p *Params, r Result, n int64, inDebt func() bool) bool {
 // clock went backwards), past the capacity: fixedWindow's admitted state
 // without its check.
 func fixedForce(p *Params, s State, now, n int64) State {
-	ws, count := readFixed(p.Period, s, now)
-	return State{A: addSat(ws, p.Period), B: addSat(count, n)}
+	ws, count := readFixed(p, s, now)
+	return State{A: windowEnd(p, ws), B: addSat(count, n)}
 }
 
 // gcraForce sets TAT' = max(TAT, now) + n·T past the tolerance: gcra's
@@ -160,11 +160,11 @@ func debt(p *Params, s State, now int64) (retry int64, inDebt bool) {
 	}
 	switch {
 	case p.Kind == FixedWindow:
-		ws, count := readFixed(p.Period, s, now)
+		ws, count := readFixed(p, s, now)
 		if count <= p.Capacity {
 			return 0, false
 		}
-		return addSat(ws, p.Period) - now, true
+		return windowEnd(p, ws) - now, true
 	case p.Kind == SlidingWindow:
 		w := readSlide(p.Period, s, now)
 		r := w.result(p.Period, min(p.Capacity, MaxSlidingWindowCapacity), now, 0, true)

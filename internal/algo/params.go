@@ -94,6 +94,12 @@ type Params struct {
 	Capacity int64 // enforced capacity, >= 0
 	Interval int64 // token bucket only: discrete refill every Interval ns; 0 = smooth
 
+	// Offset shifts a fixed window's windows from the epoch: window w is
+	// [Offset + w·Period, Offset + (w+1)·Period), 0 <= Offset < Period.
+	// Calendar periods use it: a month of the right length, starting on
+	// its anchor day, is the window of its Period that holds its start.
+	Offset int64
+
 	// Debit marks a limit charged after the fact (Envoy's
 	// apply_on_stream_done: checked with a cost of 0, charged the real
 	// cost when the response ends). Under Overdraw, a charge that finds
@@ -116,6 +122,10 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("refill interval must not be negative, got %dns", p.Interval)
 	case p.Interval > 0 && p.Kind != TokenBucket:
 		return fmt.Errorf("a refill interval applies only to token_bucket, not %s", p.Kind)
+	case p.Offset < 0 || p.Offset >= p.Period:
+		return fmt.Errorf("window offset must be in [0, period), got %dns for a period of %dns", p.Offset, p.Period)
+	case p.Offset != 0 && p.Kind != FixedWindow:
+		return fmt.Errorf("a window offset applies only to fixed_window, not %s", p.Kind)
 	}
 	if p.Interval > 0 {
 		hi, lo := mul64(p.Rate, p.Interval)
@@ -162,13 +172,14 @@ type Result struct {
 // is nominal, with a soft margin, an elastic ceiling, a refill interval
 // and a debit flag: the one compilation of a sluice.Limit, shared by its
 // validation and the stores.
-func LimitParams(kind Kind, rate, period, nominal int64, softPercent int, elasticCeiling, interval int64, debit bool) Params {
+func LimitParams(kind Kind, rate, period, nominal int64, softPercent int, elasticCeiling, interval, offset int64, debit bool) Params {
 	return Params{
 		Kind:     kind,
 		Rate:     rate,
 		Period:   period,
 		Capacity: Capacity(nominal, softPercent, elasticCeiling),
 		Interval: interval,
+		Offset:   offset,
 		Debit:    debit,
 	}
 }

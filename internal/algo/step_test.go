@@ -461,3 +461,46 @@ func TestLarge(t *testing.T) {
 		}},
 	})
 }
+
+// A fixed window with an offset counts in [Offset + k·Period, Offset +
+// (k+1)·Period), after a first window [0, Offset).
+func TestFixedWindowOffset(t *testing.T) {
+	const s = int64(1e9)
+	p := Params{Kind: FixedWindow, Rate: 3, Period: 10 * s, Capacity: 3, Offset: 4 * s}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var st State
+	steps := []struct {
+		now     int64
+		allowed bool
+		reset   int64
+	}{
+		{1 * s, true, 3 * s}, // [0, 4s)
+		{3 * s, true, 1 * s},
+		{4 * s, true, 10 * s}, // [4s, 14s): a new window
+		{12 * s, true, 2 * s},
+		{13 * s, true, 1 * s},
+		{13*s + s/2, false, s / 2},
+		{14 * s, true, 10 * s}, // [14s, 24s)
+	}
+	for i, c := range steps {
+		var r Result
+		st, r = Step(&p, st, c.now, 1)
+		if r.Allowed != c.allowed || r.ResetAfter != c.reset {
+			t.Errorf("step %d at %v: allowed %v reset %v, want %v %v", i, c.now, r.Allowed, r.ResetAfter, c.allowed, c.reset)
+		}
+		if !r.Allowed && r.RetryAfter != c.reset {
+			t.Errorf("step %d: retry %v, want the window's end in %v", i, r.RetryAfter, c.reset)
+		}
+	}
+	for _, bad := range []Params{
+		{Kind: FixedWindow, Rate: 1, Period: 10, Capacity: 1, Offset: 10},
+		{Kind: FixedWindow, Rate: 1, Period: 10, Capacity: 1, Offset: -1},
+		{Kind: SlidingWindow, Rate: 1, Period: 10, Capacity: 1, Offset: 1},
+	} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v: valid, want an error", bad)
+		}
+	}
+}

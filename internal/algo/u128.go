@@ -86,3 +86,23 @@ func clampNow(now int64) int64 {
 // alignDown returns the start of the period-long, epoch-aligned window that
 // holds t. t >= 0, period > 0.
 func alignDown(t, period int64) int64 { return t - t%period }
+
+// alignFrom returns the start of the period-long window, aligned off past
+// the epoch (0 <= off < period), that holds t >= 0. The windows [off +
+// k·period, off + (k+1)·period) are preceded by a shorter one, [0, off),
+// so that no time is negative (no real clock reads one so near the epoch).
+func alignFrom(t, period, off int64) int64 {
+	if t < off {
+		return 0
+	}
+	return off + alignDown(t-off, period)
+}
+
+// windowEnd returns the end of the window of p that starts at ws (see
+// alignFrom), cut at math.MaxInt64.
+func windowEnd(p *Params, ws int64) int64 {
+	if ws == 0 && p.Offset > 0 {
+		return p.Offset
+	}
+	return addSat(ws, p.Period)
+}

@@ -3,7 +3,8 @@ package algo
 import "math"
 
 // fixedWindow counts requests in windows of one Period aligned to the Unix
-// epoch: window w is [w·Period, (w+1)·Period). The state is A = the end of
+// epoch, or Offset past it: window w is [Offset + w·Period, Offset +
+// (w+1)·Period). The state is A = the end of
 // the window it counts (cut at math.MaxInt64) and B = the count. A request of
 // cost n is admitted when count + n <= Capacity.
 //
@@ -12,8 +13,8 @@ import "math"
 // limit. When now falls in a window before the state's (time went
 // backwards), the request is counted in the state's window.
 func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
-	ws, count := readFixed(p.Period, s, now)
-	end := addSat(ws, p.Period)
+	ws, count := readFixed(p, s, now)
+	end := windowEnd(p, ws)
 	res := Result{Allowed: true, ResetAfter: end - now}
 	if p.Rate == 0 {
 		return s, zeroLimit(n, end-now)
@@ -40,12 +41,13 @@ func fixedWindow(p *Params, s State, now, n int64) (State, Result) {
 
 // readFixed reads the fixed window state s at now: the start of the
 // window it counts in and its count.
-func readFixed(per int64, s State, now int64) (ws, count int64) {
-	ws = alignDown(now, per)
+func readFixed(p *Params, s State, now int64) (ws, count int64) {
+	per, off := p.Period, p.Offset
+	ws = alignFrom(now, per, off)
 	if s.A > now {
 		// s.A-1 is in the state's window, which is this one or, when the
 		// clock went backwards, a later one.
-		ws = max(ws, alignDown(s.A-1, per))
+		ws = max(ws, alignFrom(s.A-1, per, off))
 		count = max(s.B, 0)
 	}
 	return ws, count

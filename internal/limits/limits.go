@@ -21,7 +21,7 @@ import (
 // the soft or elastic margin (algo.Capacity). l must be valid
 // (Limit.Validate): the Params of an invalid limit mean nothing.
 func Params(l *sluice.Limit) algo.Params {
-	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), l.Nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), l.Debit)
+	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), l.Nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
 }
 
 // Decision turns an algorithm's result r, under l's parameters p, into a

@@ -234,6 +234,9 @@ func compileLimit(raw json.RawMessage) ([]*sluice.Limit, bool, []string, error) 
 		}
 		return nil, false, nil, &FieldError{"limit", "not JSON: " + err.Error()}
 	}
+	if _, ok := probe["calendar"]; ok {
+		return nil, false, nil, &FieldError{"limit.calendar", "calendar periods are set in the rules file: an override's limit counts in fixed units, as Envoy's"}
+	}
 	if b, ok := probe["blocked"]; ok {
 		if string(b) != "true" || len(probe) != 1 {
 			return nil, false, nil, &FieldError{"limit.blocked", `"blocked" is true and alone`}

@@ -35,10 +35,11 @@ func docBlocks(t *testing.T) (filter, rulesSrc string) {
 	}
 	var blocks []string
 	for len(blocks) < 2 {
-		_, after, ok := strings.Cut(rest, "```yaml\n")
+		_, after, ok := strings.Cut(rest, "```yaml")
 		if !ok {
 			t.Fatal("docs/leases.md: fewer than two yaml blocks after the marker")
 		}
+		_, after, _ = strings.Cut(after, "\n") // the rest of the info string (envoy=...)
 		block, after2, ok := strings.Cut(after, "```")
 		if !ok {
 			t.Fatal("docs/leases.md: unterminated yaml block")

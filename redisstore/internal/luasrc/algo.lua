@@ -5,7 +5,7 @@
 --
 -- Times are nanoseconds since the Unix epoch; every argument is a
 -- non-negative integer (int.lua representation). p is
--- {kind=0..6, rate=, period=, cap=, interval=, debit=bool} as algo.Params (and must be
+-- {kind=0..6, rate=, period=, cap=, interval=, offset=, debit=bool} as algo.Params (and must be
 -- valid, see Params.Validate); a result is {allowed=bool, remaining=,
 -- reset=, retry=} as algo.Result, with retry = int.NEVER (compare with
 -- int.eq) for never. Functions never modify their arguments.
@@ -36,6 +36,27 @@ do
 	-- (alignDown).
 	local function align_down(t, per)
 		return sub(t, mod(t, per))
+	end
+
+	-- align_from returns the start of the per-long window, aligned off past
+	-- the epoch, that holds t (alignFrom): 0 for t < off.
+	local function align_from(t, per, off)
+		if eq(off, 0) then
+			return align_down(t, per)
+		end
+		if lt(t, off) then
+			return 0
+		end
+		return add(off, align_down(sub(t, off), per))
+	end
+
+	-- window_end returns the end of a fixed window of p that starts at ws
+	-- (windowEnd).
+	local function window_end(p, ws)
+		if eq(ws, 0) and not eq(p.offset, 0) then
+			return p.offset
+		end
+		return add_sat(ws, p.period)
 	end
 
 	-- clamp_now maps now into [0, MAXI64-1] (clampNow; now >= 0).
@@ -72,17 +93,17 @@ do
 	end
 
 	local function fixed_window(p, s, now, n)
-		local per, cap = p.period, p.cap
-		local ws = align_down(now, per)
-		local wend = add_sat(ws, per)
+		local per, cap, off = p.period, p.cap, p.offset
+		local ws = align_from(now, per, off)
+		local wend = window_end(p, ws)
 		local count = 0
 		if lt(now, s.a) then
-			-- ws = max(ws, alignDown(s.A-1)): only a later window when
+			-- ws = max(ws, alignFrom(s.A-1)): only a later window when
 			-- s.A is past this one's end (now < s.A <= end puts s.A-1 in
 			-- this window).
 			if lt(wend, s.a) then
-				ws = imax(ws, align_down(sub(s.a, 1), per))
-				wend = add_sat(ws, per)
+				ws = imax(ws, align_from(sub(s.a, 1), per, off))
+				wend = window_end(p, ws)
 			end
 			count = s.b
 		end
@@ -543,14 +564,14 @@ do
 	local MAXU32 = 4294967295
 
 	local function fixed_force(p, s, now, n)
-		local per = p.period
-		local ws = align_down(now, per)
+		local per, off = p.period, p.offset
+		local ws = align_from(now, per, off)
 		local count = 0
 		if lt(now, s.a) then
-			ws = imax(ws, align_down(sub(s.a, 1), per))
+			ws = imax(ws, align_from(sub(s.a, 1), per, off))
 			count = s.b
 		end
-		return { a = add_sat(ws, per), b = add_sat(count, n) }
+		return { a = window_end(p, ws), b = add_sat(count, n) }
 	end
 
 	local function gcra_force(p, s, now, n)
@@ -595,8 +616,8 @@ do
 			if not lt(p.cap, s.b) then
 				return nil
 			end
-			local ws = imax(align_down(now, p.period), align_down(sub(s.a, 1), p.period))
-			return sub(add_sat(ws, p.period), now)
+			local ws = imax(align_from(now, p.period, p.offset), align_from(sub(s.a, 1), p.period, p.offset))
+			return sub(window_end(p, ws), now)
 		elseif kind == 4 then
 			local per = p.period
 			local prev, curr, ws, e, pinned = read_slide(per, s, now)

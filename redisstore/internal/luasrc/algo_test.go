@@ -104,6 +104,9 @@ func genParams(r *rand.Rand, kind algo.Kind) algo.Params {
 		if kind == algo.TokenBucket && r.IntN(2) == 0 {
 			p.Interval, p.Rate = discrete(r, p.Period)
 		}
+		if kind == algo.FixedWindow && r.IntN(3) == 0 {
+			p.Offset = between(r, 0, p.Period-1)
+		}
 		if kind == algo.SlidingWindow && p.Capacity > algo.MaxSlidingWindowCapacity {
 			p.Capacity = between(r, 0, algo.MaxSlidingWindowCapacity)
 		}
@@ -256,8 +259,11 @@ func fmtState(kind algo.Kind, s algo.State) string {
 	return fmt.Sprintf("%d %d", s.A, s.B)
 }
 
+// fmtParams writes "kind rate period capacity x", x being the refill
+// interval of a token bucket or the window offset of a fixed window (the
+// other is zero: Params.Validate), as the driver's params reads it.
 func fmtParams(p algo.Params) string {
-	return fmt.Sprintf("%d %d %d %d %d", p.Kind, p.Rate, p.Period, p.Capacity, p.Interval)
+	return fmt.Sprintf("%d %d %d %d %d", p.Kind, p.Rate, p.Period, p.Capacity, p.Interval+p.Offset)
 }
 
 // trace is one random case: the driver's input, the lines Go expects, and

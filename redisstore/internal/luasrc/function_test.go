@@ -18,7 +18,7 @@ local function one(args)
 	for i = 1, 9 do
 		x[i] = int.parse(args[i])
 	end
-	local p = { kind = x[1], rate = x[2], period = x[3], cap = x[4], interval = x[5] }
+	local p = { kind = x[1], rate = x[2], period = x[3], cap = x[4], interval = x[5], offset = 0 }
 	local st2, r = algo.step(p, { a = x[6], b = x[7] }, x[8], x[9])
 	return (r.allowed and "1 " or "0 ") .. int.str(r.remaining) .. " " .. int.str(r.reset) .. " " ..
 		int.str(r.retry) .. " " .. int.str(st2.a) .. " " .. int.str(st2.b)

@@ -11,7 +11,7 @@ import (
 // string, the same on every call for the same limit, which the script
 // parses once and caches:
 //
-//	kind rate period capacity interval shadow block_for class a b c d debit
+//	kind rate period capacity interval shadow block_for class a b c d debit offset
 //
 // with the compiled Params p (soft and elastic margins included), shadow
 // and debit (Params.Debit) as 0 or 1, block_for in ns, and the quantities
@@ -49,6 +49,8 @@ func Spec(p *algo.Params, shadow bool, blockFor int64) string {
 	}
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(boolInt(p.Debit)), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, p.Offset, 10)
 	return string(b)
 }
 
@@ -70,7 +72,8 @@ func boolInt(v bool) int {
 // fastClass returns the fast path's class of p and its four quantities:
 // "-" and zeros when p has none.
 func fastClass(p *algo.Params) (byte, [4]int64) {
-	if exactOnly {
+	if exactOnly || p.Offset != 0 {
+		// The fast path knows only windows aligned to the epoch.
 		return noClass()
 	}
 	switch p.Kind {

@@ -68,8 +68,15 @@ local function result(r)
 	return (r.allowed and "1 " or "0 ") .. f(r.remaining) .. " " .. f(r.reset) .. " " .. f(r.retry)
 end
 
+-- params reads "kind rate period cap x": x is the refill interval of a
+-- token bucket and the window offset of a fixed window (each is zero in the
+-- other kinds; see fmtParams).
 local function params(w)
-	return { kind = w[1], rate = w[2], period = w[3], cap = w[4], interval = w[5] }
+	local p = { kind = w[1], rate = w[2], period = w[3], cap = w[4], interval = w[5], offset = 0 }
+	if int.eq(p.kind, 0) then
+		p.interval, p.offset = 0, w[5]
+	end
+	return p
 end
 
 local function state_str(st, kind)
@@ -259,7 +266,7 @@ function cases.fstep(c)
 		parts[#parts + 1] = x
 	end
 	local sp, f = fspec(parts[1])
-	local p = { kind = sp.kind, rate = parse(f[2]), period = parse(f[3]), cap = parse(f[4]), interval = parse(f[5]) }
+	local p = { kind = sp.kind, rate = parse(f[2]), period = parse(f[3]), cap = parse(f[4]), interval = parse(f[5]), offset = parse(f[14] or "0") }
 	local fn = fastfn[sp.kind]
 	if sp.kind == 1 then
 		fn = (sp.cls == "D" and fast.discrete) or (sp.cls == "G" and fast.gcra) or nil
@@ -332,7 +339,7 @@ function cases.flog(c)
 		parts[#parts + 1] = x
 	end
 	local sp, f = fspec(parts[1])
-	local p = { kind = 5, rate = parse(f[2]), period = parse(f[3]), cap = parse(f[4]), interval = 0 }
+	local p = { kind = 5, rate = parse(f[2]), period = parse(f[3]), cap = parse(f[4]), interval = 0, offset = 0 }
 	local seen, sum = match(parts[2], "^(%d+) (%d+)$")
 	local log = { entries = {}, sum = parse(sum), seen = parse(seen) }
 	local j = 3
@@ -469,7 +476,7 @@ end
 
 -- benchlog: "rate period cap now dt n steps" runs a sliding log.
 function cases.benchlog(w)
-	local p = { kind = 5, rate = w[1], period = w[2], cap = w[3], interval = 0 }
+	local p = { kind = 5, rate = w[1], period = w[2], cap = w[3], interval = 0, offset = 0 }
 	local now, dt, n = w[4], w[5], w[6]
 	local log = { entries = {}, sum = 0, seen = 0 }
 	local allowed = 0

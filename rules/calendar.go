@@ -1,0 +1,120 @@
+package rules
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/calendar"
+)
+
+// calendarKeys are the keys of a limit's calendar: block.
+var calendarKeys = []string{"tz", "anchor_day", "anchor_month"}
+
+// calLimit is a limit whose windows follow the local calendar (the
+// `calendar:` extension): the day from midnight, the week from Monday, the
+// month from its anchor day, the year from its anchor day and month, in a
+// time zone. Each period is decided as a fixed window of the period's own
+// length, offset to start where the period starts, in a counter of its
+// own; the period in force is kept until it ends.
+type calLimit struct {
+	tmpl *sluice.Limit // as compiled: Period is the unit's nominal length
+	cal  calendar.Calendar
+	cur  atomic.Pointer[periodLimit]
+}
+
+// periodLimit is the limit of one calendar period.
+type periodLimit struct {
+	start, end time.Time
+	limit      *sluice.Limit
+	tag        string // appended to the limit's key tag: the period's start
+}
+
+// at returns the limit of the period that holds now, and its key tag:
+// tag and the period's start.
+func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string) {
+	if p := c.cur.Load(); p != nil && !now.Before(p.start) && now.Before(p.end) {
+		return p.limit, tag + p.tag
+	}
+	start, end := c.cal.Period(now)
+	l := *c.tmpl
+	l.Period = end.Sub(start)
+	l.WindowOffset = time.Duration(start.UnixNano() % int64(l.Period))
+	p := &periodLimit{start: start, end: end, limit: &l, tag: "@" + strconv.FormatInt(start.Unix(), 10)}
+	if cur := c.cur.Load(); cur == nil || cur.start.Before(start) {
+		c.cur.CompareAndSwap(cur, p)
+	}
+	return p.limit, tag + p.tag
+}
+
+// calendar reads the calendar: block of a limit compiled as l with the
+// spec s: the unit must be a day, week, month or year, the algorithm a
+// fixed window.
+func (p *parser) calendar(l *sluice.Limit, s *limitSpec) *calLimit {
+	pairs, ok := p.Mapping(s.calendar, "calendar")
+	if !ok {
+		return nil
+	}
+	at := p.Deref(s.calendar)
+	before := len(p.Errs)
+	c := &calLimit{tmpl: l}
+	var tz, day, month *yaml.Node
+	for _, kv := range pairs {
+		switch kv.K.Value {
+		case "tz":
+			tz = kv.V
+		case "anchor_day":
+			day = kv.V
+		case "anchor_month":
+			month = kv.V
+		default:
+			p.unknown(kv.K, "calendar", calendarKeys, false)
+		}
+	}
+	if tz == nil {
+		p.Errorf(at, "calendar needs tz: (an IANA time zone such as Europe/Berlin, or UTC)")
+	} else {
+		c.cal.Loc = p.zone(at, tz)
+	}
+	c.cal.Unit = p.calendarUnit(l, s, at)
+	if day != nil {
+		if c.cal.Unit != calendar.Month && c.cal.Unit != calendar.Year {
+			p.Errorf(p.Deref(day), "anchor_day applies to unit month or year")
+		} else if v, ok := p.integer(day, "anchor_day", 1, 31); ok {
+			c.cal.AnchorDay = int(v)
+		}
+	}
+	if month != nil {
+		if c.cal.Unit != calendar.Year {
+			p.Errorf(p.Deref(month), "anchor_month applies to unit year")
+		} else if v, ok := p.integer(month, "anchor_month", 1, 12); ok {
+			c.cal.AnchorMonth = time.Month(v)
+		}
+	}
+	if l.Algorithm != sluice.FixedWindow {
+		p.Errorf(at, "calendar applies to fixed_window, not %s: a fixed window starts afresh with each period; the buckets refill continuously and have no period to align, and a sliding window weighs the period before by a length that months and daylight-saving days change", l.Algorithm)
+	}
+	if len(p.Errs) > before {
+		return nil
+	}
+	return c
+}
+
+// calendarUnit reads the unit of a limit with a calendar: day, week, month
+// or year, once, without unit_multiplier or period.
+func (p *parser) calendarUnit(l *sluice.Limit, s *limitSpec, at *yaml.Node) calendar.Unit {
+	if s.unit == nil || s.mult != nil || s.period != nil || s.refillAmount != nil {
+		p.Errorf(at, "calendar needs unit: day, week, month or year (without unit_multiplier or period)")
+		return 0
+	}
+	name, _ := p.str(s.unit, "unit")
+	u, ok := calendar.ParseUnit(name)
+	if !ok {
+		p.Errorf(p.Deref(s.unit), "calendar needs unit: day, week, month or year, not %s", name)
+		return 0
+	}
+	return u
+}
