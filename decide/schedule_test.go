@@ -39,7 +39,8 @@ func scheduleDecider(t *testing.T, store sluice.Store, now func() time.Time, src
 // take decides one request of descriptor k=v and says whether it passed.
 func take(t *testing.T, dec *decide.Decider, entry string) bool {
 	t.Helper()
-	return !decideOne(t, dec, entry).OverLimit()
+	o := decideOne(t, dec, entry)
+	return !o.OverLimit()
 }
 
 // admitted counts the requests of entry admitted out of n.
