@@ -39,6 +39,12 @@ type Schedule struct {
 	// Position of the entry in its file.
 	Line, Column int
 
+	// In says whether the window holds at now, and until when that holds
+	// (the end of the occurrence now is in, or the start of the next; zero
+	// when the window never holds). Which window applies is the first of
+	// the rule's Schedules that holds.
+	In func(now time.Time) (in bool, until time.Time)
+
 	window calendar.Window
 	tags   []string    // per limit, part of counter keys: the window's and the limit's
 	cals   []*calLimit // per limit, its calendar or nil; nil when none has one
@@ -130,6 +136,7 @@ func (p *parser) schedule(r *Rule, n *yaml.Node, i int) *Schedule {
 		return nil
 	}
 	s.Limits, s.Unlimited, s.cals = w.Limits, w.Unlimited, w.cals
+	s.In = s.window.At
 	for _, t := range w.tags {
 		s.tags = append(s.tags, "@"+strconv.Itoa(i)+t)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -355,4 +356,48 @@ func manyDescriptors(n int) []*rlv3.RateLimitDescriptor {
 		out[i] = d(fmt.Sprintf("user=u%d", i))
 	}
 	return out
+}
+
+// sluice_schedule_window_active says which window of each rule's schedules
+// applies now: the first that holds, 1; the others, 0.
+func TestScheduleWindowMetric(t *testing.T) {
+	e := newEnv(t, `
+domain: geo
+descriptors:
+  - key: country
+    value: IN
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    schedules:
+      - {name: mondays, days: [mon], from: "00:00", to: "00:00", tz: UTC, rate_limit: {unit: minute, requests_per_unit: 1}}
+      - {name: always, from: "00:00", to: "24:00", tz: UTC, rate_limit: {unit: minute, requests_per_unit: 5}}
+      - {name: shadowed, from: "00:00", to: "24:00", tz: Asia/Kolkata, rate_limit: {unit: minute, requests_per_unit: 7}}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`, server.Config{})
+	check := func() (bad []string) {
+		monday := time.Now().UTC().Weekday() == time.Monday
+		want := map[string]float64{"mondays": 0, "always": 1, "shadowed": 0}
+		if monday {
+			want = map[string]float64{"mondays": 1, "always": 0, "shadowed": 0}
+		}
+		for window, v := range want {
+			if got := metric(t, e.reg, "sluice_schedule_window_active", "domain=geo", "rule=geo.country_IN", "window="+window); got != v {
+				bad = append(bad, fmt.Sprintf("window %s: %v, want %v", window, got, v))
+			}
+		}
+		if monday != (time.Now().UTC().Weekday() == time.Monday) {
+			return nil // Monday began or ended meanwhile: ask again
+		}
+		return bad
+	}
+	bad := check()
+	if bad == nil {
+		bad = check()
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	if n := series(t, e.reg, "sluice_schedule_window_active"); n != 3 {
+		t.Errorf("%d series, want one per window of the rules with schedules (3)", n)
+	}
 }

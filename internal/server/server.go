@@ -308,6 +308,11 @@ func New(cfg Config) (*Server, error) {
 	if s.explain == nil {
 		s.explain = dashboard.TightestLimit(s.dec)
 	}
+	if s.reg != nil {
+		if err := s.reg.Register(newScheduleWindows(s.dec.Rules)); err != nil {
+			return nil, err
+		}
+	}
 	s.exchanges.New = func() any { return new(exchange) }
 	if rc := s.dec.Rules(); rc != nil {
 		s.m.setConfig(rc.Hash(), time.Time{})
