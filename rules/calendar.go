@@ -33,11 +33,11 @@ type periodLimit struct {
 	tag        string // appended to the limit's key tag: the period's start
 }
 
-// at returns the limit of the period that holds now, and its key tag:
-// tag and the period's start.
-func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string) {
+// at returns the limit of the period that holds now, its key tag (tag and
+// the period's start) and the period's end.
+func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string, time.Time) {
 	if p := c.cur.Load(); p != nil && !now.Before(p.start) && now.Before(p.end) {
-		return p.limit, tag + p.tag
+		return p.limit, tag + p.tag, p.end
 	}
 	start, end := c.cal.Period(now)
 	l := *c.tmpl
@@ -47,7 +47,7 @@ func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string) {
 	if cur := c.cur.Load(); cur == nil || cur.start.Before(start) {
 		c.cur.CompareAndSwap(cur, p)
 	}
-	return p.limit, tag + p.tag
+	return p.limit, tag + p.tag, end
 }
 
 // calendar reads the calendar: block of a limit compiled as l with the

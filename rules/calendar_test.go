@@ -45,6 +45,9 @@ func TestCalendarPlan(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := p.Hits[0]
+		if !p.Matches[0].Until.Equal(tc.end) {
+			t.Errorf("at %s: until %v, want the period's end %v", tc.now, p.Matches[0].Until, tc.end)
+		}
 		if h.Limit.Period != tc.end.Sub(tc.start) {
 			t.Errorf("at %s: period %v, want %v", tc.now, h.Limit.Period, tc.end.Sub(tc.start))
 		}

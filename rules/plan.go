@@ -105,8 +105,8 @@ type Match struct {
 
 	// Schedule is the window of the rule's schedules whose limits apply,
 	// nil when the rule's own do (or a runtime override's). Until is when
-	// that changes (another window, or none, applies from then), zero
-	// when it never does; it is set for every rule with schedules.
+	// the limits in force change: another window of the schedules (or
+	// none) applies, or a calendar period ends; zero when they never do.
 	Schedule *Schedule
 	Until    time.Time
 
@@ -225,7 +225,11 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 				tag := m.tags[j]
 				if m.cals != nil && m.cals[j] != nil {
 					// A calendar period: its own limit and counter.
-					l, tag = m.cals[j].at(p.clock(), tag)
+					var end time.Time
+					l, tag, end = m.cals[j].at(p.clock(), tag)
+					if m.Until.IsZero() || end.Before(m.Until) {
+						m.Until = end
+					}
 				}
 				start := len(p.buf)
 				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, tag, desc.Entries, lv)
