@@ -298,3 +298,45 @@ func copied(t *testing.T, where string, b block) bool {
 	t.Errorf("%s: the yaml block is not a raw string of %s in %s", where, name, path)
 	return false
 }
+
+// TestGuidesNameEveryKey: rules.md names every key a rules file takes and
+// proxy.md every key of the http section, as the parsers list them (their
+// ...Keys variables), each as `key`, `parent.key` or key:.
+func TestGuidesNameEveryKey(t *testing.T) {
+	decl := regexp.MustCompile(`(?m)^\s*\w+Keys\s*=\s*(.*)$`)
+	quoted := regexp.MustCompile(`"([a-z_]+)"`)
+	for _, c := range []struct{ page, dir string }{
+		{"rules.md", "rules"},
+		{"proxy.md", "internal/httpconf"},
+	} {
+		doc, err := os.ReadFile(c.page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files, err := filepath.Glob(filepath.Join("..", c.dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range decl.FindAllStringSubmatch(string(src), -1) {
+				for _, k := range quoted.FindAllStringSubmatch(d[1], -1) {
+					n++
+					if !strings.Contains(string(doc), "`"+k[1]+"`") && !strings.Contains(string(doc), "."+k[1]+"`") && !strings.Contains(string(doc), k[1]+":") {
+						t.Errorf("%s does not name the key %s (%s)", c.page, k[1], filepath.Base(f))
+					}
+				}
+			}
+		}
+		if n < 10 {
+			t.Errorf("%s: found %d keys in %s; want more", c.page, n, c.dir)
+		}
+	}
+}
