@@ -36,6 +36,14 @@ type RuleStats struct {
 	// The same over time: one element per Summary.Step from
 	// Summary.Start, for plots.
 	AllowedOver, DeniedOver, ShadowDeniedOver []int64
+
+	// WindowOver names, per step, the window of the rule's schedules
+	// whose limits apply at the middle of the step ("" for the rule's own
+	// limits), on the trace's clock: a plot shows a schedule before it is
+	// rolled out. Nil for a rule without schedules.
+	WindowOver []string
+
+	windows []*rules.Schedule
 }
 
 // Summary is the result of a run.
@@ -126,6 +134,7 @@ func RunOptions(ctx context.Context, cfg *rules.Config, in io.Reader, out io.Wri
 		return nil, err
 	}
 	for _, rs := range stats {
+		rs.windowsOver(sum)
 		sum.Rules = append(sum.Rules, *rs)
 	}
 	sort.Slice(sum.Rules, func(i, j int) bool { return sum.Rules[i].StatKey < sum.Rules[j].StatKey })
@@ -185,6 +194,9 @@ func (sum *Summary) count(resp *rlsv3.RateLimitResponse, o *decide.Outcome, at t
 				DeniedOver: make([]int64, sum.Steps), ShadowDeniedOver: make([]int64, sum.Steps)}
 			stats[d.StatKey] = rs
 		}
+		if d.Rule != nil && len(d.Rule.Schedules) > 0 && rs.windows == nil {
+			rs.windows = d.Rule.Schedules
+		}
 		switch {
 		case d.ShadowOver:
 			rs.ShadowDenied++
@@ -195,6 +207,24 @@ func (sum *Summary) count(resp *rlsv3.RateLimitResponse, o *decide.Outcome, at t
 		default:
 			rs.Allowed++
 			rs.AllowedOver[i]++
+		}
+	}
+}
+
+// windowsOver fills rs.WindowOver from the schedules of its rule: the
+// first window that holds at the middle of each step of sum.
+func (rs *RuleStats) windowsOver(sum *Summary) {
+	if rs.windows == nil {
+		return
+	}
+	rs.WindowOver = make([]string, sum.Steps)
+	for i := range rs.WindowOver {
+		at := sum.Start.Add(time.Duration(i)*sum.Step + sum.Step/2)
+		for _, w := range rs.windows {
+			if in, _ := w.In(at); in {
+				rs.WindowOver[i] = w.Name
+				break
+			}
 		}
 	}
 }

@@ -47,6 +47,7 @@ func WriteSVG(w io.Writer, s *Summary) error {
 		fmt.Fprintf(bw, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`+"\n", left, y0+chartH, width-right, y0+chartH)
 		fmt.Fprintf(bw, `<text x="%d" y="%d" text-anchor="end">%d</text>`+"\n", left-6, y0+10, peak)
 		fmt.Fprintf(bw, `<text x="%d" y="%d" text-anchor="end">0</text>`+"\n", left-6, y0+chartH)
+		windows(bw, r.WindowOver, float64(left), barW, y0, chartH, s.Step)
 		for i := range r.AllowedOver {
 			x := float64(left) + float64(i)*barW
 			base := float64(y0 + chartH)
@@ -74,4 +75,22 @@ func WriteSVG(w io.Writer, s *Summary) error {
 		`<rect x="735" y="8" width="10" height="10" fill="#ef6c00"/><text x="749" y="17">shadow-denied</text></g>` + "\n")
 	bw.WriteString("</svg>\n")
 	return bw.Flush()
+}
+
+// windows shades the runs of steps in which a window of the rule's
+// schedules applied, each with the window's name above it.
+func windows(bw *bufio.Writer, over []string, left, barW float64, y0, chartH int, step time.Duration) {
+	for i := 0; i < len(over); {
+		j := i + 1
+		for j < len(over) && over[j] == over[i] {
+			j++
+		}
+		if name := over[i]; name != "" {
+			x := left + float64(i)*barW
+			fmt.Fprintf(bw, `<rect class="window" x="%.2f" y="%d" width="%.2f" height="%d" fill="#1565c0" fill-opacity="0.08" data-window="%s"><title>schedule %s, +%s to +%s</title></rect>`+"\n",
+				x, y0, float64(j-i)*barW, chartH, html.EscapeString(name), html.EscapeString(name), time.Duration(i)*step, time.Duration(j)*step)
+			fmt.Fprintf(bw, `<text x="%.2f" y="%d" font-size="10" fill="#1565c0">%s</text>`+"\n", x+2, y0+11, html.EscapeString(name))
+		}
+		i = j
+	}
 }

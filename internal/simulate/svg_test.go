@@ -91,3 +91,51 @@ descriptors:
 		t.Errorf("the first denied bar is at second %d, want 10", firstDenied)
 	}
 }
+
+// TestPlotSchedule: two hours of traffic against a rule whose schedule
+// tightens it from 01:00 to 01:30 UTC: the summary and the plot mark the
+// window in the steps it covers, on the trace's clock, and the limit that
+// applied changes with it.
+func TestPlotSchedule(t *testing.T) {
+	cfg := rulestest.Config(t, `
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    schedules:
+      - {name: night, from: "01:00", to: "01:30", tz: UTC, rate_limit: {unit: minute, requests_per_unit: 1}}
+`)
+	var trace strings.Builder
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 120 {
+		for range 3 {
+			fmt.Fprintf(&trace, `{"at":%d,"domain":"api","descriptors":[{"entries":[{"key":"user","value":"a"}]}]}`+"\n", start.Add(time.Duration(i)*time.Minute).UnixMilli())
+		}
+	}
+	sum, err := simulate.Run(context.Background(), cfg, strings.NewReader(trace.String()), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := sum.Rules[0]
+	if len(r.WindowOver) != sum.Steps {
+		t.Fatalf("%d window marks for %d steps", len(r.WindowOver), sum.Steps)
+	}
+	for i, w := range r.WindowOver {
+		mid := start.Add(time.Duration(i)*sum.Step + sum.Step/2)
+		in := !mid.Before(start.Add(time.Hour)) && mid.Before(start.Add(90*time.Minute))
+		if (w == "night") != in || (w != "" && w != "night") {
+			t.Errorf("step %d (%v): window %q", i, mid.Format("15:04"), w)
+		}
+	}
+	// 3 requests a minute: all admitted outside the window, 1 in 3 inside.
+	if r.Allowed != 90*3+30 || r.Denied != 60 {
+		t.Errorf("allowed %d denied %d, want %d and 60", r.Allowed, r.Denied, 90*3+30)
+	}
+	var svg bytes.Buffer
+	if err := simulate.WriteSVG(&svg, sum); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(svg.String(), `class="window"`); n != 1 || !strings.Contains(svg.String(), `data-window="night"`) {
+		t.Errorf("%d window marks in the plot, want one run named night", n)
+	}
+}
