@@ -1,6 +1,7 @@
 package decide_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -247,5 +248,38 @@ descriptors:
 	ms, _ := ttl.(int64)
 	if d := time.Duration(ms)*time.Millisecond - midnight.Sub(now); d < -2*time.Second || d > time.Minute {
 		t.Errorf("the key expires in %v, want at Redis's midnight, %v away (and a little slack)", time.Duration(ms)*time.Millisecond, midnight.Sub(now))
+	}
+}
+
+// A calendar period's count survives a restart of the embedded store (its
+// snapshot, as --state-file writes it) and a reload of rules that keep the
+// limit, in the same period.
+func TestCalendarSurvivesRestart(t *testing.T) {
+	now := time.Date(2027, 2, 10, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	src := `domain: sched
+descriptors:
+  - key: plan
+    rate_limit: {unit: month, requests_per_unit: 3, calendar: {tz: Europe/Berlin, anchor_day: 15}}
+`
+	before := memstore.New(memstore.Config{Now: clock})
+	dec := scheduleDecider(t, before, clock, src)
+	if got := admitted(t, dec, "plan=pro", 2); got != 2 {
+		t.Fatalf("%d of 2 admitted", got)
+	}
+	var snap bytes.Buffer
+	if err := before.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+	before.Close()
+	now = now.Add(24 * time.Hour) // the next day, the same period
+	after := memstore.New(memstore.Config{Now: clock})
+	defer after.Close()
+	if err := after.Restore(&snap); err != nil {
+		t.Fatal(err)
+	}
+	dec = scheduleDecider(t, after, clock, src+"  - key: other\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	if got := admitted(t, dec, "plan=pro", 3); got != 1 {
+		t.Fatalf("after the restart and a reload: %d of 3 admitted, want the period's last 1", got)
 	}
 }
