@@ -12,7 +12,7 @@ import (
 // the default of envoyproxy/ratelimit.
 type Algorithm = algo.Kind
 
-// The seven algorithms. docs/algorithms.md says when to choose which.
+// The seven algorithms. docs/concepts.md says when to choose which.
 const (
 	FixedWindow   = algo.FixedWindow
 	TokenBucket   = algo.TokenBucket

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# proxy.sh reproduces "sluice proxy vs a plain reverse proxy" in
+# proxy.sh reproduces "sluice proxy against a plain reverse proxy" in
 # docs/benchmarks.md: the same HTTP load from sluice bench --mode http, on
 # the same machine, against sluice plainproxy (an httputil.ReverseProxy with
 # only SetURL, and sluice proxy's transport, flush interval and server

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# redis.sh reproduces "sluice serve on Redis vs on the embedded store" in
-# docs/benchmarks.md: the same load from sluice bench, on the same machine,
+# redis.sh measures sluice serve on Redis against the embedded store
+# (docs/benchmarks.md; the history in docs/internals/benchmarks-journal.md):
+# the same load from sluice bench, on the same machine,
 # against two sluice serve processes that differ only in their store,
 # --store memory and --store redis (with its local cache of over-limit keys,
 # on by default), in alternating rounds.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh reproduces docs/benchmarks.md: sluice's embedded store against the
+# run.sh reproduces "The library" of docs/benchmarks.md: sluice's embedded store against the
 # in-memory Go rate limiters, one workload, one test binary.
 #
 #   bench/run.sh                 # ROUNDS=6 BENCHTIME=1s SIDE_ROUNDS=3

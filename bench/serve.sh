@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# serve.sh reproduces "sluice serve vs a do-nothing RLS server" in
+# serve.sh reproduces "sluice serve against a server that does nothing" in
 # docs/benchmarks.md: the same load from sluice bench, on the same machine,
 # against sluice nullserver (answers OK at once, decides nothing) and
 # against sluice serve with the embedded store, in alternating rounds.

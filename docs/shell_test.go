@@ -36,8 +36,9 @@ func userDocs(t *testing.T) []string {
 	return append([]string{filepath.Join("..", "README.md")}, docs...)
 }
 
-// attrs returns the attributes (key=value words after the language) of the
-// fence that opens on line n of path.
+// attrs returns the attributes (key=value words after the language, and
+// bare words as keys with no value) of the fence that opens on line n of
+// path.
 func attrs(t *testing.T, path string, n int) map[string]string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -53,9 +54,8 @@ func attrs(t *testing.T, path string, n int) map[string]string {
 		out := map[string]string{}
 		words := strings.Fields(strings.TrimPrefix(sc.Text(), "```"))
 		for _, w := range words[min(1, len(words)):] {
-			if k, v, ok := strings.Cut(w, "="); ok {
-				out[k] = v
-			}
+			k, v, _ := strings.Cut(w, "=")
+			out[k] = v // a bare word is a key with no value
 		}
 		return out
 	}
@@ -125,9 +125,12 @@ func TestShell(t *testing.T) {
 	var all []*script
 	for _, doc := range userDocs(t) {
 		all = append(all, scripts(t, doc)...)
+		for _, p := range notRun(t, doc) {
+			t.Error(p)
+		}
 	}
 	if len(all) == 0 {
-		t.Skip("no run= blocks in the docs yet")
+		t.Fatal("no run= blocks in the docs: their commands are not run")
 	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -150,6 +153,36 @@ func TestShell(t *testing.T) {
 			}
 		})
 	}
+}
+
+// notRun lists the shell blocks of doc that no test runs: a block without
+// run= must be marked ci, and be what .ci/run executes (the test suite,
+// which CI runs and a test cannot run inside itself).
+func notRun(t *testing.T, doc string) (problems []string) {
+	t.Helper()
+	ci, err := os.ReadFile(filepath.Join("..", ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blocks(t, doc) {
+		if b.lang != "sh" && b.lang != "bash" && b.lang != "shell" && b.lang != "console" {
+			continue
+		}
+		a := attrs(t, doc, b.line)
+		if _, ok := a["run"]; ok {
+			continue
+		}
+		if _, ok := a["ci"]; !ok {
+			problems = append(problems, fmt.Sprintf("%s:%d: a shell block that no test runs (give it run=NAME)", doc, b.line))
+			continue
+		}
+		for _, line := range strings.Split(b.text, "\n") {
+			if cmd := strings.TrimSpace(line); cmd != "" && !strings.HasPrefix(cmd, "#") && !strings.Contains(string(ci), "exec "+cmd+"\n") {
+				problems = append(problems, fmt.Sprintf("%s:%d: %q is marked ci, but .ci/run does not exec it", doc, b.line, cmd))
+			}
+		}
+	}
+	return problems
 }
 
 // scriptTimeout bounds one script: its servers start, answer a few
@@ -250,5 +283,14 @@ func TestShellRunner(t *testing.T) {
 	err = runScript(t, bash, t.TempDir(), "/", got[1])
 	if err == nil || !strings.Contains(err.Error(), "doc.md:18") || strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("run=bad: %v, want a failure naming the block at line 18", err)
+	}
+	// The block at line 14 runs nowhere; one marked ci must be .ci/run's.
+	md += "\n```sh ci\nscripts/test\n```\n\n```sh ci\nmake everything\n```\n"
+	if err := os.WriteFile(doc, []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probs := strings.Join(notRun(t, doc), "\n")
+	if !strings.Contains(probs, "doc.md:14: a shell block that no test runs") || !strings.Contains(probs, `"make everything" is marked ci`) || strings.Contains(probs, "scripts/test") {
+		t.Errorf("notRun:\n%s\nwant the block at line 14 and make everything, not scripts/test", probs)
 	}
 }

@@ -21,7 +21,7 @@
 //	client := httpretry.NewClient(httpretry.Config{})
 //	resp, err := client.Get("https://api.example.com/v1/things")
 //
-// docs/client.md explains the choices. The package owns the client's
+// docs/internals/client-design.md explains the choices. The package owns the client's
 // retry, wait and pacing policy; it imports only the standard library and
 // sluice's algo package (the token bucket arithmetic), and must not import
 // a store, a transport of the server side, or the rules.

@@ -6,7 +6,7 @@
 // demand: a grant is sized by what the node spent of its last one.
 //
 // A limit opts in with sluice.Limit.LeaseOvershoot, U hits: the bound on
-// what leases may cost in exactness (docs/leases.md has the proof):
+// what leases may cost in exactness (docs/internals/leases-proof.md has the proof):
 //
 //   - Every grant is taken from the key's own state in the store, as if its
 //     hits were admitted then, and is at most b = ⌈U/4⌉ hits. On a bucket

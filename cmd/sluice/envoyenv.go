@@ -4,7 +4,7 @@ package main
 // sluice proxy read after their own flags and SLUICE_ variables, so that an
 // Envoy deployment moves over without touching its environment, and those
 // it names in one warning at start because nothing here honours them
-// (docs/operations.md has the table).
+// (docs/migrating.md and docs/reference/serve.md have the table).
 
 import (
 	"net"
@@ -68,7 +68,7 @@ var envoyVars = map[string]envoyVar{
 	// all-or-nothing does (the denying descriptor's own count stays too).
 	"all-or-nothing": plain("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
 	// envoy-rl's REDIS_TIMEOUT (10s by default) bounds a Redis call;
-	// sluice's deadline is for a Redis found silent (docs/operations.md).
+	// sluice's deadline is for a Redis found silent (docs/redis.md).
 	"redis-timeout":             plain("REDIS_TIMEOUT"),
 	"quota-mode":                plain("QUOTA_MODE"),
 	"response-dynamic-metadata": plain("RESPONSE_DYNAMIC_METADATA"),

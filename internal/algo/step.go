@@ -36,7 +36,7 @@ package algo
 //     Durations in the Result are measured from the given now.
 //
 // The per-algorithm semantics are documented on the unexported functions and
-// in docs/algorithms.md.
+// in docs/internals/algorithms.md.
 func Step(p *Params, s State, now, n int64) (State, Result) {
 	if n < 0 {
 		n = 0

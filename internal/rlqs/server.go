@@ -26,7 +26,7 @@
 // create it again, and report it, at its next request; ending the stream
 // would take the assignments of its other buckets away).
 //
-// The bound, proved in docs/leases.md: the shares any Envoy may still
+// The bound, proved in docs/internals/leases-proof.md: the shares any Envoy may still
 // enforce sum to at most 1 at every moment, however late reports arrive
 // and whichever streams drop, provided an assignment reaches its Envoy
 // within Policy.Grace of being decided.
