@@ -114,7 +114,20 @@ func TestSimulateExample(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(svg), "<svg ") || !strings.Contains(string(svg), `data-rule="auth.user"`) {
 		t.Errorf("--plot wrote %d bytes (%v), want an SVG with the rule auth.user", len(svg), err)
 	}
+	// The docs show this plot: it is kept as the command draws it.
+	const shown = "../../docs/images/simulate-example.svg"
+	if *updateImages {
+		if err := os.WriteFile(shown, svg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if doc, err := os.ReadFile(shown); err != nil || string(doc) != string(svg) {
+		t.Errorf("%s is not what simulate --plot draws of the examples (%v): go test ./cmd/sluice -run TestSimulateExample -update-images", shown, err)
+	}
 }
+
+// updateImages rewrites the docs' images that tests draw.
+var updateImages = flag.Bool("update-images", false, "rewrite docs/images from what the tests draw")
 
 func TestUsage(t *testing.T) {
 	if code, _, _ := runCmd(t, ""); code != 2 {
