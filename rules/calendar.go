@@ -19,11 +19,12 @@ var calendarKeys = []string{"tz", "anchor_day", "anchor_month"}
 // month from its anchor day, the year from its anchor day and month, in a
 // time zone. Each period is decided as a fixed window of the period's own
 // length, offset to start where the period starts, in a counter of its
-// own; the period in force is kept until it ends.
+// own. The limits of the latest period and of the one before are kept, so
+// that requests about a boundary (clocks a little apart) share them.
 type calLimit struct {
-	tmpl *sluice.Limit // as compiled: Period is the unit's nominal length
-	cal  calendar.Calendar
-	cur  atomic.Pointer[periodLimit]
+	tmpl      *sluice.Limit // as compiled: Period is the unit's nominal length
+	cal       calendar.Calendar
+	cur, prev atomic.Pointer[periodLimit]
 }
 
 // periodLimit is the limit of one calendar period.
@@ -33,10 +34,17 @@ type periodLimit struct {
 	tag        string // appended to the limit's key tag: the period's start
 }
 
+func (p *periodLimit) holds(now time.Time) bool {
+	return p != nil && !now.Before(p.start) && now.Before(p.end)
+}
+
 // at returns the limit of the period that holds now, its key tag (tag and
 // the period's start) and the period's end.
 func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string, time.Time) {
-	if p := c.cur.Load(); p != nil && !now.Before(p.start) && now.Before(p.end) {
+	if p := c.cur.Load(); p.holds(now) {
+		return p.limit, tag + p.tag, p.end
+	}
+	if p := c.prev.Load(); p.holds(now) {
 		return p.limit, tag + p.tag, p.end
 	}
 	start, end := c.cal.Period(now)
@@ -44,8 +52,13 @@ func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string, time.Ti
 	l.Period = end.Sub(start)
 	l.WindowOffset = time.Duration(start.UnixNano() % int64(l.Period))
 	p := &periodLimit{start: start, end: end, limit: &l, tag: "@" + strconv.FormatInt(start.Unix(), 10)}
-	if cur := c.cur.Load(); cur == nil || cur.start.Before(start) {
-		c.cur.CompareAndSwap(cur, p)
+	switch cur := c.cur.Load(); {
+	case cur == nil || cur.start.Before(start):
+		if c.cur.CompareAndSwap(cur, p) && cur != nil {
+			c.prev.Store(cur)
+		}
+	default:
+		c.prev.Store(p)
 	}
 	return p.limit, tag + p.tag, end
 }
