@@ -56,12 +56,15 @@ type Limit struct {
 	// Zero means equal to Rate. Ignored by the window algorithms.
 	Burst int64
 
-	// WindowOffset shifts the windows of a FixedWindow from the Unix
-	// epoch: they start WindowOffset past a multiple of Period (0 <=
-	// WindowOffset < Period). Zero means aligned to the epoch, as Envoy's.
-	// Calendar periods (a month from its anchor day in a time zone) are
-	// limits whose Period is the period's length and whose offset puts a
-	// window's start on the period's, one per period.
+	// WindowOffset shifts the windows of a FixedWindow or SlidingWindow
+	// from the Unix epoch: they start WindowOffset past a multiple of
+	// Period (0 <= WindowOffset < Period). Zero means aligned to the
+	// epoch, as Envoy's. Calendar periods (a month from its anchor day in
+	// a time zone) are limits whose Period is the period's length and
+	// whose offset puts a window's start on the period's. A limit with an
+	// offset keeps its state under its key whatever its Period and offset,
+	// so that a sliding window weighs the period before although months
+	// differ in length: give limits of different periods different keys.
 	WindowOffset time.Duration
 
 	// RefillInterval switches a TokenBucket from smooth refill to discrete

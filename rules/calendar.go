@@ -17,9 +17,11 @@ var calendarKeys = []string{"tz", "anchor_day", "anchor_month"}
 // calLimit is a limit whose windows follow the local calendar (the
 // `calendar:` extension): the day from midnight, the week from Monday, the
 // month from its anchor day, the year from its anchor day and month, in a
-// time zone. Each period is decided as a fixed window of the period's own
-// length, offset to start where the period starts, in a counter of its
-// own. The limits of the latest period and of the one before are kept, so
+// time zone. Each period is decided as a window of the period's own
+// length, offset to start where the period starts: a fixed window in a
+// counter of the period's own, a sliding window in one counter across
+// periods, whose estimate weighs the period before by the share of the
+// current one still to run. The limits of the latest period and of the one before are kept, so
 // that requests about a boundary (clocks a little apart) share them.
 type calLimit struct {
 	tmpl      *sluice.Limit // as compiled: Period is the unit's nominal length
@@ -31,7 +33,7 @@ type calLimit struct {
 type periodLimit struct {
 	start, end time.Time
 	limit      *sluice.Limit
-	tag        string // appended to the limit's key tag: the period's start
+	tag        string // appended to the limit's key tag: a fixed window's period start
 }
 
 func (p *periodLimit) holds(now time.Time) bool {
@@ -51,7 +53,12 @@ func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string, time.Ti
 	l := *c.tmpl
 	l.Period = end.Sub(start)
 	l.WindowOffset = time.Duration(start.UnixNano() % int64(l.Period))
-	p := &periodLimit{start: start, end: end, limit: &l, tag: "@" + strconv.FormatInt(start.Unix(), 10)}
+	p := &periodLimit{start: start, end: end, limit: &l}
+	if l.Algorithm == sluice.FixedWindow {
+		// A counter a period: a new period starts afresh. A sliding
+		// window keeps its key, to weigh the period before.
+		p.tag = "@" + strconv.FormatInt(start.Unix(), 10)
+	}
 	switch cur := c.cur.Load(); {
 	case cur == nil || cur.start.Before(start):
 		if c.cur.CompareAndSwap(cur, p) && cur != nil {
@@ -65,7 +72,7 @@ func (c *calLimit) at(now time.Time, tag string) (*sluice.Limit, string, time.Ti
 
 // calendar reads the calendar: block of a limit compiled as l with the
 // spec s: the unit must be a day, week, month or year, the algorithm a
-// fixed window.
+// fixed or sliding window.
 func (p *parser) calendar(l *sluice.Limit, s *limitSpec) *calLimit {
 	pairs, ok := p.Mapping(s.calendar, "calendar")
 	if !ok {
@@ -107,8 +114,8 @@ func (p *parser) calendar(l *sluice.Limit, s *limitSpec) *calLimit {
 			c.cal.AnchorMonth = time.Month(v)
 		}
 	}
-	if l.Algorithm != sluice.FixedWindow {
-		p.Errorf(at, "calendar applies to fixed_window, not %s: a fixed window starts afresh with each period; the buckets refill continuously and have no period to align, and a sliding window weighs the period before by a length that months and daylight-saving days change", l.Algorithm)
+	if l.Algorithm != sluice.FixedWindow && l.Algorithm != sluice.SlidingWindow {
+		p.Errorf(at, "calendar applies to fixed_window and sliding_window, not %s: the buckets refill continuously and have no period to align, and a sliding log or sketch has no periods", l.Algorithm)
 	}
 	if len(p.Errs) > before {
 		return nil

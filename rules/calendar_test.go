@@ -81,8 +81,8 @@ func TestCalendarProblems(t *testing.T) {
 		{"a minute", `{unit: minute, requests_per_unit: 1, calendar: {tz: UTC}}`, "calendar needs unit: day, week, month or year, not minute"},
 		{"a period", `{period: 720h, requests_per_unit: 1, calendar: {tz: UTC}}`, "calendar needs unit: day, week, month or year"},
 		{"a multiplier", `{unit: day, unit_multiplier: 2, requests_per_unit: 1, calendar: {tz: UTC}}`, "without unit_multiplier"},
-		{"a sliding window", `{unit: day, requests_per_unit: 1, algorithm: sliding_window, calendar: {tz: UTC}}`, "calendar applies to fixed_window, not sliding_window"},
-		{"a token bucket", `{unit: day, requests_per_unit: 1, algorithm: token_bucket, calendar: {tz: UTC}}`, "calendar applies to fixed_window, not token_bucket"},
+		{"a sliding log", `{unit: day, requests_per_unit: 1, algorithm: sliding_log, calendar: {tz: UTC}}`, "calendar applies to fixed_window and sliding_window, not sliding_log"},
+		{"a token bucket", `{unit: day, requests_per_unit: 1, algorithm: token_bucket, calendar: {tz: UTC}}`, "calendar applies to fixed_window and sliding_window, not token_bucket"},
 		{"anchor day of a week", `{unit: week, requests_per_unit: 1, calendar: {tz: UTC, anchor_day: 2}}`, "anchor_day applies to unit month or year"},
 		{"anchor day 32", `{unit: month, requests_per_unit: 1, calendar: {tz: UTC, anchor_day: 32}}`, "anchor_day"},
 		{"anchor month of a month", `{unit: month, requests_per_unit: 1, calendar: {tz: UTC, anchor_month: 2}}`, "anchor_month applies to unit year"},
@@ -122,5 +122,28 @@ descriptors:
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, tokyo)
 	if l.Rate != 5 || l.Period != 24*time.Hour || (now.UnixNano()-int64(l.WindowOffset))%int64(l.Period) != now.Sub(start).Nanoseconds() {
 		t.Errorf("limit %+v: want 5 a Tokyo day", l)
+	}
+}
+
+// A sliding window over calendar periods keeps one counter (its key does
+// not change with the period), so that a period weighs the one before.
+func TestCalendarSlidingKeepsItsKey(t *testing.T) {
+	c := scheduledConfig(t, `domain: plans
+descriptors:
+  - key: plan
+    rate_limit: {unit: month, requests_per_unit: 100, algorithm: sliding_window, calendar: {tz: UTC}}
+`)
+	var keys []string
+	var periods []time.Duration
+	for _, at := range []time.Time{time.Date(2027, 2, 27, 0, 0, 0, 0, time.UTC), time.Date(2027, 3, 2, 0, 0, 0, 0, time.UTC)} {
+		p := rules.Plan{Now: func() time.Time { return at }}
+		if err := c.Plan("plans", []rules.Descriptor{desc("plan=x")}, &p); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, p.Hits[0].Key)
+		periods = append(periods, p.Hits[0].Limit.Period)
+	}
+	if keys[0] != keys[1] || periods[0] != 28*24*time.Hour || periods[1] != 31*24*time.Hour {
+		t.Errorf("keys %q, periods %v: want one key, February's and March's lengths", keys, periods)
 	}
 }

@@ -211,3 +211,41 @@ func (s suite) windowOffset(t *testing.T) {
 		}
 	}
 }
+
+// calendarSliding: a sliding window over calendar months, whose Period and
+// WindowOffset change from one month to the next, keeps its state under
+// its key: March weighs February's count by the share of March still to
+// run.
+func (s suite) calendarSliding(t *testing.T) {
+	for _, each := range []bool{false, true} {
+		e := s.env(t)
+		month := func(start time.Time, days int) *sluice.Limit {
+			per := time.Duration(days) * 24 * time.Hour
+			return &sluice.Limit{Name: "month", Algorithm: sluice.SlidingWindow, Rate: 10, Period: per,
+				WindowOffset: time.Duration(start.UnixNano() % int64(per))}
+		}
+		feb := Start.AddDate(0, 1, 0) // Start is 1 January
+		mar := feb.AddDate(0, 1, 0)
+		take := func(l *sluice.Limit) sluice.Decision {
+			if each {
+				_, ds := e.each(hit("k", l, 1))
+				return ds[0]
+			}
+			return e.allow("k", l, 1)
+		}
+		e.clock.Set(mar.Add(-time.Hour))
+		for i := range 10 {
+			want(t, fmt.Sprintf("each=%v February request %d", each, i+1), take(month(feb, 28)), true, int64(9-i))
+		}
+		want(t, fmt.Sprintf("each=%v February's 11th", each), take(month(feb, 28)), false, 0)
+		// A day into March: February's 10 weigh 30/31 of 10, rounded up.
+		e.clock.Set(mar.Add(24 * time.Hour))
+		want(t, fmt.Sprintf("each=%v a day into March", each), take(month(mar, 31)), false, 0)
+		// Half of March run: February weighs 5, so 5 more.
+		e.clock.Set(mar.Add(31 * 12 * time.Hour))
+		for i := range 5 {
+			want(t, fmt.Sprintf("each=%v mid-March request %d", each, i+1), take(month(mar, 31)), true, int64(4-i))
+		}
+		want(t, fmt.Sprintf("each=%v mid-March's 6th", each), take(month(mar, 31)), false, 0)
+	}
+}

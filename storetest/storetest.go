@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) sluice.Store) {
 		{"EachOverdraw", s.eachOverdraw},
 		{"EachTrace", s.eachTrace},
 		{"WindowOffset", s.windowOffset},
+		{"CalendarSliding", s.calendarSliding},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)

@@ -145,9 +145,9 @@ func discreteForce(p *Params, s State, now, n int64) State {
 // count saturates at the 32 bits the state packs it in (above any
 // capacity, so a saturated count still denies).
 func slidingForce(p *Params, s State, now, n int64) State {
-	w := readSlide(p.Period, s, now)
+	w := readSlideOf(p, s, now)
 	curr := min(w.curr+uint64(n), math.MaxUint32)
-	return State{A: addSat(w.end(p.Period), p.Period), B: int64(w.prev<<32 | curr)}
+	return State{A: slideIdle(p, &w), B: int64(w.prev<<32 | curr)}
 }
 
 // debt reports whether the state s is in debt at now (counts more than
@@ -166,7 +166,7 @@ func debt(p *Params, s State, now int64) (retry int64, inDebt bool) {
 		}
 		return windowEnd(p, ws) - now, true
 	case p.Kind == SlidingWindow:
-		w := readSlide(p.Period, s, now)
+		w := readSlideOf(p, s, now)
 		r := w.result(p.Period, min(p.Capacity, MaxSlidingWindowCapacity), now, 0, true)
 		return r.RetryAfter, !r.Allowed
 	case p.Kind == TokenBucket && p.Interval > 0:

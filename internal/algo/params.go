@@ -94,10 +94,12 @@ type Params struct {
 	Capacity int64 // enforced capacity, >= 0
 	Interval int64 // token bucket only: discrete refill every Interval ns; 0 = smooth
 
-	// Offset shifts a fixed window's windows from the epoch: window w is
-	// [Offset + w·Period, Offset + (w+1)·Period), 0 <= Offset < Period.
-	// Calendar periods use it: a month of the right length, starting on
-	// its anchor day, is the window of its Period that holds its start.
+	// Offset shifts a fixed or sliding window's windows from the epoch:
+	// window w is [Offset + w·Period, Offset + (w+1)·Period), 0 <= Offset
+	// < Period. Calendar periods use it: a month of the right length,
+	// starting on its anchor day, is the window of its Period that holds
+	// its start (a sliding window's state then tells the window before by
+	// time, not by alignment: readSlideFrom).
 	Offset int64
 
 	// Debit marks a limit charged after the fact (Envoy's
@@ -124,8 +126,8 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("a refill interval applies only to token_bucket, not %s", p.Kind)
 	case p.Offset < 0 || p.Offset >= p.Period:
 		return fmt.Errorf("window offset must be in [0, period), got %dns for a period of %dns", p.Offset, p.Period)
-	case p.Offset != 0 && p.Kind != FixedWindow:
-		return fmt.Errorf("a window offset applies only to fixed_window, not %s", p.Kind)
+	case p.Offset != 0 && p.Kind != FixedWindow && p.Kind != SlidingWindow:
+		return fmt.Errorf("a window offset applies only to fixed_window and sliding_window, not %s", p.Kind)
 	}
 	if p.Interval > 0 {
 		hi, lo := mul64(p.Rate, p.Interval)

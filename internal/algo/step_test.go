@@ -2,6 +2,7 @@ package algo
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -497,10 +498,38 @@ func TestFixedWindowOffset(t *testing.T) {
 	for _, bad := range []Params{
 		{Kind: FixedWindow, Rate: 1, Period: 10, Capacity: 1, Offset: 10},
 		{Kind: FixedWindow, Rate: 1, Period: 10, Capacity: 1, Offset: -1},
-		{Kind: SlidingWindow, Rate: 1, Period: 10, Capacity: 1, Offset: 1},
+		{Kind: GCRA, Rate: 1, Period: 10, Capacity: 1, Offset: 1},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v: valid, want an error", bad)
+		}
+	}
+}
+
+// A sliding window offset from the epoch decides as the epoch's does, time
+// shifted by the offset: the same answers, on random traces that never go
+// back in time (an offset window counts a request from the past in now's
+// window, where the epoch's moves to the state's).
+func TestSlidingWindowOffsetIsShifted(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for trace := range 2000 {
+		per := []int64{10, 1000, 60e9, 86400e9, 2419200e9}[rnd.IntN(5)]
+		c := 1 + rnd.Int64N(20)
+		off := rnd.Int64N(per)
+		base := Params{Kind: SlidingWindow, Rate: c, Period: per, Capacity: c}
+		shifted := base
+		shifted.Offset = off
+		var s0, s1 State
+		now := per * (1 + rnd.Int64N(1000))
+		for step := range 40 {
+			now += []int64{0, 1, per / 7, per / 2, per, 2 * per, rnd.Int64N(3 * per)}[rnd.IntN(7)]
+			n := rnd.Int64N(c + 2)
+			var r0, r1 Result
+			s0, r0 = Step(&base, s0, now, n)
+			s1, r1 = Step(&shifted, s1, now+off, n)
+			if r0 != r1 {
+				t.Fatalf("trace %d step %d (period %d, offset %d, n %d at %d): epoch %+v, offset %+v", trace, step, per, off, n, now, r0, r1)
+			}
 		}
 	}
 }

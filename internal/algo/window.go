@@ -83,7 +83,7 @@ func readFixed(p *Params, s State, now int64) (ws, count int64) {
 func slidingWindow(p *Params, s State, now, n int64) (State, Result) {
 	per := p.Period
 	c := min(p.Capacity, MaxSlidingWindowCapacity)
-	w := readSlide(per, s, now)
+	w := readSlideOf(p, s, now)
 	if p.Rate == 0 {
 		return s, zeroLimit(n, w.end(per)-now)
 	}
@@ -91,8 +91,52 @@ func slidingWindow(p *Params, s State, now, n int64) (State, Result) {
 	if !res.Allowed || n == 0 {
 		return s, res
 	}
-	idle := addSat(w.end(per), per)
-	return State{A: idle, B: int64(w.prev<<32 | (w.curr + uint64(n)))}, res
+	return State{A: slideIdle(p, &w), B: int64(w.prev<<32 | (w.curr + uint64(n)))}, res
+}
+
+// readSlideOf reads the state of a sliding window of p: aligned to the
+// epoch (readSlide), or offset (readSlideFrom).
+func readSlideOf(p *Params, s State, now int64) slide {
+	if p.Offset != 0 {
+		return readSlideFrom(p, s, now)
+	}
+	return readSlide(p.Period, s, now)
+}
+
+// slideIdle is the idle-at time of a sliding window's state whose current
+// window is w's: when the window after it ends, and its count weighs
+// nothing. An offset window's (a calendar period's) next one may be longer
+// than its Period, by at most an eighth (31 days after 28, a 25-hour day
+// after a 23-hour one, 366 days after 365): an eighth more is kept.
+func slideIdle(p *Params, w *slide) int64 {
+	idle := addSat(w.end(p.Period), p.Period)
+	if p.Offset != 0 {
+		idle = addSat(idle, p.Period/8)
+	}
+	return idle
+}
+
+// readSlideFrom reads the state s of a sliding window whose windows are
+// offset from the epoch (calendar periods: each its own length, so the
+// state's window is told by where its idle-at time falls from the start of
+// now's window ws, not by alignment). With d = s.A - ws: d >= 1.5 Period,
+// the state counts now's window (or, the clock gone backwards, a later
+// one: counted in now's); 0.5 Period < d < 1.5 Period, the window before;
+// less, an older one, which weighs nothing.
+func readSlideFrom(p *Params, s State, now int64) slide {
+	per := p.Period
+	w := slide{ws: alignFrom(now, per, p.Offset)}
+	w.e = now - w.ws
+	if s.A > now {
+		prev, curr := uint64(uint32(s.B>>32)), uint64(uint32(s.B))
+		switch d := s.A - w.ws; {
+		case d > per && d-per >= per/2:
+			w.prev, w.curr = prev, curr
+		case d > per/2:
+			w.prev = curr
+		}
+	}
+	return w
 }
 
 // readSlide reads the sliding window counter's state s at now: the counts

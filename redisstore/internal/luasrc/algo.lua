@@ -365,10 +365,51 @@ do
 		return prev, curr, ws, e, pinned
 	end
 
+	-- read_slide_from reads the state of a sliding window whose windows
+	-- are offset from the epoch (readSlideFrom): with d = s.a - ws, the
+	-- state counts now's window for d >= 1.5 per, the one before for
+	-- 0.5 per < d < 1.5 per, an older one otherwise.
+	local function read_slide_from(p, s, now)
+		local per = p.period
+		local ws = align_from(now, per, p.offset)
+		local e = sub(now, ws)
+		local prev, curr = 0, 0
+		local sa = s.a
+		if lt(now, sa) then
+			local d = sub(sa, ws)
+			local half = divmod(per, 2)
+			if lt(per, d) and not lt(sub(d, per), half) then
+				prev, curr = s.prev, s.curr
+			elseif lt(half, d) then
+				prev = s.curr
+			end
+		end
+		return prev, curr, ws, e, false
+	end
+
+	-- read_slide_of reads a sliding window's state: read_slide, or
+	-- read_slide_from for offset windows (readSlideOf).
+	local function read_slide_of(p, s, now)
+		if eq(p.offset, 0) then
+			return read_slide(p.period, s, now)
+		end
+		return read_slide_from(p, s, now)
+	end
+
+	-- slide_idle is the idle-at time of a sliding window's state whose
+	-- window ends at wend (slideIdle).
+	local function slide_idle(p, wend)
+		local idle = add_sat(wend, p.period)
+		if not eq(p.offset, 0) then
+			idle = add_sat(idle, (divmod(p.period, 8)))
+		end
+		return idle
+	end
+
 	local function sliding_window(p, s, now, n)
 		local per = p.period
 		local c = imin(p.cap, MSWC)
-		local prev, curr, ws, e, pinned = read_slide(per, s, now)
+		local prev, curr, ws, e, pinned = read_slide_of(p, s, now)
 		if p.rate == 0 then
 			return s, zero_limit(n, sub(add_sat(ws, per), now))
 		end
@@ -376,7 +417,7 @@ do
 		if not r.allowed or n == 0 then
 			return s, r
 		end
-		return { a = add_sat(wend, per), prev = prev, curr = add(curr, n) }, r
+		return { a = slide_idle(p, wend), prev = prev, curr = add(curr, n) }, r
 	end
 
 	-- algo.step(p, st, now, n) -> st2, r evaluates a request of cost n at
@@ -601,8 +642,8 @@ do
 
 	local function sliding_force(p, s, now, n)
 		local per = p.period
-		local prev, curr, ws = read_slide(per, s, now)
-		return { a = add_sat(add_sat(ws, per), per), prev = prev, curr = imin(add(curr, n), MAXU32) }
+		local prev, curr, ws = read_slide_of(p, s, now)
+		return { a = slide_idle(p, add_sat(ws, per)), prev = prev, curr = imin(add(curr, n), MAXU32) }
 	end
 
 	-- debt returns the time until the state s is out of debt at now, or
@@ -620,7 +661,7 @@ do
 			return sub(window_end(p, ws), now)
 		elseif kind == 4 then
 			local per = p.period
-			local prev, curr, ws, e, pinned = read_slide(per, s, now)
+			local prev, curr, ws, e, pinned = read_slide_of(p, s, now)
 			local r = slide(per, imin(p.cap, MSWC), now, 0, prev, curr, ws, e, pinned, true)
 			if r.allowed then
 				return nil

@@ -104,7 +104,7 @@ func genParams(r *rand.Rand, kind algo.Kind) algo.Params {
 		if kind == algo.TokenBucket && r.IntN(2) == 0 {
 			p.Interval, p.Rate = discrete(r, p.Period)
 		}
-		if kind == algo.FixedWindow && r.IntN(3) == 0 {
+		if (kind == algo.FixedWindow || kind == algo.SlidingWindow) && r.IntN(3) == 0 {
 			p.Offset = between(r, 0, p.Period-1)
 		}
 		if kind == algo.SlidingWindow && p.Capacity > algo.MaxSlidingWindowCapacity {
@@ -260,7 +260,7 @@ func fmtState(kind algo.Kind, s algo.State) string {
 }
 
 // fmtParams writes "kind rate period capacity x", x being the refill
-// interval of a token bucket or the window offset of a fixed window (the
+// interval of a token bucket or the window offset of a fixed or sliding window (the
 // other is zero: Params.Validate), as the driver's params reads it.
 func fmtParams(p algo.Params) string {
 	return fmt.Sprintf("%d %d %d %d %d", p.Kind, p.Rate, p.Period, p.Capacity, p.Interval+p.Offset)
@@ -484,6 +484,7 @@ func TestSlideResult(t *testing.T) {
 	for len(in) < 20**tracesFlag {
 		p := genParams(r, algo.SlidingWindow)
 		p.Rate = max(p.Rate, 1)
+		p.Offset = 0 // the states below are the epoch's windows
 		per, c := p.Period, p.Capacity
 		if per > maxI/8 {
 			continue

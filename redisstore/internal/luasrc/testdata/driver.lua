@@ -69,11 +69,11 @@ local function result(r)
 end
 
 -- params reads "kind rate period cap x": x is the refill interval of a
--- token bucket and the window offset of a fixed window (each is zero in the
+-- token bucket and the window offset of a fixed or sliding window (each is zero in the
 -- other kinds; see fmtParams).
 local function params(w)
 	local p = { kind = w[1], rate = w[2], period = w[3], cap = w[4], interval = w[5], offset = 0 }
-	if int.eq(p.kind, 0) then
+	if int.eq(p.kind, 0) or int.eq(p.kind, 4) then
 		p.interval, p.offset = 0, w[5]
 	end
 	return p
