@@ -84,9 +84,10 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Now is the store's clock, which chooses the window of rules with
-	// schedules (rules.Plan.Now): read once per decision, and only for
-	// rules with schedules. Nil means time.Now, the clock of a memstore
-	// made without one.
+	// schedules and the period of calendar limits (rules.Plan.Now): read
+	// once per decision, and only for such rules. Nil means time.Now, the
+	// clock of a memstore made without one; over Redis, give an estimate
+	// of Redis's clock (sluice serve and proxy do).
 	Now func() time.Time
 }
 

@@ -144,10 +144,11 @@ type Plan struct {
 	Runtime Runtime
 
 	// Now, when set by the caller before Config.Plan, is the clock that
-	// chooses the window of a rule with schedules: the store's clock, so
-	// that the limits change when the store's time says. It is read at
-	// most once per Config.Plan, and only when a rule with schedules is
-	// matched; nil means time.Now (reset keeps it).
+	// chooses the window of a rule with schedules and the period of a
+	// calendar limit: the store's clock, so that the limits change when
+	// the store's time says. It is read at most once per Config.Plan, and
+	// only when such a rule is matched; nil means time.Now (reset keeps
+	// it).
 	Now func() time.Time
 
 	now time.Time // read for this plan, zero until then
