@@ -219,26 +219,9 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 				}
 				continue
 			}
-			lv := p.levels[m.lv : m.lv+len(desc.Entries)]
-			m.First = len(p.Hits)
-			m.Count = len(m.limits)
-			for j, l := range m.limits {
-				tag := m.tags[j]
-				if m.cals != nil && m.cals[j] != nil {
-					// A calendar period: its own limit and counter.
-					var end time.Time
-					l, tag, end = m.cals[j].at(p.clock(), tag)
-					if m.Until.IsZero() || end.Before(m.Until) {
-						m.Until = end
-					}
-				}
-				start := len(p.buf)
-				p.buf = appendRuleKey(p.buf, d.Name, m.Rule, tag, desc.Entries, lv)
-				if err := p.addHit(start, l, desc.Cost); err != nil {
-					return err
-				}
+			if err := p.ruleHits(d, desc, m); err != nil {
+				return err
 			}
-			p.stat(m, d.Name, desc.Entries, lv)
 		case Unlimited, Replaced:
 			p.matchStat(m, d.Name, desc.Entries)
 		case Overridden:
@@ -256,6 +239,32 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 		return invalid("%d limits in one request (at most %d)", len(p.Hits), sluice.MaxHits)
 	}
 	p.strings()
+	return nil
+}
+
+// ruleHits adds the hits of the limits m's rule has in force for desc (a
+// calendar limit's of the period that holds now), and m's stats key.
+func (p *Plan) ruleHits(d *Domain, desc *Descriptor, m *Match) error {
+	lv := p.levels[m.lv : m.lv+len(desc.Entries)]
+	m.First = len(p.Hits)
+	m.Count = len(m.limits)
+	for j, l := range m.limits {
+		tag := m.tags[j]
+		if m.cals != nil && m.cals[j] != nil {
+			// A calendar period: its own limit and counter.
+			var end time.Time
+			l, tag, end = m.cals[j].at(p.clock(), tag)
+			if m.Until.IsZero() || end.Before(m.Until) {
+				m.Until = end
+			}
+		}
+		start := len(p.buf)
+		p.buf = appendRuleKey(p.buf, d.Name, m.Rule, tag, desc.Entries, lv)
+		if err := p.addHit(start, l, desc.Cost); err != nil {
+			return err
+		}
+	}
+	p.stat(m, d.Name, desc.Entries, lv)
 	return nil
 }
 
@@ -392,32 +401,6 @@ func (p *Plan) runtimeHits(d *Domain, desc *Descriptor, m *Match) error {
 	return nil
 }
 
-// matchStat sets m's stats key: its rule's, or, for a runtime override
-// that no rule matched (Rule nil), the entries' own.
-func (p *Plan) matchStat(m *Match, domain string, entries []Entry) {
-	if m.Rule == nil {
-		p.entriesStat(m, domain, entries)
-		return
-	}
-	p.stat(m, domain, entries, p.levels[m.lv:m.lv+len(entries)])
-}
-
-// entriesStat sets m's stats key from the domain and the entries, as
-// Envoy names a descriptor's own limit.
-func (p *Plan) entriesStat(m *Match, domain string, entries []Entry) {
-	m.statStart = len(p.buf)
-	p.buf = append(p.buf, domain...)
-	for _, e := range entries {
-		p.buf = append(p.buf, '.')
-		p.buf = append(p.buf, e.Key...)
-		if e.Value != "" {
-			p.buf = append(p.buf, '_')
-			p.buf = append(p.buf, e.Value...)
-		}
-	}
-	m.statEnd = len(p.buf)
-}
-
 // capacity adds the hit of the domain capacity, at the largest cost of the
 // request's descriptors.
 func (p *Plan) capacity(d *Domain, cost int64) error {
@@ -545,66 +528,6 @@ func appendRuleKey(b []byte, domain string, r *Rule, tag string, entries []Entry
 		b = entrytext.AppendField(b, e.Value)
 	}
 	return b
-}
-
-// stat sets m's stats key as envoyproxy/ratelimit computes it.
-func (p *Plan) stat(m *Match, domain string, entries []Entry, lv []level) {
-	r := m.Rule
-	start := len(p.buf)
-	b := append(p.buf, domain...)
-	if r.DetailedMetric {
-		shared := false
-		for i := range lv {
-			shared = shared || lv[i].shared
-		}
-		for i, e := range entries {
-			b = append(b, '.')
-			b = append(b, e.Key...)
-			switch {
-			case lv[i].shared:
-				b = append(b, '_')
-				b = append(b, pattern(lv[i].rule.composite, e.Key)...)
-			case !shared || e.Value != "":
-				b = append(b, '_')
-				b = append(b, e.Value...)
-			}
-		}
-	} else {
-		for i, e := range entries {
-			b = append(b, '.')
-			b = append(b, e.Key...)
-			l := lv[i]
-			switch {
-			case l.how == howWildcard && l.shared:
-				b = append(b, '_')
-				b = append(b, pattern(l.rule.composite, e.Key)...)
-			case l.how == howWildcard && !l.rule.ValueToMetric:
-				b = append(b, '_')
-				b = append(b, pattern(l.rule.composite, e.Key)...)
-			case l.how == howExact, l.rule.ValueToMetric:
-				if e.Value != "" {
-					b = append(b, '_')
-					b = append(b, e.Value...)
-				}
-			}
-		}
-	}
-	if string(b[start:]) == r.StatKey {
-		p.buf = b[:start]
-		m.StatKey = r.StatKey
-		return
-	}
-	p.buf = b
-	m.statStart, m.statEnd = start, len(b)
-}
-
-// pattern is Envoy's wildcard value for stats and shared counters: the
-// wildcard's composite key without the request key and underscore.
-func pattern(composite, key string) string {
-	if len(composite) > len(key) && composite[:len(key)] == key && composite[len(key)] == '_' {
-		return composite[len(key)+1:]
-	}
-	return composite
 }
 
 func contains(list []string, s string) bool {

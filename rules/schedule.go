@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/calendar"
+	"github.com/sluicehq/sluice/internal/yamlwalk"
 )
 
 // Schedule is one window of a descriptor's `schedules:` (a sluice
@@ -84,29 +85,8 @@ func (p *parser) schedule(r *Rule, n *yaml.Node, i int) *Schedule {
 	n = p.Deref(n)
 	before := len(p.Errs)
 	s := &Schedule{Name: "schedule " + strconv.Itoa(i+1), Line: n.Line, Column: n.Column}
-	var days, from, to, tz, rl, rls *yaml.Node
-	for _, kv := range pairs {
-		switch kv.K.Value {
-		case "name":
-			if v, ok := p.str(kv.V, "name"); ok && v != "" {
-				s.Name = v
-			}
-		case "days":
-			days = kv.V
-		case "from":
-			from = kv.V
-		case "to":
-			to = kv.V
-		case "tz":
-			tz = kv.V
-		case "rate_limit":
-			rl = kv.V
-		case "rate_limits":
-			rls = kv.V
-		default:
-			p.unknown(kv.K, "a schedules entry", scheduleKeys, false)
-		}
-	}
+	f := p.scheduleFields(s, pairs)
+	days, from, to, tz, rl, rls := f.days, f.from, f.to, f.tz, f.rl, f.rls
 	s.window.Loc = p.zone(n, tz)
 	s.window.Days = p.days(days)
 	s.From, s.window.From = p.clock(n, from, "from", false)
@@ -141,6 +121,38 @@ func (p *parser) schedule(r *Rule, n *yaml.Node, i int) *Schedule {
 		s.tags = append(s.tags, "@"+strconv.Itoa(i)+t)
 	}
 	return s
+}
+
+// scheduleNodes are the fields of a schedules entry read after its name.
+type scheduleNodes struct{ days, from, to, tz, rl, rls *yaml.Node }
+
+// scheduleFields reads the name of a schedules entry into s and returns
+// its other fields.
+func (p *parser) scheduleFields(s *Schedule, pairs []yamlwalk.Pair) scheduleNodes {
+	var f scheduleNodes
+	for _, kv := range pairs {
+		switch kv.K.Value {
+		case "name":
+			if v, ok := p.str(kv.V, "name"); ok && v != "" {
+				s.Name = v
+			}
+		case "days":
+			f.days = kv.V
+		case "from":
+			f.from = kv.V
+		case "to":
+			f.to = kv.V
+		case "tz":
+			f.tz = kv.V
+		case "rate_limit":
+			f.rl = kv.V
+		case "rate_limits":
+			f.rls = kv.V
+		default:
+			p.unknown(kv.K, "a schedules entry", scheduleKeys, false)
+		}
+	}
+	return f
 }
 
 // zone reads a tz: field, which every window needs.

@@ -295,7 +295,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
-	if s.hitters != nil && s.reg != nil {
+	if s.hitters != nil {
 		if err := s.reg.Register(dashboard.NewCollector(s.hitters)); err != nil {
 			return nil, err
 		}
@@ -308,10 +308,8 @@ func New(cfg Config) (*Server, error) {
 	if s.explain == nil {
 		s.explain = dashboard.TightestLimit(s.dec)
 	}
-	if s.reg != nil {
-		if err := s.reg.Register(newScheduleWindows(s.dec.Rules)); err != nil {
-			return nil, err
-		}
+	if err := s.reg.Register(newScheduleWindows(s.dec.Rules)); err != nil {
+		return nil, err
 	}
 	s.exchanges.New = func() any { return new(exchange) }
 	if rc := s.dec.Rules(); rc != nil {
