@@ -111,11 +111,9 @@ type Match struct {
 	Until    time.Time
 
 	runtime            []*sluice.Limit
-	limits             []*sluice.Limit // the rule's limits in force (Limited, without Runtime)
-	tags               []string        // and their key tags
-	cals               []*calLimit     // and calendars (nil: none)
-	lv                 int             // first level in Plan.levels
-	statStart, statEnd int             // StatKey span in the plan's buffer, statStart < 0 if none
+	set                *limitSet // what the rule enforces now (Limited, without Runtime)
+	lv                 int       // first level in Plan.levels
+	statStart, statEnd int       // StatKey span in the plan's buffer, statStart < 0 if none
 }
 
 // Plan is the matching of one request: the hits to decide together and,
@@ -247,13 +245,14 @@ func (c *Config) Plan(domain string, descs []Descriptor, p *Plan) error {
 func (p *Plan) ruleHits(d *Domain, desc *Descriptor, m *Match) error {
 	lv := p.levels[m.lv : m.lv+len(desc.Entries)]
 	m.First = len(p.Hits)
-	m.Count = len(m.limits)
-	for j, l := range m.limits {
-		tag := m.tags[j]
-		if m.cals != nil && m.cals[j] != nil {
+	set := m.set
+	m.Count = len(set.limits)
+	for j, l := range set.limits {
+		tag := set.tags[j]
+		if set.cals != nil && set.cals[j] != nil {
 			// A calendar period: its own limit and counter.
 			var end time.Time
-			l, tag, end = m.cals[j].at(p.clock(), tag)
+			l, tag, end = set.cals[j].at(p.clock(), tag)
 			if m.Until.IsZero() || end.Before(m.Until) {
 				m.Until = end
 			}
@@ -324,17 +323,16 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 		}
 		m.Rule = r
 		m.Status = Limited
-		var unlimited bool
 		if len(r.windows) == 0 {
-			m.limits, m.tags, m.cals, unlimited = r.Limits, r.tags, r.cals, r.Unlimited
+			m.set = &r.set
 		} else {
 			var i int
-			m.limits, m.tags, m.cals, unlimited, i, m.Until = r.limitsAt(p.clock())
+			m.set, i, m.Until = r.setAt(p.clock())
 			if i >= 0 {
 				m.Schedule = r.Schedules[i]
 			}
 		}
-		if unlimited {
+		if m.set.unlimited {
 			m.Status = Unlimited
 		}
 		p.replacing = append(p.replacing, r.Replaces...)

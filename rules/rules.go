@@ -115,9 +115,20 @@ type Rule struct {
 	limited   bool              // has a rate_limit block (limits or unlimited)
 	depth     int               // 1 at the top level
 	ident     string            // length-prefixed path, part of counter keys
-	tags      []string          // per limit: index, algorithm and period, part of counter keys
 	windows   []calendar.Window // of Schedules, in order
-	cals      []*calLimit       // per limit, its calendar or nil; nil when none has one
+	set       limitSet          // what it enforces, outside its schedules' windows
+}
+
+// limitSet is what a rule, or a window of its schedules, enforces: its
+// limits, their key tags (index, algorithm and period, part of counter
+// keys), their calendars (nil when none has one), and whether it is
+// unlimited. A match points to one, so that choosing a window costs a
+// pointer.
+type limitSet struct {
+	limits    []*sluice.Limit
+	tags      []string
+	cals      []*calLimit
+	unlimited bool
 }
 
 // HasRateLimit reports whether the rule has a rate_limit (or rate_limits)

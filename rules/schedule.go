@@ -47,8 +47,7 @@ type Schedule struct {
 	In func(now time.Time) (in bool, until time.Time)
 
 	window calendar.Window
-	tags   []string    // per limit, part of counter keys: the window's and the limit's
-	cals   []*calLimit // per limit, its calendar or nil; nil when none has one
+	set    limitSet // its key tags carry the window's index
 }
 
 // scheduleKeys are the keys of a schedules entry.
@@ -115,10 +114,12 @@ func (p *parser) schedule(r *Rule, n *yaml.Node, i int) *Schedule {
 	if len(p.Errs) > before {
 		return nil
 	}
-	s.Limits, s.Unlimited, s.cals = w.Limits, w.Unlimited, w.cals
+	s.Limits, s.Unlimited = w.Limits, w.Unlimited
+	s.set = w.set
+	s.set.tags = nil
 	s.In = s.window.At
-	for _, t := range w.tags {
-		s.tags = append(s.tags, "@"+strconv.Itoa(i)+t)
+	for _, t := range w.set.tags {
+		s.set.tags = append(s.set.tags, "@"+strconv.Itoa(i)+t)
 	}
 	return s
 }
@@ -279,19 +280,16 @@ func lintWindows(ws []calendar.Window, now time.Time) (reach []bool, overlap []i
 	return reach, overlap
 }
 
-// limitsAt returns the limits of r in force at now, their key tags and
-// calendars:
-// those of the first schedule window that holds now, or r's own; sched is
-// the window's index (-1 for r's own) and until when the answer holds
-// (zero: for ever).
-func (r *Rule) limitsAt(now time.Time) (limits []*sluice.Limit, tags []string, cals []*calLimit, unlimited bool, sched int, until time.Time) {
+// setAt returns what r enforces at now: the set of the first window of its
+// schedules that holds now, or its own; sched is the window's index (-1
+// for its own) and until when the answer holds (zero: for ever).
+func (r *Rule) setAt(now time.Time) (set *limitSet, sched int, until time.Time) {
 	if len(r.windows) == 0 {
-		return r.Limits, r.tags, r.cals, r.Unlimited, -1, time.Time{}
+		return &r.set, -1, time.Time{}
 	}
 	i, until := calendar.Active(r.windows, now)
 	if i < 0 {
-		return r.Limits, r.tags, r.cals, r.Unlimited, -1, until
+		return &r.set, -1, until
 	}
-	s := r.Schedules[i]
-	return s.Limits, s.tags, s.cals, s.Unlimited, i, until
+	return &r.Schedules[i].set, i, until
 }

@@ -353,7 +353,7 @@ func (p *parser) rateLimit(r *Rule, n *yaml.Node) {
 		return
 	}
 	if unlimited {
-		r.Unlimited = true
+		r.Unlimited, r.set.unlimited = true, true
 		if spec.unit != nil {
 			if s, ok := p.str(spec.unit, "unit"); ok {
 				if _, err := ParseUnit(s); err == nil {
@@ -444,15 +444,15 @@ func (p *parser) finish(r *Rule, limits []*sluice.Limit, specs []*limitSpec) {
 		if specs[i].elastic != nil {
 			p.elastic = append(p.elastic, specs[i].elastic)
 		}
-		r.tags = append(r.tags, fmt.Sprintf("#%d/%s/%d/%d", i, l.Algorithm, int64(l.Period), int64(l.RefillInterval)))
+		r.set.tags = append(r.set.tags, fmt.Sprintf("#%d/%s/%d/%d", i, l.Algorithm, int64(l.Period), int64(l.RefillInterval)))
 		if specs[i].cal != nil {
-			if r.cals == nil {
-				r.cals = make([]*calLimit, len(limits))
+			if r.set.cals == nil {
+				r.set.cals = make([]*calLimit, len(limits))
 			}
-			r.cals[i] = specs[i].cal
+			r.set.cals[i] = specs[i].cal
 		}
 	}
-	r.Limits = limits
+	r.Limits, r.set.limits = limits, limits
 }
 
 func (p *parser) name(r *Rule, n *yaml.Node) {
