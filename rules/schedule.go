@@ -66,11 +66,20 @@ func (p *parser) schedules(r *Rule, n *yaml.Node) {
 		p.Errorf(p.Deref(n), "schedules is empty")
 		return
 	}
+	seen := map[string]int{} // name -> line
 	for i, item := range items {
-		if s := p.schedule(r, item, i); s != nil {
-			r.Schedules = append(r.Schedules, s)
-			r.windows = append(r.windows, s.window)
+		s := p.schedule(r, item, i)
+		if s == nil {
+			continue
 		}
+		if line, dup := seen[s.Name]; dup {
+			// Names label metrics and explanations: one each.
+			p.Errorf(p.Deref(item), "schedule name %q is used twice in one descriptor (first at line %d)", s.Name, line)
+			continue
+		}
+		seen[s.Name] = s.Line
+		r.Schedules = append(r.Schedules, s)
+		r.windows = append(r.windows, s.window)
 	}
 }
 

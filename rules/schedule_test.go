@@ -188,7 +188,11 @@ func TestScheduleProblems(t *testing.T) {
 			t.Errorf("problems %v, want one at line %d with %q", e.Problems, tc.line, tc.want)
 		})
 	}
-	_, err := rules.Parse("geo.yaml", []byte("domain: geo\ndescriptors:\n  - key: country\n    schedules:\n      - {from: \"01:00\", to: \"02:00\", tz: UTC, rate_limit: {unit: second, requests_per_unit: 1}}\n"))
+	_, err := rules.Parse("geo.yaml", []byte("domain: geo\ndescriptors:\n  - key: country\n    rate_limit: {unit: minute, requests_per_unit: 1}\n    schedules:\n      - {name: schedule 2, from: \"01:00\", to: \"02:00\", tz: UTC, rate_limit: {unit: second, requests_per_unit: 1}}\n      - {from: \"03:00\", to: \"04:00\", tz: UTC, rate_limit: {unit: second, requests_per_unit: 1}}\n"))
+	if err == nil || !strings.Contains(err.Error(), `geo.yaml:7:`) || !strings.Contains(err.Error(), `schedule name "schedule 2" is used twice in one descriptor (first at line 6)`) {
+		t.Errorf("a repeated schedule name: %v", err)
+	}
+	_, err = rules.Parse("geo.yaml", []byte("domain: geo\ndescriptors:\n  - key: country\n    schedules:\n      - {from: \"01:00\", to: \"02:00\", tz: UTC, rate_limit: {unit: second, requests_per_unit: 1}}\n"))
 	if err == nil || !strings.Contains(err.Error(), "need the descriptor's own rate_limit") {
 		t.Errorf("schedules without the rule's own limit: %v", err)
 	}
