@@ -131,38 +131,10 @@ descriptors:
 	}
 }
 
-// One descriptor through the codec and the door: the response (one
-// allocation with its status) and the counter keys.
-func TestDecideIntoAllocs(t *testing.T) {
-	if raceEnabled {
-		t.Skip("allocation counts are meaningless under the race detector")
-	}
-	dec := newDecider(t, `
-domain: api
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 1000000}
-`)
-	ctx := context.Background()
-	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a")}}
-	var r decide.Request
-	var o decide.Outcome
-	if n := testing.AllocsPerRun(100, func() {
-		if err := rls.Request(req, &r); err != nil {
-			t.Fatal(err)
-		}
-		if err := dec.core.Decide(ctx, &r, &o); err != nil {
-			t.Fatal(err)
-		}
-		rls.Response(&o, false)
-	}); n > 2 {
-		t.Errorf("%v allocations per request, want at most 2", n)
-	}
-}
-
-// A decision through the door and the codec allocates only its counter
-// keys and the response (a request of two descriptors: the response, its
-// statuses, and their blocks).
+// A decision through the codec and the door allocates only the response
+// and the counter keys: one descriptor, the response with its status; two,
+// the counter keys and the response's three (the response, its statuses
+// and their blocks).
 func TestCodecAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
@@ -176,18 +148,26 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
 `)
 	ctx := context.Background()
-	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{desc("user", "a"), desc("ip", "1")}}
-	var r decide.Request
-	var o decide.Outcome
-	if n := testing.AllocsPerRun(100, func() {
-		if err := rls.Request(req, &r); err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		descs []*rlv3.RateLimitDescriptor
+		most  float64
+	}{
+		{[]*rlv3.RateLimitDescriptor{desc("user", "a")}, 2},
+		{[]*rlv3.RateLimitDescriptor{desc("user", "a"), desc("ip", "1")}, 4},
+	} {
+		req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: tc.descs}
+		var r decide.Request
+		var o decide.Outcome
+		if n := testing.AllocsPerRun(100, func() {
+			if err := rls.Request(req, &r); err != nil {
+				t.Fatal(err)
+			}
+			if err := dec.core.Decide(ctx, &r, &o); err != nil {
+				t.Fatal(err)
+			}
+			rls.Response(&o, false)
+		}); n > tc.most {
+			t.Errorf("%d descriptors: %v allocations per request, want at most %v", len(tc.descs), n, tc.most)
 		}
-		if err := dec.core.Decide(ctx, &r, &o); err != nil {
-			t.Fatal(err)
-		}
-		rls.Response(&o, false)
-	}); n > 4 {
-		t.Errorf("%v allocations per request, want at most 4 (the counter keys and the response's three)", n)
 	}
 }
