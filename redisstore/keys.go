@@ -49,19 +49,9 @@ type keyer struct {
 func paramBytes(b []byte, p *algo.Params) []byte {
 	b = append(b, byte(p.Kind))
 	b = binary.LittleEndian.AppendUint64(b, uint64(p.Rate))
-	b = binary.LittleEndian.AppendUint64(b, identityPeriod(p))
+	b = binary.LittleEndian.AppendUint64(b, uint64(p.IdentityPeriod()))
 	b = binary.LittleEndian.AppendUint64(b, uint64(p.Capacity))
 	return binary.LittleEndian.AppendUint64(b, uint64(p.Interval))
-}
-
-// identityPeriod is the period in a state's identity: an offset window's
-// (a calendar period's) changes length from period to period and keeps its
-// state, so it counts as none.
-func identityPeriod(p *algo.Params) uint64 {
-	if p.Offset != 0 {
-		return 0
-	}
-	return uint64(p.Period)
 }
 
 // appendTag appends "<prefix>{<16 hex>}" for the tag string t.

@@ -109,6 +109,17 @@ type Params struct {
 	Debit bool
 }
 
+// IdentityPeriod is the period that names a state in a store, with the
+// kind, rate, capacity and interval: an offset window's (a calendar
+// period's) changes length from period to period and keeps its state, so
+// it counts as none.
+func (p *Params) IdentityPeriod() int64 {
+	if p.Offset != 0 {
+		return 0
+	}
+	return p.Period
+}
+
 // Validate reports what is wrong with p, or nil.
 func (p *Params) Validate() error {
 	switch {
