@@ -367,7 +367,7 @@ func (o *Outcome) fill(p *rules.Plan, hits []sluice.Hit, out []sluice.Decision, 
 	for i := range p.Matches {
 		m := &p.Matches[i]
 		do := &o.Descriptors[i]
-		do.Status, do.StatKey, do.Rule, do.Cost, do.Override, do.Schedule = m.Status, m.StatKey, m.Rule, descs[i].Cost, m.Runtime, m.Schedule
+		do.Status, do.StatKey, do.Rule, do.Cost, do.Override = m.Status, m.StatKey, m.Rule, descs[i].Cost, m.Runtime
 		if m.Count == 0 {
 			continue
 		}

@@ -21,10 +21,6 @@ type DescriptorOutcome struct {
 	// when none.
 	Override string
 
-	// Schedule is the window of the rule's schedules whose limits the
-	// descriptor had (rules.Match.Schedule), nil for the rule's own.
-	Schedule *rules.Schedule
-
 	// Cost is the number of hits the descriptor applied (its own cost;
 	// Envoy's codec sets it from hits_addend); 0 is a check that consumed
 	// nothing.

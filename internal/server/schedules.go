@@ -17,12 +17,11 @@ import (
 // hours (deploy/prometheus).
 type scheduleWindows struct {
 	rules func() *rules.Config
-	now   func() time.Time
 	desc  *prometheus.Desc
 }
 
 func newScheduleWindows(cfg func() *rules.Config) *scheduleWindows {
-	return &scheduleWindows{rules: cfg, now: time.Now, desc: prometheus.NewDesc("sluice_schedule_window_active",
+	return &scheduleWindows{rules: cfg, desc: prometheus.NewDesc("sluice_schedule_window_active",
 		"1 for the window of a rule's schedules whose limits apply now, 0 for its other windows.",
 		[]string{"domain", "rule", "window"}, nil)}
 }
@@ -34,7 +33,7 @@ func (c *scheduleWindows) Collect(ch chan<- prometheus.Metric) {
 	if cfg == nil {
 		return
 	}
-	now := c.now()
+	now := time.Now()
 	for _, name := range cfg.Domains() {
 		for _, r := range cfg.Domain(name).Rules {
 			active := false
