@@ -26,8 +26,9 @@
 //
 // # Implementing a Store
 //
-// A store implements [Store] (and [EachTaker], to decide hits one by one
-// as envoyproxy/ratelimit counts): it applies [Hit]s atomically under the
+// A store implements [Store] (and, optionally, TakeEach to decide hits one
+// by one as envoyproxy/ratelimit counts, and Settle to settle
+// reservations: see Store and Limiter.Settle): it applies [Hit]s atomically under the
 // rules listed on Store and owns the clock; it returns [StoreError] with a
 // [FailReason] when it cannot decide (and wraps [ErrNeverConnected] in its
 // health, a Health method, while it has never reached its backend). The

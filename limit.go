@@ -216,16 +216,7 @@ func (l *Limit) isBucket() bool {
 
 // nominal is the capacity the limit reports: the burst for bucket
 // algorithms, the rate for window algorithms.
-func (l *Limit) nominal() int64 {
-	if l.isBucket() && l.Burst > 0 {
-		return l.Burst
-	}
-	return l.Rate
-}
-
-// Nominal returns the limit reported in decisions and headers: the burst of a
-// bucket algorithm (Rate when Burst is zero), the rate of a window algorithm.
-func (l *Limit) Nominal() int64 { return l.nominal() }
+func (l *Limit) nominal() int64 { return algo.Nominal(l.Algorithm, l.Rate, l.Burst) }
 
 func (l *Limit) sketchDims() (w, d int) {
 	return algo.SketchDims(l.Sketch.Width, l.Sketch.Depth)

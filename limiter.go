@@ -13,13 +13,13 @@ import (
 type Limiter struct {
 	store Store
 	one   oneTaker  // the store, if it takes single hits directly
-	each  EachTaker // the store, if it decides hits one by one
+	each  eachTaker // the store, if it decides hits one by one
 }
 
 // NewLimiter returns a Limiter over store.
 func NewLimiter(store Store) *Limiter {
 	one, _ := store.(oneTaker)
-	each, _ := store.(EachTaker)
+	each, _ := store.(eachTaker)
 	return &Limiter{store: store, one: one, each: each}
 }
 
@@ -103,7 +103,7 @@ func (l *Limiter) decide(ctx context.Context, hits []Hit, out []Decision, take f
 // envoyproxy/ratelimit counts a request's descriptors: a hit that allows
 // is consumed even when another denies the request, and a denied hit that
 // finds its limit not exhausted is consumed past the limit, a debt (see
-// EachTaker). The overall decision is Overall's, as for Take. A store
+// Store). The overall decision is Overall's, as for Take. A store
 // without TakeEach decides each hit with a Take of its own, in order: the
 // same, except that nothing is overdrawn.
 func (l *Limiter) TakeEach(ctx context.Context, hits []Hit, out []Decision) (Decision, error) {

@@ -30,10 +30,10 @@ type Store interface {
 	Take(ctx context.Context, hits []Hit, out []Decision) error
 }
 
-// EachTaker is an optional interface of a Store: hits decided one by one,
-// as envoyproxy/ratelimit counts a request's descriptors, instead of all
-// or nothing. Limiter.TakeEach uses it. The contract, which storetest
-// checks for every store that has it:
+// eachTaker is an optional method set of a Store, TakeEach: hits decided
+// one by one, as envoyproxy/ratelimit counts a request's descriptors,
+// instead of all or nothing. Limiter.TakeEach uses it. The contract, which
+// storetest checks for every store that has it:
 //
 //   - Hits are decided in order, each on the state the previous ones left.
 //   - A hit that allows is consumed, whatever the others decide.
@@ -54,7 +54,7 @@ type Store interface {
 //
 // The other clauses of Take (cost 0, separate state per limit, the clock)
 // hold as well.
-type EachTaker interface {
+type eachTaker interface {
 	TakeEach(ctx context.Context, hits []Hit, out []Decision) error
 }
 

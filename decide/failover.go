@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/algo"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -153,7 +155,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		for i := range hits {
 			l := hits[i].Limit
 			wait := min(l.Period, failClosedWait)
-			out[i] = sluice.Decision{Limit: l.Nominal(), ResetAfter: wait, RetryAfter: wait}
+			out[i] = sluice.Decision{Limit: algo.Nominal(l.Algorithm, l.Rate, l.Burst), ResetAfter: wait, RetryAfter: wait}
 		}
 	case rules.FailLocal:
 		if f.Local == nil {
@@ -185,7 +187,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 	default:
 		policy = rules.FailOpen
 		for i := range hits {
-			n := hits[i].Limit.Nominal()
+			n := algo.Nominal(hits[i].Limit.Algorithm, hits[i].Limit.Rate, hits[i].Limit.Burst)
 			out[i] = sluice.Decision{Allowed: true, Limit: n, Remaining: n}
 		}
 	}
@@ -260,7 +262,7 @@ func localCost(c, n int64, l *sluice.Limit) int64 {
 	if c <= sluice.MaxCost/n {
 		w = c * n
 	}
-	if capacity := l.Nominal(); c <= capacity && w > capacity {
+	if capacity := algo.Nominal(l.Algorithm, l.Rate, l.Burst); c <= capacity && w > capacity {
 		w = capacity
 	}
 	return w

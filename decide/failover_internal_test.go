@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/algo"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -25,7 +27,7 @@ func TestLocalCost(t *testing.T) {
 		c := []int64{0, 1, 2, 5, 100, sluice.MaxCost}[r.IntN(6)]
 		n := r.Int64N(9) + 1
 		w := localCost(c, n, l)
-		capacity := l.Nominal()
+		capacity := algo.Nominal(l.Algorithm, l.Rate, l.Burst)
 		switch {
 		case w < c || w > sluice.MaxCost:
 			t.Fatalf("localCost(%d, %d, %+v) = %d", c, n, l, w)

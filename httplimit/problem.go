@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/algo"
+
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
 )
@@ -67,7 +69,7 @@ func (m *middleware) denial(o *decide.Outcome) *problem {
 		if lo.Decision.Allowed || l.Shadow || listedPolicy(p.Violated, l.Name) {
 			continue
 		}
-		p.Violated = append(p.Violated, policy{Name: l.Name, Quota: l.Nominal(), Window: ratelimitheaders.Window(l)})
+		p.Violated = append(p.Violated, policy{Name: l.Name, Quota: algo.Nominal(l.Algorithm, l.Rate, l.Burst), Window: ratelimitheaders.Window(l)})
 	}
 	p.Detail = "Rate limit exceeded; retry in " + strconv.FormatInt(retry, 10) + " seconds."
 	return p

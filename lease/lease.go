@@ -51,6 +51,7 @@
 package lease
 
 import (
+	"context"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,7 @@ const DefaultMaxLeases = 100_000
 // for concurrent use.
 type Store struct {
 	next  sluice.Store
-	each  sluice.EachTaker // next's, or nil
+	each  eachTaker // next's, or nil
 	now   func() time.Duration
 	start time.Time
 	max   int64
@@ -174,7 +175,7 @@ func New(next sluice.Store, cfg Config) *Store {
 	if s.max <= 0 {
 		s.max = DefaultMaxLeases
 	}
-	s.each, _ = next.(sluice.EachTaker)
+	s.each, _ = next.(eachTaker)
 	for i := range s.shards {
 		s.shards[i].m = map[lkey]*lease{}
 	}
@@ -243,4 +244,9 @@ func decisionOf(l *lease, now time.Duration) sluice.Decision {
 		Remaining:  l.units + l.spare + l.left,
 		ResetAfter: max(l.resetAt-now, 0),
 	}
+}
+
+// eachTaker is a store's TakeEach (see sluice.Store).
+type eachTaker interface {
+	TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error
 }

@@ -23,7 +23,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return s.take(ctx, hits, out, false)
 }
 
-// TakeEach decides hits one by one (sluice.EachTaker): the hits its leases
+// TakeEach decides hits one by one (sluice.Store's TakeEach): the hits its leases
 // cover are admitted, the others decided by the store's TakeEach (or its
 // Take, a hit at a time, without one).
 func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {

@@ -129,17 +129,19 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return s.take(ctx, hits, out, nil)
 }
 
-// TakeEach implements sluice.EachTaker when the wrapped store does: hits
+// TakeEach implements sluice.Store's TakeEach when the wrapped store does: hits
 // decided one by one, a denied hit with room left overdrawn. Over a store
 // without TakeEach it decides each hit with a Take, as
 // Limiter.TakeEach's fallback does, and so overdraws nothing: short of
-// the EachTaker contract, as the wrapped store is. A request is
+// the TakeEach contract, as the wrapped store is. A request is
 // answered locally only from entries that deny every cost of at least 1
 // (learned from a denial of cost 1, an overdrawn hit, or a block): a
 // denial of a larger cost says nothing of when its limit has room again,
 // which is when a hit there would overdraw rather than be denied.
 func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	if each, ok := s.next.(sluice.EachTaker); ok {
+	if each, ok := s.next.(interface {
+		TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
+	}); ok {
 		return s.take(ctx, hits, out, each.TakeEach)
 	}
 	return s.take(ctx, hits, out, func(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {

@@ -14,7 +14,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return s.take(ctx, hits, out, false)
 }
 
-// TakeEach decides hits one by one (sluice.EachTaker): each hit that
+// TakeEach decides hits one by one (sluice.Store's TakeEach): each hit that
 // allows is consumed whatever the others decide, and a denied hit that
 // finds its limit not exhausted is consumed past it, a debt
 // (algo.Overdraw). The shards of every hit are locked together, as for

@@ -35,7 +35,7 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	return s.call1(ctx, hits, out, false)
 }
 
-// TakeEach implements sluice.EachTaker: the hits decided one by one, in
+// TakeEach implements sluice.Store's TakeEach: the hits decided one by one, in
 // order, in the same script calls as Take (mode "e"), a denied hit with
 // room left consumed past its limit (algo.Overdraw). On a Cluster, the
 // slots' calls need no refund: each hit stands on its own.

@@ -149,10 +149,10 @@ func (s suite) decisionFields(t *testing.T) {
 				e.clock.Set(Start.Add(ch.at))
 				d := e.allow("k", &c.limit, ch.cost)
 				ok := d.Allowed == ch.allowed && d.Remaining == ch.remaining && d.RetryAfter == ch.retry &&
-					d.Limit == c.limit.Nominal() && (ch.reset < 0 || d.ResetAfter == ch.reset)
+					d.Limit == algo.Nominal(c.limit.Algorithm, c.limit.Rate, c.limit.Burst) && (ch.reset < 0 || d.ResetAfter == ch.reset)
 				if !ok {
 					t.Fatalf("check %d (t=+%v cost %d): got %+v, want allowed=%v remaining=%d reset=%v retry=%v limit=%d",
-						i, ch.at, ch.cost, d, ch.allowed, ch.remaining, ch.reset, ch.retry, c.limit.Nominal())
+						i, ch.at, ch.cost, d, ch.allowed, ch.remaining, ch.reset, ch.retry, algo.Nominal(c.limit.Algorithm, c.limit.Rate, c.limit.Burst))
 				}
 			}
 		})

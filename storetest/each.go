@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -39,7 +40,9 @@ func (s suite) eachIndependent(t *testing.T) {
 // a denied client digs no deeper. Without TakeEach, nothing is overdrawn.
 func (s suite) eachOverdraw(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		_, hasEach := e.store.(sluice.EachTaker)
+		_, hasEach := e.store.(interface {
+			TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
+		})
 		l := &sluice.Limit{Name: "tokens", Algorithm: k, Rate: 10, Period: time.Minute}
 		charge := overdrawCharge(t, e, l, hasEach)
 		if !hasEach {

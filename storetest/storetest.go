@@ -13,9 +13,11 @@
 // block_for, peeks, several hits on one key, concurrency, long keys, soft and
 // elastic margins and the fields of a Decision. It also requires that two
 // different limits given the same key string keep separate state. For a
-// store with TakeEach ([sluice.EachTaker]) it checks that contract too:
+// store with TakeEach ([sluice.Store]) it checks that contract too:
 // hits decided one by one, and debts (algo.Overdraw); a store without it
-// is checked through Limiter.TakeEach's fallback.
+// is checked through Limiter.TakeEach's fallback. For a store with Settle
+// it checks settlements (Limiter.Settle) against algo.Settle; a store
+// without it must refuse them.
 //
 // The store must read the suite's Clock for every decision. This package
 // imports sluice, algo and the standard library, never a store.
@@ -59,6 +61,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) sluice.Store) {
 		{"EachTrace", s.eachTrace},
 		{"WindowOffset", s.windowOffset},
 		{"CalendarSliding", s.calendarSliding},
+		{"Settle", s.settle},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)

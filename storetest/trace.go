@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -92,7 +93,9 @@ func (s suite) eachTrace(t *testing.T) {
 	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			_, each := e.store.(sluice.EachTaker)
+			_, each := e.store.(interface {
+				TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
+			})
 			p := limits.Params(l)
 			rng := rand.New(rand.NewPCG(uint64(li), 0xeac4))
 			costs := []int64{0, 0, 1, 1, 1, 2, 3, p.Capacity + 1}

@@ -33,6 +33,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/algo"
+
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -389,7 +391,7 @@ func (s *sim) finish() report {
 		}
 	}
 	r.Fairness = jain(xs)
-	r.Bound = int64(s.limitRate*s.c.duration.Seconds()) + s.limit.Nominal() + int64(s.c.envoys) + r.Gifts
+	r.Bound = int64(s.limitRate*s.c.duration.Seconds()) + algo.Nominal(s.limit.Algorithm, s.limit.Rate, s.limit.Burst) + int64(s.c.envoys) + r.Gifts
 	return r
 }
 

@@ -235,3 +235,13 @@ func SketchDims(width, depth int) (int, int) {
 	}
 	return width, depth
 }
+
+// Nominal is the capacity a limit of kind k reports in decisions and
+// headers: its burst for a bucket kind (rate when burst is zero), its rate
+// for a window.
+func Nominal(k Kind, rate, burst int64) int64 {
+	if (k == TokenBucket || k == LeakyBucket || k == GCRA) && burst > 0 {
+		return burst
+	}
+	return rate
+}

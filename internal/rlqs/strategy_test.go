@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/algo"
+
 	"github.com/sluicehq/sluice"
 )
 
@@ -49,8 +51,8 @@ func TestBucketsWithinLimit(t *testing.T) {
 			if limitRate := float64(l.Rate) / l.Period.Seconds(); rate > limitRate*(1+1e-12) {
 				t.Fatalf("%+v, shares %v: buckets add %v a second, over the limit's %v", l, shares, rate, limitRate)
 			}
-			if size > uint64(l.Nominal())+uint64(n) {
-				t.Fatalf("%+v, shares %v: buckets hold %d, over the burst %d plus %d", l, shares, size, l.Nominal(), n)
+			if size > uint64(algo.Nominal(l.Algorithm, l.Rate, l.Burst))+uint64(n) {
+				t.Fatalf("%+v, shares %v: buckets hold %d, over the burst %d plus %d", l, shares, size, algo.Nominal(l.Algorithm, l.Rate, l.Burst), n)
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/internal/algo"
+
 	"github.com/sluicehq/sluice/decide"
 )
 
@@ -46,7 +48,7 @@ func limitedBy(_ context.Context, _ *decide.Request, o *decide.Outcome, err erro
 		b.WriteString("; algorithm=")
 		b.WriteString(d.Limit.Algorithm.String())
 		b.WriteString("; limit=")
-		b.WriteString(strconv.FormatInt(d.Limit.Nominal(), 10))
+		b.WriteString(strconv.FormatInt(algo.Nominal(d.Limit.Algorithm, d.Limit.Rate, d.Limit.Burst), 10))
 		b.WriteByte('/')
 		b.WriteString(d.Limit.Period.String())
 		b.WriteString("; remaining=")
