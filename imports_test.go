@@ -42,19 +42,19 @@ var allowed = map[string][][]string{
 	"storetest": {{"", "internal/algo", "internal/limits"}},
 	"rules":     {{"", "internal/algo", "internal/entrytext", "internal/yamlwalk", "internal/calendar"}, yaml},
 	// The decision core: plain Go, no protocol, no store.
-	"decide": {{"", "internal/algo", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "rules"}, yaml},
+	"decide": {{"", "internal/algo", "internal/bounds", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "rules"}, yaml},
 	// The HTTP middleware calls the core directly: no gRPC, no protobuf,
 	// no Envoy types, no Redis client, no Prometheus.
-	"httplimit": {{"", "internal/algo", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "internal/logsample", "internal/ratelimitheaders", "rules", "decide"}, yaml},
+	"httplimit": {{"", "internal/algo", "internal/bounds", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "internal/logsample", "internal/ratelimitheaders", "rules", "decide"}, yaml},
 	"httpretry": {{"internal/algo"}},
 	// The proxy: the middleware in front of a reverse proxy, its
 	// Prometheus metrics and top keys; no Redis client unless the
 	// command wires one, no gRPC, no Envoy types.
-	"internal/proxy": {{"", "internal/algo", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "internal/logsample", "internal/ratelimitheaders", "rules", "decide", "httplimit",
-		"internal/dashboard", "internal/hitters", "internal/topkeys", "internal/httpconf", "internal/wheremetric", "internal/geoip"}, yaml, prometheus, maxmind,
+	"internal/proxy": {{"", "internal/algo", "internal/bounds", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "internal/logsample", "internal/ratelimitheaders", "rules", "decide", "httplimit",
+		"internal/dashboard", "internal/hitters", "internal/topkeys", "internal/httpconf", "internal/wheremetric", "internal/geoip", "internal/readiness"}, yaml, prometheus, maxmind,
 		{"golang.org/x/net/", "golang.org/x/text/"}}, // the reverse proxy's HTTP/2
 	// The Envoy codec converts; it serves nothing and stores nothing.
-	"internal/rls": {{"", "internal/algo", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "rules", "decide"}, yaml, envoy},
+	"internal/rls": {{"", "internal/algo", "internal/bounds", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "rules", "decide"}, yaml, envoy},
 	// Top keys: a data structure, fed by the hooks; no Redis client.
 	"internal/hitters": {{"internal/entrytext"}},
 	// What takes the secrets out of what is shown: the standard library.

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/bounds"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -83,6 +84,14 @@ type Config struct {
 	// what the local failure policy admitted. Nil discards.
 	Logger *slog.Logger
 
+	// Earliest is a clock at or behind the store's, never ahead of it:
+	// Decide reads it before taking a reservation (Request.Reserve), and a
+	// refund never returns more than the reservation still holds after the
+	// time since (see Settle). Nil means Now, or time.Now: exact for a
+	// memstore on the process's clock; over Redis, give the estimate of
+	// Redis's clock less its error (sluice serve and proxy do).
+	Earliest func() time.Time
+
 	// Now is the store's clock, which chooses the window of rules with
 	// schedules and the period of calendar limits (rules.Plan.Now): read
 	// once per decision, and only for such rules. Nil means time.Now, the
@@ -104,6 +113,12 @@ type Request struct {
 	// Prefer is the caller's default of all_or_nothing for a domain whose
 	// rules set none; the zero value is the Decider's (Config.CountEach).
 	Prefer Preference
+
+	// Reserve marks the descriptors' costs as reservations, each settled
+	// with Settle once its real cost is known. Their limits are decided
+	// all together whatever all_or_nothing says (but for quota
+	// descriptors): a denied request must hold nothing it will not settle.
+	Reserve bool
 }
 
 // Preference is a caller's default, for one request, of how a domain whose
@@ -148,6 +163,8 @@ type Decider struct {
 	rules    atomic.Pointer[rules.Config]
 	runtime  rules.Runtime
 	storeNow func() time.Time // Config.Now
+	earliest func() time.Time // Config.Earliest, defaulted
+	retries  settleRetries
 	each     bool
 	quota    bool
 	failover Failover
@@ -178,12 +195,19 @@ func New(cfg Config) (*Decider, error) {
 		limiter:  cfg.Limiter,
 		runtime:  cfg.Runtime,
 		storeNow: cfg.Now,
+		earliest: cfg.Earliest,
 		each:     cfg.CountEach,
 		quota:    cfg.QuotaMode,
 		failover: f,
 		remote:   cfg.Remote,
 		hooks:    cfg.Hooks,
 		log:      cfg.Logger,
+	}
+	if d.earliest == nil {
+		d.earliest = cfg.Now
+	}
+	if d.earliest == nil {
+		d.earliest = time.Now
 	}
 	d.rules.Store(cfg.Rules)
 	d.plans.New = func() any { return new(scratch) }
@@ -321,7 +345,11 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	// request while another has room, so it must not stop the others
 	// from counting either.
 	quota := d.hasQuota(p)
-	each := quota || !d.allOrNothingFor(p.Domain, r.Prefer)
+	each := quota || !r.Reserve && !d.allOrNothingFor(p.Domain, r.Prefer)
+	var at time.Time
+	if r.Reserve {
+		at = d.earliest()
+	}
 	switch {
 	case cause == nil && each:
 		overall, err = d.limiter.TakeEach(ctx, hits, out)
@@ -343,6 +371,9 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		// The store answers again: charge it what the local policy
 		// admitted meanwhile.
 		d.startWriteBack()
+	}
+	if r.Reserve {
+		o.note(hits, out, each, overall.Allowed, at, o.Degraded)
 	}
 	o.fill(p, hits, out, r.Descriptors, overall)
 	for i := range o.Descriptors {
@@ -433,7 +464,7 @@ func checkDescriptors(descs []rules.Descriptor) error {
 		n := len(descs[i].Entries)
 		total, most = total+n, max(most, n)
 	}
-	return CheckCounts(len(descs), most, total)
+	return bounds.CheckCounts(len(descs), most, total)
 }
 
 // failedDecision is what the limiter's Take returns for hits when its

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/dashboard"
 	"github.com/sluicehq/sluice/internal/hitters"
+	"github.com/sluicehq/sluice/internal/readiness"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -82,7 +82,7 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 		if cfg.StoreHealth != nil {
 			storeErr = cfg.StoreHealth()
 		}
-		err := decide.StoreReadiness(storeErr, cfg.Policy)
+		err := readiness.Store(storeErr, cfg.Policy)
 		if cfg.Draining != nil && cfg.Draining() {
 			err = errors.New("draining")
 		}

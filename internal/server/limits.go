@@ -12,13 +12,14 @@ import (
 	protov2 "google.golang.org/protobuf/proto"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/bounds"
 	"github.com/sluicehq/sluice/internal/grpcraw"
 )
 
 // MaxRequestBytes bounds an encoded rate limit request on either transport:
 // a gRPC message (larger ones get ResourceExhausted from gRPC itself) and
 // the body of POST /json (larger ones get 413). Within it, the counts of
-// decide.MaxDescriptors, decide.MaxEntries and decide.MaxTotalEntries are checked
+// bounds.MaxDescriptors, bounds.MaxEntries and bounds.MaxTotalEntries are checked
 // on the wire, before the request is decoded into memory, so that an
 // oversized request costs a scan of its bytes and no more.
 const MaxRequestBytes = 1 << 20
@@ -92,7 +93,7 @@ func decodeRequest(b []byte, req *rlsv3.RateLimitRequest) error {
 
 // scanProto counts the descriptors of an encoded RateLimitRequest and the
 // entries of each, without decoding anything, and checks them against the
-// bounds of decide.CheckCounts.
+// bounds of bounds.CheckCounts.
 func scanProto(b []byte) error {
 	descriptors, most, total := 0, 0, 0
 	for len(b) > 0 {
@@ -118,7 +119,7 @@ func scanProto(b []byte) error {
 		}
 		total += entries
 		most = max(most, entries)
-		if err := decide.CheckCounts(descriptors, most, total); err != nil {
+		if err := bounds.CheckCounts(descriptors, most, total); err != nil {
 			return err
 		}
 	}
@@ -155,7 +156,7 @@ var errJSONSyntax = errors.New("json syntax")
 
 // scanJSON counts the descriptors of a RateLimitRequest in protobuf JSON
 // and the entries of each, without decoding anything, and checks them
-// against the bounds of decide.CheckCounts. A body that is not JSON passes:
+// against the bounds of bounds.CheckCounts. A body that is not JSON passes:
 // protojson, which decodes it next, names its fault.
 func scanJSON(b []byte) error {
 	s := jsonScan{b: b}
@@ -194,7 +195,7 @@ func (s *jsonScan) space() {
 
 func (s *jsonScan) value(role, depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: %w: JSON nested more than %d deep", decide.ErrInvalid, decide.ErrTooLarge, maxJSONDepth)
+		return fmt.Errorf("%w: %w: JSON nested more than %d deep", decide.ErrInvalid, bounds.ErrTooLarge, maxJSONDepth)
 	}
 	s.space()
 	if s.i >= len(s.b) {
@@ -337,7 +338,7 @@ func (s *jsonScan) array(role, depth int) error {
 			s.total++
 			s.most = max(s.most, entries)
 		}
-		if err := decide.CheckCounts(s.descriptors, s.most, s.total); err != nil {
+		if err := bounds.CheckCounts(s.descriptors, s.most, s.total); err != nil {
 			return err
 		}
 		if err := s.value(elem, depth); err != nil {

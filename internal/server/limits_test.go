@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/bounds"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -63,9 +63,9 @@ func TestRequestBounds(t *testing.T) {
 		want string
 	}{
 		{"20k descriptors", bigRequest(20_000, 1), "descriptors"},
-		{"descriptors", bigRequest(decide.MaxDescriptors+1, 1), "descriptors"},
-		{"entries of one", bigRequest(1, decide.MaxEntries+1), "entries"},
-		{"entries in all", bigRequest(decide.MaxTotalEntries/decide.MaxEntries+1, decide.MaxEntries), "entries in all"},
+		{"descriptors", bigRequest(bounds.MaxDescriptors+1, 1), "descriptors"},
+		{"entries of one", bigRequest(1, bounds.MaxEntries+1), "entries"},
+		{"entries in all", bigRequest(bounds.MaxTotalEntries/bounds.MaxEntries+1, bounds.MaxEntries), "entries in all"},
 	}
 	user := d("user=a")
 	tooLarge := func(via string) float64 {
@@ -101,7 +101,7 @@ func TestRequestBounds(t *testing.T) {
 	}
 	// A key spelt with escapes is the same key to protojson: it is
 	// counted all the same.
-	escaped := `{"domain":"api","\u0064escriptors":[` + strings.Repeat(`{"entries":[{"key":"k","value":"v"}]},`, decide.MaxDescriptors) + `{"entries":[{"key":"k","value":"v"}]}]}`
+	escaped := `{"domain":"api","\u0064escriptors":[` + strings.Repeat(`{"entries":[{"key":"k","value":"v"}]},`, bounds.MaxDescriptors) + `{"entries":[{"key":"k","value":"v"}]}]}`
 	if resp, b := e.post(escaped); resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "descriptors") {
 		t.Errorf("escaped key: %d %s", resp.StatusCode, b)
 	}
@@ -117,10 +117,10 @@ func TestRequestBounds(t *testing.T) {
 	}
 
 	// Within every bound: answered, and the user's one hit is still there.
-	within := bigRequest(decide.MaxDescriptors-1, 4)
+	within := bigRequest(bounds.MaxDescriptors-1, 4)
 	within.Descriptors = append(within.Descriptors, user)
 	resp := e.call(within)
-	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(resp.Statuses) != decide.MaxDescriptors {
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(resp.Statuses) != bounds.MaxDescriptors {
 		t.Fatalf("within the bounds: %s, %d statuses", resp.OverallCode, len(resp.Statuses))
 	}
 	e.expect(req("api", user), 1, "OVER_LIMIT: OVER_LIMIT")
@@ -165,18 +165,18 @@ func TestMalformedProtobuf(t *testing.T) {
 
 // TestScanAgreesWithDecoding checks the wire scans of both encodings
 // against the counts of the decoded request, on random requests around
-// the bounds: a scan refuses exactly what decide.CheckCounts refuses.
+// the bounds: a scan refuses exactly what bounds.CheckCounts refuses.
 func TestScanAgreesWithDecoding(t *testing.T) {
 	e := newEnv(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n", server.Config{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 60 {
 		r := &rlsv3.RateLimitRequest{Domain: "api"}
-		n := rng.IntN(decide.MaxDescriptors + 40)
+		n := rng.IntN(bounds.MaxDescriptors + 40)
 		most, total := 0, 0
 		for range n {
 			k := rng.IntN(3)
 			if rng.IntN(20) == 0 {
-				k = rng.IntN(decide.MaxEntries + 10)
+				k = rng.IntN(bounds.MaxEntries + 10)
 			}
 			d := &rlv3.RateLimitDescriptor{}
 			for j := range k {
@@ -188,7 +188,7 @@ func TestScanAgreesWithDecoding(t *testing.T) {
 			r.Descriptors = append(r.Descriptors, d)
 			most, total = max(most, k), total+k
 		}
-		want := decide.CheckCounts(n, most, total) != nil
+		want := bounds.CheckCounts(n, most, total) != nil
 		_, err := e.rls.ShouldRateLimit(context.Background(), r)
 		if got := status.Code(err) == grpccodes.InvalidArgument && strings.Contains(err.Error(), "too large"); got != want {
 			t.Errorf("request %d (%d descriptors, %d entries at most, %d in all), gRPC: %v, want too large %v", i, n, most, total, err, want)

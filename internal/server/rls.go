@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/bounds"
 	"github.com/sluicehq/sluice/internal/rls"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -158,7 +159,7 @@ func (s *Server) fail(err error, via transport) *failure {
 	switch {
 	case errors.Is(err, decide.ErrInvalid):
 		s.m.requests[via][resultInvalid].Inc()
-		if errors.Is(err, decide.ErrTooLarge) {
+		if errors.Is(err, bounds.ErrTooLarge) {
 			s.m.tooLarge[via].Inc()
 		}
 		s.log.Debug("invalid rate limit request", "transport", transportNames[via], "err", err)

@@ -96,6 +96,7 @@ import (
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/logsample"
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/readiness"
 	"github.com/sluicehq/sluice/internal/topkeys"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -397,7 +398,7 @@ func (s *Server) readiness(ctx context.Context) error {
 			return err
 		}
 	}
-	return decide.StoreReadiness(s.storeHealth(), s.dec.Failover().Default)
+	return readiness.Store(s.storeHealth(), s.dec.Failover().Default)
 }
 
 // Decider returns the server's decision core, for the parts that share
