@@ -103,6 +103,11 @@ type Config struct {
 	// process. See Concurrency.
 	Concurrency *Concurrency
 
+	// Tokens, when set, is a token budget: a cost reserved at admission
+	// and settled when the response ends, such as an LLM answer's tokens.
+	// See Tokens.
+	Tokens *Tokens
+
 	// OnResult, when set, is told what became of each request (Result),
 	// for metrics: before the handler is called, or before the
 	// middleware answers by itself. w and r are the middleware's own. It
@@ -138,6 +143,8 @@ type middleware struct {
 	shaping    *shaper
 	failures   *failures
 	conc       *concurrency
+	tokens     *tokens
+	settle     settler // the Decider, with Tokens
 	onResult   func(w http.ResponseWriter, r *http.Request, res Result)
 	onOutcome  func(descs []rules.Descriptor, o *decide.Outcome)
 }
@@ -153,6 +160,16 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	m, err := newMiddleware(cfg, cfg.Decider.Decide)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Tokens != nil {
+		switch {
+		case cfg.Shaping != nil || cfg.Failures != nil:
+			return nil, fmt.Errorf("%w: Tokens cannot be combined with Shaping or Failures", ErrConfig)
+		}
+		if m.tokens, err = m.newTokens(cfg.Tokens, cfg.Decider); err != nil {
+			return nil, err
+		}
+		m.settle = cfg.Decider.(settler)
 	}
 	return m.wrap, nil
 }
@@ -260,6 +277,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.invalid(w, r, err)
 		return
 	}
+	var tr tokenRequest
+	if m.tokens != nil {
+		if tr, err = m.tokens.reserve(r); err != nil {
+			m.tokensRefused(w, r, err)
+			return
+		}
+		before := len(s.main.descs)
+		k, err := m.fill(&s.main, m.tokens.set, r, s, tr.reserved)
+		if err != nil {
+			m.invalid(w, r, err)
+			return
+		}
+		if k == 1 {
+			s.tokens, n = before, n+1
+		}
+	}
 	key, held, shadowed, ok := m.admitConcurrent(w, r, s)
 	if !ok {
 		return
@@ -311,12 +344,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
 		m.setHeaders(w.Header(), s, denied)
+		if s.tokens >= 0 {
+			setTokenHeaders(w.Header(), o, s.tokens)
+		}
 	}
 	if denied {
 		m.deny(w, r, s)
 		return
 	}
 	m.report(w, r, res)
+	if s.tokens >= 0 {
+		m.serveTokens(w, r, s, h.next, tr.reserved)
+		return
+	}
 	if fails == 0 || precharged {
 		h.next.ServeHTTP(w, r)
 		return
@@ -430,9 +470,11 @@ func shadowLimit(o *decide.Outcome) string {
 	return ""
 }
 
-// decide decides s.main into s.out.
+// decide decides s.main into s.out: reserving its costs (decide.Request's
+// Reserve) when it has a token descriptor.
 func (m *middleware) decide(ctx context.Context, s *scratch) error {
-	err := m.decideDescs(ctx, s, s.main.descs)
+	s.req = decide.Request{Domain: m.domain, Descriptors: s.main.descs, Reserve: s.tokens >= 0}
+	err := m.dec(ctx, &s.req, &s.out)
 	if err == nil && s.out.Degraded != rules.FailDefault {
 		if n, ok := m.degLog.Allow(time.Now()); ok {
 			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "reason", s.out.Reason.String(), "err", s.out.StoreErr, "not_logged", n)

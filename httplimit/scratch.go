@@ -23,6 +23,7 @@ type scratch struct {
 	ckey    []byte // the concurrency or queue key
 	hdr     ratelimitheaders.Values
 	entries []rules.Entry // all of main's and fail's
+	tokens  int           // the index in main of the token descriptor; -1: none
 }
 
 // reqScratch is the descriptors of one decision with their storage.
@@ -38,6 +39,9 @@ func (m *middleware) newScratch() *scratch {
 	// The main request holds Config.Descriptors and, as peeks, the
 	// failure descriptors; s.fail holds the failure descriptors alone.
 	descs, fails := len(m.descs), 0
+	if m.tokens != nil {
+		descs++
+	}
 	if m.failures != nil {
 		descs += len(m.failures.descs)
 		for _, d := range m.failures.descs {
@@ -45,6 +49,7 @@ func (m *middleware) newScratch() *scratch {
 		}
 	}
 	s := &scratch{
+		tokens:  -1,
 		key:     make([]byte, 0, 64),
 		hdr:     ratelimitheaders.Values{Buf: make([]byte, 0, 256)},
 		entries: make([]rules.Entry, m.entries+fails),
@@ -69,6 +74,7 @@ func (m *middleware) release(s *scratch) {
 	s.fail.reset()
 	s.client = ""
 	s.addr = netip.Addr{}
+	s.tokens = -1
 	s.out.Reset()
 	m.scratch.Put(s)
 }
