@@ -36,7 +36,12 @@ import (
 )
 
 // looksLikeEnvoy reports whether a YAML block is an Envoy configuration.
+// A Kubernetes resource (apiVersion: first, as Envoy Gateway's CRDs) is
+// not, though it may name Envoy's metadata namespaces.
 func looksLikeEnvoy(text string) bool {
+	if strings.HasPrefix(text, "apiVersion:") {
+		return false
+	}
 	return strings.Contains(text, "typed_config") || strings.Contains(text, "@type") || strings.Contains(text, "envoy.")
 }
 
@@ -163,5 +168,8 @@ typed_config:
 	}
 	if !looksLikeEnvoy(fmt.Sprintf(filter, "edge")) || looksLikeEnvoy("domain: edge\ndescriptors: []\n") {
 		t.Error("looksLikeEnvoy: an Envoy filter not seen, or sluice rules taken for Envoy")
+	}
+	if looksLikeEnvoy("apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: BackendTrafficPolicy\nspec: {namespace: io.envoy.ai_gateway}\n") {
+		t.Error("looksLikeEnvoy: a Kubernetes resource taken for Envoy")
 	}
 }

@@ -36,5 +36,5 @@ descriptors:
 	// login (line 6): 2 descriptor(s)
 	// / (line 11): 0 descriptor(s)
 	// rules.yaml:4:16: pattern "get /login": the method must be upper case, as requests send it ("GET")
-	// rules.yaml:5:7: unknown key "descripters" in a route (want one of pattern, name, descriptors, shaping, failures, concurrency)
+	// rules.yaml:5:7: unknown key "descripters" in a route (want one of pattern, name, descriptors, shaping, failures, concurrency, tokens)
 }

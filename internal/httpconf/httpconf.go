@@ -37,6 +37,19 @@
 //	        statuses: [401]
 //	        descriptors: [[{key: failed_login, source: remote_address}]]
 //	      concurrency: {max: 10}      # in flight per client address
+//	    - pattern: "POST /v1/chat/completions"
+//	      descriptors: [[{key: api_key, api_key: Authorization}]]
+//	      tokens:                     # a token budget (LLM APIs)
+//	        descriptor: [{key: api_key_tokens, api_key: Authorization}]
+//	        reserve:
+//	          fields: [max_completion_tokens, max_tokens]
+//	          header: X-Max-Tokens
+//	          default: 1024
+//	          max: 4096
+//	          prompt: bytes
+//	        usage: {input_weight: 1, output_weight: 4, header: X-Tokens-Used}
+//	        enforce: true
+//	        max_body: 8388608
 //	    - pattern: "/"
 //	descriptors: ...                  # the rules, as always
 //
@@ -114,6 +127,14 @@ type Route struct {
 	// descriptor's entries, by default the client address.
 	//	concurrency: {max: 10, descriptor: [{key: user, header: X-User}]}
 	Concurrency *httplimit.Concurrency
+
+	// Tokens is tokens: a token budget, reserved at admission and settled
+	// from the answer's usage (httplimit.Tokens).
+	//	tokens:
+	//	  descriptor: [{key: api_key_tokens, api_key: Authorization}]
+	//	  reserve: {default: 1024, max: 4096, prompt: bytes}
+	//	  enforce: true
+	Tokens *httplimit.Tokens
 
 	// Line is the line of the route in its file; 0 for the default route.
 	Line int

@@ -20,7 +20,7 @@ import (
 var (
 	sectionKeys  = []string{"client_ip", "headers", "shadow_mode", "geoip", "routes"}
 	clientIPKeys = []string{"trusted_proxies", "headers", "ipv6_prefix", "ipv4_prefix"}
-	routeKeys    = []string{"pattern", "name", "descriptors", "shaping", "failures", "concurrency"}
+	routeKeys    = []string{"pattern", "name", "descriptors", "shaping", "failures", "concurrency", "tokens"}
 	shapingKeys  = []string{"max_delay", "max_queue"}
 	failureKeys  = []string{"descriptors", "statuses"}
 	concKeys     = []string{"max", "descriptor"}

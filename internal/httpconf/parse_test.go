@@ -2,6 +2,7 @@ package httpconf_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -167,7 +168,15 @@ func TestErrors(t *testing.T) {
 		{"same name", head + "  routes:\n    - {pattern: /a, name: n}\n    - {pattern: /b, name: n}\n", []string{`5:27: route name "n" repeated (first at line 4)`}},
 		{"name is a pattern", head + "  routes:\n    - {pattern: /a}\n    - {pattern: /b, name: /a}\n", []string{`5:27: route name "/a" repeated (first at line 4)`}},
 		{"reserved name", head + "  routes:\n    - {pattern: /a, name: _unmatched}\n", []string{`4:27: route name "_unmatched" must be printable`}},
-		{"route key", head + "  routes:\n    - {pattern: /a, shape: true}\n", []string{`4:21: unknown key "shape" in a route (want one of pattern, name, descriptors, shaping, failures, concurrency)`}},
+		{"route key", head + "  routes:\n    - {pattern: /a, shape: true}\n", []string{`4:21: unknown key "shape" in a route (want one of pattern, name, descriptors, shaping, failures, concurrency, tokens)`}},
+		{"tokens no reserve", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}]}}\n", []string{`4:29: tokens needs reserve`}},
+		{"tokens no descriptor", head + "  routes:\n    - {pattern: /a, tokens: {reserve: {default: 5}}}\n", []string{`4:29: tokens needs descriptor`}},
+		{"tokens no default", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {max: 5}}}\n", []string{`reserve needs default`}},
+		{"tokens default over max", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9, max: 5}}}\n", []string{`reserve: default 9 is above max 5`}},
+		{"tokens prompt", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9, prompt: words}}}\n", []string{`prompt must be bytes`}},
+		{"tokens weight", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9}, usage: {input_weight: 0}}}\n", []string{`input_weight must be a whole number from 1`}},
+		{"tokens header", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9, header: \"a b\"}}}\n", []string{`reserve header "a b" is not a valid header name`}},
+		{"tokens and shaping", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 1s}, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9}}}\n", []string{`a route with tokens cannot have shaping or failures`}},
 		{"shaping not a mapping", head + "  routes:\n    - {pattern: /a, shaping: true}\n", []string{`4:30: shaping must be a mapping, got "true"`}},
 		{"shaping no delay", head + "  routes:\n    - {pattern: /a, shaping: {max_queue: 3}}\n", []string{`4:30: shaping needs max_delay`}},
 		{"shaping bad delay", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 5}}\n", []string{`4:42: max_delay must be a duration from 1ms to 1h0m0s`}},
@@ -294,5 +303,36 @@ func TestParseMergeKeys(t *testing.T) {
 	}
 	if sh := s.Routes[0].Shaping; sh == nil || sh.MaxDelay != time.Second || sh.MaxQueue != 7 {
 		t.Errorf("shaping %+v, want max_delay 1s from the merge and max_queue 7 of its own", sh)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	src := `domain: llm
+http:
+  routes:
+    - pattern: "POST /v1/chat/completions"
+      descriptors: [[{key: api_key, api_key: Authorization}]]
+      tokens:
+        descriptor: [{key: api_key_tokens, api_key: Authorization}]
+        reserve: {fields: [max_tokens], header: X-Max, default: 100, max: 400, prompt: bytes}
+        usage: {input_weight: 1, output_weight: 4, header: X-Used}
+        enforce: true
+        max_body: 1000
+`
+	s, err := httpconf.Parse("t.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s.Routes[0].Tokens
+	if tok == nil {
+		t.Fatal("no tokens")
+	}
+	want := httplimit.Tokens{
+		Descriptor: httplimit.Descriptor{{Key: "api_key_tokens", Source: httplimit.APIKey("Authorization")}},
+		Fields:     []string{"max_tokens"}, Header: "X-Max", Default: 100, Max: 400, PromptBytes: true,
+		InputWeight: 1, OutputWeight: 4, UsageHeader: "X-Used", Enforce: true, MaxBody: 1000,
+	}
+	if fmt.Sprint(*tok) != fmt.Sprint(want) {
+		t.Fatalf("tokens\n%+v\nwant\n%+v", *tok, want)
 	}
 }

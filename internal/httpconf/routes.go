@@ -47,8 +47,13 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 				r.Failures = p.failures(v)
 			case "concurrency":
 				r.Concurrency = p.concurrency(v)
+			case "tokens":
+				r.Tokens = p.tokens(v)
 			}
 		})
+		if r.Tokens != nil && (r.Shaping != nil || r.Failures != nil) {
+			p.Errorf(p.node(item), "a route with tokens cannot have shaping or failures")
+		}
 		if !patternSeen {
 			p.Errorf(p.node(item), "a route needs a pattern")
 		}

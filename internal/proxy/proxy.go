@@ -300,6 +300,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			Shaping:     rc.Shaping,
 			Failures:    rc.Failures,
 			Concurrency: rc.Concurrency,
+			Tokens:      rc.Tokens,
 			ShadowMode:  s.ShadowMode,
 			OnResult:    t.onResult,
 			OnOutcome:   record,
