@@ -50,6 +50,14 @@
 // slot's call fails, the request is an error (the caller's failure policy
 // answers it); the other slots' consumption is taken back as above.
 //
+// # Settling reservations
+//
+// Store.Settle settles a reservation (sluice.Limiter.Settle) with package
+// algo's arithmetic, in Go: it reads the key's state and Redis TIME, settles
+// it a few milliseconds ahead of that time, and writes it back with a
+// compare-and-set that also records the settlement's ID in a marker key
+// beside the state, so that a settlement sent twice is applied once.
+//
 // # Failures
 //
 // A call waits for Redis's answer, however slow, and fails only when Redis

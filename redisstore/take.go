@@ -55,6 +55,15 @@ func (s *Store) call1(ctx context.Context, hits []sluice.Hit, out []sluice.Decis
 	if len(hits) == 0 {
 		return nil
 	}
+	return s.guarded(ctx, func(c *conn) error { return s.take(s.ctx, c, hits, out, each) })
+}
+
+// guarded runs call, the store's work for one caller's request, through
+// the gate (Config.MaxInFlight), the breaker and the store's metrics, and
+// returns its error as a *sluice.StoreError whose reason says what failed
+// (or ctx's error, when the caller gave up waiting for a slot). call talks
+// to Redis with s.ctx, not the caller's ctx (see Take).
+func (s *Store) guarded(ctx context.Context, call func(c *conn) error) error {
 	c := s.client.Load()
 	if c == nil {
 		s.metrics.rejected.Add(1)
@@ -77,7 +86,7 @@ func (s *Store) call1(ctx context.Context, hits []sluice.Hit, out []sluice.Decis
 		return &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
 	}
 	start := time.Now()
-	err := s.take(s.ctx, c, hits, out, each)
+	err := call(c)
 	s.metrics.observe(time.Since(start), err)
 	if err != nil && s.ctx.Err() != nil {
 		// Closed under the call: that says nothing about Redis.
