@@ -39,6 +39,10 @@
 // request: all-or-nothing stays all-or-nothing (Take), one by one stays
 // one by one (TakeEach, with its debts).
 //
+// Settle settles a reservation in the wrapped store: a leasing window's
+// charge and refund, but only a leasing bucket's charge, never its refund
+// (see Store.Settle).
+//
 // When the store is down (a sluice.StoreError of any reason but
 // sluice.FailError: silent, unreachable, its breaker open, or shedding
 // calls), a hit waits for one call to it at most: the grant it asked for,
