@@ -84,6 +84,11 @@
 // not missed: a request passed to the store and allowed drops the entries
 // of its keys.
 //
+// Settle settles a reservation (sluice.Limiter.Settle) in the wrapped
+// store; when it refunds hits (or fails, having perhaps refunded them), the
+// entry of the hit's key and limit is dropped, so that a denial learnt
+// before the refund is not answered after it.
+//
 // If the store forgets a key early (a memstore memory cap evicting it, a
 // Redis flush), the cache keeps denying until the time the store had said:
 // stricter than the forgetful store, never more permissive than the one
