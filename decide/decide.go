@@ -87,9 +87,11 @@ type Config struct {
 	// Earliest is a clock at or behind the store's, never ahead of it:
 	// Decide reads it before taking a reservation (Request.Reserve), and a
 	// refund never returns more than the reservation still holds after the
-	// time since (see Settle). Nil means Now, or time.Now: exact for a
-	// memstore on the process's clock; over Redis, give the estimate of
-	// Redis's clock less its error (sluice serve and proxy do).
+	// time since (see Settle). It may return the zero time when it knows
+	// nothing of the store's clock: the reservations taken then are not
+	// refunded. Nil means Now, or time.Now: exact for a memstore on the
+	// process's clock; over Redis, give the estimate of Redis's clock less
+	// its error (sluice serve and proxy do).
 	Earliest func() time.Time
 
 	// Now is the store's clock, which chooses the window of rules with

@@ -128,6 +128,9 @@ func (d *Decider) Settle(ctx context.Context, o *Outcome, i int, spent int64) er
 		default:
 			continue
 		}
+		if r.at.IsZero() && spent < reserved {
+			continue // the store's clock unknown: nothing is refunded
+		}
 		st := sluice.Settlement{Hit: h, Spent: spent, ResetAfter: o.Limits[j].Decision.ResetAfter, At: r.at, ID: r.id + uint64(j)}
 		st.Hit.Cost = reserved
 		if _, err := d.limiter.Settle(ctx, &st); err != nil {

@@ -240,7 +240,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	s.limitMemory(env, 0, log)
 
 	// The file first: a bad one fails fast with every problem.
-	cfg, section, err := loadProxyConfig(s.config, log)
+	cfg, section, err := loadProxyConfig(s.config, s.store, log)
 	if err != nil {
 		return err
 	}
@@ -302,7 +302,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Path:   s.config,
 		Logger: log.With("component", "reload"),
 		OnLoad: func(*rules.Config) {
-			c, sec, err := loadProxyConfig(s.config, log)
+			c, sec, err := loadProxyConfig(s.config, s.store, log)
 			if err == nil {
 				d := c.Domains()[0]
 				if err = p.SetRoutes(d, sec); err == nil {
@@ -358,8 +358,9 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 }
 
 // loadProxyConfig loads the rules file with its http section, logging
-// every problem; the file must hold a domain.
-func loadProxyConfig(path string, log *slog.Logger) (*rules.Config, *httpconf.Section, error) {
+// every problem; the file must hold a domain. A token budget needs a store
+// the proxy decides on itself: a remote sluice serve cannot settle.
+func loadProxyConfig(path, store string, log *slog.Logger) (*rules.Config, *httpconf.Section, error) {
 	c, s, err := httpconf.LoadFile(path)
 	var re *rules.Error
 	switch {
@@ -376,6 +377,13 @@ func loadProxyConfig(path string, log *slog.Logger) (*rules.Config, *httpconf.Se
 	}
 	for _, p := range c.Warnings() {
 		log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
+	}
+	if store == "remote" {
+		for _, r := range s.Routes {
+			if r.Tokens != nil {
+				return nil, nil, fmt.Errorf("%s:%d: route %q has tokens, which --store remote cannot settle (a remote sluice serve decides, and the rate limit protocol has no settlement); use --store memory or redis", path, r.Line, r.Name)
+			}
+		}
 	}
 	return c, s, nil
 }

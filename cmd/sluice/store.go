@@ -150,6 +150,7 @@ type storeSet struct {
 	redis *redisstore.Store // --store redis
 	lease *lease.Store      // in front of redis
 	cache *localcache.Store // in front of lease, unless disabled
+	clock func() time.Time  // --store memory: the store's clock
 	close func()
 }
 
@@ -220,11 +221,11 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
 	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
-	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide")}
+	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Now: set.clock}
 	if set.redis != nil {
 		cfg.Failover.NodeCount = set.redis.Nodes
 		clock := redisClock(set.redis, log.With("component", "redisclock"))
-		cfg.Now = clock.Now
+		cfg.Now, cfg.Earliest = clock.Now, clock.Earliest
 		closeAll := set.close
 		set.close = func() { clock.Close(); closeAll() }
 	}
@@ -276,8 +277,9 @@ func (s *storeSettings) limitMemory(env lookupEnv, capped int64, log *slog.Logge
 func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
 	switch s.store {
 	case "memory":
-		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})
-		return &storeSet{store: m, mem: m, close: func() { m.Close() }}, nil
+		clock := monotonicClock()
+		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes), Now: clock})
+		return &storeSet{store: m, mem: m, clock: clock, close: func() { m.Close() }}, nil
 	case "redis":
 		cfg, err := s.redis.config(log.With("component", "redis"))
 		if err != nil {
@@ -351,4 +353,13 @@ func (cs collectorList) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range cs {
 		c.Collect(ch)
 	}
+}
+
+// monotonicClock is the embedded store's clock, which the decision core
+// reads too (decide.Config.Now, and a reservation's time): the wall clock
+// at start, advanced by the monotonic clock, so that a step of the wall
+// clock moves neither.
+func monotonicClock() func() time.Time {
+	base := time.Now()
+	return func() time.Time { return base.Add(time.Since(base)) }
 }

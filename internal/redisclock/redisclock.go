@@ -156,6 +156,21 @@ func (c *Clock) Now() time.Time {
 	return now.Add(c.best.offset)
 }
 
+// Earliest is a time at or before Redis's TIME now: the estimate less its
+// error bound, less the drift of a clock off by 100 parts per million since
+// the sample, less a millisecond more. It is the zero time while there is
+// no sample: nothing is known of Redis's clock then.
+func (c *Clock) Earliest() time.Time {
+	now := c.cfg.Local()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.best.taken.IsZero() || now.Sub(c.best.taken) > c.cfg.Window {
+		return time.Time{}
+	}
+	age := max(now.Sub(c.best.taken), 0)
+	return now.Add(c.best.offset - c.best.rtt/2 - age/10000 - time.Millisecond)
+}
+
 // Error is the bound of the estimate's error now: half the round trip of
 // the sample in use, and false when there is none.
 func (c *Clock) Error() (time.Duration, bool) {

@@ -92,3 +92,38 @@ func TestSamples(t *testing.T) {
 		t.Error("an error bound without samples")
 	}
 }
+
+// Earliest is never ahead of Redis's clock, wherever in the round trip
+// Redis read it, and is the zero time without a sample.
+func TestEarliest(t *testing.T) {
+	now := time.Unix(2_000_000, 0)
+	local := func() time.Time { return now }
+	var where time.Duration // when, in the round trip, Redis reads its clock
+	const offset, rtt = 7 * time.Second, 10 * time.Millisecond
+	ask := func(context.Context) (time.Time, error) {
+		at := now.Add(where).Add(offset)
+		now = now.Add(rtt)
+		return at, nil
+	}
+	c := newClock(Config{Time: ask, Window: 30 * time.Second, Local: local})
+	if !c.Earliest().IsZero() {
+		t.Fatal("Earliest without a sample")
+	}
+	for _, w := range []time.Duration{0, rtt / 3, rtt} {
+		where = w
+		c.prune(now.Add(time.Hour)) // forget the earlier samples
+		c.Sample(context.Background())
+		for _, later := range []time.Duration{0, time.Second, 29 * time.Second} {
+			redis := now.Add(later).Add(offset) // Redis's true time then
+			now = now.Add(later)
+			e := c.Earliest()
+			now = now.Add(-later)
+			if e.After(redis) {
+				t.Errorf("Redis read its clock %v into the round trip; %v later Earliest is %v ahead", w, later, e.Sub(redis))
+			}
+			if slack := redis.Sub(e); slack > rtt+later/10000+time.Millisecond {
+				t.Errorf("Earliest %v behind, more than the round trip, drift and a millisecond", slack)
+			}
+		}
+	}
+}
