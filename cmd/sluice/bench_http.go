@@ -32,7 +32,7 @@ func init() {
 		run: func(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) error {
 			return cmdNullAPI(ctx, args, stderr)
 		},
-		help: func(lookupEnv) *help { h, _ := nullAPIHelp(); return h },
+		help: func(lookupEnv) *help { h, _, _ := nullAPIHelp(); return h },
 	}
 }
 
@@ -86,26 +86,43 @@ func cmdPlainProxy(ctx context.Context, args []string, stderr io.Writer) error {
 var nullBody = []byte(`{"id":42,"name":"widget","price":"9.99","tags":["a","b"]}` + "\n")
 
 // nullAPIHelp builds the flags of sluice nullapi.
-func nullAPIHelp() (h *help, listen *string) {
-	h = newHelp("nullapi", "nullapi [--listen ADDR]", `Answers every request, whatever its method and path, 200 with the same small
+func nullAPIHelp() (h *help, listen *string, oa *openAIFlags) {
+	h = newHelp("nullapi", "nullapi [--listen ADDR] [--openai [--completion-tokens N] [--delay D]]", `Answers every request, whatever its method and path, 200 with the same small
 JSON body (`+strconv.Itoa(len(nullBody))+` bytes, with its Content-Length) at once: the upstream
-of bench/proxy.sh. Runs until interrupted.`)
+of bench/proxy.sh; with --openai, POST /v1/chat/completions answers as an
+OpenAI-compatible API. Runs until interrupted.`)
+	h.more = `With --openai, POST /v1/chat/completions answers a chat.completion, or
+with "stream": true a stream of chat.completion.chunk events, the last
+with the usage when stream_options.include_usage is true; other paths
+under /v1/ are 404. The usage is a stated function of the request:
+prompt_tokens is, per message, 3 plus the bytes of its text divided by 4,
+rounded up; completion_tokens is --completion-tokens, or the request's
+max_completion_tokens or max_tokens if smaller, times n.`
 	listen = h.fs.String("listen", "127.0.0.1:18280", "`address` to serve on")
-	return h, listen
+	oa = &openAIFlags{}
+	oa.add(h.fs)
+	return h, listen, oa
 }
 
 func cmdNullAPI(ctx context.Context, args []string, stderr io.Writer) error {
-	hp, listen := nullAPIHelp()
+	hp, listen, oa := nullAPIHelp()
 	if err := hp.parse(args, false, stderr); err != nil {
 		return err
 	}
+	if err := oa.check(hp.fs); err != nil {
+		fmt.Fprintf(stderr, "sluice nullapi: %v\n", err)
+		return errUsage
+	}
 	length := []string{strconv.Itoa(len(nullBody))}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
 		hd["Content-Type"] = []string{"application/json"}
 		hd["Content-Length"] = length
 		w.Write(nullBody)
 	})
+	if oa.on {
+		h = oa.api(h, stderr)
+	}
 	return serveUntilDone(ctx, "nullapi", *listen, newHTTPServer(h, slog.New(slog.NewTextHandler(stderr, nil)), defaultBodyTimeout), stderr)
 }
 
