@@ -73,11 +73,13 @@ const (
 	givenClockSlack = 3600000 // ms
 )
 
-// settleRead returns the state key's value ("" when absent), Redis TIME
-// (seconds, microseconds) and whether the marker key exists ("1" or "0").
-var settleRead = rueidis.NewLuaScript(`local v = redis.call('GET', KEYS[1]) or ''
+// settleRead answers {"1"} when the marker key exists (the settlement was
+// applied before), else "0", the state key's value ("" when absent) and
+// Redis TIME (seconds, microseconds).
+var settleRead = rueidis.NewLuaScript(`if redis.call('EXISTS', KEYS[2]) == 1 then return {'1'} end
+local v = redis.call('GET', KEYS[1]) or ''
 local t = redis.call('TIME')
-return {tostring(redis.call('EXISTS', KEYS[2])), v, t[1], t[2]}`)
+return {'0', v, t[1], t[2]}`)
 
 // settleWrite is the compare-and-set: KEYS the state key and the marker;
 // ARGV the value read ("" for none), the latest Redis TIME in microseconds
@@ -168,10 +170,7 @@ func (s *Store) settle(ctx context.Context, c *conn, st *sluice.Settlement, p *a
 		if err != nil {
 			return 0, err
 		}
-		if len(rd) == 1 && rd[0] == "w" {
-			return 0, fmt.Errorf("settle: wrote without a settlement") // not reached
-		}
-		if rd[0] == "1" {
+		if len(rd) == 1 && rd[0] == "1" {
 			return 0, nil // applied before
 		}
 		if len(rd) != 4 {
@@ -191,16 +190,16 @@ func (s *Store) settle(ctx context.Context, c *conn, st *sluice.Settlement, p *a
 		if s.now != nil {
 			nowC = s.now().UnixNano()
 		} else {
-			t, err := redisTime(rd[2], rd[3])
-			if err != nil {
-				return 0, err
+			t, terr := redisTime(rd[2], rd[3])
+			if terr != nil {
+				return 0, terr
 			}
 			nowC = settleClock(p, t, settleMarginOf(p, late))
 			limit = strconv.FormatInt(nowC/1000, 10)
 		}
-		cur, err := decodeState(p.Kind, rd[1], nowC)
-		if err != nil {
-			return 0, err
+		cur, derr := decodeState(p.Kind, rd[1], nowC)
+		if derr != nil {
+			return 0, derr
 		}
 		next, moved := algo.Settle(p, cur, nowC, at, reset, st.Hit.Cost, st.Spent)
 		if moved == 0 {
@@ -211,6 +210,9 @@ func (s *Store) settle(ctx context.Context, c *conn, st *sluice.Settlement, p *a
 		if err == nil && len(rd) == 1 && rd[0] == "w" {
 			return moved, nil
 		}
+	}
+	if err != nil {
+		return 0, err
 	}
 	return 0, errSettleContended
 }

@@ -158,6 +158,7 @@ func TestSettleRedisDown(t *testing.T) {
 	lim := sluice.NewLimiter(s)
 	ctx := context.Background()
 	l := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Minute}
+	warm(t, lim, l) // connected: a short Timeout bounds the first dial too
 	at := clock.Now()
 	h := sluice.Hit{Key: "k", Limit: l, Cost: 60}
 	d, err := lim.Take(ctx, []sluice.Hit{h}, make([]sluice.Decision, 1))
