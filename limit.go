@@ -92,12 +92,13 @@ type Limit struct {
 
 	// Debit marks a limit charged after the fact (Envoy's
 	// apply_on_stream_done: checked with a cost of 0, charged the real cost
-	// when the response ends). Decided one by one (Limiter.TakeEach), a
-	// charge that finds it exhausted, but not in debt, is still counted, so
-	// that the next check denies (algo.Params.Debit). A fixed window always
-	// does so; without Debit, a bucket or sliding limit counts nothing of
-	// a charge that finds it exhausted, so that a denied client digs no
-	// hole.
+	// when the response ends). Decided one by one (Limiter.TakeEach), every
+	// charge is counted, past the limit and into a debt too, since it is
+	// what was spent, so that the next check denies until the debt is paid
+	// (algo.Params.Debit). Without Debit, a fixed window counts a charge
+	// that finds it exhausted but not one that finds it in debt, and a
+	// bucket or sliding limit counts neither, so that a denied client
+	// digs no hole.
 	Debit bool
 
 	// Sketch configures the count-min sketch of a Sketch limit.

@@ -346,15 +346,16 @@ end
 -- fast_each reports whether a fast path's result r for a hit of cost n
 -- of the limit sp stands in mode "e": a peek may meet a debt, a denial
 -- with room left overdraws, and so does a denial that finds a limit that
--- charges an exhausted one (sp.ce) exhausted but not in debt, which only
--- the exact path decides (fast.fixed says when the window is in debt).
+-- charges an exhausted one (sp.ce) exhausted but not in debt (a debit
+-- limit, in debt or not), which only the exact path decides (fast.fixed
+-- says when the window is in debt).
 local function fast_each(r, n, sp)
   if n == 0 then return false end
   if r.allowed then return true end
   local m = r.remaining
   if not (m + 0 == m and m < 1) then return false end
   -- Only fast.fixed says owed (results may share a scratch table).
-  return not sp.ce or sp.kind == 0 and r.owed == true
+  return not sp.ce or sp.kind == 0 and r.owed == true and not sp.p.debit
 end
 
 -- overdrawn is the result of an overdrawn hit from after, a hit of cost 1

@@ -20,7 +20,8 @@ import "math"
 // A limit in debt already, or zero (but a zero fixed window not in debt
 // yet: ChargesExhausted), is left as Step leaves it: a denied hit never
 // digs a deeper hole, so a client that keeps asking while
-// limited never pushes its own recovery further away. A limit exhausted
+// limited never pushes its own recovery further away. A Debit limit is the
+// exception: its charges are what was spent, and every one is counted. A limit exhausted
 // exactly (Remaining 0, not in debt) is charged only where that pushes no
 // recovery away, or the limit asks for it (ChargesExhausted): a fixed
 // window, whose debt ends with its window, and a limit with Debit set. So
@@ -94,10 +95,13 @@ func (p *Params) ChargesExhausted() bool {
 // OverdrawsExhausted reports whether a hit of cost n answered r, which
 // found the limit exhausted (no room left), is consumed all the same:
 // when p ChargesExhausted and the limit was not in debt (inDebt: a hit of
-// cost 0 would have been denied, as Overdraw denies a peek at a debt).
-// inDebt is asked only for such a hit, so that no other pays for it.
+// cost 0 would have been denied, as Overdraw denies a peek at a debt), or
+// whatever its debt when p is a Debit limit: a charge after the fact is
+// what was spent (an LLM answer's tokens), and a key already over its
+// limit must not spend more for free. inDebt is asked only for a hit of
+// a limit without Debit, so that no other pays for it.
 func OverdrawsExhausted(p *Params, r Result, n int64, inDebt func() bool) bool {
-	return !r.Allowed && n > 0 && r.Remaining < 1 && p.ChargesExhausted() && !inDebt()
+	return !r.Allowed && n > 0 && r.Remaining < 1 && p.ChargesExhausted() && (p.Debit || !inDebt())
 }
 
 // fixedForce counts n in the window of now (or the state's, when the

@@ -104,9 +104,18 @@ func TestOverdrawExhausted(t *testing.T) {
 				if !counted {
 					return
 				}
-				// In debt: a client that keeps asking digs no deeper.
+				// In debt: a client that keeps asking digs no deeper; but
+				// a debit limit counts every charge, what was spent.
 				for range 3 {
-					if again, r := Overdraw(&p, next, now, 1); r.Overdrawn || again != next {
+					again, r := Overdraw(&p, next, now, 1)
+					if debit {
+						if !r.Overdrawn || again == next {
+							t.Fatalf("debit charge in debt not counted: %+v, state %+v -> %+v", r, next, again)
+						}
+						next = again
+						continue
+					}
+					if r.Overdrawn || again != next {
 						t.Fatalf("charge in debt: %+v, state %+v -> %+v", r, next, again)
 					}
 				}
@@ -194,14 +203,16 @@ func TestOverdrawProperties(t *testing.T) {
 			case r.Overdrawn && sr.Remaining < 1 && !p.ChargesExhausted():
 				t.Fatalf("%+v: overdrew with no room left: %+v", p, sr)
 			case r.Overdrawn && sr.Remaining < 1:
-				// Exhausted exactly: counted only if not in debt.
-				if _, pk := Overdraw(&p, s, now, 0); !pk.Allowed {
+				// Exhausted exactly: counted only if not in debt (a
+				// debit limit: always).
+				if _, pk := Overdraw(&p, s, now, 0); !pk.Allowed && !p.Debit {
 					t.Fatalf("%+v: overdrew a limit in debt: %+v", p, sr)
 				}
 				exhausted[p.Kind]++
 			case !r.Allowed && !r.Overdrawn && n > 0 && p.ChargesExhausted():
-				// Not counted: the limit was in debt.
-				if _, pk := Overdraw(&p, s, now, 0); pk.Allowed {
+				// Not counted: the limit was in debt (never a debit
+				// limit's charge).
+				if _, pk := Overdraw(&p, s, now, 0); pk.Allowed || p.Debit {
 					t.Fatalf("%+v at %d cost %d: a charge on a limit not in debt was not counted: %+v", p, now, n, r)
 				}
 			}
@@ -215,6 +226,10 @@ func TestOverdrawProperties(t *testing.T) {
 				// with n more capacity admits the hit to.
 				big := p
 				big.Capacity += n
+				if _, pk := Overdraw(&p, s, now, 0); p.Debit && !pk.Allowed {
+					// A debit charge on a debt: the debt grows by n.
+					big.Capacity = 1 << 30
+				}
 				bigNext, br := Step(&big, s, now, n)
 				if !br.Allowed || bigNext != next {
 					t.Fatalf("%+v at %d cost %d: overdrawn state %+v, but with %d more capacity Step gives %+v (%+v)", p, now, n, next, n, bigNext, br)

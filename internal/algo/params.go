@@ -105,7 +105,8 @@ type Params struct {
 	// Debit marks a limit charged after the fact (Envoy's
 	// apply_on_stream_done: checked with a cost of 0, charged the real
 	// cost when the response ends). Under Overdraw, a charge that finds
-	// it exhausted, but not in debt, is counted too (ChargesExhausted).
+	// it exhausted is counted too (ChargesExhausted), in debt or not
+	// (OverdrawsExhausted): it is what was spent.
 	Debit bool
 }
 

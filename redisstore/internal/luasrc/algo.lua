@@ -706,7 +706,7 @@ do
 	-- r, which found the limit exhausted, is consumed all the same
 	-- (OverdrawsExhausted); in_debt() is called only for such a hit.
 	function algo.overdraws_exhausted(p, r, n, in_debt)
-		return not r.allowed and n ~= 0 and lt(r.remaining, 1) and algo.charges_exhausted(p) and not in_debt()
+		return not r.allowed and n ~= 0 and lt(r.remaining, 1) and algo.charges_exhausted(p) and (p.debit or not in_debt())
 	end
 
 	function algo.overdraw(p, st, now, n)
