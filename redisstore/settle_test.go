@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -246,5 +247,44 @@ func TestSettleValue(t *testing.T) {
 	v, mode, _ := settleValue(&sw, st, now, false)
 	if got, err := decodeState(sw.Kind, v, now); err != nil || got != st || mode != "PXAT" {
 		t.Errorf("a sliding window's state %+v written as %q reads %+v, %v", st, v, got, err)
+	}
+}
+
+// TestSettleWriteChecks: the compare-and-set writes only while the value
+// is the one read, Redis's clock has not passed the limit, and the
+// marker does not exist; and it sets the marker with its time to live.
+func TestSettleWriteChecks(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := newTestStore(t, Config{URL: srv.URL()}, nil)
+	l := &sluice.Limit{Rate: 10, Period: time.Second}
+	warm(t, sluice.NewLimiter(s), l)
+	c := s.client.Load()
+	ctx := context.Background()
+	keys := []string{"t:{x}state", "t:{x}state:s1"}
+	srv.Cmd("SET", keys[0], "old")
+	now, err := srv.Time()
+	if err != nil {
+		t.Fatal(err)
+	}
+	future := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
+	past := strconv.FormatInt(now.Add(-time.Second).UnixMicro(), 10)
+	for _, c2 := range []struct {
+		read, limit, want, value string
+	}{
+		{"other", future, "c", "old"},
+		{"old", past, "l", "old"},
+		{"old", future, "w", "new"},
+		{"new", future, "1", "new"},
+	} {
+		rd, err := settleWrite.Exec(ctx, c.c, keys, []string{c2.read, c2.limit, "new", "PX", "60000", "90000"}).AsStrSlice()
+		if err != nil || rd[0] != c2.want {
+			t.Fatalf("read %q, limit %s: answered %q, %v; want %s", c2.read, c2.limit, rd, err, c2.want)
+		}
+		if v := srv.Cmd("GET", keys[0]); v != c2.value {
+			t.Errorf("read %q, limit %s: the state is %v, want %s", c2.read, c2.limit, v, c2.value)
+		}
+	}
+	if ttl, _ := srv.Cmd("PTTL", keys[1]).(int64); ttl <= 60000 || ttl > 90000 {
+		t.Errorf("the marker's time to live: %v ms, want 90000", srv.Cmd("PTTL", keys[1]))
 	}
 }
