@@ -222,7 +222,7 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 		}
 		body = b
 	}
-	out, named, field := t.def, false, ""
+	out, named, field, asked := t.def, false, "", int64(-1)
 	if t.header != "" {
 		if v := r.Header.Get(t.header); v != "" {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -245,7 +245,7 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 				if err := json.Unmarshal(raw, &n); err != nil || n < 0 {
 					return tr, invalidError{fmt.Sprintf("body field %s must be a whole number of tokens", f)}
 				}
-				out, named = n, true
+				out, named, asked = n, true, n
 			}
 			break
 		}
@@ -259,7 +259,9 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 	if t.promptBytes {
 		tr.reserved = min(out+int64(len(body)), sluice.MaxCost)
 	}
-	if t.enforce && obj != nil {
+	// Enforce rewrites the body only when it must: the field absent or
+	// above the reservation, or a stream that does not ask for its usage.
+	if t.enforce && obj != nil && (asked != out || tr.stream && !asksUsage(obj["stream_options"])) {
 		if field == "" {
 			field = t.fields[0]
 		}
@@ -277,6 +279,14 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	return tr, nil
+}
+
+// asksUsage reports whether the stream options raw set include_usage.
+func asksUsage(raw json.RawMessage) bool {
+	var so struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	return len(raw) > 0 && json.Unmarshal(raw, &so) == nil && so.IncludeUsage
 }
 
 // withUsage returns the stream options raw with include_usage set.
@@ -535,7 +545,7 @@ func (m *middleware) serveTokens(w http.ResponseWriter, r *http.Request, s *scra
 func setTokenHeaders(h http.Header, o *decide.Outcome, tok int) {
 	if tok < len(o.Descriptors) && o.Descriptors[tok].Limited {
 		d := &o.Descriptors[tok].Decision
-		setOpenAI(h, "tokens", d.Limit, d.Remaining, d.ResetAfter)
+		setOpenAI(h, true, d.Limit, d.Remaining, d.ResetAfter)
 	}
 	best := -1
 	for i := range o.Limits {
@@ -549,16 +559,18 @@ func setTokenHeaders(h http.Header, o *decide.Outcome, tok int) {
 	}
 	if best >= 0 {
 		d := &o.Limits[best].Decision
-		setOpenAI(h, "requests", d.Limit, d.Remaining, d.ResetAfter)
+		setOpenAI(h, false, d.Limit, d.Remaining, d.ResetAfter)
 	}
 }
 
-// setOpenAI sets x-ratelimit-limit-, -remaining- and -reset-what on h;
-// the reset is a duration, as OpenAI writes it ("1s", "6m0s", "20ms"),
-// rounded up.
-func setOpenAI(h http.Header, what string, limit, remaining int64, reset time.Duration) {
-	h["X-Ratelimit-Limit-"+what2(what)] = []string{strconv.FormatInt(limit, 10)}
-	h["X-Ratelimit-Remaining-"+what2(what)] = []string{strconv.FormatInt(max(remaining, 0), 10)}
+// setOpenAI sets x-ratelimit-limit-, -remaining- and -reset-tokens (or
+// -requests) on h; the reset is a duration, as OpenAI writes it ("1s",
+// "6m0s", "20ms"), rounded up.
+func setOpenAI(h http.Header, tokens bool, limit, remaining int64, reset time.Duration) {
+	names := &openAINames[0]
+	if tokens {
+		names = &openAINames[1]
+	}
 	switch {
 	case reset >= sluice.Never:
 		reset = 0
@@ -567,13 +579,13 @@ func setOpenAI(h http.Header, what string, limit, remaining int64, reset time.Du
 	case reset > 0:
 		reset = (reset + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 	}
-	h["X-Ratelimit-Reset-"+what2(what)] = []string{reset.String()}
+	vals := []string{strconv.FormatInt(limit, 10), strconv.FormatInt(max(remaining, 0), 10), reset.String()}
+	h[names[0]], h[names[1]], h[names[2]] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 }
 
-// what2 is what in a canonical header name's case.
-func what2(what string) string {
-	if what == "tokens" {
-		return "Tokens"
-	}
-	return "Requests"
+// openAINames are the canonical names of OpenAI's rate limit headers, of
+// the requests, then of the tokens.
+var openAINames = [2][3]string{
+	{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"},
+	{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"},
 }

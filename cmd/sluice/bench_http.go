@@ -40,6 +40,10 @@ func init() {
 func benchHTTPFlags(fs *flag.FlagSet, cfg *loadgen.Config) {
 	fs.StringVar(&cfg.Path, "path", "/", "with --mode http: the `path` (and query) of each GET")
 	fs.StringVar(&cfg.Header, "header", "", "with --mode http: the `header` that carries each request's key value (\"k0\" …, or \"hot\"); empty: no header, every request alike")
+	fs.Func("body", "with --mode http: a JSON `body` to POST with each request instead of a GET", func(v string) error {
+		cfg.Body = []byte(v)
+		return nil
+	})
 }
 
 // plainProxyHelp builds the flags of sluice plainproxy.

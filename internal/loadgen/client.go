@@ -184,12 +184,21 @@ func newJSONClient(target string, connections, lanes int, timeout time.Duration)
 }
 
 // newGetClient gets path, with each body (a key's value) in header unless
-// header is empty.
-func newGetClient(target, path, header string, connections, lanes int, timeout time.Duration) *httpClient {
+// header is empty; or, with post set, posts post as JSON to path.
+func newGetClient(target, path, header string, post []byte, connections, lanes int, timeout time.Duration) *httpClient {
 	url := "http://" + target + path
 	header = http.CanonicalHeaderKey(header)
 	return newHTTPClient(connections, lanes, timeout, func(ctx context.Context, body []byte) (*http.Request, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		var req *http.Request
+		var err error
+		if post != nil {
+			req, err = http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(post))
+			if err == nil {
+				req.Header["Content-Type"] = jsonContentType
+			}
+		} else {
+			req, err = http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		}
 		if err == nil && header != "" {
 			req.Header[header] = []string{string(body)}
 		}

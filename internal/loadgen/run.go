@@ -61,6 +61,9 @@ type Config struct {
 	// value in ("k0" … or HotValue); empty sends every request alike,
 	// without one.
 	Header string
+	// Body, in HTTP mode, makes each request a POST of this JSON body
+	// instead of a GET.
+	Body []byte
 
 	// Fill sends one request for every key (and the hot key) before the
 	// warm-up, so that the server holds every key when the measurement
@@ -307,7 +310,7 @@ func dial(cfg Config) (*bodies, client, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return b, newGetClient(cfg.Target, cfg.Path, cfg.Header, cfg.Connections, cfg.Concurrency, cfg.Timeout), nil
+		return b, newGetClient(cfg.Target, cfg.Path, cfg.Header, cfg.Body, cfg.Connections, cfg.Concurrency, cfg.Timeout), nil
 	}
 }
 
