@@ -91,7 +91,7 @@ var nullBody = []byte(`{"id":42,"name":"widget","price":"9.99","tags":["a","b"]}
 
 // nullAPIHelp builds the flags of sluice nullapi.
 func nullAPIHelp() (h *help, listen *string, oa *openAIFlags) {
-	h = newHelp("nullapi", "nullapi [--listen ADDR] [--openai [--completion-tokens N] [--delay D]]", `Answers every request, whatever its method and path, 200 with the same small
+	h = newHelp("nullapi", "nullapi [--listen ADDR] [--openai [--delay D]]", `Answers every request, whatever its method and path, 200 with the same small
 JSON body (`+strconv.Itoa(len(nullBody))+` bytes, with its Content-Length) at once: the upstream
 of bench/proxy.sh; with --openai, POST /v1/chat/completions answers as an
 OpenAI-compatible API. Runs until interrupted.`)
