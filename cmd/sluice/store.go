@@ -145,13 +145,13 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 // parts of it that need wiring (memstore for snapshots, Redis for health
 // and metrics).
 type storeSet struct {
-	store sluice.Store
-	mem   *memstore.Store   // --store memory
-	redis *redisstore.Store // --store redis
-	lease *lease.Store      // in front of redis
-	cache *localcache.Store // in front of lease, unless disabled
-	clock func() time.Time  // --store memory: the store's clock
-	close func()
+	store    sluice.Store
+	mem      *memstore.Store   // --store memory
+	redis    *redisstore.Store // --store redis
+	lease    *lease.Store      // in front of redis
+	cache    *localcache.Store // in front of lease, unless disabled
+	earliest func() time.Time  // --store memory: at or before the store's clock
+	close    func()
 }
 
 // stores lists the values of --store.
@@ -221,7 +221,7 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
 	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
-	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Now: set.clock}
+	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Earliest: set.earliest}
 	if set.redis != nil {
 		cfg.Failover.NodeCount = set.redis.Nodes
 		clock := redisClock(set.redis, log.With("component", "redisclock"))
@@ -277,9 +277,14 @@ func (s *storeSettings) limitMemory(env lookupEnv, capped int64, log *slog.Logge
 func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
 	switch s.store {
 	case "memory":
+		// The store keeps its own clock, the wall clock at start advanced
+		// by the monotonic one; this one, started just before it, reads
+		// the same to within the moment between the two starts, and a
+		// millisecond less: a time at or before the store's.
 		clock := monotonicClock()
-		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes), Now: clock})
-		return &storeSet{store: m, mem: m, clock: clock, close: func() { m.Close() }}, nil
+		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})
+		earliest := func() time.Time { return clock().Add(-time.Millisecond) }
+		return &storeSet{store: m, mem: m, earliest: earliest, close: func() { m.Close() }}, nil
 	case "redis":
 		cfg, err := s.redis.config(log.With("component", "redis"))
 		if err != nil {
@@ -355,10 +360,10 @@ func (cs collectorList) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// monotonicClock is the embedded store's clock, which the decision core
-// reads too (decide.Config.Now, and a reservation's time): the wall clock
-// at start, advanced by the monotonic clock, so that a step of the wall
-// clock moves neither.
+// monotonicClock is the embedded store's way of keeping time, which the
+// decision core's reservations read (decide.Config.Earliest): the wall
+// clock at start, advanced by the monotonic clock, so that a step of the
+// wall clock moves neither.
 func monotonicClock() func() time.Time {
 	base := time.Now()
 	return func() time.Time { return base.Add(time.Since(base)) }
