@@ -138,6 +138,9 @@ func (d *Decider) Settle(ctx context.Context, o *Outcome, i int, spent int64) er
 			case errors.Is(err, ErrInvalid), errors.Is(err, errors.ErrUnsupported):
 				return err
 			}
+			if d.log != nil {
+				d.log.Debug("settlement failed; retrying in the background", "limit", h.Limit.Name, "err", err)
+			}
 			d.retries.add(d, st)
 		}
 	}
@@ -204,10 +207,17 @@ func (q *settleRetries) run(d *Decider) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), retryLast)
-			_, err := d.limiter.Settle(ctx, &it.st)
+			moved, err := d.limiter.Settle(ctx, &it.st)
 			cancel()
-			if err != nil && !errors.Is(err, ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) {
+			switch {
+			case err != nil && !errors.Is(err, ErrInvalid) && !errors.Is(err, errors.ErrUnsupported):
 				left = append(left, it)
+			case err != nil:
+				if d.log != nil {
+					d.log.Warn("settlement refused on retry", "limit", it.st.Hit.Limit.Name, "err", err)
+				}
+			case d.log != nil:
+				d.log.Debug("settlement applied on retry", "limit", it.st.Hit.Limit.Name, "moved", moved)
 			}
 		}
 		q.mu.Lock()

@@ -60,14 +60,16 @@ type sample struct {
 	rtt    time.Duration
 }
 
-// New starts sampling in the background: a first sample at once, then one
-// every Interval until Close. Until the first answers, Now is the local
-// clock.
+// New takes a first sample before it returns (waiting at most Interval
+// for it), then samples in the background, one every Interval until
+// Close; until a sample answers, it asks again soon. Until the first
+// answers, Now is the local clock and Earliest the zero time.
 func New(cfg Config) *Clock {
 	c := newClock(cfg)
 	ctx, stop := context.WithCancel(context.Background())
 	c.stop, c.started = stop, true
-	go c.loop(ctx)
+	first := c.Sample(ctx)
+	go c.loop(ctx, first)
 	return c
 }
 
@@ -88,9 +90,18 @@ func newClock(cfg Config) *Clock {
 	return &Clock{cfg: cfg, stop: func() {}, done: make(chan struct{})}
 }
 
-func (c *Clock) loop(ctx context.Context) {
+func (c *Clock) loop(ctx context.Context, sampled bool) {
 	defer close(c.done)
-	c.Sample(ctx)
+	// Until a first sample, ask again soon: reservations are not
+	// refunded while nothing is known of Redis's clock (Earliest).
+	for wait := 50 * time.Millisecond; !sampled && wait < c.cfg.Interval; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		sampled = c.Sample(ctx)
+	}
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -103,8 +114,9 @@ func (c *Clock) loop(ctx context.Context) {
 	}
 }
 
-// Sample asks Redis for its time once and records the sample.
-func (c *Clock) Sample(ctx context.Context) {
+// Sample asks Redis for its time once and records the sample; it reports
+// whether Redis answered.
+func (c *Clock) Sample(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Interval)
 	defer cancel()
 	before := c.cfg.Local()
@@ -112,7 +124,7 @@ func (c *Clock) Sample(ctx context.Context) {
 	after := c.cfg.Local()
 	if err != nil {
 		c.cfg.Logger.Debug("Redis TIME for the clock of schedules", "err", err)
-		return
+		return false
 	}
 	rtt := after.Sub(before)
 	mid := before.Add(rtt / 2)
@@ -120,6 +132,7 @@ func (c *Clock) Sample(ctx context.Context) {
 	defer c.mu.Unlock()
 	c.recent = append(c.recent, sample{taken: after, offset: rt.Sub(mid), rtt: rtt})
 	c.prune(after)
+	return true
 }
 
 // prune drops the samples older than Window at now and picks the best.
