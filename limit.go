@@ -101,6 +101,12 @@ type Limit struct {
 	// digs no hole.
 	Debit bool
 
+	// Global marks a FixedWindow shared by every region of a deployment:
+	// a store wrapped by the region tier (sluice serve --region) decides
+	// it from this region's allocation of Rate, granted by the regions'
+	// coordinator, instead of from all of it. Other stores ignore it.
+	Global bool
+
 	// Sketch configures the count-min sketch of a Sketch limit.
 	Sketch SketchConfig
 

@@ -20,7 +20,7 @@ type limitSpec struct {
 	refillInterval, refillAmount        *yaml.Node
 	soft, elastic, blockFor, sketch     *yaml.Node
 	debit, consistency, overshoot       *yaml.Node
-	calendar                            *yaml.Node
+	calendar, global                    *yaml.Node
 	cal                                 *calLimit // the calendar, once compiled
 }
 
@@ -32,7 +32,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 		"refill_interval": &s.refillInterval, "refill_amount": &s.refillAmount,
 		"soft_percent": &s.soft, "block_for": &s.blockFor, "sketch": &s.sketch,
 		"debit": &s.debit, "consistency": &s.consistency, "max_overshoot": &s.overshoot,
-		"calendar": &s.calendar,
+		"calendar": &s.calendar, "global": &s.global,
 	}[kv.K.Value]
 	if slot == nil {
 		return false
@@ -43,7 +43,7 @@ func (p *parser) limitKey(s *limitSpec, kv yamlwalk.Pair) bool {
 
 // extensions reports the first sluice-only key of s, or nil.
 func (s *limitSpec) extension() *yaml.Node {
-	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot, s.calendar} {
+	for _, n := range []*yaml.Node{s.mult, s.period, s.alg, s.burst, s.refillInterval, s.refillAmount, s.soft, s.elastic, s.blockFor, s.sketch, s.debit, s.consistency, s.overshoot, s.calendar, s.global} {
 		if n != nil {
 			return n
 		}
@@ -230,6 +230,18 @@ func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 	if s.debit != nil {
 		if v, ok := p.boolean(s.debit, "debit"); ok {
 			l.Debit = v
+		}
+	}
+	if s.global != nil {
+		if v, ok := p.boolean(s.global, "global"); ok && v {
+			switch {
+			case l.Algorithm != sluice.FixedWindow:
+				p.Errorf(p.Deref(s.global), "global applies only to fixed_window, not %s: region allocations are counted per window", l.Algorithm)
+			case s.calendar != nil:
+				p.Errorf(p.Deref(s.global), "global cannot be combined with calendar")
+			default:
+				l.Global = true
+			}
 		}
 	}
 	p.lease(l, s)

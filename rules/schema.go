@@ -26,7 +26,7 @@ var envoyKeys = map[string]bool{
 var (
 	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "consistency", "max_overshoot", "http"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "schedules", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
-	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot", "calendar"}
+	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot", "calendar", "global"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
 	capacityKeys   = append(slices.Clone(limitKeys), "shadow_mode")

@@ -136,6 +136,7 @@ wins over the memory limit of the process --max-bytes sets.`,
 		s.stateFlags(fs)
 	})
 	h.group("Redis (--store redis)", func(fs *flag.FlagSet) { s.redis.flags(fs) })
+	h.group("Regions (one limit across regions)", s.regions.flags)
 	h.group("Envoy compatibility", s.envoyFlags)
 	h.group("Observability", s.observabilityFlags)
 	h.group("Statsd", s.statsd.flags)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/redisclock"
+	"github.com/sluicehq/sluice/internal/regions"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"
@@ -150,6 +152,9 @@ type storeSet struct {
 	redis    *redisstore.Store // --store redis
 	lease    *lease.Store      // in front of redis
 	cache    *localcache.Store // in front of lease, unless disabled
+	regions  *regions.Store    // --region: in front of all
+	region   string            // its name, for metrics
+	clock    *redisclock.Clock // Redis's clock, when the region tier made it
 	earliest func() time.Time  // --store memory: at or before the store's clock
 	close    func()
 }
@@ -166,6 +171,7 @@ type storeSettings struct {
 	failurePolicy rules.FailurePolicy
 	localNodes    int
 	remoteOK      bool // --store remote is allowed (sluice proxy)
+	regions       regionSettings
 }
 
 // storeNames lists the values of --store that s takes.
@@ -195,6 +201,7 @@ func (s *storeSettings) check() []string {
 		probs = append(probs, fmt.Sprintf("unknown store %q (supported: %s)", s.store, strings.Join(s.storeNames(), ", ")))
 	}
 	probs = append(probs, s.redis.check(s.store)...)
+	probs = append(probs, s.regions.check(s.store)...)
 	if s.failurePolicy == rules.FailDefault {
 		probs = append(probs, "--failure-policy must be fail_open, fail_closed or local")
 	}
@@ -217,6 +224,12 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	if err != nil {
 		return decide.Config{}, nil, err
 	}
+	if s.regions.region != "" {
+		if err := s.regions.wrap(set, log); err != nil {
+			set.close()
+			return decide.Config{}, nil, err
+		}
+	}
 	local := memstore.New(memstore.Config{})
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
@@ -224,10 +237,13 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Earliest: set.earliest}
 	if set.redis != nil {
 		cfg.Failover.NodeCount = set.redis.Nodes
-		clock := redisClock(set.redis, log.With("component", "redisclock"))
+		clock := set.clock
+		if clock == nil {
+			clock = redisClock(set.redis, log.With("component", "redisclock"))
+			closeAll := set.close
+			set.close = func() { clock.Close(); closeAll() }
+		}
 		cfg.Now, cfg.Earliest = clock.Now, clock.Earliest
-		closeAll := set.close
-		set.close = func() { clock.Close(); closeAll() }
 	}
 	return cfg, set, nil
 }
@@ -324,6 +340,9 @@ func (set *storeSet) register(reg *prometheus.Registry) {
 	}
 	if set.lease != nil {
 		reg.MustRegister(leaseCollector(set.lease))
+	}
+	if set.regions != nil {
+		reg.MustRegister(regionCollector(set.region, set.regions))
 	}
 }
 

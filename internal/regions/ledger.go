@@ -1,0 +1,83 @@
+package regions
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/rueidis"
+	"github.com/zeebo/xxh3"
+)
+
+// RedisLedger keeps the ledger in the coordinator's Redis (or Redis
+// Cluster: every entry is one hash, in one slot): an entry per key and
+// window, a field per region that has asked or given back, whose absence
+// means the region's safe share.
+type RedisLedger struct {
+	Client func() (rueidis.Client, error) // the coordinator's client
+	Prefix string
+}
+
+// ledgerLua is grant ("g") and give-back ("b"). KEYS[1] the entry; ARGV:
+// the operation, the region (1-based), the amount, the limit L, the
+// entry's time to live in ms, then every region's safe share. A grant
+// gives at most half of what no region holds, so that regions asking at
+// once share it (a region asking alone gets it over a few rounds).
+var ledgerLua = rueidis.NewLuaScript(`
+local n = #ARGV - 5
+local alloc = {}
+for i = 1, n do alloc[i] = tonumber(ARGV[5 + i]) end
+local h = redis.call('HGETALL', KEYS[1])
+for j = 1, #h, 2 do alloc[tonumber(h[j])] = tonumber(h[j + 1]) end
+local r, amt, L = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local moved = 0
+if ARGV[1] == 'g' then
+  local sum = 0
+  for i = 1, n do sum = sum + alloc[i] end
+  local free = L - sum
+  if free > 0 then
+    moved = math.min(amt, math.max(math.ceil(free / 2), math.min(free, 1)))
+  end
+else
+  moved = -math.min(amt, alloc[r])
+end
+if moved ~= 0 then
+  alloc[r] = alloc[r] + moved
+  redis.call('HSET', KEYS[1], tostring(r), string.format('%d', alloc[r]))
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
+return {string.format('%d', moved), string.format('%d', alloc[r])}
+`)
+
+func (l *RedisLedger) call(ctx context.Context, op string, e Entry, amt int64) (int64, error) {
+	c, err := l.Client()
+	if err != nil {
+		return 0, err
+	}
+	key := l.Prefix + "{ledger}" + strconv.FormatUint(xxh3.HashString(e.Key), 16) + ":" + strconv.FormatInt(e.Window, 10)
+	// The entry lives TTL from its last change: its window ends within
+	// a period of now, and TTL is a period and more.
+	args := []string{op, strconv.Itoa(e.Region + 1), strconv.FormatInt(amt, 10), strconv.FormatInt(e.Limit, 10), strconv.FormatInt(e.TTL/1e6, 10)}
+	for _, sh := range e.Shares {
+		args = append(args, strconv.FormatInt(sh, 10))
+	}
+	v, err := ledgerLua.Exec(ctx, c, []string{key}, args).AsStrSlice()
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 2 {
+		return 0, fmt.Errorf("regions: the ledger answered %q", v)
+	}
+	return strconv.ParseInt(v[0], 10, 64)
+}
+
+// Grant implements Ledger.
+func (l *RedisLedger) Grant(ctx context.Context, e Entry, want int64) (int64, error) {
+	return l.call(ctx, "g", e, want)
+}
+
+// GiveBack implements Ledger.
+func (l *RedisLedger) GiveBack(ctx context.Context, e Entry, x int64) error {
+	_, err := l.call(ctx, "b", e, x)
+	return err
+}
