@@ -237,8 +237,8 @@ func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 			switch {
 			case l.Algorithm != sluice.FixedWindow:
 				p.Errorf(p.Deref(s.global), "global applies only to fixed_window, not %s: region allocations are counted per window", l.Algorithm)
-			case s.calendar != nil:
-				p.Errorf(p.Deref(s.global), "global cannot be combined with calendar")
+			case s.calendar != nil || s.soft != nil || s.elastic != nil:
+				p.Errorf(p.Deref(s.global), "global cannot be combined with calendar, soft_percent or elastic_ceiling")
 			default:
 				l.Global = true
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 	"github.com/zeebo/xxh3"
@@ -18,15 +19,17 @@ type RedisLedger struct {
 	Prefix string
 }
 
-// ledgerLua is grant ("g") and give-back ("b"). KEYS[1] the entry; ARGV:
-// the operation, the region (1-based), the amount, the limit L, the
-// entry's time to live in ms, then every region's safe share. A grant
+// ledgerLua is grant ("g") and give-back ("b"). KEYS[1] the entry, KEYS[2]
+// the wanted set; ARGV: the operation, the region (1-based), the amount,
+// the limit L, the entry's time to live in ms, the window's end in ms and
+// the entry as a member of the wanted set, then every region's safe
+// share. A grant
 // gives at most half of what no region holds, so that regions asking at
 // once share it (a region asking alone gets it over a few rounds).
 var ledgerLua = rueidis.NewLuaScript(`
-local n = #ARGV - 5
+local n = #ARGV - 7
 local alloc = {}
-for i = 1, n do alloc[i] = tonumber(ARGV[5 + i]) end
+for i = 1, n do alloc[i] = tonumber(ARGV[7 + i]) end
 local h = redis.call('HGETALL', KEYS[1])
 for j = 1, #h, 2 do alloc[tonumber(h[j])] = tonumber(h[j + 1]) end
 local r, amt, L = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -37,6 +40,12 @@ if ARGV[1] == 'g' then
   local free = L - sum
   if free > 0 then
     moved = math.min(amt, math.max(math.ceil(free / 2), math.min(free, 1)))
+  end
+  if moved < amt then
+    -- Short: the regions that hold what they do not use are asked to
+    -- give it back (Wanted), until the window ends.
+    redis.call('ZADD', KEYS[2], ARGV[6], ARGV[7])
+    redis.call('PEXPIRE', KEYS[2], ARGV[5])
   end
 else
   moved = -math.min(amt, alloc[r])
@@ -55,13 +64,15 @@ func (l *RedisLedger) call(ctx context.Context, op string, e Entry, amt int64) (
 		return 0, err
 	}
 	key := l.Prefix + "{ledger}" + strconv.FormatUint(xxh3.HashString(e.Key), 16) + ":" + strconv.FormatInt(e.Window, 10)
+	end := (e.Window + e.Period) / 1e6
 	// The entry lives TTL from its last change: its window ends within
 	// a period of now, and TTL is a period and more.
-	args := []string{op, strconv.Itoa(e.Region + 1), strconv.FormatInt(amt, 10), strconv.FormatInt(e.Limit, 10), strconv.FormatInt(e.TTL/1e6, 10)}
+	args := []string{op, strconv.Itoa(e.Region + 1), strconv.FormatInt(amt, 10), strconv.FormatInt(e.Limit, 10), strconv.FormatInt(e.TTL/1e6, 10),
+		strconv.FormatInt(end, 10), strconv.FormatInt(e.Window, 10) + "\x00" + e.Key}
 	for _, sh := range e.Shares {
 		args = append(args, strconv.FormatInt(sh, 10))
 	}
-	v, err := ledgerLua.Exec(ctx, c, []string{key}, args).AsStrSlice()
+	v, err := ledgerLua.Exec(ctx, c, []string{key, l.wanted()}, args).AsStrSlice()
 	if err != nil {
 		return 0, err
 	}
@@ -80,4 +91,59 @@ func (l *RedisLedger) Grant(ctx context.Context, e Entry, want int64) (int64, er
 func (l *RedisLedger) GiveBack(ctx context.Context, e Entry, x int64) error {
 	_, err := l.call(ctx, "b", e, x)
 	return err
+}
+
+// wanted is the key of the wanted set: the entries a region was granted
+// less than it asked, scored by their window's end (ms).
+func (l *RedisLedger) wanted() string { return l.Prefix + "{ledger}wanted" }
+
+// Wanted implements Ledger: the entries of windows not ended at now (ms,
+// the caller's clock) that a region asked more of than was free.
+func (l *RedisLedger) Wanted(ctx context.Context, now int64) ([]Wanted, error) {
+	c, err := l.Client()
+	if err != nil {
+		return nil, err
+	}
+	vs, err := c.Do(ctx, c.B().Zrangebyscore().Key(l.wanted()).Min(strconv.FormatInt(now, 10)).Max("+inf").Build()).AsStrSlice()
+	if err != nil {
+		return nil, err
+	}
+	var out []Wanted
+	for _, v := range vs {
+		if w, ok := parseWanted(v); ok {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// Wanted is an entry a region was granted less of than it asked.
+type Wanted struct {
+	Window       int64 // start, Unix ns
+	Key          string
+	Rate, Period int64
+	Name         string
+}
+
+// entryKey is the ledger's name of key under a limit: what Wanted parses.
+func entryKey(key string, rate, period int64, name string) string {
+	return key + "\x00" + strconv.FormatInt(rate, 10) + "\x00" + strconv.FormatInt(period, 10) + "\x00" + name
+}
+
+// parseWanted parses a member of the wanted set.
+func parseWanted(v string) (Wanted, bool) {
+	f := strings.Split(v, "\x00")
+	if len(f) < 5 {
+		return Wanted{}, false
+	}
+	// The key may hold NULs: the window first, the rate, period and name
+	// last.
+	n := len(f)
+	w, err1 := strconv.ParseInt(f[0], 10, 64)
+	rate, err2 := strconv.ParseInt(f[n-3], 10, 64)
+	per, err3 := strconv.ParseInt(f[n-2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || per <= 0 || rate <= 0 {
+		return Wanted{}, false
+	}
+	return Wanted{Window: w, Key: strings.Join(f[1:n-3], "\x00"), Rate: rate, Period: per, Name: f[n-1]}, true
 }

@@ -48,12 +48,17 @@ type Ledger interface {
 	Grant(ctx context.Context, e Entry, want int64) (int64, error)
 	// GiveBack returns x of region's allocation to the ledger.
 	GiveBack(ctx context.Context, e Entry, x int64) error
+	// Wanted lists the entries of windows not ended at now (Unix ms)
+	// that a region asked more of than was free: a region holding what
+	// it does not use of one gives it back.
+	Wanted(ctx context.Context, now int64) ([]Wanted, error)
 }
 
 // Entry names one ledger entry and the region asking.
 type Entry struct {
-	Key    string   // the counter's key and the limit's identity
+	Key    string   // the counter's key and the limit's identity (entryKey)
 	Window int64    // the window's start, Unix ns
+	Period int64    // the window's length, ns
 	TTL    int64    // ns the entry lives from its last change: a period and more
 	Limit  int64    // the global limit L
 	Region int      // the asking region's index in Shares
@@ -128,6 +133,7 @@ type gstate struct {
 	rate      float64
 	granted   int64 // by this node, this window
 	given     int64 // given back by this node, this window
+	yielded   bool  // given back for another region's want
 	seen      time.Time
 }
 
@@ -448,10 +454,10 @@ func (s *Store) round(ctx context.Context) {
 		switch {
 		case need > g.remaining:
 			jobs = append(jobs, job{k, g, (need - g.remaining + nodes - 1) / nodes})
-		case g.remaining > 2*need+int64(float64(g.limit.Rate)*0.02) && float64(g.window+p-now) > 0.2*float64(p) && g.window+p-now > int64(time.Second):
-			// A surplus well beyond the need, not near the window's
-			// end: this node gives back its part of half of it.
-			jobs = append(jobs, job{k, g, -((g.remaining - need) / 2 / nodes)})
+		case g.remaining > need+need/4+headroom(g.limit) && g.window+p-now > int64(time.Second):
+			// A surplus beyond the need and a quarter, not near the
+			// window's end: this node gives back its part of it.
+			jobs = append(jobs, job{k, g, -((g.remaining - need - need/4) / nodes)})
 		}
 	}
 	s.mu.Unlock()
@@ -464,11 +470,62 @@ func (s *Store) round(ctx context.Context) {
 			s.giveBack(ctx, j.k, j.g, -j.want)
 		}
 	}
+	s.yieldWanted(ctx, now)
+}
+
+// headroom is what a region keeps of l beyond its need: 1% of it.
+func headroom(l *sluice.Limit) int64 { return max(l.Rate/100, 1) }
+
+// yieldWanted gives back what this region holds and does not use of the
+// entries another region asked more of than was free: a key this region
+// has not decided in the window still holds its safe share, which it gives
+// back, but for a headroom, after spending it in the region, as any
+// give-back.
+func (s *Store) yieldWanted(ctx context.Context, now int64) {
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	wanted, err := s.cfg.Ledger.Wanted(c, now/1e6)
+	if err != nil {
+		s.Stats.LedgerErrors.Add(1)
+		return
+	}
+	for _, w := range wanted {
+		if w.Window > now || w.Window+w.Period-now < int64(time.Second) {
+			continue
+		}
+		k := gkey{key: w.Key, rate: w.Rate, period: w.Period}
+		s.mu.Lock()
+		g := s.keys[k]
+		busy := g != nil && g.window == w.Window && (g.rate > 0 || g.yielded)
+		s.mu.Unlock()
+		if busy {
+			continue // decided here: the round gives back its surplus
+		}
+		l := &sluice.Limit{Name: w.Name, Algorithm: sluice.FixedWindow, Rate: w.Rate, Period: time.Duration(w.Period), Global: true}
+		h := sluice.Hit{Key: w.Key, Limit: l}
+		if err := s.ready(c, &h); err != nil {
+			continue
+		}
+		var out [1]sluice.Decision
+		if err := s.next.Take(c, []sluice.Hit{{Key: w.Key, Limit: l}}, out[:]); err != nil {
+			continue
+		}
+		s.mu.Lock()
+		g = s.keys[k]
+		if g == nil || g.window != w.Window {
+			s.mu.Unlock()
+			continue
+		}
+		g.yielded = true
+		g.remaining = out[0].Remaining
+		s.mu.Unlock()
+		s.giveBack(c, k, g, out[0].Remaining-headroom(l))
+	}
 }
 
 func (s *Store) entry(k gkey, g *gstate) Entry {
 	p := int64(g.limit.Period)
-	return Entry{Key: fmt.Sprintf("%s\x00%d\x00%d", k.key, k.rate, k.period), Window: g.window, TTL: p + int64(time.Minute),
+	return Entry{Key: entryKey(k.key, k.rate, k.period, g.limit.Name), Window: g.window, Period: p, TTL: p + int64(time.Minute),
 		Limit: g.limit.Rate, Region: s.region, Shares: s.shares(g.limit.Rate), Name: g.limit.Name}
 }
 
