@@ -65,6 +65,16 @@ type LimitExplanation struct {
 	// store answered: what is left, when the limit resets, and how long a
 	// hit of cost 1 would have to wait (0: it would pass now).
 	State *CounterState `json:"state,omitempty"`
+
+	// Global reports a limit shared by every region (global: true). A
+	// node of the region tier (sluice serve --region) adds its region,
+	// the region's allocation of the limit in this window (as the
+	// coordinator's ledger has it, or as the node knows it when the
+	// coordinator does not answer) and its safe share.
+	Global     bool   `json:"global,omitempty"`
+	Region     string `json:"region,omitempty"`
+	Allocation int64  `json:"allocation,omitempty"`
+	SafeShare  int64  `json:"safe_share,omitempty"`
 }
 
 // CounterState is a counter's state, as a peek reads it.
@@ -180,7 +190,7 @@ func explainLimit(p *rules.Plan, j int, states []sluice.Decision) LimitExplanati
 	h := p.Hits[j]
 	l := h.Limit
 	le := LimitExplanation{Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
-		Burst: l.Burst, Shadow: l.Shadow, Key: fmt.Sprintf("%q", h.Key)}
+		Burst: l.Burst, Shadow: l.Shadow, Key: fmt.Sprintf("%q", h.Key), Global: l.Global}
 	if j < len(states) {
 		st := states[j]
 		le.State = &CounterState{Limit: st.Limit, Remaining: st.Remaining, ResetAfter: st.ResetAfter.String()}

@@ -255,7 +255,7 @@ func (n *node) openListeners() error {
 	if s.debugAddr != "" {
 		n.ends = append(n.ends, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(n.srv.DebugHandler(), log, s.bodyTimeout)})
 	}
-	admin, err := s.admin(n.ro, dec, log)
+	admin, err := s.admin(n.ro, dec, n.stores.regions, log)
 	if err != nil {
 		return err
 	}

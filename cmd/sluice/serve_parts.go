@@ -7,15 +7,18 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/redishash"
+	"github.com/sluicehq/sluice/internal/regions"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/rlqs"
 	"github.com/sluicehq/sluice/internal/server"
@@ -93,7 +96,7 @@ func (ro *runtimeOverrides) runtime() rules.Runtime {
 
 // admin is the admin API's handler, nil without --admin-addr or without
 // overrides kept anywhere.
-func (s *serveSettings) admin(ro *runtimeOverrides, dec *decide.Decider, log *slog.Logger) (http.Handler, error) {
+func (s *serveSettings) admin(ro *runtimeOverrides, dec *decide.Decider, rs *regions.Store, log *slog.Logger) (http.Handler, error) {
 	if s.adminAddr == "" || ro.backend == nil {
 		return nil, nil
 	}
@@ -105,7 +108,11 @@ func (s *serveSettings) admin(ro *runtimeOverrides, dec *decide.Decider, log *sl
 		Backend: ro.backend,
 		Tokens:  tokens,
 		Explain: func(ctx context.Context, domain string, descs []rules.Descriptor) (any, error) {
-			return dec.Explain(ctx, domain, descs)
+			e, err := dec.Explain(ctx, domain, descs)
+			if err == nil && rs != nil {
+				explainRegions(ctx, e, rs, s.regions.region)
+			}
+			return e, err
 		},
 		Logger: log.With("component", "admin"),
 	}), nil
@@ -228,4 +235,25 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 		return nil, nil, fmt.Errorf("rules: %w", err)
 	}
 	return watcher, watcher.Current(), nil
+}
+
+// explainRegions adds to e's global limits this region's allocation of
+// them and its safe share.
+func explainRegions(ctx context.Context, e *decide.Explanation, rs *regions.Store, region string) {
+	for i := range e.Descriptors {
+		for j := range e.Descriptors[i].Limits {
+			le := &e.Descriptors[i].Limits[j]
+			if !le.Global {
+				continue
+			}
+			key, err1 := strconv.Unquote(le.Key)
+			period, err2 := time.ParseDuration(le.Period)
+			if err1 != nil || err2 != nil {
+				continue
+			}
+			l := &sluice.Limit{Name: le.Name, Algorithm: sluice.FixedWindow, Rate: le.Rate, Period: period, Global: true}
+			alloc, share, _ := rs.Allocation(ctx, key, l)
+			le.Region, le.Allocation, le.SafeShare = region, alloc, share
+		}
+	}
 }

@@ -63,7 +63,7 @@ func (l *RedisLedger) call(ctx context.Context, op string, e Entry, amt int64) (
 	if err != nil {
 		return 0, err
 	}
-	key := l.Prefix + "{ledger}" + strconv.FormatUint(xxh3.HashString(e.Key), 16) + ":" + strconv.FormatInt(e.Window, 10)
+	key := l.entry(e)
 	end := (e.Window + e.Period) / 1e6
 	// The entry lives TTL from its last change: its window ends within
 	// a period of now, and TTL is a period and more.
@@ -146,4 +146,23 @@ func parseWanted(v string) (Wanted, bool) {
 		return Wanted{}, false
 	}
 	return Wanted{Window: w, Key: strings.Join(f[1:n-3], "\x00"), Rate: rate, Period: per, Name: f[n-1]}, true
+}
+
+// Allocation implements Ledger.
+func (l *RedisLedger) Allocation(ctx context.Context, e Entry) (int64, error) {
+	c, err := l.Client()
+	if err != nil {
+		return 0, err
+	}
+	key := l.entry(e)
+	v, err := c.Do(ctx, c.B().Hget().Key(key).Field(strconv.Itoa(e.Region+1)).Build()).AsInt64()
+	if rueidis.IsRedisNil(err) {
+		return e.Shares[e.Region], nil
+	}
+	return v, err
+}
+
+// entry is the Redis key of e's ledger entry: in the {ledger} slot.
+func (l *RedisLedger) entry(e Entry) string {
+	return l.Prefix + "{ledger}" + strconv.FormatUint(xxh3.HashString(e.Key), 16) + ":" + strconv.FormatInt(e.Window, 10)
 }

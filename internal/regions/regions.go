@@ -48,6 +48,8 @@ type Ledger interface {
 	Grant(ctx context.Context, e Entry, want int64) (int64, error)
 	// GiveBack returns x of region's allocation to the ledger.
 	GiveBack(ctx context.Context, e Entry, x int64) error
+	// Allocation returns region's allocation in the entry.
+	Allocation(ctx context.Context, e Entry) (int64, error)
 	// Wanted lists the entries of windows not ended at now (Unix ms)
 	// that a region asked more of than was free: a region holding what
 	// it does not use of one gives it back.
@@ -590,4 +592,27 @@ func (s *Store) giveBack(ctx context.Context, k gkey, g *gstate, x int64) {
 	g.given += x
 	g.remaining = out[0].Remaining
 	s.mu.Unlock()
+}
+
+// Allocation returns this region's allocation of l for key in the window
+// of now, and its safe share: the coordinator's ledger's, or, when it does
+// not answer, what this node knows (its share, its grants and give-backs).
+func (s *Store) Allocation(ctx context.Context, key string, l *sluice.Limit) (alloc, share int64, err error) {
+	share = s.shares(l.Rate)[s.region]
+	ws := windowOf(l, s.cfg.Now().UnixNano())
+	k := gkey{key: key, rate: l.Rate, period: int64(l.Period)}
+	g := &gstate{limit: l, window: ws}
+	s.mu.Lock()
+	known := share
+	if cur := s.keys[k]; cur != nil && cur.window == ws {
+		known += cur.granted - cur.given
+	}
+	s.mu.Unlock()
+	c, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	alloc, err = s.cfg.Ledger.Allocation(c, s.entry(k, g))
+	if err != nil {
+		return known, share, err
+	}
+	return alloc, share, nil
 }
