@@ -45,6 +45,7 @@ if ARGV[1] == 'g' then
     -- Short: the regions that hold what they do not use are asked to
     -- give it back (Wanted), until the window ends.
     redis.call('ZADD', KEYS[2], ARGV[6], ARGV[7])
+    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (tonumber(ARGV[6]) - tonumber(ARGV[5])))
     redis.call('PEXPIRE', KEYS[2], ARGV[5])
   end
 else
