@@ -21,6 +21,9 @@
 --   algo.slide_result(per, c, now, n, prev, curr, ws, e) -> r (CMSketch.Check)
 --   algo.slide_result_each(...) -> r, the same as CMSketch.CheckEach
 --   algo.sketch_window(per, start, now) -> ws, e, rel (CMSketch.rotate)
+--   algo.settle(p, st, now, at, reset, reserved, spent) -> st2, charged,
+--     refunded                                        kinds 0-4 (Settle)
+--   algo.settles(p) -> bool                                   (Settles)
 --   algo.add_sat(a, b), algo.align_down(t, per), algo.clamp_now(now),
 --   algo.zero_limit(n, reset)
 local algo = {}
@@ -740,6 +743,182 @@ do
 		end
 		local _, after = algo.step(p, f, now, 1)
 		return f, { allowed = false, remaining = 0, reset = after.reset, retry = after.retry, overdrawn = true }
+	end
+
+	-- Settle: a reservation taken before its real cost was known, settled
+	-- once it is (algo.Settle). settle_force mirrors force; the refund
+	-- functions refundFixed, refundSliding, refundGCRA and refundDiscrete.
+
+	-- algo.settles(p): Settle settles the states of p's limits (Settles).
+	function algo.settles(p)
+		local kind = p.kind
+		if kind >= 0 and kind <= 3 then
+			return p.period ~= 0
+		end
+		return kind == 4 and p.period ~= 0 and eq(p.offset, 0)
+	end
+
+	-- settle_force counts n hits whatever the state (force).
+	local function settle_force(p, s, now, n)
+		local kind = p.kind
+		if kind == 0 then
+			return fixed_force(p, s, now, n)
+		elseif kind == 4 then
+			return sliding_force(p, s, now, n)
+		elseif kind == 1 and p.interval ~= 0 then
+			return discrete_force(p, s, now, n)
+		end
+		if p.rate == 0 then
+			return s -- a zero bucket holds no debt: it denies for ever
+		end
+		return gcra_force(p, s, now, n)
+	end
+
+	-- reserved_end is the end of the window that counted a reservation
+	-- taken at or after at whose ResetAfter was reset (reservedEnd).
+	local function reserved_end(p, at, reset)
+		local t = sub(add_sat(at, imax(reset, 1)), 1)
+		return window_end(p, align_from(t, p.period, p.offset))
+	end
+
+	-- refund_fixed takes up to want hits off a fixed window's count, if its
+	-- window is the one that ends at wend (refundFixed).
+	local function refund_fixed(p, s, now, wend, want)
+		local per, off = p.period, p.offset
+		if not lt(now, s.a) then
+			return s, 0, 0
+		end
+		local ws = imax(align_from(now, per, off), align_from(sub(s.a, 1), per, off))
+		if not eq(window_end(p, ws), wend) then
+			return s, 0, 0
+		end
+		local k = imin(want, s.b)
+		return { a = wend, b = sub(s.b, k) }, 0, k
+	end
+
+	-- refund_sliding takes up to want hits off a sliding window's current
+	-- count, if its window ends at wend, or off its previous count, if that
+	-- is the window before (refundSliding).
+	local function refund_sliding(p, s, now, wend, want)
+		if not lt(now, s.a) then
+			return s, 0, 0
+		end
+		local per = p.period
+		local prev, curr, ws = read_slide(per, s, now)
+		local cur = add_sat(ws, per)
+		local k
+		if eq(cur, wend) then
+			k = imin(want, curr)
+			curr = sub(curr, k)
+		elseif eq(cur, add_sat(wend, per)) then
+			k = imin(want, prev)
+			prev = sub(prev, k)
+		else
+			return s, 0, 0
+		end
+		if k == 0 then
+			return s, 0, 0
+		end
+		return { a = slide_idle(p, cur), prev = prev, curr = curr }, 0, k
+	end
+
+	-- refund_gcra takes up to want hits off a GCRA-family bucket's level,
+	-- and no more than what of reserved (taken at or after at) it still
+	-- holds: reserved*period - (now - at)*rate (refundGCRA).
+	local function refund_gcra(p, s, now, at, reserved, want)
+		local rate, period = p.rate, p.period
+		if rate == 0 or not lt(now, s.a) then
+			return s, 0, 0
+		end
+		local x = gcra_x(p, s, now)
+		local held = mul(reserved, period)
+		if lt(at, now) then
+			local drained = mul(sub(now, at), rate)
+			if not lt(drained, held) then
+				return s, 0, 0
+			end
+			held = sub(held, drained)
+		end
+		local k = imin(want, (divmod(held, period)))
+		k = imin(k, (divmod(x, period)))
+		if k == 0 then
+			return s, 0, 0
+		end
+		x = sub(x, mul(k, period))
+		if x == 0 then
+			return { a = 0, b = 0 }, 0, k
+		end
+		local t = divceil(x, rate)
+		return { a = add(now, t), b = sub(mul(t, rate), x) }, 0, k
+	end
+
+	-- refund_discrete takes up to want hits off a discrete bucket's
+	-- deficit, and no more than what of reserved it still holds: reserved
+	-- less the refill of every step since at (refundDiscrete).
+	local function refund_discrete(p, s, now, at, reserved, want)
+		local d, a, tick = discrete_deficit(p, s, now)
+		if d == nil or d == 0 then
+			return s, 0, 0
+		end
+		local iv = p.interval
+		local from = align_down(at, iv)
+		local span
+		if le(from, tick) then
+			span = sub(tick, from)
+		else
+			-- at after now's tick: Go's uint64(tick - from) wraps.
+			span = sub(P64, sub(from, tick))
+		end
+		local refilled = mul((divmod(span, iv)), a)
+		if not lt(refilled, reserved) then
+			return s, 0, 0
+		end
+		local k = imin(imin(want, sub(reserved, refilled)), d)
+		if k == 0 then
+			return s, 0, 0
+		end
+		d = sub(d, k)
+		if d == 0 then
+			return { a = 0, b = 0 }, 0, k
+		end
+		local q = divceil(d, a)
+		local a2 = add(tick, mul(q, iv))
+		if lt(MAXI64, a2) then
+			-- A state cut at MAXI64 (discrete_force) keeps its tick's
+			-- remainder: the next tick is past MAXI64, where Go's int64
+			-- sum wraps negative (a fresh bucket). Cut it again, as
+			-- discrete_force does, a debt that stays.
+			return { a = MAXI64, b = 0 }, 0, k
+		end
+		return { a = a2, b = sub(mul(q, a), d) }, 0, k
+	end
+
+	-- algo.settle(p, st, now, at, reset, reserved, spent) -> st2, charged,
+	-- refunded settles a reservation of reserved hits, of which spent were
+	-- spent, taken at or after at and answered with ResetAfter reset, on
+	-- the state st at now (algo.Settle): Go's moved is charged (> 0) or
+	-- minus refunded (one of them is 0; int.lua has no negative values).
+	-- st2 is st itself when nothing moves, but for a fixed window, where it
+	-- may be a new table with the same counts.
+	function algo.settle(p, st, now, at, reset, reserved, spent)
+		now = clamp_now(now)
+		if not algo.settles(p) or eq(spent, reserved) then
+			return st, 0, 0
+		end
+		if lt(reserved, spent) then
+			local n = sub(spent, reserved)
+			return settle_force(p, st, now, n), n, 0
+		end
+		local want = sub(reserved, spent)
+		local kind = p.kind
+		if kind == 0 then
+			return refund_fixed(p, st, now, reserved_end(p, at, reset), want)
+		elseif kind == 4 then
+			return refund_sliding(p, st, now, reserved_end(p, at, reset), want)
+		elseif kind == 1 and p.interval ~= 0 then
+			return refund_discrete(p, st, now, at, reserved, want)
+		end
+		return refund_gcra(p, st, now, at, reserved, want)
 	end
 
 	algo.add_sat = add_sat

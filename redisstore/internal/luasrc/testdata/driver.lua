@@ -178,6 +178,48 @@ function cases.overdraw(w)
 	return table.concat(lines, "\n")
 end
 
+-- settle: "kind rate period cap x a b|prev curr" then ops, each "0 now n"
+-- (algo.step, the state kept when allowed) or "1 now at reset reserved
+-- spent" (algo.settle, the state kept) -> one line an op: for a step the
+-- result, for a settlement the hits moved (charged, or minus refunded);
+-- then the state after it. A settlement that changes its argument, or
+-- both charges and refunds, says so.
+function cases.settle(w)
+	local p = params(w)
+	local kind = p.kind
+	local st, i = state_of(w, kind)
+	local lines = {}
+	while w[i] do
+		local op = w[i]
+		local line
+		if op == 0 then
+			local st2, r = algo.step(p, st, w[i + 1], w[i + 2])
+			i = i + 3
+			if r.allowed then
+				st = st2
+			end
+			line = result(r)
+		else
+			local before = state_str(st, kind)
+			local st2, charged, refunded = algo.settle(p, st, w[i + 1], w[i + 2], w[i + 3], w[i + 4], w[i + 5])
+			i = i + 6
+			if charged ~= 0 and refunded ~= 0 then
+				line = "BOTH " .. s(charged, refunded)
+			elseif refunded ~= 0 then
+				line = "-" .. f(refunded)
+			else
+				line = f(charged)
+			end
+			if state_str(st, kind) ~= before then
+				line = line .. " MUTATED"
+			end
+			st = st2
+		end
+		lines[#lines + 1] = line .. " " .. state_str(st, kind)
+	end
+	return table.concat(lines, "\n")
+end
+
 -- log: "kind rate period cap interval seen k (at n)*k (now n)..." -> one
 -- line a step: expired, the result, then the log after its commit (every
 -- step commits: the expired entries go, the hits of an allowed one are
