@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,4 +90,73 @@ func redisCPU(b *testing.B, c *redistest.Conn) float64 {
 		b.Fatal(err)
 	}
 	return v
+}
+
+// BenchmarkSettle measures settlements (sluice.Limiter.Settle) on one key
+// on a real redis-server, each with its own ID: a charge of one hit, and
+// a refund of one hit of a large reservation, one at a time (ns/op is a
+// settlement's round trip, redis-cpu-ns/op what Redis spent on it), and
+// the charges from GOMAXPROCS goroutines at once on the same key.
+func BenchmarkSettle(b *testing.B) {
+	const day = 24 * time.Hour
+	srv := redistest.Standalone(b)
+	s := newTestStore(b, Config{URL: srv.URL(), Heartbeat: -1}, nil)
+	lim := sluice.NewLimiter(s)
+	info, err := srv.Dial()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { info.Close() })
+	ctx := context.Background()
+	var id atomic.Uint64
+	const big = 1 << 40
+	for _, c := range []struct {
+		name     string
+		l        *sluice.Limit
+		reserved int64
+		refund   bool
+		parallel bool
+	}{
+		{"fixed_window/charge", &sluice.Limit{Name: "fw", Rate: 1e15, Period: day}, 1, false, false},
+		{"fixed_window/refund", &sluice.Limit{Name: "fw", Rate: 1e15, Period: day}, big, true, false},
+		{"token_bucket/refund", &sluice.Limit{Name: "tb", Algorithm: sluice.TokenBucket, Rate: 1, Period: day, Burst: 1e15}, big, true, false},
+		{"fixed_window/charge/parallel", &sluice.Limit{Name: "fw", Rate: 1e15, Period: day}, 1, false, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			key := "k" + strconv.FormatUint(id.Add(1), 10)
+			h := sluice.Hit{Key: key, Limit: c.l, Cost: c.reserved}
+			at, err := srv.Time()
+			if err != nil {
+				b.Fatal(err)
+			}
+			d, err := lim.Take(ctx, []sluice.Hit{h}, make([]sluice.Decision, 1))
+			if err != nil || !d.Allowed {
+				b.Fatalf("reserving: %+v, %v", d, err)
+			}
+			spent, want := c.reserved+1, int64(1)
+			if c.refund {
+				spent, want = c.reserved-1, -1
+			}
+			settle := func() {
+				st := &sluice.Settlement{Hit: h, Spent: spent, ResetAfter: d.ResetAfter, At: at, ID: id.Add(1)}
+				if moved, err := lim.Settle(ctx, st); err != nil || moved != want {
+					b.Errorf("settling: moved %d, %v; want %d", moved, err, want) // from RunParallel's goroutines too
+				}
+			}
+			b.ReportAllocs()
+			cpu := redisCPU(b, info)
+			if c.parallel {
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						settle()
+					}
+				})
+			} else {
+				for b.Loop() {
+					settle()
+				}
+			}
+			b.ReportMetric((redisCPU(b, info)-cpu)*1e9/float64(b.N), "redis-cpu-ns/op")
+		})
+	}
 }

@@ -53,10 +53,11 @@
 // # Settling reservations
 //
 // Store.Settle settles a reservation (sluice.Limiter.Settle) with package
-// algo's arithmetic, in Go: it reads the key's state and Redis TIME, settles
-// it a few milliseconds ahead of that time, and writes it back with a
-// compare-and-set that also records the settlement's ID in a marker key
-// beside the state, so that a settlement sent twice is applied once.
+// algo's arithmetic (algo.Settle, mirrored in Lua and differential-tested
+// against it) in one call of the store's function, atomically, at Redis
+// TIME, as a take is decided: the call reads the key's state, settles it,
+// writes it back and records the settlement's ID in a marker key beside
+// the state, so that a settlement sent twice is applied once.
 //
 // # Failures
 //

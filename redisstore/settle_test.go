@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,11 +29,23 @@ func rawState(t *testing.T, srv *redistest.Server, s *Store, key string, l *slui
 		t.Fatal(err)
 	}
 	raw, _ := v.(string)
-	st, err := decodeState(p.Kind, raw, 0)
-	if err != nil {
-		t.Fatal(err)
+	if raw == "" {
+		return algo.State{}
 	}
-	return st
+	var n [3]int64
+	f := strings.Fields(raw)
+	if len(f) > len(n) {
+		t.Fatalf("state %q", raw)
+	}
+	for i := range f {
+		if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			t.Fatalf("state %q: %v", raw, err)
+		}
+	}
+	if p.Kind == algo.SlidingWindow {
+		return algo.State{A: n[0], B: n[1]<<32 | n[2]}
+	}
+	return algo.State{A: n[0], B: n[1]}
 }
 
 // TestSettleOnce: a settlement sent twice with the same ID (a retry after
@@ -200,91 +213,111 @@ func TestSettleRedisDown(t *testing.T) {
 	}
 }
 
-// TestSettleClock: the instant a state is settled for stays before the
-// end of the window (or tick) of the Redis time read, whatever the margin.
-func TestSettleClock(t *testing.T) {
-	sec, ms := int64(time.Second), int64(time.Millisecond)
-	t0 := 1_700_000_000 * sec // a whole second
-	for _, c := range []struct {
-		name string
-		p    algo.Params
-		t, d int64
-		want int64
-	}{
-		{"fixed, mid-window", algo.Params{Kind: algo.FixedWindow, Period: sec}, t0 + 100*ms, 50 * ms, t0 + 150*ms},
-		{"fixed, at the end", algo.Params{Kind: algo.FixedWindow, Period: sec}, t0 + 980*ms, 50 * ms, t0 + sec - 1},
-		{"fixed, offset", algo.Params{Kind: algo.FixedWindow, Period: sec, Offset: 300 * ms}, t0 + 280*ms, 50 * ms, t0 + 300*ms - 1},
-		{"fixed, offset, after", algo.Params{Kind: algo.FixedWindow, Period: sec, Offset: 300 * ms}, t0 + 320*ms, 50 * ms, t0 + 370*ms},
-		{"sliding", algo.Params{Kind: algo.SlidingWindow, Period: sec}, t0 + 990*ms, 50 * ms, t0 + sec - 1},
-		{"discrete tick", algo.Params{Kind: algo.TokenBucket, Period: sec, Interval: 100 * ms}, t0 + 90*ms, 50 * ms, t0 + 100*ms - 1},
-		{"smooth bucket", algo.Params{Kind: algo.TokenBucket, Period: sec}, t0 + 990*ms, 50 * ms, t0 + 1040*ms},
-		{"gcra", algo.Params{Kind: algo.GCRA, Period: sec}, t0 + 990*ms, 50 * ms, t0 + 1040*ms},
-	} {
-		if got := settleClock(&c.p, c.t, c.d); got != c.want {
-			t.Errorf("%s: nowC %d, want %d", c.name, got-t0, c.want-t0)
-		}
-	}
-}
-
-// TestSettleValue: a bucket a refund empties is written empty at nowC
-// (which is ahead of Redis's clock), not deleted; with a caller's clock
-// it is deleted, as memstore forgets it.
-func TestSettleValue(t *testing.T) {
-	p := algo.Params{Kind: algo.GCRA, Rate: 10, Period: int64(time.Second), Capacity: 10}
-	now := int64(1_700_000_000_123_456_789)
-	if v, mode, ms := settleValue(&p, algo.State{}, now, false); v != "1700000000123456789 0" || mode != "PXAT" || ms != "1700000000124" {
-		t.Errorf("an emptied bucket on Redis's clock: %q %s %s", v, mode, ms)
-	}
-	if v, _, _ := settleValue(&p, algo.State{}, now, true); v != "" {
-		t.Errorf("an emptied bucket on a caller's clock: %q, want deleted", v)
-	}
-	w := algo.Params{Kind: algo.FixedWindow, Rate: 10, Period: int64(time.Second), Capacity: 10}
-	if v, _, _ := settleValue(&w, algo.State{}, now, false); v != "" {
-		t.Errorf("an idle window: %q, want deleted", v)
-	}
-	sw := algo.Params{Kind: algo.SlidingWindow, Rate: 10, Period: int64(time.Second), Capacity: 10}
-	st := algo.State{A: now + int64(time.Second), B: 3<<32 | 4}
-	v, mode, _ := settleValue(&sw, st, now, false)
-	if got, err := decodeState(sw.Kind, v, now); err != nil || got != st || mode != "PXAT" {
-		t.Errorf("a sliding window's state %+v written as %q reads %+v, %v", st, v, got, err)
-	}
-}
-
-// TestSettleWriteChecks: the compare-and-set writes only while the value
-// is the one read, Redis's clock has not passed the limit, and the
-// marker does not exist; and it sets the marker with its time to live.
-func TestSettleWriteChecks(t *testing.T) {
+// TestSettleMarker: on Redis's own clock, a settlement writes its
+// marker with a time to live of two periods and a minute, and the state
+// with its window's; the marker alone keeps a second call from applying
+// it again. A refund that leaves a bucket full deletes its state.
+func TestSettleMarker(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := newTestStore(t, Config{URL: srv.URL()}, nil)
-	l := &sluice.Limit{Rate: 10, Period: time.Second}
-	warm(t, sluice.NewLimiter(s), l)
-	c := s.client.Load()
+	lim := sluice.NewLimiter(s)
 	ctx := context.Background()
-	keys := []string{"t:{x}state", "t:{x}state:s1"}
-	srv.Cmd("SET", keys[0], "old")
+	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+	reserve := func(key string, l *sluice.Limit, cost, spent int64) (*sluice.Settlement, string) {
+		t.Helper()
+		now, err := srv.Time()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sluice.Hit{Key: key, Limit: l, Cost: cost}
+		d, err := lim.Take(ctx, []sluice.Hit{h}, make([]sluice.Decision, 1))
+		if err != nil || !d.Allowed {
+			t.Fatalf("reserving %d: %+v, %v", cost, d, err)
+		}
+		p := limits.Params(l)
+		return &sluice.Settlement{Hit: h, Spent: spent, ResetAfter: d.ResetAfter, At: now, ID: 0xbeef}, k.stateKey(&h, &p)
+	}
+
+	// A day-long window whose end is half a day away: the state's TTL.
+	day := 24 * time.Hour
 	now, err := srv.Time()
 	if err != nil {
 		t.Fatal(err)
 	}
-	future := strconv.FormatInt(now.Add(time.Hour).UnixMicro(), 10)
-	past := strconv.FormatInt(now.Add(-time.Second).UnixMicro(), 10)
-	for _, c2 := range []struct {
-		read, limit, want, value string
-	}{
-		{"other", future, "c", "old"},
-		{"old", past, "l", "old"},
-		{"old", future, "w", "new"},
-		{"new", future, "1", "new"},
-	} {
-		rd, err := settleWrite.Exec(ctx, c.c, keys, []string{c2.read, c2.limit, "new", "PX", "60000", "90000"}).AsStrSlice()
-		if err != nil || rd[0] != c2.want {
-			t.Fatalf("read %q, limit %s: answered %q, %v; want %s", c2.read, c2.limit, rd, err, c2.want)
-		}
-		if v := srv.Cmd("GET", keys[0]); v != c2.value {
-			t.Errorf("read %q, limit %s: the state is %v, want %s", c2.read, c2.limit, v, c2.value)
-		}
+	off := time.Duration((now.UnixNano() + int64(day/2)) % int64(day))
+	w := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: day, WindowOffset: off}
+	st, key := reserve("w", w, 60, 20)
+	if moved, err := lim.Settle(ctx, st); err != nil || moved != -40 {
+		t.Fatalf("settling 20 of 60: moved %d, %v; want -40", moved, err)
 	}
-	if ttl, _ := srv.Cmd("PTTL", keys[1]).(int64); ttl <= 60000 || ttl > 90000 {
-		t.Errorf("the marker's time to live: %v ms, want 90000", srv.Cmd("PTTL", keys[1]))
+	marker := key + ":sbeef"
+	if ttl, _ := srv.Cmd("PTTL", marker).(int64); ttl <= int64((2*day+time.Minute-10*time.Second)/time.Millisecond) || ttl > int64((2*day+time.Minute)/time.Millisecond) {
+		t.Errorf("the marker's time to live: %v ms, want two days and a minute", srv.Cmd("PTTL", marker))
+	}
+	if ttl, _ := srv.Cmd("PTTL", key).(int64); ttl < int64(day/2/time.Millisecond)-10000 || ttl > int64(day/2/time.Millisecond)+10000 {
+		t.Errorf("the state's time to live: %v ms, want half a day (the window's end)", srv.Cmd("PTTL", key))
+	}
+	if moved, err := lim.Settle(ctx, st); err != nil || moved != 0 {
+		t.Fatalf("settling again: moved %d, %v; want 0", moved, err)
+	}
+	srv.Cmd("DEL", marker)
+	if moved, err := lim.Settle(ctx, st); err != nil || moved != -20 {
+		t.Fatalf("settling again without the marker: moved %d, %v; want the 20 left refunded", moved, err)
+	}
+	if got := rawState(t, srv, s, "w", w); got.B != 0 {
+		t.Errorf("after the refunds: count %d, want 0", got.B)
+	}
+
+	// A bucket settled at the instant it was reserved (a caller's clock):
+	// the whole reservation comes back, and the bucket, full again, has
+	// no state.
+	clock := storetest.NewClock(storetest.Start)
+	s2 := newTestStore(t, Config{URL: srv.URL()}, clock.Now)
+	lim2 := sluice.NewLimiter(s2)
+	b := &sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: day, Burst: 100}
+	h := sluice.Hit{Key: "b", Limit: b, Cost: 50}
+	d, err := lim2.Take(ctx, []sluice.Hit{h}, make([]sluice.Decision, 1))
+	if err != nil || !d.Allowed {
+		t.Fatalf("reserving 50: %+v, %v", d, err)
+	}
+	p := limits.Params(b)
+	k2 := keyer{prefix: s2.cfg.Prefix, tag: s2.tag}
+	key = k2.stateKey(&h, &p)
+	if n, _ := srv.Cmd("EXISTS", key).(int64); n != 1 {
+		t.Fatalf("no state after the reservation")
+	}
+	st = &sluice.Settlement{Hit: h, Spent: 0, ResetAfter: d.ResetAfter, At: clock.Now(), ID: 0xbeef}
+	if moved, err := lim2.Settle(ctx, st); err != nil || moved != -50 {
+		t.Fatalf("settling 0 of 50: moved %d, %v; want -50", moved, err)
+	}
+	if n, _ := srv.Cmd("EXISTS", key).(int64); n != 0 {
+		t.Errorf("a full bucket's state is still there: %v", srv.Cmd("GET", key))
+	}
+	if n, _ := srv.Cmd("EXISTS", key+":sbeef").(int64); n != 1 {
+		t.Errorf("no marker after the refund")
+	}
+}
+
+// TestSettleWrongType: a settlement whose state key holds another type
+// fails with a StoreError of Redis's refusal, and changes nothing.
+func TestSettleWrongType(t *testing.T) {
+	srv := redistest.Standalone(t)
+	clock := storetest.NewClock(storetest.Start)
+	s := newTestStore(t, Config{URL: srv.URL()}, clock.Now)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Minute}
+	h := sluice.Hit{Key: "k", Limit: l, Cost: 10}
+	p := limits.Params(l)
+	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+	key := k.stateKey(&h, &p)
+	srv.Cmd("RPUSH", key, "x")
+	st := &sluice.Settlement{Hit: h, Spent: 30, ResetAfter: time.Minute, At: clock.Now(), ID: 1}
+	moved, err := lim.Settle(context.Background(), st)
+	var se *sluice.StoreError
+	if !errors.As(err, &se) || se.Reason != sluice.FailError || moved != 0 {
+		t.Fatalf("settling on a list: moved %d, %v; want a StoreError (%s)", moved, err, sluice.FailError)
+	}
+	if n, _ := srv.Cmd("EXISTS", key+":s1").(int64); n != 0 {
+		t.Errorf("a failed settlement left its marker")
 	}
 }

@@ -17,12 +17,14 @@
 -- sketches; the clock; the lean paths of a request of one hit (decide1,
 -- sketch1, log1); the general path, in steps (read_hits, refund,
 -- evaluate, commit, reply) and one function a mode (take_all, take_each,
--- refund); decide, which chooses; and take, the entry.
+-- refund); decide, which chooses; settle, a reservation's settlement; and
+-- take, the entry.
 --
 -- ARGV: [1] "mode hits [now]": the mode ("t" take, "u" take and return
 -- undo strings, "r" refund, "e" each: the hits decided one by one, as
 -- memstore's TakeEach, a denied hit with room left consumed past its
--- limit (algo.overdraw), a peek at a state in debt denied), the number of
+-- limit (algo.overdraw), a peek at a state in debt denied; "s" settle a
+-- reservation, with arguments and reply of its own: see settle), the number of
 -- hits, and now in ns (absent: Redis TIME); then two per hit: its spec
 -- (the limit: see luasrc/spec.go; parsed once and cached) and "cost prev"
 -- (prev: 1-based index of the previous hit on the same state, 0 = none),
@@ -1272,6 +1274,30 @@ local function decide(KEYS, k, ARGV, a, mode, nhits, out)
   return k, a
 end
 
+-- settle settles a reservation (mode "s", sluice.Limiter.Settle) at now,
+-- once: KEYS are the state key and the settlement's marker; ARGV[2] the
+-- limit's spec, ARGV[3] "at reset reserved spent marker_ttl" (ns; the
+-- marker's time to live in ms). A settlement whose marker exists was
+-- applied before and answers "0"; otherwise the state is settled with
+-- algo.settle and written as a take writes it, the marker set, and the
+-- answer is the hits moved: charged, or "-" and refunded. One that moves
+-- nothing writes nothing, not even its marker.
+local function settle(KEYS, ARGV)
+  local key, marker = KEYS[1], KEYS[2]
+  if call('EXISTS', marker) == 1 then return '0' end
+  local sp = spec(ARGV[2])
+  local at, reset, reserved, spent, mttl = match(ARGV[3], '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not at then error('settle: arguments ' .. ARGV[3]) end
+  local kind = sp.kind
+  local st = parse_state(kind, call('GET', key), now_x())
+  local st2, charged, refunded = algo.settle(sp.p, st, now, X.parse(at), X.parse(reset), X.parse(reserved), X.parse(spent))
+  if charged == 0 and refunded == 0 then return '0' end
+  write_raw(key, encode_state(kind, st2), now)
+  call('SET', marker, '1', 'PX', mttl)
+  if refunded ~= 0 then return '-' .. str(refunded) end
+  return str(charged)
+end
+
 -- take decides the requests of one call: ARGV[1] is "mode hits [now]" for
 -- one request, or "b requests [now]" for a batch of independent requests
 -- (each all-or-nothing on its own, in mode "t", or "e"), each of which
@@ -1285,6 +1311,10 @@ local function take(KEYS, ARGV)
   local mode, n, given = match(head, '^(%a) (%d+) ?(%d*)$')
   n = tonumber(n)
   local out = {}
+  if mode == 's' then
+    clock(given)
+    return settle(KEYS, ARGV)
+  end
   if mode ~= 'b' then
     clock(given)
     decide(KEYS, 1, ARGV, 2, mode, n, out)
