@@ -13,7 +13,7 @@
 # Scenarios: one, every request with the one API key (one key of each
 # limit); 10k, 10,000 API keys chosen uniformly. STORE=redis runs both
 # proxies on a redis-server started here on a free port (the settlement
-# is then a read and a compare-and-set on Redis). Limits are far above what
+# is then one script call on Redis). Limits are far above what
 # a run spends: every request is decided, proxied and settled.
 #
 # Writes bench/results/DATE-tokens[-redis].jsonl (one sluice bench --json
