@@ -70,6 +70,9 @@ descriptors:
 	if store != "up" {
 		t.Errorf("store: %q, want up", store)
 	}
+	if got := text(`#region-tier`); got != "" {
+		t.Errorf("a Region panel without --region: %q", got)
+	}
 	if got := text(`#requests`); !strings.Contains(got, "over limit") || !strings.Contains(got, "4 let through in shadow mode") {
 		t.Errorf("requests: %q", got)
 	}

@@ -214,6 +214,7 @@ func (n *node) openServer() error {
 		DynamicMetadata: s.dynamicMetadata,
 		Hitters:         n.top,
 		HittersShared:   n.shared,
+		Region:          regionFigures(n.stores),
 		LimitedBy:       s.limitedBy,
 		Statsd:          n.statsd,
 		StatsdTags:      n.tags,

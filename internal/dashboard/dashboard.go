@@ -5,7 +5,8 @@
 // shadow mode in each 10 s of the last 10 minutes, its top offenders and
 // the keys near their limit (from a hitters.Tracker); above them the
 // store's health, the requests by result and where decisions were made
-// (from the Prometheus registry).
+// (from the Prometheus registry), and, with the region tier, the node's
+// region: its allocation, demand, admissions and calls to the coordinator.
 package dashboard
 
 import (
@@ -66,6 +67,26 @@ type Config struct {
 	// cluster's, merged, and the rules those of any node. The series stay
 	// this node's. When it fails, the page says so and shows this node's.
 	Cluster func(ctx context.Context) ([]hitters.Snapshot, error)
+
+	// Region, when set, gives this node's figures of the region tier
+	// (sluice serve --region), shown in a Region panel. Nil: no region
+	// tier, no panel.
+	Region func() Region
+}
+
+// Region is what a node knows of its region's global limits: the region
+// tier's counters on this node (internal/regions.Stats), as the page reads
+// them.
+type Region struct {
+	Name         string `json:"name"`
+	Allocation   int64  `json:"allocation"`    // this window's, of the keys decided here, in hits
+	Demand       int64  `json:"demand"`        // hits of global limits asked a second, smoothed
+	Admitted     int64  `json:"admitted"`      // hits of global limits admitted here
+	Denied       int64  `json:"denied"`        // hits of global limits denied here
+	Granted      int64  `json:"granted"`       // hits the coordinator granted beyond the safe share
+	GivenBack    int64  `json:"given_back"`    // hits given back to the coordinator
+	LedgerErrors int64  `json:"ledger_errors"` // calls to the coordinator that failed
+	LastGrant    int64  `json:"last_grant"`    // Unix seconds of the last grant; 0: none
 }
 
 // Register serves the page at GET /dashboard and its data at GET
@@ -88,6 +109,7 @@ type data struct {
 	Requests  map[string]float64 `json:"requests"`  // the requests counter by result
 	Decisions map[string]float64 `json:"decisions"` // sluice_decisions_total by where
 	Rules     []rule             `json:"rules"`
+	Region    *Region            `json:"region,omitempty"` // nil: no region tier
 }
 
 type rule struct {
@@ -106,12 +128,16 @@ type nearLimit struct {
 }
 
 // serveData answers the page's poll: the store's state, the request and
-// decision counts, and the rules.
+// decision counts, the rules, and the region.
 func (cfg Config) serveData(w http.ResponseWriter, r *http.Request) {
 	d := data{Title: cfg.Title, Now: time.Now().Unix(), Store: cfg.storeState(), Requests: map[string]float64{}, Decisions: map[string]float64{}, Rules: []rule{}}
 	cfg.count(d.Requests, d.Decisions)
 	if cfg.Tracker != nil {
 		d.Scope, d.Rules = cfg.rules(r.Context())
+	}
+	if cfg.Region != nil {
+		g := cfg.Region()
+		d.Region = &g
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

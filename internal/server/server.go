@@ -195,6 +195,10 @@ type Config struct {
 	// HittersShared, when set, lets /hitters?scope=cluster merge every
 	// node's top keys.
 	HittersShared *hitters.Shared
+
+	// Region, when set, gives the region tier's figures on this node for
+	// the dashboard's Region panel; nil: no region tier.
+	Region func() dashboard.Region
 }
 
 // DefaultMaxRuleLabels is the default cap on distinct rule label values.
@@ -221,6 +225,7 @@ type Server struct {
 	explain       Explainer
 	hittersShared *hitters.Shared
 	limitedBy     bool
+	region        func() dashboard.Region
 
 	m *metrics
 
@@ -271,6 +276,7 @@ func New(cfg Config) (*Server, error) {
 		hitters:       cfg.Hitters,
 		explain:       cfg.Explain,
 		hittersShared: cfg.HittersShared,
+		region:        cfg.Region,
 		limitedBy:     cfg.LimitedBy,
 		changed:       make(chan struct{}),
 	}
