@@ -40,7 +40,7 @@ func run(t *testing.T, dir string, name string, args ...string) string {
 func TestAlertRules(t *testing.T) {
 	p := promtool(t)
 	dir := filepath.Join("prometheus")
-	if out := run(t, dir, p, "check", "rules", "sluice-alerts.yml"); !strings.Contains(out, "SUCCESS: 6 rules found") {
+	if out := run(t, dir, p, "check", "rules", "sluice-alerts.yml"); !strings.Contains(out, "SUCCESS: 7 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	if out := run(t, dir, p, "test", "rules", "sluice-alerts_test.yml"); !strings.Contains(out, "SUCCESS") {
@@ -86,7 +86,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	var dash struct {
 		Title  string
 		Panels []struct {
+			Type    string
 			Title   string
+			GridPos struct{ X, Y, W, H int }
 			Targets []struct{ Expr string }
 		}
 	}
@@ -101,9 +103,23 @@ func TestGrafanaDashboard(t *testing.T) {
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	n := 0
-	for _, p := range dash.Panels {
-		if len(p.Targets) == 0 {
+	for i, p := range dash.Panels {
+		// A row heads the panels below it and has no query of its own.
+		if p.Type == "row" && len(p.Targets) != 0 {
+			t.Errorf("row %q has queries", p.Title)
+		}
+		if p.Type != "row" && len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
+		}
+		// No panel covers another.
+		a := p.GridPos
+		if a.W <= 0 || a.H <= 0 || a.X < 0 || a.X+a.W > 24 {
+			t.Errorf("panel %q at %+v, outside Grafana's 24 columns", p.Title, a)
+		}
+		for _, q := range dash.Panels[:i] {
+			if b := q.GridPos; a.X < b.X+b.W && b.X < a.X+a.W && a.Y < b.Y+b.H && b.Y < a.Y+a.H {
+				t.Errorf("panel %q at %+v overlaps %q at %+v", p.Title, a, q.Title, b)
+			}
 		}
 		for _, tg := range p.Targets {
 			for _, m := range re.FindAllString(tg.Expr, -1) {
