@@ -7,13 +7,27 @@
 // every τ asks for more or, having spent it first, gives back what it will
 // not use.
 //
+// The protocol is internal/regions' by default: a grant gives at most half
+// of what no region holds (-grant half); a grant that falls short marks
+// the entry wanted, and every τ each region reads the wanted set and gives
+// back all but a headroom (L/100) of what it holds of an entry it does not
+// use, a key it has not decided in the window included (-wanted); the
+// region's round smooths its rate 0.7/0.3 a round from nothing each window
+// and asks for rate × (time left + 2τ) + 1 (-loop built). The design before
+// it was built is -grant all -wanted=false -loop design. Either way a
+// region acts only on a key it has decided in the window (or given back
+// for the wanted set): a region never knows a key it has not seen.
+//
 //	go run ./cmd/regionsim -regions 3 -rtt 50ms -mix hot
+//	go run ./cmd/regionsim -mix one -wanted=false
 //	go run ./cmd/regionsim -regions 3 -rtt 150ms -mix shift -fault cut
 //	go run ./cmd/regionsim -sweep
+//	go run ./cmd/regionsim -sweep -mixes one,hot,shift -grant all -wanted=false -loop design
 //
 // Demand is a Poisson process per region, -demand times L a window in
 // all: even, "hot" (region 0 has -hotshare of it, the others share the
-// rest) or "shift" (even, and the last region goes quiet at half time).
+// rest), "shift" (even, and the last region goes quiet at half time) or
+// "one" (region 0 only, the others idle).
 // Each message to or from the coordinator takes half a round trip, with
 // jitter. A fault strikes region 0 in window -at, at the worst moment:
 // "cut" cuts its link right after the coordinator applies a large grant to
@@ -43,21 +57,28 @@ type config struct {
 	window    time.Duration // the fixed window
 	windows   int           // windows simulated
 	demand    float64       // all regions' demand, in multiples of L a window
-	mix       string        // even, hot or shift
+	mix       string        // even, hot, shift or one
 	hotShare  float64       // region 0's share of the demand under "hot"
 	rtt       []time.Duration
 	jitter    float64 // each leg's latency varies by up to this fraction
 	tau       time.Duration
-	estimate  int     // ticks of history in the demand estimate (the design's k)
-	headroom  float64 // headroom, in τ's of the estimated demand
-	minHead   int64   // and at least this many requests
-	threshold int64   // give back only a surplus above this (0: L/100)
+	estimate  int     // ticks of history in the demand estimate (the design's k; -loop design)
+	headroom  float64 // headroom, in τ's of the estimated demand (-loop design)
+	minHead   int64   // and at least this many requests (-loop design)
+	threshold int64   // give back only a surplus above this (0: L/100; -loop design)
 	timeout   time.Duration
 	ttl       time.Duration // a ledger entry lives this long past its window
 	fault     string        // none, cut or crash
 	at        int           // the window the fault strikes in
 	cutFor    time.Duration // how long a cut lasts (0: one window)
 	seed      uint64
+	mixes     string // the sweep's, comma-separated
+
+	// The protocol: built (internal/regions) by default; the design
+	// before it was built is grant "all", wanted false, loop "design".
+	grant  string // "half": at most half of what no region holds (at least 1); "all": all of it
+	wanted bool   // a short grant marks the entry wanted; regions that hold it unused give it back
+	loop   string // "built": the rate smoothed 0.7/0.3 per round, need = rate × (left + 2τ) + 1; "design": over -estimate ticks
 
 	// broken selects a deliberately wrong protocol, for the tests to
 	// show the checks see it: "nospend" gives back without spending
@@ -93,22 +114,26 @@ func parse(args []string, stderr io.Writer) (config, bool, error) {
 	fs.DurationVar(&c.window, "window", time.Minute, "the fixed window")
 	fs.IntVar(&c.windows, "windows", 5, "windows simulated")
 	fs.Float64Var(&c.demand, "demand", 1.5, "all regions' demand together, in multiples of L a window")
-	fs.StringVar(&c.mix, "mix", "even", "how the demand splits: even, hot (region 0 has -hotshare) or shift (even, the last region quiet from half time)")
+	fs.StringVar(&c.mix, "mix", "even", "how the demand splits: even, hot (region 0 has -hotshare), shift (even, the last region quiet from half time) or one (region 0 only)")
 	fs.Float64Var(&c.hotShare, "hotshare", 0.9, "region 0's share of the demand under -mix hot")
 	fs.StringVar(&rtt, "rtt", "50ms", "round trip to the coordinator: one duration for all regions, or one per region, comma-separated")
 	fs.Float64Var(&c.jitter, "jitter", 0.2, "each leg's latency varies uniformly by up to this fraction")
 	fs.DurationVar(&c.tau, "tau", 200*time.Millisecond, "how often a region asks or gives back (τ)")
-	fs.IntVar(&c.estimate, "estimate", 25, "ticks of history in the demand estimate")
-	fs.Float64Var(&c.headroom, "headroom", 10, "headroom over the estimated need, in τ's of estimated demand")
-	fs.Int64Var(&c.minHead, "minheadroom", 10, "the least headroom, in requests")
-	fs.Int64Var(&c.threshold, "threshold", 0, "give back only a surplus above this many requests (0: L/100)")
-	fs.DurationVar(&c.timeout, "timeout", time.Second, "a call unanswered this long is taken as failed")
+	fs.StringVar(&c.grant, "grant", "half", "what a grant gives: half (at most half of what no region holds, as built) or all (all of it, as designed)")
+	fs.BoolVar(&c.wanted, "wanted", true, "a grant that falls short marks the entry wanted, and regions give back what they hold of it unused (as built)")
+	fs.StringVar(&c.loop, "loop", "built", "the region's round: built (rate smoothed 0.7/0.3 a round; need = rate × (time left + 2τ) + 1; give back above need + need/4 + L/100, not in the window's last second) or design (the flags below)")
+	fs.IntVar(&c.estimate, "estimate", 25, "-loop design: ticks of history in the demand estimate")
+	fs.Float64Var(&c.headroom, "headroom", 10, "-loop design: headroom over the estimated need, in τ's of estimated demand")
+	fs.Int64Var(&c.minHead, "minheadroom", 10, "-loop design: the least headroom, in requests")
+	fs.Int64Var(&c.threshold, "threshold", 0, "-loop design: give back only a surplus above this many requests (0: L/100); also the ramp's threshold")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Second, "a call unanswered this long is taken as failed")
 	fs.DurationVar(&c.ttl, "ttl", 0, "a ledger entry lives this long past its window (0: one window)")
 	fs.StringVar(&c.fault, "fault", "none", "what strikes region 0: none, cut (its link, at the worst moment) or crash")
 	fs.IntVar(&c.at, "at", 1, "the window the fault strikes in")
 	fs.DurationVar(&c.cutFor, "cutfor", 0, "how long a cut lasts (0: one window)")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed")
-	fs.BoolVar(&sweep, "sweep", false, "run the sweep (regions 2, 3, 5 x rtt 50ms, 150ms x mix x fault) and print one row each")
+	fs.BoolVar(&sweep, "sweep", false, "run the sweep (regions 2, 3, 5 x rtt 50ms, 150ms x -mixes x fault) and print one row each")
+	fs.StringVar(&c.mixes, "mixes", "even,hot,shift,one", "-sweep: the mixes swept, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return c, false, err
 	}
@@ -127,8 +152,19 @@ func parse(args []string, stderr io.Writer) (config, bool, error) {
 	if c.regions < 1 || c.limit < int64(c.regions) || c.window <= 0 || c.windows < 1 || c.demand < 0 || c.tau <= 0 || c.estimate < 1 || c.timeout <= 0 {
 		probs = append(probs, "-regions, -window, -windows, -tau, -estimate and -timeout must be positive, -limit at least -regions, -demand not negative")
 	}
-	if c.mix != "even" && c.mix != "hot" && c.mix != "shift" {
-		probs = append(probs, fmt.Sprintf("-mix %q: want even, hot or shift", c.mix))
+	if !slices.Contains(mixes, c.mix) {
+		probs = append(probs, fmt.Sprintf("-mix %q: want even, hot, shift or one", c.mix))
+	}
+	for _, m := range strings.Split(c.mixes, ",") {
+		if !slices.Contains(mixes, m) {
+			probs = append(probs, fmt.Sprintf("-mixes: %q: want even, hot, shift or one", m))
+		}
+	}
+	if c.grant != "half" && c.grant != "all" {
+		probs = append(probs, fmt.Sprintf("-grant %q: want half or all", c.grant))
+	}
+	if c.loop != "built" && c.loop != "design" {
+		probs = append(probs, fmt.Sprintf("-loop %q: want built or design", c.loop))
 	}
 	if c.fault != "none" && c.fault != "cut" && c.fault != "crash" {
 		probs = append(probs, fmt.Sprintf("-fault %q: want none, cut or crash", c.fault))
@@ -145,6 +181,8 @@ func parse(args []string, stderr io.Writer) (config, bool, error) {
 	return c, sweep, nil
 }
 
+var mixes = []string{"even", "hot", "shift", "one"}
+
 // defaults fills what zero means.
 func (c config) defaults() config {
 	if c.threshold == 0 {
@@ -157,7 +195,16 @@ func (c config) defaults() config {
 		c.cutFor = c.window
 	}
 	if c.timeout == 0 {
-		c.timeout = time.Second
+		c.timeout = 2 * time.Second
+	}
+	if c.grant == "" {
+		c.grant = "half"
+	}
+	if c.loop == "" {
+		c.loop = "built"
+	}
+	if c.mixes == "" {
+		c.mixes = strings.Join(mixes, ",")
 	}
 	if len(c.rtt) == 0 {
 		c.rtt = []time.Duration{50 * time.Millisecond}
@@ -179,8 +226,10 @@ type report struct {
 	Shift        time.Duration // when the last region went quiet; -1: never
 	Calls, Lost  int64         // calls sent; messages lost to the cut
 	Applied      int64         // calls applied at the coordinator whose answer was lost
+	Reads        int64         // reads of the wanted set
 	GrantedTotal int64
 	GivenTotal   int64
+	Yielded      int64 // of GivenTotal, given back for the wanted set
 }
 
 // windowStat is one window id's tally.
@@ -221,13 +270,35 @@ type region struct {
 	rate    float64
 	gen     int // arrival generation: a change of rate or a crash bumps it
 	ticks   []tick
-	asks    int64 // asks since the last tick
-	pending int64 // the call in flight, 0: none
-	sentAt  time.Duration
+	asks    int64         // asks since the last tick
+	pending int64         // the call in flight, 0: none
 	latency time.Duration // round trip
 	cut     bool
 	down    bool
+
+	// What the region knows of the key in this window, as a node of
+	// internal/regions keeps it: nothing until its first decision (or a
+	// give-back for the wanted set).
+	seen      bool
+	yielded   bool    // gave back for the wanted set
+	wAsked    int64   // asked in this window
+	lastAsked int64   // wAsked at the last round
+	est       float64 // the estimated demand, a second
+
+	// The round: a call (grant or give-back) if one is needed, then a
+	// read of the wanted set and a give-back for it, one after the
+	// other; a tick during a round waits for its end (one at most, as a
+	// time.Ticker's).
+	inRound, tickWaiting bool
+	step                 int
 }
+
+// A round's steps: the call in flight.
+const (
+	stepCall = iota + 1
+	stepRead
+	stepYield
+)
 
 type tick struct {
 	at   time.Duration
@@ -254,16 +325,20 @@ const (
 	shift
 	heal
 	midFault
+	timeout
 )
 
 // call is one grant or give_back, with the coordinator's answer.
 type call struct {
-	id    int64
-	w     int64
-	give  bool
-	x     int64 // asked (grant) or given back
-	g     int64 // granted
-	alloc int64
+	id     int64
+	w      int64
+	give   bool
+	read   bool  // a read of the wanted set
+	yield  bool  // a give-back for the wanted set
+	x      int64 // asked (grant) or given back
+	g      int64 // granted
+	alloc  int64
+	wanted []int64 // a read's answer: the windows wanted, not ended
 }
 
 type event struct {
@@ -338,14 +413,21 @@ type sim struct {
 	calls   int64
 	faulted bool
 	r       report
-	large   int64 // a grant this big is "large"
+	large   int64          // a grant this big is "large"
+	wanted  map[int64]bool // the coordinator's wanted set: window ids
 }
 
 func run(c config) report {
 	c = c.defaults()
-	s := &sim{c: c, rng: rand.New(rand.NewPCG(c.seed, 0x5e610))}
+	s := &sim{c: c, rng: rand.New(rand.NewPCG(c.seed, 0x5e610)), wanted: map[int64]bool{}}
 	s.r = report{Safe: c.limit / int64(c.regions), FaultAt: -1, HealAt: -1, Shift: -1}
+	// Large: L/2R when a grant may give all that is free, L/8R when it
+	// gives half (the first grant after the others give back their
+	// surplus: half of it).
 	s.large = max(c.threshold, c.limit/int64(2*c.regions))
+	if c.grant == "half" {
+		s.large = max(c.threshold, c.limit/int64(8*c.regions))
+	}
 	end := time.Duration(c.windows) * c.window
 	for w := range c.windows {
 		s.push(event{at: time.Duration(w) * c.window, kind: windowStart, w: int64(w)})
@@ -401,6 +483,11 @@ func (s *sim) demandRate(i int, t time.Duration) float64 {
 		if i == s.c.regions-1 && s.r.Shift >= 0 && t >= s.r.Shift {
 			return 0
 		}
+	case "one":
+		if i == 0 {
+			return total
+		}
+		return 0
 	}
 	return total / n
 }
@@ -434,17 +521,30 @@ func (s *sim) handle(e event) {
 		s.decide(e.r)
 		s.nextArrival(e.r)
 	case loopTick:
-		if s.rs[e.r].down {
+		r := s.rs[e.r]
+		if r.down {
 			return
 		}
-		s.loop(e.r)
 		s.push(event{at: s.now + s.c.tau, kind: loopTick, r: e.r})
+		if r.inRound {
+			r.tickWaiting = true
+			return
+		}
+		s.round(e.r)
 	case atCoord:
 		s.coordinate(e.r, e.call)
 	case atRegion:
 		s.answer(e.r, e.call)
+	case timeout:
+		r := s.rs[e.r]
+		if r.down || r.pending != e.call.id {
+			return
+		}
+		r.pending = 0
+		s.next(e.r, nil)
 	case expire:
 		s.ledger = slices.DeleteFunc(s.ledger, func(x *entry) bool { return x.w == e.w })
+		delete(s.wanted, e.w)
 	case shift:
 		s.r.Shift = s.now
 		r := s.rs[e.r]
@@ -474,6 +574,10 @@ func (s *sim) startWindow(w int64) {
 		LedgerMax: s.r.Safe * int64(n)}
 	for i, r := range s.rs {
 		r.w, r.a, r.c, r.burnt = w, s.r.Safe, 0, 0
+		r.seen, r.yielded, r.wAsked, r.lastAsked = false, false, 0, 0
+		if s.c.loop == "built" {
+			r.est = 0 // a node keeps a key's state per window
+		}
 		st.AMin[i], st.AMax[i] = r.a, r.a
 		st.Cut[i] = r.cut
 		if w == 0 {
@@ -555,6 +659,8 @@ func (s *sim) decide(i int) {
 	r := s.rs[i]
 	st := &s.stats[len(s.stats)-1]
 	r.asks++
+	r.wAsked++
+	r.seen = true
 	st.Asked[i]++
 	if r.c+1 <= r.a {
 		r.c++
@@ -563,10 +669,68 @@ func (s *sim) decide(i int) {
 	}
 }
 
-// loop is region i's turn every τ: estimate the demand, then ask for
-// what it needs beyond what it holds, or give back a surplus above the
-// threshold, having spent it first.
-func (s *sim) loop(i int) {
+// round is region i's turn every τ: for the key, if it has decided it in
+// the window, ask for what it needs beyond what it holds, or give back a
+// surplus, having spent it first; then, with the wanted set, read it and
+// give back what it holds and does not use of a wanted entry.
+func (s *sim) round(i int) {
+	r := s.rs[i]
+	r.inRound = true
+	var c *call
+	if s.c.loop == "built" {
+		c = s.planBuilt(i)
+	} else {
+		c = s.planDesign(i)
+	}
+	if c == nil {
+		s.afterCall(i)
+		return
+	}
+	if c.give && s.c.broken != "nospend" {
+		r.c += c.x
+		r.burnt += c.x
+	}
+	r.step = stepCall
+	s.send(i, *c)
+}
+
+// planBuilt is internal/regions' round: the rate smoothed 0.7/0.3 per
+// round (from nothing each window), need = rate × (left + 2τ) + 1; ask for
+// need − remaining, or give back the surplus beyond need + need/4 when it
+// exceeds that by more than the headroom (L/100), not in the window's last
+// second.
+func (s *sim) planBuilt(i int) *call {
+	r := s.rs[i]
+	if !r.seen {
+		return nil
+	}
+	per := float64(r.wAsked-r.lastAsked) / s.c.tau.Seconds()
+	r.lastAsked = r.wAsked
+	if r.est == 0 {
+		r.est = per
+	} else {
+		r.est = 0.7*r.est + 0.3*per
+	}
+	left := time.Duration(r.w+1)*s.c.window - s.now
+	need := int64(math.Ceil(r.est*(left+2*s.c.tau).Seconds())) + 1
+	rem := r.a - r.c
+	switch {
+	case need > rem:
+		return &call{w: r.w, x: need - rem}
+	case rem > need+need/4+s.headroom() && left > time.Second:
+		return &call{w: r.w, give: true, x: rem - need - need/4}
+	}
+	return nil
+}
+
+// headroom is what a region keeps beyond its need (built) and of a wanted
+// entry it gives back: L/100, at least 1.
+func (s *sim) headroom() int64 { return max(s.c.limit/100, 1) }
+
+// planDesign is the design's loop: the rate over the last -estimate ticks,
+// need = rate × left + -headroom τ's of it (at least -minheadroom); give
+// back a surplus above -threshold.
+func (s *sim) planDesign(i int) *call {
 	r := s.rs[i]
 	r.ticks = append(r.ticks, tick{s.now, r.asks})
 	r.asks = 0
@@ -574,40 +738,105 @@ func (s *sim) loop(i int) {
 		r.ticks = r.ticks[1:]
 	}
 	if len(r.ticks) < 2 {
-		return
+		return nil
 	}
 	var asks int64
 	for _, t := range r.ticks[1:] {
 		asks += t.asks
 	}
-	rate := float64(asks) / (s.now - r.ticks[0].at).Seconds()
-	left := (time.Duration(r.w+1)*s.c.window - s.now).Seconds()
-	need := int64(math.Ceil(rate*left+s.c.headroom*rate*s.c.tau.Seconds())) + s.c.minHead
-	if r.pending != 0 && s.now-r.sentAt < s.c.timeout {
-		return
+	r.est = float64(asks) / (s.now - r.ticks[0].at).Seconds()
+	if !r.seen {
+		return nil // a key with no traffic here this window: the region does not know it
 	}
+	left := (time.Duration(r.w+1)*s.c.window - s.now).Seconds()
+	need := int64(math.Ceil(r.est*left+s.c.headroom*r.est*s.c.tau.Seconds())) + s.c.minHead
 	free := r.a - r.c
 	switch {
 	case need > free:
-		s.send(i, call{w: r.w, x: need - free})
+		return &call{w: r.w, x: need - free}
 	case free-need > s.c.threshold:
-		x := free - need
-		if s.c.broken != "nospend" {
-			r.c += x
-			r.burnt += x
+		return &call{w: r.w, give: true, x: free - need}
+	}
+	return nil
+}
+
+// next moves region i's round on once its call is answered (c) or has
+// failed (nil).
+func (s *sim) next(i int, c *call) {
+	r := s.rs[i]
+	switch r.step {
+	case stepCall:
+		s.afterCall(i)
+	case stepRead:
+		var wanted []int64
+		if c != nil {
+			wanted = c.wanted
 		}
-		s.send(i, call{w: r.w, give: true, x: x})
+		s.yield(i, wanted)
+	default:
+		s.endRound(i)
+	}
+}
+
+// afterCall reads the wanted set, if the protocol has it.
+func (s *sim) afterCall(i int) {
+	r := s.rs[i]
+	if !s.c.wanted {
+		s.endRound(i)
+		return
+	}
+	r.step = stepRead
+	s.r.Reads++
+	s.send(i, call{w: r.w, read: true})
+}
+
+// yield gives back, for the wanted set, all but the headroom of what
+// region i holds of its window's entry, unless it decides the key itself
+// (its round gives back its surplus) or has already, or the window has
+// less than a second left.
+func (s *sim) yield(i int, wanted []int64) {
+	r := s.rs[i]
+	left := time.Duration(r.w+1)*s.c.window - s.now
+	busy := r.seen && (r.est > 0 || r.yielded)
+	if !slices.Contains(wanted, r.w) || busy || left < time.Second {
+		s.endRound(i)
+		return
+	}
+	r.seen, r.yielded = true, true
+	x := r.a - r.c - s.headroom()
+	if x <= 0 {
+		s.endRound(i)
+		return
+	}
+	if s.c.broken != "nospend" {
+		r.c += x
+		r.burnt += x
+	}
+	r.step = stepYield
+	s.send(i, call{w: r.w, give: true, yield: true, x: x})
+}
+
+func (s *sim) endRound(i int) {
+	r := s.rs[i]
+	r.inRound, r.step = false, 0
+	if r.tickWaiting {
+		r.tickWaiting = false
+		s.round(i)
 	}
 }
 
 // send sends a call from region i to the coordinator; a message sent or
-// arriving while the link is cut is lost.
+// arriving while the link is cut is lost. Unanswered after -timeout, the
+// call has failed.
 func (s *sim) send(i int, c call) {
 	r := s.rs[i]
 	s.calls++
-	s.r.Calls++
+	if !c.read {
+		s.r.Calls++
+	}
 	c.id = s.calls
-	r.pending, r.sentAt = c.id, s.now
+	r.pending = c.id
+	s.push(event{at: s.now + s.c.timeout, kind: timeout, r: i, call: call{id: c.id}})
 	if r.cut {
 		s.r.Lost++
 		return
@@ -622,19 +851,38 @@ func (s *sim) coordinate(i int, c call) {
 		s.r.Lost++
 		return
 	}
-	e := s.entry(c.w)
-	if c.give {
+	switch {
+	case c.read:
+		for w := range s.wanted {
+			if time.Duration(w+1)*s.c.window >= s.now {
+				c.wanted = append(c.wanted, w)
+			}
+		}
+	case c.give:
+		e := s.entry(c.w)
 		x := min(c.x, e.alloc[i])
 		e.alloc[i] -= x
 		e.sum -= x
 		c.alloc = e.alloc[i]
 		s.r.GivenTotal += x
-	} else {
-		g := min(c.x, s.c.limit-e.sum)
+		if c.yield {
+			s.r.Yielded += x
+		}
+	default:
+		e := s.entry(c.w)
+		var g int64
+		if free := s.c.limit - e.sum; free > 0 {
+			g = min(c.x, free)
+			if s.c.grant == "half" {
+				g = min(c.x, (free+1)/2)
+			}
+		}
 		if s.c.broken == "nocap" {
 			g = c.x
 		}
-		g = max(g, 0)
+		if g < c.x {
+			s.wanted[c.w] = true // short: read by the regions if the protocol has the wanted set
+		}
 		e.alloc[i] += g
 		e.sum += g
 		c.g, c.alloc = g, e.alloc[i]
@@ -665,30 +913,33 @@ func (s *sim) answer(i int, c call) {
 	r := s.rs[i]
 	if r.cut || r.down {
 		s.r.Lost++
-		if r.cut && c.id == r.pending {
+		if r.cut && c.id == r.pending && !c.read {
 			s.r.Applied++
 		}
 		return
 	}
-	if c.id == r.pending {
+	mine := c.id == r.pending
+	if mine {
 		r.pending = 0
 	}
-	if c.w != r.w {
-		return
-	}
-	if c.give {
-		if s.c.broken == "nospend" {
-			r.a -= c.x
+	if c.w == r.w && !c.read {
+		if c.give {
+			if s.c.broken == "nospend" {
+				r.a -= c.x
+			}
+		} else {
+			r.a += c.g
 		}
 		s.held(i)
+		s.ramp()
+	}
+	// The worst moment for a crash: right after a large grant.
+	if s.c.fault == "crash" && i == 0 && !s.faulted && !c.read && !c.give && c.w == r.w && c.w == int64(s.c.at) && c.g >= s.large {
+		s.strike(i, true)
 		return
 	}
-	r.a += c.g
-	s.held(i)
-	s.ramp()
-	// The worst moment for a crash: right after a large grant.
-	if s.c.fault == "crash" && i == 0 && !s.faulted && c.w == int64(s.c.at) && c.g >= s.large {
-		s.strike(i, true)
+	if mine {
+		s.next(i, &c)
 	}
 }
 
@@ -865,7 +1116,7 @@ func (r report) print(w io.Writer, c config) {
 	c = c.defaults()
 	fmt.Fprintf(w, "%d regions, L = %d per %s, safe share %d, round trips %v (jitter %.0f%%), τ %s, estimate over %d τ, headroom %.1f τ (at least %d), give-back threshold %d\n",
 		c.regions, c.limit, c.window, r.Safe, c.rtt, 100*c.jitter, c.tau, c.estimate, c.headroom, c.minHead, c.threshold)
-	fmt.Fprintf(w, "demand %.2f L a window, mix %s, fault %s, %d windows, seed %d", c.demand, c.mix, c.fault, c.windows, c.seed)
+	fmt.Fprintf(w, "protocol %s; demand %.2f L a window, mix %s, fault %s, %d windows, seed %d", protocol(c), c.demand, c.mix, c.fault, c.windows, c.seed)
 	if c.broken != "" {
 		fmt.Fprintf(w, ", BROKEN protocol: %s", c.broken)
 	}
@@ -921,18 +1172,18 @@ func (r report) print(w io.Writer, c config) {
 	if r.Shift >= 0 {
 		row("after the shift: first, last region at 90%", fmt.Sprintf("%s, %s", ms(s.ShiftFirst), ms(s.ShiftLast)))
 	}
-	row("calls; messages lost; applied with answer lost", fmt.Sprintf("%d; %d; %d", r.Calls, r.Lost, r.Applied))
-	row("granted, given back (all windows)", fmt.Sprintf("%d, %d", r.GrantedTotal, r.GivenTotal))
+	row("calls; wanted reads; lost; applied, answer lost", fmt.Sprintf("%d; %d; %d; %d", r.Calls, r.Reads, r.Lost, r.Applied))
+	row("granted, given back (of it, for the wanted set)", fmt.Sprintf("%d, %d (%d)", r.GrantedTotal, r.GivenTotal, r.Yielded))
 	fmt.Fprintln(w, "\n(held: a_r less what was spent to give back; ~ cut during the window, x down at its end; waste: min(asked, L) - admitted;\n ramp: from the window's start, the shift or the crash, until the region came 90% of the way from what it held to its max-min fair share, - if that is within the give-back threshold)")
 }
 
 // sweepCases are the sweep's simulations, from base: regions 2, 3, 5 x
-// round trip 50, 150 ms x mix even, hot, shift x fault none, cut, crash.
+// round trip 50, 150 ms x base's mixes x fault none, cut, crash.
 func sweepCases(base config) []config {
 	var cs []config
 	for _, n := range []int{2, 3, 5} {
 		for _, rtt := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond} {
-			for _, mix := range []string{"even", "hot", "shift"} {
+			for _, mix := range strings.Split(base.defaults().mixes, ",") {
 				for _, fault := range []string{"none", "cut", "crash"} {
 					c := base
 					c.regions, c.rtt, c.mix, c.fault = n, []time.Duration{rtt}, mix, fault
@@ -948,7 +1199,7 @@ func runSweep(w io.Writer, base config) {
 	b := base.defaults()
 	fmt.Fprintf(w, "L = %d per %s, %d windows, demand %.2f L, τ %s, estimate %d τ, headroom %.1f τ (>= %d), threshold %s, jitter %.0f%%, seed %d\n",
 		b.limit, b.window, b.windows, b.demand, b.tau, b.estimate, b.headroom, b.minHead, thresholdText(base), 100*b.jitter, b.seed)
-	fmt.Fprintln(w, "shares, waste, unused and ramp over windows 1 and later; over, ledger and a>alloc over all windows and events")
+	fmt.Fprintf(w, "protocol %s; shares, waste, unused and ramp over windows 1 and later; over, ledger and a>alloc over all windows and events\n", protocol(b))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| R | rtt | mix | fault | admitted / L·windows | over | ledger over | a_r > alloc | r0 admitted / asked | waste | unused | slowest ramp (windows never) | after shift: first, last | fault at |")
 	fmt.Fprintln(w, "|---|-----|-----|-------|------|---|---|---|------|---|---|---|---|---|")
@@ -966,6 +1217,17 @@ func runSweep(w io.Writer, base config) {
 			c.regions, c.rtt[0], c.mix, c.fault, s.Admitted, c.limit*int64(c.windows), r.Overshoot, r.LedgerOver, r.AboveLedger,
 			100*s.HotAdm, 100*s.HotAsk, 100*s.Waste, 100*s.Unused, ms(s.Ramp), s.RampNever, ms(s.ShiftFirst), ms(s.ShiftLast), at)
 	}
+}
+
+// protocol names c's protocol: built, design, or its three choices.
+func protocol(c config) string {
+	switch {
+	case c.grant == "half" && c.wanted && c.loop == "built":
+		return "built"
+	case c.grant == "all" && !c.wanted && c.loop == "design":
+		return "design"
+	}
+	return fmt.Sprintf("grant %s, wanted %t, loop %s", c.grant, c.wanted, c.loop)
 }
 
 func thresholdText(c config) string {

@@ -19,19 +19,25 @@ func defaults(t *testing.T, args ...string) config {
 	return c
 }
 
+// design is the protocol before it was built: grants of all that is free,
+// no wanted set, the design's loop.
+var design = []string{"-grant", "all", "-wanted=false", "-loop", "design"}
+
 // TestBound: on every case of the sweep (regions 2, 3, 5 x round trip 50,
-// 150 ms x even, 90/5/5, a region going quiet x no fault, a cut at the
-// worst moment, a crash), over three windows, no window id admits more
-// than L, no ledger entry hands out more than L, and no region holds more
-// than its ledger allocation, checked at every event; and the runs press
-// on the limit (the bound is exercised, not idle), cuts lose messages,
-// and with a hot region the cut strikes right after a large grant whose
-// answer is lost.
+// 150 ms x even, 90/5/5, a region going quiet, one region only x no
+// fault, a cut at the worst moment, a crash), over three windows, with the
+// protocol as built and as designed, no window id admits more than L, no
+// ledger entry hands out more than L, and no region holds more than its
+// ledger allocation, checked at every event; and the runs press on the
+// limit (the bound is exercised, not idle), cuts lose messages, and with
+// a hot region the cut strikes right after a large grant whose answer is
+// lost. L is 3,000 a minute here, to keep the test short.
 func TestBound(t *testing.T) {
-	base := defaults(t)
-	base.windows = 3
-	for _, c := range sweepCases(base) {
-		name := fmt.Sprintf("%d/%s/%s/%s", c.regions, c.rtt[0], c.mix, c.fault)
+	built := defaults(t, "-limit", "3000", "-windows", "3")
+	designed := defaults(t, append([]string{"-limit", "3000", "-windows", "3"}, design...)...)
+	designed.mixes = "hot,shift,one" // even: the two agree
+	for _, c := range append(sweepCases(built), sweepCases(designed)...) {
+		name := fmt.Sprintf("%s/%d/%s/%s/%s", protocol(c), c.regions, c.rtt[0], c.mix, c.fault)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			r := run(c)
@@ -50,7 +56,7 @@ func TestBound(t *testing.T) {
 			if r.Checks < events {
 				t.Errorf("%d checks for %d requests: not every event was checked", r.Checks, events)
 			}
-			if c.fault == "none" && c.mix != "shift" && r.Windows[1].admitted() < c.limit*99/100 {
+			if c.fault == "none" && (c.mix == "even" || c.mix == "hot") && r.Windows[1].admitted() < c.limit*99/100 {
 				t.Errorf("window 1: %d admitted of L = %d with demand 1.5 L: the limit is not pressed", r.Windows[1].admitted(), c.limit)
 			}
 			if c.fault == "cut" && r.Lost == 0 {
@@ -79,23 +85,64 @@ func TestBrokenSeen(t *testing.T) {
 		t.Errorf("grant without the cap: overshoot %d, ledger over L by %d; want both > 0", r.Overshoot, r.LedgerOver)
 	}
 	t.Logf("grant without the cap: overshoot %d, ledger over by %d", r.Overshoot, r.LedgerOver)
-	for _, broken := range []string{"", "nospend"} {
-		c := defaults(t, "-mix", "hot", "-windows", "3")
-		c.broken = broken
-		r := run(c)
-		if (broken != "") != (r.AboveLedger > 0) {
-			t.Errorf("broken %q: a region held up to %d above its ledger allocation", broken, r.AboveLedger)
+	// Under "one", the idle regions give back only for the wanted set:
+	// that give-back must be spent first too.
+	for _, mix := range []string{"hot", "one"} {
+		for _, broken := range []string{"", "nospend"} {
+			c := defaults(t, "-mix", mix, "-windows", "3")
+			c.broken = broken
+			r := run(c)
+			if (broken != "") != (r.AboveLedger > 0) {
+				t.Errorf("%s, broken %q: a region held up to %d above its ledger allocation", mix, broken, r.AboveLedger)
+			}
+			t.Logf("%s, broken %q: above the ledger by up to %d, overshoot %d", mix, broken, r.AboveLedger, r.Overshoot)
 		}
-		t.Logf("broken %q: above the ledger by up to %d, overshoot %d", broken, r.AboveLedger, r.Overshoot)
+	}
+}
+
+// TestOneRegion: with the key active in region 0 only, the wanted set
+// makes the idle regions give back all they hold of it but the headroom
+// (L/100 each), and region 0 admits at least 90% of L in every window
+// after the first (measured: L less the idle regions' headroom, 98% with
+// 3 regions, 96% with 5, over seeds 1 to 6 and round trips of 50 and
+// 150 ms). Without it, as built or as designed, the idle regions never
+// hear of the key and hold their safe shares: region 0 admits no more
+// than its own, plus what no region holds (L − R·s, the rounding).
+func TestOneRegion(t *testing.T) {
+	for _, n := range []string{"2", "3", "5"} {
+		for _, rtt := range []string{"50ms", "150ms"} {
+			for _, proto := range [][]string{nil, {"-wanted=false"}, design} {
+				c := defaults(t, append([]string{"-mix", "one", "-regions", n, "-rtt", rtt, "-windows", "4"}, proto...)...)
+				r := run(c)
+				var b bytes.Buffer
+				r.print(&b, c)
+				alone := c.limit - int64(c.regions-1)*r.Safe // all region 0 may hold without a give-back
+				for w, st := range r.Windows {
+					got := st.Admitted[0]
+					switch {
+					case c.wanted && w > 0 && got < c.limit*9/10:
+						t.Errorf("%s regions, %s, %s: window %d: region 0 admitted %d, want at least 90%% of L = %d\n%s", n, rtt, protocol(c), w, got, c.limit, b.String())
+					case !c.wanted && got > alone:
+						t.Errorf("%s regions, %s, %s: window %d: region 0 admitted %d, more than its safe share %d and the rounding\n%s", n, rtt, protocol(c), w, got, r.Safe, b.String())
+					}
+				}
+				if c.wanted != (r.Yielded > 0) {
+					t.Errorf("%s regions, %s, %s: given back %d, for the wanted set %d", n, rtt, protocol(c), r.GivenTotal, r.Yielded)
+				}
+				t.Logf("%s regions, %s, %s: window 1: region 0 admitted %d of L = %d", n, rtt, protocol(c), r.Windows[1].Admitted[0], c.limit)
+			}
+		}
 	}
 }
 
 // TestFairness: with 90/5/5 demand at 1.5 L and 50 ms round trips, the
 // hot region gets at least 83% of the admissions in the windows after
 // the first (its max-min fair share is 85%: the others ask 7.5% each;
-// measured 85.9 to 86.7% over seeds 1 to 6), the capacity is used (at
-// least 99% of L), and it reaches 90% of its share within a second of
-// each window's start.
+// measured 88.1 to 90.0% over seeds 1 to 6 as built, 85.9 to 86.7% as
+// designed), the capacity is used (at least 99% of L), and it reaches 90%
+// of its share within 4 s of each window's start (measured 1.1 to 2.6 s
+// as built: a grant gives half of what is free, so it takes a few
+// rounds; 0.3 s as designed).
 func TestFairness(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		c := defaults(t, "-mix", "hot", "-rtt", "50ms", "-windows", "4")
@@ -108,7 +155,7 @@ func TestFairness(t *testing.T) {
 		if s.Waste > 0.01 {
 			t.Errorf("seed %d: %.2f%% of the capacity asked for went unused", seed, 100*s.Waste)
 		}
-		if s.RampNever > 0 || s.Ramp > time.Second {
+		if s.RampNever > 0 || s.Ramp > 4*time.Second {
 			t.Errorf("seed %d: slowest ramp %v, windows never: %d", seed, s.Ramp, s.RampNever)
 		}
 		t.Logf("seed %d: hot region %.1f%% of admissions (%.1f%% of asks), waste %.2f%%, ramp %v", seed, 100*s.HotAdm, 100*s.HotAsk, 100*s.Waste, s.Ramp)
@@ -146,7 +193,7 @@ func TestCrashReturns(t *testing.T) {
 	r := run(c)
 	var b bytes.Buffer
 	r.print(&b, c)
-	if !r.FaultLarge || r.Windows[1].AllocEnd[0] <= r.Safe+c.limit/4 {
+	if !r.FaultLarge || r.Windows[1].AllocEnd[0] < r.Safe+c.limit/12 {
 		t.Errorf("window 1: the ledger holds %d for the crashed region at the end, want its large grant\n%s", r.Windows[1].AllocEnd[0], b.String())
 	}
 	for w := 2; w < len(r.Windows); w++ {
@@ -159,7 +206,7 @@ func TestCrashReturns(t *testing.T) {
 
 // TestFlags: bad flags are refused with a reason; the defaults run.
 func TestFlags(t *testing.T) {
-	for _, args := range [][]string{{"-regions", "0"}, {"-mix", "skewed"}, {"-fault", "flood"}, {"-rtt", "50ms,60ms"}, {"-rtt", "fast"}, {"-jitter", "1"}} {
+	for _, args := range [][]string{{"-regions", "0"}, {"-mix", "skewed"}, {"-mixes", "even,odd"}, {"-grant", "some"}, {"-loop", "fast"}, {"-fault", "flood"}, {"-rtt", "50ms,60ms"}, {"-rtt", "fast"}, {"-jitter", "1"}} {
 		var b bytes.Buffer
 		if _, _, err := parse(args, &b); err == nil || b.Len() == 0 {
 			t.Errorf("%v: accepted (%q)", args, b.String())
