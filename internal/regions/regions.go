@@ -136,6 +136,7 @@ type gstate struct {
 	granted   int64 // by this node, this window
 	given     int64 // given back by this node, this window
 	yielded   bool  // given back for another region's want
+	born      time.Time
 	seen      time.Time
 }
 
@@ -322,8 +323,14 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 	g := s.keys[k]
 	if g == nil || g.window < ws {
 		// A state per window: a charge still running for an earlier one
-		// closes its own.
-		g = &gstate{limit: h.Limit, window: ws, init: make(chan struct{}), remaining: -1}
+		// closes its own. The demand carries over from the window before:
+		// a rate measured from nothing would give back, on the first
+		// round, what the window will need.
+		prev := g
+		g = &gstate{limit: h.Limit, window: ws, init: make(chan struct{}), remaining: -1, born: now}
+		if prev != nil && prev.window == ws-p {
+			g.rate = prev.rate
+		}
 		s.keys[k] = g
 		go s.charge(k, h.Key, h.Limit, ws, g)
 	}
@@ -456,7 +463,7 @@ func (s *Store) round(ctx context.Context) {
 		switch {
 		case need > g.remaining:
 			jobs = append(jobs, job{k, g, (need - g.remaining + nodes - 1) / nodes})
-		case g.remaining > need+need/4+headroom(g.limit) && g.window+p-now > int64(time.Second):
+		case g.remaining > need+need/4+headroom(g.limit) && g.window+p-now > int64(time.Second) && now-g.born.UnixNano() >= int64(2*s.cfg.Interval):
 			// A surplus beyond the need and a quarter, not near the
 			// window's end: this node gives back its part of it.
 			jobs = append(jobs, job{k, g, -((g.remaining - need - need/4) / nodes)})
