@@ -109,7 +109,7 @@ func BenchmarkSettle(b *testing.B) {
 	b.Cleanup(func() { info.Close() })
 	ctx := context.Background()
 	var id atomic.Uint64
-	const big = 1 << 40
+	const big = 1 << 39
 	for _, c := range []struct {
 		name     string
 		l        *sluice.Limit
@@ -117,10 +117,10 @@ func BenchmarkSettle(b *testing.B) {
 		refund   bool
 		parallel bool
 	}{
-		{"fixed_window/charge", &sluice.Limit{Name: "fw", Rate: 1e15, Period: day}, 1, false, false},
-		{"fixed_window/refund", &sluice.Limit{Name: "fw", Rate: 1e15, Period: day}, big, true, false},
-		{"token_bucket/refund", &sluice.Limit{Name: "tb", Algorithm: sluice.TokenBucket, Rate: 1, Period: day, Burst: 1e15}, big, true, false},
-		{"fixed_window/charge/parallel", &sluice.Limit{Name: "fw", Rate: 1e15, Period: day}, 1, false, true},
+		{"fixed_window/charge", &sluice.Limit{Name: "fw", Rate: 1 << 40, Period: day}, 1, false, false},
+		{"fixed_window/refund", &sluice.Limit{Name: "fw", Rate: 1 << 40, Period: day}, big, true, false},
+		{"token_bucket/refund", &sluice.Limit{Name: "tb", Algorithm: sluice.TokenBucket, Rate: 1e6, Period: day, Burst: 1 << 40}, 1e6, true, false},
+		{"fixed_window/charge/parallel", &sluice.Limit{Name: "fw", Rate: 1 << 40, Period: day}, 1, false, true},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			key := "k" + strconv.FormatUint(id.Add(1), 10)
