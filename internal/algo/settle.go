@@ -1,5 +1,7 @@
 package algo
 
+import "math"
+
 // Settle settles a reservation: a hit of cost reserved that a store took
 // (Step admitted it) before its real cost, spent, was known (the tokens of
 // an LLM's answer). It returns the state after the difference is charged
@@ -195,5 +197,9 @@ func refundDiscrete(p *Params, s State, now, at, reserved, want int64) (State, i
 		return State{}, -int64(k)
 	}
 	q := d.divCeil(a)
-	return State{A: tick + int64(q.lo)*iv, B: int64(mulU(q.lo, a).sub(d).lo)}, -int64(k)
+	span := mulU(q.lo, uint64(iv))
+	if q.hi != 0 || span.hi != 0 || span.lo > uint64(math.MaxInt64-tick) {
+		return State{A: math.MaxInt64}, -int64(k) // cut as discreteForce cuts
+	}
+	return State{A: tick + int64(span.lo), B: int64(mulU(q.lo, a).sub(d).lo)}, -int64(k)
 }

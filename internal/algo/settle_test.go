@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -139,5 +140,16 @@ func TestSettleUnsupported(t *testing.T) {
 		if got, moved := Settle(&p, st, 1e9, 1e9, 1, 5, 0); got != st || moved != 0 {
 			t.Errorf("%+v: settled to %+v, %d", p, got, moved)
 		}
+	}
+}
+
+// TestSettleDiscreteCut: a discrete bucket cut at the end of representable
+// time (discreteForce) stays cut when a refund leaves the tick's remainder,
+// rather than wrapping to a fresh bucket that forgets its debt.
+func TestSettleDiscreteCut(t *testing.T) {
+	p := Params{Kind: TokenBucket, Rate: 500000, Period: 1000000, Capacity: 970385, Interval: 17967259706}
+	st, moved := Settle(&p, State{A: math.MaxInt64}, math.MaxInt64, 9223372036853985968, 935144, 105939, 0)
+	if st.A != math.MaxInt64 || moved >= 0 {
+		t.Fatalf("settled to %+v, moved %d; want the state cut at MaxInt64 and a refund", st, moved)
 	}
 }
