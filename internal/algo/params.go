@@ -146,6 +146,10 @@ func (p *Params) Validate() error {
 		if hi != 0 || lo%uint64(p.Period) != 0 || lo == 0 {
 			return fmt.Errorf("discrete refill needs a whole number of tokens per interval: rate %d per %dns over an interval of %dns is not", p.Rate, p.Period, p.Interval)
 		}
+		if lo/uint64(p.Period) > math.MaxInt64 {
+			// A step's remainder is kept in the state's int64.
+			return fmt.Errorf("discrete refill adds %d tokens per interval, more than %d", lo/uint64(p.Period), int64(math.MaxInt64))
+		}
 	}
 	if (p.Kind == SlidingWindow || p.Kind == Sketch) && p.Capacity > MaxSlidingWindowCapacity {
 		return fmt.Errorf("%s counts at most %d requests per window, got %d (use gcra or token_bucket for larger rates)", p.Kind, MaxSlidingWindowCapacity, p.Capacity)

@@ -343,7 +343,7 @@ func TestExtremes(t *testing.T) {
 	}
 	params = append(params,
 		Params{Kind: TokenBucket, Rate: 1 << 20, Period: 100 * year, Capacity: big, Interval: 100 * year >> 18},
-		Params{Kind: TokenBucket, Rate: 1 << 62, Period: 1, Capacity: math.MaxInt64, Interval: 3},
+		Params{Kind: TokenBucket, Rate: 1 << 61, Period: 1, Capacity: math.MaxInt64, Interval: 3}, // the most tokens a step may add, nearly
 		Params{Kind: TokenBucket, Rate: 1, Period: 1, Capacity: 1, Interval: math.MaxInt64},
 	)
 	for _, p := range params {
