@@ -12,11 +12,13 @@
 // the entry wanted, and every τ each region reads the wanted set and gives
 // back all but a headroom (L/100) of what it holds of an entry it does not
 // use, a key it has not decided in the window included (-wanted); the
-// region's round smooths its rate 0.7/0.3 a round from nothing each window
-// and asks for rate × (time left + 2τ) + 1 (-loop built). The design before
-// it was built is -grant all -wanted=false -loop design. Either way a
-// region acts only on a key it has decided in the window (or given back
-// for the wanted set): a region never knows a key it has not seen.
+// region's round smooths its rate 0.7/0.3 a round, starting a window from
+// the window before's if it decided the key in it, asks for rate × (time
+// left + 2τ) + 1, and gives nothing back until it has known the key in the
+// window for 2τ (-loop built). The design before it was built is -grant
+// all -wanted=false -loop design. Either way a region acts only on a key
+// it has decided in the window (or given back for the wanted set): a
+// region never knows a key it has not seen.
 //
 //	go run ./cmd/regionsim -regions 3 -rtt 50ms -mix hot
 //	go run ./cmd/regionsim -mix one -wanted=false
@@ -78,7 +80,7 @@ type config struct {
 	// before it was built is grant "all", wanted false, loop "design".
 	grant  string // "half": at most half of what no region holds (at least 1); "all": all of it
 	wanted bool   // a short grant marks the entry wanted; regions that hold it unused give it back
-	loop   string // "built": the rate smoothed 0.7/0.3 per round, need = rate × (left + 2τ) + 1; "design": over -estimate ticks
+	loop   string // "built": the rate smoothed 0.7/0.3 per round, carried from the window before, need = rate × (left + 2τ) + 1; "design": over -estimate ticks
 
 	// broken selects a deliberately wrong protocol, for the tests to
 	// show the checks see it: "nospend" gives back without spending
@@ -121,7 +123,7 @@ func parse(args []string, stderr io.Writer) (config, bool, error) {
 	fs.DurationVar(&c.tau, "tau", 200*time.Millisecond, "how often a region asks or gives back (τ)")
 	fs.StringVar(&c.grant, "grant", "half", "what a grant gives: half (at most half of what no region holds, as built) or all (all of it, as designed)")
 	fs.BoolVar(&c.wanted, "wanted", true, "a grant that falls short marks the entry wanted, and regions give back what they hold of it unused (as built)")
-	fs.StringVar(&c.loop, "loop", "built", "the region's round: built (rate smoothed 0.7/0.3 a round; need = rate × (time left + 2τ) + 1; give back above need + need/4 + L/100, not in the window's last second) or design (the flags below)")
+	fs.StringVar(&c.loop, "loop", "built", "the region's round: built (rate smoothed 0.7/0.3 a round, carried from the window before; need = rate × (time left + 2τ) + 1; give back above need + need/4 + L/100, not in the window's last second nor in the key's first 2τ in it) or design (the flags below)")
 	fs.IntVar(&c.estimate, "estimate", 25, "-loop design: ticks of history in the demand estimate")
 	fs.Float64Var(&c.headroom, "headroom", 10, "-loop design: headroom over the estimated need, in τ's of estimated demand")
 	fs.Int64Var(&c.minHead, "minheadroom", 10, "-loop design: the least headroom, in requests")
@@ -280,10 +282,11 @@ type region struct {
 	// internal/regions keeps it: nothing until its first decision (or a
 	// give-back for the wanted set).
 	seen      bool
-	yielded   bool    // gave back for the wanted set
-	wAsked    int64   // asked in this window
-	lastAsked int64   // wAsked at the last round
-	est       float64 // the estimated demand, a second
+	born      time.Duration // when it first knew the key in this window
+	yielded   bool          // gave back for the wanted set
+	wAsked    int64         // asked in this window
+	lastAsked int64         // wAsked at the last round
+	est       float64       // the estimated demand, a second
 
 	// The round: a call (grant or give-back) if one is needed, then a
 	// read of the wanted set and a give-back for it, one after the
@@ -573,11 +576,13 @@ func (s *sim) startWindow(w int64) {
 		AMin: make([]int64, n), AMax: make([]int64, n), Cut: make([]bool, n), Down: make([]bool, n), Ramp: -1,
 		LedgerMax: s.r.Safe * int64(n)}
 	for i, r := range s.rs {
+		if s.c.loop == "built" && (!r.seen || r.w != w-1) {
+			// A node keeps a key's state per window; a new one takes
+			// the rate of the window just before, if it had one.
+			r.est = 0
+		}
 		r.w, r.a, r.c, r.burnt = w, s.r.Safe, 0, 0
 		r.seen, r.yielded, r.wAsked, r.lastAsked = false, false, 0, 0
-		if s.c.loop == "built" {
-			r.est = 0 // a node keeps a key's state per window
-		}
 		st.AMin[i], st.AMax[i] = r.a, r.a
 		st.Cut[i] = r.cut
 		if w == 0 {
@@ -660,12 +665,21 @@ func (s *sim) decide(i int) {
 	st := &s.stats[len(s.stats)-1]
 	r.asks++
 	r.wAsked++
-	r.seen = true
+	s.know(i)
 	st.Asked[i]++
 	if r.c+1 <= r.a {
 		r.c++
 		st.Admitted[i]++
 		s.window++
+	}
+}
+
+// know notes that region i knows the key in its window from now (a node
+// makes the key's state for the window), if it did not already.
+func (s *sim) know(i int) {
+	r := s.rs[i]
+	if !r.seen {
+		r.seen, r.born = true, s.now
 	}
 }
 
@@ -695,10 +709,12 @@ func (s *sim) round(i int) {
 }
 
 // planBuilt is internal/regions' round: the rate smoothed 0.7/0.3 per
-// round (from nothing each window), need = rate × (left + 2τ) + 1; ask for
-// need − remaining, or give back the surplus beyond need + need/4 when it
-// exceeds that by more than the headroom (L/100), not in the window's last
-// second.
+// round (a window starting from the window before's, if the region knew
+// the key in it; else from the first round's count), need = rate × (left +
+// 2τ) + 1; ask for need − remaining, or give back the surplus beyond need
+// + need/4 when it exceeds that by more than the headroom (L/100), not in
+// the window's last second, and not before the region has known the key
+// in the window for 2τ.
 func (s *sim) planBuilt(i int) *call {
 	r := s.rs[i]
 	if !r.seen {
@@ -717,7 +733,7 @@ func (s *sim) planBuilt(i int) *call {
 	switch {
 	case need > rem:
 		return &call{w: r.w, x: need - rem}
-	case rem > need+need/4+s.headroom() && left > time.Second:
+	case rem > need+need/4+s.headroom() && left > time.Second && s.now-r.born >= 2*s.c.tau:
 		return &call{w: r.w, give: true, x: rem - need - need/4}
 	}
 	return nil
@@ -802,7 +818,8 @@ func (s *sim) yield(i int, wanted []int64) {
 		s.endRound(i)
 		return
 	}
-	r.seen, r.yielded = true, true
+	s.know(i)
+	r.yielded = true
 	x := r.a - r.c - s.headroom()
 	if x <= 0 {
 		s.endRound(i)
