@@ -40,7 +40,7 @@ func TestServeSettingsDefaults(t *testing.T) {
 			store:         "memory",
 			redis:         redisSettings{prefix: "sluice:", timeout: 500 * time.Millisecond, maxInFlight: 256, maxQueue: 4096, hashTag: "entry", cacheSize: 100000},
 			failurePolicy: rules.FailLocal, localNodes: 0,
-			regions:       regionSettings{interval: 200 * time.Millisecond},
+			regions: regionSettings{interval: 200 * time.Millisecond},
 		},
 	}
 	s.sources, s.envoyIgnored = nil, nil
