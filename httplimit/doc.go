@@ -54,17 +54,19 @@
 //   - a value the limits cannot take (see [Descriptor]): 400 with a
 //     problem+json body ([ProblemInvalidRequest]), nothing charged.
 //
-// Three options change that flow, each off by default:
+// Four options change that flow, each off by default:
 //
 //   - [Shaping] delays a denied request, in a FIFO queue per key, until its
 //     limits admit it, up to a maximum delay and queue length: the leaky
 //     bucket as a queue, as NGINX limit_req with burst;
 //   - [Failures] are limits that count only responses with given statuses
 //     (failed logins): checked before the handler, charged after it;
-//   - [Concurrency] caps the requests in flight per key in this process.
+//   - [Concurrency] caps the requests in flight per key in this process;
+//   - [Tokens] is a token budget for LLM APIs: a cost reserved at
+//     admission from the request, settled from the answer's usage.
 //
 // docs/recipes.md puts them to work: login brute-force protection, per
-// user plus per IP, tiered plans.
+// user plus per IP, tiered plans, tokens per API key.
 //
 // The headers are X-RateLimit-Limit, X-RateLimit-Remaining,
 // X-RateLimit-Reset (seconds), Retry-After on denials, and the IETF
