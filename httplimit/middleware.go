@@ -120,6 +120,13 @@ type Config struct {
 	// cost 0 in it were peeks. descs and o are the middleware's own: read
 	// them before returning. It must be fast and safe for concurrent use.
 	OnOutcome func(descs []rules.Descriptor, o *decide.Outcome)
+
+	// OnSettle, when set with Tokens, is told each request's token
+	// reservation and the cost it was settled to, when its response ends
+	// (for metrics: what reservations hold against what answers spend).
+	// w and r are the middleware's own. It must be fast and safe for
+	// concurrent use.
+	OnSettle func(w http.ResponseWriter, r *http.Request, reserved, spent int64)
 }
 
 // middleware is a validated Config.
@@ -147,6 +154,7 @@ type middleware struct {
 	settle     settler // the Decider, with Tokens
 	onResult   func(w http.ResponseWriter, r *http.Request, res Result)
 	onOutcome  func(descs []rules.Descriptor, o *decide.Outcome)
+	onSettle   func(w http.ResponseWriter, r *http.Request, reserved, spent int64)
 }
 
 // New validates cfg and returns the middleware: a
@@ -208,6 +216,7 @@ func newMiddleware(cfg Config, dec func(context.Context, *decide.Request, *decid
 		onError:    cfg.OnError,
 		onResult:   cfg.OnResult,
 		onOutcome:  cfg.OnOutcome,
+		onSettle:   cfg.OnSettle,
 		log:        cfg.Logger,
 	}
 	m.ip.TrustedProxies = append([]netip.Prefix(nil), cfg.ClientIP.TrustedProxies...)

@@ -527,6 +527,9 @@ func (m *middleware) serveTokens(w http.ResponseWriter, r *http.Request, s *scra
 		if r.Context().Err() != nil && !tw.found {
 			spent = reserved // cut off: what was generated is unknown
 		}
+		if m.onSettle != nil {
+			m.onSettle(w, r, reserved, spent)
+		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), settleTimeout)
 		defer cancel()
 		if err := m.settle.Settle(ctx, &s.out, s.tokens, spent); err != nil {

@@ -20,6 +20,9 @@ import (
 //	sluice_proxy_upstream_errors_total{route}  requests the upstream did
 //	                      not answer (answered 502), client cancellations
 //	                      not included
+//	sluice_proxy_tokens_total{route,kind}  the tokens of a route's token
+//	                      budget: reserved at admission, and spent as
+//	                      the answers settled them
 //	sluice_proxy_request_duration_seconds{route}  histogram of the time
 //	                      from the request's routing to the end of its
 //	                      answer: the decision and, when passed, the
@@ -32,6 +35,7 @@ import (
 type Metrics struct {
 	requests       *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
+	tokens         *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 }
 
@@ -46,13 +50,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_proxy_upstream_errors_total",
 			Help: "Requests the upstream did not answer (answered 502), by route.",
 		}, []string{"route"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_proxy_tokens_total",
+			Help: "Tokens of the routes' token budgets, by route and kind: reserved at admission, spent as the answers settled them.",
+		}, []string{"route", "kind"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_proxy_request_duration_seconds",
 			Help:    "Time from routing a request to the end of its answer, upstream response included, by route.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.upstreamErrors, m.duration} {
+	for _, c := range []prometheus.Collector{m.requests, m.upstreamErrors, m.tokens, m.duration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -65,6 +73,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type routeMetrics struct {
 	results        []prometheus.Counter // by httplimit.Result
 	upstreamErrors prometheus.Counter
+	reserved       prometheus.Counter // tokens
+	spent          prometheus.Counter
 	duration       prometheus.Observer
 }
 
@@ -79,8 +89,19 @@ func (m *Metrics) route(name string) routeMetrics {
 		rm.results[r] = m.requests.WithLabelValues(name, r.String())
 	}
 	rm.upstreamErrors = m.upstreamErrors.WithLabelValues(name)
+	rm.reserved = m.tokens.WithLabelValues(name, "reserved")
+	rm.spent = m.tokens.WithLabelValues(name, "spent")
 	rm.duration = m.duration.WithLabelValues(name)
 	return rm
+}
+
+// settled counts a request's token reservation and what it spent.
+func (rm *routeMetrics) settled(reserved, spent int64) {
+	if rm.reserved == nil {
+		return
+	}
+	rm.reserved.Add(float64(reserved))
+	rm.spent.Add(float64(spent))
 }
 
 func (rm *routeMetrics) observe(r httplimit.Result, upstreamErr bool, d time.Duration) {
@@ -107,6 +128,7 @@ func (m *Metrics) forget(old, next *table) {
 			l := prometheus.Labels{"route": rt.name}
 			m.requests.DeletePartialMatch(l)
 			m.upstreamErrors.Delete(l)
+			m.tokens.DeletePartialMatch(l)
 			m.duration.Delete(l)
 		}
 	}

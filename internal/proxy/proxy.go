@@ -303,6 +303,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			Tokens:      rc.Tokens,
 			ShadowMode:  s.ShadowMode,
 			OnResult:    t.onResult,
+			OnSettle:    t.onSettle,
 			OnOutcome:   record,
 			Logger:      p.log.With("route", rc.Name),
 		})
@@ -354,6 +355,9 @@ type recorder struct {
 	http.ResponseWriter
 	result      httplimit.Result // 0 until the middleware says
 	upstreamErr bool
+	settled     bool // a token budget's settlement, below
+	reserved    int64
+	spent       int64
 }
 
 // Unwrap returns the server's ResponseWriter, for http.ResponseController.
@@ -379,6 +383,9 @@ func (rt *route) done(rec *recorder, start time.Time) {
 		res = httplimit.Error
 	}
 	rt.m.observe(res, rec.upstreamErr, time.Since(start))
+	if rec.settled {
+		rt.m.settled(rec.reserved, rec.spent)
+	}
 	*rec = recorder{}
 	rt.t.p.recorder.Put(rec)
 }
@@ -388,6 +395,14 @@ func (rt *route) done(rec *recorder, start time.Time) {
 func (t *table) onResult(w http.ResponseWriter, _ *http.Request, res httplimit.Result) {
 	if rec := recorderOf(w); rec != nil {
 		rec.result = res
+	}
+}
+
+// onSettle records a request's token reservation and what it spent, for
+// the metrics.
+func (t *table) onSettle(w http.ResponseWriter, _ *http.Request, reserved, spent int64) {
+	if rec := recorderOf(w); rec != nil {
+		rec.settled, rec.reserved, rec.spent = true, reserved, spent
 	}
 }
 
