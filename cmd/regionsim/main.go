@@ -40,7 +40,6 @@
 package main
 
 import (
-	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -50,6 +49,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/fairshare"
 )
 
 // config is one simulation.
@@ -622,7 +623,7 @@ func (s *sim) rebase() {
 			want[i] = s.demandRate(i, s.now) * left
 		}
 	}
-	st.Target = maxMin(want, max(capLeft, 0))
+	st.Target = fairshare.MaxMin(want, max(capLeft, 0))
 	for i, r := range s.rs {
 		st.Target[i] += float64(r.c)
 		st.Held0[i] = r.a - r.burnt
@@ -1044,23 +1045,6 @@ func (s *sim) held(i int) {
 	st := &s.stats[len(s.stats)-1]
 	st.AMin[i] = min(st.AMin[i], r.a-r.burnt)
 	st.AMax[i] = max(st.AMax[i], r.a-r.burnt)
-}
-
-// maxMin returns the max-min fair split of capacity among demands.
-func maxMin(demands []float64, capacity float64) []float64 {
-	idx := make([]int, len(demands))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
-	out := make([]float64, len(demands))
-	left := capacity
-	for k, i := range idx {
-		give := math.Min(demands[i], left/float64(len(idx)-k))
-		out[i] = give
-		left -= give
-	}
-	return out
 }
 
 // summary is a run's figures over the windows from the second on (the

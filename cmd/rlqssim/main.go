@@ -21,7 +21,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -29,9 +28,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/fairshare"
 
 	"github.com/sluicehq/sluice/internal/algo"
 
@@ -314,7 +314,7 @@ func (s *sim) accrueFair() (alive []float64) {
 			alive = append(alive, s.demands[i])
 		}
 	}
-	fair := maxMin(alive, s.limitRate)
+	fair := fairshare.MaxMin(alive, s.limitRate)
 	k := 0
 	for _, e := range s.es {
 		if !e.killed {
@@ -393,23 +393,6 @@ func (s *sim) finish() report {
 	r.Fairness = jain(xs)
 	r.Bound = int64(s.limitRate*s.c.duration.Seconds()) + algo.Nominal(s.limit.Algorithm, s.limit.Rate, s.limit.Burst) + int64(s.c.envoys) + r.Gifts
 	return r
-}
-
-// maxMin returns the max-min fair split of capacity among demands.
-func maxMin(demands []float64, capacity float64) []float64 {
-	idx := make([]int, len(demands))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(demands[a], demands[b]) })
-	out := make([]float64, len(demands))
-	left := capacity
-	for k, i := range idx {
-		give := math.Min(demands[i], left/float64(len(idx)-k))
-		out[i] = give
-		left -= give
-	}
-	return out
 }
 
 func sum(xs []float64) float64 {
