@@ -159,19 +159,7 @@ func (p *parser) concurrency(n *yaml.Node) *httplimit.Concurrency {
 			hasMax = true
 			c.Max = p.integer(v, "max", 1, 1<<30)
 		case "descriptor":
-			entries, ok := p.List(v, "descriptor (a list of entries)", httplimit.MaxEntries)
-			if !ok {
-				return
-			}
-			if len(entries) == 0 {
-				p.Errorf(p.node(v), "descriptor is empty (leave it out for the client address)")
-				return
-			}
-			for _, e := range entries {
-				if en, ok := p.entry(e); ok {
-					c.Descriptor = append(c.Descriptor, en)
-				}
-			}
+			c.Descriptor = p.entries(v, "descriptor (a list of entries)", "descriptor is empty (leave it out for the client address)")
 		}
 	})
 	if isMap && !hasMax {

@@ -38,7 +38,7 @@ func (p *parser) tokens(n *yaml.Node) *httplimit.Tokens {
 		switch key {
 		case "descriptor":
 			desc = true
-			t.Descriptor = p.entries(v, "descriptor (a list of entries)")
+			t.Descriptor = p.entries(v, "descriptor (a list of entries)", "descriptor is empty")
 		case "reserve":
 			reserve = true
 			p.reserve(t, v)
@@ -125,14 +125,15 @@ func (p *parser) headerName(n *yaml.Node, what string) string {
 	return s
 }
 
-// entries reads one descriptor's list of entries.
-func (p *parser) entries(n *yaml.Node, what string) httplimit.Descriptor {
+// entries reads one descriptor's list of entries, described as what;
+// empty is the problem of an empty list.
+func (p *parser) entries(n *yaml.Node, what, empty string) httplimit.Descriptor {
 	items, ok := p.List(n, what, httplimit.MaxEntries)
 	if !ok {
 		return nil
 	}
 	if len(items) == 0 {
-		p.Errorf(p.node(n), "%s is empty", what)
+		p.Errorf(p.node(n), "%s", empty)
 		return nil
 	}
 	var d httplimit.Descriptor
