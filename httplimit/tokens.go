@@ -198,7 +198,6 @@ func (m *middleware) newTokens(cfg *Tokens, d Decider) (*tokens, error) {
 // tokenRequest is what reserve found in a request.
 type tokenRequest struct {
 	reserved int64 // the whole reservation
-	output   int64 // of it, the output reserved
 	stream   bool
 }
 
@@ -254,7 +253,6 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 		}
 	}
 	out = min(out, t.max)
-	tr.output = out
 	tr.reserved = out
 	if t.promptBytes {
 		tr.reserved = min(out+int64(len(body)), sluice.MaxCost)

@@ -137,7 +137,6 @@ type gstate struct {
 	given     int64 // given back by this node, this window
 	yielded   bool  // given back for another region's want
 	born      time.Time
-	seen      time.Time
 }
 
 // New checks cfg and starts the background rounds.
@@ -257,7 +256,6 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 	if err := take(ctx, hits, out); err != nil || !global {
 		return err
 	}
-	now := s.cfg.Now()
 	s.mu.Lock()
 	for i := range hits {
 		h := &hits[i]
@@ -270,7 +268,6 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		}
 		g.asked += h.Cost
 		g.remaining = out[i].Remaining
-		g.seen = now
 		if out[i].Allowed {
 			s.Stats.Admitted.Add(h.Cost)
 		} else {
