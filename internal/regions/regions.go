@@ -58,15 +58,13 @@ type Ledger interface {
 
 // Entry names one ledger entry and the region asking.
 type Entry struct {
-	Key    string   // the counter's key and the limit's identity (entryKey)
-	Window int64    // the window's start, Unix ns
-	Period int64    // the window's length, ns
-	TTL    int64    // ns the entry lives from its last change: a period and more
-	Limit  int64    // the global limit L
-	Region int      // the asking region's index in Shares
-	Shares []int64  // every region's safe share
-	Name   string   // the limit's name, for logs
-	_      struct{} // keyed fields only
+	Key    string  // the counter's key and the limit's identity (entryKey)
+	Window int64   // the window's start, Unix ns
+	Period int64   // the window's length, ns
+	TTL    int64   // ns the entry lives from its last change: a period and more
+	Limit  int64   // the global limit L
+	Region int     // the asking region's index in Shares
+	Shares []int64 // every region's safe share
 }
 
 // Config configures a Store.
@@ -532,7 +530,7 @@ func (s *Store) yieldWanted(ctx context.Context, now int64) {
 func (s *Store) entry(k gkey, g *gstate) Entry {
 	p := int64(g.limit.Period)
 	return Entry{Key: entryKey(k.key, k.rate, k.period, g.limit.Name), Window: g.window, Period: p, TTL: p + int64(time.Minute),
-		Limit: g.limit.Rate, Region: s.region, Shares: s.shares(g.limit.Rate), Name: g.limit.Name}
+		Limit: g.limit.Rate, Region: s.region, Shares: s.shares(g.limit.Rate)}
 }
 
 // grant asks the ledger for want more of k's window and refunds what it
