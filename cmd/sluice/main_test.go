@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"context"
 	"flag"
 	"fmt"
@@ -375,5 +376,75 @@ func TestReadmeListsEveryCommand(t *testing.T) {
 	slices.Sort(listed)
 	if len(listed) < len(commands) || !slices.Equal(inReadme, listed) {
 		t.Errorf("README.md's commands %q, sluice --help's %q", inReadme, listed)
+	}
+}
+
+// TestExplainFromRules: sluice explain --config explains from a rules file
+// alone, with no server, token or overrides file: the rule reached, its
+// limits, and with --at the schedule window in force then; a bad file or
+// time is refused with the reason.
+func TestExplainFromRules(t *testing.T) {
+	rules := writeFile(t, "rules.yaml", `domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    schedules:
+      - name: night
+        from: "01:00"
+        to: "06:00"
+        tz: UTC
+        rate_limit: {unit: minute, requests_per_unit: 5}
+`)
+	explain := func(args ...string) (int, map[string]any, string) {
+		t.Helper()
+		code, out, errOut := runCmd(t, "", append([]string{"explain", "--config", rules, "--domain", "api"}, args...)...)
+		var got map[string]any
+		if code == 0 {
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+		}
+		return code, got, errOut
+	}
+	limitOf := func(e map[string]any) map[string]any {
+		t.Helper()
+		descs, _ := e["descriptors"].([]any)
+		if len(descs) != 1 {
+			t.Fatalf("descriptors: %v", e)
+		}
+		d := descs[0].(map[string]any)
+		ls, _ := d["limits"].([]any)
+		if d["status"] != "limited" || d["stat_key"] != "api.user" || len(ls) != 1 {
+			t.Fatalf("descriptor: %v", d)
+		}
+		l := ls[0].(map[string]any)
+		if _, ok := l["state"]; ok {
+			t.Errorf("a rules file has no counters, but a state is shown: %v", l)
+		}
+		return l
+	}
+	code, day, errOut := explain("--at", "2026-12-01T12:00:00Z", "user=bob")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if l := limitOf(day); l["rate"] != 100.0 {
+		t.Errorf("at noon: %v, want the rule's 100", l)
+	}
+	code, night, errOut := explain("--at", "2026-12-01T02:00:00Z", "user=bob")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if l := limitOf(night); l["rate"] != 5.0 {
+		t.Errorf("at 02:00: %v, want the night window's 5", l)
+	}
+	if code, _, errOut := explain("--at", "tomorrow", "user=bob"); code == 0 || !strings.Contains(errOut, "--at") {
+		t.Errorf("a bad --at: exit %d, %q", code, errOut)
+	}
+	bad := writeFile(t, "bad.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	if code, _, errOut := runCmd(t, "", "explain", "--config", bad, "--domain", "api", "user=bob"); code != 1 || !strings.Contains(errOut, "sluice check --config") {
+		t.Errorf("a bad rules file: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, "", "explain", "--domain", "api", "--at", "2026-12-01T02:00:00Z", "user=bob"); code != 2 || !strings.Contains(errOut, "--at needs --config") {
+		t.Errorf("--at without --config: exit %d, %q", code, errOut)
 	}
 }

@@ -36,13 +36,6 @@ func init() {
 			return hs
 		},
 	}
-	commands["explain"] = command{
-		summary: "ask a server which rule or override applies, and why",
-		run: func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-			return cmdExplain(ctx, args, os.LookupEnv, stdout, stderr)
-		},
-		help: func(env lookupEnv) *help { h, _, _, _ := explainHelp(env); return h },
-	}
 }
 
 // adminClient talks to a server's admin API.
@@ -391,51 +384,6 @@ func flagErrors(err error) error {
 		}
 	}
 	return errors.Join(out...)
-}
-
-// explainHelp builds the flags of sluice explain, with the defaults env
-// gives.
-func explainHelp(env lookupEnv) (h *help, server, tokenFile, domain *string) {
-	h = newHelp("explain", "explain --domain D [flags] DESCRIPTOR...", `Asks a server's admin API (sluice serve --admin-addr) which rule or override
-would apply to each DESCRIPTOR of a request, and why, without deciding
-anything. Each DESCRIPTOR is key=value pairs joined by /, in order
-(tenant=acme/user=bob); in a key or value, write % as %25 and / as %2F.`)
-	h.env = adminEnv
-	server, tokenFile = adminFlags(h.fs, env)
-	domain = h.fs.String("domain", "", "the request's `domain`")
-	return h, server, tokenFile, domain
-}
-
-func cmdExplain(ctx context.Context, args []string, env lookupEnv, stdout, stderr io.Writer) error {
-	h, server, tokenFile, domain := explainHelp(env)
-	fs := h.fs
-	if err := h.parse(args, true, stderr); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "sluice explain: name at least one descriptor")
-		return errUsage
-	}
-	body := struct {
-		Domain      string              `json:"domain"`
-		Descriptors [][]overrides.Entry `json:"descriptors"`
-	}{Domain: *domain}
-	for _, a := range fs.Args() {
-		p, err := overrides.ParsePath(a)
-		if err != nil {
-			return fmt.Errorf("descriptor %q: %w", a, err)
-		}
-		body.Descriptors = append(body.Descriptors, p)
-	}
-	c, err := newAdminClient(*server, *tokenFile)
-	if err != nil {
-		return err
-	}
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	return c.print(ctx, stdout, "POST", "/v1/explain", bytes.NewReader(data))
 }
 
 // print sends a request to the admin API and writes its JSON answer
