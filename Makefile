@@ -2,7 +2,7 @@
 .PHONY: test bench lint fuzz build
 
 build:
-	go build -o bin/sluice ./cmd/sluice
+	go build -buildvcs=auto -o bin/sluice ./cmd/sluice
 
 test:
 	scripts/test

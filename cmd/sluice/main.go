@@ -20,7 +20,6 @@ import (
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -66,14 +65,17 @@ var commands = map[string]command{
 			if err := h.parse(args, false, stderr); err != nil {
 				return err
 			}
-			fmt.Fprintln(stdout, "sluice", version)
+			fmt.Fprintln(stdout, "sluice", versionString())
 			return nil
 		},
 		help: func(lookupEnv) *help { return versionHelp() },
 	},
 }
 
-func versionHelp() *help { return newHelp("version", "version", "Prints the version of sluice.") }
+func versionHelp() *help {
+	return newHelp("version", "version", `Prints the version of sluice, and the source it was built from: the
+revision, its time, and "modified" when the tree had changes.`)
+}
 
 // usage lists the commands.
 func usage() string {

@@ -85,7 +85,9 @@ func sluiceBinary(t *testing.T) string {
 	}
 	e2eBuild.once.Do(func() {
 		path := filepath.Join(e2eBuild.dir, "sluice")
-		args := []string{"build", "-o", path}
+		// -buildvcs=auto: the revision is embedded (sluice version shows
+		// it) even where GOFLAGS turns it off.
+		args := []string{"build", "-buildvcs=auto", "-o", path}
 		if raceEnabled() {
 			args = append(args, "-race")
 		}
