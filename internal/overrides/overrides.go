@@ -241,7 +241,10 @@ func compileLimit(raw json.RawMessage) ([]*sluice.Limit, bool, []string, error) 
 		if string(b) != "true" || len(probe) != 1 {
 			return nil, false, nil, &FieldError{"limit.blocked", `"blocked" is true and alone`}
 		}
-		raw = json.RawMessage(`{"unit": "second", "requests_per_unit": 0}`)
+		// A block is a limit of zero an hour: a client is told to come
+		// back in an hour (the period of a limit nothing can pass), not
+		// every second.
+		raw = json.RawMessage(`{"unit": "hour", "requests_per_unit": 0}`)
 	}
 	var flat bytes.Buffer
 	if err := json.Compact(&flat, raw); err != nil {
