@@ -21,6 +21,7 @@ func WriteSVG(w io.Writer, s *Summary) error {
 		gap      = 50
 		top      = 40
 		barSpace = width - left - right
+		labelH   = 14 // the band at the top of a chart where the windows' names go, above every bar
 	)
 	bw := bufio.NewWriter(w)
 	height := top + len(s.Rules)*(chartH+gap) + 10
@@ -45,7 +46,7 @@ func WriteSVG(w io.Writer, s *Summary) error {
 		fmt.Fprintf(bw, `<text x="%d" y="%d" font-weight="bold">%s: %d allowed, %d denied, %d shadow-denied</text>`+"\n",
 			left, y0-6, html.EscapeString(r.StatKey), r.Allowed, r.Denied, r.ShadowDenied)
 		fmt.Fprintf(bw, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`+"\n", left, y0+chartH, width-right, y0+chartH)
-		fmt.Fprintf(bw, `<text x="%d" y="%d" text-anchor="end">%d</text>`+"\n", left-6, y0+10, peak)
+		fmt.Fprintf(bw, `<text x="%d" y="%d" text-anchor="end">%d</text>`+"\n", left-6, y0+labelH+10, peak)
 		fmt.Fprintf(bw, `<text x="%d" y="%d" text-anchor="end">0</text>`+"\n", left-6, y0+chartH)
 		windows(bw, r.WindowOver, float64(left), barW, y0, chartH, s.Step)
 		for i := range r.AllowedOver {
@@ -59,7 +60,7 @@ func WriteSVG(w io.Writer, s *Summary) error {
 				if part.n == 0 {
 					continue
 				}
-				h := float64(chartH) * float64(part.n) / float64(peak)
+				h := float64(chartH-labelH) * float64(part.n) / float64(peak)
 				base -= h
 				fmt.Fprintf(bw, `<rect class="%s" x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s" data-n="%d"><title>%s, +%s: %d %s</title></rect>`+"\n",
 					part.kind, x, base, max(barW-1, 0.5), h, part.color, part.n,
@@ -78,7 +79,8 @@ func WriteSVG(w io.Writer, s *Summary) error {
 }
 
 // windows shades the runs of steps in which a window of the rule's
-// schedules applied, each with the window's name above it.
+// schedules applied, each with the window's name in the band at the top
+// of the chart, which no bar reaches.
 func windows(bw *bufio.Writer, over []string, left, barW float64, y0, chartH int, step time.Duration) {
 	for i := 0; i < len(over); {
 		j := i + 1
@@ -89,7 +91,7 @@ func windows(bw *bufio.Writer, over []string, left, barW float64, y0, chartH int
 			x := left + float64(i)*barW
 			fmt.Fprintf(bw, `<rect class="window" x="%.2f" y="%d" width="%.2f" height="%d" fill="#1565c0" fill-opacity="0.08" data-window="%s"><title>schedule %s, +%s to +%s</title></rect>`+"\n",
 				x, y0, float64(j-i)*barW, chartH, html.EscapeString(name), html.EscapeString(name), time.Duration(i)*step, time.Duration(j)*step)
-			fmt.Fprintf(bw, `<text x="%.2f" y="%d" font-size="10" fill="#1565c0">%s</text>`+"\n", x+2, y0+11, html.EscapeString(name))
+			fmt.Fprintf(bw, `<text class="window-name" x="%.2f" y="%d" font-size="10" fill="#1565c0">%s</text>`+"\n", x+2, y0+11, html.EscapeString(name))
 		}
 		i = j
 	}

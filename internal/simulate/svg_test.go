@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,5 +138,26 @@ descriptors:
 	}
 	if n := strings.Count(svg.String(), `class="window"`); n != 1 || !strings.Contains(svg.String(), `data-window="night"`) {
 		t.Errorf("%d window marks in the plot, want one run named night", n)
+	}
+	// The window's name is above every bar, not under one: its baseline
+	// is at or above the top of the highest bar.
+	attr := func(tag, name string) float64 {
+		m := regexp.MustCompile(` ` + name + `="([0-9.]+)"`).FindStringSubmatch(tag)
+		if m == nil {
+			t.Fatalf("no %s in %s", name, tag)
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	labels := regexp.MustCompile(`<text class="window-name"[^>]*>`).FindAllString(svg.String(), -1)
+	bars := regexp.MustCompile(`<rect class="(allowed|denied|shadow-denied)"[^>]*>`).FindAllString(svg.String(), -1)
+	if len(labels) != 1 || len(bars) == 0 {
+		t.Fatalf("%d window names, %d bars", len(labels), len(bars))
+	}
+	for _, b := range bars {
+		if top, base := attr(b, "y"), attr(labels[0], "y"); base > top {
+			t.Errorf("the window's name (baseline %.1f) is under a bar (top %.1f): %s", base, top, b)
+			break
+		}
 	}
 }
