@@ -243,8 +243,16 @@ func (w *statusWriter) charge() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w *statusWriter) Flush() {
-	http.NewResponseController(w.ResponseWriter).Flush()
+func (w *statusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError flushes through http.ResponseController, so that a writer
+// below with no Flush of its own (only Unwrap) does not drop it. A flush
+// before any write sends the header, 200, as the server's own does.
+func (w *statusWriter) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {

@@ -390,14 +390,23 @@ func (w *tokenWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// Flush passes a flush on: streams need it.
-func (w *tokenWriter) Flush() {
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
+// Flush passes a flush on: streams need it. See FlushError.
+func (w *tokenWriter) Flush() { _ = w.FlushError() }
+
+// FlushError passes a flush on to the writer underneath through
+// http.ResponseController, which finds a Flush of any writer below
+// through their Unwrap: the writer right below may have none of its own
+// (sluice proxy's only unwraps). A flush before any write sends the
+// header, 200, as the server's own does.
+func (w *tokenWriter) FlushError() error {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
 	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-// Unwrap lets http.ResponseController reach the writer underneath.
+// Unwrap lets http.ResponseController reach the writer underneath (for
+// Hijack, deadlines and full duplex).
 func (w *tokenWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // read takes in b, the next bytes of the body.
