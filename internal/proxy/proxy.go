@@ -49,9 +49,11 @@
 // its bytes arrive. ReverseProxy does so already for text/event-stream
 // and for responses of unknown length; the default extends it to slow
 // responses of known length, for the cost of one flush per read from the
-// upstream (at most 32 KB). Protocol upgrades (WebSocket) are passed
-// through: the middleware does not wrap the ResponseWriter in a way that
-// hides Hijack.
+// upstream (at most 32 KB). Every writer between ReverseProxy and the
+// server's (the route's recorder, the middleware's) passes a flush on,
+// whether it is asked through http.ResponseController or by type
+// (http.Flusher). Protocol upgrades (WebSocket) are passed through: the
+// middleware does not wrap the ResponseWriter in a way that hides Hijack.
 //
 // # Errors
 //
@@ -79,6 +81,7 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -350,7 +353,9 @@ type route struct {
 // recorder is the ResponseWriter a route hands the middleware, pooled: it
 // records what became of the request for the metrics. Unwrap lets
 // http.ResponseController, through which ReverseProxy flushes and
-// hijacks, reach the server's own ResponseWriter.
+// hijacks, reach the server's own ResponseWriter; Flush, FlushError and
+// Hijack pass the same calls on for a writer above that looks for them
+// by type (http.Flusher, http.Hijacker) instead.
 type recorder struct {
 	http.ResponseWriter
 	result      httplimit.Result // 0 until the middleware says
@@ -362,6 +367,14 @@ type recorder struct {
 
 // Unwrap returns the server's ResponseWriter, for http.ResponseController.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *recorder) Flush() { _ = w.FlushError() }
+
+func (w *recorder) FlushError() error { return http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
 
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := rt.t.p
