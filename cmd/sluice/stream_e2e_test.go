@@ -165,3 +165,84 @@ func TestProxyE2EStreamsAsWritten(t *testing.T) {
 		}
 	})
 }
+
+// TestProxyE2EStreamsWholeUnderLoad: beside a CPU hog per core, 240
+// streams (OpenAI's chat completion chunks, from sluice nullapi --openai,
+// 40 at a time) through a route without a token budget all arrive whole:
+// every event, [DONE] last. Before, about one in a hundred was cut after
+// its first event: writing the response's header made the HTTP/1 server
+// drain and close the request body, and the transport, which reads the
+// body once more after its Content-Length, failed that read and closed
+// the connection to the upstream ("ReverseProxy read error during body
+// copy: ... use of closed network connection"). The race is lost only
+// when the transport's goroutine waits for a CPU, hence the hogs.
+func TestProxyE2EStreamsWholeUnderLoad(t *testing.T) {
+	const streams, parallel = 240, 40
+	up := startOpenAIUpstream(t, "--completion-tokens", "5", "--delay", "500ms")
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, file, `domain: api
+http:
+  routes:
+    - pattern: "POST /v1/chat/completions"
+      name: chat
+      descriptors: [[{key: api_key, api_key: Authorization}]]
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 100000, algorithm: sliding_log}
+`)
+	p := startProxy(t, "--config", file, "--upstream", "http://"+up.addr)
+	url := "http://" + p.addrs["proxy"] + "/v1/chat/completions"
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: parallel}, Timeout: 2 * e2eWait}
+	t.Cleanup(client.CloseIdleConnections)
+	cpuHog(t)
+
+	// A stream of 5 tokens is the role's chunk, a chunk per token, the
+	// finish reason's chunk and [DONE].
+	const events = 1 + 5 + 1 + 1
+	body := `{"model":"m","stream":true,"max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`
+	var mu sync.Mutex
+	var cut []string
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i := range streams {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer k")
+			req.Header.Set("Content-Type", "application/json")
+			var got []string
+			resp, err := client.Do(req)
+			if err == nil {
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+						got = append(got, data)
+					}
+				}
+				err = sc.Err()
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil || len(got) != events || got[len(got)-1] != "[DONE]" {
+				mu.Lock()
+				cut = append(cut, fmt.Sprintf("stream %d: %d events of %d, %v", i, len(got), events, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, c := range cut {
+		t.Error(c)
+	}
+	if len(cut) > 0 {
+		t.Errorf("%d streams of %d cut short", len(cut), streams)
+	}
+	if l := grepLines(p.log(), "read error during body copy"); l != "" {
+		t.Errorf("the proxy logged:\n%s", l)
+	}
+}
