@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -18,20 +19,33 @@ import (
 // Connecting: the client's options from a Config, the connection made in
 // the background while Redis is down, and the health that reports it.
 
-// clientOption turns cfg into rueidis options.
+// clientOption turns cfg into rueidis options. Its errors show a URL
+// or an address with its userinfo masked (redact.Value), and never the
+// piece of a URL that a parser quotes, which may be part of a password.
 func clientOption(cfg Config) (rueidis.ClientOption, error) {
 	var opt rueidis.ClientOption
 	switch {
 	case cfg.URL != "":
+		if err := checkURL(cfg.URL); err != nil {
+			return opt, err
+		}
 		o, err := rueidis.ParseURL(cfg.URL)
 		if err != nil {
-			return opt, fmt.Errorf("redisstore: bad URL %q: %s", redact.String(cfg.URL), urlProblem(err))
+			return opt, fmt.Errorf("redisstore: bad URL %q: %s", redact.Value(cfg.URL), redact.URLError(err))
 		}
 		opt = o
 	case len(cfg.Addrs) > 0:
 		opt.InitAddress = cfg.Addrs
 	default:
 		return opt, errors.New("redisstore: no URL and no addresses")
+	}
+	for _, a := range opt.InitAddress {
+		if opt.DialCtxFn == nil && strings.Contains(a, "@") {
+			// The store would dial it, and its errors would name it; a
+			// password with a comma is cut in two by a list of
+			// addresses: name none of them.
+			return opt, errors.New("redisstore: an address has an @ in it: give a user and password in a redis:// URL, or as Username and Password")
+		}
 	}
 	for _, a := range opt.InitAddress {
 		if opt.DialCtxFn != nil {
@@ -41,8 +55,7 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 			break
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			// The error names the address, which may hold a password.
-			return opt, fmt.Errorf("redisstore: address %q is not host:port", redact.String(a))
+			return opt, fmt.Errorf("redisstore: address %q is not host:port", redact.Value(a))
 		}
 	}
 	if cfg.SentinelMaster != "" {
@@ -84,19 +97,20 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 	return opt, nil
 }
 
-// urlProblem says what is wrong with a URL rueidis.ParseURL rejects,
-// without the URL, which may hold a password, nor the bad escape of a
-// *url.EscapeError, which may be part of one.
-func urlProblem(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
+// checkURL refuses a URL that url.Parse refuses, or whose password
+// would not end where its writer meant: an '@' after the host (in the
+// path, the query or the fragment) is the end of a password that holds
+// a '/', '?' or '#' not percent-encoded, which would otherwise be taken
+// for a host, a database or a query, dialled, and named in errors.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("redisstore: bad URL %q: %s", redact.Value(raw), redact.URLError(err))
 	}
-	var ee url.EscapeError
-	if errors.As(err, &ee) {
-		return "invalid URL escape (a % not followed by two hexadecimal digits)"
+	if strings.Contains(u.Opaque+u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@") {
+		return fmt.Errorf("redisstore: bad URL %q: an @ after its host: percent-encode a password's /, ?, # and @ (%%2F, %%3F, %%23, %%40)", redact.Value(raw))
 	}
-	return redact.String(err.Error())
+	return nil
 }
 
 func (s *Store) connect() error {

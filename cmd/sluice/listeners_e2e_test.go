@@ -94,7 +94,7 @@ func TestServeE2ENoSecretShown(t *testing.T) {
 				}
 			}
 			cmdline := shown[p.dbg+"/debug/pprof/cmdline"]
-			if !strings.Contains(cmdline, "--redis-url\x00redis://default:xxxxx@"+srv.Addr()) || !strings.Contains(cmdline, "--admin-token-file\x00"+tokens) {
+			if !strings.Contains(cmdline, "--redis-url\x00redis://xxxxx@"+srv.Addr()) || !strings.Contains(cmdline, "--admin-token-file\x00"+tokens) {
 				t.Errorf("/debug/pprof/cmdline: %q, want the command line with the password masked", cmdline)
 			}
 			p.stop(syscall.SIGTERM)
