@@ -189,10 +189,10 @@ func shortDefault(f *flag.Flag) string {
 	if d == "" {
 		return ""
 	}
-	if v := f.DefValue; !strings.ContainsAny(v, " \t") {
+	if v := shownValue(f.Name, f.DefValue); !strings.ContainsAny(v, " \t") {
 		return v
 	}
-	return fmt.Sprintf("%q", f.DefValue)
+	return fmt.Sprintf("%q", shownValue(f.Name, f.DefValue))
 }
 
 // writeAll writes --help-all: the synopsis, what the command does in
@@ -229,13 +229,15 @@ func (h *help) writeAll(w io.Writer) {
 	}
 }
 
-// defaultNote is " (default X)" for a flag whose default is not its zero.
+// defaultNote is " (default X)" for a flag whose default is not its zero,
+// X masked as shownValue does: a default may come from the environment
+// (sluice explain's --server from SLUICE_ADMIN_URL).
 func defaultNote(f *flag.Flag) string {
 	switch f.DefValue {
 	case "", "false", "0", "0s":
 		return ""
 	}
-	return fmt.Sprintf(" (default %q)", f.DefValue)
+	return fmt.Sprintf(" (default %q)", shownValue(f.Name, f.DefValue))
 }
 
 // flagCount is the number of flags of fs.

@@ -12,20 +12,85 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/go-logr/stdr"
+	"go.opentelemetry.io/otel"
+	"google.golang.org/grpc/grpclog"
+
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 
 func main() {
+	scrub = redact.NewScrubber(redact.Secrets(os.Args[1:], readEnv(os.Environ())))
+	stderr := scrub.Writer(os.Stderr)
+	logThrough(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, stderr)
 	stop()
 	os.Exit(code)
+}
+
+// scrub takes the secrets the process was started with (its command
+// line's and environment's, redact.Secrets) out of what it writes to
+// stderr and of the store errors its listeners show (/readyz, the
+// dashboard): the safety net under the masking done where a URL or a
+// flag is shown, for the errors of libraries, which may quote what they
+// were given. main sets it; nil (in tests that call run) scrubs nothing.
+var scrub *redact.Scrubber
+
+// readEnv keeps, of the environment, the variables sluice reads, whose
+// secrets scrub looks for: SLUICE_*, envoyproxy/ratelimit's, the
+// OpenTelemetry exporter's, DogStatsD's mogrifiers, and any whose name
+// says it holds a secret (redact.SecretEnv).
+func readEnv(environ []string) []string {
+	envoy := map[string]bool{}
+	for _, v := range envoyVars {
+		for _, n := range v.names {
+			envoy[n] = true
+		}
+	}
+	for _, u := range envoyUnmapped {
+		envoy[u.name] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case envoy[name], redact.SecretEnv(name),
+			strings.HasPrefix(name, "SLUICE_"), strings.HasPrefix(name, "OTEL_"), strings.HasPrefix(name, "DOG_STATSD_"):
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// logThrough sends the logs of the libraries that write to stderr on
+// their own through w: the standard logger (net/http's, OpenTelemetry's
+// error handler), gRPC's (at GRPC_GO_LOG_SEVERITY_LEVEL, errors by
+// default, as its own) and OpenTelemetry's.
+func logThrough(w io.Writer) {
+	log.SetOutput(w)
+	info, warning, errs := io.Discard, io.Discard, io.Discard
+	switch strings.ToLower(os.Getenv("GRPC_GO_LOG_SEVERITY_LEVEL")) {
+	case "", "error":
+		errs = w
+	case "warning":
+		warning = w
+	case "info":
+		info = w
+	}
+	v, _ := strconv.Atoi(os.Getenv("GRPC_GO_LOG_VERBOSITY_LEVEL"))
+	grpclog.SetLoggerV2(grpclog.NewLoggerV2WithVerbosity(info, warning, errs, v))
+	otel.SetLogger(stdr.New(log.New(w, "", log.LstdFlags|log.Lshortfile)))
 }
 
 // errUsage marks an error whose message has been printed with the usage;

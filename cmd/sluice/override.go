@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/overrides"
+	"github.com/sluicehq/sluice/internal/redact"
 )
 
 func init() {
@@ -69,6 +70,9 @@ func envOr(env lookupEnv, name, def string) string {
 }
 
 func newAdminClient(server, tokenFile string) (*adminClient, error) {
+	if err := checkServerURL(server); err != nil {
+		return nil, err
+	}
 	if tokenFile == "" {
 		return nil, errors.New("--token-file is required")
 	}
@@ -77,6 +81,24 @@ func newAdminClient(server, tokenFile string) (*adminClient, error) {
 		return nil, err
 	}
 	return &adminClient{server: strings.TrimSuffix(server, "/"), token: string(tokens[0].Secret), http: &http.Client{Timeout: time.Minute}}, nil
+}
+
+// checkServerURL checks --server, and shows it with its userinfo masked
+// (redact.Value), never what url.Parse quotes of it: the errors of the
+// requests, which name the URL, come after.
+func checkServerURL(server string) error {
+	u, err := url.Parse(server)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--server %q: %s", redact.Value(server), redact.URLError(err))
+	case strings.Contains(server, "@"):
+		// Userinfo, or a password with a '/' (not percent-encoded) whose
+		// first part url.Parse took for the host, to be dialled.
+		return fmt.Errorf("--server %q: credentials in the URL are not used: the admin API takes the bearer token of --token-file", redact.Value(server))
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("--server %q: want http:// or https:// and a host", server)
+	}
+	return nil
 }
 
 // do sends a request and returns the body of a 2xx answer; any other

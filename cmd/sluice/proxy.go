@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/internal/hitters"
 	"github.com/sluicehq/sluice/internal/httpconf"
 	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/reload"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/redisstore"
@@ -153,14 +154,19 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	if info, err := os.Stat(s.config); err == nil && info.IsDir() {
 		probs = append(probs, fmt.Sprintf("--config %s is a directory: the proxy reads one rules file", s.config))
 	}
+	// Each problem shows the URL with its userinfo masked (redact.Value),
+	// and not what url.Parse quotes of it: a password given in it, valid
+	// URL or not, is shown nowhere.
 	u, err := url.Parse(s.upstream)
 	switch {
 	case err != nil:
-		probs = append(probs, fmt.Sprintf("--upstream %q: %v", s.upstream, err))
+		probs = append(probs, fmt.Sprintf("--upstream %q: %s", redact.Value(s.upstream), redact.URLError(err)))
+	case strings.Contains(s.upstream, "@"):
+		// Userinfo, or a password with a '/' (not percent-encoded) whose
+		// first part url.Parse took for the host: the proxy would dial it.
+		probs = append(probs, fmt.Sprintf("--upstream %q: credentials in the URL are not sent; leave them out (an @ of the path is written %%40)", redact.Value(s.upstream)))
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 		probs = append(probs, fmt.Sprintf("--upstream %q: want http:// or https:// and a host", u.Redacted()))
-	case u.User != nil:
-		probs = append(probs, fmt.Sprintf("--upstream %q: credentials in the URL are not sent; leave them out", u.Redacted()))
 	}
 	s.upstreamURL = u
 	probs = append(probs, checkDurations(map[string]time.Duration{"shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay, "body-timeout": s.bodyTimeout})...)
@@ -232,7 +238,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		return err
 	}
 	log := newLogger(s.logLevel, s.logFormat, stderr)
-	log.Info("starting sluice proxy", "version", version, "config", s.config, "upstream", s.upstreamURL.Redacted(),
+	log.Info("starting sluice proxy", "version", version, "config", s.config, "upstream", redact.Value(s.upstream),
 		"store", s.store, "failure_policy", s.failurePolicy.String(), "local_nodes", s.localNodes)
 	for _, src := range s.sources {
 		log.Debug("setting from the environment", "setting", src)

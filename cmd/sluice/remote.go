@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/rlsclient"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
@@ -45,6 +47,10 @@ func (r *remoteSettings) check(store string) []string {
 	}
 	if r.addr == "" {
 		probs = append(probs, "--store remote needs --rls-addr")
+	}
+	if strings.Contains(r.addr, "@") {
+		// gRPC would dial it whole, and its errors would name it.
+		probs = append(probs, fmt.Sprintf("--rls-addr %q: an @ in it: the address of a rate limit service takes no credentials", redact.Value(r.addr)))
 	}
 	if r.timeout <= 0 {
 		probs = append(probs, fmt.Sprintf("--rls-timeout must be positive, got %v", r.timeout))
@@ -101,7 +107,7 @@ func openRemoteDecider(s *storeSettings, r *remoteSettings, initial *rules.Confi
 	}
 	return &proxyDecider{
 		Decider:  dec,
-		health:   client.Health,
+		health:   scrubbed(client.Health),
 		register: func(reg *prometheus.Registry) { reg.MustRegister(client.Collector("sluice")) },
 		close:    func() { client.Close(); local.Close() },
 	}, nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/rlqs"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -371,6 +372,15 @@ func checkAddrs(addrs map[string]string) []string {
 	return probs
 }
 
+// shownValue is the value of the flag name as it may be shown: Mask for a
+// flag that holds a secret, else with the userinfo of a URL masked.
+func shownValue(name, v string) string {
+	if redact.SecretFlag(name) {
+		return redact.Mask
+	}
+	return redact.Value(v)
+}
+
 // checkLogFormat reports a --log-format that is neither text nor json.
 func checkLogFormat(format string) []string {
 	if format != "text" && format != "json" {
@@ -403,7 +413,7 @@ func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]str
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("%s=%q: %v", from, v, e)
+			err = fmt.Errorf("%s=%q: %v", from, shownValue(f.Name, v), e)
 			return
 		}
 		sources = append(sources, f.Name+" from "+from)

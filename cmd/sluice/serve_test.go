@@ -325,3 +325,35 @@ func TestDebugAddrLoopbackUnlessNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestSettingsHideSecrets: a setting refused for a secret it holds, or
+// for a URL whose password is not percent-encoded, is named in the error
+// without the secret, and so is the default a variable gives to --help.
+func TestSettingsHideSecrets(t *testing.T) {
+	const secret = "S3cr3tPW"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--config-xds", "u:" + secret + "@xds:18000"}, `--config-xds "xxxxx@xds:18000": an @ in it`},
+		{[]string{"serve", "--config-xds", "xds:18000", "--xds-headers", "authorization: Bearer " + secret}, "--xds-headers: a pair is not key=value (not shown"},
+		{[]string{"proxy", "--config", "r.yaml", "--upstream", "http://u:" + secret + " x@api"}, `--upstream "http://xxxxx@api": invalid userinfo`},
+		{[]string{"proxy", "--config", "r.yaml", "--upstream", "http://u:" + secret + "/x@api"}, `--upstream "http://xxxxx@api": invalid port after host`},
+		{[]string{"proxy", "--config", "r.yaml", "--upstream", "http://" + secret + "/x@api"}, `--upstream "http://xxxxx@api": credentials in the URL are not sent`},
+		{[]string{"proxy", "--config", "r.yaml", "--upstream", "http://api", "--store", "remote", "--rls-addr", secret + "@rls:8081"}, `--rls-addr "xxxxx@rls:8081": an @ in it`},
+		{[]string{"explain", "--server", `http://u:"` + secret + `"@h:1`, "--token-file", "t", "--domain", "d", "k=v"}, `--server "http://xxxxx@h:1": invalid userinfo`},
+		{[]string{"explain", "--server", "http://" + secret + "/x@h:1", "--token-file", "t", "--domain", "d", "k=v"}, `--server "http://xxxxx@h:1": credentials in the URL are not used`},
+	} {
+		code, out, errOut := runCmd(t, "", c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) || strings.Contains(out+errOut, secret) {
+			t.Errorf("%q: exit %d, %s%s\nwant an error with %q, without the secret", c.args, code, out, errOut, c.want)
+		}
+	}
+	t.Setenv("SLUICE_ADMIN_URL", "http://admin:"+secret+"@127.0.0.1:9091")
+	for _, args := range [][]string{{"explain", "--help"}, {"explain", "--help-all"}, {"override", "set", "--help-all"}} {
+		code, out, errOut := runCmd(t, "", args...)
+		if code != 0 || !strings.Contains(out, "http://xxxxx@127.0.0.1:9091") || strings.Contains(out+errOut, secret) {
+			t.Errorf("%q with SLUICE_ADMIN_URL: exit %d, %s%s\nwant its default masked", args, code, out, errOut)
+		}
+	}
+}

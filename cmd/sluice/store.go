@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/redisclock"
 	"github.com/sluicehq/sluice/internal/regions"
 	"github.com/sluicehq/sluice/lease"
@@ -79,6 +80,10 @@ func (r *redisSettings) check(store string) []string {
 	}
 	if r.url == "" {
 		probs = append(probs, "--store redis needs --redis-url")
+	}
+	if !strings.Contains(r.url, "://") && strings.Contains(r.url, "@") {
+		// A list of addresses: each would be dialled, and named in errors.
+		probs = append(probs, fmt.Sprintf("--redis-url %q: a user and password go in a redis:// URL (redis://user:password@host:port), or in --redis-username and --redis-password", redact.Value(r.url)))
 	}
 	if r.timeout <= 0 {
 		probs = append(probs, fmt.Sprintf("--redis-timeout must be positive, got %s", r.timeout))
@@ -249,13 +254,38 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 }
 
 // health is the store's health check: nil when it cannot tell (the
-// embedded store is always up).
+// embedded store is always up). Its errors are scrubbed.
 func (set *storeSet) health() func() error {
 	if set.redis != nil {
-		return set.redis.Health
+		return scrubbed(set.redis.Health)
 	}
 	return nil
 }
+
+// scrubbed is health with scrub's secrets taken out of its errors, which
+// /readyz shows on the public listener and the dashboard on its own.
+func scrubbed(health func() error) func() error {
+	return func() error {
+		err := health()
+		if err == nil {
+			return nil
+		}
+		if msg := scrub.String(err.Error()); msg != err.Error() {
+			return &scrubbedError{msg: msg, err: err}
+		}
+		return err
+	}
+}
+
+// scrubbedError is an error with its message scrubbed, which still is
+// (errors.Is) what it wraps.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
 
 // Headroom of the Go runtime's soft memory limit over --max-bytes: the
 // process's own heap (gRPC and HTTP buffers, metrics, the rules: some 5 MB

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/xdsrules"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -55,9 +57,14 @@ func (x *xdsSettings) flags(fs *flag.FlagSet) {
 }
 
 // pairs reads key=value,key=value given to flag.
+// The error names the pair that is not key=value, unless flag holds
+// secrets (--xds-headers).
 func pairs(flag, s string) (map[string]string, error) {
 	m, err := keyValues(s, "=")
-	if err != nil {
+	switch {
+	case err != nil && redact.SecretFlag(flag):
+		return nil, fmt.Errorf("--%s: a pair is not key=value (not shown: it may hold a secret)", flag)
+	case err != nil:
 		return nil, fmt.Errorf("--%s: %w", flag, err)
 	}
 	return m, nil
@@ -67,6 +74,10 @@ func (x *xdsSettings) check() []string {
 	var probs []string
 	if x.addr == "" {
 		return nil
+	}
+	if strings.Contains(x.addr, "@") {
+		// gRPC would dial it whole, and its errors would name it.
+		probs = append(probs, fmt.Sprintf("--config-xds %q: an @ in it: the address of an xDS server takes no credentials (--xds-headers sends them)", redact.Value(x.addr)))
 	}
 	if (x.tlsCert == "") != (x.tlsKey == "") {
 		probs = append(probs, "--xds-tls-cert and --xds-tls-key go together")

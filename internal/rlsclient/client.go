@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/breaker"
 	"github.com/sluicehq/sluice/internal/logsample"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/rls"
 )
 
@@ -157,7 +158,7 @@ func New(cfg Config) (*Client, error) {
 	c.rls = rlsv3.NewRateLimitServiceClient(conn)
 	c.br = breaker.New(breaker.Config{Failures: cfg.BreakerFailures, Cooldown: cfg.BreakerCooldown})
 	c.br.OnChange(func(from, to breaker.State) {
-		c.log.Warn("remote rate limit service circuit breaker", "target", c.target, "from", from.String(), "to", to.String())
+		c.log.Warn("remote rate limit service circuit breaker", "target", redact.Value(c.target), "from", from.String(), "to", to.String())
 	})
 	return c, nil
 }
@@ -289,7 +290,7 @@ func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) 
 	}
 	c.metrics.calls[res].Add(1)
 	c.br.Done(err)
-	var cause error = &sluice.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, c.target, err)}
+	var cause error = &sluice.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, redact.Value(c.target), err)}
 	c.lastErr.Store(&cause)
 	return c.failed(r, res, cause)
 }
@@ -299,7 +300,7 @@ func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) 
 func (c *Client) failed(r *decide.Request, res result, cause error) error {
 	if n, ok := c.logs[res].Allow(time.Now()); ok {
 		c.log.Warn("remote rate limit service failed; the failure policy answers",
-			"target", c.target, "result", resultNames[res], "domain", r.Domain, "err", cause, "not_logged", n)
+			"target", redact.Value(c.target), "result", resultNames[res], "domain", r.Domain, "err", cause, "not_logged", n)
 	}
 	return cause
 }

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -138,7 +139,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		c.log.Warn("xDS stream to the management server failed; opening it again", "target", c.cfg.Target, "err", err, "in", wait)
+		c.log.Warn("xDS stream to the management server failed; opening it again", "target", redact.Value(c.cfg.Target), "err", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -177,7 +178,7 @@ func (c *Client) stream(ctx context.Context) error {
 	if err := send("", nil); err != nil {
 		return err
 	}
-	c.log.Info("xDS stream open", "target", c.cfg.Target, "node", c.cfg.Node.GetId())
+	c.log.Info("xDS stream open", "target", redact.Value(c.cfg.Target), "node", c.cfg.Node.GetId())
 	for {
 		resp, err := ads.Recv()
 		if err != nil {
