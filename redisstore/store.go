@@ -44,7 +44,10 @@ type Config struct {
 	// URL is redis://[user:password@]host:port[/db], rediss:// for TLS, or
 	// unix:///path. More seed addresses (of a Cluster, or the Sentinels)
 	// go in repeated addr= query parameters; master_set=NAME selects
-	// Sentinel with that master set. A Cluster is detected.
+	// Sentinel with that master set. A Cluster is detected. A password's
+	// '/', '?', '#' and '@' are percent-encoded: an '@' after the host is
+	// refused, as is one in Addrs. Errors show the URL with its user and
+	// password masked.
 	URL string
 
 	// Addrs are host:port seed addresses, used when URL is empty.
