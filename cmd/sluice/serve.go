@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/hitters"
+	"github.com/sluicehq/sluice/internal/redact"
 	"github.com/sluicehq/sluice/internal/server"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -147,7 +148,7 @@ func (n *node) openRules() error {
 		log.Warn("rules warning", "file", p.File, "line", p.Line, "column", p.Column, "problem", p.Msg)
 	}
 	if len(n.initial.Domains()) == 0 {
-		log.Warn("no domains in the rules: every request is allowed", "config", s.config, "config_xds", s.xds.addr)
+		log.Warn("no domains in the rules: every request is allowed", "config", s.config, "config_xds", redact.Value(s.xds.addr))
 	}
 	return nil
 }
