@@ -93,15 +93,19 @@ var nullBody = []byte(`{"id":42,"name":"widget","price":"9.99","tags":["a","b"]}
 func nullAPIHelp() (h *help, listen *string, oa *openAIFlags) {
 	h = newHelp("nullapi", "nullapi [--listen ADDR] [--openai [--delay D]]", `Answers every request, whatever its method and path, 200 with the same small
 JSON body (`+strconv.Itoa(len(nullBody))+` bytes, with its Content-Length) at once: the upstream
-of bench/proxy.sh; with --openai, POST /v1/chat/completions answers as an
-OpenAI-compatible API. Runs until interrupted.`)
+of bench/proxy.sh; with --openai, POST /v1/chat/completions and
+/v1/completions answer as an OpenAI-compatible API. Runs until interrupted.`)
 	h.more = `With --openai, POST /v1/chat/completions answers a chat.completion, or
 with "stream": true a stream of chat.completion.chunk events, the last
-with the usage when stream_options.include_usage is true; other paths
+with the usage when stream_options.include_usage is true; POST
+/v1/completions answers a text_completion (not streamed); other paths
 under /v1/ are 404. The usage is a stated function of the request:
 prompt_tokens is, per message, 3 plus the bytes of its text divided by 4,
-rounded up; completion_tokens is --completion-tokens, or the request's
-max_completion_tokens or max_tokens if smaller, times n.`
+rounded up (per prompt of a completion, its bytes divided by 4, rounded
+up, or its token IDs); completion_tokens is --completion-tokens, or the
+request's max_completion_tokens or max_tokens if smaller (with
+--lenient, the larger of the two), times n (a completion's: the larger
+of n and best_of, times its prompts).`
 	listen = h.fs.String("listen", "127.0.0.1:18280", "`address` to serve on")
 	oa = &openAIFlags{}
 	oa.add(h.fs)

@@ -25,6 +25,8 @@ type openAIFlags struct {
 	completion int64
 	delay      time.Duration
 	logAnswers bool
+	lenient    bool
+	nested     bool
 }
 
 // add defines the flags on fs.
@@ -33,6 +35,8 @@ func (o *openAIFlags) add(fs *flag.FlagSet) {
 	fs.Int64Var(&o.completion, "completion-tokens", 200, "with --openai: the completion `tokens` of a choice, unless the request caps them lower")
 	fs.DurationVar(&o.delay, "delay", 0, "with --openai: the `time` an answer takes, spread over a stream's chunks")
 	fs.BoolVar(&o.logAnswers, "log-answers", false, "with --openai: print a JSON line per answer on stderr (its arrival, end, X-Request-Id and usage)")
+	fs.BoolVar(&o.lenient, "lenient", false, "with --openai: read requests as a lenient parser does (a byte order mark, UTF-16, NaN and Infinity, the first of keys repeated in any case), and cap a choice by the larger of max_completion_tokens and max_tokens")
+	fs.BoolVar(&o.nested, "nested-usage", false, "with --openai: follow an answer's usage with a member that nests a usage of zero tokens, as some providers' extensions do")
 }
 
 // check reports a flag out of range, or one that needs --openai.
@@ -40,7 +44,8 @@ func (o *openAIFlags) check(fs *flag.FlagSet) error {
 	if !o.on {
 		var bad []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "completion-tokens" || f.Name == "delay" || f.Name == "log-answers" {
+			switch f.Name {
+			case "completion-tokens", "delay", "log-answers", "lenient", "nested-usage":
 				bad = append(bad, "--"+f.Name)
 			}
 		})
@@ -65,8 +70,15 @@ func (o *openAIFlags) check(fs *flag.FlagSet) error {
 //     its text (the content string, or the text of its parts; a part that
 //     is not text counts its JSON) divided by 4, rounded up;
 //   - completion_tokens is, per choice, the smallest of completion and the
-//     request's max_completion_tokens and max_tokens, times n (1 when
-//     absent).
+//     request's max_completion_tokens and max_tokens (lenient: the larger
+//     of the two), times n (1 when absent).
+//
+// POST /v1/completions (the legacy completions) answers a text_completion:
+// prompt_tokens is, per prompt (a string, or a list of strings or of lists
+// of token ids), the bytes of a string divided by 4, rounded up, or the
+// number of token ids; completion_tokens is, per choice, the smaller of
+// completion and max_tokens, times the prompts and the larger of n and
+// best_of (the candidates generated).
 //
 // Other paths under /v1/ are 404 with an OpenAI error body; the rest is
 // next's.
@@ -74,6 +86,8 @@ type openAIAPI struct {
 	completion int64         // completion tokens of a choice when the request caps none lower
 	delay      time.Duration // how long an answer takes
 	log        io.Writer     // where answers are recorded, a JSON line each; nil: nowhere
+	lenient    bool          // read requests as a lenient parser does (lenientJSON)
+	nested     bool          // follow the usage with a member nesting a usage of zero
 	next       http.Handler
 
 	now  func() time.Time
@@ -121,6 +135,7 @@ type answerRecord struct {
 	IncludeUsage        bool      `json:"include_usage"`
 	MaxCompletionTokens *int64    `json:"max_completion_tokens,omitempty"`
 	MaxTokens           *int64    `json:"max_tokens,omitempty"`
+	Choices             int64     `json:"choices"` // generated: n (and best_of) times the prompts
 	BodyBytes           int       `json:"body_bytes"`
 	chatUsage
 	Complete bool `json:"complete"` // false: the client left before the end
@@ -130,11 +145,13 @@ func (a *openAIAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/v1/chat/completions" && r.Method == http.MethodPost:
 		a.chat(w, r)
-	case r.URL.Path == "/v1/chat/completions":
+	case r.URL.Path == "/v1/completions" && r.Method == http.MethodPost:
+		a.legacy(w, r)
+	case r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/v1/completions":
 		w.Header().Set("Allow", http.MethodPost)
 		openAIError(w, http.StatusMethodNotAllowed, "invalid_request_error", "", "method "+r.Method+" not allowed")
 	case strings.HasPrefix(r.URL.Path, "/v1/"):
-		openAIError(w, http.StatusNotFound, "invalid_request_error", "", "unknown URL "+r.URL.Path+" (this stand-in answers POST /v1/chat/completions only)")
+		openAIError(w, http.StatusNotFound, "invalid_request_error", "", "unknown URL "+r.URL.Path+" (this stand-in answers POST /v1/chat/completions and /v1/completions only)")
 	default:
 		a.next.ServeHTTP(w, r)
 	}
@@ -160,7 +177,7 @@ func (a *openAIAPI) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
+	if err := a.unmarshal(body, &req); err != nil {
 		openAIError(w, http.StatusBadRequest, "invalid_request_error", "", "the body is not a chat completion request: "+err.Error())
 		return
 	}
@@ -182,16 +199,12 @@ func (a *openAIAPI) chat(w http.ResponseWriter, r *http.Request) {
 		openAIError(w, http.StatusBadRequest, "invalid_request_error", param, msg)
 		return
 	}
-	perChoice, finish := a.completion, "stop"
-	for _, c := range []*int64{req.MaxCompletionTokens, req.MaxTokens} {
-		if c != nil && *c < perChoice {
-			perChoice, finish = *c, "length"
-		}
-	}
+	perChoice, finish := a.cap(req.MaxCompletionTokens, req.MaxTokens)
 	n := int64(1)
 	if req.N != nil {
 		n = *req.N
 	}
+	rec.Choices = n
 	rec.chatUsage = chatUsage{PromptTokens: prompt, CompletionTokens: perChoice * n}
 	rec.TotalTokens = rec.PromptTokens + rec.CompletionTokens
 	rec.ID = "chatcmpl-" + strconv.FormatInt(a.seq.Add(1), 10)
@@ -204,6 +217,35 @@ func (a *openAIAPI) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.Ended = a.now()
 	a.record(&rec)
+}
+
+// unmarshal reads a request's body into v: strictly, or as a lenient
+// parser does.
+func (a *openAIAPI) unmarshal(body []byte, v any) error {
+	if a.lenient {
+		b, err := lenientJSON(body)
+		if err != nil {
+			return err
+		}
+		body = b
+	}
+	return json.Unmarshal(body, v)
+}
+
+// cap is the completion tokens of a choice, and its finish reason, under
+// the caps a request sets: the smallest of them (lenient: the largest)
+// when below a.completion.
+func (a *openAIAPI) cap(caps ...*int64) (int64, string) {
+	limit := int64(-1)
+	for _, c := range caps {
+		if c != nil && (limit < 0 || a.lenient && *c > limit || !a.lenient && *c < limit) {
+			limit = *c
+		}
+	}
+	if limit >= 0 && limit < a.completion {
+		return limit, "length"
+	}
+	return a.completion, "stop"
 }
 
 // promptTokens counts the prompt of messages, or says what is wrong.
@@ -308,6 +350,18 @@ func (a *openAIAPI) answer(w http.ResponseWriter, r *http.Request, req *chatRequ
 		"usage":              rec.chatUsage,
 		"system_fingerprint": nil,
 	})
+	return a.write(w, rec, body)
+}
+
+// nestedUsage is the member --nested-usage puts after an answer's usage.
+const nestedUsage = `"x_provider":{"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}`
+
+// write sends body, a JSON answer whose last member is its usage (the keys
+// of a map are sorted, and "usage" comes after the others).
+func (a *openAIAPI) write(w http.ResponseWriter, rec *answerRecord, body []byte) bool {
+	if a.nested {
+		body = append(append(body[:len(body)-1:len(body)-1], ','), nestedUsage+"}"...)
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Request-Id", rec.ID)
@@ -351,8 +405,11 @@ func (a *openAIAPI) stream(w http.ResponseWriter, r *http.Request, req *chatRequ
 		c.Choices, c.Usage = choices, usage
 		buf = append(buf, "data: "...)
 		b, _ := json.Marshal(c)
-		if c.usageNull && usage == nil {
+		switch {
+		case c.usageNull && usage == nil:
 			b = append(b[:len(b)-1], `,"usage":null}`...)
+		case usage != nil && a.nested:
+			b = append(b[:len(b)-1], ","+nestedUsage+"}"...)
 		}
 		buf = append(append(buf, b...), "\n\n"...)
 	}
@@ -405,7 +462,7 @@ func (a *openAIAPI) record(rec *answerRecord) {
 // api is the handler of the flags, in front of next; answers are recorded
 // on log with --log-answers.
 func (o *openAIFlags) api(next http.Handler, log io.Writer) *openAIAPI {
-	a := &openAIAPI{completion: o.completion, delay: o.delay, next: next, now: time.Now}
+	a := &openAIAPI{completion: o.completion, delay: o.delay, lenient: o.lenient, nested: o.nested, next: next, now: time.Now}
 	if o.logAnswers {
 		a.log = log
 	}

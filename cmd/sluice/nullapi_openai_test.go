@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -305,9 +306,124 @@ func TestNullAPIOpenAICommand(t *testing.T) {
 		{"nullapi", "--log-answers"},
 		{"nullapi", "--openai", "--completion-tokens", "0"},
 		{"nullapi", "--openai", "--delay", "-1s"},
+		{"nullapi", "--lenient"},
+		{"nullapi", "--nested-usage"},
 	} {
 		if code, _, errOut := runCmd(t, "", args...); code != 2 || !strings.Contains(errOut, "sluice nullapi: --") {
 			t.Errorf("%v: exit %d %q, want 2", args, code, errOut)
 		}
+	}
+}
+
+// startOpenAIWith is startOpenAI with the flags f (on, log-answers set).
+func startOpenAIWith(t *testing.T, f openAIFlags) (*lockedBuffer, string) {
+	t.Helper()
+	log := &lockedBuffer{}
+	f.on, f.logAnswers = true, true
+	srv := httptest.NewServer(f.api(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(nullBody)
+	}), log))
+	t.Cleanup(srv.Close)
+	return log, srv.URL
+}
+
+// The legacy completions: a choice per prompt and per candidate (the
+// larger of n and best_of), read by the SDK.
+func TestNullAPIOpenAILegacy(t *testing.T) {
+	log, base := startOpenAIWith(t, openAIFlags{completion: 20})
+	client := sdkClient(base)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name                     string
+		params                   openai.CompletionNewParams
+		prompt, completion       int64
+		choices, generatedPerReq int64
+	}{
+		{"one prompt", openai.CompletionNewParams{Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Say hello.")}, MaxTokens: openai.Int(5)}, 3, 5, 1, 1},
+		{"a batch, best_of", openai.CompletionNewParams{Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfStrings: []string{"Say hello.", "Bye"}}, MaxTokens: openai.Int(5), BestOf: openai.Int(4), N: openai.Int(2)}, 3 + 1, 5 * 4 * 2, 2 * 2, 4 * 2},
+		{"token IDs, n", openai.CompletionNewParams{Model: "m", Prompt: openai.CompletionNewParamsPromptUnion{OfArrayOfTokens: []int64{1, 2, 3}}, N: openai.Int(3)}, 3, 20 * 3, 3, 3},
+	} {
+		c, err := client.Completions.New(ctx, tc.params, option.WithHeader("X-Request-Id", tc.name))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.Usage.PromptTokens != tc.prompt || c.Usage.CompletionTokens != tc.completion || int64(len(c.Choices)) != tc.choices || c.Object != "text_completion" {
+			t.Errorf("%s: %s", tc.name, c.RawJSON())
+		}
+		if r := log.last(t, c.ID); r.Choices != tc.generatedPerReq || r.TotalTokens != tc.prompt+tc.completion {
+			t.Errorf("%s: record %+v", tc.name, r)
+		}
+	}
+	for _, body := range []string{`{"model":"m","prompt":"x","best_of":21}`, `{"model":"m","prompt":{"id":"p"}}`, `{"model":"m","prompt":"x","stream":true}`} {
+		if code, b, _ := httpDo(t, "POST", base+"/v1/completions", body); code != 400 || !strings.Contains(b, `"error":{`) {
+			t.Errorf("%s: %d %s", body, code, b)
+		}
+	}
+}
+
+// --lenient reads what a lenient parser reads, and caps a choice by the
+// larger output field; without it, the stand-in is strict and takes the
+// smaller.
+func TestNullAPIOpenAILenient(t *testing.T) {
+	utf16 := func(s string) string {
+		var b []byte
+		for _, r := range s {
+			b = append(b, byte(r), 0)
+		}
+		return string(b)
+	}
+	const msgs = `"messages":[{"role":"user","content":"Hello"}]`
+	lenient, lbase := startOpenAIWith(t, openAIFlags{completion: 1000, lenient: true})
+	_, sbase := startOpenAIWith(t, openAIFlags{completion: 1000})
+	for _, tc := range []struct {
+		name, body string
+		lenient    int64 // completion tokens with --lenient
+		strict     int64 // without; 0: refused
+	}{
+		{"NaN", `{"model":"m","temperature":NaN,"max_tokens":100,` + msgs + `}`, 100, 0},
+		{"a byte order mark", "\xef\xbb\xbf" + `{"model":"m","max_tokens":100,` + msgs + `}`, 100, 0},
+		{"UTF-16", utf16(`{"model":"m","max_tokens":100,` + msgs + `}`), 100, 0},
+		{"UTF-16 with its mark", "\xff\xfe" + utf16(`{"model":"m","max_tokens":100,`+msgs+`}`), 100, 0},
+		{"two output fields", `{"model":"m","max_completion_tokens":1,"max_tokens":100,` + msgs + `}`, 100, 1},
+		{"a repeated key", `{"model":"m","max_tokens":100,"max_tokens":1,` + msgs + `}`, 100, 1},
+		{"a key repeated in another case", `{"model":"m","MAX_TOKENS":100,"max_tokens":1,` + msgs + `}`, 100, 1},
+		{"a second value", `{"model":"m","max_tokens":100,` + msgs + `}{"max_tokens":7}`, 100, 0},
+	} {
+		code, body, _ := httpDo(t, "POST", lbase+"/v1/chat/completions", tc.body)
+		var c struct{ ID string }
+		if code != 200 || json.Unmarshal([]byte(body), &c) != nil {
+			t.Fatalf("%s, lenient: %d %s", tc.name, code, body)
+		}
+		if r := lenient.last(t, c.ID); r.CompletionTokens != tc.lenient {
+			t.Errorf("%s, lenient: %d completion tokens, want %d", tc.name, r.CompletionTokens, tc.lenient)
+		}
+		code, body, _ = httpDo(t, "POST", sbase+"/v1/chat/completions", tc.body)
+		switch {
+		case tc.strict == 0 && code != 400:
+			t.Errorf("%s, strict: %d %s, want 400", tc.name, code, body)
+		case tc.strict > 0 && (code != 200 || !strings.Contains(body, fmt.Sprintf(`"completion_tokens":%d,`, tc.strict))):
+			t.Errorf("%s, strict: %d %s, want %d completion tokens", tc.name, code, body, tc.strict)
+		}
+	}
+}
+
+// --nested-usage follows the usage of an answer, and of a stream's last
+// chunk, with a member that nests a usage of zero.
+func TestNullAPIOpenAINestedUsage(t *testing.T) {
+	_, base := startOpenAIWith(t, openAIFlags{completion: 5, nested: true})
+	client := sdkClient(base)
+	c, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "m", Messages: testMessages})
+	if err != nil || c.Usage.CompletionTokens != 5 || !strings.HasSuffix(strings.TrimSpace(c.RawJSON()), `"usage":{"prompt_tokens":13,"completion_tokens":5,"total_tokens":18},`+nestedUsage+`}`) {
+		t.Errorf("%v %s", err, c.RawJSON())
+	}
+	params := openai.ChatCompletionNewParams{Model: "m", Messages: testMessages}
+	params.StreamOptions.IncludeUsage = openai.Bool(true)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), params)
+	var last openai.ChatCompletionChunk
+	for stream.Next() {
+		last = stream.Current()
+	}
+	if err := stream.Err(); err != nil || last.Usage.TotalTokens != 18 || !strings.Contains(last.RawJSON(), `"usage":{"prompt_tokens":13,"completion_tokens":5,"total_tokens":18},`+nestedUsage) {
+		t.Errorf("%v %s", err, last.RawJSON())
 	}
 }
