@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,18 +27,27 @@ import (
 // far as the limit still holds it, and what was spent beyond it is charged,
 // past the limit if need be, as a debt the next requests see.
 //
-// The reservation is, in tokens, the output reserved plus, with
-// PromptBytes, the request body's size in bytes. The output reserved is the
-// first present of Header (a request header) and the JSON body's Fields,
-// else Default, and never more than Max.
+// The reservation is, in the cost's units, the output reserved times
+// OutputWeight times the choices the request asks to be generated, plus,
+// with PromptBytes, the request body's size in bytes times InputWeight.
+// The output reserved is the first present of Header (a request header)
+// and the JSON body's Fields, else Default, and never more than Max; it is
+// a choice's, and the choices are the larger of the body's n and best_of
+// (1 when absent), times the prompts of a list of prompts (the legacy
+// completions' batch). A body's echo adds the prompt's bytes to a choice's
+// output, and its prediction its own bytes (rejected predicted tokens are
+// billed as output).
 //
 // The real cost is the response's usage: prompt_tokens·InputWeight +
 // completion_tokens·OutputWeight (input_tokens and output_tokens, as the
 // Responses API names them, too; total_tokens times the larger weight when
-// only it is given), read from a JSON answer or from the last server-sent
-// event of a stream that carries one (OpenAI sends it with
-// stream_options.include_usage); or the integer in the response header
-// UsageHeader, when set and present. A response without one costs:
+// only it is given), read from the top-level usage of a JSON answer, or
+// from the last server-sent event of a stream that carries one at its top
+// level (OpenAI sends it with stream_options.include_usage), or in the
+// response of a Responses API stream's response.completed,
+// response.incomplete or response.failed event; or the integer in the
+// response header UsageHeader, when set and present. A response without
+// one costs:
 //
 //   - an error status (400 and above, not a stream): nothing, the
 //     reservation is refunded: the API refused or failed the request;
@@ -55,13 +64,27 @@ import (
 // positive) of the requests in flight when its last request was admitted:
 // every admission found its reservation room beside the costs settled and
 // the reservations held, and only the requests in flight can still cost
-// more than they hold. With Enforce and PromptBytes a text request cannot
-// cost more than it reserved (the API is told to generate at most the
-// output reserved, and a token of text is at least a byte of it), so the
-// bound is the limit itself. Images and audio are counted by the API at
-// rates of their own: their requests may under-reserve. Reservations held
-// by a process that dies are never refunded: they cost the window they
-// were taken in at most what they reserved.
+// more than they hold. Reservations held by a process that dies are never
+// refunded: they cost the window they were taken in at most what they
+// reserved.
+//
+// With Enforce and PromptBytes a request cannot cost more than it
+// reserved, so the bound is the limit itself, as long as the API caps each
+// choice's output (reasoning included) by the output fields, as OpenAI's
+// APIs do. Enforce makes the body one every parser reads alike: a body that
+// is not strict JSON (one object, UTF-8, no byte order mark, NaN or
+// trailing data; a key repeated in an object, even in another case or
+// spelled with escapes) is refused (400), as is a field the budget reads
+// spelled in another case, or named in the query. Every output field
+// present is capped at the output reserved, and the API is told to
+// generate at most that many tokens a choice; a token of text is at least
+// a byte of it. An input whose tokens its bytes do not bound is refused
+// (400) unless AllowUnbounded: a message part that is not text (an image,
+// audio or a file, inline, by URL or by ID), an input item that is not a
+// message, a function call or its output, a stored prompt, a previous
+// response or conversation, and tools the API runs (web or file search,
+// code interpreter, MCP servers: any tool but a function or a custom one).
+// With AllowUnbounded these requests may under-reserve.
 //
 // The reading of the body and of the answer needs them uncompressed: a
 // request with a Content-Encoding is refused (415), and the request's
@@ -74,7 +97,8 @@ type Tokens struct {
 
 	// Fields are the JSON body's fields of the output to reserve, the
 	// first present taken. Empty means max_completion_tokens, then
-	// max_tokens, then max_output_tokens.
+	// max_tokens, then max_output_tokens. With Enforce, these three are
+	// capped too, whatever Fields says.
 	Fields []string
 
 	// Header, when set, is a request header holding the output to reserve,
@@ -101,11 +125,21 @@ type Tokens struct {
 	UsageHeader string
 
 	// Enforce writes the output reserved into the forwarded JSON body
-	// (into the field the request named, or the first of Fields), so that
-	// the API generates no more; and for a stream ("stream": true) sets
+	// (into every output field present that asks for more, or, when none
+	// is, the first of Fields), so that the API generates no more; and for
+	// a chat or legacy completion's stream ("stream": true) sets
 	// stream_options.include_usage, so that its last event says what it
-	// spent.
+	// spent. It refuses (400) a request whose body is not one strict JSON
+	// object (a body is required but for GET and HEAD), and one whose cost
+	// the reservation cannot bound (see The bound); the body is forwarded
+	// as application/json.
 	Enforce bool
+
+	// AllowUnbounded, with Enforce, admits the requests whose inputs'
+	// tokens the reservation cannot bound (images, audio, files, stored
+	// prompts and responses, tools the API runs), which Enforce otherwise
+	// refuses. Such a request may cost more than it reserved.
+	AllowUnbounded bool
 
 	// MaxBody bounds the request body read, in bytes; a longer body is
 	// refused (413). Zero means 8 MiB.
@@ -114,16 +148,19 @@ type Tokens struct {
 
 // tokens is a validated Tokens.
 type tokens struct {
-	desc        []entry
-	set         [][]entry // desc alone, for fill
-	fields      []string
-	header      string
-	def, max    int64
-	promptBytes bool
-	wIn, wOut   int64
-	usageHeader string
-	enforce     bool
-	maxBody     int64
+	desc           []entry
+	set            [][]entry // desc alone, for fill
+	fields         []string
+	header         string
+	def, max       int64
+	promptBytes    bool
+	wIn, wOut      int64
+	usageHeader    string
+	enforce        bool
+	allowUnbounded bool
+	maxBody        int64
+	outFields      []string              // fields, then the defaultFields they do not name
+	known          map[string]knownField // the body's fields read, by folded name
 }
 
 // settler is the Decider that settles reservations: decide.Decider.
@@ -160,6 +197,8 @@ func (m *middleware) newTokens(cfg *Tokens, d Decider) (*tokens, error) {
 		return nil, fmt.Errorf("%w: Tokens weights must be between 0 (meaning 1) and %d", ErrConfig, 1<<20)
 	case cfg.MaxBody < 0:
 		return nil, fmt.Errorf("%w: Tokens.MaxBody must not be negative", ErrConfig)
+	case cfg.AllowUnbounded && !cfg.Enforce:
+		return nil, fmt.Errorf("%w: Tokens.AllowUnbounded needs Enforce (without it nothing is refused)", ErrConfig)
 	case len(cfg.Fields) > 16:
 		return nil, fmt.Errorf("%w: Tokens has %d fields (at most 16)", ErrConfig, len(cfg.Fields))
 	}
@@ -175,7 +214,7 @@ func (m *middleware) newTokens(cfg *Tokens, d Decider) (*tokens, error) {
 	t := &tokens{
 		desc: c, header: cfg.Header, def: cfg.Default, max: cfg.Max,
 		promptBytes: cfg.PromptBytes, wIn: max(cfg.InputWeight, 1), wOut: max(cfg.OutputWeight, 1),
-		usageHeader: cfg.UsageHeader, enforce: cfg.Enforce, maxBody: cfg.MaxBody,
+		usageHeader: cfg.UsageHeader, enforce: cfg.Enforce, allowUnbounded: cfg.AllowUnbounded, maxBody: cfg.MaxBody,
 		fields: append([]string(nil), cfg.Fields...),
 	}
 	t.set = [][]entry{c}
@@ -188,6 +227,13 @@ func (m *middleware) newTokens(cfg *Tokens, d Decider) (*tokens, error) {
 	if t.maxBody == 0 {
 		t.maxBody = defaultMaxBody
 	}
+	t.outFields = append([]string(nil), t.fields...)
+	for _, d := range defaultFields {
+		if !slices.ContainsFunc(t.fields, func(f string) bool { return strings.EqualFold(f, d) }) {
+			t.outFields = append(t.outFields, d)
+		}
+	}
+	t.known = knownFields(t.outFields)
 	for _, e := range c {
 		m.needIP = m.needIP || e.needsClient()
 	}
@@ -199,103 +245,6 @@ func (m *middleware) newTokens(cfg *Tokens, d Decider) (*tokens, error) {
 type tokenRequest struct {
 	reserved int64 // the whole reservation
 	stream   bool
-}
-
-// reserve reads r's body for the reservation, putting back a body to
-// forward (rewritten with Enforce).
-func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
-	var tr tokenRequest
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return tr, errEncodedBody
-	}
-	r.Header.Del("Accept-Encoding")
-	var body []byte
-	if r.Body != nil && r.Body != http.NoBody {
-		b, err := io.ReadAll(io.LimitReader(r.Body, t.maxBody+1))
-		_ = r.Body.Close()
-		if err != nil {
-			return tr, fmt.Errorf("reading the request body: %w", err)
-		}
-		if int64(len(b)) > t.maxBody {
-			return tr, errBodyTooLarge
-		}
-		body = b
-	}
-	out, named, field, asked := t.def, false, "", int64(-1)
-	if t.header != "" {
-		if v := r.Header.Get(t.header); v != "" {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil || n < 0 {
-				return tr, invalidError{fmt.Sprintf("header %s must be a whole number of tokens", t.header)}
-			}
-			out, named = n, true
-		}
-	}
-	var obj map[string]json.RawMessage
-	if len(body) > 0 && json.Unmarshal(body, &obj) == nil {
-		for _, f := range t.fields {
-			raw, ok := obj[f]
-			if !ok || string(raw) == "null" {
-				continue
-			}
-			field = f
-			if !named {
-				var n int64
-				if err := json.Unmarshal(raw, &n); err != nil || n < 0 {
-					return tr, invalidError{fmt.Sprintf("body field %s must be a whole number of tokens", f)}
-				}
-				out, named, asked = n, true, n
-			}
-			break
-		}
-		if raw, ok := obj["stream"]; ok && string(raw) == "true" {
-			tr.stream = true
-		}
-	}
-	out = min(out, t.max)
-	tr.reserved = out
-	if t.promptBytes {
-		tr.reserved = min(out+int64(len(body)), sluice.MaxCost)
-	}
-	// Enforce rewrites the body only when it must: the field absent or
-	// above the reservation, or a stream that does not ask for its usage.
-	if t.enforce && obj != nil && (asked != out || tr.stream && !asksUsage(obj["stream_options"])) {
-		if field == "" {
-			field = t.fields[0]
-		}
-		obj[field] = json.RawMessage(strconv.FormatInt(out, 10))
-		if tr.stream {
-			obj["stream_options"] = withUsage(obj["stream_options"])
-		}
-		if b, err := json.Marshal(obj); err == nil {
-			body = b
-		}
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	if r.ContentLength > 0 || r.Header.Get("Content-Length") != "" {
-		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	}
-	return tr, nil
-}
-
-// asksUsage reports whether the stream options raw set include_usage.
-func asksUsage(raw json.RawMessage) bool {
-	var so struct {
-		IncludeUsage bool `json:"include_usage"`
-	}
-	return len(raw) > 0 && json.Unmarshal(raw, &so) == nil && so.IncludeUsage
-}
-
-// withUsage returns the stream options raw with include_usage set.
-func withUsage(raw json.RawMessage) json.RawMessage {
-	var so map[string]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &so) != nil || so == nil {
-		so = map[string]json.RawMessage{}
-	}
-	so["include_usage"] = json.RawMessage("true")
-	b, _ := json.Marshal(so)
-	return b
 }
 
 var (
