@@ -3,7 +3,6 @@ package httplimit
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -253,40 +252,76 @@ var (
 )
 
 // usage is the usage object of an answer, in the names of Chat Completions
-// and of Responses.
+// and of Responses; -1 is a count absent.
 type usage struct {
-	Prompt     *int64 `json:"prompt_tokens"`
-	Completion *int64 `json:"completion_tokens"`
-	Input      *int64 `json:"input_tokens"`
-	Output     *int64 `json:"output_tokens"`
-	Total      *int64 `json:"total_tokens"`
+	prompt, completion, input, output, total int64
 }
 
-// cost is the weighted cost of u, and whether u said anything.
-func (t *tokens) cost(u *usage) (int64, bool) {
-	in, out := u.Prompt, u.Completion
-	if in == nil {
-		in = u.Input
+// parseUsage reads the usage object v with s: its members spelled as
+// OpenAI spells them, whole numbers. false when v is no such object.
+func parseUsage(s *strictJSON, v []byte) (usage, bool) {
+	u := usage{-1, -1, -1, -1, -1}
+	if len(v) == 0 || v[0] != '{' || s.scan(v) != nil {
+		return u, false
 	}
-	if out == nil {
-		out = u.Output
+	for _, m := range s.top {
+		var p *int64
+		switch string(m.key) {
+		case "prompt_tokens":
+			p = &u.prompt
+		case "completion_tokens":
+			p = &u.completion
+		case "input_tokens":
+			p = &u.input
+		case "output_tokens":
+			p = &u.output
+		case "total_tokens":
+			p = &u.total
+		default:
+			continue
+		}
+		n, ok := wholeNumber(v[m.vs:m.ve])
+		if !ok {
+			return u, false
+		}
+		*p = n
 	}
+	return u, true
+}
+
+// cost is the weighted cost of u, and whether u said anything: its input
+// and output weighed, and never less than its total times the smaller
+// weight (an API may leave tokens, such as reasoning's, out of the
+// output it reports but not out of the total).
+func (t *tokens) cost(u usage) (int64, bool) {
+	in, out := u.prompt, u.completion
+	if in < 0 {
+		in = u.input
+	}
+	if out < 0 {
+		out = u.output
+	}
+	var c int64
 	switch {
-	case in != nil || out != nil:
-		var c int64
-		if in != nil {
-			c = satMul(max(*in, 0), t.wIn)
+	case in >= 0 || out >= 0:
+		if in >= 0 {
+			c = satMul(in, t.wIn)
 		}
-		if out != nil {
-			c = min(c+satMul(max(*out, 0), t.wOut), sluice.MaxCost)
+		if out >= 0 {
+			c = satAdd(c, satMul(out, t.wOut))
 		}
-		return c, true
-	case u.Total != nil:
-		return satMul(max(*u.Total, 0), max(t.wIn, t.wOut)), true
+		if u.total >= 0 {
+			c = max(c, satMul(u.total, min(t.wIn, t.wOut)))
+		}
+	case u.total >= 0:
+		c = satMul(u.total, max(t.wIn, t.wOut))
+	default:
+		return 0, false
 	}
-	return 0, false
+	return c, true
 }
 
+// satMul is a·b, at most MaxCost (a, b >= 0).
 func satMul(a, b int64) int64 {
 	if a != 0 && b > sluice.MaxCost/a {
 		return sluice.MaxCost
@@ -294,8 +329,8 @@ func satMul(a, b int64) int64 {
 	return a * b
 }
 
-// usageTail is how much of a JSON answer's end is kept to find its usage.
-const usageTail = 64 << 10
+// maxUsage bounds the bytes of a JSON answer's usage object kept to read.
+const maxUsage = 64 << 10
 
 // maxEventLine bounds a server-sent event line kept whole to parse.
 const maxEventLine = 1 << 20
@@ -306,8 +341,9 @@ type tokenWriter struct {
 	t      *tokens
 	status int
 	sse    bool
-	tail   []byte // a JSON answer's last bytes; an event stream's partial line
-	long   bool   // the partial line outgrew maxEventLine: skip to its end
+	ans    answerScan // a JSON answer's top level
+	tail   []byte     // an event stream's partial line
+	long   bool       // the partial line outgrew maxEventLine: skip to its end
 	cost   int64
 	found  bool
 	header bool // the cost came from UsageHeader
@@ -361,10 +397,7 @@ func (w *tokenWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // read takes in b, the next bytes of the body.
 func (w *tokenWriter) read(b []byte) {
 	if !w.sse {
-		w.tail = append(w.tail, b...)
-		if len(w.tail) > 2*usageTail {
-			w.tail = append(w.tail[:0], w.tail[len(w.tail)-usageTail:]...)
-		}
+		w.ans.feed(b, w.usage)
 		return
 	}
 	for len(b) > 0 {
@@ -391,62 +424,179 @@ func (w *tokenWriter) read(b []byte) {
 	}
 }
 
+// usage takes in v, the value of a JSON answer's top-level usage: with
+// several, the costliest counts.
+func (w *tokenWriter) usage(v []byte) {
+	s := jsonScanners.Get().(*strictJSON)
+	defer s.release()
+	if u, ok := parseUsage(s, v); ok {
+		if c, ok := w.t.cost(u); ok && (!w.found || c > w.cost) {
+			w.cost, w.found = c, true
+		}
+	}
+}
+
+// terminalEvents are the types of the Responses API's events whose
+// response holds the usage.
+var terminalEvents = []string{"response.completed", "response.incomplete", "response.failed"}
+
 // event reads one line of an event stream: a data line whose JSON carries
-// a usage replaces what an earlier one said.
+// a usage at its top level (Chat Completions' last chunk), or a Responses
+// API's terminal event, replaces what an earlier one said.
 func (w *tokenWriter) event(line []byte) {
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	data, ok := bytes.CutPrefix(line, []byte("data:"))
 	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
 		return
 	}
-	var ev struct {
-		Usage    *usage `json:"usage"`
-		Response *struct {
-			Usage *usage `json:"usage"`
-		} `json:"response"` // the Responses API's response.completed event
-	}
-	if json.Unmarshal(bytes.TrimSpace(data), &ev) != nil {
+	data = bytes.TrimSpace(data)
+	s := jsonScanners.Get().(*strictJSON)
+	defer s.release()
+	if s.scan(data) != nil {
 		return
 	}
-	u := ev.Usage
-	if u == nil && ev.Response != nil {
-		u = ev.Response.Usage
+	var u, typ, resp []byte
+	for _, m := range s.top {
+		switch string(m.key) {
+		case "usage":
+			u = data[m.vs:m.ve]
+		case "type":
+			typ = data[m.vs:m.ve]
+		case "response":
+			resp = data[m.vs:m.ve]
+		}
 	}
-	if u != nil {
-		if c, ok := w.t.cost(u); ok {
+	if u == nil && resp != nil && resp[0] == '{' && stringIn(typ, terminalEvents) {
+		eachMember(resp, func(k, v []byte) bool {
+			if string(k) == "usage" {
+				u = v
+			}
+			return u == nil
+		})
+	}
+	if uu, ok := parseUsage(s, u); ok {
+		if c, ok := w.t.cost(uu); ok {
 			w.cost, w.found = c, true
 		}
 	}
 }
 
-// finish reads a JSON answer's usage from its tail.
-func (w *tokenWriter) finish() {
-	if w.sse || w.found || len(w.tail) == 0 {
+// answerScan finds the members named usage of a JSON answer's top-level
+// object as its bytes pass, whatever the writes cut them into: a usage
+// nested deeper, or in a string, is not one.
+type answerScan struct {
+	depth                    int
+	dead                     bool // not an object, or past its end
+	inStr, esc               bool
+	wantKey, inKey, afterKey bool
+	key                      [8]byte // the top-level key read, up to 8 bytes
+	keyLen                   int
+	keyEsc                   bool
+	capture, tooLong         bool
+	val                      []byte // the value of a top-level usage, so far
+}
+
+// feed takes in the next bytes b of the answer, calling done with the
+// value of each top-level usage it completes.
+func (a *answerScan) feed(b []byte, done func(v []byte)) {
+	start := -1 // where the capture of b begins
+	if a.capture {
+		start = 0
+	}
+	for i := 0; i < len(b) && !a.dead; i++ {
+		c := b[i]
+		if a.inStr {
+			switch {
+			case a.esc:
+				a.esc = false
+			case c == '\\':
+				a.esc, a.keyEsc = true, a.keyEsc || a.inKey
+			case c == '"':
+				a.inStr = false
+				if a.inKey {
+					a.inKey, a.afterKey = false, true
+				}
+			case a.inKey:
+				if a.keyLen < len(a.key) {
+					a.key[a.keyLen] = c
+				}
+				a.keyLen++
+			default: // to the next quote or backslash
+				for i+1 < len(b) && b[i+1] != '"' && b[i+1] != '\\' {
+					i++
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			a.inStr = true
+			if a.depth == 1 && a.wantKey {
+				a.inKey, a.wantKey, a.keyLen, a.keyEsc = true, false, 0, false
+			}
+		case '{', '[':
+			if a.depth == 0 && c == '[' {
+				a.dead = true
+			}
+			a.depth++
+			a.wantKey = a.depth == 1
+		case '}', ']':
+			a.depth--
+			if a.depth == 0 {
+				a.end(b, start, i, done)
+				a.dead = true
+			}
+		case ',':
+			if a.depth == 1 {
+				a.end(b, start, i, done)
+				start, a.wantKey = -1, true
+			}
+		case ':':
+			if a.depth == 1 && a.afterKey {
+				a.afterKey = false
+				if !a.keyEsc && a.keyLen == 5 && string(a.key[:5]) == "usage" {
+					a.capture, a.tooLong, a.val = true, false, a.val[:0]
+					start = i + 1
+				}
+			}
+		case ' ', '\t', '\r', '\n':
+		default:
+			if a.depth == 0 {
+				a.dead = true
+			}
+		}
+	}
+	if a.capture && start >= 0 {
+		a.grab(b[start:])
+	}
+}
+
+// end ends, at b[i], the capture of a top-level value, if any.
+func (a *answerScan) end(b []byte, start, i int, done func(v []byte)) {
+	if !a.capture {
 		return
 	}
-	i := bytes.LastIndex(w.tail, []byte(`"usage"`))
-	if i < 0 {
+	if start >= 0 {
+		a.grab(b[start:i])
+	}
+	a.capture = false
+	if !a.tooLong {
+		done(bytes.TrimSpace(a.val))
+	}
+}
+
+func (a *answerScan) grab(p []byte) {
+	if len(a.val)+len(p) > maxUsage {
+		a.tooLong = true
 		return
 	}
-	rest := bytes.TrimLeft(w.tail[i+len(`"usage"`):], " \t\r\n")
-	rest, ok := bytes.CutPrefix(rest, []byte{':'})
-	if !ok {
-		return
-	}
-	var u usage
-	if json.NewDecoder(bytes.NewReader(rest)).Decode(&u) != nil {
-		return
-	}
-	if c, ok := w.t.cost(&u); ok {
-		w.cost, w.found = c, true
-	}
+	a.val = append(a.val, p...)
 }
 
 // spent is what the request cost, once the handler returned: the usage
 // found, nothing for an error status (not a stream), else the whole
 // reservation.
 func (w *tokenWriter) spent(reserved int64) int64 {
-	w.finish()
 	switch {
 	case w.found:
 		return w.cost

@@ -431,3 +431,88 @@ func TestTokensAllowUnboundedNeedsEnforce(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// writeIn writes s to w in pieces of n bytes.
+func writeIn(w http.ResponseWriter, s string, n int) {
+	for len(s) > 0 {
+		k := min(n, len(s))
+		io.WriteString(w, s[:k])
+		s = s[k:]
+	}
+}
+
+// TestTokensUsageTopLevel: a JSON answer's usage is its top-level one,
+// however the API's writes cut it: not one nested deeper, before or after
+// it, nor one inside a string; with two top-level ones, the costlier.
+func TestTokensUsageTopLevel(t *testing.T) {
+	b := newBudget(t, httplimit.Tokens{Default: 5000, Max: 5000})
+	for _, tc := range []struct {
+		answer string
+		spent  int64
+	}{
+		{`{"id":"x","usage":{"prompt_tokens":10,"completion_tokens":1000,"total_tokens":1010},"x_provider":{"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}}`, 1010},
+		{`{"choices":[{"message":{"content":"{\"usage\":{\"total_tokens\":0}}"},"usage":{"total_tokens":1}}],"usage" : {"prompt_tokens":10,"completion_tokens":1000,"prompt_tokens_details":{"cached_tokens":9}} , "z":[{"usage":{"total_tokens":2}}]}`, 1010},
+		{`{"usage":{"total_tokens":7},"usage":{"prompt_tokens":10,"completion_tokens":1000}}`, 1010},
+		{`{"usage":{"prompt_tokens":10,"completion_tokens":20,"total_tokens":1010}}`, 1010},
+		{`{"usage":{"input_tokens":10,"output_tokens":1000}}`, 1010},
+		{`{"data":{"usage":{"total_tokens":1}}}`, 5000},
+		{`{"usage":null}`, 5000},
+		{`{"usage":{"prompt_tokens":-5,"completion_tokens":1}}`, 5000},
+		{`[{"usage":{"total_tokens":1}}]`, 5000},
+		{`not json "usage":{"total_tokens":1}`, 5000},
+	} {
+		for _, n := range []int{1, 2, 3, 7, 64, len(tc.answer)} {
+			b.answer = func(w http.ResponseWriter) {
+				w.Header().Set("Content-Type", "application/json")
+				writeIn(w, tc.answer, n)
+			}
+			if got := b.post(t, `{"model":"m"}`); got.spent != tc.spent {
+				t.Errorf("%s, in writes of %d: spent %d, want %d", tc.answer, n, got.spent, tc.spent)
+			}
+		}
+	}
+}
+
+// TestTokensUsageEvents: a stream's usage is the last event's top-level
+// one, or a Responses API terminal event's response.usage: not a usage
+// nested elsewhere, nor a response's in another event.
+func TestTokensUsageEvents(t *testing.T) {
+	b := newBudget(t, httplimit.Tokens{Default: 5000, Max: 5000})
+	for _, tc := range []struct {
+		events []string
+		spent  int64
+	}{
+		{[]string{
+			`{"choices":[{"delta":{"content":"x"}}],"usage":null}`,
+			`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1000},"x_groq":{"usage":{"prompt_tokens":0,"completion_tokens":0}}}`,
+		}, 1010},
+		{[]string{
+			`{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1000}}`,
+			`{"choices":[{"delta":{}}],"x_groq":{"usage":{"prompt_tokens":0,"completion_tokens":0}}}`,
+		}, 1010},
+		{[]string{
+			`{"type":"response.created","response":{"usage":null}}`,
+			`{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":10,"output_tokens":1000,"total_tokens":1010}}}`,
+			`{"type":"response.output_item.done","item":{"type":"x"},"response":{"usage":{"input_tokens":0,"output_tokens":0}}}`,
+		}, 1010},
+		{[]string{
+			`{"type":"response.in_progress","response":{"usage":{"input_tokens":1,"output_tokens":1}}}`,
+		}, 5000},
+		{[]string{
+			`{"type":"response.incomplete","response":{"output":[{"usage":{"output_tokens":1}}],"usage":{"input_tokens":10,"output_tokens":1000}}}`,
+		}, 1010},
+	} {
+		b.answer = func(w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			var sb strings.Builder
+			for _, e := range tc.events {
+				sb.WriteString("data: " + e + "\n\n")
+			}
+			sb.WriteString("data: [DONE]\n\n")
+			writeIn(w, sb.String(), 5)
+		}
+		if got := b.post(t, `{"model":"m","stream":true}`); got.spent != tc.spent {
+			t.Errorf("%q: spent %d, want %d", tc.events, got.spent, tc.spent)
+		}
+	}
+}

@@ -108,3 +108,42 @@ func FuzzStrictJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAnswerUsage holds answerScan to encoding/json: fed a JSON object in
+// two writes, it finds the value of its top-level usage, as encoding/json
+// does, and nothing else.
+func FuzzAnswerUsage(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":"x","usage":{"prompt_tokens":10,"completion_tokens":1000},"x":{"usage":{"total_tokens":0}}}`,
+		`{"a":[{"usage":1}],"b":"\"usage\":2","usage" : null }`,
+		`{"usage":{"a":[1,{"b":"}"}]}}`,
+	} {
+		f.Add([]byte(seed), uint16(3))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, cut uint16) {
+		if !json.Valid(b) || bytes.Contains(b, []byte(`\u`)) {
+			return
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil {
+			return
+		}
+		object, _, repeats := naiveObjects(b)
+		if !object || repeats {
+			return
+		}
+		want, ok := m["usage"]
+		var got [][]byte
+		var a answerScan
+		k := int(cut) % (len(b) + 1)
+		done := func(v []byte) { got = append(got, append([]byte(nil), v...)) }
+		a.feed(b[:k], done)
+		a.feed(b[k:], done)
+		switch {
+		case !ok && len(got) != 0:
+			t.Fatalf("%q cut at %d: found %q, encoding/json no usage", b, k, got)
+		case ok && (len(got) != 1 || !bytes.Equal(got[0], want)):
+			t.Fatalf("%q cut at %d: found %q, encoding/json %q", b, k, got, want)
+		}
+	})
+}

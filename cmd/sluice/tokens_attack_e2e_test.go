@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,5 +224,46 @@ func TestTokensE2EStrictBody(t *testing.T) {
 	}
 	if n := len(up.records()); n != 1 {
 		t.Errorf("the upstream answered %d requests, want 1 (the capped one)", n)
+	}
+}
+
+// spentMetric reads sluice_proxy_tokens_total{kind="spent"} of route.
+func spentMetric(t *testing.T, p *proc, route string) int64 {
+	t.Helper()
+	_, _, metrics := fetch(t, "GET", "http://"+p.addrs["admin"]+"/metrics")
+	m := regexp.MustCompile(`(?m)^sluice_proxy_tokens_total\{kind="spent",route="` + route + `"\} (\d+)$`).FindStringSubmatch(metrics)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// TestTokensE2ENestedUsage: an answer's usage is its top-level one (in a
+// stream, the last chunk's), whatever nested object after it is named
+// usage too.
+func TestTokensE2ENestedUsage(t *testing.T) {
+	up := startOpenAIUpstream(t, "--nested-usage", "--completion-tokens", "1000")
+	file := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, file, recipeRules)
+	p := startProxy(t, "--config", file, "--upstream", "http://"+up.addr)
+	var want int64
+	for i, body := range []string{
+		`{"model":"m","max_tokens":1000,"messages":[{"role":"user","content":"Hello, this is a prompt of forty bytes."}]}`,
+		`{"model":"m","max_tokens":1000,"stream":true,"messages":[{"role":"user","content":"Hello, this is a prompt of forty bytes."}]}`,
+	} {
+		id := fmt.Sprintf("answer %d", i)
+		r := post(t, p, "/v1/chat/completions", fmt.Sprintf("sk-%d", i), id, []byte(body))
+		if r.status != 200 || !strings.Contains(r.body, `"x_provider":{"usage"`) {
+			t.Fatalf("%s: %d %s", id, r.status, r.body[:min(len(r.body), 300)])
+		}
+		rec := up.record(id)
+		want += rec.TotalTokens
+		waitAllowed(t, p, "chat", i+1)
+		got := spentMetric(t, p, "chat")
+		t.Logf("%s: the upstream's usage %d tokens (prompt %d, completion %d); the proxy charged %d", id, rec.TotalTokens, rec.PromptTokens, rec.CompletionTokens, got-(want-rec.TotalTokens))
+		if got != want {
+			t.Errorf("%s: the proxy counts %d tokens spent, the upstream's usages say %d", id, got, want)
+		}
 	}
 }
