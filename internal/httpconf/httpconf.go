@@ -49,6 +49,7 @@
 //	          prompt: bytes
 //	        usage: {input_weight: 1, output_weight: 4, header: X-Tokens-Used}
 //	        enforce: true
+//	        unbounded: refuse           # or allow: images, files, server-side tools
 //	        max_body: 8388608
 //	    - pattern: "/"
 //	descriptors: ...                  # the rules, as always

@@ -176,6 +176,8 @@ func TestErrors(t *testing.T) {
 		{"tokens prompt", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9, prompt: words}}}\n", []string{`prompt must be bytes`}},
 		{"tokens weight", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9}, usage: {input_weight: 0}}}\n", []string{`input_weight must be a whole number from 1`}},
 		{"tokens header", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9, header: \"a b\"}}}\n", []string{`reserve header "a b" is not a valid header name`}},
+		{"tokens unbounded", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9}, enforce: true, unbounded: maybe}}\n", []string{`unbounded must be refuse`}},
+		{"tokens unbounded without enforce", head + "  routes:\n    - {pattern: /a, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9}, unbounded: allow}}\n", []string{`unbounded needs enforce: true`}},
 		{"tokens and shaping", head + "  routes:\n    - {pattern: /a, shaping: {max_delay: 1s}, tokens: {descriptor: [{key: t, value: x}], reserve: {default: 9}}}\n", []string{`a route with tokens cannot have shaping or failures`}},
 		{"shaping not a mapping", head + "  routes:\n    - {pattern: /a, shaping: true}\n", []string{`4:30: shaping must be a mapping, got "true"`}},
 		{"shaping no delay", head + "  routes:\n    - {pattern: /a, shaping: {max_queue: 3}}\n", []string{`4:30: shaping needs max_delay`}},
@@ -317,6 +319,7 @@ http:
         reserve: {fields: [max_tokens], header: X-Max, default: 100, max: 400, prompt: bytes}
         usage: {input_weight: 1, output_weight: 4, header: X-Used}
         enforce: true
+        unbounded: allow
         max_body: 1000
 `
 	s, err := httpconf.Parse("t.yaml", []byte(src))
@@ -330,7 +333,7 @@ http:
 	want := httplimit.Tokens{
 		Descriptor: httplimit.Descriptor{{Key: "api_key_tokens", Source: httplimit.APIKey("Authorization")}},
 		Fields:     []string{"max_tokens"}, Header: "X-Max", Default: 100, Max: 400, PromptBytes: true,
-		InputWeight: 1, OutputWeight: 4, UsageHeader: "X-Used", Enforce: true, MaxBody: 1000,
+		InputWeight: 1, OutputWeight: 4, UsageHeader: "X-Used", Enforce: true, AllowUnbounded: true, MaxBody: 1000,
 	}
 	if fmt.Sprint(*tok) != fmt.Sprint(want) {
 		t.Fatalf("tokens\n%+v\nwant\n%+v", *tok, want)

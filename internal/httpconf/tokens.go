@@ -9,7 +9,7 @@ import (
 
 // The keys of a route's tokens block.
 var (
-	tokensKeys  = []string{"descriptor", "reserve", "usage", "enforce", "max_body"}
+	tokensKeys  = []string{"descriptor", "reserve", "usage", "enforce", "unbounded", "max_body"}
 	reserveKeys = []string{"fields", "header", "default", "max", "prompt"}
 	usageKeys   = []string{"input_weight", "output_weight", "header"}
 )
@@ -30,10 +30,12 @@ const maxTokens = 1 << 30
 //	    prompt: bytes                                 # bytes | none (default)
 //	  usage: {input_weight: 1, output_weight: 1, header: X-Tokens-Used}
 //	  enforce: true
+//	  unbounded: refuse                               # refuse (default) | allow; with enforce
 //	  max_body: 8388608
 func (p *parser) tokens(n *yaml.Node) *httplimit.Tokens {
 	t := &httplimit.Tokens{}
 	var desc, reserve bool
+	var unbounded *yaml.Node
 	if !p.fields(n, "tokens", tokensKeys, func(key string, k, v *yaml.Node) {
 		switch key {
 		case "descriptor":
@@ -55,6 +57,17 @@ func (p *parser) tokens(n *yaml.Node) *httplimit.Tokens {
 			})
 		case "enforce":
 			t.Enforce = p.boolean(v, "enforce")
+		case "unbounded":
+			unbounded = v
+			if s, ok := p.str(v, "unbounded"); ok {
+				switch s {
+				case "allow":
+					t.AllowUnbounded = true
+				case "refuse":
+				default:
+					p.Errorf(p.node(v), "unbounded must be refuse (a request whose tokens the reservation cannot bound is refused) or allow, got %q", s)
+				}
+			}
 		case "max_body":
 			t.MaxBody = int64(p.integer(v, "max_body", 1, 1<<30))
 		}
@@ -66,6 +79,9 @@ func (p *parser) tokens(n *yaml.Node) *httplimit.Tokens {
 	}
 	if !reserve {
 		p.Errorf(p.node(n), "tokens needs reserve, with at least default: the tokens to reserve when a request names none")
+	}
+	if unbounded != nil && !t.Enforce {
+		p.Errorf(p.node(unbounded), "unbounded needs enforce: true (without it no request is refused)")
 	}
 	return t
 }
