@@ -125,7 +125,9 @@ type Tokens struct {
 
 	// Enforce writes the output reserved into the forwarded JSON body
 	// (into every output field present that asks for more, or, when none
-	// is, the first of Fields), so that the API generates no more; and for
+	// of Fields is, into the first of them, or max_tokens for a legacy
+	// completion's prompt, max_output_tokens for a Responses input), so
+	// that the API generates no more; and for
 	// a chat or legacy completion's stream ("stream": true) sets
 	// stream_options.include_usage, so that its last event says what it
 	// spent. It refuses (400) a request whose body is not one strict JSON

@@ -252,9 +252,18 @@ func TestTokensEnforceEveryField(t *testing.T) {
 	if m := forwarded(t, got); got.reserved != 1000 || m["max_tokens"] != 1000.0 || m["max_output_tokens"] != 7.0 {
 		t.Errorf("reserved %d, forwarded %s (want max_tokens capped at Max, max_output_tokens below it kept)", got.reserved, got.body)
 	}
-	got = b.post(t, `{}`)
-	if string(got.body) != `{"max_completion_tokens":100}` || got.reserved != 100 {
-		t.Errorf("an empty object: reserved %d, forwarded %s", got.reserved, got.body)
+	for body, want := range map[string]string{
+		`{}`:                           `{"max_completion_tokens":100}`,
+		`{"messages":[],"prompt":"x"}`: `{"messages":[],"prompt":"x","max_completion_tokens":100}`,
+		`{"prompt":"x"}`:               `{"prompt":"x","max_tokens":100}`,
+		`{"prompt":["x","y"]}`:         `{"prompt":["x","y"],"max_tokens":100}`,
+		`{"input":"x"}`:                `{"input":"x","max_output_tokens":100}`,
+		`{"input":[{"role":"user","content":"x"}]}`: `{"input":[{"role":"user","content":"x"}],"max_output_tokens":100}`,
+	} {
+		// None present: the field of the request's API is written.
+		if got := b.post(t, body); string(got.body) != want {
+			t.Errorf("%s: forwarded %s, want %s", body, got.body, want)
+		}
 	}
 
 	// Fields names max_tokens only: the others are capped all the same.

@@ -147,3 +147,38 @@ func FuzzAnswerUsage(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkStrictJSON is the strict scan of a chat body of about 1 MB (a
+// long conversation), beside encoding/json's Valid, the least its own
+// reading of the body costs.
+func BenchmarkStrictJSON(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"model":"m","max_completion_tokens":256,"stream":true,"messages":[`)
+	for i := range 2000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"role":"user","content":"` + strings.Repeat(`lorem ipsum \"dolor\" sit amet, café `, 12) + `"}`)
+	}
+	sb.WriteString(`]}`)
+	body := []byte(sb.String())
+	b.Run("strict", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		s := new(strictJSON)
+		for b.Loop() {
+			if err := s.scan(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json-valid", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if !json.Valid(body) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+}

@@ -122,7 +122,9 @@ type bodyRead struct {
 	n, bestOf, batch     int64
 	echo                 bool
 	promptLen, predicted int64
-	stream, chat         bool // a stream; a chat or legacy completion (which take stream_options)
+	stream               bool
+	messages, prompt     bool // a chat's messages; a (legacy) completion's prompt, text or a list
+	input                bool // a Responses request's input
 	streamOpts           int  // the member stream_options, or -1
 	unbounded            string
 }
@@ -183,9 +185,9 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 			rd.promptLen = int64(len(v))
 			switch v[0] {
 			case '"':
-				rd.chat = true
+				rd.prompt = true
 			case '[':
-				rd.chat = true
+				rd.prompt = true
 				var prompts int64
 				var texts bool
 				eachElement(v, func(e []byte) bool {
@@ -211,11 +213,12 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 		case fieldStreamOptions:
 			rd.streamOpts = mi
 		case fieldMessages:
-			rd.chat = true
+			rd.messages = true
 			if check && !null {
 				rd.checkMessages(v)
 			}
 		case fieldInput:
+			rd.input = !null
 			if check && !null {
 				rd.checkInput(v)
 			}
@@ -294,76 +297,98 @@ func member(obj []byte, name string) []byte {
 	return got
 }
 
+// where is the place of a message, an item or a part in a body, for a
+// message: list[i].field[j], without .field when field is empty, without
+// [j] when j < 0. It is made a string only to say what is refused.
+type where struct {
+	list  string
+	i     int
+	field string
+	j     int
+}
+
+func (w where) String() string {
+	s := w.list + "[" + strconv.Itoa(w.i) + "]"
+	if w.field != "" {
+		s += "." + w.field
+	}
+	if w.j >= 0 {
+		s += "[" + strconv.Itoa(w.j) + "]"
+	}
+	return s
+}
+
 // checkMessages checks the messages of a chat: text only.
 func (rd *bodyRead) checkMessages(v []byte) {
 	if v[0] != '[' {
 		rd.unboundedOnce(true, "messages is not a list")
 		return
 	}
-	i := 0
+	at := where{list: "messages", j: -1}
 	eachElement(v, func(msg []byte) bool {
-		rd.checkMessage(msg, "messages["+strconv.Itoa(i)+"]")
-		i++
+		rd.checkMessage(msg, at)
+		at.i++
 		return rd.unbounded == ""
 	})
 }
 
-// checkMessage checks a message (or an input item that is one): its
-// content text, and nothing that carries media beside it.
-func (rd *bodyRead) checkMessage(msg []byte, path string) {
+// checkMessage checks a message (or an input item that is one) at at:
+// its content text, and nothing that carries media beside it.
+func (rd *bodyRead) checkMessage(msg []byte, at where) {
 	if msg[0] != '{' {
-		rd.unboundedOnce(true, "%s is not an object", path)
+		rd.unboundedOnce(true, "%s is not an object", at)
 		return
 	}
 	eachMember(msg, func(k, v []byte) bool {
 		switch {
 		case keyIs(k, "content"):
-			rd.checkContent(v, path+".content")
+			at.field = "content"
+			rd.checkContent(v, at)
 		case string(v) != "null" && keyIn(k, mediaKeys):
-			rd.unboundedOnce(true, "%s has %s", path, quoteKey(k))
+			rd.unboundedOnce(true, "%s has %s", at, quoteKey(k))
 		}
 		return rd.unbounded == ""
 	})
 }
 
-// checkContent checks a message's content: a string, or a list of text
-// parts.
-func (rd *bodyRead) checkContent(v []byte, path string) {
+// checkContent checks a message's content (or a function call's output)
+// at at: a string, or a list of text parts.
+func (rd *bodyRead) checkContent(v []byte, at where) {
 	switch v[0] {
 	case '"', 'n':
 	case '{':
-		rd.checkPart(v, path)
+		rd.checkPart(v, at)
 	case '[':
-		i := 0
+		at.j = 0
 		eachElement(v, func(part []byte) bool {
-			p := path + "[" + strconv.Itoa(i) + "]"
 			switch part[0] {
 			case '"':
 			case '{':
-				rd.checkPart(part, p)
+				rd.checkPart(part, at)
 			default:
-				rd.unboundedOnce(true, "%s is not text", p)
+				rd.unboundedOnce(true, "%s is not text", at)
 			}
-			i++
+			at.j++
 			return rd.unbounded == ""
 		})
 	default:
-		rd.unboundedOnce(true, "%s is not text", path)
+		rd.unboundedOnce(true, "%s is not text", at)
 	}
 }
 
-// checkPart checks a part of a message's content: text, and nothing else.
-func (rd *bodyRead) checkPart(part []byte, path string) {
+// checkPart checks a part of a message's content at at: text, and nothing
+// else.
+func (rd *bodyRead) checkPart(part []byte, at where) {
 	if typ := member(part, "type"); !stringIn(typ, textParts) {
 		if typ == nil {
 			typ = []byte("none")
 		}
-		rd.unboundedOnce(true, "%s is a part of type %s, not text", path, typ)
+		rd.unboundedOnce(true, "%s is a part of type %s, not text", at, typ)
 		return
 	}
 	eachMember(part, func(k, _ []byte) bool {
 		if !keyIn(k, textPartKeys) {
-			rd.unboundedOnce(true, "%s, a text part, has %s", path, quoteKey(k))
+			rd.unboundedOnce(true, "%s, a text part, has %s", at, quoteKey(k))
 		}
 		return rd.unbounded == ""
 	})
@@ -380,16 +405,14 @@ func (rd *bodyRead) checkInput(v []byte) {
 		rd.unboundedOnce(true, "input is not text or a list")
 		return
 	}
-	i := 0
+	at := where{list: "input", j: -1}
 	eachElement(v, func(item []byte) bool {
-		path := "input[" + strconv.Itoa(i) + "]"
-		i++
 		switch item[0] {
 		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
 		case '[': // token IDs
 			eachElement(item, func(e []byte) bool {
 				if e[0] == '{' || e[0] == '[' {
-					rd.unboundedOnce(true, "%s is not text or token IDs", path)
+					rd.unboundedOnce(true, "%s is not text or token IDs", at)
 				}
 				return rd.unbounded == ""
 			})
@@ -397,18 +420,21 @@ func (rd *bodyRead) checkInput(v []byte) {
 			typ := member(item, "type")
 			switch {
 			case typ == nil || stringIn(typ, textItems[:1]):
-				rd.checkMessage(item, path)
+				rd.checkMessage(item, at)
 			case stringIn(typ, textItems):
 			case stringIn(typ, outputItems):
 				if out := member(item, "output"); out != nil {
-					rd.checkContent(out, path+".output")
+					o := at
+					o.field = "output"
+					rd.checkContent(out, o)
 				}
 			default:
-				rd.unboundedOnce(true, "%s is an item of type %s", path, typ)
+				rd.unboundedOnce(true, "%s is an item of type %s", at, typ)
 			}
 		default:
-			rd.unboundedOnce(true, "%s is not text", path)
+			rd.unboundedOnce(true, "%s is not text", at)
 		}
+		at.i++
 		return rd.unbounded == ""
 	})
 }
@@ -548,10 +574,12 @@ func (t *tokens) checkQuery(u *url.URL) error {
 }
 
 // enforceIn returns the body b to forward with the output asked (out)
-// written in: every output cap present above it (or null) set to it, the
-// first of Fields added if none is present; and a chat's stream asked for
-// its usage (stream_options.include_usage). b is returned as it is when
-// it needs nothing.
+// written in: every output cap present above it (or null) set to it, and
+// when none of Fields is present, the first of them added (max_tokens to
+// a legacy completion, max_output_tokens to a Responses request: the one
+// its API reads); and a chat or completion's stream asked for its usage
+// (stream_options.include_usage). b is returned as it is when it needs
+// nothing.
 func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []byte {
 	type edit struct {
 		at, end int
@@ -569,9 +597,19 @@ func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []b
 	}
 	var add []string
 	if !rd.named {
-		add = append(add, strconv.Quote(t.fields[0])+":"+num)
+		// The first of Fields, or the field of the request's API when it
+		// is not a chat: the one the API reads.
+		field := t.fields[0]
+		switch {
+		case rd.messages:
+		case rd.prompt:
+			field = "max_tokens"
+		case rd.input:
+			field = "max_output_tokens"
+		}
+		add = append(add, strconv.Quote(field)+":"+num)
 	}
-	if rd.stream && rd.chat {
+	if rd.stream && (rd.messages || rd.prompt) {
 		if rd.streamOpts < 0 {
 			add = append(add, `"stream_options":{"include_usage":true}`)
 		} else if m := s.top[rd.streamOpts]; !asksUsage(b[m.vs:m.ve]) {
