@@ -123,12 +123,13 @@ type Tokens struct {
 	// read before the body's usage.
 	UsageHeader string
 
-	// Enforce writes the output reserved into the forwarded JSON body
-	// (into every output field present that asks for more, or, when none
-	// of Fields is, into the first of them, or max_tokens for a legacy
-	// completion's prompt, max_output_tokens for a Responses input), so
-	// that the API generates no more; and for
-	// a chat or legacy completion's stream ("stream": true) sets
+	// Enforce writes the output reserved into the forwarded JSON body, so
+	// that the API generates no more: into every output field present
+	// that asks for more, or for 0, or is null; and when none of Fields is
+	// present, into the first of them (max_tokens for a legacy
+	// completion's prompt, max_output_tokens for a Responses input). An
+	// output reserved of 0 is refused (400). For a chat or legacy
+	// completion's stream ("stream": true) it sets
 	// stream_options.include_usage, so that its last event says what it
 	// spent. It refuses (400) a request whose body is not one strict JSON
 	// object (a body is required but for GET and HEAD), and one whose cost

@@ -196,6 +196,7 @@ func TestTokensStrictBody(t *testing.T) {
 		{"n in another case", `{"N":128}`, `must be spelled "n"`},
 		{"a stream that is not a boolean", `{"stream":"false","max_tokens":5}`, "true or false"},
 		{"no body", ``, "must be a JSON object"},
+		{"an output of 0", `{"max_tokens":0}`, "at least 1 token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBudget(t, enforced())
@@ -248,6 +249,10 @@ func TestTokensEnforceEveryField(t *testing.T) {
 	if m := forwarded(t, got); got.reserved != 50 || m["max_completion_tokens"] != 50.0 || m["max_tokens"] != 50.0 || m["max_output_tokens"] != 50.0 {
 		t.Errorf("reserved %d, forwarded %s", got.reserved, got.body)
 	}
+	got = b.post(t, `{"max_completion_tokens":50,"max_tokens":0}`)
+	if m := forwarded(t, got); got.reserved != 50 || m["max_tokens"] != 50.0 {
+		t.Errorf("max_tokens 0 beside 50: reserved %d, forwarded %s (a cap of 0 is no cap to some parsers)", got.reserved, got.body)
+	}
 	got = b.post(t, `{"max_tokens":100000,"max_output_tokens":7}`)
 	if m := forwarded(t, got); got.reserved != 1000 || m["max_tokens"] != 1000.0 || m["max_output_tokens"] != 7.0 {
 		t.Errorf("reserved %d, forwarded %s (want max_tokens capped at Max, max_output_tokens below it kept)", got.reserved, got.body)
@@ -273,6 +278,9 @@ func TestTokensEnforceEveryField(t *testing.T) {
 	got = b.post(t, `{"max_completion_tokens":5000,"model":"m"}`)
 	if m := forwarded(t, got); got.reserved != 100 || m["max_tokens"] != 100.0 || m["max_completion_tokens"] != 100.0 {
 		t.Errorf("Fields [max_tokens]: reserved %d, forwarded %s", got.reserved, got.body)
+	}
+	if got := b.post(t, `{"model":"m"}`, "X-Max-Tokens", "0"); got.status != 400 {
+		t.Errorf("an output of 0 asked by the header: %d", got.status)
 	}
 	got = b.post(t, `{"max_tokens":900}`, "X-Max-Tokens", "20")
 	if m := forwarded(t, got); got.reserved != 20 || m["max_tokens"] != 20.0 {

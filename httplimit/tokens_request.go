@@ -522,6 +522,10 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 		out = rd.out
 	}
 	out = min(out, t.max)
+	if t.enforce && out < 1 {
+		// A parser may read a cap of 0 as no cap at all.
+		return tr, invalidError{"the output asked must be at least 1 token"}
+	}
 	tr.stream = rd.stream
 	// The reservation: the output of every choice generated, and the
 	// prompt's bytes, weighed as the cost weighs them.
@@ -574,7 +578,8 @@ func (t *tokens) checkQuery(u *url.URL) error {
 }
 
 // enforceIn returns the body b to forward with the output asked (out)
-// written in: every output cap present above it (or null) set to it, and
+// written in: every output cap present above it (or null, or 0) set to
+// it, and
 // when none of Fields is present, the first of them added (max_tokens to
 // a legacy completion, max_output_tokens to a Responses request: the one
 // its API reads); and a chat or completion's stream asked for its usage
@@ -589,7 +594,7 @@ func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []b
 	n := 0
 	num := strconv.FormatInt(out, 10)
 	for i := range rd.outs {
-		if v := rd.outVal[i]; v < 0 || v > out {
+		if v := rd.outVal[i]; v < 1 || v > out { // null, or 0 (no cap to some), or above
 			m := s.top[rd.outAt[i]]
 			edits[n] = edit{m.vs, m.ve, num}
 			n++
