@@ -45,7 +45,7 @@ var (
 	fcallsDesc = prometheus.NewDesc("sluice_redis_script_calls_total",
 		"Calls of the decision script (FCALL): fewer than the requests, when requests that arrive while calls are in flight go together.", nil, nil)
 	nodesDesc = prometheus.NewDesc("sluice_nodes",
-		"Nodes sharing the limits, as the Redis store's registry last told (this one included; 0 before it first did): the local failure policy gives each node 1/N of every limit unless --local-nodes is set.", nil, nil)
+		"Nodes sharing the limits, as this node counts them from the Redis store's registry (this one included; 0 before it first read it): it rises at once and falls once the registry has held fewer for three heartbeats in a row. The local failure policy gives each node 1/N of every limit (N at least --local-nodes).", nil, nil)
 	queuedDesc = prometheus.NewDesc("sluice_redis_queued",
 		"Requests waiting for a slot among the calls in flight (at most --redis-max-queue; beyond it they are shed).", nil, nil)
 	upDesc = prometheus.NewDesc("sluice_redis_up",
@@ -66,7 +66,7 @@ type Stats struct {
 	RefundFailed int64 // cross-slot consumption that could not be taken back
 	InFlight     int   // calls in flight now
 	Queued       int   // requests waiting for a slot now
-	Nodes        int   // nodes sharing the limits, as the registry last told (0 before it did)
+	Nodes        int   // nodes sharing the limits, as counted from the registry (Store.Nodes)
 	Up           bool  // connected and the circuit breaker closed
 	BreakerState int   // 0 closed, 1 half-open, 2 open
 }
