@@ -16,24 +16,45 @@ import (
 // A count that is too high costs a node some of its share during an
 // outage; one that is too low lets the nodes together admit more than the
 // limit. So the count a node uses rises at once and falls slowly
-// (nodeCount). The argument is in docs/internals/redis-store.md.
+// (nodeCount), and a registry that Redis lost track of (down, restored
+// from a file, failed over) counts the nodes it held when it did
+// (nodesLua). The argument is in docs/internals/redis-store.md.
 
 // nodesLua is the body of the registry's function (KEYS[1] the registry,
 // a sorted set of node ids scored by when they expire, in Redis TIME
 // milliseconds; ARGV: the node's id, its time to live in milliseconds, and
 // "join" or "leave"): it renews or removes the node, drops the expired
 // ones, and returns how many are left.
+//
+// The member "" (no node id is empty) is scored with the last call's
+// time. When no node called for more than half an entry's life, Redis
+// cannot tell the nodes that stopped from those that could not reach it
+// (it was down, restored from an old append-only file or snapshot, failed
+// over to a replica, or its clock jumped): the entries that expired since
+// are then renewed for one more life, in which every node still running
+// renews its own. The registry lives a day after the last call, so that a
+// Redis restored within a day still has it.
 const nodesLua = `local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(args[2])
-if args[3] == 'leave' then
-  redis.call('ZREM', keys[1], args[1])
-else
-  redis.call('ZADD', keys[1], now + ttl, args[1])
+local key = keys[1]
+local last = redis.call('ZSCORE', key, '')
+if last and now - tonumber(last) > ttl / 2 then
+  for _, id in ipairs(redis.call('ZRANGE', key, last, '(' .. now, 'BYSCORE')) do
+    if id ~= '' then
+      redis.call('ZADD', key, now + ttl, id)
+    end
+  end
 end
-redis.call('ZREMRANGEBYSCORE', keys[1], '-inf', '(' .. now)
-redis.call('PEXPIRE', keys[1], 2 * ttl)
-return redis.call('ZCARD', keys[1])`
+if args[3] == 'leave' then
+  redis.call('ZREM', key, args[1])
+else
+  redis.call('ZADD', key, now + ttl, args[1])
+end
+redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. now)
+redis.call('ZADD', key, now, '')
+redis.call('PEXPIRE', key, math.max(2 * ttl, 86400000))
+return redis.call('ZCARD', key) - 1`
 
 // nodeID names this node in the registry: host, process and a random part.
 func nodeID() string {

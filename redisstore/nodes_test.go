@@ -3,9 +3,12 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // TestNodeCount walks nodeCount through the registry's reads at fixed
@@ -158,4 +161,59 @@ func TestHeartbeatCount(t *testing.T) {
 			t.Error("the node did not leave the registry when stopped")
 		}
 	})
+}
+
+// TestNodeRegistryRestored checks the registry's function on a registry
+// written as Redis would restore it: entries that expired while no node
+// could call (the registry's last call long ago) are counted one more
+// entry life; entries that had expired before the last call, or that
+// expire while nodes call, are not.
+func TestNodeRegistryRestored(t *testing.T) {
+	srv := redistest.Standalone(t)
+	ms := func() int64 {
+		v := srv.Cmd("TIME").([]any)
+		sec, _ := strconv.ParseInt(v[0].(string), 10, 64)
+		us, _ := strconv.ParseInt(v[1].(string), 10, 64)
+		return sec*1000 + us/1000
+	}
+	for _, c := range []struct {
+		name    string
+		entries func(now int64) []any // ZADD's score, member pairs
+		want    int                   // the first count the new node reads
+		kept    []string
+	}{
+		{"restored: the last call 5s ago, two entries expired since", func(now int64) []any {
+			return []any{now - 5000, "", now - 3000, "a", now - 2000, "b"}
+		}, 3, []string{"a", "b"}},
+		{"an entry expired before the last call stays expired", func(now int64) []any {
+			return []any{now - 10000, "old", now - 5000, "", now - 2000, "b"}
+		}, 2, []string{"b"}},
+		{"the last call recent: an expired entry is dropped", func(now int64) []any {
+			return []any{now + 60000, "", now - 1000, "a"}
+		}, 1, nil},
+		{"no record of the last call (a registry of an older version)", func(now int64) []any {
+			return []any{now - 1000, "a"}
+		}, 1, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv.Cmd("DEL", "sluice:nodes")
+			now := ms()
+			srv.Cmd(append([]any{"ZADD", "sluice:nodes"}, c.entries(now)...)...)
+			s := newTestStore(t, Config{URL: srv.URL(), Prefix: "sluice:", Heartbeat: time.Second}, nil)
+			redistest.WaitFor(t, "the first count", func() bool { return s.Nodes() != 0 })
+			if got := s.Nodes(); got != c.want {
+				t.Errorf("the node counted %d, want %d", got, c.want)
+			}
+			for _, id := range c.kept {
+				score, err := strconv.ParseInt(fmt.Sprint(srv.Cmd("ZSCORE", "sluice:nodes", id)), 10, 64)
+				if err != nil || score < now+3000 {
+					t.Errorf("entry %s scored %d (%v), want renewed for one more life, from %d", id, score, err, now+3000)
+				}
+			}
+			if ttl := srv.Cmd("PTTL", "sluice:nodes").(int64); ttl < 86400000-60000 {
+				t.Errorf("the registry expires in %d ms, want a day", ttl)
+			}
+			s.Close()
+		})
+	}
 }
