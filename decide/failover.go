@@ -31,12 +31,13 @@ import (
 //     recovers.
 //   - local: the same hits are decided on the Local limiter, a store of the
 //     node's own, so that each node admits about its share of every limit:
-//     each hit weighs its cost times the number of nodes (Nodes, or as the
-//     nodes learn it, NodeCount) against the configured limit (see
-//     localCost), so that N nodes together admit at most N·max(1,
-//     floor(x/N)) <= max(x, N) requests of cost 1 where the cluster admits
-//     x, provided the load is spread over the N nodes (a node that gets all
-//     of a key's traffic admits only its share). The local counters are in
+//     each hit weighs its cost times the number of nodes (the larger of
+//     Nodes and, as the nodes learn it, NodeCount's) against the
+//     configured limit (see localCost), so that N nodes that each count at
+//     least N together admit at most N·max(1, floor(x/N)) <= max(x, N)
+//     requests of cost 1 where the cluster admits x; they admit that much
+//     when the load is spread over them (a node that gets all of a key's
+//     traffic admits only its share). The local counters are in
 //     the limit's own units, the node's estimate of what the cluster spent,
 //     so that a change in the number of nodes never gives back what they
 //     hold; they are the node's own, kept across outages (a second outage
@@ -62,28 +63,26 @@ type Failover struct {
 	Local *sluice.Limiter
 
 	// Nodes is the number of nodes that share the limits: the local
-	// policy gives each node 1/Nodes of every limit. Zero means
-	// NodeCount's, or 1.
+	// policy gives each node 1/Nodes of every limit. With NodeCount set it
+	// is the least number: the policy divides by the larger of Nodes and
+	// NodeCount's. Zero means NodeCount's alone, or 1.
 	Nodes int
 
-	// NodeCount, when Nodes is zero, returns the number of nodes sharing
-	// the limits as the nodes learn it from each other (the Redis store's
-	// registry: redisstore.Store.Nodes), asked whenever the local policy
-	// answers. A result below 1 (not learnt yet) means 1.
+	// NodeCount returns the number of nodes sharing the limits as the
+	// nodes learn it from each other (the Redis store's registry:
+	// redisstore.Store.Nodes), asked whenever the local policy answers. A
+	// result below Nodes (below 1: not learnt yet) means Nodes, or 1.
 	NodeCount func() int
 }
 
-// nodes is the number of nodes the local policy shares the limits among.
+// nodes is the number of nodes the local policy shares the limits among:
+// the larger of Nodes and NodeCount's, at least 1.
 func (f *Failover) nodes() int64 {
-	if f.Nodes > 0 {
-		return int64(f.Nodes)
-	}
+	n := max(int64(f.Nodes), 1)
 	if f.NodeCount != nil {
-		if n := f.NodeCount(); n > 1 {
-			return int64(n)
-		}
+		n = max(n, int64(f.NodeCount()))
 	}
-	return 1
+	return n
 }
 
 // withDefaults checks f and returns it with its defaults filled in:

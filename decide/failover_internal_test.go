@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -39,6 +40,34 @@ func TestLocalCost(t *testing.T) {
 			t.Fatalf("localCost(%d, %d, %+v) = %d, want %d", c, n, l, w, min(c*n, capacity))
 		case c <= sluice.MaxCost/n && c > capacity && w != c*n:
 			t.Fatalf("localCost(%d, %d, %+v) = %d, want %d", c, n, l, w, c*n)
+		}
+	}
+}
+
+// The local policy divides by the larger of Nodes and the count the nodes
+// learn (NodeCount): Nodes is a floor the learnt count never goes below.
+func TestFailoverNodes(t *testing.T) {
+	learnt := func(n int) func() int { return func() int { return n } }
+	for _, c := range []struct {
+		f    Failover
+		want int64
+	}{
+		{Failover{}, 1},
+		{Failover{Nodes: 3}, 3},
+		{Failover{NodeCount: learnt(0)}, 1},
+		{Failover{NodeCount: learnt(-2)}, 1},
+		{Failover{NodeCount: learnt(4)}, 4},
+		{Failover{Nodes: 3, NodeCount: learnt(0)}, 3},
+		{Failover{Nodes: 3, NodeCount: learnt(1)}, 3},
+		{Failover{Nodes: 3, NodeCount: learnt(5)}, 5},
+	} {
+		got := c.f.nodes()
+		n := "nil"
+		if c.f.NodeCount != nil {
+			n = fmt.Sprint(c.f.NodeCount())
+		}
+		if got != c.want {
+			t.Errorf("Nodes %d, NodeCount %s: %d nodes, want %d", c.f.Nodes, n, got, c.want)
 		}
 	}
 }

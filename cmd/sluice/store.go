@@ -195,7 +195,7 @@ func (s *storeSettings) flags(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&s.store, "store", "memory", usage)
 	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailLocal, "`policy` when the store cannot decide, for domains that set no failure_policy: local (limit on this node alone, each node admitting its share of every limit), fail_closed, or fail_open")
-	fs.IntVar(&s.localNodes, "local-nodes", 0, "`nodes` sharing the limits: the local failure policy gives each node 1/nodes of every limit; 0 means the count the nodes learn from each other through Redis (1 with another store, or until learnt)")
+	fs.IntVar(&s.localNodes, "local-nodes", 0, "the least number of `nodes` sharing the limits: the local failure policy gives each node 1/N of every limit, N the larger of this and the count the nodes learn from each other through Redis (0: that count alone; 1 with another store, or until learnt)")
 	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
 }
 
