@@ -17,10 +17,9 @@ import (
 // enough that every node's registration expires, then thawed with its data.
 // During the outage each node admits its third of the limit on its own;
 // once Redis is back, the nodes together admit at most what Redis had left
-// when it stopped (150), however the node count they learn while they
-// register again changes on the way (1, then 2, then 3 nodes), and what
-// they admitted during the outage is written back to Redis. Exact and
-// lease rules alike.
+// when it stopped (150), whatever node count they read while they
+// register again, and what they admitted during the outage is written
+// back to Redis. Exact and lease rules alike.
 func TestServeRedisOutageSpent(t *testing.T) {
 	sluiceBinary(t)
 	const (
