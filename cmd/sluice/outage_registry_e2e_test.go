@@ -15,9 +15,10 @@ import (
 // shares. Three nodes on one Redis, a key of 600 an hour with half of it
 // used. Redis is killed (SIGKILL), restarted 5 s later, and killed again
 // as soon as each node has renewed its entry once; then the clients load a
-// new key on the three nodes: together they admit at most the limit (the
-// local policy's bound, N·max(1, floor(600/N)) = 600 for N = 3), and every
-// node still counts three. Two restarts:
+// new key on the three nodes until they admit no more: together they
+// admit at most the limit (the local policy's bound, N·max(1,
+// floor(600/N)) = 600 for N = 3), and every node still counts three. Two
+// restarts:
 //
 //   - aof: Redis writes every command to its append-only file before
 //     answering (appendfsync always) and restarts from it, with a registry
@@ -97,17 +98,24 @@ func restoredRegistry(t *testing.T, aof bool) {
 		counts[i] = p.metric("sluice_nodes")
 	}
 
-	l := startLoad(t, procs, 48, []*target{newTarget("restore", "k", "b", limitSpec{alg: "fixed_window", n: limit, period: time.Hour}, true)},
-		func(int, int) int { return 0 }, time.Now())
-	defer l.finish()
-	time.Sleep(3 * time.Second)
-	samples := l.finish()
+	// Load in rounds of 2 s until a round admits nothing: every node has
+	// spent its share.
+	targets := []*target{newTarget("restore", "k", "b", limitSpec{alg: "fixed_window", n: limit, period: time.Hour}, true)}
 	admitted := make([]int, nodes)
 	total := 0
-	for _, s := range samples {
-		if s.ok() {
-			admitted[s.proc]++
-			total++
+	for round, more := 0, true; more; round++ {
+		if round == 10 {
+			t.Fatalf("still admitting after %d rounds of load: %v", round, admitted)
+		}
+		l := startLoad(t, procs, 48, targets, func(int, int) int { return 0 }, time.Now())
+		time.Sleep(2 * time.Second)
+		more = false
+		for _, s := range l.finish() {
+			if s.ok() {
+				admitted[s.proc]++
+				total++
+				more = true
+			}
 		}
 	}
 	t.Logf("Redis up %s between the kills; the nodes counted %s nodes; admitted on the new key %v, %d in all (at most %d)",
