@@ -71,7 +71,9 @@
 // slot among the calls in flight (Config.MaxInFlight). A circuit breaker
 // opens after consecutive failures and then fails calls at once with
 // ErrUnavailable, letting one probe through after a cooldown that doubles
-// up to 5 seconds; Health reports the state. A store error is never a
+// up to 5 seconds; Health reports the state. While no request calls
+// Redis, the store PINGs it through the breaker every Config.Timeout, so
+// that an idle node's health follows Redis too. A store error is never a
 // decision: the caller's failure policy (fail open, fail closed, or
 // node-local limits; see package decide) decides what happens. New returns
 // a working Store even when Redis is down, and connects in the background.

@@ -144,6 +144,8 @@ type Store struct {
 	nodes  atomic.Int64 // the nodes registered, as last learnt; 0 before
 	hbDone chan struct{}
 
+	probeDone chan struct{} // closed when probe has returned
+
 	lastErr atomic.Pointer[error]
 	loadMu  sync.Mutex // serializes reloads of the function library
 	metrics metrics
@@ -228,6 +230,8 @@ func New(cfg Config) (*Store, error) {
 	} else {
 		close(s.hbDone)
 	}
+	s.probeDone = make(chan struct{})
+	go s.probe(s.timeout)
 	return s, nil
 }
 
@@ -237,6 +241,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.hbDone
+		<-s.probeDone
 		s.cancel()
 		<-s.done
 		if c := s.client.Load(); c != nil && c.owned {

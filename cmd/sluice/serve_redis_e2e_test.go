@@ -1541,3 +1541,30 @@ func TestProxyE2EHittersCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRedisIdleReadiness: a node that decides nothing says within a
+// few seconds that its Redis died, and that it came back: /readyz's store
+// line and sluice_store_up follow Redis, not the requests that happen to
+// fail (the store probes Redis while no request does).
+func TestServeRedisIdleReadiness(t *testing.T) {
+	sluiceBinary(t) // skips under -short
+	srv := redistest.Standalone(t)
+	rules := writeFile(t, "rules.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
+	p := startSluice(t, nil, "--config", rules, "--store", "redis", "--redis-url", srv.URL())
+	state := func() (string, string) {
+		_, body, _ := p.http("GET", "/readyz", "")
+		return body, p.metric("sluice_store_up")
+	}
+	waitState := func(what, line, up string) {
+		t.Helper()
+		redistest.WaitFor(t, what, func() bool {
+			body, u := state()
+			return strings.Contains(body, line) && u == up
+		})
+	}
+	waitState("the node up", "store: up", "1")
+	srv.Kill()
+	waitState("an idle node to report its Redis down", "store: down", "0")
+	srv.Restart()
+	waitState("an idle node to report its Redis back", "store: up", "1")
+}
