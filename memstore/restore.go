@@ -189,9 +189,14 @@ func (rs *restorer) sketch(d *decoder) error {
 	if idle <= rs.now {
 		return nil
 	}
-	sk := algo.NewSketch(id.width, id.depth)
+	// The blob's own size bounds what unmarshalling it allocates: no
+	// sketch of the record's dimensions is made before it is read.
+	sk := new(countMin)
 	if err := sk.UnmarshalBinary(blob); err != nil {
 		return corrupt("sketch %q: %v", id.name, err)
+	}
+	if sk.Width() != id.width || sk.Depth() != id.depth {
+		return corrupt("sketch %q of %dx%d cells holds %dx%d", id.name, id.width, id.depth, sk.Width(), sk.Depth())
 	}
 	rs.sketches = append(rs.sketches, restoredSketch{id: id, s: sk, idle: idle})
 	rs.sketchBytes += int64(sk.Bytes())
