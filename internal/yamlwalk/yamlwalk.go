@@ -25,6 +25,13 @@ import (
 // (an alias bomb, a recursive alias) can exceed.
 const DefaultBudget = 1 << 20
 
+// MaxProblems is the most problems a walk records: past it, one more says
+// so and the walk stops, as when its budget is spent. A file that many
+// problems wrong needs no more of them to be fixed, and a few hundred
+// bytes of aliases must not make a reader report (and a server log) a
+// million.
+const MaxProblems = 100
+
 // Note is one problem or warning: where (1-based; zero when unknown) and
 // what.
 type Note struct {
@@ -46,7 +53,7 @@ type Walker struct {
 	Warns []Note // the warnings
 
 	budget int
-	broke  bool // budget spent: stop walking and reporting
+	broke  bool // budget spent or MaxProblems reached: stop walking and reporting
 }
 
 // New returns a Walker that may visit budget nodes.
@@ -55,9 +62,15 @@ func New(budget int) *Walker {
 }
 
 // Errorf records a problem at n (nil: position unknown). Once the budget is
-// spent, nothing more is recorded: the one problem says why.
+// spent, or MaxProblems recorded, nothing more is recorded and the walk
+// stops: the one problem after them says why.
 func (w *Walker) Errorf(n *yaml.Node, format string, args ...any) {
 	if w.broke {
+		return
+	}
+	if len(w.Errs) >= MaxProblems {
+		w.Errs = append(w.Errs, at(n, fmt.Sprintf("more than %d problems: the rest of the file is not read", MaxProblems)))
+		w.broke = true
 		return
 	}
 	w.Errs = append(w.Errs, at(n, fmt.Sprintf(format, args...)))
@@ -248,7 +261,8 @@ func lineEnds(data []byte) []int {
 }
 
 // Deref follows n's aliases and charges the visit to the budget. Once the
-// budget is spent it records one problem and returns nil from then on.
+// budget is spent it records one problem and returns nil from then on, as
+// it does once MaxProblems are recorded.
 func (w *Walker) Deref(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		if !w.spend(n) {
@@ -263,6 +277,9 @@ func (w *Walker) Deref(n *yaml.Node) *yaml.Node {
 }
 
 func (w *Walker) spend(n *yaml.Node) bool {
+	if w.broke {
+		return false
+	}
 	if w.budget <= 0 {
 		if !w.broke {
 			w.Errorf(n, "file too large or too deeply aliased")

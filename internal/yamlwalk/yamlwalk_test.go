@@ -103,6 +103,50 @@ func TestBudgetBoundsAliasBomb(t *testing.T) {
 	}
 }
 
+// TestProblemsBounded walks a document in which every node is a
+// problem, many times over through aliases: the walk records at most
+// MaxProblems of them and one that says it stopped, and stops walking
+// there, so that a file of a few hundred bytes cannot make a reader
+// report (and a server log) a million problems.
+func TestProblemsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 7; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [", i, i)
+		for j := 0; j < 10; j++ {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	root := load(t, b.String())
+	w := New(DefaultBudget)
+	visits := 0
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		n = w.Deref(n)
+		if n == nil {
+			return
+		}
+		visits++
+		if n.Kind == yaml.ScalarNode {
+			w.Errorf(n, "%q is not welcome", n.Value)
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(root)
+	if len(w.Errs) != MaxProblems+1 || !strings.Contains(w.Errs[MaxProblems].Msg, "more than") {
+		t.Errorf("%d problems recorded, the last %q; want %d and one saying the walk stopped", len(w.Errs), w.Errs[len(w.Errs)-1].Msg, MaxProblems+1)
+	}
+	if visits > 2*MaxProblems {
+		t.Errorf("%d nodes visited after the problems were %d, want the walk stopped", visits, MaxProblems)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	for _, c := range []struct {
 		src        string
