@@ -102,6 +102,13 @@ func TestOpenRefuses(t *testing.T) {
 	if err := os.WriteFile(garbage, []byte("not a database"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	huge := filepath.Join(dir, "huge.mmdb") // sparse: no disk, no read
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, geoip.MaxFileSize+1); err != nil {
+		t.Fatal(err)
+	}
 	corrupt := filepath.Join(dir, "corrupt.mmdb")
 	if err := os.WriteFile(corrupt, corrupted(t), 0o644); err != nil {
 		t.Fatal(err)
@@ -114,6 +121,7 @@ func TestOpenRefuses(t *testing.T) {
 		{filepath.Join(dir, "missing.mmdb"), geoip.Country, "no such file"},
 		{dir, geoip.Country, "not a regular file"},
 		{garbage, geoip.Country, "not a MaxMind database"},
+		{huge, geoip.Country, "larger than"},
 		{corrupt, geoip.Country, "corrupt"},
 		{asn, geoip.Country, "not a country database"},
 		{country, geoip.ASN, "not an ASN database"},
