@@ -357,6 +357,28 @@ func TestBackoffDoubles(t *testing.T) {
 	})
 }
 
+// TestZeroHintsBounded: a server that answers every request 429 with
+// Retry-After: 0 (a storm invited) gets MaxAttempts requests per call and
+// no more, at once, and the caller gets its last 429.
+func TestZeroHintsBounded(t *testing.T) {
+	for _, attempts := range []int{0, 2} {
+		synctest.Test(t, func(t *testing.T) {
+			e := newEnv(t, httpretry.Config{MaxAttempts: attempts}, reply{status: 429, header: map[string]string{"Retry-After": "0"}, body: "no"})
+			status, body, err := e.do(t, newReq(t, t.Context(), "GET", apiURL, nil))
+			if err != nil || status != 429 || body != "no" {
+				t.Fatalf("got %d %q %v, want the last 429", status, body, err)
+			}
+			want := attempts
+			if want == 0 {
+				want = 4 // the default
+			}
+			if n := len(e.server.seen()); n != want {
+				t.Errorf("MaxAttempts %d: %d requests, want %d", attempts, n, want)
+			}
+		})
+	}
+}
+
 // TestBackoffBeyondDeadline checks that a backoff sleep that would reach
 // the deadline fails at once.
 func TestBackoffBeyondDeadline(t *testing.T) {
