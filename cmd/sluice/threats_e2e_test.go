@@ -271,8 +271,14 @@ func TestServeE2EHostileRequests(t *testing.T) {
 			t.Errorf("%d rule labels of flood values holding %v hits, %v under _other; want at most %d labels and the %d hits all counted",
 				labels, hits, other, server.DefaultMaxRuleLabels, values)
 		}
+	})
+
+	t.Run("top keys", func(t *testing.T) {
+		p.t = t
 		// The top keys keep at most 100 rules (stats keys), whatever
-		// the flood.
+		// the flood of detailed_metric values above, and the text of
+		// a key cut at 96 bytes.
+		p.must("h", desc("user", strings.Repeat("w", rules.MaxEntryLen)))
 		code, body, _ := httpDo(t, "GET", "http://"+p.dbg+"/hitters?kind=requests&k=1", "")
 		var reports []struct{ Rule string }
 		if err := json.Unmarshal([]byte(body), &reports); code != 200 || err != nil {
@@ -283,6 +289,21 @@ func TestServeE2EHostileRequests(t *testing.T) {
 		}
 		if code, _, _ := httpDo(t, "GET", "http://"+p.dbg+"/hitters?k=1001", ""); code != 400 {
 			t.Errorf("/hitters?k=1001: %d, want 400", code)
+		}
+		code, body, _ = httpDo(t, "GET", "http://"+p.dbg+"/hitters?rule=h.user&kind=requests&k=1000", "")
+		var users []struct{ Top []struct{ Key string } }
+		if err := json.Unmarshal([]byte(body), &users); code != 200 || err != nil || len(users) != 1 {
+			t.Fatalf("/hitters?rule=h.user: %d %v %.300s", code, err, body)
+		}
+		long := false
+		for _, it := range users[0].Top {
+			if len(it.Key) > 96+len("…") {
+				t.Errorf("/hitters shows a key of %d bytes, want at most 96 and an ellipsis", len(it.Key))
+			}
+			long = long || strings.HasPrefix(it.Key, "user=www")
+		}
+		if !long {
+			t.Errorf("/hitters lacks the long key, cut: %.300s", body)
 		}
 	})
 
