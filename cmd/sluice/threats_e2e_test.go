@@ -250,7 +250,20 @@ func TestServeE2EHostileRequests(t *testing.T) {
 			}
 			p.must("h", ds...)
 		}
-		_, body, _ := p.http("GET", "/metrics", "")
+		// Some 50,000 series: under -race on a loaded machine, a scrape
+		// takes longer than the harness's usual wait.
+		start := time.Now()
+		resp, err := (&http.Client{Timeout: 4 * e2eWait}).Get("http://" + p.httpAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := string(b)
+		t.Logf("/metrics: %d bytes in %v", len(body), time.Since(start).Round(time.Millisecond))
 		labels, hits, other := 0, 0.0, 0.0
 		for line := range strings.SplitSeq(body, "\n") {
 			series, value, ok := strings.Cut(line, " ")
