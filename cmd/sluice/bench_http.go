@@ -131,7 +131,7 @@ func cmdNullAPI(ctx context.Context, args []string, stderr io.Writer) error {
 	if oa.on {
 		h = oa.api(h, stderr)
 	}
-	return serveUntilDone(ctx, "nullapi", *listen, newHTTPServer(h, slog.New(slog.NewTextHandler(stderr, nil)), defaultBodyTimeout), stderr)
+	return serveUntilDone(ctx, "nullapi", *listen, newHTTPServer(withPid(h), slog.New(slog.NewTextHandler(stderr, nil)), defaultBodyTimeout), stderr)
 }
 
 // serveUntilDone serves hs on addr until ctx is done, then shuts it down.

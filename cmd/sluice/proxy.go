@@ -344,7 +344,7 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	rs := runSettings{
 		endpoints: []endpoint{
 			{name: "proxy", addr: s.listen, http: newHTTPServer(p, log, s.bodyTimeout)},
-			{name: "admin", addr: s.adminListen, http: newHTTPServer(admin, log, s.bodyTimeout)},
+			{name: "admin", addr: s.adminListen, http: newHTTPServer(withPid(admin), log, s.bodyTimeout)},
 		},
 		watcher: watcher,
 		ready: func() {

@@ -252,7 +252,7 @@ func (n *node) openListeners() error {
 	quota.Register(gs)
 	n.ends = []endpoint{
 		{name: "grpc", addr: s.grpcAddr, grpc: gs},
-		{name: "http", addr: s.httpAddr, http: newHTTPServer(n.srv.Handler(), log, s.bodyTimeout)},
+		{name: "http", addr: s.httpAddr, http: newHTTPServer(withPid(n.srv.Handler()), log, s.bodyTimeout)},
 	}
 	if s.debugAddr != "" {
 		n.ends = append(n.ends, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(n.srv.DebugHandler(), log, s.bodyTimeout)})
