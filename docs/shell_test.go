@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -115,13 +118,53 @@ func scripts(t *testing.T, path string) []*script {
 
 // TestShell runs every run= script of the user docs, one after another,
 // each in a new directory (or at the repository root with cwd=repo), with
-// the sluice binary built from this tree first on PATH. A script fails
-// when a command fails (bash -euo pipefail). What a script leaves running
-// in the background is killed when it ends.
+// the sluice binary built from this tree first on PATH, on free ports
+// (moveToFreePorts) while every port the docs name is held by a server
+// that is not sluice: so the scripts pass beside whatever a reader runs
+// on those ports, and cannot pass by talking to it. A script fails when a
+// command fails (bash -euo pipefail), and when what it started still
+// runs after it ended: a walkthrough says how to stop what it starts, and
+// its test stops it that way. What is left is killed.
 func TestShell(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the docs' commands")
 	}
+	all := docScripts(t)
+	bash, bin, repo := shellTools(t)
+	held := map[int]*holder{}
+	for _, s := range all {
+		for _, p := range docPorts(s) {
+			if _, ok := held[p]; !ok {
+				held[p] = holdPort(t, p) // nil when taken already: held all the same
+			}
+		}
+	}
+	for _, s := range all {
+		t.Run(strings.TrimSuffix(filepath.Base(s.doc), ".md")+"/"+s.name, func(t *testing.T) {
+			before := map[int]int{}
+			for p, h := range held {
+				if h != nil {
+					before[p] = h.count()
+				}
+			}
+			r := moveToFreePorts(t, s)
+			if err := runScript(t, bash, bin, repo, s, r, leftGrace); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range slices.Sorted(maps.Keys(before)) {
+				if asked := held[p].asked(before[p]); len(asked) > 0 {
+					t.Logf("the port %d, held by the test, was asked %q while this script ran (by it, or by another program)", p, asked)
+				}
+			}
+		})
+	}
+}
+
+// docScripts are the run= scripts of the user docs; it also fails the
+// test for a shell block no test runs, and for a server started in the
+// background that is not waited for with sluice ready.
+func docScripts(t *testing.T) []*script {
+	t.Helper()
 	var all []*script
 	for _, doc := range userDocs(t) {
 		all = append(all, scripts(t, doc)...)
@@ -132,28 +175,96 @@ func TestShell(t *testing.T) {
 	if len(all) == 0 {
 		t.Fatal("no run= blocks in the docs: their commands are not run")
 	}
+	for _, s := range all {
+		for _, p := range notWaited(s) {
+			t.Error(p)
+		}
+	}
+	return all
+}
+
+// shellBuild is the sluice binary the scripts run, built once for the
+// tests that run them, and removed by TestMain.
+var shellBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shellBuild.bin != "" {
+		os.RemoveAll(shellBuild.bin)
+	}
+	os.Exit(code)
+}
+
+// shellTools returns bash, the directory of the sluice binary built from
+// this tree (once per test binary), and the repository's root.
+func shellTools(t *testing.T) (bash, bin, repo string) {
+	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Fatalf("bash: %v", err)
 	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
+	shellBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "sluice-docs-")
+		if err != nil {
+			shellBuild.err = err
+			return
+		}
+		build := exec.Command("go", "build", "-o", dir, "./cmd/sluice")
+		build.Dir = ".."
+		if out, err := build.CombinedOutput(); err != nil {
+			shellBuild.err = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+		}
+		shellBuild.bin = dir
+	})
+	if shellBuild.err != nil {
+		t.Fatal(shellBuild.err)
 	}
-	repo, err := filepath.Abs("..")
+	repo, err = filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range all {
-		t.Run(strings.TrimSuffix(filepath.Base(s.doc), ".md")+"/"+s.name, func(t *testing.T) {
-			if err := runScript(t, bash, bin, repo, s); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+	return bash, shellBuild.bin, repo
 }
+
+// background is a command sent to the background: a line ending in &
+// (not &&), before any comment.
+var background = regexp.MustCompile(`[^&]&\s*(#.*)?$`)
+
+// notWaited lists the commands of s sent to the background that the
+// next command does not wait for with sluice ready (a pid=$! between
+// them aside): each must, so that a walkthrough never goes on while its
+// server starts, or has failed to, and another answers in its place.
+func notWaited(s *script) (problems []string) {
+	for _, b := range s.sh {
+		lines := strings.Split(b.text, "\n")
+		for i, line := range lines {
+			if !background.MatchString(line) {
+				continue
+			}
+			next := ""
+			for _, l := range lines[i+1:] {
+				l = strings.TrimSpace(l)
+				if l == "" || strings.HasPrefix(l, "#") || savePid.MatchString(l) {
+					continue
+				}
+				next = l
+				break
+			}
+			if !strings.Contains(next, "sluice ready ") {
+				problems = append(problems, fmt.Sprintf("%s:%d: %q runs in the background, and the next command, %q, is not sluice ready: wait for it (sluice ready $!)",
+					s.doc, b.line+1+i, strings.TrimSpace(line), next))
+			}
+		}
+	}
+	return problems
+}
+
+// savePid is a line that keeps $! for later: serve=$!.
+var savePid = regexp.MustCompile(`^\w+=\$!$`)
 
 // notRun lists the shell blocks of doc that no test runs: a block without
 // run= must be marked ci, and be what .ci/run executes (the test suite,
@@ -189,11 +300,16 @@ func notRun(t *testing.T, doc string) (problems []string) {
 // requests and are killed.
 const scriptTimeout = 3 * time.Minute
 
-// runScript runs s and says why it failed.
-func runScript(t *testing.T, bash, bin, repo string, s *script) error {
+// leftGrace bounds how long a script's servers may take to stop once
+// it has ended, after the stop it says.
+const leftGrace = 30 * time.Second
+
+// runScript runs s as r moves it, and says why it failed; with a grace,
+// also when what it started still runs that long after it ended.
+func runScript(t *testing.T, bash, bin, repo string, s *script, r *onFreePorts, grace time.Duration) error {
 	dir := t.TempDir()
-	names := make([]string, 0, len(s.files))
-	for n := range s.files {
+	names := make([]string, 0, len(r.files))
+	for n := range r.files {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -202,13 +318,13 @@ func runScript(t *testing.T, bash, bin, repo string, s *script) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(s.files[n]), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(r.files[n]), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var src strings.Builder
 	src.WriteString("set -euo pipefail\n")
-	for _, b := range s.sh {
+	for _, b := range r.sh {
 		fmt.Fprintf(&src, "echo '>>> %s:%d' >&2\n%s", s.doc, b.line, b.text)
 	}
 	// The output goes to a file, not a pipe, so that a server left in the
@@ -225,21 +341,29 @@ func runScript(t *testing.T, bash, bin, repo string, s *script) error {
 	if s.repo {
 		cmd.Dir = repo
 	}
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Env = append(r.env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	runErr := cmd.Run()
+	var left []string
+	if runErr == nil && grace > 0 {
+		left = leftBehind(cmd.Process.Pid, r.ports, grace)
+	}
 	// Whatever the script started in the background goes with it.
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
-	if runErr != nil {
-		log, _ := os.ReadFile(out.Name())
+	log, _ := os.ReadFile(out.Name())
+	switch {
+	case runErr != nil:
 		if ctx.Err() != nil {
 			runErr = fmt.Errorf("still running after %v", scriptTimeout)
 		}
 		return fmt.Errorf("%s: run=%s: %v\n%s", s.doc, s.name, runErr, tail(string(log), 80))
+	case len(left) > 0:
+		return fmt.Errorf("%s: run=%s: still running %v after the script ended, though it stops what it starts as the doc says:\n  %s\n%s",
+			s.doc, s.name, grace, strings.Join(left, "\n  "), tail(string(log), 40))
 	}
 	return nil
 }
@@ -273,14 +397,17 @@ func TestShellRunner(t *testing.T) {
 	if len(got) != 2 || got[0].name != "ok" || len(got[0].sh) != 2 || got[0].files["conf/a.yaml"] != "x: 1\n" || got[1].name != "bad" {
 		t.Fatalf("scripts: %+v", got)
 	}
+	noPorts := func(s *script) *onFreePorts {
+		return &onFreePorts{sh: s.sh, files: s.files, env: os.Environ(), ports: map[int]int{}}
+	}
 	start := time.Now()
-	if err := runScript(t, bash, t.TempDir(), "/", got[0]); err != nil {
+	if err := runScript(t, bash, t.TempDir(), "/", got[0], noPorts(got[0]), 0); err != nil {
 		t.Errorf("run=ok: %v", err)
 	}
 	if d := time.Since(start); d > time.Minute {
 		t.Errorf("run=ok took %v: the runner waited for its background job", d)
 	}
-	err = runScript(t, bash, t.TempDir(), "/", got[1])
+	err = runScript(t, bash, t.TempDir(), "/", got[1], noPorts(got[1]), 0)
 	if err == nil || !strings.Contains(err.Error(), "doc.md:18") || strings.Contains(err.Error(), "unreachable") {
 		t.Errorf("run=bad: %v, want a failure naming the block at line 18", err)
 	}
