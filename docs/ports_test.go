@@ -156,9 +156,9 @@ func moveToFreePorts(t *testing.T, s *script) *onFreePorts {
 	return r
 }
 
-// holder is what holds a port the walkthroughs name while their tests
-// run: a plain HTTP server on its TCP side, a socket on its UDP side,
-// that answers every request 503 and counts who came.
+// holder is another program on a port: a plain HTTP server on its TCP
+// side, a socket on its UDP side, that answers every request with the
+// same status and notes who came.
 type holder struct {
 	port     int
 	srv      *http.Server
@@ -167,10 +167,10 @@ type holder struct {
 	requests []string // "METHOD /path", and "UDP packet"
 }
 
-// holdPort holds port on the loopback, TCP and UDP, or returns nil when
-// either is taken already (by the reader's server, say: held all the
-// same).
-func holdPort(t *testing.T, port int) *holder {
+// holdPort holds port on the loopback, TCP and UDP, answering status, or
+// returns nil when either is taken already (by the reader's server, say:
+// held all the same).
+func holdPort(t *testing.T, port, status int) *holder {
 	t.Helper()
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	ln, err := net.Listen("tcp", addr)
@@ -185,7 +185,8 @@ func holdPort(t *testing.T, port int) *holder {
 	h := &holder{port: port, udp: pc}
 	h.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h.note(r.Method + " " + r.URL.Path)
-		http.Error(w, "not sluice: a test holds this port", http.StatusServiceUnavailable)
+		w.WriteHeader(status)
+		fmt.Fprintln(w, "OK, says another program")
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go h.srv.Serve(ln)
 	go func() {
@@ -305,7 +306,8 @@ func TestShellPortTaken(t *testing.T) {
 			r := moveToFreePorts(t, s)
 			var strangers []*holder
 			for _, doc := range slices.Sorted(maps.Keys(r.ports)) {
-				h := holdPort(t, r.ports[doc])
+				// It answers 200 OK, as any server's /readyz.
+				h := holdPort(t, r.ports[doc], http.StatusOK)
 				if h == nil {
 					t.Fatalf("the port %d (for %d) was taken before the test could hold it", r.ports[doc], doc)
 				}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,7 +136,8 @@ func TestShell(t *testing.T) {
 	for _, s := range all {
 		for _, p := range docPorts(s) {
 			if _, ok := held[p]; !ok {
-				held[p] = holdPort(t, p) // nil when taken already: held all the same
+				// 503: a script that asks it cannot take it for its own server.
+				held[p] = holdPort(t, p, http.StatusServiceUnavailable) // nil when taken already: held all the same
 			}
 		}
 	}
