@@ -356,8 +356,8 @@ func TestShellStop(t *testing.T) {
 	}
 	doc := filepath.Join(t.TempDir(), "doc.md")
 	md := "```sh run=stopped\nsleep 600 &\nkill $!\n```\n\n" +
-		"```sh run=orphan\nbash -c 'sleep 600; true' &\nsleep 0.5\nkill $!\n```\n\n" +
-		"```sh run=listener\nsocat TCP-LISTEN:8080,fork,bind=127.0.0.1 /dev/null &\nsleep 0.5\n```\n"
+		"```sh run=orphan\nbash -c 'sleep 600 & echo x > started; wait' &\nuntil test -s started; do sleep 0.1; done\nkill $!\n```\n\n" +
+		"```sh run=listener\nsocat -d -d TCP-LISTEN:8080,fork,bind=127.0.0.1 /dev/null 2>s.log &\nuntil grep -q 'listening on' s.log; do sleep 0.1; done\n```\n"
 	if err := os.WriteFile(doc, []byte(md), 0o644); err != nil {
 		t.Fatal(err)
 	}
