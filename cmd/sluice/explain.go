@@ -40,7 +40,7 @@ type explainFlags struct {
 // newExplainFlags builds the flags of sluice explain, with the defaults
 // env gives.
 func newExplainFlags(env lookupEnv) *explainFlags {
-	e := &explainFlags{h: newHelp("explain", "explain --domain D (--config PATH | [--server URL] --token-file F) DESCRIPTOR...", `Says which rule would apply to each DESCRIPTOR of a request, and why,
+	e := &explainFlags{h: newHelp("explain", "explain --domain D [--config PATH | --token-file F] DESCRIPTOR...", `Says which rule would apply to each DESCRIPTOR of a request, and why,
 without deciding anything. With --config, from a rules file alone: the
 rules and their schedules at --at (default now), no server needed. Without
 it, asks a running server's admin API (sluice serve --admin-addr), which
