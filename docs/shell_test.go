@@ -215,10 +215,10 @@ func shellTools(t *testing.T) (bash, bin, repo string) {
 			shellBuild.err = err
 			return
 		}
-		build := exec.Command("go", "build", "-o", dir, "./cmd/sluice")
+		build := exec.Command("go", "build", "-o", dir, "./cmd/sluice", "./cmd/geoipdb")
 		build.Dir = ".."
 		if out, err := build.CombinedOutput(); err != nil {
-			shellBuild.err = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+			shellBuild.err = fmt.Errorf("go build ./cmd/sluice ./cmd/geoipdb: %v\n%s", err, out)
 		}
 		shellBuild.bin = dir
 	})
