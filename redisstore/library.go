@@ -39,12 +39,25 @@ var (
 		"redis.register_function('" + nodesFn + "', function(keys, args)\n" + nodesLua + "\nend)\n"
 )
 
+// pinned: the commands of background calls (the node registry, the
+// probe, a library load, the overrides' and the clock's reads) are pinned,
+// never recycled. rueidis recycles a command once it is answered; the race
+// detector, which cannot see that the answer came after the pipe's writer
+// had written the command, reports a race between them, and a -race node
+// halts on it. A request's calls are not pinned: they are the hot path
+// (pinning costs an allocation a call), and the detector has not reported
+// them, perhaps because the calls around them order them for it.
+
 // fcall calls the request function. When Redis does not know it (a fresh
 // or restarted server, FUNCTION FLUSH, a failover to a replica that was
 // never given it), it loads the library and calls again.
 func (s *Store) fcall(ctx context.Context, c *conn, fn string, keys, args []string) rueidis.RedisResult {
 	call := func() rueidis.RedisResult {
-		return c.c.Do(ctx, c.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
+		cmd := c.c.B().Fcall().Function(fn).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+		if fn != fnName {
+			cmd = cmd.Pin() // a background call: see pinned
+		}
+		return c.c.Do(ctx, cmd)
 	}
 	res := call()
 	if err := res.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
@@ -66,7 +79,7 @@ func (s *Store) fcall(ctx context.Context, c *conn, fn string, keys, args []stri
 // replication).
 func loadLibrary(ctx context.Context, c *conn) error {
 	load := func(cl rueidis.Client) error {
-		err := cl.Do(ctx, cl.B().FunctionLoad().FunctionCode(libCode).Build()).Error()
+		err := cl.Do(ctx, cl.B().FunctionLoad().FunctionCode(libCode).Build().Pin()).Error()
 		if err != nil && strings.Contains(err.Error(), "already exists") {
 			return nil
 		}

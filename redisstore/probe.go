@@ -51,7 +51,7 @@ func (s *Store) ping() error {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
-	err := c.c.Do(ctx, c.c.B().Ping().Build()).Error()
+	err := c.c.Do(ctx, c.c.B().Ping().Build().Pin()).Error()
 	cancel()
 	if s.ctx.Err() != nil {
 		return nil // closed under the PING: that says nothing of Redis

@@ -23,7 +23,7 @@ func redisClock(store *redisstore.Store, log *slog.Logger) *redisclock.Clock {
 		if err != nil {
 			return time.Time{}, err
 		}
-		v, err := client.Do(ctx, client.B().Time().Build()).AsStrSlice()
+		v, err := client.Do(ctx, client.B().Time().Build().Pin()).AsStrSlice()
 		if err != nil {
 			return time.Time{}, err
 		}

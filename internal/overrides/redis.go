@@ -166,7 +166,7 @@ func (s *RedisStore) poll(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	v, err := c.Do(ctx, c.B().Get().Key(s.vkey).Build()).AsInt64()
+	v, err := c.Do(ctx, c.B().Get().Key(s.vkey).Build().Pin()).AsInt64()
 	if err != nil && !rueidis.IsRedisNil(err) {
 		return
 	}
@@ -306,7 +306,7 @@ func (s *RedisStore) resync(ctx context.Context) error {
 		all := map[string]string{}
 		var cursor uint64
 		for {
-			e, err := c.Do(ctx, c.B().Hscan().Key(s.hash).Cursor(cursor).Count(1000).Build()).AsScanEntry()
+			e, err := c.Do(ctx, c.B().Hscan().Key(s.hash).Cursor(cursor).Count(1000).Build().Pin()).AsScanEntry()
 			if err != nil {
 				return err
 			}
@@ -342,7 +342,7 @@ func (s *RedisStore) resync(ctx context.Context) error {
 }
 
 func (s *RedisStore) readVersion(ctx context.Context, c rueidis.Client) (int64, error) {
-	v, err := c.Do(ctx, c.B().Get().Key(s.vkey).Build()).AsInt64()
+	v, err := c.Do(ctx, c.B().Get().Key(s.vkey).Build().Pin()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return 0, nil
 	}
@@ -400,7 +400,7 @@ func (s *RedisStore) read(ctx context.Context, fields ...string) ([]storedField,
 	if err != nil {
 		return nil, err
 	}
-	vals, err := c.Do(ctx, c.B().Hmget().Key(s.hash).Field(fields...).Build()).ToArray()
+	vals, err := c.Do(ctx, c.B().Hmget().Key(s.hash).Field(fields...).Build().Pin()).ToArray()
 	if err != nil {
 		return nil, err
 	}

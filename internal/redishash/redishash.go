@@ -29,7 +29,7 @@ func (h *Hash) Set(ctx context.Context, field, value string) error {
 	if err != nil {
 		return err
 	}
-	return c.Do(ctx, c.B().Hset().Key(h.key).FieldValue().FieldValue(field, value).Build()).Error()
+	return c.Do(ctx, c.B().Hset().Key(h.key).FieldValue().FieldValue(field, value).Build().Pin()).Error()
 }
 
 // All returns every field and its value (HGETALL).
@@ -38,7 +38,7 @@ func (h *Hash) All(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.Do(ctx, c.B().Hgetall().Key(h.key).Build()).AsStrMap()
+	return c.Do(ctx, c.B().Hgetall().Key(h.key).Build().Pin()).AsStrMap()
 }
 
 // Delete removes field (HDEL).
@@ -47,5 +47,5 @@ func (h *Hash) Delete(ctx context.Context, field string) error {
 	if err != nil {
 		return err
 	}
-	return c.Do(ctx, c.B().Hdel().Key(h.key).Field(field).Build()).Error()
+	return c.Do(ctx, c.B().Hdel().Key(h.key).Field(field).Build().Pin()).Error()
 }
