@@ -352,7 +352,14 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	if r.Reserve {
 		at = d.earliest()
 	}
+	if cause == nil && d.spent.pending.Load() {
+		// The store counts what the local policy admitted of these keys
+		// before it decides them (writeback.go).
+		err = d.writeBackFirst(ctx, hits, d.now())
+	}
 	switch {
+	case err != nil:
+		// It could not: the failure policy answers.
 	case cause == nil && each:
 		overall, err = d.limiter.TakeEach(ctx, hits, out)
 	case cause == nil:
@@ -369,9 +376,9 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 			return err
 		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, sluice.ReasonOf(storeErr)
-	} else if cause == nil && len(hits) > 0 && d.spent.pending.Load() {
+	} else if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
 		// The store answers again: charge it what the local policy
-		// admitted meanwhile.
+		// admitted meanwhile (and log what requests wrote back first).
 		d.startWriteBack()
 	}
 	if r.Reserve {

@@ -210,22 +210,27 @@ descriptors:
 		t.Fatalf("log: the local policy admitted %d, want 50", n)
 	}
 
-	// The store answers again, but fails the write-back.
+	// The store answers again, but fails the write-back: a key the
+	// policy admitted hits of is not decided by the store until it has
+	// them (the policy answers it); another key is, and starts the
+	// write-back of the others.
 	e.store.failEach.Store(true)
 	e.store.down.Store(false)
-	if o := e.decide(t, "bucket", "a"); o.Degraded != rules.FailDefault || o.Overall.Remaining != 89 {
+	if o := e.decide(t, "bucket", "a"); o.Degraded != rules.FailLocal {
+		t.Fatalf("store back, a write-back failing: bucket a decided by %v, not the local policy", o.Degraded)
+	}
+	if o := e.decide(t, "bucket", "other"); o.Degraded != rules.FailDefault || o.Overall.Remaining != 99 {
 		t.Fatalf("store back: %v %+v", o.Degraded, o.Overall)
 	}
-	waitFor(t, "a write-back tried", func() bool { return e.store.eachCalls.Load() > 0 })
+	waitFor(t, "a write-back tried", func() bool { return e.store.eachCalls.Load() > 1 })
 	time.Sleep(100 * time.Millisecond)
-	if r := e.peek(t, "bucket", "a"); r != 89 {
-		t.Fatalf("a failed write-back changed the store: %d remaining, want 89", r)
+	if r := e.storePeek(t, "bucket", "a"); r != 90 {
+		t.Fatalf("a failed write-back changed the store: %d remaining, want 90", r)
 	}
 
-	// The next request the store decides, a second later, writes back
-	// what was kept.
+	// The next request on the key writes back what was kept first.
 	e.store.failEach.Store(false)
-	waitFor(t, "the write-back", func() bool { return e.peek(t, "bucket", "a") == 89-50 })
+	waitFor(t, "the write-back", func() bool { return e.peek(t, "bucket", "a") == 90-50 })
 	if r := e.peek(t, "log", "a"); r != 100-10-50 {
 		t.Errorf("log: %d remaining after the write-back, want 40", r)
 	}
@@ -236,8 +241,8 @@ descriptors:
 	}
 	// Written back once: nothing more is charged.
 	time.Sleep(100 * time.Millisecond)
-	if r := e.peek(t, "bucket", "a"); r != 39 {
-		t.Errorf("bucket a: %d remaining, want 39", r)
+	if r := e.peek(t, "bucket", "a"); r != 40 {
+		t.Errorf("bucket a: %d remaining, want 40", r)
 	}
 }
 
@@ -254,6 +259,21 @@ func (e *localEnv) peek(t *testing.T, key, value string) int64 {
 	return o.Overall.Remaining
 }
 
+// storePeek is what the store has left of key=value's limit, asked of
+// the store itself.
+func (e *localEnv) storePeek(t *testing.T, key, value string) int64 {
+	t.Helper()
+	var p rules.Plan
+	if err := e.d.Rules().Plan("api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}, &p); err != nil || len(p.Hits) != 1 {
+		t.Fatalf("plan of %s=%s: %d hits, %v", key, value, len(p.Hits), err)
+	}
+	d, err := sluice.NewLimiter(e.store.inner).AllowN(context.Background(), p.Hits[0].Key, p.Hits[0].Limit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Remaining
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -262,5 +282,42 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 10s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLocalPolicyWriteBackFirst: a store that answers again decides a
+// key only once it counts what the local policy admitted of it. The
+// write-back used to start after the store's first decision: that
+// decision, and any other made before the write-back landed, was taken on
+// a count without the outage's hits, and could admit them a second time.
+func TestLocalPolicyWriteBackFirst(t *testing.T) {
+	e := newLocalEnv(t, `
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+	for range 4 {
+		e.decide(t, "k", "a")
+	}
+	e.store.down.Store(true)
+	if n := e.admit(t, "k", "a"); n != 10 {
+		t.Fatalf("the local policy admitted %d, want 10 (the limit, on one node)", n)
+	}
+	e.store.eachCalls.Store(0)
+	e.store.down.Store(false)
+	o := e.decide(t, "k", "a")
+	if o.Degraded != rules.FailDefault {
+		t.Fatalf("store back: decided by %v", o.Degraded)
+	}
+	if o.Overall.Allowed {
+		t.Errorf("store back: the first request was admitted (%d remaining): the store decided it before it counted the outage's 10 hits", o.Overall.Remaining)
+	}
+	// Written back once: 4 + 10, and nothing more.
+	time.Sleep(50 * time.Millisecond)
+	if r := e.storePeek(t, "k", "a"); r != 0 {
+		t.Errorf("store: %d remaining, want 0", r)
+	}
+	if got := e.store.eachCalls.Load(); got != 1 {
+		t.Errorf("%d write-back calls, want 1", got)
 	}
 }

@@ -23,7 +23,11 @@ import (
 // record still in force is charged to the store as a debit, the way a cost
 // known after the response is (sluice.Limit.Debit, decided one by one), so
 // that it counts even when it takes the key over its limit, and the next
-// requests see it. Nothing on the request path waits for it.
+// requests see it. A request that the store is to decide first charges the
+// records of its own keys, and waits for a write-back that holds one of
+// them, so that the store never decides a key before it counts what this
+// node's policy admitted of it (a write-back that fails leaves the request
+// to the policy). Other requests never wait for it.
 //
 // A record is in force while what it spent still bounds admissions had the
 // store counted it: until the end of its window for a fixed window; two
@@ -56,9 +60,12 @@ type ledgerEntry struct {
 type ledger struct {
 	mu       sync.Mutex
 	m        map[ledgerKey]ledgerEntry
+	flying   map[ledgerKey]chan struct{} // records being written back: closed when their write ends
 	dropped  atomic.Int64
-	pending  atomic.Bool  // m has records
-	flushing atomic.Bool  // a write-back runs
+	written  atomic.Int64 // keys written back first by requests, not logged yet (startWriteBack logs them)
+	hits     atomic.Int64 // and their hits
+	pending  atomic.Bool  // m or flying has records
+	flushing atomic.Bool  // a background write-back runs
 	retryAt  atomic.Int64 // after a failed write-back, none before this (Unix ns)
 }
 
@@ -98,8 +105,11 @@ func (g *ledger) record(hits []sluice.Hit, consumed func(int) bool, now int64) {
 		}
 		g.m[k] = e
 	}
-	g.pending.Store(len(g.m) > 0)
+	g.update()
 }
+
+// update sets pending. g.mu is held.
+func (g *ledger) update() { g.pending.Store(len(g.m) > 0 || len(g.flying) > 0) }
 
 // horizon returns, for cost hits of l admitted at now, a fixed window's
 // index (0 for the other algorithms) and the time until which they bound
@@ -135,22 +145,100 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
-// take removes and returns the records in force at now; the others are
-// dropped, having no effect left.
-func (g *ledger) take(now int64) []ledgerItem {
+// inForce reports whether a record of k still bounds admissions at now.
+func inForce(k ledgerKey, e ledgerEntry, now int64) bool {
+	return e.until > now && (k.limit.Algorithm != sluice.FixedWindow || e.window == now/max(int64(k.limit.Period), 1))
+}
+
+// flight is records taken from the ledger for one write (at most MaxHits),
+// until land: a request on one of their keys waits for done.
+type flight struct {
+	items []ledgerItem
+	done  chan struct{}
+}
+
+// take removes and returns the records in force at now, in flights of at
+// most MaxHits; the others are dropped, having no effect left.
+func (g *ledger) take(now int64) []*flight {
 	g.mu.Lock()
-	m := g.m
-	g.m = nil
-	g.pending.Store(false)
-	g.mu.Unlock()
-	items := make([]ledgerItem, 0, len(m))
-	for k, e := range m {
-		if e.until <= now || k.limit.Algorithm == sluice.FixedWindow && e.window != now/max(int64(k.limit.Period), 1) {
+	defer g.mu.Unlock()
+	var flights []*flight
+	var items []ledgerItem
+	for k, e := range g.m {
+		if !inForce(k, e, now) {
 			continue
 		}
 		items = append(items, ledgerItem{k, e})
+		if len(items) == sluice.MaxHits {
+			flights = append(flights, g.fly(items))
+			items = nil
+		}
 	}
-	return items
+	if len(items) > 0 {
+		flights = append(flights, g.fly(items))
+	}
+	g.m = nil
+	g.update()
+	return flights
+}
+
+// fly marks items as being written back, until land. g.mu is held.
+func (g *ledger) fly(items []ledgerItem) *flight {
+	if g.flying == nil {
+		g.flying = make(map[ledgerKey]chan struct{})
+	}
+	f := &flight{items: items, done: make(chan struct{})}
+	for _, it := range items {
+		g.flying[it.k] = f.done
+	}
+	return f
+}
+
+// land ends f: written back, or failed and put back into the ledger for
+// a later write-back.
+func (g *ledger) land(f *flight, failed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if failed {
+		g.putBackLocked(f.items)
+	}
+	for _, it := range f.items {
+		if g.flying[it.k] == f.done {
+			delete(g.flying, it.k)
+		}
+	}
+	close(f.done)
+	g.update()
+}
+
+// claim takes, for a request of hits that the store is to decide at now,
+// the records of their keys in force, as a flight (nil: none); or returns
+// the channel of a flight that holds one of them, to wait for and claim
+// again.
+func (g *ledger) claim(hits []sluice.Hit, now int64) (*flight, <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var items []ledgerItem
+	for i := range hits {
+		k := ledgerKey{hits[i].Key, hits[i].Limit}
+		if done := g.flying[k]; done != nil {
+			g.putBackLocked(items)
+			return nil, done
+		}
+		e, ok := g.m[k]
+		if !ok {
+			continue
+		}
+		delete(g.m, k)
+		if inForce(k, e, now) {
+			items = append(items, ledgerItem{ledgerKey{strings.Clone(k.key), k.limit}, e})
+		}
+	}
+	g.update()
+	if len(items) == 0 {
+		return nil, nil
+	}
+	return g.fly(items), nil
 }
 
 type ledgerItem struct {
@@ -163,6 +251,14 @@ type ledgerItem struct {
 func (g *ledger) putBack(items []ledgerItem) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.putBackLocked(items)
+}
+
+// putBackLocked is putBack with g.mu held.
+func (g *ledger) putBackLocked(items []ledgerItem) {
+	if len(items) == 0 {
+		return
+	}
 	if g.m == nil {
 		g.m = make(map[ledgerKey]ledgerEntry, len(items))
 	}
@@ -181,7 +277,7 @@ func (g *ledger) putBack(items []ledgerItem) {
 		}
 		g.m[it.k] = e
 	}
-	g.pending.Store(len(g.m) > 0)
+	g.update()
 }
 
 // writeBackTimeout bounds one write-back: its calls to the store take the
@@ -193,33 +289,71 @@ const writeBackTimeout = 30 * time.Second
 // first error; the records not written back on an error stay for the next
 // write-back.
 func (g *ledger) writeBack(ctx context.Context, lim *sluice.Limiter, now int64) (keys int, hits int64, err error) {
-	items := g.take(now)
-	debits := make(map[*sluice.Limit]*sluice.Limit)
-	batch := make([]sluice.Hit, 0, sluice.MaxHits)
-	out := make([]sluice.Decision, sluice.MaxHits)
-	for start := 0; start < len(items); start += sluice.MaxHits {
-		part := items[start:min(start+sluice.MaxHits, len(items))]
-		batch = batch[:0]
-		for _, it := range part {
-			l := debits[it.k.limit]
-			if l == nil {
-				c := *it.k.limit
-				c.Debit = true
-				l = &c
-				debits[it.k.limit] = l
+	flights := g.take(now)
+	for i, f := range flights {
+		if err := g.write(ctx, lim, f); err != nil {
+			for _, rest := range flights[i+1:] {
+				g.land(rest, true)
 			}
-			batch = append(batch, sluice.Hit{Key: it.k.key, Limit: l, Cost: it.e.cost})
-		}
-		if _, err := lim.TakeEach(ctx, batch, out); err != nil {
-			g.putBack(items[start:])
 			return keys, hits, err
 		}
-		for _, it := range part {
+		for _, it := range f.items {
 			keys++
 			hits += it.e.cost
 		}
 	}
 	return keys, hits, nil
+}
+
+// write charges f's records to the store of lim as debits, in one
+// request, and lands f: put back into the ledger on an error.
+func (g *ledger) write(ctx context.Context, lim *sluice.Limiter, f *flight) error {
+	var batch [sluice.MaxHits]sluice.Hit
+	var out [sluice.MaxHits]sluice.Decision
+	items := f.items
+	debits := make(map[*sluice.Limit]*sluice.Limit, len(items))
+	for i, it := range items {
+		l := debits[it.k.limit]
+		if l == nil {
+			c := *it.k.limit
+			c.Debit = true
+			l = &c
+			debits[it.k.limit] = l
+		}
+		batch[i] = sluice.Hit{Key: it.k.key, Limit: l, Cost: it.e.cost}
+	}
+	_, err := lim.TakeEach(ctx, batch[:len(items)], out[:len(items)])
+	g.land(f, err != nil)
+	return err
+}
+
+// writeBackFirst writes back, before the store decides hits at now, what
+// the local policy admitted of their keys and has not written back yet,
+// waiting for a write-back that holds some of it. An error is the store's
+// (the records stay for a later write-back) or the end of ctx.
+func (d *Decider) writeBackFirst(ctx context.Context, hits []sluice.Hit, now int64) error {
+	g := &d.spent
+	for {
+		f, wait := g.claim(hits, now)
+		if wait == nil {
+			if f == nil {
+				return nil
+			}
+			if err := g.write(ctx, d.limiter, f); err != nil {
+				return err
+			}
+			for _, it := range f.items {
+				g.written.Add(1)
+				g.hits.Add(it.e.cost)
+			}
+			return nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // startWriteBack starts a write-back of d's ledger, unless one runs.
@@ -238,6 +372,8 @@ func (d *Decider) startWriteBack() {
 		if err != nil {
 			g.retryAt.Store(d.now() + int64(writeBackRetry))
 		}
+		keys += int(g.written.Swap(0))
+		hits += g.hits.Swap(0)
 		if log == nil {
 			return
 		}
