@@ -175,8 +175,9 @@ type Decider struct {
 	log      *slog.Logger
 	plans    sync.Pool
 
-	spent ledger       // what the local failure policy admitted, to write back
-	clock func() int64 // the write-back's clock (tests); nil: time.Now
+	spent    ledger       // what the local failure policy admitted, to write back
+	clock    func() int64 // the write-back's clock (tests); nil: time.Now
+	budgetMu sync.Mutex   // the local policy's budget charges (budget)
 }
 
 // New checks cfg and returns a Decider of it.

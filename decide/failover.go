@@ -73,6 +73,20 @@ type Failover struct {
 	// redisstore.Store.Nodes), asked whenever the local policy answers. A
 	// result below Nodes (below 1: not learnt yet) means Nodes, or 1.
 	NodeCount func() int
+
+	// Budget, when set, bounds the local policy by less than a limit:
+	// for a hit where it returns ok, the nodes together admit at most
+	// left of the hit's limit on its key, in the window they decide in,
+	// beyond what the store counted when it last answered (so beyond
+	// what the policy admitted and has not written back yet). Before a
+	// node decides such a hit, its local counter is raised to hold at
+	// least the limit less left plus its own hits not written back
+	// (counters only rise), so that it admits at most left/nodes more. A
+	// store that hands out parts of a limit says what its part has left:
+	// the region tier, of a global limit, what the region has left of its
+	// allocation (internal/regions). Nil: the configured limits bound the
+	// policy.
+	Budget func(key string, l *sluice.Limit) (left int64, ok bool)
 }
 
 // nodes is the number of nodes the local policy shares the limits among:
@@ -162,6 +176,11 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		}
 		nodes := f.nodes()
 		local := f.localHits(s, nodes)
+		if f.Budget != nil {
+			if err := d.budget(ctx, hits, local, nodes); err != nil {
+				return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("local failure policy: %w (after the store failed: %v)", err, storeErr)
+			}
+		}
 		each := !d.allOrNothingFor(p.Domain, s.pref) || d.hasQuota(p)
 		decide := f.Local.Take
 		if each {
@@ -191,6 +210,47 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		}
 	}
 	return hits, sluice.Overall(hits, out), policy, nil
+}
+
+// budget raises the local counter of each of local, the local policy's
+// hits of hits on one of nodes nodes, whose Failover.Budget bounds it, so
+// that its key has at most the budget's left, less what this node
+// admitted of it and has not written back (the store's last answer did
+// not count it), to spend. In the local counters' units, the node's
+// estimate of what all nodes spent, left is left/nodes of this node's
+// own, and its own hits count nodes times. The charge is a debit, counted
+// whatever else the counter took meanwhile; peek and charge are one step
+// under budgetMu, so that concurrent requests do not charge it twice.
+func (d *Decider) budget(ctx context.Context, hits, local []sluice.Hit, nodes int64) error {
+	f := &d.failover
+	var out [1]sluice.Decision
+	for i := range hits {
+		left, ok := f.Budget(hits[i].Key, hits[i].Limit)
+		if !ok {
+			continue
+		}
+		h := local[i]
+		h.Cost = 0
+		d.budgetMu.Lock()
+		own := d.spent.unwritten(ledgerKey{hits[i].Key, hits[i].Limit}, d.now())
+		if own > sluice.MaxCost/nodes {
+			own = sluice.MaxCost
+		} else {
+			own *= nodes
+		}
+		_, err := f.Local.Take(ctx, []sluice.Hit{h}, out[:])
+		if over := out[0].Remaining - max(left, 0) + own; err == nil && over > 0 {
+			debit := *h.Limit
+			debit.Debit = true
+			h.Limit, h.Cost = &debit, min(over, sluice.MaxCost)
+			_, err = f.Local.TakeEach(ctx, []sluice.Hit{h}, out[:])
+		}
+		d.budgetMu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Keys of the local policy: the plan's key after a prefix byte, so that they

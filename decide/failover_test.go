@@ -3,6 +3,7 @@ package decide_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,15 +49,18 @@ type localEnv struct {
 	d     *decide.Decider
 	store *downStore
 	nodes atomic.Int64
+	now   atomic.Int64 // Unix ns: both stores' clock
 }
 
 // newLocalEnv is a Decider of one domain "api" over a store that can go
 // down, whose local failure policy learns the number of nodes from
-// e.nodes, as a node learns it from the Redis store's registry.
-func newLocalEnv(t *testing.T, yaml string) *localEnv {
+// e.nodes, as a node learns it from the Redis store's registry. budget,
+// when not nil, is the policy's Failover.Budget.
+func newLocalEnv(t *testing.T, yaml string, budget ...func(key string, l *sluice.Limit) (int64, bool)) *localEnv {
 	t.Helper()
-	now := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
+	e := &localEnv{}
+	e.now.Store(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, e.now.Load()) }
 	mem := memstore.New(memstore.Config{Now: clock, SweepInterval: -1})
 	local := memstore.New(memstore.Config{Now: clock, SweepInterval: -1})
 	t.Cleanup(func() { mem.Close(); local.Close() })
@@ -68,13 +72,17 @@ func newLocalEnv(t *testing.T, yaml string) *localEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &localEnv{store: &downStore{inner: mem}}
+	e.store = &downStore{inner: mem}
 	e.nodes.Store(1)
-	e.d, err = decide.New(decide.Config{Limiter: sluice.NewLimiter(e.store), Rules: cfg,
-		Failover: decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }}})
+	f := decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }}
+	if len(budget) > 0 {
+		f.Budget = budget[0]
+	}
+	e.d, err = decide.New(decide.Config{Limiter: sluice.NewLimiter(e.store), Rules: cfg, Failover: f})
 	if err != nil {
 		t.Fatal(err)
 	}
+	decide.SetWriteBackClock(e.d, e.now.Load)
 	return e
 }
 
@@ -319,5 +327,77 @@ descriptors:
 	}
 	if got := e.store.eachCalls.Load(); got != 1 {
 		t.Errorf("%d write-back calls, want 1", got)
+	}
+}
+
+// TestLocalPolicyBudget: the arithmetic of a budget (Failover.Budget, the
+// region tier's), at fixed times. The local policy admits at most what
+// the budget leaves, split among the nodes; a budget that shrinks while
+// the node's own hits are not written back counts them; a budget that
+// grows gives nothing back that the counter holds; a window's end starts
+// the next from the budget again.
+func TestLocalPolicyBudget(t *testing.T) {
+	var left atomic.Int64
+	e := newLocalEnv(t, `
+descriptors:
+  - key: g
+    rate_limit: {unit: minute, requests_per_unit: 300}
+  - key: other
+    rate_limit: {unit: minute, requests_per_unit: 300}
+`, func(key string, l *sluice.Limit) (int64, bool) {
+		if !strings.Contains(key, ":g0:") { // the plan's key of g=...
+			return 0, false
+		}
+		return left.Load(), true
+	})
+	e.store.down.Store(true)
+
+	// One node, 100 left: 100.
+	left.Store(100)
+	if n := e.admit(t, "g", "a"); n != 100 {
+		t.Errorf("one node, 100 left: admitted %d, want 100", n)
+	}
+	// Three nodes, 90 left: a node admits 30 (each hit weighs 3).
+	e.nodes.Store(3)
+	left.Store(90)
+	if n := e.admit(t, "g", "b"); n != 30 {
+		t.Errorf("three nodes, 90 left: admitted %d, want 30", n)
+	}
+	// A key the budget does not bound: the node's share of the limit.
+	if n := e.admit(t, "other", "a"); n != 100 {
+		t.Errorf("no budget, three nodes: admitted %d, want 100", n)
+	}
+	// Nothing left: nothing.
+	e.now.Add(int64(time.Minute))
+	left.Store(0)
+	if n := e.admit(t, "g", "a"); n != 0 {
+		t.Errorf("nothing left: admitted %d", n)
+	}
+
+	// One node, 40 left, 10 admitted and not written back; then the
+	// budget says 25 (the store counted others' hits meanwhile, not
+	// these 10): 15 more, not 25.
+	e.now.Add(int64(time.Minute))
+	e.nodes.Store(1)
+	left.Store(40)
+	for range 10 {
+		if o := e.decide(t, "g", "a"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+			t.Fatalf("40 left: %v %+v", o.Degraded, o.Overall)
+		}
+	}
+	left.Store(25)
+	if n := e.admit(t, "g", "a"); n != 15 {
+		t.Errorf("25 left beside 10 not written back: admitted %d more, want 15", n)
+	}
+	// The budget grows (a grant): the counter keeps what it holds.
+	left.Store(60)
+	if n := e.admit(t, "g", "a"); n != 0 {
+		t.Errorf("the budget grew: admitted %d more, want 0 (counters only rise)", n)
+	}
+	// The next window starts from the budget.
+	e.now.Add(int64(time.Minute))
+	left.Store(7)
+	if n := e.admit(t, "g", "a"); n != 7 {
+		t.Errorf("a new window, 7 left: admitted %d, want 7", n)
 	}
 }

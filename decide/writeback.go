@@ -60,7 +60,7 @@ type ledgerEntry struct {
 type ledger struct {
 	mu       sync.Mutex
 	m        map[ledgerKey]ledgerEntry
-	flying   map[ledgerKey]chan struct{} // records being written back: closed when their write ends
+	flying   map[ledgerKey]inFlight // records being written back
 	dropped  atomic.Int64
 	written  atomic.Int64 // keys written back first by requests, not logged yet (startWriteBack logs them)
 	hits     atomic.Int64 // and their hits
@@ -157,6 +157,12 @@ type flight struct {
 	done  chan struct{}
 }
 
+// inFlight is a record in a flight.
+type inFlight struct {
+	done chan struct{} // the flight's
+	cost int64
+}
+
 // take removes and returns the records in force at now, in flights of at
 // most MaxHits; the others are dropped, having no effect left.
 func (g *ledger) take(now int64) []*flight {
@@ -185,11 +191,11 @@ func (g *ledger) take(now int64) []*flight {
 // fly marks items as being written back, until land. g.mu is held.
 func (g *ledger) fly(items []ledgerItem) *flight {
 	if g.flying == nil {
-		g.flying = make(map[ledgerKey]chan struct{})
+		g.flying = make(map[ledgerKey]inFlight)
 	}
 	f := &flight{items: items, done: make(chan struct{})}
 	for _, it := range items {
-		g.flying[it.k] = f.done
+		g.flying[it.k] = inFlight{f.done, it.e.cost}
 	}
 	return f
 }
@@ -203,7 +209,7 @@ func (g *ledger) land(f *flight, failed bool) {
 		g.putBackLocked(f.items)
 	}
 	for _, it := range f.items {
-		if g.flying[it.k] == f.done {
+		if g.flying[it.k].done == f.done {
 			delete(g.flying, it.k)
 		}
 	}
@@ -221,9 +227,9 @@ func (g *ledger) claim(hits []sluice.Hit, now int64) (*flight, <-chan struct{}) 
 	var items []ledgerItem
 	for i := range hits {
 		k := ledgerKey{hits[i].Key, hits[i].Limit}
-		if done := g.flying[k]; done != nil {
+		if f, ok := g.flying[k]; ok {
 			g.putBackLocked(items)
-			return nil, done
+			return nil, f.done
 		}
 		e, ok := g.m[k]
 		if !ok {
@@ -241,20 +247,29 @@ func (g *ledger) claim(hits []sluice.Hit, now int64) (*flight, <-chan struct{}) 
 	return g.fly(items), nil
 }
 
+// unwritten returns the hits of k the ledger holds in force at now, or
+// is writing back: what the local policy admitted of k that the store may
+// not count yet.
+func (g *ledger) unwritten(k ledgerKey, now int64) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n int64
+	if e, ok := g.m[k]; ok && inForce(k, e, now) {
+		n = e.cost
+	}
+	if f, ok := g.flying[k]; ok {
+		n = min(n+f.cost, sluice.MaxCost)
+	}
+	return n
+}
+
 type ledgerItem struct {
 	k ledgerKey
 	e ledgerEntry
 }
 
-// putBack returns items not written back to the ledger, merged with what
-// was recorded since.
-func (g *ledger) putBack(items []ledgerItem) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.putBackLocked(items)
-}
-
-// putBackLocked is putBack with g.mu held.
+// putBackLocked returns items not written back to the ledger, merged
+// with what was recorded since. g.mu is held.
 func (g *ledger) putBackLocked(items []ledgerItem) {
 	if len(items) == 0 {
 		return
