@@ -20,6 +20,16 @@
 // in a window on each node, which waits for the charge; grants and
 // give-backs run every Interval in the background, and decisions never
 // wait for another region.
+//
+// When the region's store fails, the node's local failure policy answers
+// (decide.Failover); Budget bounds it by what the region has left of its
+// allocation, as the node last learnt it. What the policy admits reaches
+// the region's store only with the decider's write-back, so a node that
+// saw its store fail gives nothing back for that window (held). A store
+// that loses its counters mid-window (restarted empty) is told by a
+// decision whose Remaining rose beyond what this node knows the region
+// holds, confirmed by the key's charge marker (marker): the node then
+// charges the counter again, for what it knew the region had left.
 package regions
 
 import (
@@ -99,6 +109,11 @@ type Store struct {
 	mu   sync.Mutex
 	keys map[gkey]*gstate
 
+	// failAt is when (Unix ns, by Now) this node last saw the region's
+	// store fail: a take or a charge that failed, a round that found it
+	// unhealthy, counters lost. See held.
+	failAt atomic.Int64
+
 	stop func()
 	done chan struct{}
 
@@ -111,6 +126,7 @@ type Stats struct {
 	LedgerErrors                atomic.Int64
 	Denied                      atomic.Int64 // hits of global limits denied
 	Admitted                    atomic.Int64
+	Lost                        atomic.Int64 // keys whose counters the region's store lost mid-window
 	LastGrant                   atomic.Int64 // Unix ns of the last grant, 0: none
 	Allocation                  atomic.Int64 // this window's known allocations, summed over keys
 	Demand                      atomic.Int64 // hits asked per second, summed over keys
@@ -124,10 +140,12 @@ type gkey struct {
 // gstate is what the node knows of a global key in its current window.
 type gstate struct {
 	limit     *sluice.Limit
-	window    int64 // start, Unix ns
+	marker    *sluice.Limit // the key's charge marker (markerOf)
+	window    int64         // start, Unix ns
 	init      chan struct{}
 	initErr   error
-	remaining int64 // region-wide, from the last decision
+	lost      bool  // the region's store lost the key's counters; a new state replaces this one
+	remaining int64 // region-wide, from the last decision; -1: none yet
 	asked     int64 // hits asked (admitted or not) this window
 	lastAsked int64 // asked at the last round
 	rate      float64
@@ -251,29 +269,105 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 			}
 		}
 	}
-	if err := take(ctx, hits, out); err != nil || !global {
-		return err
+	if !global {
+		return take(ctx, hits, out)
 	}
+	// What this node knows each global key's region has left as the
+	// store is asked: an answer above it (and this node's grants since)
+	// may come from counters the store lost.
+	var buf [sluice.MaxHits]known
+	before := buf[:0]
 	s.mu.Lock()
 	for i := range hits {
-		h := &hits[i]
-		if !h.Limit.Global {
+		var b known
+		if h := &hits[i]; h.Limit.Global {
+			if g := s.keys[keyOf(h)]; g != nil {
+				b = known{g: g, left: s.known(g), granted: g.granted}
+			}
+		}
+		before = append(before, b)
+	}
+	s.mu.Unlock()
+	if err := take(ctx, hits, out); err != nil {
+		if ctx.Err() == nil {
+			s.failed()
+		}
+		return err
+	}
+	for {
+		i, g, lost := s.learn(hits, out, before)
+		if g == nil {
+			return nil
+		}
+		if !lost {
+			// Above what the region can have left: its counters may
+			// be lost, which the marker tells. Another node's grant
+			// raises them too.
+			var err error
+			if lost, err = s.check(ctx, keyOf(&hits[i]), hits[i].Key, g); err != nil {
+				return err
+			}
+		}
+		if lost {
+			return fmt.Errorf("%w (limit %q)", errLost, hits[i].Limit.Name)
+		}
+		before[i].verified = true
+	}
+}
+
+// known is what a node knew of a key's region before a decision: its
+// state, what it had left (Store.known), and this node's grants; verified
+// once the key's marker showed an answer above it true.
+type known struct {
+	g             *gstate
+	left, granted int64
+	verified      bool
+}
+
+// learn records the decisions out of the global hits, which the store
+// took while this node knew before of them: the demand, and what the
+// region has left. It stops at a hit whose Remaining is above what the
+// region had left and was granted since, or whose counters were found
+// lost meanwhile (lost: it may have been decided on what was left of
+// them), and returns it unrecorded, with its state (nil when all are
+// recorded).
+func (s *Store) learn(hits []sluice.Hit, out []sluice.Decision, before []known) (i int, g *gstate, lost bool) {
+	now := s.cfg.Now().UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range hits {
+		h, b := &hits[i], &before[i]
+		g := b.g
+		if !h.Limit.Global || g == nil {
 			continue
 		}
-		g := s.keys[keyOf(h)]
-		if g == nil {
-			continue
+		rem := out[i].Remaining
+		switch {
+		case g.lost:
+			return i, g, true
+		case s.keys[keyOf(h)] != g || later(g, &out[i], now):
+			continue // a new window since
+		case rem > b.left+g.granted-b.granted && !b.verified:
+			return i, g, false
+		}
+		b.g = nil
+		// The least of the answers (answers to concurrent decisions come
+		// in any order), but for one the marker showed true. A grant adds
+		// to it (grant).
+		if g.remaining < 0 || rem < g.remaining || b.verified {
+			g.remaining = rem
+		}
+		if h.Limit.Debit {
+			continue // a write-back of what the failure policy admitted
 		}
 		g.asked += h.Cost
-		g.remaining = out[i].Remaining
 		if out[i].Allowed {
 			s.Stats.Admitted.Add(h.Cost)
 		} else {
 			s.Stats.Denied.Add(h.Cost)
 		}
 	}
-	s.mu.Unlock()
-	return nil
+	return 0, nil, false
 }
 
 func keyOf(h *sluice.Hit) gkey {
@@ -316,18 +410,26 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 	k := keyOf(h)
 	s.mu.Lock()
 	g := s.keys[k]
-	if g == nil || g.window < ws {
+	if g == nil || g.window < ws || g.window == ws && chargeFailed(g) {
 		// A state per window: a charge still running for an earlier one
 		// closes its own. The demand carries over from the window before:
 		// a rate measured from nothing would give back, on the first
 		// round, what the window will need.
 		prev := g
-		g = &gstate{limit: h.Limit, window: ws, init: make(chan struct{}), remaining: -1, born: now}
-		if prev != nil && prev.window == ws-p {
+		g = &gstate{limit: h.Limit, marker: markerOf(h.Limit), window: ws, init: make(chan struct{}), remaining: -1, born: now}
+		spent := h.Limit.Rate - s.shares(h.Limit.Rate)[s.region]
+		switch {
+		case prev != nil && prev.window == ws:
+			// The charge failed: charged again, for what the region
+			// had left as far as this node knew (its safe share, or
+			// after lost counters what it last learnt).
+			g.carry(prev)
+			spent = h.Limit.Rate - s.known(prev)
+		case prev != nil && prev.window == ws-p:
 			g.rate = prev.rate
 		}
 		s.keys[k] = g
-		go s.charge(k, h.Key, h.Limit, ws, g)
+		go s.charge(k, h.Key, g, spent)
 	}
 	init := g.init
 	s.mu.Unlock()
@@ -340,37 +442,151 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 	err := g.initErr
 	s.mu.Unlock()
 	if err != nil {
+		s.failed()
 		return fmt.Errorf("regions: charging the region's share of %q: %w", h.Limit.Name, err)
 	}
 	return nil
 }
 
-// charge charges key's counter in window ws what the region does not hold
-// of the limit: L − its safe share, once for the region.
-func (s *Store) charge(k gkey, key string, l *sluice.Limit, ws int64, g *gstate) {
+// markerRate is the rate of a charge marker's limit: one no rule uses
+// (one below the largest a limit may have), so that the marker's state,
+// under the key's own name (and so in its Cluster slot), is its own.
+const markerRate = sluice.MaxCost - 1
+
+// markerOf returns the limit of the charge marker of l: a fixed window of
+// l's, which the charge sets (a hit of 1) before it charges the counter.
+// The two live and die together in the region's store, but for eviction
+// (docs/regions.md asks for a store that does not evict): a marker found
+// empty (a peek's Remaining is markerRate) means the store lost the key's
+// window, its counter and the charge with it.
+func markerOf(l *sluice.Limit) *sluice.Limit {
+	return &sluice.Limit{Name: l.Name, Algorithm: sluice.FixedWindow, Rate: markerRate, Period: l.Period, WindowOffset: l.WindowOffset}
+}
+
+// charge charges key's counter in g's window what the region does not
+// hold of the limit, spent (at a window's first decision, L − its safe
+// share), once for the region: a settlement whose ID names the region,
+// key, limit and window, and which the region's store marks applied. The
+// key's charge marker is set first, so that a store that loses the window
+// (and the settlement's mark with it) shows it (lost).
+func (s *Store) charge(k gkey, key string, g *gstate, spent int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	share := s.shares(l.Rate)[s.region]
+	l, ws := g.limit, g.window
 	st := sluice.Settlement{
 		Hit:        sluice.Hit{Key: key, Limit: l},
-		Spent:      l.Rate - share,
+		Spent:      spent,
 		ResetAfter: l.Period,
 		At:         time.Unix(0, ws),
 		ID:         settleID(s.cfg.Region, key, l, ws, "init"),
 	}
-	var err error
-	if st.Spent > 0 {
+	var out [1]sluice.Decision
+	err := s.next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker, Cost: 1}}, out[:])
+	if err == nil && st.Spent > 0 {
 		var moved int64
 		moved, err = s.settle.Settle(ctx, &st)
 		s.Stats.Charged.Add(moved)
 	}
 	s.mu.Lock()
-	g.initErr = err
-	if err != nil && s.keys[k] == g {
-		delete(s.keys, k) // the next decision charges again
-	}
+	g.initErr = err // the next decision charges again (chargeFailed)
 	close(g.init)
 	s.mu.Unlock()
+}
+
+// chargeFailed reports whether g's charge ended in an error. s.mu is held.
+func chargeFailed(g *gstate) bool {
+	select {
+	case <-g.init:
+		return g.initErr != nil
+	default:
+		return false
+	}
+}
+
+// carry makes g, a new state of prev's window, keep what prev knew.
+func (g *gstate) carry(prev *gstate) {
+	g.born, g.rate, g.asked, g.lastAsked = prev.born, prev.rate, prev.asked, prev.lastAsked
+	g.remaining, g.granted, g.given, g.yielded = prev.remaining, prev.granted, prev.given, prev.yielded
+}
+
+// known is what g's region has left of its allocation as far as this
+// node knows: the store's last answer, or before one, the safe share and
+// this node's grants. s.mu is held.
+func (s *Store) known(g *gstate) int64 {
+	if g.remaining >= 0 {
+		return g.remaining
+	}
+	return s.shares(g.limit.Rate)[s.region] + g.granted - g.given
+}
+
+// failed notes that the region's store failed now (held).
+func (s *Store) failed() {
+	s.failAt.Store(s.cfg.Now().UnixNano())
+}
+
+// held reports whether a give-back of the window starting at ws (Unix ns)
+// must wait: this node saw the region's store fail during it, or within a
+// second and the clock's error before it, and its local failure policy
+// may have admitted what the store has not counted yet (the decider writes
+// it back once the store answers, when it can). A node cannot tell when
+// every node's write-back has landed, so the wait lasts until the window
+// ends: what the region holds unused then stays unused.
+func (s *Store) held(ws int64) bool {
+	return s.failAt.Load() >= ws-int64(s.cfg.Error())-int64(time.Second)
+}
+
+// lose replaces g, whose counters the region's store lost mid-window, by
+// a state that charges the counter again for what the region had left as
+// far as this node knew (known): the next decisions wait for it, as for
+// a window's first charge. The settlement's ID is the first charge's,
+// whose mark the store lost with the counter: the region's nodes charge
+// it once between them.
+func (s *Store) lose(k gkey, key string, g *gstate) {
+	s.failed()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys[k] != g || g.lost {
+		return
+	}
+	g.lost = true
+	s.Stats.Lost.Add(1)
+	n := &gstate{limit: g.limit, marker: g.marker, window: g.window, init: make(chan struct{})}
+	n.carry(g)
+	s.keys[k] = n
+	s.cfg.Logger.Warn("regions: the region's store lost a global key's counters mid-window; charging it again for what the region had left",
+		"limit", g.limit.Name, "left", s.known(g))
+	go s.charge(k, key, n, g.limit.Rate-s.known(g))
+}
+
+// errLost is the error of a decision taken on counters the region's store
+// had lost: the failure policy answers it.
+var errLost = errors.New("regions: the region's store lost this key's counters mid-window")
+
+// check peeks k's charge marker in g's window: lost reports that the
+// region's store lost the window (lose has then replaced g).
+func (s *Store) check(ctx context.Context, k gkey, key string, g *gstate) (lost bool, err error) {
+	var out [1]sluice.Decision
+	if err := s.next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker}}, out[:]); err != nil {
+		if ctx.Err() == nil {
+			s.failed()
+		}
+		return false, err
+	}
+	if out[0].Remaining < markerRate || later(g, &out[0], s.cfg.Now().UnixNano()) {
+		return false, nil
+	}
+	s.lose(k, key, g)
+	return true, nil
+}
+
+// later reports whether the store took d, a decision of g's key (or its
+// marker) answered at about now (Unix ns, by Now), in a window after g's:
+// one readied near g's end but taken after the next began, whose count
+// says nothing of g's window. The window's end is told by d's ResetAfter,
+// to half a period.
+func later(g *gstate, d *sluice.Decision, now int64) bool {
+	p := int64(g.limit.Period)
+	return now+int64(d.ResetAfter) > g.window+p+p/2
 }
 
 // settleID is the ID of a settlement of the region on key and l in the
@@ -409,8 +625,14 @@ func (s *Store) loop(ctx context.Context) {
 }
 
 // round asks for what the keys of this window need beyond what the region
-// holds, and gives back what they will not use.
+// holds, and gives back what they will not use; while the region's store
+// fails, neither (a grant could not be refunded in the store, and a
+// give-back waits for the window's end: held).
 func (s *Store) round(ctx context.Context) {
+	healthy := s.Health() == nil
+	if !healthy {
+		s.failed()
+	}
 	now := s.cfg.Now().UnixNano()
 	type job struct {
 		k    gkey
@@ -432,10 +654,8 @@ func (s *Store) round(ctx context.Context) {
 			}
 			continue
 		}
-		select {
-		case <-g.init:
-		default:
-			continue // not charged yet
+		if !charged(g) {
+			continue
 		}
 		// The demand: hits asked per second, smoothed over a few rounds.
 		per := float64(g.asked-g.lastAsked) / s.cfg.Interval.Seconds()
@@ -467,6 +687,9 @@ func (s *Store) round(ctx context.Context) {
 	s.mu.Unlock()
 	s.Stats.Allocation.Store(int64(alloc))
 	s.Stats.Demand.Store(int64(demand))
+	if !healthy {
+		return
+	}
 	for _, j := range jobs {
 		if j.want > 0 {
 			s.grant(ctx, j.k, j.g, j.want)
@@ -475,6 +698,16 @@ func (s *Store) round(ctx context.Context) {
 		}
 	}
 	s.yieldWanted(ctx, now)
+}
+
+// charged reports whether g's charge is done and succeeded. s.mu is held.
+func charged(g *gstate) bool {
+	select {
+	case <-g.init:
+		return g.initErr == nil
+	default:
+		return false
+	}
 }
 
 // headroom is what a region keeps of l beyond its need: 1% of it.
@@ -494,7 +727,7 @@ func (s *Store) yieldWanted(ctx context.Context, now int64) {
 		return
 	}
 	for _, w := range wanted {
-		if w.Window > now || w.Window+w.Period-now < int64(time.Second) {
+		if w.Window > now || w.Window+w.Period-now < int64(time.Second) || s.held(w.Window) {
 			continue
 		}
 		k := gkey{key: w.Key, rate: w.Rate, period: w.Period}
@@ -510,18 +743,33 @@ func (s *Store) yieldWanted(ctx context.Context, now int64) {
 		if err := s.ready(c, &h); err != nil {
 			continue
 		}
+		s.mu.Lock()
+		g = s.keys[k]
+		var b known
+		if g != nil {
+			b = known{g: g, left: s.known(g), granted: g.granted}
+		}
+		s.mu.Unlock()
 		var out [1]sluice.Decision
 		if err := s.next.Take(c, []sluice.Hit{{Key: w.Key, Limit: l}}, out[:]); err != nil {
+			s.failed()
+			continue
+		}
+		if g == nil || g.window != w.Window {
+			continue
+		}
+		if !s.verify(c, k, w.Key, &b, out[0].Remaining) {
 			continue
 		}
 		s.mu.Lock()
-		g = s.keys[k]
-		if g == nil || g.window != w.Window {
+		if s.keys[k] != g {
 			s.mu.Unlock()
 			continue
 		}
 		g.yielded = true
-		g.remaining = out[0].Remaining
+		if g.remaining < 0 || out[0].Remaining < g.remaining || b.verified {
+			g.remaining = out[0].Remaining
+		}
 		s.mu.Unlock()
 		s.giveBack(c, k, g, out[0].Remaining-headroom(l))
 	}
@@ -578,13 +826,32 @@ func (s *Store) giveBack(ctx context.Context, k gkey, g *gstate, x int64) {
 	hits := []sluice.Hit{{Key: k.key, Limit: g.limit, Cost: x}}
 	var out [1]sluice.Decision
 	// The window must still be the one given back for: the take lands in
-	// the store's window, so not near its end.
-	if now := s.cfg.Now().UnixNano(); g.window+int64(g.limit.Period)-now < int64(time.Second) {
+	// the store's window, so not near its end. Nothing is given back of a
+	// window in which the store failed (held).
+	if now := s.cfg.Now().UnixNano(); g.window+int64(g.limit.Period)-now < int64(time.Second) || s.held(g.window) {
 		return
 	}
-	if err := s.next.Take(c, hits, out[:]); err != nil || !out[0].Allowed {
+	s.mu.Lock()
+	b := known{g: g, left: s.known(g), granted: g.granted}
+	s.mu.Unlock()
+	if err := s.next.Take(c, hits, out[:]); err != nil {
+		s.failed()
 		return
 	}
+	if !out[0].Allowed {
+		return
+	}
+	// Spent in the region: what it has left is less by x, whatever the
+	// ledger says. An answer above what it had left less x comes from
+	// lost counters: nothing is given back.
+	if !s.verify(c, k, k.key, &b, out[0].Remaining+x) {
+		return
+	}
+	s.mu.Lock()
+	if s.keys[k] == g && (g.remaining < 0 || out[0].Remaining < g.remaining || b.verified) {
+		g.remaining = out[0].Remaining
+	}
+	s.mu.Unlock()
 	if err := s.cfg.Ledger.GiveBack(c, s.entry(k, g), x); err != nil {
 		s.Stats.LedgerErrors.Add(1)
 		return // spent in the region, lost to the ledger this window: never over-allocated
@@ -592,8 +859,61 @@ func (s *Store) giveBack(ctx context.Context, k gkey, g *gstate, x int64) {
 	s.Stats.GivenBack.Add(x)
 	s.mu.Lock()
 	g.given += x
-	g.remaining = out[0].Remaining
 	s.mu.Unlock()
+}
+
+// verify reports whether an answer of the region's store that leaves rem
+// of k's counter, to a call made while this node knew b, can be trusted:
+// when rem is above what b says the region had left (and this node was
+// granted since), the key's marker must show that the store did not lose
+// the counter (check; b.verified is then set). False means lost (g is
+// replaced), or the store failed.
+func (s *Store) verify(ctx context.Context, k gkey, key string, b *known, rem int64) bool {
+	s.mu.Lock()
+	g := b.g
+	lost := g.lost
+	above := rem > b.left+g.granted-b.granted
+	s.mu.Unlock()
+	if lost {
+		return false
+	}
+	if !above {
+		return true
+	}
+	lost, err := s.check(ctx, k, key, g)
+	if err != nil || lost {
+		return false
+	}
+	b.verified = true
+	return true
+}
+
+// Budget is what the local failure policy of this node's region may
+// admit of l on key in the current window while the region's store cannot
+// decide (decide.Failover.Budget): what the region has left of its
+// allocation as this node last learnt it from the store, or, when it has
+// not learnt it in this window, the region's safe share: the ledger's
+// default, which only a node that readied the key in the window can have
+// lowered (by a give-back) or spent. In a region of one node that is this
+// node; in a region of several, what the others did since this node's
+// last answer is not known here (docs/internals/regions.md bounds it).
+// ok is false for a limit that is not global.
+//
+// Not the allocation: the region may have admitted most of it already,
+// and the store still counts those. Not the safe share either, when this
+// node knows: a region that gave its share back holds only a headroom,
+// and one granted more has more.
+func (s *Store) Budget(key string, l *sluice.Limit) (left int64, ok bool) {
+	if !l.Global {
+		return 0, false
+	}
+	ws := windowOf(l, s.cfg.Now().UnixNano())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.keys[keyOf(&sluice.Hit{Key: key, Limit: l})]; g != nil && g.window == ws {
+		return max(s.known(g), 0), true
+	}
+	return s.shares(l.Rate)[s.region], true
 }
 
 // Allocation returns this region's allocation of l for key in the window
