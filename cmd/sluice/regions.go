@@ -138,6 +138,7 @@ func regionCollector(region string, rs *regions.Store) prometheus.Collector {
 		c("granted_hits_total", "Hits of global limits the coordinator granted this node's region, beyond its safe share.", func() float64 { return float64(st.Granted.Load()) }),
 		c("given_back_hits_total", "Hits of global limits this node gave back to the coordinator.", func() float64 { return float64(st.GivenBack.Load()) }),
 		c("ledger_errors_total", "Calls to the coordinator that failed.", func() float64 { return float64(st.LedgerErrors.Load()) }),
+		c("counters_lost_total", "Global keys whose counters the region's Redis lost mid-window (restarted empty, flushed), charged again for what the region had left.", func() float64 { return float64(st.Lost.Load()) }),
 		c("admitted_hits_total", "Hits of global limits admitted on this node.", func() float64 { return float64(st.Admitted.Load()) }),
 		c("denied_hits_total", "Hits of global limits denied on this node (refusals).", func() float64 { return float64(st.Denied.Load()) }),
 		g("allocation_hits", "This window's allocation of the global limits this node decided, as it knows it: the safe shares, plus its grants, less its give-backs.", func() float64 { return float64(st.Allocation.Load()) }),

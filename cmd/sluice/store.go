@@ -239,6 +239,11 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	closeStore := set.close
 	set.close = func() { closeStore(); local.Close() }
 	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
+	if set.regions != nil {
+		// The local policy spends of a global limit what the region has
+		// left of its allocation, not the whole limit.
+		f.Budget = set.regions.Budget
+	}
 	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Earliest: set.earliest}
 	if set.redis != nil {
 		cfg.Failover.NodeCount = set.redis.Nodes
