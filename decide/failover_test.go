@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -22,6 +24,7 @@ type downStore struct {
 	down      atomic.Bool
 	failEach  atomic.Bool // fail the calls decided one by one (the write-back's)
 	eachCalls atomic.Int64
+	gate      chan struct{} // when set, the calls decided one by one wait for it to close
 }
 
 var errStoreDown = errors.New("connection refused")
@@ -32,6 +35,9 @@ func (s *downStore) Take(ctx context.Context, hits []sluice.Hit, out []sluice.De
 
 func (s *downStore) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	s.eachCalls.Add(1)
+	if s.gate != nil {
+		<-s.gate
+	}
 	if s.failEach.Load() {
 		return errStoreDown
 	}
@@ -400,4 +406,41 @@ descriptors:
 	if n := e.admit(t, "g", "a"); n != 7 {
 		t.Errorf("a new window, 7 left: admitted %d, want 7", n)
 	}
+}
+
+// TestLocalPolicyWriteBackWaiters: requests on a key whose write-back is
+// under way wait for it, and when it fails they go to the failure policy
+// with its error rather than each trying in turn: on a store that takes a
+// deadline to fail, n requests would otherwise wait n deadlines.
+func TestLocalPolicyWriteBackWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newLocalEnv(t, `
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`)
+		e.store.down.Store(true)
+		e.admit(t, "k", "a")
+		// The store answers again, but its write-backs hang, then fail.
+		e.store.gate = make(chan struct{})
+		e.store.failEach.Store(true)
+		e.store.eachCalls.Store(0)
+		e.store.down.Store(false)
+		var wg sync.WaitGroup
+		outcomes := make([]*decide.Outcome, 5)
+		for i := range outcomes {
+			wg.Go(func() { outcomes[i] = e.decide(t, "k", "a") })
+		}
+		synctest.Wait()
+		close(e.store.gate)
+		wg.Wait()
+		if n := e.store.eachCalls.Load(); n != 1 {
+			t.Errorf("%d write-back calls for 5 requests on one key, want 1", n)
+		}
+		for i, o := range outcomes {
+			if o.Degraded != rules.FailLocal || !errors.Is(o.StoreErr, errStoreDown) {
+				t.Errorf("request %d: decided by %v (%v), want the local policy after the write-back's failure", i, o.Degraded, o.StoreErr)
+			}
+		}
+	})
 }

@@ -155,11 +155,12 @@ func inForce(k ledgerKey, e ledgerEntry, now int64) bool {
 type flight struct {
 	items []ledgerItem
 	done  chan struct{}
+	err   error // the write's, once done is closed
 }
 
 // inFlight is a record in a flight.
 type inFlight struct {
-	done chan struct{} // the flight's
+	f    *flight
 	cost int64
 }
 
@@ -195,33 +196,33 @@ func (g *ledger) fly(items []ledgerItem) *flight {
 	}
 	f := &flight{items: items, done: make(chan struct{})}
 	for _, it := range items {
-		g.flying[it.k] = inFlight{f.done, it.e.cost}
+		g.flying[it.k] = inFlight{f, it.e.cost}
 	}
 	return f
 }
 
-// land ends f: written back, or failed and put back into the ledger for
-// a later write-back.
-func (g *ledger) land(f *flight, failed bool) {
+// land ends f: written back, or failed with err and put back into the
+// ledger for a later write-back.
+func (g *ledger) land(f *flight, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if failed {
+	if err != nil {
 		g.putBackLocked(f.items)
 	}
 	for _, it := range f.items {
-		if g.flying[it.k].done == f.done {
+		if g.flying[it.k].f == f {
 			delete(g.flying, it.k)
 		}
 	}
+	f.err = err
 	close(f.done)
 	g.update()
 }
 
 // claim takes, for a request of hits that the store is to decide at now,
 // the records of their keys in force, as a flight (nil: none); or returns
-// the channel of a flight that holds one of them, to wait for and claim
-// again.
-func (g *ledger) claim(hits []sluice.Hit, now int64) (*flight, <-chan struct{}) {
+// a flight that holds one of them, to wait for.
+func (g *ledger) claim(hits []sluice.Hit, now int64) (mine, other *flight) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var items []ledgerItem
@@ -229,7 +230,7 @@ func (g *ledger) claim(hits []sluice.Hit, now int64) (*flight, <-chan struct{}) 
 		k := ledgerKey{hits[i].Key, hits[i].Limit}
 		if f, ok := g.flying[k]; ok {
 			g.putBackLocked(items)
-			return nil, f.done
+			return nil, f.f
 		}
 		e, ok := g.m[k]
 		if !ok {
@@ -240,11 +241,11 @@ func (g *ledger) claim(hits []sluice.Hit, now int64) (*flight, <-chan struct{}) 
 			items = append(items, ledgerItem{ledgerKey{strings.Clone(k.key), k.limit}, e})
 		}
 	}
-	g.update()
-	if len(items) == 0 {
-		return nil, nil
+	if len(items) > 0 {
+		mine = g.fly(items)
 	}
-	return g.fly(items), nil
+	g.update()
+	return mine, nil
 }
 
 // unwritten returns the hits of k the ledger holds in force at now, or
@@ -308,7 +309,7 @@ func (g *ledger) writeBack(ctx context.Context, lim *sluice.Limiter, now int64) 
 	for i, f := range flights {
 		if err := g.write(ctx, lim, f); err != nil {
 			for _, rest := range flights[i+1:] {
-				g.land(rest, true)
+				g.land(rest, err)
 			}
 			return keys, hits, err
 		}
@@ -338,19 +339,21 @@ func (g *ledger) write(ctx context.Context, lim *sluice.Limiter, f *flight) erro
 		batch[i] = sluice.Hit{Key: it.k.key, Limit: l, Cost: it.e.cost}
 	}
 	_, err := lim.TakeEach(ctx, batch[:len(items)], out[:len(items)])
-	g.land(f, err != nil)
+	g.land(f, err)
 	return err
 }
 
 // writeBackFirst writes back, before the store decides hits at now, what
 // the local policy admitted of their keys and has not written back yet,
 // waiting for a write-back that holds some of it. An error is the store's
-// (the records stay for a later write-back) or the end of ctx.
+// (the records stay for a later write-back; a request that waited for
+// another's write-back that failed gets its error, rather than trying
+// again in turn) or the end of ctx.
 func (d *Decider) writeBackFirst(ctx context.Context, hits []sluice.Hit, now int64) error {
 	g := &d.spent
 	for {
-		f, wait := g.claim(hits, now)
-		if wait == nil {
+		f, other := g.claim(hits, now)
+		if other == nil {
 			if f == nil {
 				return nil
 			}
@@ -364,7 +367,10 @@ func (d *Decider) writeBackFirst(ctx context.Context, hits []sluice.Hit, now int
 			return nil
 		}
 		select {
-		case <-wait:
+		case <-other.done:
+			if other.err != nil {
+				return other.err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
