@@ -105,7 +105,11 @@ func (l *RedisLedger) Wanted(ctx context.Context, now int64) ([]Wanted, error) {
 	if err != nil {
 		return nil, err
 	}
-	vs, err := c.Do(ctx, c.B().Zrangebyscore().Key(l.wanted()).Min(strconv.FormatInt(now, 10)).Max("+inf").Build()).AsStrSlice()
+	// Pinned: rueidis recycles a command once answered, and the race
+	// detector, which does not see the answer come after the command
+	// was written, reported that as a race with the pipe's writer (a
+	// -race node under load halted on it). This call runs every round.
+	vs, err := c.Do(ctx, c.B().Zrangebyscore().Key(l.wanted()).Min(strconv.FormatInt(now, 10)).Max("+inf").Build().Pin()).AsStrSlice()
 	if err != nil {
 		return nil, err
 	}
