@@ -160,7 +160,7 @@ func (l *RedisLedger) Allocation(ctx context.Context, e Entry) (int64, error) {
 		return 0, err
 	}
 	key := l.entry(e)
-	v, err := c.Do(ctx, c.B().Hget().Key(key).Field(strconv.Itoa(e.Region+1)).Build()).AsInt64()
+	v, err := c.Do(ctx, c.B().Hget().Key(key).Field(strconv.Itoa(e.Region+1)).Build().Pin()).AsInt64()
 	if rueidis.IsRedisNil(err) {
 		return e.Shares[e.Region], nil
 	}
