@@ -49,8 +49,10 @@ var scrub *redact.Scrubber
 
 // readEnv keeps, of the environment, the variables sluice reads, whose
 // secrets scrub looks for: SLUICE_*, envoyproxy/ratelimit's, the
-// OpenTelemetry exporter's, DogStatsD's mogrifiers, and any whose name
-// says it holds a secret (redact.SecretEnv).
+// OpenTelemetry exporter's and DogStatsD's mogrifiers. Another
+// variable whose name sounds secret (SSH_AUTH_SOCK, a CI's job token) is
+// not sluice's: looking for its value would blot that text out of every
+// log line and answer that happens to hold it.
 func readEnv(environ []string) []string {
 	envoy := map[string]bool{}
 	for _, v := range envoyVars {
@@ -65,8 +67,7 @@ func readEnv(environ []string) []string {
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
-		case envoy[name], redact.SecretEnv(name),
-			strings.HasPrefix(name, "SLUICE_"), strings.HasPrefix(name, "OTEL_"), strings.HasPrefix(name, "DOG_STATSD_"):
+		case envoy[name], strings.HasPrefix(name, "SLUICE_"), strings.HasPrefix(name, "OTEL_"), strings.HasPrefix(name, "DOG_STATSD_"):
 			out = append(out, kv)
 		}
 	}

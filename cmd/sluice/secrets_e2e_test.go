@@ -307,3 +307,30 @@ func TestE2ESecretsNeverShownAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestE2EOtherSecretsLeftAlone: a variable that is not sluice's, however
+// secret its name sounds (a CI's job token, SSH_AUTH_SOCK), is not looked
+// for in the logs; its value, were it masked, would blot out any text of
+// them that happens to hold it (here, the rules file's name and the
+// number 1000).
+func TestE2EOtherSecretsLeftAlone(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, "domain: api1000\n")
+	p := launchCommand(t, "serve", []string{"grpc-addr", "http-addr", "debug-addr"},
+		[]string{"CI_JOB_TOKEN=rules.yaml", "SSH_AUTH_SOCK=api1000"}, "--config", rules)
+	deadline := time.Now().Add(e2eWait)
+	for time.Now().Before(deadline) && !strings.Contains(p.log(), `"msg":"ready"`) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.stop(syscall.SIGTERM)
+	p.wait()
+	log := p.log()
+	if !strings.Contains(log, `"msg":"ready"`) {
+		t.Fatalf("not ready:\n%s", log)
+	}
+	for _, want := range []string{"rules.yaml", `"api1000"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %s: masked as if a secret of sluice's\n%s", want, log)
+		}
+	}
+}

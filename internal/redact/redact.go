@@ -150,15 +150,29 @@ func flagOf(a string) (name, value string, hasValue, ok bool) {
 // holds a secret.
 var secretWords = []string{"password", "passwd", "pass", "pwd", "secret", "token", "auth", "headers", "credential", "apikey", "api-key", "private"}
 
+// notSecretWords are the words of a name that say it holds no secret,
+// whatever secretWords it holds too: a count of tokens (a model's, as
+// --completion-tokens), and the modes of the rate limit headers of an
+// answer (--response-headers ietf, --envoy-headers=true,
+// LIMIT_RESPONSE_HEADERS_ENABLED), whose values ("true", "ietf") would,
+// as secrets, be blotted out of every log line.
+var notSecretWords = []string{"tokens", "response-headers", "envoy-headers"}
+
 // SecretFlag reports whether a flag of that name holds a secret: its name
 // has "password", "passwd", "pass", "pwd", "secret", "token", "auth",
 // "headers" (which carry credentials), "credential", "apikey", "api-key"
-// or "private" in it, and does not end in "-file" (a path, as
-// --admin-token-file).
+// or "private" in it; and not "tokens" (a count), "response-headers" or
+// "envoy-headers" (modes of an answer's headers), and does not end in
+// "-file" (a path, as --admin-token-file).
 func SecretFlag(name string) bool {
 	n := strings.ToLower(name)
 	if strings.HasSuffix(n, "-file") {
 		return false
+	}
+	for _, w := range notSecretWords {
+		if strings.Contains(n, w) {
+			return false
+		}
 	}
 	for _, w := range secretWords {
 		if strings.Contains(n, w) {

@@ -71,6 +71,7 @@ func TestSecretFlag(t *testing.T) {
 		"redis-password": true, "password": true, "xds-headers": true, "api-token": true, "client-secret": true,
 		"redis-auth": true, "admin-token-file": false, "token-file": false, "redis-url": false, "config": false,
 		"header": false, "grpc-tls-key": false, "redis-tls-key": false,
+		"completion-tokens": false, "response-headers": false, "envoy-headers": false,
 	} {
 		if got := redact.SecretFlag(name); got != want {
 			t.Errorf("SecretFlag(%q) = %v, want %v", name, got, want)
@@ -79,7 +80,7 @@ func TestSecretFlag(t *testing.T) {
 	for name, want := range map[string]bool{
 		"REDIS_AUTH": true, "REDIS_SENTINEL_AUTH": true, "SLUICE_REDIS_PASSWORD": true, "OTEL_EXPORTER_OTLP_HEADERS": true,
 		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": true, "SLUICE_ADMIN_TOKEN_FILE": false, "REDIS_URL": false,
-		"REDIS_TLS_CLIENT_KEY": false,
+		"REDIS_TLS_CLIENT_KEY": false, "LIMIT_RESPONSE_HEADERS_ENABLED": false, "SLUICE_RESPONSE_HEADERS": false,
 	} {
 		if got := redact.SecretEnv(name); got != want {
 			t.Errorf("SecretEnv(%q) = %v, want %v", name, got, want)
