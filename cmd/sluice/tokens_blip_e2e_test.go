@@ -71,6 +71,23 @@ func TestTokensE2ERedisBlip(t *testing.T) {
 	time.Sleep(time.Second)
 	srv.Thaw()
 	frozen = false
+	// Until the circuit breaker closes again, the failure policy answers
+	// (from this node's own count, which never saw the reservation): wait
+	// for Redis to answer the proxy again before reading its count.
+	breakerClosed := func() bool {
+		last := ""
+		for line := range strings.SplitSeq(p.log(), "\n") {
+			if strings.Contains(line, "redis circuit breaker") {
+				last = line
+			}
+		}
+		return last == "" || strings.Contains(last, `"to":"closed"`)
+	}
+	for wait := time.Now().Add(20 * time.Second); !breakerClosed(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Fatalf("the circuit breaker did not close within 20 s of Redis answering again")
+		}
+	}
 
 	// The answer spent 6 + 200 (the prompt of "Say hello.": 3 for the
 	// message and ⌈10/4⌉ for its text; and the completion); the refund
