@@ -37,7 +37,7 @@
 // do, and proves itself with the storetest package's suite, which every
 // store passes.
 //
-// This package imports only internal/algo (the arithmetic) and the
+// This package imports only internal/base/algo (the arithmetic) and the
 // standard library; the
 // stores, the rules and the transports import it, never the other way round.
 package sluice

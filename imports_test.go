@@ -30,40 +30,40 @@ var (
 // Prometheus says so here.
 var allowed = map[string][][]string{
 	// The vocabulary: the arithmetic and nothing else.
-	"": {{"internal/algo"}},
+	"": {{"internal/base/algo"}},
 	// The stores know nothing of rules or of the ways requests arrive.
-	"memstore":                   {{"", "internal/algo", "internal/limits"}, xxh3},
-	"memstore/memstoremetrics":   {{"", "internal/algo", "internal/limits", "memstore"}, xxh3, prometheus},
-	"redisstore":                 {{"", "internal/algo", "internal/limits", "internal/breaker", "internal/logsample", "internal/redact", "internal/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
-	"redisstore/internal/luasrc": {{"", "internal/algo"}},
-	"localcache":                 {{"", "internal/algo", "internal/limits", "internal/wheremetric"}, xxh3, prometheus},
+	"memstore":                   {{"", "internal/base/algo", "internal/vocab/limits"}, xxh3},
+	"memstore/memstoremetrics":   {{"", "internal/base/algo", "internal/vocab/limits", "memstore"}, xxh3, prometheus},
+	"redisstore":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/stores/breaker", "internal/base/logsample", "internal/base/redact", "internal/base/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
+	"redisstore/internal/luasrc": {{"", "internal/base/algo"}},
+	"localcache":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric"}, xxh3, prometheus},
 	// Leases wrap any store, and name none.
-	"lease":     {{"", "internal/algo"}, xxh3},
-	"storetest": {{"", "internal/algo", "internal/limits"}},
-	"rules":     {{"", "internal/algo", "internal/entrytext", "internal/yamlwalk", "internal/calendar"}, yaml},
+	"lease":     {{"", "internal/base/algo"}, xxh3},
+	"storetest": {{"", "internal/base/algo", "internal/vocab/limits"}},
+	"rules":     {{"", "internal/base/algo", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar"}, yaml},
 	// The decision core: plain Go, no protocol, no store.
-	"decide": {{"", "internal/algo", "internal/bounds", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "rules"}, yaml},
+	"decide": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},
 	// The HTTP middleware calls the core directly: no gRPC, no protobuf,
 	// no Envoy types, no Redis client, no Prometheus.
-	"httplimit": {{"", "internal/algo", "internal/bounds", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "internal/logsample", "internal/ratelimitheaders", "rules", "decide"}, yaml},
-	"httpretry": {{"internal/algo"}},
+	"httplimit": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide"}, yaml},
+	"httpretry": {{"internal/base/algo"}},
 	// The proxy: the middleware in front of a reverse proxy, its
 	// Prometheus metrics and top keys; no Redis client unless the
 	// command wires one, no gRPC, no Envoy types.
-	"internal/proxy": {{"", "internal/algo", "internal/bounds", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "internal/logsample", "internal/ratelimitheaders", "rules", "decide", "httplimit",
-		"internal/dashboard", "internal/hitters", "internal/topkeys", "internal/httpconf", "internal/wheremetric", "internal/geoip", "internal/readiness"}, yaml, prometheus, maxmind,
+	"internal/edges/proxy": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide", "httplimit",
+		"internal/edges/dashboard", "internal/edges/hitters", "internal/edges/topkeys", "internal/edges/httpconf", "internal/base/wheremetric", "internal/edges/geoip", "internal/decision/readiness"}, yaml, prometheus, maxmind,
 		{"golang.org/x/net/", "golang.org/x/text/"}}, // the reverse proxy's HTTP/2
 	// The Envoy codec converts; it serves nothing and stores nothing.
-	"internal/rls": {{"", "internal/algo", "internal/bounds", "internal/limits", "internal/entrytext", "internal/yamlwalk", "internal/calendar", "rules", "decide"}, yaml, envoy},
+	"internal/edges/rls": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules", "decide"}, yaml, envoy},
 	// Top keys: a data structure, fed by the hooks; no Redis client.
-	"internal/hitters": {{"internal/entrytext"}},
+	"internal/edges/hitters": {{"internal/base/entrytext"}},
 	// What takes the secrets out of what is shown: the standard library.
-	"internal/redact": nil,
+	"internal/base/redact": nil,
 	// The YAML walker of the rules and http readers owns no schema.
-	"internal/yamlwalk": {yaml},
+	"internal/base/yamlwalk": {yaml},
 	// The GeoIP databases: MaxMind's reader (and the system calls it
 	// maps files with), no writer, nothing of httplimit.
-	"internal/geoip": {maxmind},
+	"internal/edges/geoip": {maxmind},
 }
 
 // TestImportAllowList holds every public package, and the internal ones

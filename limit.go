@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // Algorithm names a rate limiting algorithm. The zero value is FixedWindow,
@@ -230,7 +230,7 @@ func (l *Limit) sketchDims() (w, d int) {
 }
 
 // params compiles l for the algo package: the enforced capacity includes
-// the soft or elastic margin (algo.Capacity). Package internal/limits gives
+// the soft or elastic margin (algo.Capacity). Package internal/vocab/limits gives
 // the stores the same.
 func (l *Limit) params() algo.Params {
 	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), l.nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 	"github.com/sluicehq/sluice/memstore"
 )
 

@@ -30,7 +30,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/bounds"
+	"github.com/sluicehq/sluice/internal/vocab/bounds"
 	"github.com/sluicehq/sluice/rules"
 )
 

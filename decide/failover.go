@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
@@ -84,7 +84,7 @@ type Failover struct {
 	// (counters only rise), so that it admits at most left/nodes more. A
 	// store that hands out parts of a limit says what its part has left:
 	// the region tier, of a global limit, what the region has left of its
-	// allocation (internal/regions). Nil: the configured limits bound the
+	// allocation (internal/stores/regions). Nil: the configured limits bound the
 	// policy.
 	Budget func(key string, l *sluice.Limit) (left int64, ok bool)
 }

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/testpart"
+	"github.com/sluicehq/sluice/internal/testsupport/testpart"
 )
 
 // promtool returns promtool's path (testpart: missing, it fails the test

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/httpconf"
+	"github.com/sluicehq/sluice/internal/edges/httpconf"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -319,7 +319,7 @@ func TestGuidesNameEveryKey(t *testing.T) {
 	quoted := regexp.MustCompile(`"([a-z_]+)"`)
 	for _, c := range []struct{ page, dir string }{
 		{"rules.md", "rules"},
-		{"proxy.md", "internal/httpconf"},
+		{"proxy.md", "internal/edges/httpconf"},
 	} {
 		doc, err := os.ReadFile(c.page)
 		if err != nil {

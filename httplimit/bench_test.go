@@ -10,7 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 

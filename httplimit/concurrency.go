@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
 )
 
 // Concurrency caps the requests in flight per key: a request that would

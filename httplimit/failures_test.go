@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/logtest"
+	"github.com/sluicehq/sluice/internal/testsupport/logtest"
 )
 
 // A login that fails (401) unless the password header is right.

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/loopback"
+	"github.com/sluicehq/sluice/internal/testsupport/loopback"
 )
 
 // keyServer starts a server that answers every request with the key c

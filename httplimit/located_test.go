@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/geoip"
-	"github.com/sluicehq/sluice/internal/geoip/geoiptest"
+	"github.com/sluicehq/sluice/internal/edges/geoip"
+	"github.com/sluicehq/sluice/internal/testsupport/geoiptest"
 )
 
 // geoRules limit GB to 2 requests a minute and SE to 3; the autonomous

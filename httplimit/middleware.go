@@ -13,8 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/logsample"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/base/logsample"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/logtest"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/testsupport/logtest"
+	"github.com/sluicehq/sluice/internal/testsupport/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
 )
 
 // The problem types (RFC 9457) of the middleware's error bodies. Each is

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
-	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/internal/testsupport/rulestest"
 	"github.com/sluicehq/sluice/memstore"
 )
 

@@ -6,7 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
 	"github.com/sluicehq/sluice/rules"
 )
 

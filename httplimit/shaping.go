@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/entrytext"
+	"github.com/sluicehq/sluice/internal/base/entrytext"
 	"github.com/sluicehq/sluice/rules"
 )
 

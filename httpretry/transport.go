@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // Config configures a Transport. Its zero value is a working transport

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/httpretry"
-	"github.com/sluicehq/sluice/internal/logtest"
+	"github.com/sluicehq/sluice/internal/testsupport/logtest"
 )
 
 const apiURL = "http://api.test/v1/things"

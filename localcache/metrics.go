@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/wheremetric"
+	"github.com/sluicehq/sluice/internal/base/wheremetric"
 )
 
 // Stats counts what the cache did since it was created.

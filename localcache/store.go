@@ -16,7 +16,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
 // Config configures a Store. The zero value is ready to use: every field's

@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // put stores st under k in sh, or deletes k if st is idle at now.

@@ -3,7 +3,7 @@ package memstore
 import (
 	"sync/atomic"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // logList is the sliding log of one key.

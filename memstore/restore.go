@@ -8,7 +8,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // LoadFile restores the snapshot at path (see Restore). A missing file is

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
 // Settle settles a reservation (sluice.Limiter.Settle) on its key's state,

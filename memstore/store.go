@@ -12,7 +12,7 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // Config configures a Store. The zero value is ready to use: every field's

@@ -3,7 +3,7 @@ package memstore
 import (
 	"math/bits"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // entry is one slot of a table: a key's 64-bit hash and its state, inline.

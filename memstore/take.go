@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
 // Take implements sluice.Store; see its documentation for the contract.

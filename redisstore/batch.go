@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/breaker"
+	"github.com/sluicehq/sluice/internal/stores/breaker"
 )
 
 // Batching. Every script call costs Redis the same overhead before the

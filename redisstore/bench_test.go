@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 )
 
 // BenchmarkTake measures the store's decisions on a real redis-server, one

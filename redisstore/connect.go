@@ -12,8 +12,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/breaker"
-	"github.com/sluicehq/sluice/internal/redact"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/stores/breaker"
 )
 
 // Connecting: the client's options from a Config, the connection made in

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/secrettest"
+	"github.com/sluicehq/sluice/internal/testsupport/secrettest"
 )
 
 // TestClientOptionHidesPasswords: for thousands of random passwords, in

@@ -7,8 +7,8 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
 // HashTag maps a hit's key to the part of it that chooses its Redis Cluster

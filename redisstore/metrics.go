@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/wheremetric"
+	"github.com/sluicehq/sluice/internal/base/wheremetric"
 )
 
 // metrics counts the store's calls; Collector exports them.

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 	"github.com/sluicehq/sluice/redisstore/internal/luasrc"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice/internal/breaker"
-	"github.com/sluicehq/sluice/internal/logsample"
+	"github.com/sluicehq/sluice/internal/base/logsample"
+	"github.com/sluicehq/sluice/internal/stores/breaker"
 )
 
 // Defaults of Config.
@@ -94,7 +94,7 @@ type Config struct {
 	// BreakerFailures consecutive failed calls open the circuit breaker,
 	// which then fails calls at once for BreakerCooldown (doubling up to
 	// 5s while Redis stays down) before letting one probe through. Zero
-	// values mean the internal/breaker defaults (5 and 200ms). A call
+	// values mean the internal/stores/breaker defaults (5 and 200ms). A call
 	// fails for the breaker when Redis is silent or unreachable; an error
 	// reply (Redis refusing one request, say a key of the wrong type)
 	// shows Redis is there, and fails only that request.

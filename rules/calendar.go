@@ -8,7 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/calendar"
+	"github.com/sluicehq/sluice/internal/base/calendar"
 )
 
 // calendarKeys are the keys of a limit's calendar: block.

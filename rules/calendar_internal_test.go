@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/calendar"
+	"github.com/sluicehq/sluice/internal/base/calendar"
 )
 
 // Requests about a boundary, from clocks a little apart, alternate between

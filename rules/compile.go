@@ -10,8 +10,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/yamlwalk"
+	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/base/yamlwalk"
 )
 
 // limitSpec collects the keys of one limit block before compiling it.

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/internal/testsupport/rulestest"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -3,7 +3,7 @@ package rules_test
 import (
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/rulestest"
+	"github.com/sluicehq/sluice/internal/testsupport/rulestest"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sluicehq/sluice/internal/yamlwalk"
+	"github.com/sluicehq/sluice/internal/base/yamlwalk"
 )
 
 // A rules file is read in three steps: this file walks the YAML (through

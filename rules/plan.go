@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/entrytext"
+	"github.com/sluicehq/sluice/internal/base/entrytext"
 )
 
 // Entry is one key/value pair of a request descriptor.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/calendar"
+	"github.com/sluicehq/sluice/internal/base/calendar"
 )
 
 // Domain is the parsed rules of one domain: one rules file. It is immutable

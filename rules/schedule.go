@@ -7,8 +7,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/calendar"
-	"github.com/sluicehq/sluice/internal/yamlwalk"
+	"github.com/sluicehq/sluice/internal/base/calendar"
+	"github.com/sluicehq/sluice/internal/base/yamlwalk"
 )
 
 // Schedule is one window of a descriptor's `schedules:` (a sluice

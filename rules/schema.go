@@ -9,7 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/yamlwalk"
+	"github.com/sluicehq/sluice/internal/base/yamlwalk"
 )
 
 // envoyKeys are the keys envoyproxy/ratelimit accepts anywhere in a file

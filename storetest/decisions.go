@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
-	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
 // basic: admit up to the limit, deny the next with a finite RetryAfter,

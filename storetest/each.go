@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // eachIndependent: hits decided one by one, as envoyproxy/ratelimit

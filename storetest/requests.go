@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // allOrNothing: a request denied by one limit consumes from none, whichever

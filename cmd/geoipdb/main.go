@@ -24,7 +24,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluicehq/sluice/internal/geoip/geoiptest"
+	"github.com/sluicehq/sluice/internal/testsupport/geoiptest"
 )
 
 func main() {

@@ -7,7 +7,7 @@
 // every τ asks for more or, having spent it first, gives back what it will
 // not use.
 //
-// The protocol is internal/regions' by default: a grant gives at most half
+// The protocol is internal/stores/regions' by default: a grant gives at most half
 // of what no region holds (-grant half); a grant that falls short marks
 // the entry wanted, and every τ each region reads the wanted set and gives
 // back all but a headroom (L/100) of what it holds of an entry it does not
@@ -50,7 +50,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/fairshare"
+	"github.com/sluicehq/sluice/internal/base/fairshare"
 )
 
 // config is one simulation.
@@ -77,7 +77,7 @@ type config struct {
 	seed      uint64
 	mixes     string // the sweep's, comma-separated
 
-	// The protocol: built (internal/regions) by default; the design
+	// The protocol: built (internal/stores/regions) by default; the design
 	// before it was built is grant "all", wanted false, loop "design".
 	grant  string // "half": at most half of what no region holds (at least 1); "all": all of it
 	wanted bool   // a short grant marks the entry wanted; regions that hold it unused give it back
@@ -280,7 +280,7 @@ type region struct {
 	down    bool
 
 	// What the region knows of the key in this window, as a node of
-	// internal/regions keeps it: nothing until its first decision (or a
+	// internal/stores/regions keeps it: nothing until its first decision (or a
 	// give-back for the wanted set).
 	seen      bool
 	born      time.Duration // when it first knew the key in this window
@@ -709,7 +709,7 @@ func (s *sim) round(i int) {
 	s.send(i, *c)
 }
 
-// planBuilt is internal/regions' round: the rate smoothed 0.7/0.3 per
+// planBuilt is internal/stores/regions' round: the rate smoothed 0.7/0.3 per
 // round (a window starting from the window before's, if the region knew
 // the key in it; else from the first round's count), need = rate × (left +
 // 2τ) + 1; ask for need − remaining, or give back the surplus beyond need

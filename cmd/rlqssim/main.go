@@ -2,7 +2,7 @@
 // bucket through sluice's Rate Limit Quota Service (package rlqs: the
 // server's own matching, demand estimates, shares and token buckets), on a
 // virtual clock, with each Envoy enforcing what it is assigned as Envoy's
-// filter does (internal/envoyquota), and reports what docs/leases.md
+// filter does (internal/edges/envoyquota), and reports what docs/leases.md
 // bounds: the rates the Envoys enforce together against the limit, the
 // admitted hits against the bound, how fairly the admitted hits follow
 // max-min fair shares of the demand, and how soon the shares of killed
@@ -31,16 +31,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/fairshare"
+	"github.com/sluicehq/sluice/internal/base/fairshare"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/envoyquota"
-	"github.com/sluicehq/sluice/internal/rlqs"
+	"github.com/sluicehq/sluice/internal/edges/envoyquota"
+	"github.com/sluicehq/sluice/internal/edges/rlqs"
 	"github.com/sluicehq/sluice/rules"
 )
 

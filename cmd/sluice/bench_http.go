@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/loadgen"
+	"github.com/sluicehq/sluice/internal/edges/loadgen"
 )
 
 // The commands that measure sluice proxy: a plain reverse proxy, and an

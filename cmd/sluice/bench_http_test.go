@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/loadgen"
+	"github.com/sluicehq/sluice/internal/edges/loadgen"
 )
 
 // startServing runs a command that prints "NAME: HTTP on ADDR" until the

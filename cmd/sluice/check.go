@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/httpconf"
-	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/edges/httpconf"
+	"github.com/sluicehq/sluice/internal/edges/reload"
 	"github.com/sluicehq/sluice/rules"
 )
 

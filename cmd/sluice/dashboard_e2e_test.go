@@ -15,7 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluicehq/sluice/internal/testpart"
+	"github.com/sluicehq/sluice/internal/testsupport/testpart"
 )
 
 // chromium returns the path of Debian's Chromium (testpart: missing, it

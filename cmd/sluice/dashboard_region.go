@@ -1,6 +1,6 @@
 package main
 
-import "github.com/sluicehq/sluice/internal/dashboard"
+import "github.com/sluicehq/sluice/internal/edges/dashboard"
 
 // regionFigures reads the region tier's counters on this node for the
 // dashboard's Region panel; nil without --region.

@@ -12,9 +12,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/httpconf"
-	"github.com/sluicehq/sluice/internal/overrides"
-	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/decision/overrides"
+	"github.com/sluicehq/sluice/internal/edges/httpconf"
+	"github.com/sluicehq/sluice/internal/edges/reload"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )

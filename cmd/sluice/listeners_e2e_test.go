@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/testpart"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/testpart"
 )
 
 // TestServeE2ENoSecretShown: sluice serve on a real Redis that needs a

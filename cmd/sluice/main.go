@@ -24,7 +24,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"google.golang.org/grpc/grpclog"
 
-	"github.com/sluicehq/sluice/internal/redact"
+	"github.com/sluicehq/sluice/internal/base/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 )
 
 // TestServeRedisRestoredRegistry: a Redis that comes back for a moment

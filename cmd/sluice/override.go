@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/overrides"
-	"github.com/sluicehq/sluice/internal/redact"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/decision/overrides"
 )
 
 func init() {

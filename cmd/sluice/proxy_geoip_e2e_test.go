@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/geoip"
-	"github.com/sluicehq/sluice/internal/geoip/geoiptest"
-	"github.com/sluicehq/sluice/internal/loopback"
+	"github.com/sluicehq/sluice/internal/edges/geoip"
+	"github.com/sluicehq/sluice/internal/testsupport/geoiptest"
+	"github.com/sluicehq/sluice/internal/testsupport/loopback"
 )
 
 const geoipRules = `domain: api

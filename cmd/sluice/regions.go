@@ -10,13 +10,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice/internal/regions"
+	"github.com/sluicehq/sluice/internal/stores/regions"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
 // regionSettings are the flags of the region tier (sluice serve --region):
 // one limit across regions, each region deciding global limits from its
-// allocation, which a coordinator Redis hands out (internal/regions).
+// allocation, which a coordinator Redis hands out (internal/stores/regions).
 type regionSettings struct {
 	region      string
 	regions     string

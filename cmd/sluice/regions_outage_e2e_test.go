@@ -32,8 +32,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/rls"
+	"github.com/sluicehq/sluice/internal/edges/rls"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 )
 
 const (

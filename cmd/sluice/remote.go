@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/redact"
-	"github.com/sluicehq/sluice/internal/rlsclient"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/edges/rlsclient"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )

@@ -15,14 +15,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sluicehq/sluice/internal/envoyquota"
-	"github.com/sluicehq/sluice/internal/grpcraw"
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/rlqstest"
+	"github.com/sluicehq/sluice/internal/edges/envoyquota"
+	"github.com/sluicehq/sluice/internal/edges/grpcraw"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/rlqstest"
 )
 
 // envoySim plays one Envoy's rate_limit_quota filter for one bucket
-// (internal/envoyquota: what Envoy does with assignments), with usage
+// (internal/edges/envoyquota: what Envoy does with assignments), with usage
 // reports of what it allowed and denied, every interval, on its own
 // stream.
 type envoySim struct {

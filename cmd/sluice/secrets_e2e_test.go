@@ -6,7 +6,7 @@ package main
 // other Unicode; not NUL, which no argument or variable of a process can
 // hold: the kernel passes them as C strings) given to the real binary in
 // URLs, secret flags, environment variables and a token file, and looked
-// for, whole or any piece of them (internal/secrettest), in everything
+// for, whole or any piece of them (internal/testsupport/secrettest), in everything
 // it shows: the debug listener's pages (pprof's cmdline, /rules,
 // /hitters, the dashboard's data), /readyz and /metrics, the admin API,
 // sluice explain's output and --help, the logs in JSON and in text, and
@@ -30,8 +30,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/secrettest"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/secrettest"
 )
 
 // secrets is the passwords of one test, and where each was given.

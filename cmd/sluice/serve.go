@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/hitters"
-	"github.com/sluicehq/sluice/internal/redact"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/edges/hitters"
+	"github.com/sluicehq/sluice/internal/edges/server"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -39,7 +39,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/internal/rlqs"
+	"github.com/sluicehq/sluice/internal/edges/rlqs"
 )
 
 // e2eWait bounds every wait of the end-to-end tests.

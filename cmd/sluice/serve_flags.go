@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/redact"
-	"github.com/sluicehq/sluice/internal/rlqs"
-	"github.com/sluicehq/sluice/internal/server"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/edges/rlqs"
+	"github.com/sluicehq/sluice/internal/edges/server"
 )
 
 // serveSettings are the settings of sluice serve, from flags, then the

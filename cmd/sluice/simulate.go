@@ -6,9 +6,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/sluicehq/sluice/internal/ratelimitheaders"
-	"github.com/sluicehq/sluice/internal/reload"
-	"github.com/sluicehq/sluice/internal/simulate"
+	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
+	"github.com/sluicehq/sluice/internal/edges/reload"
+	"github.com/sluicehq/sluice/internal/edges/simulate"
 )
 
 func init() {

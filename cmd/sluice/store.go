@@ -17,9 +17,9 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/redact"
-	"github.com/sluicehq/sluice/internal/redisclock"
-	"github.com/sluicehq/sluice/internal/regions"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/stores/redisclock"
+	"github.com/sluicehq/sluice/internal/stores/regions"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/localcache"
 	"github.com/sluicehq/sluice/memstore"

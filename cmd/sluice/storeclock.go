@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/redisclock"
+	"github.com/sluicehq/sluice/internal/stores/redisclock"
 	"github.com/sluicehq/sluice/redisstore"
 )
 

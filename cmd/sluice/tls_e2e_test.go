@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/internal/testpki"
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/testpki"
 )
 
 // newTestCA is testpki.NewCA for a test.

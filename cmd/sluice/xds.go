@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/sluicehq/sluice/internal/redact"
-	"github.com/sluicehq/sluice/internal/xdsrules"
+	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/edges/xdsrules"
 	"github.com/sluicehq/sluice/rules"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // Differential tests: random traces run through package algo and, in one

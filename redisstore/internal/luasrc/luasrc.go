@@ -38,7 +38,7 @@
 // string (see functionLib in the tests).
 //
 // The package imports algo (for Spec) and the standard library; its tests
-// import internal/redistest.
+// import internal/testsupport/redistest.
 package luasrc
 
 import _ "embed"

@@ -4,7 +4,7 @@ import (
 	"math/bits"
 	"strconv"
 
-	"github.com/sluicehq/sluice/internal/algo"
+	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
 // Spec returns the spec of a limit, how take.lua and fast.lua learn it: one

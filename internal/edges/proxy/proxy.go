@@ -1,0 +1,593 @@
+// Package proxy is sluice's rate limiting reverse proxy: an http.Handler
+// that limits each request with the httplimit middleware of the route it
+// matches and passes what is admitted to one upstream through
+// httputil.ReverseProxy, so that the upstream never sees a request its
+// limits deny.
+//
+// # Routes
+//
+// The routes of an httpconf.Section are registered on a net/http.ServeMux,
+// each as httplimit middleware, with the route's descriptors, around one
+// ReverseProxy shared by all routes. A request is matched as ServeMux
+// matches it (the most specific pattern wins); the mux's redirects (a path
+// that is not clean, "/api" when only "/api/" is a route) are answered by
+// the proxy as ServeMux answers them, so that no request reaches the
+// upstream under a path its route was not chosen by. A request that
+// matches no route is proxied unlimited (result "unlimited" in the
+// metrics): a route "/" catches everything. [Proxy.SetRoutes] builds a new
+// table of routes and swaps it in atomically; a request in flight finishes
+// with the table it started with.
+//
+// # Forwarding headers
+//
+// The upstream receives X-Forwarded-For, X-Forwarded-Host and
+// X-Forwarded-Proto, set from the request unless its peer (the address
+// that connected to the proxy) is one of the section's trusted proxies:
+//
+//   - X-Forwarded-For: the peer's address; after the incoming chain, only
+//     when the peer is trusted. A chain sent by anyone else never reaches
+//     the upstream, so that the upstream can read the header as the
+//     proxy does.
+//   - X-Forwarded-Host and X-Forwarded-Proto: a trusted peer's are passed
+//     on; otherwise the request's Host, and "https" or "http" as the
+//     request came over TLS or not.
+//   - Forwarded (RFC 7239): a trusted peer's is passed on with an element
+//     for this hop appended; anyone else's is removed. X-Real-IP: a
+//     trusted peer's is passed on; anyone else's is removed.
+//
+// The Host header is the upstream's (as httputil.ProxyRequest.SetURL
+// sets it); Config.Rewrite may change that. Hop-by-hop headers are
+// removed both ways, as ReverseProxy does.
+//
+// # Streaming
+//
+// Bodies are streamed both ways, never buffered whole. Responses are
+// flushed to the client after every write of the upstream's body
+// (Config.FlushInterval -1, the default), so that server-sent events,
+// chunked responses and any slowly written body reach the client as the
+// upstream writes them: a limiter in front of an API must not change when
+// its bytes arrive. ReverseProxy does so already for text/event-stream
+// and for responses of unknown length; the default extends it to slow
+// responses of known length, for the cost of one flush per read from the
+// upstream (at most 32 KB). Every writer between ReverseProxy and the
+// server's (the route's recorder, the middleware's) passes a flush on,
+// whether it is asked through http.ResponseController or by type
+// (http.Flusher). Protocol upgrades (WebSocket) are passed through: the
+// middleware does not wrap the ResponseWriter in a way that hides Hijack.
+//
+// Over HTTP/1 the upstream must read a request's whole body before its
+// answer begins: net/http's server drains and closes what is left of a
+// request body when the response's header goes out (see endedBody).
+//
+// # Errors
+//
+// An upstream that cannot be reached or fails before its response starts
+// is answered 502 with an RFC 9457 application/problem+json body
+// ([ProblemBadGateway]) that says nothing of the cause, which is logged.
+// Denials, invalid requests and decisions that fail are answered by the
+// middleware (429, 400, 503; see httplimit).
+//
+// # Country and ASN
+//
+// The entries {source: country} and {source: asn} of a route look the
+// client address (as client_ip resolves it) up in the MaxMind-format
+// databases of the section's geoip block. A database is reloaded when its
+// file changes, in the background; a file it refuses is logged (component
+// geoip) and the one in force keeps answering.
+//
+// AdminHandler serves the operators' side of a proxy (/healthz, /readyz,
+// /metrics), apart from the API's paths.
+//
+// This package imports the root package, rules (the failure policy's
+// name), httplimit, httpconf, the Prometheus client and the standard
+// library; it must not import stores, rules loading, the reload package,
+// gRPC or cmd/: the caller builds the Decider and wires reloads.
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/edges/hitters"
+	"github.com/sluicehq/sluice/internal/edges/httpconf"
+	"github.com/sluicehq/sluice/internal/edges/topkeys"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// Config configures a Proxy. Upstream, Decider and Domain are required;
+// every other zero field means the default written in its comment.
+type Config struct {
+	// Upstream is where admitted requests go: an http or https URL with a
+	// host, and optionally a path prefix that request paths are joined to
+	// (httputil.ProxyRequest.SetURL).
+	Upstream *url.URL
+
+	// Decider decides every limited request: an *decide.Decider over the
+	// rules and a store, or a client of a remote sluice serve.
+	Decider httplimit.Decider
+
+	// Domain is the rules domain the requests are decided in.
+	Domain string
+
+	// HTTP is the http section: client identification, headers, shadow
+	// mode and routes. Nil means httpconf.Default(), one route "/"
+	// limited by the client address.
+	HTTP *httpconf.Section
+
+	// Transport carries requests to the upstream. Nil means a clone of
+	// http.DefaultTransport keeping up to 100 idle connections to the
+	// upstream (the default 2 would open a new connection for most
+	// requests under load).
+	Transport http.RoundTripper
+
+	// FlushInterval is ReverseProxy's: how often the response is flushed
+	// to the client while it is copied. Zero means -1, after every write
+	// (see Streaming in the package documentation).
+	FlushInterval time.Duration
+
+	// Logger receives upstream errors, at most one line per second. Nil
+	// discards them.
+	Logger *slog.Logger
+
+	// Metrics, when set, counts requests by route and result, upstream
+	// errors and durations (see Metrics).
+	Metrics *Metrics
+
+	// Hitters, when set, is told every limited descriptor decided: its
+	// rule, its key and whether it was allowed, denied or denied in
+	// shadow mode (the admin listener's dashboard shows them; see
+	// AdminConfig). It keeps the top keys in bounded memory.
+	Hitters *hitters.Tracker
+
+	// Rewrite, when set, is called after the proxy has set the upstream
+	// URL and the forwarding headers, to change the outgoing request
+	// further (pr.Out).
+	Rewrite func(pr *httputil.ProxyRequest)
+
+	// ModifyResponse is ReverseProxy's: called with every upstream
+	// response; an error it returns is answered as an upstream error.
+	ModifyResponse func(*http.Response) error
+
+	// ErrorHandler, when set, answers upstream errors instead of the 502
+	// problem body. err is the transport's (or ModifyResponse's) error:
+	// do not send it to the client.
+	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
+}
+
+// Proxy is a rate limiting reverse proxy; see the package documentation.
+// Make one with New. It is safe for concurrent use.
+type Proxy struct {
+	cfg       Config
+	upstream  *url.URL
+	transport http.RoundTripper
+	flush     time.Duration
+	log       *slog.Logger
+	table     atomic.Pointer[table]
+
+	mu       sync.Mutex // serializes SetRoutes
+	lastLog  atomic.Int64
+	recorder sync.Pool // *recorder
+}
+
+// ErrConfig is wrapped by the errors of New and SetRoutes.
+var ErrConfig = errors.New("proxy: invalid configuration")
+
+// New validates cfg and returns a Proxy serving cfg.HTTP's routes.
+func New(cfg Config) (*Proxy, error) {
+	u := cfg.Upstream
+	switch {
+	case u == nil:
+		return nil, fmt.Errorf("%w: Upstream is required", ErrConfig)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("%w: upstream %q is not an http or https URL", ErrConfig, u.Redacted())
+	case u.Host == "":
+		return nil, fmt.Errorf("%w: upstream %q has no host", ErrConfig, u.Redacted())
+	case cfg.Decider == nil:
+		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
+	}
+	p := &Proxy{
+		cfg:       cfg,
+		upstream:  new(url.URL),
+		transport: cfg.Transport,
+		flush:     cfg.FlushInterval,
+		log:       cfg.Logger,
+	}
+	*p.upstream = *u
+	if p.transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 100
+		p.transport = t
+	}
+	if p.flush == 0 {
+		p.flush = -1
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.recorder.New = func() any { return new(recorder) }
+	if err := p.SetRoutes(cfg.Domain, cfg.HTTP); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// SetRoutes builds the routes of s (nil means httpconf.Default()), decided
+// in domain, and puts them in force at once; on error the routes in force
+// stay. A section that httpconf.Parse returned without error always
+// builds.
+func (p *Proxy) SetRoutes(domain string, s *httpconf.Section) error {
+	if s == nil {
+		s = httpconf.Default()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, err := p.build(domain, s)
+	if err != nil {
+		return err
+	}
+	// The section's GeoIP databases reload themselves when their files
+	// change; what they refuse is logged here.
+	for _, db := range s.GeoIP.DBs() {
+		db.SetLogger(p.log.With("component", "geoip"))
+	}
+	old := p.table.Swap(t)
+	if old != nil && p.cfg.Metrics != nil {
+		p.cfg.Metrics.forget(old, t)
+	}
+	return nil
+}
+
+// ServeHTTP limits r by its route and passes it to the upstream if it is
+// admitted.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := p.table.Load()
+	h, pattern := t.mux.Handler(r)
+	if pattern == "" { // no route: ServeMux would answer 404 or 405
+		t.unmatched.ServeHTTP(w, r)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// table is one built set of routes and the ReverseProxy they share.
+type table struct {
+	p         *Proxy
+	trusted   []netip.Prefix
+	mux       *http.ServeMux
+	rp        *httputil.ReverseProxy
+	routes    []*route
+	unmatched *route
+}
+
+func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
+	if len(s.Routes) == 0 {
+		return nil, fmt.Errorf("%w: no routes", ErrConfig)
+	}
+	t := &table{p: p, trusted: append([]netip.Prefix(nil), s.ClientIP.TrustedProxies...), mux: http.NewServeMux()}
+	t.rp = &httputil.ReverseProxy{
+		Rewrite:        t.rewrite,
+		Transport:      p.transport,
+		FlushInterval:  p.flush,
+		ModifyResponse: p.cfg.ModifyResponse,
+		ErrorHandler:   t.upstreamError,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	var record func([]rules.Descriptor, *decide.Outcome) // top keys
+	if p.cfg.Hitters != nil {
+		top, shadow := p.cfg.Hitters, s.ShadowMode
+		// The decision that settled each request: the top keys' one
+		// recording, shared with sluice serve's hook.
+		record = func(descs []rules.Descriptor, o *decide.Outcome) { topkeys.Record(top, descs, o, shadow) }
+	}
+	names := map[string]bool{}
+	for _, rc := range s.Routes {
+		if names[rc.Name] || rc.Name == unmatchedRoute {
+			return nil, fmt.Errorf("%w: route name %q repeated or reserved", ErrConfig, rc.Name)
+		}
+		names[rc.Name] = true
+		limit, err := httplimit.New(httplimit.Config{
+			Decider:     p.cfg.Decider,
+			Domain:      domain,
+			ClientIP:    s.ClientIP,
+			Descriptors: rc.Descriptors,
+			Headers:     s.Headers,
+			Shaping:     rc.Shaping,
+			Failures:    rc.Failures,
+			Concurrency: rc.Concurrency,
+			Tokens:      rc.Tokens,
+			ShadowMode:  s.ShadowMode,
+			OnResult:    t.onResult,
+			OnSettle:    t.onSettle,
+			OnOutcome:   record,
+			Logger:      p.log.With("route", rc.Name),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, rc.Name, err)
+		}
+		rt := &route{name: rc.Name, t: t, m: p.cfg.Metrics.route(rc.Name)}
+		rt.h = limit(http.HandlerFunc(t.pass))
+		if err := handle(t.mux, rc.Pattern, rt); err != nil {
+			return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, rc.Name, err)
+		}
+		t.routes = append(t.routes, rt)
+	}
+	t.unmatched = &route{name: unmatchedRoute, t: t, m: p.cfg.Metrics.route(unmatchedRoute), unlimited: true}
+	t.unmatched.h = http.HandlerFunc(t.pass)
+	return t, nil
+}
+
+// handle registers h on mux, returning ServeMux's panic over an invalid or
+// conflicting pattern as an error.
+func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if e := recover(); e != nil {
+			err = fmt.Errorf("pattern %q: %v", pattern, e)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// unmatchedRoute is the route label of requests that match no route.
+const unmatchedRoute = "_unmatched"
+
+// route is one route of a table: its middleware around the table's
+// ReverseProxy, and its metrics.
+type route struct {
+	name      string
+	t         *table
+	h         http.Handler // the middleware, or pass for unmatched
+	m         routeMetrics
+	unlimited bool
+}
+
+// recorder is the ResponseWriter a route hands the middleware, pooled: it
+// records what became of the request for the metrics. Unwrap lets
+// http.ResponseController, through which ReverseProxy flushes and
+// hijacks, reach the server's own ResponseWriter; Flush, FlushError and
+// Hijack pass the same calls on for a writer above that looks for them
+// by type (http.Flusher, http.Hijacker) instead.
+type recorder struct {
+	http.ResponseWriter
+	result      httplimit.Result // 0 until the middleware says
+	upstreamErr bool
+	settled     bool // a token budget's settlement, below
+	reserved    int64
+	spent       int64
+}
+
+// Unwrap returns the server's ResponseWriter, for http.ResponseController.
+func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *recorder) Flush() { _ = w.FlushError() }
+
+func (w *recorder) FlushError() error { return http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := rt.t.p
+	start := time.Now()
+	rec := p.recorder.Get().(*recorder)
+	*rec = recorder{ResponseWriter: w}
+	if rt.unlimited {
+		rec.result = httplimit.Unlimited
+	}
+	// Deferred, so that a response cut short (ReverseProxy aborts the
+	// handler with http.ErrAbortHandler when the copy fails) is counted.
+	defer rt.done(rec, start)
+	rt.h.ServeHTTP(rec, r)
+}
+
+func (rt *route) done(rec *recorder, start time.Time) {
+	res := rec.result
+	if res == 0 { // cannot happen: the middleware reports every request
+		res = httplimit.Error
+	}
+	rt.m.observe(res, rec.upstreamErr, time.Since(start))
+	if rec.settled {
+		rt.m.settled(rec.reserved, rec.spent)
+	}
+	*rec = recorder{}
+	rt.t.p.recorder.Put(rec)
+}
+
+// onResult records what the middleware did with a request, for the
+// metrics.
+func (t *table) onResult(w http.ResponseWriter, _ *http.Request, res httplimit.Result) {
+	if rec := recorderOf(w); rec != nil {
+		rec.result = res
+	}
+}
+
+// onSettle records a request's token reservation and what it spent, for
+// the metrics.
+func (t *table) onSettle(w http.ResponseWriter, _ *http.Request, reserved, spent int64) {
+	if rec := recorderOf(w); rec != nil {
+		rec.settled, rec.reserved, rec.spent = true, reserved, spent
+	}
+}
+
+// recorderOf finds the route's recorder under w: the middleware may wrap
+// it (to see the status of a route with failure limits).
+func recorderOf(w http.ResponseWriter) *recorder {
+	for {
+		switch x := w.(type) {
+		case *recorder:
+			return x
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = x.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// pass sends an admitted request upstream.
+func (t *table) pass(w http.ResponseWriter, r *http.Request) {
+	t.rp.ServeHTTP(w, r)
+}
+
+// endedBody is the body of a request to the upstream that, once it has
+// ended, answers every further read with io.EOF without reading the
+// client's body again.
+//
+// The transport forwarding the body reads it once more after its
+// Content-Length's worth, to check that nothing follows, on its own
+// goroutine; net/http's HTTP/1 server drains and closes the client's
+// request body when the response's header goes out. When the upstream had
+// answered by then (a stream's first event) and the transport's goroutine
+// had not yet made that last read (on a busy machine), the read found the
+// body closed and failed, and the transport closed the connection to the
+// upstream in the middle of the response: the client had the first event
+// only. The body had ended; its end is all that read needs to hear again.
+//
+// It wraps the outgoing request's body (ReverseProxy's copy), never the
+// client's request: the server reads the type of that one's body to
+// decide whether the connection may serve another request.
+//
+// (Full duplex, http.ResponseController.EnableFullDuplex, would keep the
+// server off the body instead, but then the server no longer closes a
+// connection whose request body was not read to its end, and reads the
+// rest of it after the handler returns, racing its read of the next
+// request.)
+type endedBody struct {
+	io.ReadCloser
+	ended atomic.Bool
+}
+
+func (b *endedBody) Read(p []byte) (int, error) {
+	if b.ended.Load() {
+		return 0, io.EOF
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.ended.Store(true)
+	}
+	return n, err
+}
+
+// rewrite sets the outgoing request's URL and forwarding headers (see the
+// package documentation).
+func (t *table) rewrite(pr *httputil.ProxyRequest) {
+	in, out := pr.In, pr.Out
+	pr.SetURL(t.p.upstream)
+	if out.Body != nil && out.Body != http.NoBody {
+		out.Body = &endedBody{ReadCloser: out.Body}
+	}
+	peer, ok := peerAddr(in.RemoteAddr)
+	trusted := ok && t.isTrusted(peer)
+	h := out.Header
+	vals := new([3]string) // the values set here, in one allocation
+	if ok {
+		ip := peer.String()
+		if prior := in.Header["X-Forwarded-For"]; trusted && len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		vals[0] = ip
+		h["X-Forwarded-For"] = vals[0:1:1]
+	}
+	if v := in.Header["X-Forwarded-Host"]; trusted && len(v) > 0 {
+		h["X-Forwarded-Host"] = v
+	} else {
+		vals[1] = in.Host
+		h["X-Forwarded-Host"] = vals[1:2:2]
+	}
+	if v := in.Header["X-Forwarded-Proto"]; trusted && len(v) > 0 {
+		h["X-Forwarded-Proto"] = v
+	} else {
+		vals[2] = "http"
+		if in.TLS != nil {
+			vals[2] = "https"
+		}
+		h["X-Forwarded-Proto"] = vals[2:3:3]
+	}
+	if v := in.Header["Forwarded"]; trusted && len(v) > 0 && ok {
+		h["Forwarded"] = append(v[:len(v):len(v)], forwardedElement(peer, in.TLS != nil))
+	}
+	if !trusted {
+		delete(h, "X-Real-Ip")
+	}
+	if t.p.cfg.Rewrite != nil {
+		t.p.cfg.Rewrite(pr)
+	}
+}
+
+// forwardedElement is this hop's RFC 7239 element: for= the peer, and
+// the protocol.
+func forwardedElement(peer netip.Addr, tls bool) string {
+	proto := "http"
+	if tls {
+		proto = "https"
+	}
+	if peer.Is6() {
+		return `for="[` + peer.String() + `]";proto=` + proto
+	}
+	return "for=" + peer.String() + ";proto=" + proto
+}
+
+func (t *table) isTrusted(a netip.Addr) bool {
+	for _, p := range t.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// peerAddr parses a RemoteAddr ("ip:port", "[ipv6]:port"), without zone,
+// IPv4-mapped addresses as IPv4.
+func peerAddr(s string) (netip.Addr, bool) {
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		host = s
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return a.WithZone("").Unmap(), true
+}
+
+// upstreamError answers a request the upstream did not answer.
+func (t *table) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	p := t.p
+	gone := r.Context().Err() != nil // the client left: not the upstream's fault
+	if rec := recorderOf(w); rec != nil && !gone {
+		rec.upstreamErr = true
+	}
+	if !gone && due(&p.lastLog) {
+		p.log.Warn("upstream error", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if p.cfg.ErrorHandler != nil {
+		p.cfg.ErrorHandler(w, r, err)
+		return
+	}
+	writeProblem(w, http.StatusBadGateway, ProblemBadGateway, "Bad gateway",
+		"The upstream server could not be reached or failed to answer.")
+}
+
+// due reports whether a log line may be written now, at most one a second:
+// a dead upstream fails every request, and the log must not grow with the
+// request rate.
+func due(last *atomic.Int64) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
+}
