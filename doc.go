@@ -21,7 +21,7 @@
 //
 // Callers need [Limit], [Limiter] ([NewLimiter], [Limiter.Allow],
 // [Limiter.AllowN], [Limiter.Take] with [Hit]s), [Decision] and a store
-// from a package of its own (memstore, redisstore). [ReasonOf] tells why a
+// from a package of its own (memstore, redisstore). errors.As finds the [StoreError] that tells why a
 // store failed.
 //
 // # Implementing a Store

@@ -54,7 +54,7 @@ func (r FailReason) String() string {
 }
 
 // StoreError is a store's failure with its reason. Stores that know why
-// they failed return one (or wrap one); ReasonOf reads it.
+// they failed return one (or wrap one); errors.As finds it in a chain.
 type StoreError struct {
 	Reason FailReason
 	Err    error
@@ -62,33 +62,3 @@ type StoreError struct {
 
 func (e *StoreError) Error() string { return e.Err.Error() }
 func (e *StoreError) Unwrap() error { return e.Err }
-
-// ReasonOf returns the reason of the first StoreError in err's chain (as
-// errors.As finds it, without allocating), or FailError when there is none.
-func ReasonOf(err error) FailReason {
-	if r, ok := reasonOf(err); ok {
-		return r
-	}
-	return FailError
-}
-
-func reasonOf(err error) (FailReason, bool) {
-	for err != nil {
-		switch e := err.(type) {
-		case *StoreError:
-			return e.Reason, true
-		case interface{ Unwrap() error }:
-			err = e.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, x := range e.Unwrap() {
-				if r, ok := reasonOf(x); ok {
-					return r, true
-				}
-			}
-			return 0, false
-		default:
-			return 0, false
-		}
-	}
-	return 0, false
-}

@@ -38,23 +38,23 @@ var allowed = map[string][][]string{
 	"redisstore/internal/luasrc": {{"", "internal/base/algo"}},
 	"localcache":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric"}, xxh3, prometheus},
 	// Leases wrap any store, and name none.
-	"lease":     {{"", "internal/base/algo"}, xxh3},
+	"lease":     {{"", "internal/vocab/storeerr", "internal/base/algo"}, xxh3},
 	"storetest": {{"", "internal/base/algo", "internal/vocab/limits"}},
 	"rules":     {{"", "internal/base/algo", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar"}, yaml},
 	// The decision core: plain Go, no protocol, no store.
-	"decide": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},
+	"decide": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},
 	// The HTTP middleware calls the core directly: no gRPC, no protobuf,
 	// no Envoy types, no Redis client, no Prometheus.
-	"httplimit": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide"}, yaml},
+	"httplimit": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide"}, yaml},
 	"httpretry": {{"internal/base/algo"}},
 	// The proxy: the middleware in front of a reverse proxy, its
 	// Prometheus metrics and top keys; no Redis client unless the
 	// command wires one, no gRPC, no Envoy types.
-	"internal/edges/proxy": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide", "httplimit",
+	"internal/edges/proxy": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide", "httplimit",
 		"internal/edges/dashboard", "internal/edges/hitters", "internal/edges/topkeys", "internal/edges/httpconf", "internal/base/wheremetric", "internal/edges/geoip", "internal/decision/readiness"}, yaml, prometheus, maxmind,
 		{"golang.org/x/net/", "golang.org/x/text/"}}, // the reverse proxy's HTTP/2
 	// The Envoy codec converts; it serves nothing and stores nothing.
-	"internal/edges/rls": {{"", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules", "decide"}, yaml, envoy},
+	"internal/edges/rls": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules", "decide"}, yaml, envoy},
 	// Top keys: a data structure, fed by the hooks; no Redis client.
 	"internal/edges/hitters": {{"internal/base/entrytext"}},
 	// What takes the secrets out of what is shown: the standard library.

@@ -10,18 +10,22 @@ import (
 
 // Algorithm names a rate limiting algorithm. The zero value is FixedWindow,
 // the default of envoyproxy/ratelimit.
-type Algorithm = algo.Kind
+type Algorithm uint8
 
 // The seven algorithms. docs/concepts.md says when to choose which.
 const (
-	FixedWindow   = algo.FixedWindow
-	TokenBucket   = algo.TokenBucket
-	LeakyBucket   = algo.LeakyBucket
-	GCRA          = algo.GCRA
-	SlidingWindow = algo.SlidingWindow
-	SlidingLog    = algo.SlidingLog
-	Sketch        = algo.Sketch
+	FixedWindow   = Algorithm(algo.FixedWindow)
+	TokenBucket   = Algorithm(algo.TokenBucket)
+	LeakyBucket   = Algorithm(algo.LeakyBucket)
+	GCRA          = Algorithm(algo.GCRA)
+	SlidingWindow = Algorithm(algo.SlidingWindow)
+	SlidingLog    = Algorithm(algo.SlidingLog)
+	Sketch        = Algorithm(algo.Sketch)
 )
+
+// String returns the algorithm's name as the rules spell it:
+// "fixed_window", "token_bucket", ...
+func (a Algorithm) String() string { return algo.Kind(a).String() }
 
 // Bounds on input. Anything outside them is rejected with an error before a
 // store sees it.
@@ -223,7 +227,7 @@ func (l *Limit) isBucket() bool {
 
 // nominal is the capacity the limit reports: the burst for bucket
 // algorithms, the rate for window algorithms.
-func (l *Limit) nominal() int64 { return algo.Nominal(l.Algorithm, l.Rate, l.Burst) }
+func (l *Limit) nominal() int64 { return algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst) }
 
 func (l *Limit) sketchDims() (w, d int) {
 	return algo.SketchDims(l.Sketch.Width, l.Sketch.Depth)
@@ -233,5 +237,5 @@ func (l *Limit) sketchDims() (w, d int) {
 // the soft or elastic margin (algo.Capacity). Package internal/vocab/limits gives
 // the stores the same.
 func (l *Limit) params() algo.Params {
-	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), l.nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
+	return algo.LimitParams(algo.Kind(l.Algorithm), l.Rate, int64(l.Period), l.nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
 }

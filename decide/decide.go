@@ -31,6 +31,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/vocab/bounds"
+	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -376,7 +377,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr, cause == nil); err != nil {
 			return err
 		}
-		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, sluice.ReasonOf(storeErr)
+		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, storeerr.Reason(storeErr)
 	} else if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
 		// The store answers again: charge it what the local policy
 		// admitted meanwhile (and log what requests wrote back first).
@@ -433,7 +434,7 @@ func (d *Decider) blind(r *Request, o *Outcome, cause error) error {
 		return err
 	}
 	closed := d.failover.Default == rules.FailClosed
-	o.Degraded, o.StoreErr, o.Reason = rules.FailOpen, cause, sluice.ReasonOf(cause)
+	o.Degraded, o.StoreErr, o.Reason = rules.FailOpen, cause, storeerr.Reason(cause)
 	o.Overall = sluice.Decision{Allowed: true, Index: -1}
 	if closed {
 		o.Degraded = rules.FailClosed

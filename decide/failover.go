@@ -168,7 +168,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		for i := range hits {
 			l := hits[i].Limit
 			wait := min(l.Period, failClosedWait)
-			out[i] = sluice.Decision{Limit: algo.Nominal(l.Algorithm, l.Rate, l.Burst), ResetAfter: wait, RetryAfter: wait}
+			out[i] = sluice.Decision{Limit: algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), ResetAfter: wait, RetryAfter: wait}
 		}
 	case rules.FailLocal:
 		if f.Local == nil {
@@ -205,7 +205,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 	default:
 		policy = rules.FailOpen
 		for i := range hits {
-			n := algo.Nominal(hits[i].Limit.Algorithm, hits[i].Limit.Rate, hits[i].Limit.Burst)
+			n := algo.Nominal(algo.Kind(hits[i].Limit.Algorithm), hits[i].Limit.Rate, hits[i].Limit.Burst)
 			out[i] = sluice.Decision{Allowed: true, Limit: n, Remaining: n}
 		}
 	}
@@ -321,7 +321,7 @@ func localCost(c, n int64, l *sluice.Limit) int64 {
 	if c <= sluice.MaxCost/n {
 		w = c * n
 	}
-	if capacity := algo.Nominal(l.Algorithm, l.Rate, l.Burst); c <= capacity && w > capacity {
+	if capacity := algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst); c <= capacity && w > capacity {
 		w = capacity
 	}
 	return w

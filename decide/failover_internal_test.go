@@ -28,7 +28,7 @@ func TestLocalCost(t *testing.T) {
 		c := []int64{0, 1, 2, 5, 100, sluice.MaxCost}[r.IntN(6)]
 		n := r.Int64N(9) + 1
 		w := localCost(c, n, l)
-		capacity := algo.Nominal(l.Algorithm, l.Rate, l.Burst)
+		capacity := algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)
 		switch {
 		case w < c || w > sluice.MaxCost:
 			t.Fatalf("localCost(%d, %d, %+v) = %d", c, n, l, w)

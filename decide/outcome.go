@@ -79,7 +79,7 @@ type Outcome struct {
 	Degraded rules.FailurePolicy
 
 	// StoreErr is the store's error when Degraded is set, for logs, and
-	// Reason why the store could not decide (sluice.ReasonOf(StoreErr)).
+	// Reason why the store could not decide (storeerr.Reason(StoreErr)).
 	StoreErr error
 	Reason   sluice.FailReason
 

@@ -128,7 +128,7 @@ func horizon(l *sluice.Limit, cost, now int64) (window, until int64) {
 	default:
 		d = float64(p)
 		if l.Rate > 0 {
-			d = float64(min(cost, max(algo.Nominal(l.Algorithm, l.Rate, l.Burst), 1))) * float64(p) / float64(l.Rate)
+			d = float64(min(cost, max(algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), 1))) * float64(p) / float64(l.Rate)
 		}
 		d += float64(l.RefillInterval)
 	}

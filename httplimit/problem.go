@@ -69,7 +69,7 @@ func (m *middleware) denial(o *decide.Outcome) *problem {
 		if lo.Decision.Allowed || l.Shadow || listedPolicy(p.Violated, l.Name) {
 			continue
 		}
-		p.Violated = append(p.Violated, policy{Name: l.Name, Quota: algo.Nominal(l.Algorithm, l.Rate, l.Burst), Window: ratelimitheaders.Window(l)})
+		p.Violated = append(p.Violated, policy{Name: l.Name, Quota: algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), Window: ratelimitheaders.Window(l)})
 	}
 	p.Detail = "Rate limit exceeded; retry in " + strconv.FormatInt(retry, 10) + " seconds."
 	return p

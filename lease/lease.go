@@ -64,6 +64,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 )
 
 // Config configures a Store. Its zero value is ready to use.
@@ -167,7 +168,7 @@ func newFlight() *flight { return &flight{done: make(chan struct{})} }
 // error (an error reply, the caller's own context) leaves the hit to the
 // store, as ever.
 func down(err error) bool {
-	return err != nil && sluice.ReasonOf(err) != sluice.FailError
+	return err != nil && storeerr.Reason(err) != sluice.FailError
 }
 
 // New returns a lease store in front of next.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -158,7 +159,7 @@ func TestRedisSilentOneCall(t *testing.T) {
 	stopped := time.Now()
 	done, errs := takeAll(t, node, rs, l, "k", 16)
 	for i, err := range errs {
-		if r := sluice.ReasonOf(err); err == nil || (r != sluice.FailTimeout && r != sluice.FailUnreachable) {
+		if r := storeerr.Reason(err); err == nil || (r != sluice.FailTimeout && r != sluice.FailUnreachable) {
 			t.Errorf("hit %d: %v (reason %s), want the store's failure: timeout or unreachable", i, err, r)
 		}
 		if took := done[i].Sub(stopped); took > 2*timeout+slack {
@@ -196,7 +197,7 @@ func TestRedisBreakerOpenNoWait(t *testing.T) {
 		t.Fatal("the probe closed the breaker: Redis answered")
 	}
 	for i := 1; i < len(done); i++ {
-		if r := sluice.ReasonOf(errs[i]); errs[i] == nil || r != sluice.FailBreakerOpen {
+		if r := storeerr.Reason(errs[i]); errs[i] == nil || r != sluice.FailBreakerOpen {
 			t.Errorf("hit %d: %v (reason %s), want breaker_open", i, errs[i], r)
 		}
 		// The probe's failure comes the timeout after it went; the
@@ -205,7 +206,7 @@ func TestRedisBreakerOpenNoWait(t *testing.T) {
 			t.Errorf("hit %d answered %v before the probe: held behind it", i, early.Round(time.Millisecond))
 		}
 	}
-	if sluice.ReasonOf(errs[0]) == sluice.FailBreakerOpen {
+	if storeerr.Reason(errs[0]) == sluice.FailBreakerOpen {
 		t.Errorf("the probe: %v, want Redis's failure", errs[0])
 	}
 }

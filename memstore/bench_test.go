@@ -32,7 +32,7 @@ func keysN(n int) []string {
 // benchLimit is a realistic limit: 100 per second, so that a hot key is
 // mostly denied and a cold one mostly admitted.
 func benchLimit(k algo.Kind) *sluice.Limit {
-	return &sluice.Limit{Name: "bench", Algorithm: k, Rate: 100, Period: time.Second}
+	return &sluice.Limit{Name: "bench", Algorithm: sluice.Algorithm(k), Rate: 100, Period: time.Second}
 }
 
 // BenchmarkAllow measures keyed decisions through Limiter.Allow, in
@@ -133,7 +133,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 	for _, k := range algo.Kinds() {
 		b.Run(k.String(), func(b *testing.B) {
 			// A long period, so that no key goes idle while the store fills.
-			l := &sluice.Limit{Name: "bench", Algorithm: k, Rate: 100, Period: time.Hour}
+			l := &sluice.Limit{Name: "bench", Algorithm: sluice.Algorithm(k), Rate: 100, Period: time.Hour}
 			var perKey, estimate float64
 			for b.Loop() {
 				var before, after runtime.MemStats

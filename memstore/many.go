@@ -98,9 +98,9 @@ func (s *Store) prepare(hits []sluice.Hit, ops []op) {
 			o.bk = blockKey(o.k)
 		}
 		switch h.Limit.Algorithm {
-		case algo.SlidingLog:
+		case sluice.SlidingLog:
 			o.where = inLog
-		case algo.Sketch:
+		case sluice.Sketch:
 			o.where = inSketch
 			o.sk = s.sketches.get(h.Limit, &o.p)
 		default:

@@ -17,7 +17,7 @@ import (
 var ctx = context.Background()
 
 func limitOf(k algo.Kind, rate int64, period time.Duration) *sluice.Limit {
-	return &sluice.Limit{Name: k.String(), Algorithm: k, Rate: rate, Period: period}
+	return &sluice.Limit{Name: k.String(), Algorithm: sluice.Algorithm(k), Rate: rate, Period: period}
 }
 
 // TestExpiry checks, at fixed times, that idle keys are dropped by Sweep
@@ -207,10 +207,10 @@ func TestOddInput(t *testing.T) {
 		s := memstore.New(memstore.Config{Now: func() time.Time { return now }, SweepInterval: -1})
 		for _, k := range algo.Kinds() {
 			for _, l := range []*sluice.Limit{
-				{Algorithm: k, Rate: math.MaxInt64, Period: 1},
-				{Algorithm: k, Rate: 1, Period: math.MaxInt64, BlockFor: math.MaxInt64},
-				{Algorithm: k, Rate: 0, Period: 0},
-				{Algorithm: k, Rate: -1, Period: -5, Burst: -1},
+				{Algorithm: sluice.Algorithm(k), Rate: math.MaxInt64, Period: 1},
+				{Algorithm: sluice.Algorithm(k), Rate: 1, Period: math.MaxInt64, BlockFor: math.MaxInt64},
+				{Algorithm: sluice.Algorithm(k), Rate: 0, Period: 0},
+				{Algorithm: sluice.Algorithm(k), Rate: -1, Period: -5, Burst: -1},
 			} {
 				for _, cost := range []int64{-1, 0, 1, math.MaxInt64} {
 					hits := []sluice.Hit{{Key: "k", Limit: l, Cost: cost}, {Key: "k", Limit: l, Cost: cost}}

@@ -58,7 +58,7 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 // takeSingle decides a request of one hit: takeOne for a one-state
 // algorithm without block_for, takeMany for the rest. each: as TakeEach.
 func (s *Store) takeSingle(hits []sluice.Hit, out []sluice.Decision, now int64, each bool) {
-	if h := &hits[0]; h.Limit.Algorithm.HasState() && h.Limit.BlockFor == 0 {
+	if h := &hits[0]; algo.Kind(h.Limit.Algorithm).HasState() && h.Limit.BlockFor == 0 {
 		s.takeOne(h, &out[0], now, each)
 		return
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/internal/stores/breaker"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
+	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
 )
@@ -340,7 +341,7 @@ func TestACLUser(t *testing.T) {
 	s := newTestStore(t, Config{URL: srv.URL(), Username: "sluice", Password: "pw", Prefix: "sluice:", Heartbeat: 20 * time.Millisecond}, nil)
 	lim := sluice.NewLimiter(s)
 	for _, k := range algo.Kinds() {
-		l := &sluice.Limit{Algorithm: k, Rate: 2, Period: time.Minute, BlockFor: time.Second}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(k), Rate: 2, Period: time.Minute, BlockFor: time.Second}
 		for i, want := range []bool{true, true, false, false} {
 			d, err := lim.Allow(context.Background(), "k", l)
 			if err != nil {
@@ -498,8 +499,8 @@ func TestSilentRedis(t *testing.T) {
 					switch {
 					case err == nil:
 						t.Errorf("call %d decided while Redis is silent", i)
-					case sluice.ReasonOf(err) != sluice.FailTimeout:
-						t.Errorf("call %d: %v, reason %s, want timeout", i, err, sluice.ReasonOf(err))
+					case storeerr.Reason(err) != sluice.FailTimeout:
+						t.Errorf("call %d: %v, reason %s, want timeout", i, err, storeerr.Reason(err))
 					}
 					if el > most {
 						t.Errorf("call %d took %v with a %v timeout", i, el, timeout)
@@ -510,8 +511,8 @@ func TestSilentRedis(t *testing.T) {
 			wg.Wait()
 			start := time.Now()
 			_, err := lim.Allow(ctx, "k", l)
-			if !errors.Is(err, ErrUnavailable) || sluice.ReasonOf(err) != sluice.FailBreakerOpen {
-				t.Fatalf("after 3 failures: %v (reason %s), want ErrUnavailable from the open breaker", err, sluice.ReasonOf(err))
+			if !errors.Is(err, ErrUnavailable) || storeerr.Reason(err) != sluice.FailBreakerOpen {
+				t.Fatalf("after 3 failures: %v (reason %s), want ErrUnavailable from the open breaker", err, storeerr.Reason(err))
 			}
 			if el := time.Since(start); el > 100*time.Millisecond {
 				t.Errorf("an open breaker took %v to answer", el)
@@ -565,7 +566,7 @@ func TestSilentRedisQueued(t *testing.T) {
 			start := time.Now()
 			_, err := lim.Allow(context.Background(), "k", l)
 			done[i] = time.Now()
-			if r := sluice.ReasonOf(err); err == nil || r != sluice.FailTimeout {
+			if r := storeerr.Reason(err); err == nil || r != sluice.FailTimeout {
 				t.Errorf("call %d: %v, reason %s, want timeout", i, err, r)
 			}
 			t.Logf("call %d failed after %v: %v", i, done[i].Sub(start).Round(time.Millisecond), err)
@@ -599,7 +600,7 @@ func TestDeadRedis(t *testing.T) {
 		if err == nil {
 			t.Fatalf("call %d decided while Redis is dead", i)
 		}
-		if r := sluice.ReasonOf(err); r != sluice.FailUnreachable && r != sluice.FailBreakerOpen {
+		if r := storeerr.Reason(err); r != sluice.FailUnreachable && r != sluice.FailBreakerOpen {
 			t.Errorf("call %d: %v, reason %s, want unreachable", i, err, r)
 		}
 		if el := time.Since(start); el > time.Second {
@@ -691,8 +692,8 @@ func TestShed(t *testing.T) {
 	redistest.WaitFor(t, "2 calls queued", func() bool { return s.gate.queued() == 2 })
 	start := time.Now()
 	_, err := lim.Allow(ctx, "k", l)
-	if !errors.Is(err, ErrOverload) || sluice.ReasonOf(err) != sluice.FailOverload {
-		t.Fatalf("with 2 in flight and 2 queued: %v (reason %s), want ErrOverload", err, sluice.ReasonOf(err))
+	if !errors.Is(err, ErrOverload) || storeerr.Reason(err) != sluice.FailOverload {
+		t.Fatalf("with 2 in flight and 2 queued: %v (reason %s), want ErrOverload", err, storeerr.Reason(err))
 	}
 	if el := time.Since(start); el > 100*time.Millisecond {
 		t.Errorf("shedding took %v", el)
@@ -1100,8 +1101,8 @@ func TestBatchErrorReply(t *testing.T) {
 	}
 	for i, err := range errs {
 		switch {
-		case i == n/2 && (err == nil || sluice.ReasonOf(err) != sluice.FailError || !strings.Contains(err.Error(), "WRONGTYPE")):
-			t.Errorf("the request on a list: %v (reason %s), want a WRONGTYPE error reply", err, sluice.ReasonOf(err))
+		case i == n/2 && (err == nil || storeerr.Reason(err) != sluice.FailError || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Errorf("the request on a list: %v (reason %s), want a WRONGTYPE error reply", err, storeerr.Reason(err))
 		case i != n/2 && err != nil:
 			t.Errorf("request %d, batched with it: %v", i, err)
 		}

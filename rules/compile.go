@@ -84,7 +84,7 @@ func (p *parser) algorithm(l *sluice.Limit, s *limitSpec) {
 			if err != nil {
 				p.Errorf(p.Deref(s.alg), "%v", err)
 			}
-			l.Algorithm = k
+			l.Algorithm = sluice.Algorithm(k)
 		}
 	}
 }
@@ -214,8 +214,8 @@ func (p *parser) extras(l *sluice.Limit, s *limitSpec, before int) {
 	if s.elastic != nil {
 		if v, ok := p.integer(s.elastic, "elastic_ceiling", 1, sluice.MaxCost); ok {
 			l.ElasticCeiling = v
-			if len(p.Errs) == before && v < algo.Nominal(l.Algorithm, l.Rate, l.Burst) {
-				p.Errorf(p.Deref(s.elastic), "elastic_ceiling %d is below the limit %d", v, algo.Nominal(l.Algorithm, l.Rate, l.Burst))
+			if len(p.Errs) == before && v < algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst) {
+				p.Errorf(p.Deref(s.elastic), "elastic_ceiling %d is below the limit %d", v, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst))
 			}
 		}
 	}

@@ -17,7 +17,7 @@ import (
 func (s suite) concurrency(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
 		const limit, workers, tries = 50, 16, 20
-		l := &sluice.Limit{Algorithm: k, Rate: limit, Period: time.Hour}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(k), Rate: limit, Period: time.Hour}
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		errs := make(chan error, workers)
@@ -52,7 +52,7 @@ func (s suite) concurrentAllOrNothing(t *testing.T) {
 	e := s.env(t)
 	const limit, workers, tries = 40, 8, 25
 	shared := &sluice.Limit{Name: "shared", Rate: limit, Period: time.Hour}
-	own := &sluice.Limit{Name: "own", Algorithm: algo.TokenBucket, Rate: 1000, Period: time.Hour}
+	own := &sluice.Limit{Name: "own", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 1000, Period: time.Hour}
 	var wg sync.WaitGroup
 	var admitted [workers]int64
 	for w := range workers {

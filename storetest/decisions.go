@@ -15,7 +15,7 @@ import (
 // deny a cost above the limit with Never, admit again once replenished.
 func (s suite) basic(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		l := &sluice.Limit{Name: "basic", Algorithm: k, Rate: 4, Period: time.Second}
+		l := &sluice.Limit{Name: "basic", Algorithm: sluice.Algorithm(k), Rate: 4, Period: time.Second}
 		for i := range 4 {
 			d := e.allow("k", l, 1)
 			want(t, fmt.Sprintf("request %d", i+1), d, true, int64(3-i))
@@ -45,7 +45,7 @@ func (s suite) basic(t *testing.T) {
 
 func (s suite) zeroLimit(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		l := &sluice.Limit{Algorithm: k, Rate: 0, Period: time.Minute}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(k), Rate: 0, Period: time.Minute}
 		for range 2 {
 			if d := e.allow("k", l, 1); d.Allowed || d.RetryAfter != sluice.Never {
 				t.Fatalf("zero limit: %+v, want denied with RetryAfter Never", d)
@@ -57,7 +57,7 @@ func (s suite) zeroLimit(t *testing.T) {
 // peek: cost 0 reports without consuming.
 func (s suite) peek(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		l := &sluice.Limit{Algorithm: k, Rate: 4, Period: time.Minute}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(k), Rate: 4, Period: time.Minute}
 		want(t, "peek at a fresh key", e.allow("k", l, 0), true, 4)
 		e.allow("k", l, 1)
 		e.allow("k", l, 1)
@@ -77,8 +77,8 @@ func (s suite) peek(t *testing.T) {
 func (s suite) softAndElastic(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
 		for _, l := range []*sluice.Limit{
-			{Name: "soft", Algorithm: k, Rate: 10, Period: time.Hour, SoftPercent: 20},
-			{Name: "elastic", Algorithm: k, Rate: 10, Period: time.Hour, ElasticCeiling: 15},
+			{Name: "soft", Algorithm: sluice.Algorithm(k), Rate: 10, Period: time.Hour, SoftPercent: 20},
+			{Name: "elastic", Algorithm: sluice.Algorithm(k), Rate: 10, Period: time.Hour, ElasticCeiling: 15},
 		} {
 			top := limits.Params(l).Capacity
 			for i := range top {
@@ -123,7 +123,7 @@ func (s suite) decisionFields(t *testing.T) {
 			{time.Minute, 5, true, 0, time.Minute, 0},
 			{time.Minute, 6, false, 0, time.Minute, sluice.Never},
 		}},
-		{sluice.Limit{Name: "bucket", Algorithm: algo.TokenBucket, Rate: 1, Period: time.Second, Burst: 5}, []check{
+		{sluice.Limit{Name: "bucket", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 1, Period: time.Second, Burst: 5}, []check{
 			{0, 1, true, 4, time.Second, 0},
 			{0, 4, true, 0, 5 * time.Second, 0},
 			{0, 1, false, 0, 5 * time.Second, time.Second},
@@ -132,7 +132,7 @@ func (s suite) decisionFields(t *testing.T) {
 			{time.Second, 6, false, 0, 5 * time.Second, sluice.Never},
 			{6 * time.Second, 0, true, 5, 0, 0},
 		}},
-		{sluice.Limit{Name: "log", Algorithm: algo.SlidingLog, Rate: 3, Period: 10 * time.Second}, []check{
+		{sluice.Limit{Name: "log", Algorithm: sluice.Algorithm(algo.SlidingLog), Rate: 3, Period: 10 * time.Second}, []check{
 			{0, 1, true, 2, -1, 0},
 			{time.Second, 1, true, 1, -1, 0},
 			{2 * time.Second, 1, true, 0, -1, 0},
@@ -149,10 +149,10 @@ func (s suite) decisionFields(t *testing.T) {
 				e.clock.Set(Start.Add(ch.at))
 				d := e.allow("k", &c.limit, ch.cost)
 				ok := d.Allowed == ch.allowed && d.Remaining == ch.remaining && d.RetryAfter == ch.retry &&
-					d.Limit == algo.Nominal(c.limit.Algorithm, c.limit.Rate, c.limit.Burst) && (ch.reset < 0 || d.ResetAfter == ch.reset)
+					d.Limit == algo.Nominal(algo.Kind(c.limit.Algorithm), c.limit.Rate, c.limit.Burst) && (ch.reset < 0 || d.ResetAfter == ch.reset)
 				if !ok {
 					t.Fatalf("check %d (t=+%v cost %d): got %+v, want allowed=%v remaining=%d reset=%v retry=%v limit=%d",
-						i, ch.at, ch.cost, d, ch.allowed, ch.remaining, ch.reset, ch.retry, algo.Nominal(c.limit.Algorithm, c.limit.Rate, c.limit.Burst))
+						i, ch.at, ch.cost, d, ch.allowed, ch.remaining, ch.reset, ch.retry, algo.Nominal(algo.Kind(c.limit.Algorithm), c.limit.Rate, c.limit.Burst))
 				}
 			}
 		})

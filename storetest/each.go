@@ -15,7 +15,7 @@ import (
 // others.
 func (s suite) eachIndependent(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		day := &sluice.Limit{Name: "day", Algorithm: k, Rate: 100, Period: 24 * time.Hour}
+		day := &sluice.Limit{Name: "day", Algorithm: sluice.Algorithm(k), Rate: 100, Period: 24 * time.Hour}
 		sec := &sluice.Limit{Name: "sec", Rate: 1, Period: time.Second}
 		if d, _ := e.each(hit("u:day", day, 1), hit("u:sec", sec, 1)); !d.Allowed {
 			t.Fatalf("first request denied: %+v", d)
@@ -43,7 +43,7 @@ func (s suite) eachOverdraw(t *testing.T) {
 		_, hasEach := e.store.(interface {
 			TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
 		})
-		l := &sluice.Limit{Name: "tokens", Algorithm: k, Rate: 10, Period: time.Minute}
+		l := &sluice.Limit{Name: "tokens", Algorithm: sluice.Algorithm(k), Rate: 10, Period: time.Minute}
 		charge := overdrawCharge(t, e, l, hasEach)
 		if !hasEach {
 			// The fallback consumes nothing of a denied hit: 2 are left.
@@ -116,7 +116,7 @@ func overdrawDebt(t *testing.T, e *env, l *sluice.Limit, charge sluice.Decision)
 // on the others it consumes nothing. In debt, only a Debit limit's charge
 // counts.
 func overdrawExhausted(t *testing.T, e *env, k algo.Kind, debit bool) {
-	f := &sluice.Limit{Name: fmt.Sprintf("full-%v", debit), Algorithm: k, Rate: 3, Period: time.Hour, Debit: debit}
+	f := &sluice.Limit{Name: fmt.Sprintf("full-%v", debit), Algorithm: sluice.Algorithm(k), Rate: 3, Period: time.Hour, Debit: debit}
 	key := fmt.Sprintf("f-%v", debit)
 	e.each(hit(key, f, 3))
 	counted := k == algo.FixedWindow || debit
@@ -139,7 +139,7 @@ func overdrawExhausted(t *testing.T, e *env, k algo.Kind, debit bool) {
 // charge that found a window in debt: a Redis fast path once read that
 // debt for this one.)
 func overdrawZeroWindow(t *testing.T, e *env, k algo.Kind, hasEach bool) {
-	z := &sluice.Limit{Name: "zero", Algorithm: k, Rate: 0, Period: time.Minute}
+	z := &sluice.Limit{Name: "zero", Algorithm: sluice.Algorithm(k), Rate: 0, Period: time.Minute}
 	if d, _ := e.each(hit("z", z, 0)); !d.Allowed {
 		t.Fatalf("check of a zero limit before any hit: %+v, want allowed", d)
 	}
@@ -162,7 +162,7 @@ func overdrawZeroWindow(t *testing.T, e *env, k algo.Kind, hasEach bool) {
 // charged until the count passes the ceiling, on every store alike (a
 // Redis fast path once stopped at the first).
 func overdrawZeroCeiling(t *testing.T, e *env, k algo.Kind) {
-	zc := &sluice.Limit{Name: "zero-ceiling", Algorithm: k, Rate: 0, Period: time.Minute, ElasticCeiling: 2}
+	zc := &sluice.Limit{Name: "zero-ceiling", Algorithm: sluice.Algorithm(k), Rate: 0, Period: time.Minute, ElasticCeiling: 2}
 	for i, want := range []bool{true, true, true, false} {
 		if _, per := e.each(hit("zc", zc, 1)); per[0].Allowed || per[0].Overdrawn != want {
 			t.Fatalf("hit %d on a zero limit with a ceiling of 2: %+v, want denied, overdrawn %v", i, per[0], want)

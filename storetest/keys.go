@@ -14,7 +14,7 @@ import (
 // keyIsolation: keys do not share state, however alike.
 func (s suite) keyIsolation(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		l := &sluice.Limit{Algorithm: k, Rate: 2, Period: time.Minute}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(k), Rate: 2, Period: time.Minute}
 		keys := []string{"a", "b", "", "a\x00", "A", "ab", "ba"}
 		for _, key := range keys {
 			want(t, fmt.Sprintf("key %q", key), e.allow(key, l, 2), true, 0)
@@ -35,7 +35,7 @@ func (s suite) limitsShareKeyString(t *testing.T) {
 	want(t, "per second again", e.allow("k", sec, 1), false, 0)
 	want(t, "per day on the same key string", e.allow("k", day, 1), true, 99)
 	for _, k := range algo.Kinds() {
-		l := &sluice.Limit{Name: "x", Algorithm: k, Rate: 1, Period: time.Second}
+		l := &sluice.Limit{Name: "x", Algorithm: sluice.Algorithm(k), Rate: 1, Period: time.Second}
 		if k == algo.FixedWindow {
 			l.Rate = 2 // differs from sec
 		}

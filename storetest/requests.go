@@ -13,7 +13,7 @@ import (
 // position the denying limit has.
 func (s suite) allOrNothing(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		day := &sluice.Limit{Name: "day", Algorithm: k, Rate: 100, Period: 24 * time.Hour}
+		day := &sluice.Limit{Name: "day", Algorithm: sluice.Algorithm(k), Rate: 100, Period: 24 * time.Hour}
 		sec := &sluice.Limit{Name: "sec", Rate: 1, Period: time.Second}
 		if d, _ := e.take(hit("u:day", day, 1), hit("u:sec", sec, 1)); !d.Allowed {
 			t.Fatalf("first request denied: %+v", d)
@@ -32,7 +32,7 @@ func (s suite) allOrNothing(t *testing.T) {
 
 		// The other way round: the limit of this algorithm denies, the
 		// per-second window must not be consumed.
-		tight := &sluice.Limit{Name: "tight", Algorithm: k, Rate: 1, Period: 24 * time.Hour}
+		tight := &sluice.Limit{Name: "tight", Algorithm: sluice.Algorithm(k), Rate: 1, Period: 24 * time.Hour}
 		wide := &sluice.Limit{Name: "wide", Rate: 10, Period: time.Second}
 		if d, _ := e.take(hit("v:wide", wide, 1), hit("v:tight", tight, 1)); !d.Allowed {
 			t.Fatalf("first request on tight: %+v", d)
@@ -51,7 +51,7 @@ func (s suite) allOrNothing(t *testing.T) {
 func (s suite) shadow(t *testing.T) {
 	e := s.env(t)
 	enforced := &sluice.Limit{Name: "enforced", Rate: 10, Period: time.Hour}
-	shadow := &sluice.Limit{Name: "shadow", Algorithm: algo.GCRA, Rate: 1, Period: time.Second, Shadow: true}
+	shadow := &sluice.Limit{Name: "shadow", Algorithm: sluice.Algorithm(algo.GCRA), Rate: 1, Period: time.Second, Shadow: true}
 	d, per := e.take(hit("e", enforced, 1), hit("s", shadow, 1))
 	if !d.Allowed || d.Shadow || !per[1].Allowed {
 		t.Fatalf("first request: %+v %+v", d, per)
@@ -92,7 +92,7 @@ func (s suite) shadow(t *testing.T) {
 // the algorithm says, with Blocked set and RetryAfter the time left.
 func (s suite) blockFor(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		l := &sluice.Limit{Name: "login", Algorithm: k, Rate: 2, Period: time.Second, BlockFor: 10 * time.Second}
+		l := &sluice.Limit{Name: "login", Algorithm: sluice.Algorithm(k), Rate: 2, Period: time.Second, BlockFor: 10 * time.Second}
 		other := &sluice.Limit{Name: "other", Rate: 100, Period: time.Hour}
 		for i := range 2 {
 			want(t, fmt.Sprintf("request %d", i+1), e.allow("k", l, 1), true, int64(1-i))
@@ -130,7 +130,7 @@ func (s suite) blockFor(t *testing.T) {
 // sameKeyTwice: hits on one key in one request see each other.
 func (s suite) sameKeyTwice(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		l := &sluice.Limit{Algorithm: k, Rate: 3, Period: time.Minute}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(k), Rate: 3, Period: time.Minute}
 		d, per := e.take(hit("k", l, 1), hit("k", l, 1))
 		if !d.Allowed || per[0].Remaining != 2 || per[1].Remaining != 1 {
 			t.Fatalf("first request: %+v %+v, want remaining 2 then 1", d, per)

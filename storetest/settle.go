@@ -16,14 +16,14 @@ import (
 // can be settled (algo.Settles), a discrete bucket and an offset window.
 func settleLimits() []*sluice.Limit {
 	return []*sluice.Limit{
-		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 100, Period: time.Second},
-		{Name: "fw-offset", Algorithm: algo.FixedWindow, Rate: 100, Period: time.Second, WindowOffset: 300 * time.Millisecond},
-		{Name: "sw", Algorithm: algo.SlidingWindow, Rate: 100, Period: time.Second},
-		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 100, Period: time.Second},
-		{Name: "tb-discrete", Algorithm: algo.TokenBucket, Rate: 100, Period: time.Second, RefillInterval: 100 * time.Millisecond},
-		{Name: "lb", Algorithm: algo.LeakyBucket, Rate: 100, Period: time.Second, Burst: 80},
-		{Name: "gcra", Algorithm: algo.GCRA, Rate: 100, Period: time.Second, Burst: 60},
-		{Name: "fw-debit", Algorithm: algo.FixedWindow, Rate: 100, Period: time.Minute, Debit: true},
+		{Name: "fw", Algorithm: sluice.Algorithm(algo.FixedWindow), Rate: 100, Period: time.Second},
+		{Name: "fw-offset", Algorithm: sluice.Algorithm(algo.FixedWindow), Rate: 100, Period: time.Second, WindowOffset: 300 * time.Millisecond},
+		{Name: "sw", Algorithm: sluice.Algorithm(algo.SlidingWindow), Rate: 100, Period: time.Second},
+		{Name: "tb", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 100, Period: time.Second},
+		{Name: "tb-discrete", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 100, Period: time.Second, RefillInterval: 100 * time.Millisecond},
+		{Name: "lb", Algorithm: sluice.Algorithm(algo.LeakyBucket), Rate: 100, Period: time.Second, Burst: 80},
+		{Name: "gcra", Algorithm: sluice.Algorithm(algo.GCRA), Rate: 100, Period: time.Second, Burst: 60},
+		{Name: "fw-debit", Algorithm: sluice.Algorithm(algo.FixedWindow), Rate: 100, Period: time.Minute, Debit: true},
 	}
 }
 
@@ -62,7 +62,7 @@ func (s suite) settle(t *testing.T) {
 	}
 	t.Run("Unsupported", func(t *testing.T) {
 		e := s.env(t)
-		l := &sluice.Limit{Algorithm: algo.SlidingLog, Rate: 10, Period: time.Second}
+		l := &sluice.Limit{Algorithm: sluice.Algorithm(algo.SlidingLog), Rate: 10, Period: time.Second}
 		h := hit("log", l, 5)
 		_, err := e.lim.Settle(context.Background(), settlement(h, sluice.Decision{}, e.clock.Now(), 1, 1))
 		if !errors.Is(err, errors.ErrUnsupported) {
@@ -78,12 +78,12 @@ func settleRefund(t *testing.T, e *env, l *sluice.Limit) {
 	at := e.clock.Now()
 	h := hit("refund", l, 60)
 	d, _ := e.take(h)
-	want(t, "reservation", d, true, algo.Nominal(l.Algorithm, l.Rate, l.Burst)-60)
+	want(t, "reservation", d, true, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)-60)
 	moved, err := e.lim.Settle(context.Background(), settlement(h, d, at, 20, 1))
 	if err != nil || moved != -40 {
 		t.Fatalf("settling 20 of 60: moved %d, %v; want -40", moved, err)
 	}
-	want(t, "after the refund", e.allow("refund", l, 0), true, algo.Nominal(l.Algorithm, l.Rate, l.Burst)-20)
+	want(t, "after the refund", e.allow("refund", l, 0), true, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)-20)
 }
 
 // settleCharge: reserve 30, spend 90 on a limit of at most 100 with 20
@@ -116,7 +116,7 @@ func settleLate(t *testing.T, e *env, l *sluice.Limit) {
 	if err != nil || moved != 0 {
 		t.Fatalf("settling two periods late: moved %d, %v; want 0", moved, err)
 	}
-	want(t, "after a late settlement", e.allow("late", l, 0), true, algo.Nominal(l.Algorithm, l.Rate, l.Burst)-10)
+	want(t, "after a late settlement", e.allow("late", l, 0), true, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)-10)
 }
 
 // settleTrace runs a random trace of requests, reservations and their

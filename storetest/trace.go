@@ -16,15 +16,15 @@ import (
 // The sketch is left out: its estimate depends on the store's key hash.
 func (s suite) trace(t *testing.T) {
 	cases := []*sluice.Limit{
-		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
-		{Name: "fw-soft", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second, SoftPercent: 40},
-		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
-		{Name: "tb-discrete", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
-		{Name: "lb", Algorithm: algo.LeakyBucket, Rate: 5, Period: time.Second, Burst: 8},
-		{Name: "gcra", Algorithm: algo.GCRA, Rate: 7, Period: time.Second, Burst: 3},
-		{Name: "sw", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second},
-		{Name: "log", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second},
-		{Name: "log-elastic", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, ElasticCeiling: 9},
+		{Name: "fw", Algorithm: sluice.Algorithm(algo.FixedWindow), Rate: 5, Period: time.Second},
+		{Name: "fw-soft", Algorithm: sluice.Algorithm(algo.FixedWindow), Rate: 5, Period: time.Second, SoftPercent: 40},
+		{Name: "tb", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 5, Period: time.Second, Burst: 8},
+		{Name: "tb-discrete", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
+		{Name: "lb", Algorithm: sluice.Algorithm(algo.LeakyBucket), Rate: 5, Period: time.Second, Burst: 8},
+		{Name: "gcra", Algorithm: sluice.Algorithm(algo.GCRA), Rate: 7, Period: time.Second, Burst: 3},
+		{Name: "sw", Algorithm: sluice.Algorithm(algo.SlidingWindow), Rate: 6, Period: time.Second},
+		{Name: "log", Algorithm: sluice.Algorithm(algo.SlidingLog), Rate: 6, Period: time.Second},
+		{Name: "log-elastic", Algorithm: sluice.Algorithm(algo.SlidingLog), Rate: 6, Period: time.Second, ElasticCeiling: 9},
 	}
 	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
@@ -51,7 +51,7 @@ func (s suite) trace(t *testing.T) {
 				now = e.clock.Now().UnixNano()
 				n := costs[rng.IntN(len(costs))]
 				var r algo.Result
-				if l.Algorithm == algo.SlidingLog {
+				if l.Algorithm == sluice.SlidingLog {
 					r = logRef(&p, &log, now, n, false)
 				} else {
 					var next algo.State
@@ -79,16 +79,16 @@ func (s suite) trace(t *testing.T) {
 // Take a hit: algo.Step's (LogStep's) decisions, nothing overdrawn.
 func (s suite) eachTrace(t *testing.T) {
 	cases := []*sluice.Limit{
-		{Name: "fw", Algorithm: algo.FixedWindow, Rate: 5, Period: time.Second},
-		{Name: "tb", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8},
-		{Name: "tb-discrete", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
-		{Name: "lb", Algorithm: algo.LeakyBucket, Rate: 5, Period: time.Second, Burst: 8},
-		{Name: "gcra", Algorithm: algo.GCRA, Rate: 7, Period: time.Second, Burst: 3},
-		{Name: "sw", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second},
-		{Name: "log", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second},
-		{Name: "tb-debit", Algorithm: algo.TokenBucket, Rate: 5, Period: time.Second, Burst: 8, Debit: true},
-		{Name: "sw-debit", Algorithm: algo.SlidingWindow, Rate: 6, Period: time.Second, Debit: true},
-		{Name: "log-debit", Algorithm: algo.SlidingLog, Rate: 6, Period: time.Second, Debit: true},
+		{Name: "fw", Algorithm: sluice.Algorithm(algo.FixedWindow), Rate: 5, Period: time.Second},
+		{Name: "tb", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 5, Period: time.Second, Burst: 8},
+		{Name: "tb-discrete", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 5, Period: time.Second, Burst: 8, RefillInterval: 200 * time.Millisecond},
+		{Name: "lb", Algorithm: sluice.Algorithm(algo.LeakyBucket), Rate: 5, Period: time.Second, Burst: 8},
+		{Name: "gcra", Algorithm: sluice.Algorithm(algo.GCRA), Rate: 7, Period: time.Second, Burst: 3},
+		{Name: "sw", Algorithm: sluice.Algorithm(algo.SlidingWindow), Rate: 6, Period: time.Second},
+		{Name: "log", Algorithm: sluice.Algorithm(algo.SlidingLog), Rate: 6, Period: time.Second},
+		{Name: "tb-debit", Algorithm: sluice.Algorithm(algo.TokenBucket), Rate: 5, Period: time.Second, Burst: 8, Debit: true},
+		{Name: "sw-debit", Algorithm: sluice.Algorithm(algo.SlidingWindow), Rate: 6, Period: time.Second, Debit: true},
+		{Name: "log-debit", Algorithm: sluice.Algorithm(algo.SlidingLog), Rate: 6, Period: time.Second, Debit: true},
 	}
 	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
@@ -107,7 +107,7 @@ func (s suite) eachTrace(t *testing.T) {
 				n := costs[rng.IntN(len(costs))]
 				var r algo.Result
 				switch {
-				case l.Algorithm == algo.SlidingLog:
+				case l.Algorithm == sluice.SlidingLog:
 					r = logRef(&p, &log, now, n, each)
 				case each:
 					st, r = algo.Overdraw(&p, st, now, n)

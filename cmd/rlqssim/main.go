@@ -391,7 +391,7 @@ func (s *sim) finish() report {
 		}
 	}
 	r.Fairness = jain(xs)
-	r.Bound = int64(s.limitRate*s.c.duration.Seconds()) + algo.Nominal(s.limit.Algorithm, s.limit.Rate, s.limit.Burst) + int64(s.c.envoys) + r.Gifts
+	r.Bound = int64(s.limitRate*s.c.duration.Seconds()) + algo.Nominal(algo.Kind(s.limit.Algorithm), s.limit.Rate, s.limit.Burst) + int64(s.c.envoys) + r.Gifts
 	return r
 }
 

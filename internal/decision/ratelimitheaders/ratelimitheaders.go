@@ -119,7 +119,7 @@ func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 		first = false
 		b = AppendSFString(b, l.Name)
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, algo.Nominal(l.Algorithm, l.Rate, l.Burst), 10)
+		b = strconv.AppendInt(b, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), 10)
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, Window(l), 10)
 	}

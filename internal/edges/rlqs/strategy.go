@@ -80,7 +80,7 @@ func bucketOf(l *sluice.Limit, s float64) (bucket, bool) {
 	// bucket full, so every change of a share lets its Envoy admit its
 	// size at once beyond the rate: a window's whole count would be a
 	// window's worth of overshoot a change.
-	size := math.Max(1, math.Min(floorNear(s*float64(algo.Nominal(l.Algorithm, l.Rate, l.Burst))), per))
+	size := math.Max(1, math.Min(floorNear(s*float64(algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst))), per))
 	return bucket{max: clamp32(size), perFill: clamp32(per), fill: f}, true
 }
 

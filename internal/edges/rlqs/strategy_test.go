@@ -51,8 +51,8 @@ func TestBucketsWithinLimit(t *testing.T) {
 			if limitRate := float64(l.Rate) / l.Period.Seconds(); rate > limitRate*(1+1e-12) {
 				t.Fatalf("%+v, shares %v: buckets add %v a second, over the limit's %v", l, shares, rate, limitRate)
 			}
-			if size > uint64(algo.Nominal(l.Algorithm, l.Rate, l.Burst))+uint64(n) {
-				t.Fatalf("%+v, shares %v: buckets hold %d, over the burst %d plus %d", l, shares, size, algo.Nominal(l.Algorithm, l.Rate, l.Burst), n)
+			if size > uint64(algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst))+uint64(n) {
+				t.Fatalf("%+v, shares %v: buckets hold %d, over the burst %d plus %d", l, shares, size, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), n)
 			}
 		}
 	}

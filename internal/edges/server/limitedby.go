@@ -59,7 +59,7 @@ func limitedBy(_ context.Context, _ *decide.Request, o *decide.Outcome, err erro
 	b.WriteString("; algorithm=")
 	b.WriteString(dl.Limit.Algorithm.String())
 	b.WriteString("; limit=")
-	b.WriteString(strconv.FormatInt(algo.Nominal(dl.Limit.Algorithm, dl.Limit.Rate, dl.Limit.Burst), 10))
+	b.WriteString(strconv.FormatInt(algo.Nominal(algo.Kind(dl.Limit.Algorithm), dl.Limit.Rate, dl.Limit.Burst), 10))
 	b.WriteByte('/')
 	b.WriteString((time.Duration(ratelimitheaders.Window(dl.Limit)) * time.Second).String())
 	b.WriteString("; remaining=")

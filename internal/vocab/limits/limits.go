@@ -21,14 +21,14 @@ import (
 // the soft or elastic margin (algo.Capacity). l must be valid
 // (Limit.Validate): the Params of an invalid limit mean nothing.
 func Params(l *sluice.Limit) algo.Params {
-	return algo.LimitParams(l.Algorithm, l.Rate, int64(l.Period), algo.Nominal(l.Algorithm, l.Rate, l.Burst), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
+	return algo.LimitParams(algo.Kind(l.Algorithm), l.Rate, int64(l.Period), algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
 }
 
 // Decision turns an algorithm's result r, under l's parameters p, into a
 // Decision, reported against the configured limit rather than the enforced
 // capacity.
 func Decision(l *sluice.Limit, r algo.Result, p *algo.Params) sluice.Decision {
-	nominal := algo.Nominal(l.Algorithm, l.Rate, l.Burst)
+	nominal := algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)
 	remaining := max(r.Remaining-(p.Capacity-nominal), 0)
 	return sluice.Decision{
 		Allowed:    r.Allowed,
@@ -88,7 +88,7 @@ func MoreAfter(l *sluice.Limit, d sluice.Decision) time.Duration {
 	if p.Rate == 0 || p.Capacity == 0 {
 		return sluice.Never
 	}
-	nominal := algo.Nominal(l.Algorithm, l.Rate, l.Burst)
+	nominal := algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)
 	if d.Remaining >= nominal {
 		return 0
 	}
@@ -111,7 +111,7 @@ func MoreAfter(l *sluice.Limit, d sluice.Decision) time.Duration {
 // when Rate is zero), rounded up. RateLimit-Policy's w is Window in
 // seconds.
 func Window(l *sluice.Limit) time.Duration {
-	n := algo.Nominal(l.Algorithm, l.Rate, l.Burst)
+	n := algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst)
 	if !isBucket(l) || l.Rate <= 0 || n == l.Rate {
 		return l.Period
 	}

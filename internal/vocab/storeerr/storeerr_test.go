@@ -1,4 +1,4 @@
-package sluice_test
+package storeerr_test
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 )
 
-func TestReasonOf(t *testing.T) {
+func TestReason(t *testing.T) {
 	timeout := &sluice.StoreError{Reason: sluice.FailTimeout, Err: context.DeadlineExceeded}
 	for _, c := range []struct {
 		err  error
@@ -22,8 +23,8 @@ func TestReasonOf(t *testing.T) {
 		{errors.Join(errors.New("other"), fmt.Errorf("x: %w", &sluice.StoreError{Reason: sluice.FailOverload, Err: errors.New("shed")})), sluice.FailOverload},
 		{fmt.Errorf("two: %w %w", errors.New("a"), &sluice.StoreError{Reason: sluice.FailUnreachable, Err: errors.New("b")}), sluice.FailUnreachable},
 	} {
-		if got := sluice.ReasonOf(c.err); got != c.want {
-			t.Errorf("ReasonOf(%v) = %s, want %s", c.err, got, c.want)
+		if got := storeerr.Reason(c.err); got != c.want {
+			t.Errorf("Reason(%v) = %s, want %s", c.err, got, c.want)
 		}
 	}
 	if !errors.Is(fmt.Errorf("w: %w", timeout), context.DeadlineExceeded) {
