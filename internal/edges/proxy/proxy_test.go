@@ -311,6 +311,19 @@ func TestRoutes(t *testing.T) {
 	if resp.StatusCode/100 != 3 || up.hits.Load() != before {
 		t.Errorf("unclean path: %d, upstream hits %d -> %d", resp.StatusCode, before, up.hits.Load())
 	}
+	// An encoded separator keeps a path off its route (ServeMux reads
+	// "api%2Fa" as one segment) where an upstream that decodes first
+	// would serve /api/a: refused, never proxied unlimited.
+	for _, path := range []string{"/api%2Fa", "/api%2fb", "/x/..%2F..%2Flogin", "/api%5Cc", "/api%5cd"} {
+		resp, _ := f.do(nil, "GET", path)
+		if resp.StatusCode != 400 || up.hits.Load() != before {
+			t.Errorf("%s: %d, upstream hits %d -> %d; want 400 and never proxied", path, resp.StatusCode, before, up.hits.Load())
+		}
+	}
+	// Other escapes are read as ServeMux reads them: %61 is an a.
+	if s := status("GET", "/%61pi/d"); s != 429 {
+		t.Errorf("/%%61pi/d: %d, want 429 (the api route's limit, spent above)", s)
+	}
 }
 
 const trusting = `domain: api
