@@ -270,6 +270,24 @@ func TestTokensEnforceEveryField(t *testing.T) {
 			t.Errorf("%s: forwarded %s, want %s", body, got.body, want)
 		}
 	}
+	for body, want := range map[string]string{
+		// Only another API's cap present: reserved by it, and the
+		// request's own API's cap written, so that the API stops there
+		// (a chat's API ignores max_output_tokens: 1 reserved, 4,000
+		// spent).
+		`{"messages":[],"max_output_tokens":1}`:    `{"messages":[],"max_output_tokens":1,"max_completion_tokens":1}`,
+		`{"prompt":"x","max_output_tokens":1}`:     `{"prompt":"x","max_output_tokens":1,"max_tokens":1}`,
+		`{"prompt":"x","max_completion_tokens":1}`: `{"prompt":"x","max_completion_tokens":1,"max_tokens":1}`,
+		`{"input":"x","max_tokens":1}`:             `{"input":"x","max_tokens":1,"max_output_tokens":1}`,
+		`{"input":"x","max_completion_tokens":1}`:  `{"input":"x","max_completion_tokens":1,"max_output_tokens":1}`,
+		// Its own present: nothing added.
+		`{"messages":[],"max_tokens":1}`:      `{"messages":[],"max_tokens":1}`,
+		`{"input":"x","max_output_tokens":1}`: `{"input":"x","max_output_tokens":1}`,
+	} {
+		if got := b.post(t, body); string(got.body) != want {
+			t.Errorf("%s: forwarded %s, want %s", body, got.body, want)
+		}
+	}
 
 	// Fields names max_tokens only: the others are capped all the same.
 	tok := enforced()

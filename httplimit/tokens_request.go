@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -601,17 +602,7 @@ func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []b
 		}
 	}
 	var add []string
-	if !rd.named {
-		// The first of Fields, or the field of the request's API when it
-		// is not a chat: the one the API reads.
-		field := t.fields[0]
-		switch {
-		case rd.messages:
-		case rd.prompt:
-			field = "max_tokens"
-		case rd.input:
-			field = "max_output_tokens"
-		}
+	if field := t.missingCap(rd); field != "" {
 		add = append(add, strconv.Quote(field)+":"+num)
 	}
 	if rd.stream && (rd.messages || rd.prompt) {
@@ -648,6 +639,47 @@ func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []b
 		nb = append(nb, a...)
 	}
 	return append(nb, b[s.end:]...)
+}
+
+// missingCap returns the output field to add to a body in which the API
+// it is for would find no cap of its own, or "" when it has one. A cap of
+// another API's does not count: a chat's API ignores max_output_tokens (a
+// Responses field), so a chat request that names only that one would be
+// reserved by it and answered at full length. A chat's own caps are
+// max_completion_tokens, max_tokens and those of Fields (an API that
+// copies the chat's); a legacy completion's, max_tokens; a Responses
+// request's, max_output_tokens. A body of none of them needs one of
+// Fields.
+func (t *tokens) missingCap(rd *bodyRead) string {
+	var own []string
+	field := t.fields[0]
+	switch {
+	case rd.messages:
+		own = []string{"max_completion_tokens", "max_tokens"}
+		for _, f := range t.fields {
+			if f != "max_output_tokens" {
+				own = append(own, f)
+			}
+		}
+		if field == "max_output_tokens" {
+			field = "max_completion_tokens"
+		}
+	case rd.prompt:
+		own, field = []string{"max_tokens"}, "max_tokens"
+	case rd.input:
+		own, field = []string{"max_output_tokens"}, "max_output_tokens"
+	default:
+		if rd.named {
+			return ""
+		}
+		return field
+	}
+	for i := range rd.outs {
+		if slices.Contains(own, t.outFields[rd.outIdx[i]]) {
+			return ""
+		}
+	}
+	return field
 }
 
 // asksUsage reports whether the stream options so ask for the usage,

@@ -187,6 +187,7 @@ func TestTokensE2EStrictBody(t *testing.T) {
 		{"byte order mark", []byte("\xef\xbb\xbf" + `{"model":"m","max_tokens":100000,` + msgs + `}`), "not strict JSON"},
 		{"UTF-16", utf16LE(`{"model":"m","max_tokens":100000,` + msgs + `}`), "not strict JSON"},
 		{"two output fields", []byte(`{"model":"m","max_completion_tokens":1,"max_tokens":100000,` + msgs + `}`), ""},
+		{"only a Responses cap on a chat", []byte(`{"model":"m","max_output_tokens":1,` + msgs + `}`), ""},
 		{"a repeated key", []byte(`{"model":"m","max_tokens":100000,"max_tokens":1,` + msgs + `}`), "repeated"},
 		{"a key repeated in another case", []byte(`{"model":"m","MAX_TOKENS":100000,"max_tokens":1,` + msgs + `}`), "repeated"},
 		{"a key repeated with an escape", []byte(`{"model":"m","max\u005ftokens":100000,"max_tokens":1,` + msgs + `}`), "repeated"},
@@ -222,8 +223,8 @@ func TestTokensE2EStrictBody(t *testing.T) {
 			t.Errorf("%s: status %d %s", tc.name, r.status, r.body)
 		}
 	}
-	if n := len(up.records()); n != 1 {
-		t.Errorf("the upstream answered %d requests, want 1 (the capped one)", n)
+	if n := len(up.records()); n != 2 {
+		t.Errorf("the upstream answered %d requests, want 2 (the capped ones)", n)
 	}
 }
 
