@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -59,6 +60,16 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	e2eBuild.dir = dir
+	// The tests that spend their time waiting (for a window to pass, a
+	// slow client, a Redis to come back) call t.Parallel and run side by
+	// side after the others; more of them at once than the machine has
+	// cores, since they wait. -parallel, when given, wins.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "6")
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
