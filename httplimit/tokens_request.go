@@ -462,11 +462,25 @@ func (rd *bodyRead) checkTools(v []byte) {
 // errNoBody is a request without the JSON body Enforce needs.
 var errNoBody = invalidError{"the body must be a JSON object (the token budget enforces its reservation in it)"}
 
+// encoded reports whether a request's Content-Encoding, of every line and
+// every item of each, names any coding but identity: an upstream reads
+// them all ("identity" then "gzip" is a gzip body).
+func encoded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // reserve reads r's body for the reservation, putting back a body to
 // forward (rewritten with Enforce).
 func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 	var tr tokenRequest
-	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+	if encoded(r.Header) {
 		return tr, errEncodedBody
 	}
 	r.Header.Del("Accept-Encoding")
