@@ -110,6 +110,16 @@ func checkURL(raw string) error {
 	if strings.Contains(u.Opaque+u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@") {
 		return fmt.Errorf("redisstore: bad URL %q: an @ after its host: percent-encode a password's /, ?, # and @ (%%2F, %%3F, %%23, %%40)", redact.Value(raw))
 	}
+	// Two '@' before the path: url.Parse ends the password at the last,
+	// so that redis://u:pw@host:1@other dials other with "pw@host:1".
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			rest = rest[:i]
+		}
+		if strings.Count(rest, "@") > 1 {
+			return fmt.Errorf("redisstore: bad URL %q: an @ in its password: percent-encode a password's /, ?, # and @ (%%2F, %%3F, %%23, %%40)", redact.Value(raw))
+		}
+	}
 	return nil
 }
 

@@ -36,3 +36,30 @@ func TestClientOptionHidesPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestClientOptionRefusesAmbiguousURLs: a URL whose password would end
+// elsewhere than its writer meant is refused, never dialled: an @ after
+// the host, or a second @ before it (url.Parse ends the password at the
+// last, so that the host after it would be dialled with the password).
+func TestClientOptionRefusesAmbiguousURLs(t *testing.T) {
+	for _, u := range []string{
+		"redis://u:S3crPASS@127.0.0.1:1@evil/0",
+		"redis://u:p@ss@127.0.0.1:1",
+		"redis://:a/b@127.0.0.1:1",
+		"rediss://u:p?q@127.0.0.1:1",
+	} {
+		_, err := clientOption(Config{URL: u})
+		if err == nil {
+			t.Errorf("%s: accepted", u)
+			continue
+		}
+		for _, secret := range []string{"S3crPASS", "p@ss", "ss@", "a/b", "p?q"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: the error %q shows %q", u, err, secret)
+			}
+		}
+	}
+	if _, err := clientOption(Config{URL: "redis://u:p%40ss@127.0.0.1:1/0"}); err != nil {
+		t.Errorf("a percent-encoded @: %v", err)
+	}
+}
