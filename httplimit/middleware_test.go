@@ -544,6 +544,25 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestAPIKeySpellings: an API key in an authorization scheme is one key
+// however the scheme is spelled (its case, the spaces after it), not a
+// fresh quota for each spelling; another key is another.
+func TestAPIKeySpellings(t *testing.T) {
+	srv := limited(t, httplimit.Config{
+		Decider:     decider(t, keyRules),
+		Domain:      "api",
+		Descriptors: []httplimit.Descriptor{{{Source: httplimit.APIKey("Authorization")}}},
+	})
+	var got []string
+	for _, v := range []string{"Bearer sk-1", "bearer sk-1", "BEARER  sk-1", "bEaReR    sk-1", "Bearer sk-2", "ApiKey k", "APIKEY  k", "sk-3"} {
+		r := rawDo(t, srv.Listener.Addr().String(), "/", "Authorization: "+v)
+		got = append(got, r.String())
+	}
+	if want := "200 9,200 8,200 7,200 6,200 9,200 9,200 8,200 9"; strings.Join(got, ",") != want {
+		t.Errorf("remaining %s, want %s", strings.Join(got, ","), want)
+	}
+}
+
 // Country takes two letters, upper-cased; anything else skips the
 // descriptor, as an absent header does.
 func TestCountry(t *testing.T) {

@@ -124,6 +124,43 @@ func Header(name string) Source { return Source{kind: header, header: name} }
 // "api_key".
 func APIKey(name string) Source { return Source{kind: apiKey, header: name} }
 
+// credential is an API key header's value in one spelling of the many an
+// API takes for it: an authorization scheme is read in any case and with
+// any spacing (RFC 9110), so "bearer K" and "Bearer  K" are "Bearer K",
+// one key, not a fresh quota for each spelling (Bearer, Basic, Token and
+// Digest so spelled, any other scheme in lower case).
+func credential(v string) string {
+	scheme, rest, ok := strings.Cut(v, " ")
+	if !ok {
+		scheme, rest, ok = strings.Cut(v, "\t")
+	}
+	if !ok {
+		return v
+	}
+	rest = strings.Trim(rest, " \t")
+	if rest == "" || strings.ContainsAny(rest, " \t") || !validScheme(scheme) {
+		return v
+	}
+	canonical := strings.ToLower(scheme)
+	for _, c := range [...]string{"Bearer", "Basic", "Token", "Digest"} {
+		if strings.EqualFold(scheme, c) {
+			canonical = c
+		}
+	}
+	return canonical + " " + rest
+}
+
+// validScheme reports whether s is an authorization scheme: a token of
+// letters, digits and -._~+.
+func validScheme(s string) bool {
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~+", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // Method is the request method. Default key "method".
 func Method() Source { return Source{kind: method} }
 
@@ -278,6 +315,9 @@ func (e *entry) value(r *http.Request, s *scratch) (v string, ok bool, err error
 		}
 		if checkValue(lines[0], MaxHeaderValueLen) != nil {
 			return "", false, fmt.Errorf("header %s: longer than %d bytes, or not printable UTF-8", e.arg, MaxHeaderValueLen)
+		}
+		if e.kind == apiKey {
+			return credential(lines[0]), true, nil
 		}
 		return lines[0], true, nil
 	case country:
