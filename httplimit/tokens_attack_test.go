@@ -185,6 +185,8 @@ func TestTokensStrictBody(t *testing.T) {
 		{"a control character", "{\"model\":\"a\tb\"}", "control character"},
 		{"a bad escape", `{"model":"\x41"}`, "unknown escape"},
 		{"too deep", `{"x":` + deep(600) + `}`, "deeper than 512"},
+		{"too many members", many(1<<14, ""), "more than 16384 members"},
+		{"too many members around", many(1<<13, `,"y":`+strings.Replace(many(1<<13, ""), "max_tokens", "z", 1)), "more than 16384 members"},
 		{"not an object", `[{"max_tokens":1}]`, "not a JSON object"},
 		{"a leading zero", `{"max_tokens":0100}`, "unexpected '1'"},
 		{"an exponent", `{"max_tokens":1e5}`, "whole number of tokens"},

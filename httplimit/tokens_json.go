@@ -25,6 +25,12 @@ import (
 // refuses a body about twice as deep as this.
 const maxJSONDepth = 512
 
+// maxOpenKeys bounds the keys of the objects open at once (an object's
+// and those around it), which the scan keeps to find repeats: a body of
+// 8 MiB holding one object of 700,000 members held 115 MB while it was
+// read. No request an API takes comes near it.
+const maxOpenKeys = 1 << 14
+
 // smallObject is the number of keys of an object compared pairwise for
 // repeats; a larger object keeps a set of its folded keys.
 const smallObject = 16
@@ -205,6 +211,9 @@ func (s *strictJSON) key(b []byte, i int) (int, error) {
 	}
 	if bytes.IndexByte(k, 0) >= 0 {
 		return i, strictError(i, "key %s holds a NUL", quoteKey(k))
+	}
+	if len(s.keys) >= maxOpenKeys {
+		return i, strictError(i, "more than %d members in an object and those around it", maxOpenKeys)
 	}
 	n := len(s.open) - 1
 	mine := s.keys[s.open[n]:]
