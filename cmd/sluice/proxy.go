@@ -304,23 +304,32 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	// Reloads: the watcher sees the file change (its rules hash covers
 	// the whole file, http section included); the file is then read once
 	// more for both its rules and its section, so that the two agree.
+	// What the proxy refuses of a file that loads as rules (a section in
+	// error, tokens with --store remote) the watcher rejects (Check)
+	// before it puts the rules in force and says so.
+	var next struct {
+		c   *rules.Config
+		sec *httpconf.Section
+	}
 	watcher, err := reload.New(reload.Config{
 		Path:   s.config,
 		Logger: log.With("component", "reload"),
+		Check: func(*rules.Config) (err error) {
+			next.c, next.sec, err = loadProxyConfig(s.config, s.store, log)
+			return err
+		},
 		OnLoad: func(*rules.Config) {
-			c, sec, err := loadProxyConfig(s.config, s.store, log)
-			if err == nil {
-				d := c.Domains()[0]
-				if err = p.SetRoutes(d, sec); err == nil {
-					dec.SetRules(c)
-					domainNow.Store(&d)
-					log.Info("configuration loaded", "hash", c.Hash(), "domain", d, "routes", len(sec.Routes))
-					loads.WithLabelValues("success").Inc()
-					return
-				}
+			c, sec := next.c, next.sec
+			d := c.Domains()[0]
+			if err := p.SetRoutes(d, sec); err != nil { // a section that parsed builds: not seen
+				log.Error("configuration rejected; the previous one stays in force", "err", err)
+				loads.WithLabelValues("failure").Inc()
+				return
 			}
-			log.Error("configuration rejected; the previous one stays in force", "err", err)
-			loads.WithLabelValues("failure").Inc()
+			dec.SetRules(c)
+			domainNow.Store(&d)
+			log.Info("configuration loaded", "hash", c.Hash(), "domain", d, "routes", len(sec.Routes))
+			loads.WithLabelValues("success").Inc()
 		},
 		OnError: func(error) { loads.WithLabelValues("failure").Inc() },
 	})

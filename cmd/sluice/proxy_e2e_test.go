@@ -140,6 +140,10 @@ func TestProxyE2E(t *testing.T) {
 	bad := strings.Replace(proxyRules, "    - pattern: /\n", "    - pattern: /\n      shaping: true\n", 1)
 	write(strings.Replace(bad, "LOGIN", "5", 1))
 	p.waitLog("configuration problem", `"line":9`, "shaping")
+	p.waitLog("keeping the rules in force")
+	if strings.Contains(p.log(), "rules reloaded") {
+		t.Errorf("a rejected file logged as reloaded:\n%s", p.log())
+	}
 	if code, _, _ := fetch(t, "POST", front+"/login"); code != 429 {
 		t.Errorf("after a bad reload, login: %d, want 429", code)
 	}

@@ -61,6 +61,12 @@ type Config struct {
 	// called from the goroutine of Run, one call at a time.
 	OnLoad func(*rules.Config)
 
+	// Check, when set, is called with a new config before it replaces
+	// the one in force: an error rejects it as an invalid file is
+	// rejected (logged, OnError called, the config in force stays), for
+	// a caller that asks more of the files than rules.Load does.
+	Check func(*rules.Config) error
+
 	// OnError is called with the error of every reload that failed; the
 	// config in force stays. The error is a *rules.Error when the files
 	// loaded but are invalid. It is called from the goroutine of Run.
@@ -277,6 +283,12 @@ func (w *Watcher) reload() {
 	if c.Hash() == cur.Hash() {
 		w.log.Debug("rules unchanged", "path", w.cfg.Path, "hash", c.Hash())
 		return
+	}
+	if w.cfg.Check != nil {
+		if err := w.cfg.Check(c); err != nil {
+			w.reject(err, cur)
+			return
+		}
 	}
 	for _, p := range c.Warnings() {
 		w.log.Warn("rules warning", problemAttrs(p)...)
