@@ -36,10 +36,10 @@ var allowed = map[string][][]string{
 	"memstore/memstoremetrics":   {{"", "internal/base/algo", "internal/vocab/limits", "memstore"}, xxh3, prometheus},
 	"redisstore":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/stores/breaker", "internal/base/logsample", "internal/base/redact", "internal/base/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
 	"redisstore/internal/luasrc": {{"", "internal/base/algo"}},
-	"localcache":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric"}, xxh3, prometheus},
+	"localcache":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric", "internal/stores/decorator"}, xxh3, prometheus},
 	// Leases wrap any store, and name none.
-	"lease":     {{"", "internal/vocab/storeerr", "internal/base/algo"}, xxh3},
-	"storetest": {{"", "internal/base/algo", "internal/vocab/limits"}},
+	"lease":     {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/stores/decorator"}, xxh3},
+	"storetest": {{"", "internal/base/algo", "internal/vocab/limits", "internal/stores/decorator"}},
 	"rules":     {{"", "internal/base/algo", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar"}, yaml},
 	// The decision core: plain Go, no protocol, no store.
 	"decide": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},

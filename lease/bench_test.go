@@ -59,10 +59,10 @@ func BenchmarkTake(b *testing.B) {
 					}
 				}
 			})
-			if f := s.Stats().Fallback.Load(); f > 0 {
+			if f := s.Stats().Fallback; f > 0 {
 				b.Errorf("%d leasing hits decided by the store, want 0", f)
 			}
-			b.ReportMetric(float64(s.Stats().Grants.Load())/float64(b.N), "grants/op")
+			b.ReportMetric(float64(s.Stats().Grants)/float64(b.N), "grants/op")
 		})
 	}
 }

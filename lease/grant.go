@@ -96,7 +96,7 @@ func (s *Store) takeGrant(ctx context.Context, lim *sluice.Limit, key string, le
 	sent := s.clock()
 	n := grantOf(lim, key, led, size, &hits, out)
 	s.stats.Grants.Add(1)
-	return sent, s.next.Take(ctx, hits[:n], out[:n])
+	return sent, s.Next.Take(ctx, hits[:n], out[:n])
 }
 
 // refusedGrant records a grant sent at sent and refused with out: the next

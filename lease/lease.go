@@ -39,6 +39,9 @@
 // request: all-or-nothing stays all-or-nothing (Take), one by one stays
 // one by one (TakeEach, with its debts).
 //
+// Close leaves the wrapped store open: a store that wraps another never
+// closes it; close it yourself when done.
+//
 // Settle settles a reservation in the wrapped store: a leasing window's
 // charge and refund, but only a leasing bucket's charge, never its refund
 // (see Store.Settle).
@@ -55,8 +58,6 @@
 package lease
 
 import (
-	"context"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/stores/decorator"
 	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 )
 
@@ -91,8 +93,8 @@ const DefaultMaxLeases = 100_000
 // local leases, and every other hit through the store it wraps. It is safe
 // for concurrent use.
 type Store struct {
-	next  sluice.Store
-	each  eachTaker // next's, or nil
+	base // the store below: Unwrap, Health, Close
+
 	now   func() time.Duration
 	start time.Time
 	max   int64
@@ -104,18 +106,32 @@ type Store struct {
 
 	goFn func(func())
 
-	stats Stats
+	stats counters
 }
 
-// Stats counts what a Store did. Read them with Store.Stats.
+// Stats counts what a Store did since New: a snapshot, from Store.Stats.
 type Stats struct {
-	Local    atomic.Int64 // hits admitted from a lease
-	Grants   atomic.Int64 // grant calls made (a retry counts again)
-	Refused  atomic.Int64 // grant calls the key or the ledger refused
-	Granted  atomic.Int64 // hits granted
-	Renewals atomic.Int64 // grant calls made ahead, for a lease running low
-	Expired  atomic.Int64 // hits granted, never spent: their lease expired
-	Fallback atomic.Int64 // hits of leasing limits decided by the store
+	Local    int64 // hits admitted from a lease
+	Grants   int64 // grant calls made (a retry counts again)
+	Refused  int64 // grant calls the key or the ledger refused
+	Granted  int64 // hits granted
+	Renewals int64 // grant calls made ahead, for a lease running low
+	Expired  int64 // hits granted, never spent: their lease expired
+	Fallback int64 // hits of leasing limits decided by the store
+}
+
+// counters are the live counts behind Stats.
+type counters struct {
+	Local, Grants, Refused, Granted, Renewals, Expired, Fallback atomic.Int64
+}
+
+// Stats returns a snapshot of the store's counters.
+func (s *Store) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		Local: c.Local.Load(), Grants: c.Grants.Load(), Refused: c.Refused.Load(), Granted: c.Granted.Load(),
+		Renewals: c.Renewals.Load(), Expired: c.Expired.Load(), Fallback: c.Fallback.Load(),
+	}
 }
 
 const numShards = 64
@@ -173,43 +189,24 @@ func down(err error) bool {
 
 // New returns a lease store in front of next.
 func New(next sluice.Store, cfg Config) *Store {
-	s := &Store{next: next, now: cfg.Now, start: time.Now(), max: int64(cfg.MaxLeases), goFn: cfg.Go}
+	s := &Store{base: decorator.New(next, "the leases"), now: cfg.Now, start: time.Now(), max: int64(cfg.MaxLeases), goFn: cfg.Go}
 	if s.goFn == nil {
 		s.goFn = func(f func()) { go f() }
 	}
 	if s.max <= 0 {
 		s.max = DefaultMaxLeases
 	}
-	s.each, _ = next.(eachTaker)
 	for i := range s.shards {
 		s.shards[i].m = map[lkey]*lease{}
 	}
 	return s
 }
 
-// Stats returns the store's counters.
-func (s *Store) Stats() *Stats { return &s.stats }
-
-// Unwrap returns the store the lease store wraps.
-func (s *Store) Unwrap() sluice.Store { return s.next }
-
-// Close closes the wrapped store if it has a Close method, and returns its
-// error; otherwise it does nothing. Leases held are dropped with the store.
-func (s *Store) Close() error {
-	if c, ok := s.next.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-// Health returns the wrapped store's Health() if it has that method, and
-// nil otherwise.
-func (s *Store) Health() error {
-	if h, ok := s.next.(interface{ Health() error }); ok {
-		return h.Health()
-	}
-	return nil
-}
+// base is the forwarding helper every decorator embeds: Unwrap returns
+// the wrapped store, Health is its, and Close does nothing (leases held are
+// dropped with the Store; the wrapped store is closed by whoever opened
+// it).
+type base = decorator.Base
 
 func (s *Store) clock() time.Duration {
 	if s.now != nil {
@@ -249,9 +246,4 @@ func decisionOf(l *lease, now time.Duration) sluice.Decision {
 		Remaining:  l.units + l.spare + l.left,
 		ResetAfter: max(l.resetAt-now, 0),
 	}
-}
-
-// eachTaker is a store's TakeEach (see sluice.Store).
-type eachTaker interface {
-	TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error
 }

@@ -94,7 +94,7 @@ func TestHotKeyFewCalls(t *testing.T) {
 			admitted++
 			callsAtLast, asksAtLast = c.calls.calls, i+1
 			st := c.nodes[0].Stats()
-			waited = st.Grants.Load() - st.Renewals.Load()
+			waited = st.Grants - st.Renewals
 		}
 	}
 	// Never beyond the limit; short of it by at most what expired
@@ -113,7 +113,7 @@ func TestHotKeyFewCalls(t *testing.T) {
 		t.Errorf("%d calls for %d denials", calls, denials)
 	}
 	t.Logf("%d admitted; %d calls for the first %d decisions, %d for the %d after; %d grant calls (%d renewals made ahead), %d hits granted, %d from leases, %d expired unspent, %d decided by the store",
-		admitted, callsAtLast, asksAtLast, c.calls.calls-callsAtLast, denials, st.Grants.Load(), st.Renewals.Load(), st.Granted.Load(), st.Local.Load(), st.Expired.Load(), st.Fallback.Load())
+		admitted, callsAtLast, asksAtLast, c.calls.calls-callsAtLast, denials, st.Grants, st.Renewals, st.Granted, st.Local, st.Expired, st.Fallback)
 	// A lease running low is renewed ahead: the hits that waited for a
 	// grant are the first few, while grants grow from one hit, and the
 	// ones after the window ran out (each a refused grant).
@@ -280,11 +280,11 @@ func TestAllOrNothing(t *testing.T) {
 	if err := c.nodes[0].Take(ctx, []sluice.Hit{{Key: "a", Limit: leased, Cost: 1}, {Key: "b", Limit: strict, Cost: 1}}, out); err != nil || !out[0].Allowed || !out[1].Allowed {
 		t.Fatalf("first pair: %+v %v", out, err)
 	}
-	before := c.nodes[0].Stats().Local.Load()
+	before := c.nodes[0].Stats().Local
 	if err := c.nodes[0].Take(ctx, []sluice.Hit{{Key: "a", Limit: leased, Cost: 1}, {Key: "b", Limit: strict, Cost: 1}}, out); err != nil || out[1].Allowed {
 		t.Fatalf("second pair: %+v %v, want the strict limit to deny", out, err)
 	}
-	if got := c.nodes[0].Stats().Local.Load(); got != before {
+	if got := c.nodes[0].Stats().Local; got != before {
 		t.Errorf("a denied request still counted %d hits from the lease", got-before)
 	}
 	// What the lease held is all there: 1,000 in the hour, 12 taken so far
@@ -359,9 +359,9 @@ type sums struct{ local, grants, refused int64 }
 func nodeStats(c *cluster) sums {
 	var s sums
 	for _, n := range c.nodes {
-		s.local += n.Stats().Local.Load()
-		s.grants += n.Stats().Grants.Load()
-		s.refused += n.Stats().Refused.Load()
+		s.local += n.Stats().Local
+		s.grants += n.Stats().Grants
+		s.refused += n.Stats().Refused
 	}
 	return s
 }
@@ -417,7 +417,7 @@ func TestRenewalKeepsNothingOfTheCaller(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if ls.Stats().Renewals.Load() == 0 {
+	if ls.Stats().Renewals == 0 {
 		t.Fatal("no renewal ran: the test tests nothing")
 	}
 }

@@ -71,13 +71,13 @@ func TestRedisNodes(t *testing.T) {
 	var calls, grants, refused int64
 	for i, rs := range stores {
 		calls += rs.Stats().Calls
-		grants += nodes[i].Stats().Grants.Load()
-		refused += nodes[i].Stats().Refused.Load()
+		grants += nodes[i].Stats().Grants
+		refused += nodes[i].Stats().Refused
 	}
 	granting := grants - refused
 	var local int64
 	for _, nd := range nodes {
-		local += nd.Stats().Local.Load()
+		local += nd.Stats().Local
 	}
 	t.Logf("%d admitted of %d asked, %d from leases; %d Redis calls, %d of them grants that granted, %d refused", n, asked.Load(), local, calls, granting, refused)
 	// 32 goroutines ask as fast as they can. A window needs no ledger, so

@@ -144,7 +144,7 @@ func (s *Store) landed(sh *shard, l *lease, f *flight, err error) {
 // promote makes the renewal the lease, when the lease can no longer serve:
 // what the lease had left goes (every unit dies within its own grant's
 // life); a renewal that expired waiting goes too.
-func (l *lease) promote(now time.Duration, st *Stats) {
+func (l *lease) promote(now time.Duration, st *counters) {
 	if now >= l.spareDeadline {
 		st.Expired.Add(l.spare)
 		l.spare = 0

@@ -2,17 +2,9 @@ package lease
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/sluicehq/sluice"
 )
-
-// settler is the method set of a store that settles reservations
-// (sluice.Limiter.Settle).
-type settler interface {
-	Settle(ctx context.Context, s *sluice.Settlement) (int64, error)
-}
 
 // Settle settles a reservation (sluice.Limiter.Settle) through the wrapped
 // store's Settle, and fails with an error wrapping errors.ErrUnsupported
@@ -32,12 +24,8 @@ type settler interface {
 // the bucket no longer holds. What a reservation on a leasing bucket did
 // not spend is lost, as a lease's unspent units are.
 func (s *Store) Settle(ctx context.Context, st *sluice.Settlement) (int64, error) {
-	next, ok := s.next.(settler)
-	if !ok {
-		return 0, fmt.Errorf("%w: the store under the leases has no Settle method", errors.ErrUnsupported)
-	}
-	if st.Spent < st.Hit.Cost && leasable(&st.Hit) && !windowed(st.Hit.Limit.Algorithm) {
+	if s.Settler != nil && st.Spent < st.Hit.Cost && leasable(&st.Hit) && !windowed(st.Hit.Limit.Algorithm) {
 		return 0, nil
 	}
-	return next.Settle(ctx, st)
+	return s.SettleBelow(ctx, st)
 }

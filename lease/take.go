@@ -149,13 +149,13 @@ func (s *Store) decideRest(ctx context.Context, hits []sluice.Hit, out []sluice.
 // decide passes hits to the store, one by one or all together.
 func (s *Store) decide(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	if !each {
-		return s.next.Take(ctx, hits, out)
+		return s.Next.Take(ctx, hits, out)
 	}
-	if s.each != nil {
-		return s.each.TakeEach(ctx, hits, out)
+	if s.Each != nil {
+		return s.Each.TakeEach(ctx, hits, out)
 	}
 	for i := range hits {
-		if err := s.next.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
+		if err := s.Next.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,9 @@
 //
 //	store := localcache.New(redis, localcache.Config{})
 //
+// Closing the cache leaves redis open: a store that wraps another never
+// closes it; close redis yourself when done.
+//
 // # What is cached
 //
 // An entry is learned from every hit, in a request passed to the wrapped

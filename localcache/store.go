@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/stores/decorator"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
@@ -40,8 +40,7 @@ const DefaultMaxEntries = 100_000
 // asking the store it wraps. It is safe for concurrent use. Create it with
 // New.
 type Store struct {
-	next sluice.Store
-	one  oneTaker // next, if it takes single hits directly
+	base // the store below: Unwrap, Health, Close
 
 	now   func() time.Duration // nil: time since start
 	start time.Time
@@ -70,7 +69,7 @@ func New(next sluice.Store, cfg Config) *Store {
 	shardBits := bits.Len(uint(n)) - 1 // round down to a power of two
 	n = 1 << shardBits
 	s := &Store{
-		next:       next,
+		base:       decorator.New(next, "the cache"),
 		now:        cfg.Now,
 		start:      time.Now(),
 		shards:     make([]shard, n),
@@ -80,7 +79,6 @@ func New(next sluice.Store, cfg Config) *Store {
 		hits:       newStripes(),
 		misses:     newStripes(),
 	}
-	s.one, _ = next.(oneTaker)
 	// A table grows up to at least 5/4 of its shard's entries in slots.
 	// With two buckets to choose from, an entry seldom finds both full
 	// below a load of 90%, so evictions wait for the shard to be full.
@@ -94,26 +92,10 @@ func New(next sluice.Store, cfg Config) *Store {
 	return s
 }
 
-// Unwrap returns the store the cache wraps.
-func (s *Store) Unwrap() sluice.Store { return s.next }
-
-// Close closes the wrapped store if it has a Close method (memstore and
-// redisstore do) and returns its error; otherwise it does nothing.
-func (s *Store) Close() error {
-	if c, ok := s.next.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
-
-// Health returns the wrapped store's Health() if it has that method
-// (redisstore does), and nil otherwise.
-func (s *Store) Health() error {
-	if h, ok := s.next.(interface{ Health() error }); ok {
-		return h.Health()
-	}
-	return nil
-}
+// base is the forwarding helper every decorator embeds: Unwrap returns
+// the wrapped store, Health is its (redisstore has one), and Close does
+// nothing: the wrapped store is closed by whoever opened it.
+type base = decorator.Base
 
 // clock reads the cache's clock, in nanoseconds.
 func (s *Store) clock() int64 {
@@ -139,14 +121,12 @@ func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 // denial of a larger cost says nothing of when its limit has room again,
 // which is when a hit there would overdraw rather than be denied.
 func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	if each, ok := s.next.(interface {
-		TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
-	}); ok {
-		return s.take(ctx, hits, out, each.TakeEach)
+	if s.Each != nil {
+		return s.take(ctx, hits, out, s.Each.TakeEach)
 	}
 	return s.take(ctx, hits, out, func(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 		for i := range hits {
-			if err := s.next.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
+			if err := s.Next.Take(ctx, hits[i:i+1], out[i:i+1]); err != nil {
 				return err
 			}
 		}
@@ -187,7 +167,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		now = int64(rand.Uint64())
 	}
 	s.misses.add(uint64(now))
-	take := s.next.Take
+	take := s.Next.Take
 	if each != nil {
 		take = each
 	}
@@ -262,13 +242,13 @@ func (s *Store) TakeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, err
 
 // takeOne passes one hit to the wrapped store.
 func (s *Store) takeOne(ctx context.Context, h sluice.Hit) (sluice.Decision, error) {
-	if s.one != nil {
-		return s.one.TakeOne(ctx, h)
+	if s.One != nil {
+		return s.One.TakeOne(ctx, h)
 	}
 	// The one-element slices would escape to the heap through Take.
 	b := onePool.Get().(*oneHit)
 	b.hits[0] = h
-	err := s.next.Take(ctx, b.hits[:], b.out[:])
+	err := s.Next.Take(ctx, b.hits[:], b.out[:])
 	d := b.out[0]
 	*b = oneHit{}
 	onePool.Put(b)
@@ -436,10 +416,4 @@ func afterSat(t int64, d time.Duration) int64 {
 		return never
 	}
 	return t + int64(d)
-}
-
-// oneTaker is a store that takes a single hit directly (TakeOne), as the
-// Limiter asks of one.
-type oneTaker interface {
-	TakeOne(ctx context.Context, hit sluice.Hit) (sluice.Decision, error)
 }

@@ -1,13 +1,13 @@
 package storetest
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/stores/decorator"
 )
 
 // eachIndependent: hits decided one by one, as envoyproxy/ratelimit
@@ -40,9 +40,7 @@ func (s suite) eachIndependent(t *testing.T) {
 // a denied client digs no deeper. Without TakeEach, nothing is overdrawn.
 func (s suite) eachOverdraw(t *testing.T) {
 	s.forKinds(t, func(t *testing.T, e *env, k algo.Kind) {
-		_, hasEach := e.store.(interface {
-			TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
-		})
+		_, hasEach := e.store.(decorator.EachTaker)
 		l := &sluice.Limit{Name: "tokens", Algorithm: sluice.Algorithm(k), Rate: 10, Period: time.Minute}
 		charge := overdrawCharge(t, e, l, hasEach)
 		if !hasEach {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/stores/decorator"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
@@ -44,9 +45,7 @@ func (s suite) settle(t *testing.T) {
 	for _, l := range settleLimits() {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			if _, ok := e.store.(interface {
-				Settle(context.Context, *sluice.Settlement) (int64, error)
-			}); !ok {
+			if _, ok := e.store.(decorator.Settler); !ok {
 				h := hit("k", l, 5)
 				_, err := e.lim.Settle(context.Background(), settlement(h, sluice.Decision{}, e.clock.Now(), 1, 1))
 				if !errors.Is(err, errors.ErrUnsupported) {

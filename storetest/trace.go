@@ -1,13 +1,13 @@
 package storetest
 
 import (
-	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/base/algo"
+	"github.com/sluicehq/sluice/internal/stores/decorator"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
@@ -93,9 +93,7 @@ func (s suite) eachTrace(t *testing.T) {
 	for li, l := range cases {
 		t.Run(l.Name, func(t *testing.T) {
 			e := s.env(t)
-			_, each := e.store.(interface {
-				TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
-			})
+			_, each := e.store.(decorator.EachTaker)
 			p := limits.Params(l)
 			rng := rand.New(rand.NewPCG(uint64(li), 0xeac4))
 			costs := []int64{0, 0, 1, 1, 1, 2, 3, p.Capacity + 1}

@@ -186,7 +186,7 @@ func run(c config) (report, error) {
 	}
 	r.Calls = shared.calls
 	for _, n := range nodes {
-		r.Expired += n.Stats().Expired.Load()
+		r.Expired += n.Stats().Expired
 	}
 	r.Excess = excess(l, log.all)
 	r.tally(asked, admitted)

@@ -8,14 +8,15 @@ func regionFigures(set *storeSet) func() dashboard.Region {
 	if set.regions == nil {
 		return nil
 	}
-	st, name := &set.regions.Stats, set.region
+	rs, name := set.regions, set.region
 	return func() dashboard.Region {
+		st := rs.Stats()
 		r := dashboard.Region{
-			Name: name, Allocation: st.Allocation.Load(), Demand: st.Demand.Load(),
-			Admitted: st.Admitted.Load(), Denied: st.Denied.Load(),
-			Granted: st.Granted.Load(), GivenBack: st.GivenBack.Load(), LedgerErrors: st.LedgerErrors.Load(),
+			Name: name, Allocation: st.Allocation, Demand: st.Demand,
+			Admitted: st.Admitted, Denied: st.Denied,
+			Granted: st.Granted, GivenBack: st.GivenBack, LedgerErrors: st.LedgerErrors,
 		}
-		if ns := st.LastGrant.Load(); ns > 0 {
+		if ns := st.LastGrant; ns > 0 {
 			r.LastGrant = max(ns/1e9, 1)
 		}
 		return r

@@ -133,17 +133,16 @@ func regionCollector(region string, rs *regions.Store) prometheus.Collector {
 	g := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_region_" + name, Help: help, ConstLabels: labels}, f)
 	}
-	st := &rs.Stats
 	return promCollectors{
-		c("granted_hits_total", "Hits of global limits the coordinator granted this node's region, beyond its safe share.", func() float64 { return float64(st.Granted.Load()) }),
-		c("given_back_hits_total", "Hits of global limits this node gave back to the coordinator.", func() float64 { return float64(st.GivenBack.Load()) }),
-		c("ledger_errors_total", "Calls to the coordinator that failed.", func() float64 { return float64(st.LedgerErrors.Load()) }),
-		c("counters_lost_total", "Global keys whose counters the region's Redis lost mid-window (restarted empty, flushed), charged again for what the region had left.", func() float64 { return float64(st.Lost.Load()) }),
-		c("admitted_hits_total", "Hits of global limits admitted on this node.", func() float64 { return float64(st.Admitted.Load()) }),
-		c("denied_hits_total", "Hits of global limits denied on this node (refusals).", func() float64 { return float64(st.Denied.Load()) }),
-		g("allocation_hits", "This window's allocation of the global limits this node decided, as it knows it: the safe shares, plus its grants, less its give-backs.", func() float64 { return float64(st.Allocation.Load()) }),
-		g("demand_hits_per_second", "Hits of global limits asked on this node per second, smoothed.", func() float64 { return float64(st.Demand.Load()) }),
-		g("last_grant_timestamp_seconds", "When the coordinator last granted this node's region more (Unix seconds), 0 never.", func() float64 { return float64(st.LastGrant.Load()) / 1e9 }),
+		c("granted_hits_total", "Hits of global limits the coordinator granted this node's region, beyond its safe share.", func() float64 { return float64(rs.Stats().Granted) }),
+		c("given_back_hits_total", "Hits of global limits this node gave back to the coordinator.", func() float64 { return float64(rs.Stats().GivenBack) }),
+		c("ledger_errors_total", "Calls to the coordinator that failed.", func() float64 { return float64(rs.Stats().LedgerErrors) }),
+		c("counters_lost_total", "Global keys whose counters the region's Redis lost mid-window (restarted empty, flushed), charged again for what the region had left.", func() float64 { return float64(rs.Stats().Lost) }),
+		c("admitted_hits_total", "Hits of global limits admitted on this node.", func() float64 { return float64(rs.Stats().Admitted) }),
+		c("denied_hits_total", "Hits of global limits denied on this node (refusals).", func() float64 { return float64(rs.Stats().Denied) }),
+		g("allocation_hits", "This window's allocation of the global limits this node decided, as it knows it: the safe shares, plus its grants, less its give-backs.", func() float64 { return float64(rs.Stats().Allocation) }),
+		g("demand_hits_per_second", "Hits of global limits asked on this node per second, smoothed.", func() float64 { return float64(rs.Stats().Demand) }),
+		g("last_grant_timestamp_seconds", "When the coordinator last granted this node's region more (Unix seconds), 0 never.", func() float64 { return float64(rs.Stats().LastGrant) / 1e9 }),
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -383,19 +382,18 @@ func (set *storeSet) register(reg *prometheus.Registry) {
 
 // leaseCollector exports a lease store's counters as sluice_lease_*.
 func leaseCollector(ls *lease.Store) prometheus.Collector {
-	st := ls.Stats()
-	c := func(name, help string, v *atomic.Int64) prometheus.Collector {
+	c := func(name, help string, v func(lease.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "lease", Name: name, Help: help},
-			func() float64 { return float64(v.Load()) })
+			func() float64 { return float64(v(ls.Stats())) })
 	}
 	return collectorList{
-		c("local_hits_total", "Hits admitted from a lease, without a call to the store.", &st.Local),
-		c("grant_calls_total", "Grant calls made to the store.", &st.Grants),
-		c("grant_refused_total", "Grant calls the key or its ledger refused.", &st.Refused),
-		c("renewal_calls_total", "Grant calls made ahead, for a lease running low.", &st.Renewals),
-		c("granted_hits_total", "Hits granted to this node's leases.", &st.Granted),
-		c("expired_hits_total", "Hits granted that expired unspent.", &st.Expired),
-		c("store_hits_total", "Hits of leasing limits decided by the store.", &st.Fallback),
+		c("local_hits_total", "Hits admitted from a lease, without a call to the store.", func(s lease.Stats) int64 { return s.Local }),
+		c("grant_calls_total", "Grant calls made to the store.", func(s lease.Stats) int64 { return s.Grants }),
+		c("grant_refused_total", "Grant calls the key or its ledger refused.", func(s lease.Stats) int64 { return s.Refused }),
+		c("renewal_calls_total", "Grant calls made ahead, for a lease running low.", func(s lease.Stats) int64 { return s.Renewals }),
+		c("granted_hits_total", "Hits granted to this node's leases.", func(s lease.Stats) int64 { return s.Granted }),
+		c("expired_hits_total", "Hits granted that expired unspent.", func(s lease.Stats) int64 { return s.Expired }),
+		c("store_hits_total", "Hits of leasing limits decided by the store.", func(s lease.Stats) int64 { return s.Fallback }),
 	}
 }
 

@@ -46,6 +46,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/stores/decorator"
 )
 
 // Ledger is the coordinator's ledger of allocations: per key, window and
@@ -96,14 +97,8 @@ type Config struct {
 // Store is a region's store for global limits; every other hit goes to
 // Next unchanged.
 type Store struct {
+	base   // the region's store: Unwrap, Health
 	cfg    Config
-	next   sluice.Store
-	settle interface {
-		Settle(context.Context, *sluice.Settlement) (int64, error)
-	}
-	each interface {
-		TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
-	}
 	region int
 
 	mu   sync.Mutex
@@ -117,20 +112,41 @@ type Store struct {
 	stop func()
 	done chan struct{}
 
-	Stats Stats
+	stats counters
 }
 
-// Stats are the region tier's counters, for metrics.
+// Stats are the region tier's counters, for metrics: a snapshot, from
+// Store.Stats.
 type Stats struct {
-	Granted, GivenBack, Charged atomic.Int64 // hits
-	LedgerErrors                atomic.Int64
-	Denied                      atomic.Int64 // hits of global limits denied
-	Admitted                    atomic.Int64
-	Lost                        atomic.Int64 // keys whose counters the region's store lost mid-window
-	LastGrant                   atomic.Int64 // Unix ns of the last grant, 0: none
-	Allocation                  atomic.Int64 // this window's known allocations, summed over keys
-	Demand                      atomic.Int64 // hits asked per second, summed over keys
+	Granted, GivenBack, Charged int64 // hits
+	LedgerErrors                int64
+	Denied                      int64 // hits of global limits denied
+	Admitted                    int64
+	Lost                        int64 // keys whose counters the region's store lost mid-window
+	LastGrant                   int64 // Unix ns of the last grant, 0: none
+	Allocation                  int64 // this window's known allocations, summed over keys
+	Demand                      int64 // hits asked per second, summed over keys
 }
+
+// counters are the live counts behind Stats.
+type counters struct {
+	Granted, GivenBack, Charged, LedgerErrors, Denied, Admitted, Lost atomic.Int64
+	LastGrant, Allocation, Demand                                     atomic.Int64
+}
+
+// Stats returns a snapshot of the tier's counters.
+func (s *Store) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		Granted: c.Granted.Load(), GivenBack: c.GivenBack.Load(), Charged: c.Charged.Load(),
+		LedgerErrors: c.LedgerErrors.Load(), Denied: c.Denied.Load(), Admitted: c.Admitted.Load(),
+		Lost: c.Lost.Load(), LastGrant: c.LastGrant.Load(), Allocation: c.Allocation.Load(), Demand: c.Demand.Load(),
+	}
+}
+
+// base is the forwarding helper every decorator embeds: Unwrap returns
+// the region's store, and Health is its. Close is the tier's own.
+type base = decorator.Base
 
 type gkey struct {
 	key          string
@@ -157,9 +173,7 @@ type gstate struct {
 
 // New checks cfg and starts the background rounds.
 func New(cfg Config) (*Store, error) {
-	st, ok := cfg.Next.(interface {
-		Settle(context.Context, *sluice.Settlement) (int64, error)
-	})
+	_, ok := cfg.Next.(decorator.Settler)
 	switch {
 	case cfg.Next == nil || cfg.Ledger == nil || cfg.Now == nil:
 		return nil, errors.New("regions: Next, Ledger and Now are required")
@@ -203,10 +217,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Error == nil {
 		cfg.Error = func() time.Duration { return 0 }
 	}
-	s := &Store{cfg: cfg, next: cfg.Next, settle: st, region: region, keys: map[gkey]*gstate{}, done: make(chan struct{})}
-	s.each, _ = cfg.Next.(interface {
-		TakeEach(context.Context, []sluice.Hit, []sluice.Decision) error
-	})
+	s := &Store{base: decorator.New(cfg.Next, "the region tier"), cfg: cfg, region: region, keys: map[gkey]*gstate{}, done: make(chan struct{})}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	go s.loop(ctx)
@@ -220,20 +231,9 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Unwrap returns the region's store.
-func (s *Store) Unwrap() sluice.Store { return s.next }
-
-// Health reports the region store's.
-func (s *Store) Health() error {
-	if h, ok := s.next.(interface{ Health() error }); ok {
-		return h.Health()
-	}
-	return nil
-}
-
 // Settle passes a settlement to the region's store.
 func (s *Store) Settle(ctx context.Context, st *sluice.Settlement) (int64, error) {
-	return s.settle.Settle(ctx, st)
+	return s.Settler.Settle(ctx, st)
 }
 
 // shares returns every region's safe share of l, in hits.
@@ -248,15 +248,15 @@ func (s *Store) shares(l int64) []int64 {
 // Take implements sluice.Store: the global hits' windows are readied, then
 // the region's store decides.
 func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	return s.take(ctx, hits, out, s.next.Take)
+	return s.take(ctx, hits, out, s.Next.Take)
 }
 
 // TakeEach decides one by one, as the region's store does.
 func (s *Store) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	if s.each == nil {
+	if s.Each == nil {
 		return errors.New("regions: the region's store does not decide one by one")
 	}
-	return s.take(ctx, hits, out, s.each.TakeEach)
+	return s.take(ctx, hits, out, s.Each.TakeEach)
 }
 
 func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, take func(context.Context, []sluice.Hit, []sluice.Decision) error) error {
@@ -362,9 +362,9 @@ func (s *Store) learn(hits []sluice.Hit, out []sluice.Decision, before []known) 
 		}
 		g.asked += h.Cost
 		if out[i].Allowed {
-			s.Stats.Admitted.Add(h.Cost)
+			s.stats.Admitted.Add(h.Cost)
 		} else {
-			s.Stats.Denied.Add(h.Cost)
+			s.stats.Denied.Add(h.Cost)
 		}
 	}
 	return 0, nil, false
@@ -481,11 +481,11 @@ func (s *Store) charge(k gkey, key string, g *gstate, spent int64) {
 		ID:         settleID(s.cfg.Region, key, l, ws, "init"),
 	}
 	var out [1]sluice.Decision
-	err := s.next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker, Cost: 1}}, out[:])
+	err := s.Next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker, Cost: 1}}, out[:])
 	if err == nil && st.Spent > 0 {
 		var moved int64
-		moved, err = s.settle.Settle(ctx, &st)
-		s.Stats.Charged.Add(moved)
+		moved, err = s.Settler.Settle(ctx, &st)
+		s.stats.Charged.Add(moved)
 	}
 	s.mu.Lock()
 	g.initErr = err // the next decision charges again (chargeFailed)
@@ -549,7 +549,7 @@ func (s *Store) lose(k gkey, key string, g *gstate) {
 		return
 	}
 	g.lost = true
-	s.Stats.Lost.Add(1)
+	s.stats.Lost.Add(1)
 	n := &gstate{limit: g.limit, marker: g.marker, window: g.window, init: make(chan struct{})}
 	n.carry(g)
 	s.keys[k] = n
@@ -566,7 +566,7 @@ var errLost = errors.New("regions: the region's store lost this key's counters m
 // region's store lost the window (lose has then replaced g).
 func (s *Store) check(ctx context.Context, k gkey, key string, g *gstate) (lost bool, err error) {
 	var out [1]sluice.Decision
-	if err := s.next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker}}, out[:]); err != nil {
+	if err := s.Next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker}}, out[:]); err != nil {
 		if ctx.Err() == nil {
 			s.failed()
 		}
@@ -685,8 +685,8 @@ func (s *Store) round(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
-	s.Stats.Allocation.Store(int64(alloc))
-	s.Stats.Demand.Store(int64(demand))
+	s.stats.Allocation.Store(int64(alloc))
+	s.stats.Demand.Store(int64(demand))
 	if !healthy {
 		return
 	}
@@ -723,7 +723,7 @@ func (s *Store) yieldWanted(ctx context.Context, now int64) {
 	defer cancel()
 	wanted, err := s.cfg.Ledger.Wanted(c, now/1e6)
 	if err != nil {
-		s.Stats.LedgerErrors.Add(1)
+		s.stats.LedgerErrors.Add(1)
 		return
 	}
 	for _, w := range wanted {
@@ -751,7 +751,7 @@ func (s *Store) yieldWanted(ctx context.Context, now int64) {
 		}
 		s.mu.Unlock()
 		var out [1]sluice.Decision
-		if err := s.next.Take(c, []sluice.Hit{{Key: w.Key, Limit: l}}, out[:]); err != nil {
+		if err := s.Next.Take(c, []sluice.Hit{{Key: w.Key, Limit: l}}, out[:]); err != nil {
 			s.failed()
 			continue
 		}
@@ -788,14 +788,14 @@ func (s *Store) grant(ctx context.Context, k gkey, g *gstate, want int64) {
 	defer cancel()
 	got, err := s.cfg.Ledger.Grant(c, s.entry(k, g), want)
 	if err != nil {
-		s.Stats.LedgerErrors.Add(1)
+		s.stats.LedgerErrors.Add(1)
 		s.cfg.Logger.Debug("regions: grant failed", "err", err)
 		return
 	}
 	if got <= 0 {
 		return
 	}
-	s.Stats.LastGrant.Store(time.Now().UnixNano())
+	s.stats.LastGrant.Store(time.Now().UnixNano())
 	st := sluice.Settlement{
 		Hit:        sluice.Hit{Key: k.key, Limit: g.limit, Cost: got},
 		Spent:      0,
@@ -803,12 +803,12 @@ func (s *Store) grant(ctx context.Context, k gkey, g *gstate, want int64) {
 		At:         time.Unix(0, g.window),
 		ID:         settleID(s.cfg.Region, k.key, g.limit, g.window, fmt.Sprintf("grant %d %d", time.Now().UnixNano(), got)),
 	}
-	moved, err := s.settle.Settle(c, &st)
+	moved, err := s.Settler.Settle(c, &st)
 	if err != nil {
 		s.cfg.Logger.Debug("regions: a grant could not be applied; it stays unused this window", "err", err)
 		return
 	}
-	s.Stats.Granted.Add(-moved)
+	s.stats.Granted.Add(-moved)
 	s.mu.Lock()
 	g.granted += -moved
 	g.remaining += -moved
@@ -834,7 +834,7 @@ func (s *Store) giveBack(ctx context.Context, k gkey, g *gstate, x int64) {
 	s.mu.Lock()
 	b := known{g: g, left: s.known(g), granted: g.granted}
 	s.mu.Unlock()
-	if err := s.next.Take(c, hits, out[:]); err != nil {
+	if err := s.Next.Take(c, hits, out[:]); err != nil {
 		s.failed()
 		return
 	}
@@ -853,10 +853,10 @@ func (s *Store) giveBack(ctx context.Context, k gkey, g *gstate, x int64) {
 	}
 	s.mu.Unlock()
 	if err := s.cfg.Ledger.GiveBack(c, s.entry(k, g), x); err != nil {
-		s.Stats.LedgerErrors.Add(1)
+		s.stats.LedgerErrors.Add(1)
 		return // spent in the region, lost to the ledger this window: never over-allocated
 	}
-	s.Stats.GivenBack.Add(x)
+	s.stats.GivenBack.Add(x)
 	s.mu.Lock()
 	g.given += x
 	s.mu.Unlock()

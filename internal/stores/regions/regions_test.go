@@ -178,7 +178,7 @@ func TestChargedOnce(t *testing.T) {
 	wg.Wait()
 	var charged int64
 	for _, n := range nodes["a"] {
-		charged += n.store.Stats.Charged.Load()
+		charged += n.store.Stats().Charged
 	}
 	if charged != 500 {
 		t.Fatalf("charged %d over the region's nodes, want 500 (L − the safe share)", charged)
@@ -188,7 +188,7 @@ func TestChargedOnce(t *testing.T) {
 	d, err := nodes["a"][0].lim.AllowN(context.Background(), "k", l, 0)
 	var given int64
 	for _, n := range nodes["a"] {
-		given += n.store.Stats.GivenBack.Load()
+		given += n.store.Stats().GivenBack
 	}
 	if err != nil || d.Remaining+given != 497 {
 		t.Fatalf("remaining %d, given back %d, %v; want 497 between them (the safe share less the three nodes' hits)", d.Remaining, given, err)
@@ -230,7 +230,7 @@ func TestCutOff(t *testing.T) {
 	if most <= 250 {
 		t.Errorf("healed, b admitted at most %d a window: not granted more than its share", most)
 	}
-	if g := nodes["b"][0].store.Stats.Granted.Load(); g == 0 {
+	if g := nodes["b"][0].store.Stats().Granted; g == 0 {
 		t.Error("no grant after healing")
 	}
 }
@@ -331,13 +331,13 @@ func TestBudget(t *testing.T) {
 	left := func() (budget, store, granted, given int64) {
 		t.Helper()
 		for {
-			g, b := a.store.Stats.Granted.Load(), a.store.Stats.GivenBack.Load()
+			g, b := a.store.Stats().Granted, a.store.Stats().GivenBack
 			d, err := a.lim.AllowN(context.Background(), "k", l, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			budget, _ = a.store.Budget("k", l)
-			if g == a.store.Stats.Granted.Load() && b == a.store.Stats.GivenBack.Load() {
+			if g == a.store.Stats().Granted && b == a.store.Stats().GivenBack {
 				return budget, d.Remaining, g, b
 			}
 		}
@@ -354,7 +354,7 @@ func TestBudget(t *testing.T) {
 	// grant meanwhile).
 	waitFor(t, "a to give back", func() bool {
 		admitN(t, b, "k", l, 5)
-		return a.store.Stats.GivenBack.Load() > given
+		return a.store.Stats().GivenBack > given
 	})
 	after, store, granted2, given2 := left()
 	if want := before + (granted2 - granted) - (given2 - given); after != store || after != want {
@@ -386,7 +386,7 @@ func TestNoGiveBackAfterAFailure(t *testing.T) {
 		got += admitN(t, b, "k", l, 10)
 		time.Sleep(20 * time.Millisecond)
 	}
-	if given := a.store.Stats.GivenBack.Load(); given != 0 {
+	if given := a.store.Stats().GivenBack; given != 0 {
 		t.Errorf("a gave back %d in the window its Redis failed", given)
 	}
 	if got > 150 {
@@ -398,11 +398,11 @@ func TestNoGiveBackAfterAFailure(t *testing.T) {
 	// The next window: a gives back again.
 	time.Sleep(time.Until(start.Add(l.Period + 50*time.Millisecond)))
 	deadline := start.Add(2*l.Period - 2*time.Second)
-	for a.store.Stats.GivenBack.Load() == 0 && time.Now().Before(deadline) {
+	for a.store.Stats().GivenBack == 0 && time.Now().Before(deadline) {
 		admitN(t, b, "k", l, 10)
 		time.Sleep(20 * time.Millisecond)
 	}
-	if a.store.Stats.GivenBack.Load() == 0 {
+	if a.store.Stats().GivenBack == 0 {
 		t.Error("a gave nothing back in the window after")
 	}
 }
@@ -428,7 +428,7 @@ func TestCountersLost(t *testing.T) {
 	if n := admitN(t, a, "k", l, 300); n > 50 || n < 40 {
 		t.Errorf("after its Redis restarted empty, a admitted %d more, want at most 50, what it had left (150 − 100), and most of it", n)
 	}
-	if lost := a.store.Stats.Lost.Load(); lost != 1 {
+	if lost := a.store.Stats().Lost; lost != 1 {
 		t.Errorf("%d keys' counters seen lost, want 1", lost)
 	}
 	if left, _ := a.store.Budget("k", l); left != 0 {
