@@ -91,15 +91,16 @@ type Config struct {
 	// time since (see Settle). It may return the zero time when it knows
 	// nothing of the store's clock: the reservations taken then are not
 	// refunded. Nil means Now, or time.Now: exact for a memstore on the
-	// process's clock; over Redis, give the estimate of Redis's clock less
-	// its error (sluice serve and proxy do).
+	// process's clock; over Redis, give redisstore.Store.Earliest, the
+	// estimate of Redis's clock less its error (sluice serve and proxy do).
 	Earliest func() time.Time
 
 	// Now is the store's clock, which chooses the window of rules with
 	// schedules and the period of calendar limits (rules.Plan.Now): read
 	// once per decision, and only for such rules. Nil means time.Now, the
-	// clock of a memstore made without one; over Redis, give an estimate
-	// of Redis's clock (sluice serve and proxy do).
+	// clock of a memstore made without one; over Redis, give
+	// redisstore.Store.Now, its estimate of Redis's clock (sluice serve and
+	// proxy do).
 	Now func() time.Time
 }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
-	"github.com/sluicehq/sluice/internal/stores/redisclock"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/memstore"
@@ -110,16 +109,14 @@ func TestScheduleOnRedis(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		consistency string
-		store       func(t *testing.T) sluice.Store
+		store       func(rs *redisstore.Store) sluice.Store
 	}{
-		{"redis", "exact", func(t *testing.T) sluice.Store { return newRedis(t) }},
-		{"lease", "lease", func(t *testing.T) sluice.Store { return lease.New(newRedis(t), lease.Config{}) }},
+		{"redis", "exact", func(rs *redisstore.Store) sluice.Store { return rs }},
+		{"lease", "lease", func(rs *redisstore.Store) sluice.Store { return lease.New(rs, lease.Config{}) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := redisclock.New(redisclock.Config{Time: func(context.Context) (time.Time, error) { return srv.Time() }})
-			defer clock.Close()
-			clock.Sample(context.Background())
-			if _, ok := clock.Error(); !ok {
+			clock := newRedis(t) // New samples Redis's clock before it returns
+			if _, ok := clock.ClockError(); !ok {
 				t.Fatal("no sample of Redis's clock")
 			}
 			// A window from a minute ago to three minutes on holds for the
@@ -139,7 +136,7 @@ descriptors:
     schedules:
       - {name: later, from: "%s", to: "%s", tz: UTC, rate_limit: {unit: hour, requests_per_unit: 50}}
 `, tc.consistency, hm(-time.Minute), hm(3*time.Minute), hm(time.Hour), hm(time.Hour+10*time.Minute))
-			dec := scheduleDecider(t, tc.store(t), clock.Now, src)
+			dec := scheduleDecider(t, tc.store(clock), clock.Now, src)
 			if got := admitted(t, dec, "held=x", 6); got != 3 {
 				t.Errorf("a window that holds: %d of 6 admitted, want its 3", got)
 			}
@@ -214,10 +211,7 @@ func TestCalendarOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	clock := redisclock.New(redisclock.Config{Time: func(context.Context) (time.Time, error) { return srv.Time() }})
-	defer clock.Close()
-	clock.Sample(context.Background())
-	dec := scheduleDecider(t, rs, clock.Now, `domain: sched
+	dec := scheduleDecider(t, rs, rs.Now, `domain: sched
 descriptors:
   - key: plan
     rate_limit: {unit: day, requests_per_unit: 2, calendar: {tz: UTC}}

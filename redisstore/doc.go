@@ -59,6 +59,16 @@
 // writes it back and records the settlement's ID in a marker key beside
 // the state, so that a settlement sent twice is applied once.
 //
+// What must be chosen before a call is chosen on Redis's clock too:
+// Store.Now estimates it (the offset of Redis's TIME from this process's
+// clock, sampled every second, the shortest round trip of the last 30
+// seconds), and Store.Earliest is a time at or before it. A decision core
+// over the store takes them as its clocks, so that the windows of
+// scheduled rules change together on every node and a refund never
+// returns more than a reservation still holds:
+//
+//	cfg := decide.Config{Limiter: sluice.NewLimiter(store), Now: store.Now, Earliest: store.Earliest}
+//
 // # Failures
 //
 // A call waits for Redis's answer, however slow, and fails only when Redis

@@ -152,6 +152,8 @@ type Store struct {
 
 	// now, when set (tests only), replaces Redis TIME.
 	now func() time.Time
+
+	clock *clock // the estimate of Redis's clock (Now, Earliest)
 }
 
 type conn struct {
@@ -232,6 +234,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s.probeDone = make(chan struct{})
 	go s.probe(s.timeout)
+	s.clock = startClock(clockConfig{Time: s.redisTime, Logger: s.log})
 	return s, nil
 }
 
@@ -239,6 +242,7 @@ func New(cfg Config) (*Store, error) {
 // Config.Client). Close is idempotent.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.clock.shutdown()
 		close(s.stop)
 		<-s.hbDone
 		<-s.probeDone

@@ -100,13 +100,12 @@ func (r *regionSettings) wrap(set *storeSet, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("--coordinator-url: %w", err)
 	}
-	clock := redisClock(set.redis, log.With("component", "redisclock"))
 	rs, err := regions.New(regions.Config{
 		Next: set.store, Region: r.region, Regions: names, Shares: shares,
 		Ledger: &regions.RedisLedger{Client: coord.Client, Prefix: "sluice:regions:"},
-		Now:    clock.Now,
+		Now:    set.redis.Now,
 		Error: func() time.Duration {
-			e, _ := clock.Error()
+			e, _ := set.redis.ClockError()
 			return e
 		},
 		Interval: r.interval,
@@ -115,12 +114,11 @@ func (r *regionSettings) wrap(set *storeSet, log *slog.Logger) error {
 	})
 	if err != nil {
 		coord.Close()
-		clock.Close()
 		return err
 	}
 	closeAll := set.close
-	set.close = func() { rs.Close(); clock.Close(); coord.Close(); closeAll() }
-	set.store, set.regions, set.region, set.clock = rs, rs, r.region, clock
+	set.close = func() { rs.Close(); coord.Close(); closeAll() }
+	set.store, set.regions, set.region = rs, rs, r.region
 	return nil
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/base/redact"
-	"github.com/sluicehq/sluice/internal/stores/redisclock"
 	"github.com/sluicehq/sluice/internal/stores/regions"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/localcache"
@@ -158,7 +157,6 @@ type storeSet struct {
 	cache    *localcache.Store // in front of lease, unless disabled
 	regions  *regions.Store    // --region: in front of all
 	region   string            // its name, for metrics
-	clock    *redisclock.Clock // Redis's clock, when the region tier made it
 	earliest func() time.Time  // --store memory: at or before the store's clock
 	close    func()
 }
@@ -246,13 +244,7 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Earliest: set.earliest}
 	if set.redis != nil {
 		cfg.Failover.NodeCount = set.redis.Nodes
-		clock := set.clock
-		if clock == nil {
-			clock = redisClock(set.redis, log.With("component", "redisclock"))
-			closeAll := set.close
-			set.close = func() { clock.Close(); closeAll() }
-		}
-		cfg.Now, cfg.Earliest = clock.Now, clock.Earliest
+		cfg.Now, cfg.Earliest = set.redis.Now, set.redis.Earliest
 	}
 	return cfg, set, nil
 }
