@@ -33,7 +33,6 @@ var allowed = map[string][][]string{
 	"": {{"internal/base/algo"}},
 	// The stores know nothing of rules or of the ways requests arrive.
 	"memstore":                   {{"", "internal/base/algo", "internal/vocab/limits"}, xxh3},
-	"memstore/memstoremetrics":   {{"", "internal/base/algo", "internal/vocab/limits", "memstore"}, xxh3, prometheus},
 	"redisstore":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/stores/breaker", "internal/base/logsample", "internal/base/redact", "internal/base/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
 	"redisstore/internal/luasrc": {{"", "internal/base/algo"}},
 	"localcache":                 {{"", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric", "internal/stores/decorator"}, xxh3, prometheus},

@@ -75,10 +75,11 @@
 // # Metrics
 //
 // [Store.Stats] gives the keys held, the memory estimate and the evictions
-// in one pass; package memstoremetrics exports them to Prometheus, as the
-// other stores' Collector methods export theirs.
+// in one pass; the sluice binary exports them to Prometheus
+// (internal/stores/stack), as sluice_store_keys, sluice_store_bytes and
+// sluice_store_evictions_total.
 //
 // This package imports the sluice root package, algo, xxh3 and the standard
-// library (not Prometheus: that is memstoremetrics); nothing imports it but
+// library (not Prometheus); nothing imports it but
 // callers and the command.
 package memstore

@@ -233,7 +233,7 @@ func (s *Store) Bytes() int64 {
 func (s *Store) Evictions() int64 { return s.evicted.Load() }
 
 // Stats is what the store holds and has done, as Len, Bytes and Evictions
-// report it. Package memstoremetrics exports it to Prometheus.
+// report it.
 type Stats struct {
 	Keys      int   // keys held (Len)
 	Bytes     int64 // estimated memory (Bytes), which Config.MaxBytes caps

@@ -5,10 +5,10 @@ import "github.com/sluicehq/sluice/internal/edges/dashboard"
 // regionFigures reads the region tier's counters on this node for the
 // dashboard's Region panel; nil without --region.
 func regionFigures(set *storeSet) func() dashboard.Region {
-	if set.regions == nil {
+	if set.Regions == nil {
 		return nil
 	}
-	rs, name := set.regions, set.region
+	rs, name := set.Regions, set.Region
 	return func() dashboard.Region {
 		st := rs.Stats()
 		r := dashboard.Region{

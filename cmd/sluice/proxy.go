@@ -225,7 +225,7 @@ func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.C
 		register: set.register,
 		close:    set.close,
 		explain:  dashboard.TightestLimit(dec),
-		redis:    set.redis,
+		redis:    set.Redis,
 	}, nil
 }
 

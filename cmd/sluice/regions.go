@@ -3,15 +3,11 @@ package main
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluicehq/sluice/internal/stores/regions"
-	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/internal/stores/stack"
 )
 
 // regionSettings are the flags of the region tier (sluice serve --region):
@@ -90,71 +86,11 @@ func (r *regionSettings) check(store string) []string {
 	return probs
 }
 
-// wrap puts the region tier in front of set's store.
-func (r *regionSettings) wrap(set *storeSet, log *slog.Logger) error {
+// config is the region tier's configuration in the store stack.
+func (r *regionSettings) config() (stack.RegionConfig, error) {
 	names, shares, err := r.parse()
 	if err != nil {
-		return err
+		return stack.RegionConfig{}, err
 	}
-	coord, err := redisstore.New(redisstore.Config{URL: r.coordinator, Prefix: "sluice:regions:", Logger: log.With("component", "coordinator")})
-	if err != nil {
-		return fmt.Errorf("--coordinator-url: %w", err)
-	}
-	rs, err := regions.New(regions.Config{
-		Next: set.store, Region: r.region, Regions: names, Shares: shares,
-		Ledger: &regions.RedisLedger{Client: coord.Client, Prefix: "sluice:regions:"},
-		Now:    set.redis.Now,
-		Error: func() time.Duration {
-			e, _ := set.redis.ClockError()
-			return e
-		},
-		Interval: r.interval,
-		Nodes:    set.redis.Nodes,
-		Logger:   log.With("component", "regions"),
-	})
-	if err != nil {
-		coord.Close()
-		return err
-	}
-	closeAll := set.close
-	set.close = func() { rs.Close(); coord.Close(); closeAll() }
-	set.store, set.regions, set.region = rs, rs, r.region
-	return nil
-}
-
-// regionCollector exports the region tier's counters as sluice_region_*.
-func regionCollector(region string, rs *regions.Store) prometheus.Collector {
-	labels := prometheus.Labels{"region": region}
-	c := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_region_" + name, Help: help, ConstLabels: labels}, f)
-	}
-	g := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_region_" + name, Help: help, ConstLabels: labels}, f)
-	}
-	return promCollectors{
-		c("granted_hits_total", "Hits of global limits the coordinator granted this node's region, beyond its safe share.", func() float64 { return float64(rs.Stats().Granted) }),
-		c("given_back_hits_total", "Hits of global limits this node gave back to the coordinator.", func() float64 { return float64(rs.Stats().GivenBack) }),
-		c("ledger_errors_total", "Calls to the coordinator that failed.", func() float64 { return float64(rs.Stats().LedgerErrors) }),
-		c("counters_lost_total", "Global keys whose counters the region's Redis lost mid-window (restarted empty, flushed), charged again for what the region had left.", func() float64 { return float64(rs.Stats().Lost) }),
-		c("admitted_hits_total", "Hits of global limits admitted on this node.", func() float64 { return float64(rs.Stats().Admitted) }),
-		c("denied_hits_total", "Hits of global limits denied on this node (refusals).", func() float64 { return float64(rs.Stats().Denied) }),
-		g("allocation_hits", "This window's allocation of the global limits this node decided, as it knows it: the safe shares, plus its grants, less its give-backs.", func() float64 { return float64(rs.Stats().Allocation) }),
-		g("demand_hits_per_second", "Hits of global limits asked on this node per second, smoothed.", func() float64 { return float64(rs.Stats().Demand) }),
-		g("last_grant_timestamp_seconds", "When the coordinator last granted this node's region more (Unix seconds), 0 never.", func() float64 { return float64(rs.Stats().LastGrant) / 1e9 }),
-	}
-}
-
-// promCollectors is several collectors as one.
-type promCollectors []prometheus.Collector
-
-func (cs promCollectors) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range cs {
-		c.Describe(ch)
-	}
-}
-
-func (cs promCollectors) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range cs {
-		c.Collect(ch)
-	}
+	return stack.RegionConfig{Region: r.region, Regions: names, Shares: shares, Coordinator: r.coordinator, Interval: r.interval}, nil
 }

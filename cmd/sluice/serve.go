@@ -162,7 +162,7 @@ func (n *node) openStores() error {
 		return err
 	}
 	n.onClose(n.stores.close)
-	if st := n.stores.mem; st != nil {
+	if st := n.stores.Mem; st != nil {
 		if err := restoreState(st, n.s.stateFile, n.log); err != nil {
 			return err
 		}
@@ -172,7 +172,7 @@ func (n *node) openStores() error {
 	}
 	n.onClose(n.ro.stop)
 	n.reg = prometheus.NewRegistry()
-	if n.stores.mem != nil {
+	if n.stores.Mem != nil {
 		n.snaps = newSnapshotMetrics(n.reg)
 	}
 	n.stores.register(n.reg)
@@ -193,9 +193,9 @@ func (n *node) openObservers() error {
 	}
 	n.top = hitters.New(hitters.Config{})
 	n.onClose(n.top.Close)
-	if n.stores.redis != nil {
+	if n.stores.Redis != nil {
 		var stop func()
-		n.shared, stop = shareTopKeys(n.top, n.stores.redis)
+		n.shared, stop = shareTopKeys(n.top, n.stores.Redis)
 		n.onClose(stop)
 	}
 	return nil
@@ -257,7 +257,7 @@ func (n *node) openListeners() error {
 	if s.debugAddr != "" {
 		n.ends = append(n.ends, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(n.srv.DebugHandler(), log, s.bodyTimeout)})
 	}
-	admin, err := s.admin(n.ro, dec, n.stores.regions, log)
+	admin, err := s.admin(n.ro, dec, n.stores.Regions, log)
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (n *node) run(ctx context.Context) error {
 	if err := rs.listen(); err != nil {
 		return err
 	}
-	store := n.stores.mem
+	store := n.stores.Mem
 	snapCtx, stopSnaps := context.WithCancel(context.Background())
 	defer stopSnaps()
 	var snapWG sync.WaitGroup

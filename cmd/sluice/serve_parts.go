@@ -59,8 +59,8 @@ func (s *serveSettings) openOverrides(stores *storeSet, log *slog.Logger) (*runt
 	var backend overrides.Backend
 	var closeFile func()
 	switch {
-	case stores.redis != nil:
-		rs := overrides.NewRedisStore(stores.redis.Client, stores.redis.Prefix(), idx, nil, audit)
+	case stores.Redis != nil:
+		rs := overrides.NewRedisStore(stores.Redis.Client, stores.Redis.Prefix(), idx, nil, audit)
 		wg.Go(func() { rs.Run(ctx) })
 		backend = rs
 	case s.overridesFile != "":
@@ -145,8 +145,8 @@ func sweepFile(ctx context.Context, fs *overrides.FileStore, audit *slog.Logger)
 func (s *serveSettings) rlqsServer(stores *storeSet, dec *decide.Decider, reg prometheus.Registerer, log *slog.Logger) (*rlqs.Server, error) {
 	policy := rlqs.PolicyDefaults(rlqs.Policy{TTL: s.rlqsTTL, Grace: s.rlqsGrace})
 	var pools rlqs.Pools = rlqs.NewMemPools(policy, nil)
-	if stores.redis != nil {
-		pools = rlqs.NewRedisPools(policy, stores.redis.Client, stores.redis.Prefix())
+	if stores.Redis != nil {
+		pools = rlqs.NewRedisPools(policy, stores.Redis.Client, stores.Redis.Prefix())
 	}
 	windows := rlqs.TokenBuckets
 	if s.rlqsWindows == "requests_per_time_unit" {

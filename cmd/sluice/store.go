@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -17,11 +16,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/base/redact"
-	"github.com/sluicehq/sluice/internal/stores/regions"
-	"github.com/sluicehq/sluice/lease"
-	"github.com/sluicehq/sluice/localcache"
+	"github.com/sluicehq/sluice/internal/stores/stack"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/memstore/memstoremetrics"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -146,19 +142,18 @@ func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 	return cfg, nil
 }
 
-// storeSet is what serve and proxy decide with: the store the limiter uses, and the
-// parts of it that need wiring (memstore for snapshots, Redis for health
-// and metrics).
+// storeSet is what serve and proxy decide with: the store stack
+// (internal/stores/stack) and the node-local store of the local failure
+// policy beside it.
 type storeSet struct {
-	store    sluice.Store
-	mem      *memstore.Store   // --store memory
-	redis    *redisstore.Store // --store redis
-	lease    *lease.Store      // in front of redis
-	cache    *localcache.Store // in front of lease, unless disabled
-	regions  *regions.Store    // --region: in front of all
-	region   string            // its name, for metrics
-	earliest func() time.Time  // --store memory: at or before the store's clock
-	close    func()
+	*stack.Stack
+	local *memstore.Store // decide.Failover.Local's
+}
+
+// close closes the stack, then the local policy's store.
+func (set *storeSet) close() {
+	set.Stack.Close()
+	set.local.Close()
 }
 
 // stores lists the values of --store.
@@ -220,40 +215,64 @@ func (s *storeSettings) check() []string {
 // a decision core over it, with no rules yet, whose failure policy is
 // --failure-policy; the node-local store of the local policy is always
 // there, so that a domain may choose it whatever the default is. The
-// storeSet's close closes both stores.
+// storeSet's close closes both.
 func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *storeSet, error) {
-	set, err := openStore(s, log)
+	cfg, err := s.stackConfig(log)
 	if err != nil {
 		return decide.Config{}, nil, err
 	}
-	if s.regions.region != "" {
-		if err := s.regions.wrap(set, log); err != nil {
-			set.close()
-			return decide.Config{}, nil, err
+	st, err := stack.Open(cfg)
+	var ce *stack.CoordinatorError
+	if errors.As(err, &ce) {
+		err = fmt.Errorf("--coordinator-url: %w", ce.Err)
+	}
+	if err != nil {
+		return decide.Config{}, nil, err
+	}
+	if st.Redis != nil {
+		if err := st.Redis.Health(); errors.Is(err, sluice.ErrNeverConnected) {
+			log.Error("Redis is not reachable: until it is, this node is not ready (/readyz answers 503) and the failure policy answers every request; start redis-server or check --redis-url",
+				"failure_policy", s.failurePolicy, "err", err)
 		}
 	}
-	local := memstore.New(memstore.Config{})
-	closeStore := set.close
-	set.close = func() { closeStore(); local.Close() }
-	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(local), Nodes: s.localNodes}
-	if set.regions != nil {
+	set := &storeSet{Stack: st, local: memstore.New(memstore.Config{})}
+	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(set.local), Nodes: s.localNodes}
+	if st.Regions != nil {
 		// The local policy spends of a global limit what the region has
 		// left of its allocation, not the whole limit.
-		f.Budget = set.regions.Budget
+		f.Budget = st.Regions.Budget
 	}
-	cfg := decide.Config{Limiter: sluice.NewLimiter(set.store), Failover: f, Logger: log.With("component", "decide"), Earliest: set.earliest}
-	if set.redis != nil {
-		cfg.Failover.NodeCount = set.redis.Nodes
-		cfg.Now, cfg.Earliest = set.redis.Now, set.redis.Earliest
+	core := decide.Config{Limiter: sluice.NewLimiter(st.Store), Failover: f, Logger: log.With("component", "decide"), Now: st.Now, Earliest: st.Earliest}
+	if st.Redis != nil {
+		core.Failover.NodeCount = st.Redis.Nodes
 	}
-	return cfg, set, nil
+	return core, set, nil
+}
+
+// stackConfig maps the flags of s to the store stack's configuration.
+func (s *storeSettings) stackConfig(log *slog.Logger) (stack.Config, error) {
+	cfg := stack.Config{Kind: s.store, MaxBytes: int64(s.maxBytes), CacheSize: s.redis.cacheSize, Logger: log}
+	if s.store == stack.Redis {
+		var err error
+		if cfg.Redis, err = s.redis.config(log.With("component", "redis")); err != nil {
+			return cfg, err
+		}
+	}
+	if s.regions.region != "" {
+		rc, err := s.regions.config()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Region = &rc
+	}
+	return cfg, nil
 }
 
 // health is the store's health check: nil when it cannot tell (the
 // embedded store is always up). Its errors are scrubbed.
 func (set *storeSet) health() func() error {
-	if set.redis != nil {
-		return scrubbed(set.redis.Health)
+	if set.Health != nil {
+		return scrubbed(set.Health)
 	}
 	return nil
 }
@@ -315,100 +334,7 @@ func (s *storeSettings) limitMemory(env lookupEnv, capped int64, log *slog.Logge
 	log.Info("memory limit of the process set from --max-bytes", "max_bytes", int64(s.maxBytes), "besides_the_store", capped, "go_memory_limit", limit)
 }
 
-// openStore opens the store of s.
-func openStore(s *storeSettings, log *slog.Logger) (*storeSet, error) {
-	switch s.store {
-	case "memory":
-		// The store keeps its own clock, the wall clock at start advanced
-		// by the monotonic one; this one, started just before it, reads
-		// the same to within the moment between the two starts, and a
-		// millisecond less: a time at or before the store's.
-		clock := monotonicClock()
-		m := memstore.New(memstore.Config{MaxBytes: int64(s.maxBytes)})
-		earliest := func() time.Time { return clock().Add(-time.Millisecond) }
-		return &storeSet{store: m, mem: m, earliest: earliest, close: func() { m.Close() }}, nil
-	case "redis":
-		cfg, err := s.redis.config(log.With("component", "redis"))
-		if err != nil {
-			return nil, err
-		}
-		r, err := redisstore.New(cfg)
-		if err != nil {
-			return nil, err
-		}
-		if err := r.Health(); errors.Is(err, sluice.ErrNeverConnected) {
-			log.Error("Redis is not reachable: until it is, this node is not ready (/readyz answers 503) and the failure policy answers every request; start redis-server or check --redis-url",
-				"failure_policy", s.failurePolicy, "err", err)
-		}
-		// Leases (rules with consistency: lease) between the cache and
-		// Redis: the cache answers denials, leases most admissions.
-		ls := lease.New(r, lease.Config{})
-		set := &storeSet{store: ls, redis: r, lease: ls, close: func() { r.Close() }}
-		if s.redis.cacheSize > 0 {
-			set.cache = localcache.New(ls, localcache.Config{MaxEntries: s.redis.cacheSize})
-			set.store = set.cache
-		}
-		return set, nil
-	}
-	return nil, errors.New("unknown store " + strconv.Quote(s.store))
-}
-
 // register adds the store's metrics to reg.
 func (set *storeSet) register(reg *prometheus.Registry) {
-	if set.mem != nil {
-		reg.MustRegister(memstoremetrics.Collector(set.mem))
-	}
-	if set.redis != nil {
-		reg.MustRegister(set.redis.Collector())
-	}
-	if set.cache != nil {
-		reg.MustRegister(set.cache.Collector("sluice"))
-	}
-	if set.lease != nil {
-		reg.MustRegister(leaseCollector(set.lease))
-	}
-	if set.regions != nil {
-		reg.MustRegister(regionCollector(set.region, set.regions))
-	}
-}
-
-// leaseCollector exports a lease store's counters as sluice_lease_*.
-func leaseCollector(ls *lease.Store) prometheus.Collector {
-	c := func(name, help string, v func(lease.Stats) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "lease", Name: name, Help: help},
-			func() float64 { return float64(v(ls.Stats())) })
-	}
-	return collectorList{
-		c("local_hits_total", "Hits admitted from a lease, without a call to the store.", func(s lease.Stats) int64 { return s.Local }),
-		c("grant_calls_total", "Grant calls made to the store.", func(s lease.Stats) int64 { return s.Grants }),
-		c("grant_refused_total", "Grant calls the key or its ledger refused.", func(s lease.Stats) int64 { return s.Refused }),
-		c("renewal_calls_total", "Grant calls made ahead, for a lease running low.", func(s lease.Stats) int64 { return s.Renewals }),
-		c("granted_hits_total", "Hits granted to this node's leases.", func(s lease.Stats) int64 { return s.Granted }),
-		c("expired_hits_total", "Hits granted that expired unspent.", func(s lease.Stats) int64 { return s.Expired }),
-		c("store_hits_total", "Hits of leasing limits decided by the store.", func(s lease.Stats) int64 { return s.Fallback }),
-	}
-}
-
-// collectorList is several collectors as one.
-type collectorList []prometheus.Collector
-
-func (cs collectorList) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range cs {
-		c.Describe(ch)
-	}
-}
-
-func (cs collectorList) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range cs {
-		c.Collect(ch)
-	}
-}
-
-// monotonicClock is the embedded store's way of keeping time, which the
-// decision core's reservations read (decide.Config.Earliest): the wall
-// clock at start, advanced by the monotonic clock, so that a step of the
-// wall clock moves neither.
-func monotonicClock() func() time.Time {
-	base := time.Now()
-	return func() time.Time { return base.Add(time.Since(base)) }
+	reg.MustRegister(set.Collectors()...)
 }

@@ -1,4 +1,4 @@
-package memstoremetrics_test
+package stack
 
 import (
 	"context"
@@ -10,16 +10,15 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/memstore/memstoremetrics"
 )
 
-// TestCollector: a scrape reports what the store holds, and evictions
+// TestMemCollector: a scrape reports what the store holds, and evictions
 // once the memory cap forces them.
-func TestCollector(t *testing.T) {
+func TestMemCollector(t *testing.T) {
 	s := memstore.New(memstore.Config{MaxBytes: 64 << 10, Shards: 1})
 	defer s.Close()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(memstoremetrics.Collector(s))
+	reg.MustRegister(memCollector(s))
 	lim := sluice.NewLimiter(s)
 	l := &sluice.Limit{Rate: 10, Period: time.Hour}
 	const keys = 100
