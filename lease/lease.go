@@ -92,6 +92,10 @@ const DefaultMaxLeases = 100_000
 // Store is a sluice.Store that decides the hits of leasing limits from
 // local leases, and every other hit through the store it wraps. It is safe
 // for concurrent use.
+//
+// Like every store that wraps another, it has the methods Unwrap (the
+// wrapped store), Health (the wrapped store's, nil when it has none) and
+// Close (which leaves the wrapped store open, and does nothing else).
 type Store struct {
 	base // the store below: Unwrap, Health, Close
 

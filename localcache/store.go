@@ -39,6 +39,10 @@ const DefaultMaxEntries = 100_000
 // Store is a sluice.Store that answers requests known to be denied without
 // asking the store it wraps. It is safe for concurrent use. Create it with
 // New.
+//
+// Like every store that wraps another, it has the methods Unwrap (the
+// wrapped store), Health (the wrapped store's, nil when it has none) and
+// Close (which leaves the wrapped store open, and does nothing else).
 type Store struct {
 	base // the store below: Unwrap, Health, Close
 
