@@ -43,7 +43,7 @@ func TestConcurrencyKeysOutliveRequests(t *testing.T) {
 	m, err := newMiddleware(Config{
 		Domain:      "api",
 		Concurrency: &Concurrency{Max: 2},
-	}, dec.Decide)
+	}, dec.Decide, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,17 +94,36 @@ func (f *failures) counts(status int) bool {
 	return status >= 0 && status < 640 && f.statuses[status/64]&(1<<(status%64)) != 0
 }
 
-// fill fills s.fail with the failure descriptors of r as peeks, and adds
-// them to s.main as peeks too: the main decision reports the failures
-// left, for the headers, and a key serving a block_for penalty denies it.
-func (f *failures) fill(m *middleware, s *scratch, r *http.Request) (int, error) {
+// prepareFailures fills s.fail with the failure descriptors of f's request
+// as peeks, and adds them to s.main as peeks too: the main decision
+// reports the failures left, for the headers, and a key serving a
+// block_for penalty denies it.
+func (m *middleware) prepareFailures(f *flow) bool {
+	s := f.s
 	s.fail.reset()
-	n, err := m.fill(&s.fail, f.descs, r, s, 0)
+	n, err := m.fill(&s.fail, m.failures.descs, f.r, s, 0)
 	if err != nil {
-		return 0, err
+		m.invalid(f.w, f.r, err)
+		return false
 	}
 	s.main.appendCopy(&s.fail)
-	return n, nil
+	f.fails = n
+	return true
+}
+
+// serveFailures serves the admitted request, charging its failure when
+// its response's status is one (unless it was charged already).
+func (m *middleware) serveFailures(f *flow, next http.Handler) {
+	if f.fails == 0 || f.precharged {
+		next.ServeHTTP(f.w, f.r)
+		return
+	}
+	sw := statusWriter{ResponseWriter: f.w, m: m, s: f.s, ctx: f.r.Context(), n: f.n}
+	next.ServeHTTP(&sw, f.r)
+	if sw.status == 0 {
+		sw.status = http.StatusOK
+		sw.charge()
+	}
 }
 
 // checkFailures decides whether one more failure fits the failure limits

@@ -37,7 +37,7 @@ func NewLimit(lim *sluice.Limiter, limit *sluice.Limit, key Source) (func(http.H
 	m, err := newMiddleware(Config{
 		Domain:      "httplimit",
 		Descriptors: []Descriptor{{{Source: key}}},
-	}, (&oneLimit{lim: lim, limit: limit}).take)
+	}, (&oneLimit{lim: lim, limit: limit}).take, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -147,6 +147,7 @@ type middleware struct {
 	degLog     logsample.Sampler // answers of the failure policy
 	shadowLog  logsample.Sampler // shadow denials
 	scratch    sync.Pool         // *scratch
+	pipe       pipeline          // the features' stages
 	shaping    *shaper
 	failures   *failures
 	conc       *concurrency
@@ -165,19 +166,10 @@ func New(cfg Config) (func(http.Handler) http.Handler, error) {
 	if cfg.Decider == nil {
 		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
 	}
-	m, err := newMiddleware(cfg, cfg.Decider.Decide)
+	st, _ := cfg.Decider.(settler)
+	m, err := newMiddleware(cfg, cfg.Decider.Decide, st)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Tokens != nil {
-		switch {
-		case cfg.Shaping != nil || cfg.Failures != nil:
-			return nil, fmt.Errorf("%w: Tokens cannot be combined with Shaping or Failures", ErrConfig)
-		}
-		if m.tokens, err = m.newTokens(cfg.Tokens, cfg.Decider); err != nil {
-			return nil, err
-		}
-		m.settle = cfg.Decider.(settler)
 	}
 	return m.wrap, nil
 }
@@ -187,8 +179,10 @@ func (m *middleware) wrap(next http.Handler) http.Handler {
 	return &handler{m: m, next: next}
 }
 
-// newMiddleware checks cfg, but for its Decider: dec decides.
-func newMiddleware(cfg Config, dec func(context.Context, *decide.Request, *decide.Outcome) error) (*middleware, error) {
+// newMiddleware checks cfg, but for its Decider: dec decides, and st
+// settles token reservations (nil when it cannot). It composes the
+// features' stages into the pipeline.
+func newMiddleware(cfg Config, dec func(context.Context, *decide.Request, *decide.Outcome) error, st settler) (*middleware, error) {
 	switch {
 	case cfg.Domain == "":
 		return nil, fmt.Errorf("%w: Domain is required", ErrConfig)
@@ -235,23 +229,40 @@ func newMiddleware(cfg Config, dec func(context.Context, *decide.Request, *decid
 	if m.descs, err = m.compileAll(descs); err != nil {
 		return nil, err
 	}
+	if err := m.newFeatures(cfg, st); err != nil {
+		return nil, err
+	}
+	m.scratch.New = func() any { return m.newScratch() }
+	return m, nil
+}
+
+// newFeatures checks the features of cfg (failures, concurrency, shaping,
+// tokens) and composes them, the descriptors and the headers as the
+// stages of m's pipeline: refused when two cannot be combined.
+func (m *middleware) newFeatures(cfg Config, st settler) error {
+	var err error
 	if cfg.Failures != nil {
 		if m.failures, err = m.newFailures(cfg.Failures); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if cfg.Concurrency != nil {
 		if m.conc, err = m.newConcurrency(cfg.Concurrency); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if cfg.Shaping != nil {
 		if m.shaping, err = newShaper(cfg.Shaping); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	m.scratch.New = func() any { return m.newScratch() }
-	return m, nil
+	if cfg.Tokens != nil {
+		if m.tokens, err = m.newTokens(cfg.Tokens, st); err != nil {
+			return err
+		}
+		m.settle = st
+	}
+	return m.buildPipeline()
 }
 
 // compileAll compiles the descriptors ds, counting their entries into
@@ -281,141 +292,64 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
 	s := m.scratch.Get().(*scratch)
 	defer m.release(s)
-	n, err := m.build(s, r)
-	if err != nil {
-		m.invalid(w, r, err)
-		return
-	}
-	var tr tokenRequest
-	if m.tokens != nil {
-		if tr, err = m.tokens.reserve(r); err != nil {
-			m.tokensRefused(w, r, err)
-			return
-		}
-		before := len(s.main.descs)
-		k, err := m.fill(&s.main, m.tokens.set, r, s, tr.reserved)
-		if err != nil {
-			m.invalid(w, r, err)
-			return
-		}
-		if k == 1 {
-			s.tokens, n = before, n+1
-		}
-	}
-	key, held, shadowed, ok := m.admitConcurrent(w, r, s)
-	if !ok {
-		return
-	}
-	if held {
-		defer m.conc.release(key)
-	}
-	var fails int
-	if m.failures != nil {
-		if fails, err = m.failures.fill(m, s, r); err != nil {
-			m.invalid(w, r, err)
-			return
-		}
-	}
-	if n == 0 && fails == 0 { // every descriptor skipped: nothing to limit
-		res := Unlimited
-		if shadowed {
-			res = Shadow
-		}
-		m.report(w, r, res)
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	precharged := false
-	if fails > 0 {
-		// The failure limits are checked first, on their own: a request
-		// they deny must consume nothing from the others.
-		var shadow bool
-		if precharged, shadow, ok = m.failuresFirst(w, r, s); !ok {
-			return
-		}
-		shadowed = shadowed || shadow
-	}
-	delayed := false
-	if m.shaping != nil {
-		delayed, err = m.shaped(r.Context(), s)
-	} else {
-		err = m.decide(r.Context(), s)
-	}
-	if err != nil {
-		m.decisionFailed(w, r, err)
-		return
-	}
-	o := &s.out
-	if m.onOutcome != nil {
-		m.onOutcome(s.main.descs, o)
-	}
-	denied, res := m.result(o, shadowed, delayed)
-	// A fail_open answer knows no quota to advertise.
-	if o.Degraded != rules.FailOpen {
-		m.setHeaders(w.Header(), s, denied)
-		if s.tokens >= 0 {
-			setTokenHeaders(w.Header(), o, s.tokens)
-		}
-	}
-	if denied {
-		m.deny(w, r, s)
-		return
-	}
-	m.report(w, r, res)
-	if s.tokens >= 0 {
-		m.serveTokens(w, r, s, h.next, tr.reserved)
-		return
-	}
-	if fails == 0 || precharged {
-		h.next.ServeHTTP(w, r)
-		return
-	}
-	sw := statusWriter{ResponseWriter: w, m: m, s: s, ctx: r.Context(), n: n}
-	h.next.ServeHTTP(&sw, r)
-	if sw.status == 0 {
-		sw.status = http.StatusOK
-		sw.charge()
-	}
+	f := &s.flow
+	f.w, f.r, f.s = w, r, s
+	defer m.pipe.end(m, f)
+	m.pipe.run(m, f, h.next)
 }
 
-// admitConcurrent applies the concurrency cap to r: it reports the key
-// whose slot r holds (held: the caller releases it when r is done),
-// whether r went over the cap in shadow mode, and whether r may go on
-// (when not, it has been answered).
-func (m *middleware) admitConcurrent(w http.ResponseWriter, r *http.Request, s *scratch) (key string, held, shadowed, ok bool) {
-	if m.conc == nil {
-		return "", false, false, true
-	}
-	key, limited, err := m.conc.key(s, r)
+// admitConcurrent applies the concurrency cap to f's request: the slot
+// it takes is held in f (given back by releaseConcurrent), or, over the
+// cap, it is answered, or let through in shadow mode (f.shadowed).
+func (m *middleware) admitConcurrent(f *flow) bool {
+	key, limited, err := m.conc.key(f.s, f.r)
 	switch {
 	case err != nil:
-		m.invalid(w, r, err)
-		return "", false, false, false
+		m.invalid(f.w, f.r, err)
+		return false
 	case !limited:
-		return "", false, false, true
+		return true
 	case m.conc.acquire(key):
-		return key, true, false, true
+		f.held, f.ckey = true, key
+		return true
 	case !m.shadow:
-		m.tooConcurrent(w, r)
-		return "", false, false, false
+		m.tooConcurrent(f.w, f.r)
+		return false
 	}
 	if n, ok := m.shadowLog.Allow(time.Now()); ok {
 		m.log.Info("concurrency cap exceeded in shadow mode; let through", "domain", m.domain, "not_logged", n)
 	}
-	return "", false, true, true
+	f.shadowed = true
+	return true
 }
 
-// failuresFirst checks the failure limits of r before its other limits:
-// it reports whether r was charged its failure already, whether the
-// failure limits would have denied it in shadow mode, and whether r may go
-// on (when not, it has been answered: denied, or failed).
-func (m *middleware) failuresFirst(w http.ResponseWriter, r *http.Request, s *scratch) (precharged, shadowed, ok bool) {
+// releaseConcurrent gives back the concurrency slot f holds, if any.
+func (m *middleware) releaseConcurrent(f *flow) {
+	if f.held {
+		m.conc.release(f.ckey)
+	}
+}
+
+// failuresFirst checks the failure limits of f's request before its other
+// limits, on their own: a request they deny must consume nothing from the
+// others. It notes in f whether the request was charged its failure
+// already, or would have been denied in shadow mode; when the request may
+// not go on it has been answered (denied, or failed).
+func (m *middleware) failuresFirst(f *flow) bool {
+	if f.fails == 0 {
+		return true
+	}
+	w, r, s := f.w, f.r, f.s
 	wouldDeny, precharged, err := m.checkFailures(r.Context(), s)
-	switch {
-	case err != nil:
+	if err != nil {
 		m.decisionFailed(w, r, err)
-		return false, false, false
-	case wouldDeny && !m.shadow:
+		return false
+	}
+	if wouldDeny {
+		m.applyShadow(&s.out)
+	}
+	switch {
+	case wouldDeny && !s.out.ShadowDenied:
 		if m.onOutcome != nil {
 			m.onOutcome(s.fail.descs, &s.out)
 		}
@@ -423,14 +357,15 @@ func (m *middleware) failuresFirst(w http.ResponseWriter, r *http.Request, s *sc
 			m.setHeaders(w.Header(), s, true)
 		}
 		m.deny(w, r, s)
-		return false, false, false
+		return false
 	case wouldDeny:
 		if n, ok := m.shadowLog.Allow(time.Now()); ok {
 			m.log.Info("failure limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(&s.out), "not_logged", n)
 		}
-		return precharged, true, true
+		f.shadowed = true
 	}
-	return precharged, false, true
+	f.precharged = precharged
+	return true
 }
 
 // decisionFailed answers r whose decision failed with err: nothing when
@@ -447,11 +382,11 @@ func (m *middleware) decisionFailed(w http.ResponseWriter, r *http.Request, err 
 // OnResult: shadowed, the request went over a cap or a failure limit in
 // shadow mode; delayed, shaping held it.
 func (m *middleware) result(o *decide.Outcome, shadowed, delayed bool) (denied bool, res Result) {
-	denied = m.overLimit(o)
+	denied = o.OverLimit()
 	switch {
 	case denied:
 		return true, Denied
-	case o.Overall.Shadow || m.shadow && o.OverLimit():
+	case o.Overall.Shadow || o.ShadowDenied:
 		if n, ok := m.shadowLog.Allow(time.Now()); ok {
 			m.log.Info("rate limit exceeded in shadow mode; let through", "domain", m.domain, "limit", shadowLimit(o), "not_logged", n)
 		}
@@ -484,6 +419,9 @@ func shadowLimit(o *decide.Outcome) string {
 func (m *middleware) decide(ctx context.Context, s *scratch) error {
 	s.req = decide.Request{Domain: m.domain, Descriptors: s.main.descs, Reserve: s.tokens >= 0}
 	err := m.dec(ctx, &s.req, &s.out)
+	if err == nil {
+		m.applyShadow(&s.out)
+	}
 	if err == nil && s.out.Degraded != rules.FailDefault {
 		if n, ok := m.degLog.Allow(time.Now()); ok {
 			m.log.Warn("rate limit store failed; answered by the failure policy", "domain", m.domain, "policy", s.out.Degraded.String(), "reason", s.out.Reason.String(), "err", s.out.StoreErr, "not_logged", n)
@@ -498,9 +436,14 @@ func (m *middleware) decideDescs(ctx context.Context, s *scratch, descs []rules.
 	return m.dec(ctx, &s.req, &s.out)
 }
 
-// overLimit reports whether o denies the request (never in shadow mode).
-func (m *middleware) overLimit(o *decide.Outcome) bool {
-	return o.OverLimit() && !m.shadow
+// applyShadow lets o through when the global shadow mode is on: the hook
+// of every front door, decide.GlobalShadow (which sets o.ShadowDenied).
+// A Decider given to the middleware may have hooks of its own, but not
+// this one: the middleware's ShadowMode is its own.
+func (m *middleware) applyShadow(o *decide.Outcome) {
+	if m.shadow {
+		decide.GlobalShadow(context.Background(), nil, o, nil)
+	}
 }
 
 // deny answers the denied request whose outcome is s.out, its headers

@@ -24,6 +24,7 @@ type scratch struct {
 	hdr     ratelimitheaders.Values
 	entries []rules.Entry // all of main's and fail's
 	tokens  int           // the index in main of the token descriptor; -1: none
+	flow    flow          // the request on its way through the pipeline
 }
 
 // reqScratch is the descriptors of one decision with their storage.
@@ -75,6 +76,7 @@ func (m *middleware) release(s *scratch) {
 	s.client = ""
 	s.addr = netip.Addr{}
 	s.tokens = -1
+	s.flow = flow{}
 	s.out.Reset()
 	m.scratch.Put(s)
 }

@@ -159,7 +159,7 @@ func (m *middleware) shaped(ctx context.Context, s *scratch) (waited bool, err e
 func (m *middleware) shapeable(o *decide.Outcome) bool {
 	// A denial that names no wait is not waited for: asking again at once
 	// would spin.
-	return m.overLimit(o) && o.Degraded == rules.FailDefault && o.Overall.RetryAfter > 0 && o.Overall.RetryAfter <= m.shaping.maxDelay
+	return o.OverLimit() && o.Degraded == rules.FailDefault && o.Overall.RetryAfter > 0 && o.Overall.RetryAfter <= m.shaping.maxDelay
 }
 
 // join adds a waiter at the end of the queue of key and reports whether it

@@ -181,8 +181,8 @@ const defaultMaxBody = 8 << 20
 // the Decider in the background.
 const settleTimeout = 5 * time.Second
 
-func (m *middleware) newTokens(cfg *Tokens, d Decider) (*tokens, error) {
-	if _, ok := d.(settler); !ok {
+func (m *middleware) newTokens(cfg *Tokens, st settler) (*tokens, error) {
+	if st == nil {
 		return nil, fmt.Errorf("%w: Tokens needs a Decider that settles reservations (a *decide.Decider)", ErrConfig)
 	}
 	if len(cfg.Descriptor) == 0 {
@@ -627,9 +627,44 @@ func (m *middleware) tokensRefused(w http.ResponseWriter, r *http.Request, err e
 	}
 }
 
+// prepareTokens reads f's request for its token reservation, and adds
+// the token descriptor, of that cost, to the request's.
+func (m *middleware) prepareTokens(f *flow) bool {
+	s := f.s
+	tr, err := m.tokens.reserve(f.r)
+	if err != nil {
+		m.tokensRefused(f.w, f.r, err)
+		return false
+	}
+	before := len(s.main.descs)
+	k, err := m.fill(&s.main, m.tokens.set, f.r, s, tr.reserved)
+	if err != nil {
+		m.invalid(f.w, f.r, err)
+		return false
+	}
+	if k == 1 {
+		s.tokens, f.n = before, f.n+1
+	}
+	f.reserved = tr.reserved
+	return true
+}
+
+// tokenHeaders sets OpenAI's rate limit headers of a request with a token
+// descriptor.
+func (m *middleware) tokenHeaders(h http.Header, s *scratch, _ bool) {
+	if s.tokens >= 0 {
+		setTokenHeaders(h, &s.out, s.tokens)
+	}
+}
+
 // serveTokens serves an admitted request with a token reservation and
 // settles it when the handler returns, whatever became of the response.
-func (m *middleware) serveTokens(w http.ResponseWriter, r *http.Request, s *scratch, next http.Handler, reserved int64) {
+func (m *middleware) serveTokens(f *flow, next http.Handler) {
+	w, r, s, reserved := f.w, f.r, f.s, f.reserved
+	if s.tokens < 0 {
+		next.ServeHTTP(w, r)
+		return
+	}
 	tw := &tokenWriter{ResponseWriter: w, t: m.tokens}
 	defer func() {
 		spent := tw.spent(reserved)
