@@ -44,12 +44,12 @@ var allowed = map[string][][]string{
 	"decide": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},
 	// The HTTP middleware calls the core directly: no gRPC, no protobuf,
 	// no Envoy types, no Redis client, no Prometheus.
-	"httplimit": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide"}, yaml},
+	"httplimit": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "internal/edges/openai", "rules", "decide"}, yaml},
 	"httpretry": {{"internal/base/algo"}},
 	// The proxy: the middleware in front of a reverse proxy, its
 	// Prometheus metrics and top keys; no Redis client unless the
 	// command wires one, no gRPC, no Envoy types.
-	"internal/edges/proxy": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "rules", "decide", "httplimit",
+	"internal/edges/proxy": {{"", "internal/vocab/storeerr", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "internal/edges/openai", "rules", "decide", "httplimit",
 		"internal/edges/dashboard", "internal/edges/hitters", "internal/edges/topkeys", "internal/edges/httpconf", "internal/base/wheremetric", "internal/edges/geoip", "internal/decision/readiness"}, yaml, prometheus, maxmind,
 		{"golang.org/x/net/", "golang.org/x/text/"}}, // the reverse proxy's HTTP/2
 	// The Envoy codec converts; it serves nothing and stores nothing.

@@ -112,7 +112,7 @@
 // all-or-nothing.
 //
 // This package imports the sluice root package, decide, rules,
-// ratelimitheaders (the HeaderMode and the header values) and the
-// standard library; never a store (tests aside), gRPC, protobuf or a
+// ratelimitheaders (the HeaderMode and the header values), openai (the
+// wire format of token budgets) and the standard library; never a store (tests aside), gRPC, protobuf or a
 // transport (a test holds it to that).
 package httplimit

@@ -1,4 +1,4 @@
-package httplimit
+package openai
 
 import (
 	"bytes"
@@ -57,7 +57,7 @@ var jsonScanners = sync.Pool{New: func() any { return new(strictJSON) }}
 // strictError is why a body is not strict JSON; it reads as a request
 // value that makes the request invalid (400).
 func strictError(off int, format string, args ...any) error {
-	return invalidError{fmt.Sprintf("the body is not strict JSON: "+format+" (byte %d)", append(args, off)...)}
+	return Invalid(fmt.Sprintf("the body is not strict JSON: "+format+" (byte %d)", append(args, off)...))
 }
 
 // quoteKey quotes a key for a message, cut to 64 bytes.

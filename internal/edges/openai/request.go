@@ -1,4 +1,4 @@
-package httplimit
+package openai
 
 import (
 	"bytes"
@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/sluicehq/sluice"
 )
 
 // What a token budget reads of a request's body, and what Enforce writes
@@ -36,7 +34,7 @@ import (
 //     inline), an input item that is not a message or a function call or
 //     output, a stored prompt, a previous response or conversation, and
 //     server-side tools (web and file search, code interpreter, MCP and
-//     the like): see unboundedReason.
+//     the like): see bounded.go.
 
 // fieldKind is what a top-level field of a body is to a token budget.
 type fieldKind uint8
@@ -57,7 +55,7 @@ const (
 )
 
 // knownField is a field a token budget reads: its kind, its spelling, and
-// for an output cap its index in tokens.outFields.
+// for an output cap its index in Format.outFields.
 type knownField struct {
 	kind fieldKind
 	name string
@@ -102,18 +100,7 @@ func knownFields(outFields []string) map[string]knownField {
 	return known
 }
 
-// The kinds of content a message or an input may hold and still be
-// bounded by the body's size: text.
-var (
-	textParts    = []string{"text", "input_text", "output_text", "refusal"}
-	textPartKeys = []string{"type", "text", "refusal", "annotations", "logprobs", "cache_control", "citations", "prompt_cache_breakpoint"}
-	textItems    = []string{"message", "function_call", "custom_tool_call"}
-	outputItems  = []string{"function_call_output", "custom_tool_call_output"}
-	clientTools  = []string{"function", "custom"}
-	mediaKeys    = []string{"audio", "images", "image", "files", "file", "file_ids", "attachments"}
-)
-
-// bodyRead is what reserve read of a body.
+// bodyRead is what Reserve read of a body.
 type bodyRead struct {
 	out                  int64    // the output asked by the first of Fields present; -1: none
 	outAt, outIdx        [8]int   // per output cap present (up to 8): its member, its index in outFields,
@@ -131,7 +118,7 @@ type bodyRead struct {
 }
 
 // read reads the members of the scanned body b into rd.
-func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
+func (t *Format) read(s *strictJSON, b []byte, rd *bodyRead) error {
 	*rd = bodyRead{out: -1, streamOpts: -1}
 	check := t.enforce && !t.allowUnbounded
 	var fold [128]byte
@@ -141,7 +128,7 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 			continue
 		}
 		if t.enforce && string(m.key) != f.name {
-			return invalidError{fmt.Sprintf("body field %s must be spelled %q", quoteKey(m.key), f.name)}
+			return Invalid(fmt.Sprintf("body field %s must be spelled %q", quoteKey(m.key), f.name))
 		}
 		v := b[m.vs:m.ve]
 		null := string(v) == "null"
@@ -151,11 +138,11 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 			if !null {
 				var ok bool
 				if n, ok = wholeNumber(v); !ok {
-					return invalidError{fmt.Sprintf("body field %s must be a whole number of tokens", f.name)}
+					return Invalid(fmt.Sprintf("body field %s must be a whole number of tokens", f.name))
 				}
 			}
 			if rd.outs == len(rd.outAt) {
-				return invalidError{"the body has too many output fields"}
+				return Invalid("the body has too many output fields")
 			}
 			rd.outAt[rd.outs], rd.outIdx[rd.outs], rd.outVal[rd.outs] = mi, f.out, n
 			rd.outs++
@@ -165,7 +152,7 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 			}
 			n, ok := wholeNumber(v)
 			if !ok {
-				return invalidError{fmt.Sprintf("body field %s must be a whole number", f.name)}
+				return Invalid(fmt.Sprintf("body field %s must be a whole number", f.name))
 			}
 			if f.kind == fieldN {
 				rd.n = n
@@ -175,7 +162,7 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 		case fieldEcho, fieldStream:
 			yes := string(v) == "true"
 			if t.enforce && !yes && !null && string(v) != "false" {
-				return invalidError{fmt.Sprintf("body field %s must be true or false", f.name)}
+				return Invalid(fmt.Sprintf("body field %s must be true or false", f.name))
 			}
 			if f.kind == fieldEcho {
 				rd.echo = yes
@@ -244,223 +231,8 @@ func (t *tokens) read(s *strictJSON, b []byte, rd *bodyRead) error {
 	return nil
 }
 
-// unboundedOnce notes, when checking, the first reason the body's cost
-// cannot be bounded.
-func (rd *bodyRead) unboundedOnce(check bool, format string, args ...any) {
-	if check && rd.unbounded == "" {
-		rd.unbounded = fmt.Sprintf(format, args...)
-	}
-}
-
-// stringIn reports whether the JSON value v is a string among names.
-func stringIn(v []byte, names []string) bool {
-	if len(v) < 2 || v[0] != '"' {
-		return false
-	}
-	s := v[1 : len(v)-1]
-	if bytes.IndexByte(s, '\\') >= 0 {
-		d, err := decodeKey(s)
-		if err != nil {
-			return false
-		}
-		s = d
-	}
-	for _, n := range names {
-		if string(s) == n {
-			return true
-		}
-	}
-	return false
-}
-
-// keyIn reports whether the raw key k names one of names, as a parser
-// that folds case reads it.
-func keyIn(k []byte, names []string) bool {
-	for _, n := range names {
-		if keyIs(k, n) {
-			return true
-		}
-	}
-	return false
-}
-
-// member finds the value of the member name of the object obj, as a parser
-// that folds case finds it; nil when absent.
-func member(obj []byte, name string) []byte {
-	var got []byte
-	eachMember(obj, func(k, v []byte) bool {
-		if keyIs(k, name) {
-			got = v
-			return false
-		}
-		return true
-	})
-	return got
-}
-
-// where is the place of a message, an item or a part in a body, for a
-// message: list[i].field[j], without .field when field is empty, without
-// [j] when j < 0. It is made a string only to say what is refused.
-type where struct {
-	list  string
-	i     int
-	field string
-	j     int
-}
-
-func (w where) String() string {
-	s := w.list + "[" + strconv.Itoa(w.i) + "]"
-	if w.field != "" {
-		s += "." + w.field
-	}
-	if w.j >= 0 {
-		s += "[" + strconv.Itoa(w.j) + "]"
-	}
-	return s
-}
-
-// checkMessages checks the messages of a chat: text only.
-func (rd *bodyRead) checkMessages(v []byte) {
-	if v[0] != '[' {
-		rd.unboundedOnce(true, "messages is not a list")
-		return
-	}
-	at := where{list: "messages", j: -1}
-	eachElement(v, func(msg []byte) bool {
-		rd.checkMessage(msg, at)
-		at.i++
-		return rd.unbounded == ""
-	})
-}
-
-// checkMessage checks a message (or an input item that is one) at at:
-// its content text, and nothing that carries media beside it.
-func (rd *bodyRead) checkMessage(msg []byte, at where) {
-	if msg[0] != '{' {
-		rd.unboundedOnce(true, "%s is not an object", at)
-		return
-	}
-	eachMember(msg, func(k, v []byte) bool {
-		switch {
-		case keyIs(k, "content"):
-			at.field = "content"
-			rd.checkContent(v, at)
-		case string(v) != "null" && keyIn(k, mediaKeys):
-			rd.unboundedOnce(true, "%s has %s", at, quoteKey(k))
-		}
-		return rd.unbounded == ""
-	})
-}
-
-// checkContent checks a message's content (or a function call's output)
-// at at: a string, or a list of text parts.
-func (rd *bodyRead) checkContent(v []byte, at where) {
-	switch v[0] {
-	case '"', 'n':
-	case '{':
-		rd.checkPart(v, at)
-	case '[':
-		at.j = 0
-		eachElement(v, func(part []byte) bool {
-			switch part[0] {
-			case '"':
-			case '{':
-				rd.checkPart(part, at)
-			default:
-				rd.unboundedOnce(true, "%s is not text", at)
-			}
-			at.j++
-			return rd.unbounded == ""
-		})
-	default:
-		rd.unboundedOnce(true, "%s is not text", at)
-	}
-}
-
-// checkPart checks a part of a message's content at at: text, and nothing
-// else.
-func (rd *bodyRead) checkPart(part []byte, at where) {
-	if typ := member(part, "type"); !stringIn(typ, textParts) {
-		if typ == nil {
-			typ = []byte("none")
-		}
-		rd.unboundedOnce(true, "%s is a part of type %s, not text", at, typ)
-		return
-	}
-	eachMember(part, func(k, _ []byte) bool {
-		if !keyIn(k, textPartKeys) {
-			rd.unboundedOnce(true, "%s, a text part, has %s", at, quoteKey(k))
-		}
-		return rd.unbounded == ""
-	})
-}
-
-// checkInput checks the input of a Responses (or embeddings) request:
-// text, token IDs, messages, function calls and their outputs.
-func (rd *bodyRead) checkInput(v []byte) {
-	switch v[0] {
-	case '"':
-		return
-	case '[':
-	default:
-		rd.unboundedOnce(true, "input is not text or a list")
-		return
-	}
-	at := where{list: "input", j: -1}
-	eachElement(v, func(item []byte) bool {
-		switch item[0] {
-		case '"', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		case '[': // token IDs
-			eachElement(item, func(e []byte) bool {
-				if e[0] == '{' || e[0] == '[' {
-					rd.unboundedOnce(true, "%s is not text or token IDs", at)
-				}
-				return rd.unbounded == ""
-			})
-		case '{':
-			typ := member(item, "type")
-			switch {
-			case typ == nil || stringIn(typ, textItems[:1]):
-				rd.checkMessage(item, at)
-			case stringIn(typ, textItems):
-			case stringIn(typ, outputItems):
-				if out := member(item, "output"); out != nil {
-					o := at
-					o.field = "output"
-					rd.checkContent(out, o)
-				}
-			default:
-				rd.unboundedOnce(true, "%s is an item of type %s", at, typ)
-			}
-		default:
-			rd.unboundedOnce(true, "%s is not text", at)
-		}
-		at.i++
-		return rd.unbounded == ""
-	})
-}
-
-// checkTools checks the tools of a request: functions the client runs,
-// not tools the API runs.
-func (rd *bodyRead) checkTools(v []byte) {
-	if v[0] != '[' {
-		rd.unboundedOnce(true, "tools is not a list")
-		return
-	}
-	i := 0
-	eachElement(v, func(tool []byte) bool {
-		if tool[0] != '{' {
-			rd.unboundedOnce(true, "tools[%d] is not an object", i)
-		} else if typ := member(tool, "type"); typ != nil && !stringIn(typ, clientTools) {
-			rd.unboundedOnce(true, "tools[%d] is a tool of type %s, which the API runs", i, typ)
-		}
-		i++
-		return rd.unbounded == ""
-	})
-}
-
 // errNoBody is a request without the JSON body Enforce needs.
-var errNoBody = invalidError{"the body must be a JSON object (the token budget enforces its reservation in it)"}
+var errNoBody = Invalid("the body must be a JSON object (the token budget enforces its reservation in it)")
 
 // encoded reports whether a request's Content-Encoding, of every line and
 // every item of each, names any coding but identity: an upstream reads
@@ -476,12 +248,14 @@ func encoded(h http.Header) bool {
 	return false
 }
 
-// reserve reads r's body for the reservation, putting back a body to
-// forward (rewritten with Enforce).
-func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
-	var tr tokenRequest
+// Reserve reads r's body for its reservation, in the cost's units, and
+// puts back a body to forward (rewritten with Enforce). Its errors are
+// ErrEncodedBody, ErrBodyTooLarge, an Invalid request, or the body's
+// reading failing.
+func (t *Format) Reserve(r *http.Request) (int64, error) {
+	var tr struct{ reserved int64 }
 	if encoded(r.Header) {
-		return tr, errEncodedBody
+		return 0, ErrEncodedBody
 	}
 	r.Header.Del("Accept-Encoding")
 	var body []byte
@@ -489,10 +263,10 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 		b, err := io.ReadAll(io.LimitReader(r.Body, t.maxBody+1))
 		_ = r.Body.Close()
 		if err != nil {
-			return tr, fmt.Errorf("reading the request body: %w", err)
+			return 0, fmt.Errorf("reading the request body: %w", err)
 		}
 		if int64(len(b)) > t.maxBody {
-			return tr, errBodyTooLarge
+			return 0, ErrBodyTooLarge
 		}
 		body = b
 	}
@@ -501,14 +275,14 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 		if v := r.Header.Get(t.header); v != "" {
 			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			if err != nil || n < 0 {
-				return tr, invalidError{fmt.Sprintf("header %s must be a whole number of tokens", t.header)}
+				return 0, Invalid(fmt.Sprintf("header %s must be a whole number of tokens", t.header))
 			}
 			out, named = n, true
 		}
 	}
 	if t.enforce {
 		if err := t.checkQuery(r.URL); err != nil {
-			return tr, err
+			return 0, err
 		}
 	}
 	s := jsonScanners.Get().(*strictJSON)
@@ -518,18 +292,18 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 	switch err := s.scan(body); {
 	case len(body) == 0:
 		if t.enforce && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			return tr, errNoBody
+			return 0, errNoBody
 		}
 	case err != nil:
 		if t.enforce {
-			return tr, err
+			return 0, err
 		}
 	default:
 		if err := t.read(s, body, &rd); err != nil {
-			return tr, err
+			return 0, err
 		}
 		if rd.unbounded != "" {
-			return tr, invalidError{rd.unbounded + ": its tokens are not bounded by the token reservation"}
+			return 0, Invalid(rd.unbounded + ": its tokens are not bounded by the token reservation")
 		}
 		parsed = true
 	}
@@ -539,9 +313,8 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 	out = min(out, t.max)
 	if t.enforce && out < 1 {
 		// A parser may read a cap of 0 as no cap at all.
-		return tr, invalidError{"the output asked must be at least 1 token"}
+		return 0, Invalid("the output asked must be at least 1 token")
 	}
-	tr.stream = rd.stream
 	// The reservation: the output of every choice generated, and the
 	// prompt's bytes, weighed as the cost weighs them.
 	choices := max(rd.n, rd.bestOf, 1)
@@ -565,12 +338,12 @@ func (t *tokens) reserve(r *http.Request) (tokenRequest, error) {
 	if r.ContentLength > 0 || r.Header.Get("Content-Length") != "" {
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	}
-	return tr, nil
+	return tr.reserved, nil
 }
 
 // checkQuery refuses a query parameter named as a body field the budget
 // reads: an API that reads its parameters from either would see two.
-func (t *tokens) checkQuery(u *url.URL) error {
+func (t *Format) checkQuery(u *url.URL) error {
 	q := u.RawQuery
 	var fold [128]byte
 	for q != "" {
@@ -582,10 +355,10 @@ func (t *tokens) checkQuery(u *url.URL) error {
 			name, _, _ := strings.Cut(part, "=")
 			name, err := url.QueryUnescape(name)
 			if err != nil {
-				return invalidError{"the query is not well formed"}
+				return Invalid("the query is not well formed")
 			}
 			if f, ok := t.known[string(appendFold(fold[:0], []byte(name)))]; ok {
-				return invalidError{fmt.Sprintf("query parameter %q: the token budget reads %s from the body only", name, f.name)}
+				return Invalid(fmt.Sprintf("query parameter %q: the token budget reads %s from the body only", name, f.name))
 			}
 		}
 	}
@@ -600,7 +373,7 @@ func (t *tokens) checkQuery(u *url.URL) error {
 // its API reads); and a chat or completion's stream asked for its usage
 // (stream_options.include_usage). b is returned as it is when it needs
 // nothing.
-func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []byte {
+func (t *Format) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []byte {
 	type edit struct {
 		at, end int
 		with    string
@@ -664,7 +437,7 @@ func (t *tokens) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []b
 // copies the chat's); a legacy completion's, max_tokens; a Responses
 // request's, max_output_tokens. A body of none of them needs one of
 // Fields.
-func (t *tokens) missingCap(rd *bodyRead) string {
+func (t *Format) missingCap(rd *bodyRead) string {
 	var own []string
 	field := t.fields[0]
 	switch {
@@ -739,8 +512,4 @@ func (s *strictJSON) release() {
 	clear(s.keys[:cap(s.keys)])
 	s.top, s.keys = s.top[:0], s.keys[:0]
 	jsonScanners.Put(s)
-}
-
-func satAdd(a, b int64) int64 {
-	return min(a+b, sluice.MaxCost) // both at most MaxCost: no overflow
 }
