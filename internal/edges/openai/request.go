@@ -120,7 +120,6 @@ type bodyRead struct {
 // read reads the members of the scanned body b into rd.
 func (t *Format) read(s *strictJSON, b []byte, rd *bodyRead) error {
 	*rd = bodyRead{out: -1, streamOpts: -1}
-	check := t.enforce && !t.allowUnbounded
 	var fold [128]byte
 	for mi, m := range s.top {
 		f, ok := t.known[string(appendFold(fold[:0], m.key))]
@@ -130,94 +129,8 @@ func (t *Format) read(s *strictJSON, b []byte, rd *bodyRead) error {
 		if t.enforce && string(m.key) != f.name {
 			return Invalid(fmt.Sprintf("body field %s must be spelled %q", quoteKey(m.key), f.name))
 		}
-		v := b[m.vs:m.ve]
-		null := string(v) == "null"
-		switch f.kind {
-		case fieldOutput:
-			n := int64(-1)
-			if !null {
-				var ok bool
-				if n, ok = wholeNumber(v); !ok {
-					return Invalid(fmt.Sprintf("body field %s must be a whole number of tokens", f.name))
-				}
-			}
-			if rd.outs == len(rd.outAt) {
-				return Invalid("the body has too many output fields")
-			}
-			rd.outAt[rd.outs], rd.outIdx[rd.outs], rd.outVal[rd.outs] = mi, f.out, n
-			rd.outs++
-		case fieldN, fieldBestOf:
-			if null {
-				continue
-			}
-			n, ok := wholeNumber(v)
-			if !ok {
-				return Invalid(fmt.Sprintf("body field %s must be a whole number", f.name))
-			}
-			if f.kind == fieldN {
-				rd.n = n
-			} else {
-				rd.bestOf = n
-			}
-		case fieldEcho, fieldStream:
-			yes := string(v) == "true"
-			if t.enforce && !yes && !null && string(v) != "false" {
-				return Invalid(fmt.Sprintf("body field %s must be true or false", f.name))
-			}
-			if f.kind == fieldEcho {
-				rd.echo = yes
-			} else {
-				rd.stream = yes
-			}
-		case fieldPrompt:
-			rd.promptLen = int64(len(v))
-			switch v[0] {
-			case '"':
-				rd.prompt = true
-			case '[':
-				rd.prompt = true
-				var prompts int64
-				var texts bool
-				eachElement(v, func(e []byte) bool {
-					prompts++
-					switch e[0] {
-					case '"', '[':
-						texts = true
-					case '{':
-						rd.unboundedOnce(check, "prompt[%d] is an object", prompts-1)
-					}
-					return true
-				})
-				if texts {
-					rd.batch = prompts
-				}
-			case '{':
-				rd.unboundedOnce(check, "prompt is an object (a stored prompt)")
-			}
-		case fieldPrediction:
-			if !null {
-				rd.predicted = int64(len(v))
-			}
-		case fieldStreamOptions:
-			rd.streamOpts = mi
-		case fieldMessages:
-			rd.messages = true
-			if check && !null {
-				rd.checkMessages(v)
-			}
-		case fieldInput:
-			rd.input = !null
-			if check && !null {
-				rd.checkInput(v)
-			}
-		case fieldTools:
-			if check && !null {
-				rd.checkTools(v)
-			}
-		case fieldReference:
-			if !null {
-				rd.unboundedOnce(check, "body field %s refers to what the API holds or fetches", f.name)
-			}
+		if err := t.member(rd, f, mi, b[m.vs:m.ve]); err != nil {
+			return err
 		}
 	}
 	best := len(t.fields) // the first of Fields present
@@ -229,6 +142,135 @@ func (t *Format) read(s *strictJSON, b []byte, rd *bodyRead) error {
 		}
 	}
 	return nil
+}
+
+// member reads into rd the value v of the top-level member mi, the field
+// f.
+func (t *Format) member(rd *bodyRead, f knownField, mi int, v []byte) error {
+	check := t.enforce && !t.allowUnbounded
+	null := string(v) == "null"
+	switch f.kind {
+	case fieldOutput:
+		return rd.output(f, mi, v, null)
+	case fieldN, fieldBestOf:
+		return rd.choices(f, v, null)
+	case fieldEcho, fieldStream:
+		return rd.flag(f, v, null, t.enforce)
+	case fieldPrompt:
+		rd.readPrompt(v, check)
+	case fieldPrediction:
+		if !null {
+			rd.predicted = int64(len(v))
+		}
+	case fieldStreamOptions:
+		rd.streamOpts = mi
+	default:
+		rd.inputs(f, v, null, check)
+	}
+	return nil
+}
+
+// output reads the output cap f, the member mi of value v.
+func (rd *bodyRead) output(f knownField, mi int, v []byte, null bool) error {
+	n := int64(-1)
+	if !null {
+		var ok bool
+		if n, ok = wholeNumber(v); !ok {
+			return Invalid(fmt.Sprintf("body field %s must be a whole number of tokens", f.name))
+		}
+	}
+	if rd.outs == len(rd.outAt) {
+		return Invalid("the body has too many output fields")
+	}
+	rd.outAt[rd.outs], rd.outIdx[rd.outs], rd.outVal[rd.outs] = mi, f.out, n
+	rd.outs++
+	return nil
+}
+
+// choices reads n or best_of.
+func (rd *bodyRead) choices(f knownField, v []byte, null bool) error {
+	if null {
+		return nil
+	}
+	n, ok := wholeNumber(v)
+	if !ok {
+		return Invalid(fmt.Sprintf("body field %s must be a whole number", f.name))
+	}
+	if f.kind == fieldN {
+		rd.n = n
+	} else {
+		rd.bestOf = n
+	}
+	return nil
+}
+
+// flag reads echo or stream: with enforce, true, false or null only.
+func (rd *bodyRead) flag(f knownField, v []byte, null, enforce bool) error {
+	yes := string(v) == "true"
+	if enforce && !yes && !null && string(v) != "false" {
+		return Invalid(fmt.Sprintf("body field %s must be true or false", f.name))
+	}
+	if f.kind == fieldEcho {
+		rd.echo = yes
+	} else {
+		rd.stream = yes
+	}
+	return nil
+}
+
+// readPrompt reads a (legacy) completion's prompt: text, or a list of
+// prompts (a batch when they are texts or token lists).
+func (rd *bodyRead) readPrompt(v []byte, check bool) {
+	rd.promptLen = int64(len(v))
+	switch v[0] {
+	case '"':
+		rd.prompt = true
+	case '[':
+		rd.prompt = true
+		var prompts int64
+		var texts bool
+		eachElement(v, func(e []byte) bool {
+			prompts++
+			switch e[0] {
+			case '"', '[':
+				texts = true
+			case '{':
+				rd.unboundedOnce(check, "prompt[%d] is an object", prompts-1)
+			}
+			return true
+		})
+		if texts {
+			rd.batch = prompts
+		}
+	case '{':
+		rd.unboundedOnce(check, "prompt is an object (a stored prompt)")
+	}
+}
+
+// inputs reads the fields that hold inputs: messages, input, tools, and
+// the references to what the API holds; with check, each is checked for
+// a bound.
+func (rd *bodyRead) inputs(f knownField, v []byte, null, check bool) {
+	switch f.kind {
+	case fieldMessages:
+		rd.messages = true
+		if check && !null {
+			rd.checkMessages(v)
+		}
+	case fieldInput:
+		rd.input = !null
+		if check && !null {
+			rd.checkInput(v)
+		}
+	case fieldTools:
+		if check && !null {
+			rd.checkTools(v)
+		}
+	case fieldReference:
+		if !null {
+			rd.unboundedOnce(check, "body field %s refers to what the API holds or fetches", f.name)
+		}
+	}
 }
 
 // errNoBody is a request without the JSON body Enforce needs.
@@ -253,32 +295,13 @@ func encoded(h http.Header) bool {
 // ErrEncodedBody, ErrBodyTooLarge, an Invalid request, or the body's
 // reading failing.
 func (t *Format) Reserve(r *http.Request) (int64, error) {
-	var tr struct{ reserved int64 }
-	if encoded(r.Header) {
-		return 0, ErrEncodedBody
+	body, err := t.body(r)
+	if err != nil {
+		return 0, err
 	}
-	r.Header.Del("Accept-Encoding")
-	var body []byte
-	if r.Body != nil && r.Body != http.NoBody {
-		b, err := io.ReadAll(io.LimitReader(r.Body, t.maxBody+1))
-		_ = r.Body.Close()
-		if err != nil {
-			return 0, fmt.Errorf("reading the request body: %w", err)
-		}
-		if int64(len(b)) > t.maxBody {
-			return 0, ErrBodyTooLarge
-		}
-		body = b
-	}
-	out, named := t.def, false
-	if t.header != "" {
-		if v := r.Header.Get(t.header); v != "" {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil || n < 0 {
-				return 0, Invalid(fmt.Sprintf("header %s must be a whole number of tokens", t.header))
-			}
-			out, named = n, true
-		}
+	out, named, err := t.headerOutput(r)
+	if err != nil {
+		return 0, err
 	}
 	if t.enforce {
 		if err := t.checkQuery(r.URL); err != nil {
@@ -288,24 +311,9 @@ func (t *Format) Reserve(r *http.Request) (int64, error) {
 	s := jsonScanners.Get().(*strictJSON)
 	defer s.release()
 	rd := bodyRead{out: -1, streamOpts: -1}
-	parsed := false
-	switch err := s.scan(body); {
-	case len(body) == 0:
-		if t.enforce && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			return 0, errNoBody
-		}
-	case err != nil:
-		if t.enforce {
-			return 0, err
-		}
-	default:
-		if err := t.read(s, body, &rd); err != nil {
-			return 0, err
-		}
-		if rd.unbounded != "" {
-			return 0, Invalid(rd.unbounded + ": its tokens are not bounded by the token reservation")
-		}
-		parsed = true
+	parsed, err := t.parse(s, r.Method, body, &rd)
+	if err != nil {
+		return 0, err
 	}
 	if !named && rd.out >= 0 {
 		out = rd.out
@@ -315,20 +323,7 @@ func (t *Format) Reserve(r *http.Request) (int64, error) {
 		// A parser may read a cap of 0 as no cap at all.
 		return 0, Invalid("the output asked must be at least 1 token")
 	}
-	// The reservation: the output of every choice generated, and the
-	// prompt's bytes, weighed as the cost weighs them.
-	choices := max(rd.n, rd.bestOf, 1)
-	if rd.batch > 0 {
-		choices = satMul(choices, rd.batch)
-	}
-	perChoice := satAdd(out, rd.predicted)
-	if rd.echo {
-		perChoice = satAdd(perChoice, rd.promptLen)
-	}
-	tr.reserved = satMul(satMul(perChoice, choices), t.wOut)
-	if t.promptBytes {
-		tr.reserved = satAdd(tr.reserved, satMul(int64(len(body)), t.wIn))
-	}
+	reserved := t.reservation(&rd, out, len(body))
 	if t.enforce && parsed {
 		body = t.enforceIn(s, body, &rd, out)
 		r.Header.Set("Content-Type", "application/json")
@@ -338,7 +333,88 @@ func (t *Format) Reserve(r *http.Request) (int64, error) {
 	if r.ContentLength > 0 || r.Header.Get("Content-Length") != "" {
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	}
-	return tr.reserved, nil
+	return reserved, nil
+}
+
+// body reads r's body, at most MaxBody bytes, uncompressed; r's
+// Accept-Encoding is removed, so that the answer comes uncompressed too.
+func (t *Format) body(r *http.Request) ([]byte, error) {
+	if encoded(r.Header) {
+		return nil, ErrEncodedBody
+	}
+	r.Header.Del("Accept-Encoding")
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, t.maxBody+1))
+	_ = r.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	if int64(len(b)) > t.maxBody {
+		return nil, ErrBodyTooLarge
+	}
+	return b, nil
+}
+
+// headerOutput is the output asked by r's Header, named when present, else
+// Default.
+func (t *Format) headerOutput(r *http.Request) (out int64, named bool, err error) {
+	if t.header == "" {
+		return t.def, false, nil
+	}
+	v := r.Header.Get(t.header)
+	if v == "" {
+		return t.def, false, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, false, Invalid(fmt.Sprintf("header %s must be a whole number of tokens", t.header))
+	}
+	return n, true, nil
+}
+
+// parse scans body with s and reads it into rd: parsed when it is strict
+// JSON. Without Enforce, a body that is not is read as none.
+func (t *Format) parse(s *strictJSON, method string, body []byte, rd *bodyRead) (parsed bool, err error) {
+	switch err := s.scan(body); {
+	case len(body) == 0:
+		if t.enforce && method != http.MethodGet && method != http.MethodHead {
+			return false, errNoBody
+		}
+		return false, nil
+	case err != nil:
+		if t.enforce {
+			return false, err
+		}
+		return false, nil
+	}
+	if err := t.read(s, body, rd); err != nil {
+		return false, err
+	}
+	if rd.unbounded != "" {
+		return false, Invalid(rd.unbounded + ": its tokens are not bounded by the token reservation")
+	}
+	return true, nil
+}
+
+// reservation is the cost reserved: the output of every choice generated
+// (out each), and the prompt's bytes (a body of size bytes), weighed as
+// the cost weighs them.
+func (t *Format) reservation(rd *bodyRead, out int64, size int) int64 {
+	choices := max(rd.n, rd.bestOf, 1)
+	if rd.batch > 0 {
+		choices = satMul(choices, rd.batch)
+	}
+	perChoice := satAdd(out, rd.predicted)
+	if rd.echo {
+		perChoice = satAdd(perChoice, rd.promptLen)
+	}
+	reserved := satMul(satMul(perChoice, choices), t.wOut)
+	if t.promptBytes {
+		reserved = satAdd(reserved, satMul(int64(size), t.wIn))
+	}
+	return reserved
 }
 
 // checkQuery refuses a query parameter named as a body field the budget
