@@ -70,98 +70,126 @@ func quoteKey(k []byte) string {
 
 // scan reads b, which must be one strict JSON object.
 func (s *strictJSON) scan(b []byte) error {
-	s.top, s.keys, s.open, s.end = s.top[:0], s.keys[:0], s.open[:0], 0
-	clear(s.sets)
-	s.sets = s.sets[:0]
-	if z := bytes.IndexByte(b, 0); z >= 0 { // never in JSON's UTF-8, always in UTF-16's
-		return strictError(z, "it holds a NUL byte (is it UTF-16 or UTF-32?)")
+	i, err := s.start(b)
+	if err != nil {
+		return err
 	}
-	i := skipSpace(b, 0)
-	if i == len(b) || b[i] != '{' {
-		switch {
-		case bytes.HasPrefix(b, []byte("\xef\xbb\xbf")):
-			return strictError(0, "it starts with a byte order mark")
-		case bytes.HasPrefix(b, []byte("\xfe\xff")) || bytes.HasPrefix(b, []byte("\xff\xfe")):
-			return strictError(0, "it starts with a UTF-16 byte order mark")
-		}
-		return strictError(i, "it is not a JSON object")
-	}
-	var err error
-value:
 	for {
 		i = skipSpace(b, i)
 		if i == len(b) {
 			return strictError(i, "it ends early")
 		}
-		switch c := b[i]; {
-		case c == '{' || c == '[':
-			if len(s.open) == maxJSONDepth {
-				return strictError(i, "it nests deeper than %d levels", maxJSONDepth)
-			}
-			open := -1
-			if c == '{' {
-				open = len(s.keys)
-			}
-			s.open, s.sets = append(s.open, open), append(s.sets, nil)
-			i = skipSpace(b, i+1)
-			switch {
-			case i < len(b) && b[i] == c+2: // } or ]: empty
-				i = s.pop(b, i)
-			case c == '{':
-				if i, err = s.key(b, i); err != nil {
-					return err
-				}
-				continue value
-			default:
-				continue value
-			}
-		case c == '"':
-			if i, _, err = scanString(b, i); err != nil {
-				return err
-			}
-		case c == 't' || c == 'f' || c == 'n':
-			lit := literal(c)
-			if !bytes.HasPrefix(b[i:], lit) {
-				return strictError(i, "unexpected %q", b[i])
-			}
-			i += len(lit)
-		case c == '-' || '0' <= c && c <= '9':
-			if i, err = scanNumber(b, i); err != nil {
-				return err
-			}
-		default:
-			return strictError(i, "unexpected %q", c)
+		more := false // a container opened, not empty: its first value next
+		if c := b[i]; c == '{' || c == '[' {
+			i, more, err = s.openAt(b, i)
+		} else {
+			i, err = scanScalar(b, i)
 		}
-		// After a value: the next of its container, or its end.
-		for {
-			if len(s.open) == 0 {
-				if j := skipSpace(b, i); j != len(b) {
-					return strictError(j, "data follows the JSON object")
-				}
-				return nil
+		if err != nil {
+			return err
+		}
+		if more {
+			continue
+		}
+		var done bool
+		if i, done, err = s.next(b, i); err != nil || done {
+			return err
+		}
+	}
+}
+
+// start resets s for b, and returns the offset of b's top object.
+func (s *strictJSON) start(b []byte) (int, error) {
+	s.top, s.keys, s.open, s.end = s.top[:0], s.keys[:0], s.open[:0], 0
+	clear(s.sets)
+	s.sets = s.sets[:0]
+	if z := bytes.IndexByte(b, 0); z >= 0 { // never in JSON's UTF-8, always in UTF-16's
+		return 0, strictError(z, "it holds a NUL byte (is it UTF-16 or UTF-32?)")
+	}
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
+		switch {
+		case bytes.HasPrefix(b, []byte("\xef\xbb\xbf")):
+			return 0, strictError(0, "it starts with a byte order mark")
+		case bytes.HasPrefix(b, []byte("\xfe\xff")) || bytes.HasPrefix(b, []byte("\xff\xfe")):
+			return 0, strictError(0, "it starts with a UTF-16 byte order mark")
+		}
+		return 0, strictError(i, "it is not a JSON object")
+	}
+	return i, nil
+}
+
+// openAt opens the object or array at b[i]: more when it is not empty,
+// its first value (after an object's first key) next.
+func (s *strictJSON) openAt(b []byte, i int) (int, bool, error) {
+	c := b[i]
+	if len(s.open) == maxJSONDepth {
+		return i, false, strictError(i, "it nests deeper than %d levels", maxJSONDepth)
+	}
+	open := -1
+	if c == '{' {
+		open = len(s.keys)
+	}
+	s.open, s.sets = append(s.open, open), append(s.sets, nil)
+	i = skipSpace(b, i+1)
+	switch {
+	case i < len(b) && b[i] == c+2: // } or ]: empty
+		return s.pop(b, i), false, nil
+	case c == '{':
+		i, err := s.key(b, i)
+		return i, true, err
+	}
+	return i, true, nil
+}
+
+// scanScalar scans the string, literal or number at b[i].
+func scanScalar(b []byte, i int) (int, error) {
+	switch c := b[i]; {
+	case c == '"':
+		i, _, err := scanString(b, i)
+		return i, err
+	case c == 't' || c == 'f' || c == 'n':
+		lit := literal(c)
+		if !bytes.HasPrefix(b[i:], lit) {
+			return i, strictError(i, "unexpected %q", b[i])
+		}
+		return i + len(lit), nil
+	case c == '-' || '0' <= c && c <= '9':
+		return scanNumber(b, i)
+	default:
+		return i, strictError(i, "unexpected %q", c)
+	}
+}
+
+// next goes on after a value that ends at i: to the next value of its
+// container (after an object's next key), closing the containers that
+// end; done at the end of the top object, with nothing after it.
+func (s *strictJSON) next(b []byte, i int) (int, bool, error) {
+	for {
+		if len(s.open) == 0 {
+			if j := skipSpace(b, i); j != len(b) {
+				return j, false, strictError(j, "data follows the JSON object")
 			}
-			if len(s.open) == 1 {
-				s.top[len(s.top)-1].ve = i
-			}
-			i = skipSpace(b, i)
-			if i == len(b) {
-				return strictError(i, "it ends early")
-			}
-			obj := s.open[len(s.open)-1] >= 0
-			switch c := b[i]; {
-			case c == ',' && obj:
-				if i, err = s.key(b, skipSpace(b, i+1)); err != nil {
-					return err
-				}
-				continue value
-			case c == ',':
-				i++
-				continue value
-			case c == '}' && obj || c == ']' && !obj:
-				i = s.pop(b, i)
-			default:
-				return strictError(i, "unexpected %q", c)
-			}
+			return i, true, nil
+		}
+		if len(s.open) == 1 {
+			s.top[len(s.top)-1].ve = i
+		}
+		i = skipSpace(b, i)
+		if i == len(b) {
+			return i, false, strictError(i, "it ends early")
+		}
+		obj := s.open[len(s.open)-1] >= 0
+		switch c := b[i]; {
+		case c == ',' && obj:
+			i, err := s.key(b, skipSpace(b, i+1))
+			return i, false, err
+		case c == ',':
+			return i + 1, false, nil
+		case c == '}' && obj || c == ']' && !obj:
+			i = s.pop(b, i)
+		default:
+			return i, false, strictError(i, "unexpected %q", c)
 		}
 	}
 }

@@ -450,10 +450,7 @@ func (t *Format) checkQuery(u *url.URL) error {
 // (stream_options.include_usage). b is returned as it is when it needs
 // nothing.
 func (t *Format) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []byte {
-	type edit struct {
-		at, end int
-		with    string
-	}
+	type edit = bodyEdit
 	var edits [10]edit
 	n := 0
 	num := strconv.FormatInt(out, 10)
@@ -479,29 +476,42 @@ func (t *Format) enforceIn(s *strictJSON, b []byte, rd *bodyRead, out int64) []b
 	if n == 0 && len(add) == 0 {
 		return b
 	}
-	for i := 1; i < n; i++ { // in the order of the body
+	return rewrite(b, s.end, len(s.top) > 0, edits[:n], add)
+}
+
+// bodyEdit replaces a body's bytes at:end with with.
+type bodyEdit struct {
+	at, end int
+	with    string
+}
+
+// rewrite returns the body b with edits made and the members add added at
+// the end of its top object, whose closing brace is at end (members:
+// it has some already).
+func rewrite(b []byte, end int, members bool, edits []bodyEdit, add []string) []byte {
+	for i := 1; i < len(edits); i++ { // in the order of the body
 		for j := i; j > 0 && edits[j].at < edits[j-1].at; j-- {
 			edits[j], edits[j-1] = edits[j-1], edits[j]
 		}
 	}
 	grown := len(b) + 64
-	for _, e := range edits[:n] {
+	for _, e := range edits {
 		grown += len(e.with)
 	}
 	nb := make([]byte, 0, grown)
 	at := 0
-	for _, e := range edits[:n] {
+	for _, e := range edits {
 		nb = append(append(nb, b[at:e.at]...), e.with...)
 		at = e.end
 	}
-	nb = append(nb, b[at:s.end]...)
+	nb = append(nb, b[at:end]...)
 	for i, a := range add {
-		if i > 0 || len(s.top) > 0 {
+		if i > 0 || members {
 			nb = append(nb, ',')
 		}
 		nb = append(nb, a...)
 	}
-	return append(nb, b[s.end:]...)
+	return append(nb, b[end:]...)
 }
 
 // missingCap returns the output field to add to a body in which the API
