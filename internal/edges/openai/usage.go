@@ -234,71 +234,84 @@ func (a *answerScan) feed(b []byte, done func(v []byte)) {
 		start = 0
 	}
 	for i := 0; i < len(b) && !a.dead; i++ {
-		c := b[i]
 		if a.inStr {
-			switch {
-			case a.esc:
-				a.esc = false
-			case c == '\\':
-				a.esc, a.keyEsc = true, a.keyEsc || a.inKey
-			case c == '"':
-				a.inStr = false
-				if a.inKey {
-					a.inKey, a.afterKey = false, true
-				}
-			case a.inKey:
-				if a.keyLen < len(a.key) {
-					a.key[a.keyLen] = c
-				}
-				a.keyLen++
-			default: // to the next quote or backslash
-				for i+1 < len(b) && b[i+1] != '"' && b[i+1] != '\\' {
-					i++
-				}
-			}
+			i = a.inString(b, i)
 			continue
 		}
-		switch c {
-		case '"':
-			a.inStr = true
-			if a.depth == 1 && a.wantKey {
-				a.inKey, a.wantKey, a.keyLen, a.keyEsc = true, false, 0, false
-			}
-		case '{', '[':
-			if a.depth == 0 && c == '[' {
-				a.dead = true
-			}
-			a.depth++
-			a.wantKey = a.depth == 1
-		case '}', ']':
-			a.depth--
-			if a.depth == 0 {
-				a.end(b, start, i, done)
-				a.dead = true
-			}
-		case ',':
-			if a.depth == 1 {
-				a.end(b, start, i, done)
-				start, a.wantKey = -1, true
-			}
-		case ':':
-			if a.depth == 1 && a.afterKey {
-				a.afterKey = false
-				if !a.keyEsc && a.keyLen == 5 && string(a.key[:5]) == "usage" {
-					a.capture, a.tooLong, a.val = true, false, a.val[:0]
-					start = i + 1
-				}
-			}
-		case ' ', '\t', '\r', '\n':
-		default:
-			if a.depth == 0 {
-				a.dead = true
-			}
-		}
+		start = a.outside(b, i, start, done)
 	}
 	if a.capture && start >= 0 {
 		a.grab(b[start:])
 	}
+}
+
+// inString takes in b[i], in a string, and returns the offset of the
+// last byte taken: a run of plain bytes is taken at once.
+func (a *answerScan) inString(b []byte, i int) int {
+	switch c := b[i]; {
+	case a.esc:
+		a.esc = false
+	case c == '\\':
+		a.esc, a.keyEsc = true, a.keyEsc || a.inKey
+	case c == '"':
+		a.inStr = false
+		if a.inKey {
+			a.inKey, a.afterKey = false, true
+		}
+	case a.inKey:
+		if a.keyLen < len(a.key) {
+			a.key[a.keyLen] = c
+		}
+		a.keyLen++
+	default: // to the next quote or backslash
+		for i+1 < len(b) && b[i+1] != '"' && b[i+1] != '\\' {
+			i++
+		}
+	}
+	return i
+}
+
+// outside takes in b[i], outside strings; start is where the capture of
+// b begins (-1: none), and it returns it as b[i] leaves it.
+func (a *answerScan) outside(b []byte, i, start int, done func(v []byte)) int {
+	switch c := b[i]; c {
+	case '"':
+		a.inStr = true
+		if a.depth == 1 && a.wantKey {
+			a.inKey, a.wantKey, a.keyLen, a.keyEsc = true, false, 0, false
+		}
+	case '{', '[':
+		if a.depth == 0 && c == '[' {
+			a.dead = true
+		}
+		a.depth++
+		a.wantKey = a.depth == 1
+	case '}', ']':
+		a.depth--
+		if a.depth == 0 {
+			a.end(b, start, i, done)
+			a.dead = true
+		}
+	case ',':
+		if a.depth == 1 {
+			a.end(b, start, i, done)
+			start, a.wantKey = -1, true
+		}
+	case ':':
+		if a.depth == 1 && a.afterKey {
+			a.afterKey = false
+			if !a.keyEsc && a.keyLen == 5 && string(a.key[:5]) == "usage" {
+				a.capture, a.tooLong, a.val = true, false, a.val[:0]
+				start = i + 1
+			}
+		}
+	case ' ', '\t', '\r', '\n':
+	default:
+		if a.depth == 0 {
+			a.dead = true
+		}
+	}
+	return start
 }
 
 // end ends, at b[i], the capture of a top-level value, if any.
