@@ -306,20 +306,7 @@ func (e *entry) value(r *http.Request, s *scratch) (v string, ok bool, err error
 		}
 		return v, true, nil
 	case header, apiKey:
-		lines := r.Header[e.arg]
-		if len(lines) == 0 || len(lines) == 1 && lines[0] == "" {
-			return "", false, nil
-		}
-		if len(lines) > 1 {
-			return "", false, fmt.Errorf("header %s sent more than once", e.arg)
-		}
-		if checkValue(lines[0], MaxHeaderValueLen) != nil {
-			return "", false, fmt.Errorf("header %s: longer than %d bytes, or not printable UTF-8", e.arg, MaxHeaderValueLen)
-		}
-		if e.kind == apiKey {
-			return credential(lines[0]), true, nil
-		}
-		return lines[0], true, nil
+		return e.headerValue(r)
 	case country:
 		lines := r.Header[e.arg]
 		if len(lines) != 1 || !isCountry(lines[0]) {
@@ -341,19 +328,43 @@ func (e *entry) value(r *http.Request, s *scratch) (v string, ok bool, err error
 		}
 		return p, true, nil
 	case function:
-		v, err := e.fn(r)
-		if err != nil {
-			return "", false, fmt.Errorf("key: %w", err)
-		}
-		if v == "" {
-			return "", false, nil
-		}
-		if checkValue(v, MaxHeaderValueLen) != nil {
-			return "", false, fmt.Errorf("key: longer than %d bytes, or not printable UTF-8", MaxHeaderValueLen)
-		}
-		return v, true, nil
+		return e.funcValue(r)
 	}
 	return e.arg, true, nil // constant
+}
+
+// headerValue is the value of the header e names: absent or empty, none;
+// sent twice, or too long, an error.
+func (e *entry) headerValue(r *http.Request) (v string, ok bool, err error) {
+	lines := r.Header[e.arg]
+	if len(lines) == 0 || len(lines) == 1 && lines[0] == "" {
+		return "", false, nil
+	}
+	if len(lines) > 1 {
+		return "", false, fmt.Errorf("header %s sent more than once", e.arg)
+	}
+	if checkValue(lines[0], MaxHeaderValueLen) != nil {
+		return "", false, fmt.Errorf("header %s: longer than %d bytes, or not printable UTF-8", e.arg, MaxHeaderValueLen)
+	}
+	if e.kind == apiKey {
+		return credential(lines[0]), true, nil
+	}
+	return lines[0], true, nil
+}
+
+// funcValue is the value of e's KeyFunc: empty, none.
+func (e *entry) funcValue(r *http.Request) (v string, ok bool, err error) {
+	v, err = e.fn(r)
+	if err != nil {
+		return "", false, fmt.Errorf("key: %w", err)
+	}
+	if v == "" {
+		return "", false, nil
+	}
+	if checkValue(v, MaxHeaderValueLen) != nil {
+		return "", false, fmt.Errorf("key: longer than %d bytes, or not printable UTF-8", MaxHeaderValueLen)
+	}
+	return v, true, nil
 }
 
 func isCountry(s string) bool {
