@@ -65,7 +65,9 @@ type Config struct {
 	// limit would have denied. The headers of a request that would
 	// have been denied show the limit that would have denied it, with
 	// nothing remaining, and no Retry-After. Rules' own shadow_mode
-	// limits never deny and are not advertised, with or without it.
+	// limits never deny and are not advertised, with or without it. It is
+	// every front door's global shadow mode, decide.GlobalShadow, applied
+	// to each decision of the request's limits.
 	ShadowMode bool
 
 	// DenyStatus is the status of a denial. Zero means 429 Too Many
@@ -118,7 +120,9 @@ type Config struct {
 	// they deny it first (not their peeks before, nor the decisions
 	// shaping retried, nor the failures charged after). Descriptors of
 	// cost 0 in it were peeks. descs and o are the middleware's own: read
-	// them before returning. It must be fast and safe for concurrent use.
+	// them before returning. In global shadow mode o is as
+	// decide.GlobalShadow leaves it: a denial let through has
+	// o.ShadowDenied set. It must be fast and safe for concurrent use.
 	OnOutcome func(descs []rules.Descriptor, o *decide.Outcome)
 
 	// OnSettle, when set with Tokens, is told each request's token
