@@ -92,6 +92,11 @@ type Config struct {
 	Interval time.Duration // how often grants and give-backs run; 0: 200ms
 	Nodes    func() int    // this region's nodes, for a region's demand; nil: 1
 	Logger   *slog.Logger
+	// Started returns when the region's store last started, on its
+	// clock (Redis: RedisStarted): a store that started in a window may
+	// have lost what the region spent of it (restart.go). Nil: a store
+	// that never loses its state.
+	Started func(context.Context) (time.Time, error)
 }
 
 // Store is a region's store for global limits; every other hit goes to
@@ -108,6 +113,11 @@ type Store struct {
 	// store fail: a take or a charge that failed, a round that found it
 	// unhealthy, counters lost. See held.
 	failAt atomic.Int64
+
+	// since is when this node started (Unix ns, by Now, and a slack):
+	// what the region spent of a window that began before cannot be
+	// known here (restart.go).
+	since int64
 
 	stop func()
 	done chan struct{}
@@ -140,6 +150,8 @@ type gstate struct {
 	given     int64 // given back by this node, this window
 	yielded   bool  // given back for another region's want
 	born      time.Time
+	fresh     bool // the node had no state of the window before this one
+	blind     bool // what the region spent of the window before this state is unknown here (restart.go)
 }
 
 // New checks cfg and starts the background rounds.
@@ -189,6 +201,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Error = func() time.Duration { return 0 }
 	}
 	s := &Store{base: decorator.New(cfg.Next, "the region tier"), cfg: cfg, region: region, keys: map[gkey]*gstate{}, done: make(chan struct{})}
+	s.since = cfg.Now().Add(cfg.Error() + startSlack).UnixNano()
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	go s.loop(ctx)
@@ -399,6 +412,9 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 		case prev != nil && prev.window == ws-p:
 			g.rate = prev.rate
 		}
+		if prev == nil || prev.window != ws {
+			g.fresh, g.blind = true, ws < s.since
+		}
 		s.keys[k] = g
 		go s.charge(k, h.Key, g, spent)
 	}
@@ -453,6 +469,9 @@ func (s *Store) charge(k gkey, key string, g *gstate, spent int64) {
 	}
 	var out [1]sluice.Decision
 	err := s.Next.Take(ctx, []sluice.Hit{{Key: key, Limit: g.marker, Cost: 1}}, out[:])
+	if err == nil && g.fresh {
+		st.Spent = s.firstCharge(ctx, g, st.Spent)
+	}
 	if err == nil && st.Spent > 0 {
 		var moved int64
 		moved, err = s.Settler.Settle(ctx, &st)
@@ -478,6 +497,7 @@ func chargeFailed(g *gstate) bool {
 func (g *gstate) carry(prev *gstate) {
 	g.born, g.rate, g.asked, g.lastAsked = prev.born, prev.rate, prev.asked, prev.lastAsked
 	g.remaining, g.granted, g.given, g.yielded = prev.remaining, prev.granted, prev.given, prev.yielded
+	g.blind = prev.blind
 }
 
 // known is what g's region has left of its allocation as far as this
@@ -486,6 +506,9 @@ func (g *gstate) carry(prev *gstate) {
 func (s *Store) known(g *gstate) int64 {
 	if g.remaining >= 0 {
 		return g.remaining
+	}
+	if g.blind {
+		return g.granted - g.given // the safe share counts as spent
 	}
 	return s.shares(g.limit.Rate)[s.region] + g.granted - g.given
 }

@@ -294,7 +294,8 @@ func (s *Store) verify(ctx context.Context, k gkey, key string, b *known, rem in
 // allocation as this node last learnt it from the store, or, when it has
 // not learnt it in this window, the region's safe share: the ledger's
 // default, which only a node that readied the key in the window can have
-// lowered (by a give-back) or spent. In a region of one node that is this
+// lowered (by a give-back) or spent; nothing in a window that began
+// before this node started (restart.go). In a region of one node that is this
 // node; in a region of several, what the others did since this node's
 // last answer is not known here (docs/internals/regions.md bounds it).
 // ok is false for a limit that is not global.
@@ -312,6 +313,9 @@ func (s *Store) Budget(key string, l *sluice.Limit) (left int64, ok bool) {
 	defer s.mu.Unlock()
 	if g := s.keys[keyOf(&sluice.Hit{Key: key, Limit: l})]; g != nil && g.window == ws {
 		return max(s.known(g), 0), true
+	}
+	if ws < s.since {
+		return 0, true // the window began before this node: unknown here
 	}
 	return s.shares(l.Rate)[s.region], true
 }
