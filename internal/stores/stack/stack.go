@@ -188,6 +188,8 @@ func (s *Stack) openRegions(rc RegionConfig, log *slog.Logger) error {
 		Interval: rc.Interval,
 		Nodes:    r.Nodes,
 		Logger:   log.With("component", "regions"),
+		// A Redis restarted mid-window lost what the region spent of it.
+		Started: regions.RedisStarted(r.Client),
 	})
 	if err != nil {
 		return err
