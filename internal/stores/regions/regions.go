@@ -266,7 +266,7 @@ func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decisi
 		var b known
 		if h := &hits[i]; h.Limit.Global {
 			if g := s.keys[keyOf(h)]; g != nil {
-				b = known{g: g, left: s.known(g), granted: g.granted}
+				b = known{g: g, left: s.ceiling(g), granted: g.granted}
 			}
 		}
 		before = append(before, b)
@@ -504,11 +504,21 @@ func (g *gstate) carry(prev *gstate) {
 // node knows: the store's last answer, or before one, the safe share and
 // this node's grants. s.mu is held.
 func (s *Store) known(g *gstate) int64 {
+	if g.remaining < 0 && g.blind {
+		return g.granted - g.given // the safe share counts as spent
+	}
+	return s.ceiling(g)
+}
+
+// ceiling is the most g's region can have left of its allocation as far
+// as this node knows: the store's last answer, or before one, the safe
+// share and this node's grants, blind or not. An answer above it may come
+// from counters the store lost (verify); known, which a blind state lowers,
+// is what this node may count on, not what the region may hold. s.mu is
+// held.
+func (s *Store) ceiling(g *gstate) int64 {
 	if g.remaining >= 0 {
 		return g.remaining
-	}
-	if g.blind {
-		return g.granted - g.given // the safe share counts as spent
 	}
 	return s.shares(g.limit.Rate)[s.region] + g.granted - g.given
 }

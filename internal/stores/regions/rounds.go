@@ -147,7 +147,7 @@ func (s *Store) yieldWanted(ctx context.Context, now int64) {
 		g = s.keys[k]
 		var b known
 		if g != nil {
-			b = known{g: g, left: s.known(g), granted: g.granted}
+			b = known{g: g, left: s.ceiling(g), granted: g.granted}
 		}
 		s.mu.Unlock()
 		var out [1]sluice.Decision
@@ -232,7 +232,7 @@ func (s *Store) giveBack(ctx context.Context, k gkey, g *gstate, x int64) {
 		return
 	}
 	s.mu.Lock()
-	b := known{g: g, left: s.known(g), granted: g.granted}
+	b := known{g: g, left: s.ceiling(g), granted: g.granted}
 	s.mu.Unlock()
 	if err := s.Next.Take(c, hits, out[:]); err != nil {
 		s.failed()
