@@ -10,6 +10,35 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
+// Ledger is the coordinator's ledger of allocations: per key, window and
+// region, what the region may admit; a region absent from a window's entry
+// holds its safe share. Both calls are atomic at the coordinator.
+type Ledger interface {
+	// Grant gives region up to want of what no region holds of limit in
+	// the window starting at window (Unix ns), never letting the
+	// allocations exceed limit; it returns what it gave.
+	Grant(ctx context.Context, e Entry, want int64) (int64, error)
+	// GiveBack returns x of region's allocation to the ledger.
+	GiveBack(ctx context.Context, e Entry, x int64) error
+	// Allocation returns region's allocation in the entry.
+	Allocation(ctx context.Context, e Entry) (int64, error)
+	// Wanted lists the entries of windows not ended at now (Unix ms)
+	// that a region asked more of than was free: a region holding what
+	// it does not use of one gives it back.
+	Wanted(ctx context.Context, now int64) ([]Wanted, error)
+}
+
+// Entry names one ledger entry and the region asking.
+type Entry struct {
+	Key    string  // the counter's key and the limit's identity (entryKey)
+	Window int64   // the window's start, Unix ns
+	Period int64   // the window's length, ns
+	TTL    int64   // ns the entry lives from its last change: a period and more
+	Limit  int64   // the global limit L
+	Region int     // the asking region's index in Shares
+	Shares []int64 // every region's safe share
+}
+
 // RedisLedger keeps the ledger in the coordinator's Redis (or Redis
 // Cluster: every entry is one hash, in one slot): an entry per key and
 // window, a field per region that has asked or given back, whose absence
