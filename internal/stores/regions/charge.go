@@ -71,7 +71,7 @@ func chargeFailed(g *gstate) bool {
 
 // carry makes g, a new state of prev's window, keep what prev knew.
 func (g *gstate) carry(prev *gstate) {
-	g.born, g.rate, g.asked, g.lastAsked = prev.born, prev.rate, prev.asked, prev.lastAsked
+	g.born, g.rate, g.memo, g.asked, g.lastAsked = prev.born, prev.rate, prev.memo, prev.asked, prev.lastAsked
 	g.remaining, g.granted, g.given, g.yielded = prev.remaining, prev.granted, prev.given, prev.yielded
 	g.blind = prev.blind
 }

@@ -52,9 +52,8 @@ type RedisLedger struct {
 // the wanted set; ARGV: the operation, the region (1-based), the amount,
 // the limit L, the entry's time to live in ms, the window's end in ms and
 // the entry as a member of the wanted set, then every region's safe
-// share. A grant
-// gives at most half of what no region holds, so that regions asking at
-// once share it (a region asking alone gets it over a few rounds).
+// share. A grant gives Grantable (at most half of what no region holds):
+// the Lua mirrors it, and TestGrantableLua holds them together.
 var ledgerLua = rueidis.NewLuaScript(`
 local n = #ARGV - 7
 local alloc = {}
@@ -98,7 +97,7 @@ func (l *RedisLedger) call(ctx context.Context, op string, e Entry, amt int64) (
 	// The entry lives TTL from its last change: its window ends within
 	// a period of now, and TTL is a period and more.
 	args := []string{op, strconv.Itoa(e.Region + 1), strconv.FormatInt(amt, 10), strconv.FormatInt(e.Limit, 10), strconv.FormatInt(e.TTL/1e6, 10),
-		strconv.FormatInt(end, 10), strconv.FormatInt(e.Window, 10) + "\x00" + e.Key}
+		strconv.FormatInt(end, 10), member(e)}
 	for _, sh := range e.Shares {
 		args = append(args, strconv.FormatInt(sh, 10))
 	}
@@ -163,6 +162,13 @@ type Wanted struct {
 func entryKey(key string, rate, period int64, name string) string {
 	return key + "\x00" + strconv.FormatInt(rate, 10) + "\x00" + strconv.FormatInt(period, 10) + "\x00" + name
 }
+
+// member is e's member of the wanted set: its window, then its key.
+func member(e Entry) string { return strconv.FormatInt(e.Window, 10) + "\x00" + e.Key }
+
+// Wanted returns e as Ledger.Wanted lists it, for a ledger kept elsewhere
+// than in Redis (cmd/regionsim's).
+func (e Entry) Wanted() (Wanted, bool) { return parseWanted(member(e)) }
 
 // parseWanted parses a member of the wanted set.
 func parseWanted(v string) (Wanted, bool) {

@@ -65,6 +65,15 @@ type Config struct {
 	// have lost what the region spent of it (restart.go). Nil: a store
 	// that never loses its state.
 	Started func(context.Context) (time.Time, error)
+
+	// For a simulation on a virtual clock (cmd/regionsim): Sleep waits d
+	// or until ctx ends, at a window's edge (nil: a timer); Manual starts
+	// no background rounds, and the caller calls Round every Interval.
+	Sleep  func(ctx context.Context, d time.Duration) error
+	Manual bool
+	// Plan, if set, replaces the round's allocation policy (plan), to
+	// simulate another design (cmd/regionsim -loop design).
+	Plan func(*Demand) int64
 }
 
 // Store is a region's store for global limits; every other hit goes to
@@ -109,20 +118,21 @@ type gstate struct {
 	window    int64         // start, Unix ns
 	init      chan struct{}
 	initErr   error
-	lost      bool  // the region's store lost the key's counters; a new state replaces this one
-	remaining int64 // region-wide, from the last decision; -1: none yet
-	asked     int64 // hits asked (admitted or not) this window
-	lastAsked int64 // asked at the last round
-	rate      float64
-	granted   int64 // by this node, this window
-	given     int64 // given back by this node, this window
-	yielded   bool  // given back for another region's want
+	lost      bool    // the region's store lost the key's counters; a new state replaces this one
+	remaining int64   // region-wide, from the last decision; -1: none yet
+	asked     int64   // hits asked (admitted or not) this window
+	lastAsked int64   // asked at the last round
+	rate      float64 // the demand, hits a second (Demand.Rate)
+	memo      any     // Demand.Memo
+	granted   int64   // by this node, this window
+	given     int64   // given back by this node, this window
+	yielded   bool    // given back for another region's want
 	born      time.Time
 	fresh     bool // the node had no state of the window before this one
 	blind     bool // what the region spent of the window before this state is unknown here (restart.go)
 }
 
-// New checks cfg and starts the background rounds.
+// New checks cfg and starts the background rounds (unless Manual).
 func New(cfg Config) (*Store, error) {
 	_, ok := cfg.Next.(decorator.Settler)
 	switch {
@@ -144,6 +154,23 @@ func New(cfg Config) (*Store, error) {
 	if region < 0 {
 		return nil, fmt.Errorf("regions: region %q is not among %v", cfg.Region, cfg.Regions)
 	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	s := &Store{base: decorator.New(cfg.Next, "the region tier"), cfg: cfg, region: region, keys: map[gkey]*gstate{}, done: make(chan struct{})}
+	s.since = cfg.Now().Add(cfg.Error() + startSlack).UnixNano()
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if cfg.Manual {
+		close(s.done)
+		return s, nil
+	}
+	go s.loop(ctx)
+	return s, nil
+}
+
+// fill checks cfg's shares and fills in what zero means.
+func (cfg *Config) fill() error {
 	if cfg.Shares == nil {
 		for range cfg.Regions {
 			cfg.Shares = append(cfg.Shares, 1/float64(len(cfg.Regions)))
@@ -152,12 +179,12 @@ func New(cfg Config) (*Store, error) {
 	sum := 0.0
 	for _, f := range cfg.Shares {
 		if f < 0 || math.IsNaN(f) {
-			return nil, errors.New("regions: shares must not be negative")
+			return errors.New("regions: shares must not be negative")
 		}
 		sum += f
 	}
 	if sum > 1+1e-9 {
-		return nil, fmt.Errorf("regions: shares sum to %g, more than 1", sum)
+		return fmt.Errorf("regions: shares sum to %g, more than 1", sum)
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = 200 * time.Millisecond
@@ -168,12 +195,13 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Error == nil {
 		cfg.Error = func() time.Duration { return 0 }
 	}
-	s := &Store{base: decorator.New(cfg.Next, "the region tier"), cfg: cfg, region: region, keys: map[gkey]*gstate{}, done: make(chan struct{})}
-	s.since = cfg.Now().Add(cfg.Error() + startSlack).UnixNano()
-	ctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	go s.loop(ctx)
-	return s, nil
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
+	if cfg.Plan == nil {
+		cfg.Plan = plan
+	}
+	return nil
 }
 
 // Close stops the background rounds (not the store it wraps).

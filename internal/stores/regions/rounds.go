@@ -3,13 +3,12 @@ package regions
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sluicehq/sluice"
 )
 
-// loop runs a round every Interval.
+// loop runs a round every Interval (unless Manual).
 func (s *Store) loop(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.Interval)
@@ -19,16 +18,16 @@ func (s *Store) loop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.round(ctx)
+			s.Round(ctx)
 		}
 	}
 }
 
-// round asks for what the keys of this window need beyond what the region
+// Round asks for what the keys of this window need beyond what the region
 // holds, and gives back what they will not use; while the region's store
 // fails, neither (a grant could not be refunded in the store, and a
 // give-back waits for the window's end: held).
-func (s *Store) round(ctx context.Context) {
+func (s *Store) Round(ctx context.Context) {
 	healthy := s.Health() == nil
 	if !healthy {
 		s.failed()
@@ -57,31 +56,16 @@ func (s *Store) round(ctx context.Context) {
 		if !charged(g) {
 			continue
 		}
-		// The demand: hits asked per second, smoothed over a few rounds.
-		per := float64(g.asked-g.lastAsked) / s.cfg.Interval.Seconds()
+		d := Demand{Limit: g.limit, Asked: g.asked - g.lastAsked, Remaining: g.remaining, Left: time.Duration(g.window + p - now),
+			Known: time.Duration(now - g.born.UnixNano()), Nodes: nodes, Interval: s.cfg.Interval, Rate: g.rate, Memo: g.memo}
+		want := s.cfg.Plan(&d)
 		g.lastAsked = g.asked
-		if g.rate == 0 {
-			g.rate = per
-		} else {
-			g.rate = 0.7*g.rate + 0.3*per
-		}
+		g.rate, g.memo = d.Rate, d.Memo
 		demand += g.rate
 		share := s.shares(g.limit.Rate)[s.region]
 		alloc += float64(share + g.granted - g.given)
-		if g.remaining < 0 {
-			continue
-		}
-		left := float64(g.window+p-now) / 1e9
-		// What the region will ask for the rest of the window, with a
-		// headroom of two rounds.
-		need := int64(math.Ceil(g.rate*float64(nodes)*(left+2*s.cfg.Interval.Seconds()))) + 1
-		switch {
-		case need > g.remaining:
-			jobs = append(jobs, job{k, g, (need - g.remaining + nodes - 1) / nodes})
-		case g.remaining > need+need/4+headroom(g.limit) && g.window+p-now > int64(time.Second) && now-g.born.UnixNano() >= int64(2*s.cfg.Interval):
-			// A surplus beyond the need and a quarter, not near the
-			// window's end: this node gives back its part of it.
-			jobs = append(jobs, job{k, g, -((g.remaining - need - need/4) / nodes)})
+		if want != 0 && g.remaining >= 0 {
+			jobs = append(jobs, job{k, g, want})
 		}
 	}
 	s.mu.Unlock()
@@ -109,9 +93,6 @@ func charged(g *gstate) bool {
 		return false
 	}
 }
-
-// headroom is what a region keeps of l beyond its need: 1% of it.
-func headroom(l *sluice.Limit) int64 { return max(l.Rate/100, 1) }
 
 // yieldWanted gives back what this region holds and does not use of the
 // entries another region asked more of than was free: a key this region

@@ -157,17 +157,13 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 	margin := int64(s.cfg.Error()) + int64(5*time.Millisecond)
 	if t-ws < margin {
 		// Redis may still be in the window before.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(ws + margin - t)):
+		if err := s.cfg.Sleep(ctx, time.Duration(ws+margin-t)); err != nil {
+			return err
 		}
 	} else if ws+p-t < margin {
 		// Redis may be in the next window already: wait for it.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Duration(ws + p + margin - t)):
+		if err := s.cfg.Sleep(ctx, time.Duration(ws+p+margin-t)); err != nil {
+			return err
 		}
 		ws += p
 	}
@@ -190,7 +186,7 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 			g.carry(prev)
 			spent = h.Limit.Rate - s.known(prev)
 		case prev != nil && prev.window == ws-p:
-			g.rate = prev.rate
+			g.rate, g.memo = prev.rate, prev.memo
 		}
 		if prev == nil || prev.window != ws {
 			g.fresh, g.blind = true, ws < s.since
@@ -213,4 +209,16 @@ func (s *Store) ready(ctx context.Context, h *sluice.Hit) error {
 		return fmt.Errorf("regions: charging the region's share of %q: %w", h.Limit.Name, err)
 	}
 	return nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
