@@ -179,9 +179,7 @@ func (c *config) parseRTT(rtt string) (probs []string) {
 
 // check lists what is wrong with c's flags.
 func (c *config) check() (probs []string) {
-	if c.regions < 1 || c.nodes < 1 || c.limit < int64(c.regions) || c.window <= 0 || c.windows < 1 || c.demand < 0 || c.tau <= 0 || c.estimate < 1 || c.timeout <= 0 {
-		probs = append(probs, "-regions, -nodes, -window, -windows, -tau, -estimate and -timeout must be positive, -limit at least -regions, -demand not negative")
-	}
+	probs = c.checkRanges()
 	if !slices.Contains(mixes, c.mix) {
 		probs = append(probs, fmt.Sprintf("-mix %q: want even, hot, shift or one", c.mix))
 	}
@@ -197,6 +195,14 @@ func (c *config) check() (probs []string) {
 		if !slices.Contains(e.ok, e.v) {
 			probs = append(probs, fmt.Sprintf("-%s %q: want %s", e.flag, e.v, strings.Join(e.ok, " or ")))
 		}
+	}
+	return probs
+}
+
+// checkRanges lists c's numbers out of their ranges.
+func (c *config) checkRanges() (probs []string) {
+	if c.regions < 1 || c.nodes < 1 || c.limit < int64(c.regions) || c.window <= 0 || c.windows < 1 || c.demand < 0 || c.tau <= 0 || c.estimate < 1 || c.timeout <= 0 {
+		probs = append(probs, "-regions, -nodes, -window, -windows, -tau, -estimate and -timeout must be positive, -limit at least -regions, -demand not negative")
 	}
 	if c.hotShare < 0 || c.hotShare > 1 || c.jitter < 0 || c.jitter >= 1 || c.headroom < 0 || c.minHead < 0 || c.threshold < 0 {
 		probs = append(probs, "-hotshare between 0 and 1, -jitter in [0, 1), -headroom, -minheadroom and -threshold not negative")

@@ -36,6 +36,11 @@ type sim struct {
 	faulted bool
 	r       report
 	large   int64 // a grant this big is "large"
+	ran     bool  // a proc ran during the event
+
+	inline context.Context // a decision's, taken inline
+	hit    [1]sluice.Hit
+	out    [1]sluice.Decision
 }
 
 // region is one region: its store, its nodes, its demand and its link.
@@ -63,6 +68,7 @@ type node struct {
 func run(c config) report {
 	c = c.defaults()
 	s := &sim{c: c, rng: rand.New(rand.NewPCG(c.seed, 0x5e610)), sched: newSched(), live: map[*park]bool{}}
+	s.inline = context.WithValue(context.Background(), inlineKey{}, true)
 	s.led = ledger{wanted: map[string]regions.Wanted{}, ends: map[string]int64{}}
 	// 2026-01-01 or so, on a window's start.
 	p := int64(c.window)
@@ -115,9 +121,10 @@ func run(c config) report {
 			break
 		}
 		s.now = e.at
+		s.ran = false
 		s.handle(e)
 		s.settle()
-		s.check(e.kind != arrival)
+		s.check(s.ran)
 	}
 	s.now = end
 	s.closeWindow()
@@ -143,13 +150,15 @@ func (s *sim) push(e event) {
 }
 
 // settle waits for the procs to park or end, and turns their parks into
-// events.
+// events, noting that a proc ran (ran: what a region holds may have
+// changed).
 func (s *sim) settle() {
 	for {
 		ps := s.sched.settle()
 		if len(ps) == 0 {
 			return
 		}
+		s.ran = true
 		for _, p := range ps {
 			s.parked(p)
 		}
@@ -248,14 +257,14 @@ func (s *sim) decide(i int) {
 		j = s.rng.IntN(len(r.nodes))
 	}
 	st := r.nodes[j].st
-	hits := []sluice.Hit{{Key: key, Limit: s.limit, Cost: 1}}
-	out := make([]sluice.Decision, 1)
-	ctx := context.WithValue(context.Background(), inlineKey{}, true)
-	err := st.Take(ctx, hits, out)
+	s.hit[0] = sluice.Hit{Key: key, Limit: s.limit, Cost: 1}
+	err := st.Take(s.inline, s.hit[:], s.out[:])
 	if !errors.Is(err, errDefer) {
-		s.decided(i, out[0], err)
+		s.decided(i, s.out[0], err)
 		return
 	}
+	hits := []sluice.Hit{s.hit[0]}
+	out := make([]sluice.Decision, 1)
 	s.sched.spawn(i, j, func() { err = st.Take(context.Background(), hits, out) }, func() { s.decided(i, out[0], err) })
 }
 
