@@ -32,6 +32,7 @@
 //	go run ./cmd/regionsim -regions 3 -rtt 150ms -mix shift -fault cut
 //	go run ./cmd/regionsim -sweep
 //	go run ./cmd/regionsim -sweep -mixes one,hot,shift -grant all -wanted=false -loop design
+//	go run ./cmd/regionsim -nodes 3 -mix hot
 //
 // Demand is a Poisson process per region, -demand times L a window in
 // all: even, "hot" (region 0 has -hotshare of it, the others share the
