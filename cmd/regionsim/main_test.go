@@ -120,26 +120,33 @@ func TestOneRegion(t *testing.T) {
 		for _, rtt := range []string{"50ms", "150ms"} {
 			for _, proto := range [][]string{nil, {"-wanted=false"}, design} {
 				c := defaults(t, append([]string{"-mix", "one", "-regions", n, "-rtt", rtt, "-windows", "4"}, proto...)...)
-				r := run(c)
-				var b bytes.Buffer
-				r.print(&b, c)
-				alone := c.limit - int64(c.regions-1)*r.Safe // all region 0 may hold without a give-back
-				for w, st := range r.Windows {
-					got := st.Admitted[0]
-					switch {
-					case c.wanted && w > 0 && got < c.limit*9/10:
-						t.Errorf("%s regions, %s, %s: window %d: region 0 admitted %d, want at least 90%% of L = %d\n%s", n, rtt, protocol(c), w, got, c.limit, b.String())
-					case !c.wanted && got > alone:
-						t.Errorf("%s regions, %s, %s: window %d: region 0 admitted %d, more than its safe share %d and the rounding\n%s", n, rtt, protocol(c), w, got, r.Safe, b.String())
-					}
-				}
-				if c.wanted != (r.Yielded > 0) {
-					t.Errorf("%s regions, %s, %s: given back %d, for the wanted set %d", n, rtt, protocol(c), r.GivenTotal, r.Yielded)
-				}
-				t.Logf("%s regions, %s, %s: window 1: region 0 admitted %d of L = %d", n, rtt, protocol(c), r.Windows[1].Admitted[0], c.limit)
+				t.Run(n+"/"+rtt+"/"+protocol(c), func(t *testing.T) {
+					t.Parallel()
+					oneRegion(t, c, n, rtt)
+				})
 			}
 		}
 	}
+}
+
+func oneRegion(t *testing.T, c config, n, rtt string) {
+	r := run(c)
+	var b bytes.Buffer
+	r.print(&b, c)
+	alone := c.limit - int64(c.regions-1)*r.Safe // all region 0 may hold without a give-back
+	for w, st := range r.Windows {
+		got := st.Admitted[0]
+		switch {
+		case c.wanted && w > 0 && got < c.limit*9/10:
+			t.Errorf("%s regions, %s, %s: window %d: region 0 admitted %d, want at least 90%% of L = %d\n%s", n, rtt, protocol(c), w, got, c.limit, b.String())
+		case !c.wanted && got > alone:
+			t.Errorf("%s regions, %s, %s: window %d: region 0 admitted %d, more than its safe share %d and the rounding\n%s", n, rtt, protocol(c), w, got, r.Safe, b.String())
+		}
+	}
+	if c.wanted != (r.Yielded > 0) {
+		t.Errorf("%s regions, %s, %s: given back %d, for the wanted set %d", n, rtt, protocol(c), r.GivenTotal, r.Yielded)
+	}
+	t.Logf("%s regions, %s, %s: window 1: region 0 admitted %d of L = %d", n, rtt, protocol(c), r.Windows[1].Admitted[0], c.limit)
 }
 
 // TestFairness: with 90/5/5 demand at 1.5 L and 50 ms round trips, the
@@ -241,35 +248,42 @@ func TestEvenShares(t *testing.T) {
 		for seed := uint64(1); seed <= 6; seed++ {
 			c := defaults(t, "-mix", "even", "-regions", n, "-rtt", "50ms", "-windows", "5")
 			c.seed = seed
-			r := run(c)
-			adm := make([]float64, c.regions)
-			ask := make([]float64, c.regions)
-			var sumAdm, sumAsk float64
-			for _, st := range r.Windows[1:] {
-				for i := range c.regions {
-					adm[i] += float64(st.Admitted[i])
-					ask[i] += float64(st.Asked[i])
-				}
-				sumAdm += float64(st.admitted())
-				sumAsk += float64(st.asked())
-			}
-			var worst float64
-			var bad []string
-			for i := range c.regions {
-				a, k := frac(adm[i], sumAdm), frac(ask[i], sumAsk)
-				worst = max(worst, math.Abs(a-k))
-				if math.Abs(a-k) > margin {
-					bad = append(bad, fmt.Sprintf("region %d got %.1f%% of the admissions for %.1f%% of the requests", i, 100*a, 100*k))
-				}
-			}
-			if len(bad) > 0 {
-				var b bytes.Buffer
-				r.print(&b, c)
-				t.Errorf("%s regions, seed %d: %s\n%s", n, seed, strings.Join(bad, "; "), b.String())
-			}
-			t.Logf("%s regions, seed %d: shares of the admissions within %.2f points of the shares of the requests", n, seed, 100*worst)
+			t.Run(fmt.Sprintf("%s/%d", n, seed), func(t *testing.T) {
+				t.Parallel()
+				evenShares(t, c, n, seed, margin)
+			})
 		}
 	}
+}
+
+func evenShares(t *testing.T, c config, n string, seed uint64, margin float64) {
+	r := run(c)
+	adm := make([]float64, c.regions)
+	ask := make([]float64, c.regions)
+	var sumAdm, sumAsk float64
+	for _, st := range r.Windows[1:] {
+		for i := range c.regions {
+			adm[i] += float64(st.Admitted[i])
+			ask[i] += float64(st.Asked[i])
+		}
+		sumAdm += float64(st.admitted())
+		sumAsk += float64(st.asked())
+	}
+	var worst float64
+	var bad []string
+	for i := range c.regions {
+		a, k := frac(adm[i], sumAdm), frac(ask[i], sumAsk)
+		worst = max(worst, math.Abs(a-k))
+		if math.Abs(a-k) > margin {
+			bad = append(bad, fmt.Sprintf("region %d got %.1f%% of the admissions for %.1f%% of the requests", i, 100*a, 100*k))
+		}
+	}
+	if len(bad) > 0 {
+		var b bytes.Buffer
+		r.print(&b, c)
+		t.Errorf("%s regions, seed %d: %s\n%s", n, seed, strings.Join(bad, "; "), b.String())
+	}
+	t.Logf("%s regions, seed %d: shares of the admissions within %.2f points of the shares of the requests", n, seed, 100*worst)
 }
 
 // TestNodes: with several nodes a region (each a regions.Store with its

@@ -263,8 +263,15 @@ func (s *sim) decide(i int) {
 		s.decided(i, s.out[0], err)
 		return
 	}
-	hits := []sluice.Hit{s.hit[0]}
-	out := make([]sluice.Decision, 1)
+	s.deferred(i, j, s.hit[0])
+}
+
+// deferred takes h at node j of region i in a proc: the decision waits
+// for a window's edge.
+func (s *sim) deferred(i, j int, h sluice.Hit) {
+	var err error
+	hits, out := []sluice.Hit{h}, make([]sluice.Decision, 1)
+	st := s.rs[i].nodes[j].st
 	s.sched.spawn(i, j, func() { err = st.Take(context.Background(), hits, out) }, func() { s.decided(i, out[0], err) })
 }
 
