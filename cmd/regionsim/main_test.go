@@ -129,6 +129,7 @@ func TestOneRegion(t *testing.T) {
 	}
 }
 
+// oneRegion is a case of TestOneRegion.
 func oneRegion(t *testing.T, c config, n, rtt string) {
 	r := run(c)
 	var b bytes.Buffer
@@ -256,6 +257,7 @@ func TestEvenShares(t *testing.T) {
 	}
 }
 
+// evenShares is a case of TestEvenShares.
 func evenShares(t *testing.T, c config, n string, seed uint64, margin float64) {
 	r := run(c)
 	adm := make([]float64, c.regions)
