@@ -319,3 +319,20 @@ func TestNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestStartedBefore: the nodes started before the first window (regions'
+// restart rule: a node started in a window knows nothing of what its
+// region spent of it), so in window 0 each may admit its region's safe
+// share while its store cannot decide (Budget), as in any other window.
+func TestStartedBefore(t *testing.T) {
+	c := defaults(t, "-regions", "3", "-nodes", "2")
+	s := newSim(c)
+	defer s.close()
+	for i, r := range s.rs {
+		for j, n := range r.nodes {
+			if left, ok := n.st.Budget(key, s.limit); !ok || left != s.r.Safe {
+				t.Errorf("region %d node %d: budget %d %v at window 0's start, want the safe share, %d", i, j, left, ok, s.r.Safe)
+			}
+		}
+	}
+}

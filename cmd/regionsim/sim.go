@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -38,6 +39,8 @@ type sim struct {
 	large   int64 // a grant this big is "large"
 	ran     bool  // a proc ran during the event
 
+	closers []func() error // the nodes' and the regions' stores, to close in reverse
+
 	inline context.Context // a decision's, taken inline
 	hit    [1]sluice.Hit
 	out    [1]sluice.Decision
@@ -66,6 +69,35 @@ type node struct {
 }
 
 func run(c config) report {
+	s := newSim(c)
+	defer s.close()
+	c = s.c
+	end := time.Duration(c.windows) * c.window
+	for len(s.q) > 0 {
+		e := s.q.pop()
+		if e.at >= end {
+			break
+		}
+		s.now = e.at
+		s.ran = false
+		s.handle(e)
+		s.settle()
+		s.check(s.ran)
+	}
+	s.now = end
+	s.closeWindow()
+	var parked []*park
+	for p := range s.live {
+		parked = append(parked, p)
+	}
+	s.sched.stop(parked)
+	s.r.Windows = s.stats
+	return s.r
+}
+
+// newSim sets c's world up: its regions, each a memstore with its nodes,
+// and the first events.
+func newSim(c config) *sim {
 	c = c.defaults()
 	s := &sim{c: c, rng: rand.New(rand.NewPCG(c.seed, 0x5e610)), sched: newSched(), live: map[*park]bool{}}
 	s.inline = context.WithValue(context.Background(), inlineKey{}, true)
@@ -91,11 +123,16 @@ func run(c config) report {
 		names[i] = string(rune('a' + i))
 	}
 	s.rs = make([]*region, c.regions)
+	// The nodes started long before the first window (a node started in
+	// a window knows nothing of what its region spent of it, and its
+	// failure policy admits nothing of it: regions' restart rule); the
+	// region's memstore never restarts (Config.Started nil).
+	s.now = -uptime
 	for i := range s.rs {
 		r := &region{latency: c.rtt[min(i, len(c.rtt)-1)]}
 		s.rs[i] = r
 		mem := memstore.New(memstore.Config{Now: s.clock, SweepInterval: -1, Shards: 1})
-		defer mem.Close()
+		s.closers = append(s.closers, mem.Close)
 		r.store = &regionStore{Store: mem, sim: s, limit: s.limit, region: i, w: -1, applied: map[uint64]bool{}, nospend: c.broken == "nospend"}
 		for j := range c.nodes {
 			st, err := regions.New(regions.Config{Next: r.store, Region: names[i], Regions: names, Ledger: &nodeLedger{s: s, region: i, node: j},
@@ -103,39 +140,32 @@ func run(c config) report {
 			if err != nil {
 				panic(err) // the configuration is the simulation's own
 			}
-			defer st.Close()
+			s.closers = append(s.closers, st.Close)
 			r.nodes = append(r.nodes, &node{st: st})
 			s.push(event{at: time.Duration(s.rng.Int64N(int64(c.tau))), kind: loopTick, r: i, n: j})
 		}
 		r.rate = s.demandRate(i, 0)
 	}
+	s.now = 0
 	if c.mix == "shift" {
 		s.push(event{at: end / 2, kind: shift, r: c.regions - 1})
 	}
 	if c.fault != "none" && c.at < c.windows {
 		s.push(event{at: time.Duration(c.at)*c.window + c.window/2, kind: midFault, r: 0})
 	}
-	for len(s.q) > 0 {
-		e := s.q.pop()
-		if e.at >= end {
-			break
-		}
-		s.now = e.at
-		s.ran = false
-		s.handle(e)
-		s.settle()
-		s.check(s.ran)
-	}
-	s.now = end
-	s.closeWindow()
-	var parked []*park
-	for p := range s.live {
-		parked = append(parked, p)
-	}
-	s.sched.stop(parked)
-	s.r.Windows = s.stats
-	return s.r
+	return s
 }
+
+// close closes the stores, the nodes' before the regions'.
+func (s *sim) close() {
+	for _, c := range slices.Backward(s.closers) {
+		c()
+	}
+}
+
+// uptime is how long before the first window the nodes started: more
+// than the slack regions allows a start time (2 s).
+const uptime = time.Hour
 
 // clock is the virtual clock, the real code's Now.
 func (s *sim) clock() time.Time { return s.start.Add(s.now) }
