@@ -1,6 +1,7 @@
 package sluice_test
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -100,6 +101,31 @@ func TestTiers(t *testing.T) {
 			case ft >= 0 && tt > ft:
 				t.Errorf("%s (%s) imports %s (%s): an import up a tier", fields[0], tiers[ft].name, imp, tiers[tt].name)
 			}
+		}
+	}
+}
+
+// maxFileLines is the most lines a non-test Go file may hold: a file
+// longer than this holds more than one thing, and should be split by
+// responsibility.
+const maxFileLines = 600
+
+// TestFileSizes: no non-test Go file of the module is over maxFileLines.
+func TestFileSizes(t *testing.T) {
+	out, err := exec.Command("git", "ls-files", "*.go").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	for name := range strings.FieldsSeq(string(out)) {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n > maxFileLines {
+			t.Errorf("%s: %d lines, more than %d", name, n, maxFileLines)
 		}
 	}
 }

@@ -25,10 +25,8 @@ import (
 // refuses a body about twice as deep as this.
 const maxJSONDepth = 512
 
-// maxOpenKeys bounds the keys of the objects open at once (an object's
-// and those around it), which the scan keeps to find repeats: a body of
-// 8 MiB holding one object of 700,000 members held 115 MB while it was
-// read. No request an API takes comes near it.
+// maxOpenKeys bounds the keys of the open objects, which the scan keeps
+// to find repeats (one object of 700,000 members held 115 MB).
 const maxOpenKeys = 1 << 14
 
 // smallObject is the number of keys of an object compared pairwise for

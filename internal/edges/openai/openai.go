@@ -16,6 +16,7 @@ package openai
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -132,4 +133,18 @@ func (cfg *Config) check() error {
 // satAdd is a+b, at most MaxCost (a, b in 0..MaxCost).
 func satAdd(a, b int64) int64 {
 	return min(a+b, sluice.MaxCost) // both at most MaxCost: no overflow
+}
+
+// encoded reports whether a request's Content-Encoding, of every line and
+// every item of each, names any coding but identity: an upstream reads
+// them all ("identity" then "gzip" is a gzip body).
+func encoded(h http.Header) bool {
+	for _, v := range h.Values("Content-Encoding") {
+		for c := range strings.SplitSeq(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -276,20 +276,6 @@ func (rd *bodyRead) inputs(f knownField, v []byte, null, check bool) {
 // errNoBody is a request without the JSON body Enforce needs.
 var errNoBody = Invalid("the body must be a JSON object (the token budget enforces its reservation in it)")
 
-// encoded reports whether a request's Content-Encoding, of every line and
-// every item of each, names any coding but identity: an upstream reads
-// them all ("identity" then "gzip" is a gzip body).
-func encoded(h http.Header) bool {
-	for _, v := range h.Values("Content-Encoding") {
-		for c := range strings.SplitSeq(v, ",") {
-			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // Reserve reads r's body for its reservation, in the cost's units, and
 // puts back a body to forward (rewritten with Enforce). Its errors are
 // ErrEncodedBody, ErrBodyTooLarge, an Invalid request, or the body's

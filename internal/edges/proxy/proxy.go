@@ -254,10 +254,7 @@ func (p *Proxy) SetRoutes(domain string, s *httpconf.Section) error {
 // ServeHTTP limits r by its route and passes it to the upstream if it is
 // admitted.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if escapedSeparator(r.URL.EscapedPath()) {
-		// ServeMux keeps "chat%2Fcompletions" one segment, so no route
-		// matches it, where an upstream that decodes it first would
-		// serve /chat/completions: a way round every route's limits.
+	if escapedSeparator(r.URL.EscapedPath()) { // path.go
 		writeProblem(w, http.StatusBadRequest, httplimit.ProblemInvalidRequest, "Bad Request",
 			"an encoded / or \\ (%2F, %5C) in the path: refused, since the upstream may read it as a separator that the routes did not")
 		return
@@ -269,21 +266,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.ServeHTTP(w, r)
-}
-
-// escapedSeparator reports whether an escaped path holds a percent-encoded
-// '/' or '\\'.
-func escapedSeparator(path string) bool {
-	for {
-		i := strings.IndexByte(path, '%')
-		if i < 0 || i+3 > len(path) {
-			return false
-		}
-		if c := path[i+1 : i+3]; strings.EqualFold(c, "2f") || strings.EqualFold(c, "5c") {
-			return true
-		}
-		path = path[i+1:]
-	}
 }
 
 // table is one built set of routes and the ReverseProxy they share.
