@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/stall"
 )
 
 // TestServeE2ELease: two sluice serve nodes on one real redis-server
@@ -135,7 +136,7 @@ descriptors:
 	}
 	nodes := startSluices(t, procs, "--config", dir, "--debug-addr", "", "--store", "redis", "--redis-url", srv.URL(),
 		"--redis-timeout", redisTimeout.String())
-	stalls := watchStalls(t)
+	stalls := stall.Watch(t)
 	// Process j decides domains[j] alone (the clients of process j
 	// ask for it): one key that leases, as a hot key would. (The
 	// checks below read the limits from domains.)
@@ -179,7 +180,7 @@ descriptors:
 	// was stopped.
 	// and the longest the machine stalled this process (a loaded
 	// machine holds back the client, the nodes and Redis alike).
-	bound := 2*redisTimeout + answerSlack + stalls.max()
+	bound := 2*redisTimeout + answerSlack + stalls.Max()
 	p50, p99, most := latencies(t, samples, bound)
 	t.Logf("%d requests; latency p50 %s, p99 %s, max %s (bound %s)", len(samples), p50, p99, most, bound)
 	during := between(t, samples, dead, thawing)

@@ -41,6 +41,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/testsupport/stall"
 )
 
 const (
@@ -1023,7 +1024,7 @@ func runOutage(t *testing.T, how outage) {
 	procs := startSluices(t, distProcs, "--config", dir, "--debug-addr", "",
 		"--store", "redis", "--redis-url", srv.URL(), "--redis-timeout", redisTimeout.String(),
 		"--failure-policy", "fail_open")
-	stalls := watchStalls(t)
+	stalls := stall.Watch(t)
 	l, start := loadDomains(t, procs, domains, limitSpec{alg: "fixed_window", n: limit, period: window},
 		func(c, i int) int { return (c + i) % len(domains) })
 	defer l.finish()
@@ -1114,8 +1115,8 @@ func runOutage(t *testing.T, how outage) {
 		restarted.Sub(restarting).Round(time.Millisecond), up.Sub(restarted).Round(time.Millisecond))
 	// The bound: the Redis timeout, a margin, and the longest the machine
 	// stalled this process (a loaded machine holds back all alike).
-	bound := redisTimeout + answerSlack + stalls.max()
-	t.Logf("the machine stalled this test's process by up to %s: the latency bound is %s", stalls.max().Round(time.Millisecond), bound)
+	bound := redisTimeout + answerSlack + stalls.Max()
+	t.Logf("the machine stalled this test's process by up to %s: the latency bound is %s", stalls.Max().Round(time.Millisecond), bound)
 	p50, p99, most := latencies(t, samples, bound)
 	t.Logf("%d requests; latency p50 %s, p99 %s, max %s", len(samples), p50, p99, most)
 	during := between(t, samples, dead, restarting)
