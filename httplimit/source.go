@@ -130,15 +130,14 @@ func APIKey(name string) Source { return Source{kind: apiKey, header: name} }
 // one key, not a fresh quota for each spelling (Bearer, Basic, Token and
 // Digest so spelled, any other scheme in lower case).
 func credential(v string) string {
+	// A value holds no tab or other control character: checkValue
+	// refused it before.
 	scheme, rest, ok := strings.Cut(v, " ")
-	if !ok {
-		scheme, rest, ok = strings.Cut(v, "\t")
-	}
 	if !ok {
 		return v
 	}
-	rest = strings.Trim(rest, " \t")
-	if rest == "" || strings.ContainsAny(rest, " \t") || !validScheme(scheme) {
+	rest = strings.Trim(rest, " ")
+	if rest == "" || strings.Contains(rest, " ") || !validScheme(scheme) {
 		return v
 	}
 	canonical := strings.ToLower(scheme)
