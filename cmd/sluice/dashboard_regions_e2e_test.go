@@ -38,8 +38,11 @@ descriptors:
   - key: tenant
     rate_limit: {algorithm: fixed_window, unit: day, requests_per_unit: %d, global: true}
 `, limit))
+	const token = "0123456789abcdef0123456789abcdef"
+	tokens := writeFile(t, "tokens", "ops:"+token+"\n")
 	p := startSluice(t, nil, "--config", file, "--store", "redis", "--redis-url", region.URL(),
-		"--region", "a", "--regions", "a=0.3,b=0.3", "--coordinator-url", coord.URL(), "--region-interval", "100ms")
+		"--region", "a", "--regions", "a=0.3,b=0.3", "--coordinator-url", coord.URL(), "--region-interval", "100ms",
+		"--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)
 
 	// A burst of 8; again until one is admitted: the region's Redis
 	// started in this window, so the region has spent its whole safe
@@ -91,6 +94,14 @@ descriptors:
 			t.Fatalf("no grant on the panel after 30 s: granted %q, given back %q, allocation %q, last grant %q; the panel: %q", granted, given, alloc, last, text(`#region`))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The admin API's explain says what the panel says of the limit: the
+	// region, its allocation and its safe share.
+	code, body := adminDo(t, p, "POST", "/v1/explain", "Bearer "+token, `{"domain":"global","descriptors":[[{"key":"tenant","value":"acme"}]]}`)
+	want := fmt.Sprintf(`"global":true,"region":"a","allocation":%s,"safe_share":%d`, strings.TrimSuffix(alloc, " hits"), share)
+	if code != 200 || !strings.Contains(body, want) {
+		t.Errorf("explain: %d %s, want %s", code, body, want)
 	}
 
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "observability.md"))

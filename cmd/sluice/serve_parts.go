@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -240,20 +239,10 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 // explainRegions adds to e's global limits this region's allocation of
 // them and its safe share.
 func explainRegions(ctx context.Context, e *decide.Explanation, rs *regions.Store, region string) {
-	for i := range e.Descriptors {
-		for j := range e.Descriptors[i].Limits {
-			le := &e.Descriptors[i].Limits[j]
-			if !le.Global {
-				continue
-			}
-			key, err1 := strconv.Unquote(le.Key)
-			period, err2 := time.ParseDuration(le.Period)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			l := &sluice.Limit{Name: le.Name, Algorithm: sluice.FixedWindow, Rate: le.Rate, Period: period, Global: true}
-			alloc, share, _ := rs.Allocation(ctx, key, l)
+	e.EachLimit(func(h sluice.Hit, le *decide.LimitExplanation) {
+		if h.Limit != nil && h.Limit.Global {
+			alloc, share, _ := rs.Allocation(ctx, h.Key, h.Limit)
 			le.Region, le.Allocation, le.SafeShare = region, alloc, share
 		}
-	}
+	})
 }
