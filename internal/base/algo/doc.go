@@ -10,7 +10,9 @@
 // bucket, leaky bucket, GCRA, sliding window counter) and are evaluated by
 // [Step]. The sliding log keeps a list of timestamped entries per key
 // ([LogStep], [LogAppend]); the count-min sketch keeps one table per limit,
-// shared by all its keys ([CMSketch]).
+// shared by all its keys ([CMSketch]). Concurrency, beside them, is not a
+// rate: a key holds a set of permits, each with an expiry ([PermitStep],
+// [PermitRenew]).
 //
 // All arithmetic saturates instead of overflowing; a result that can never
 // become true (a cost above the capacity, a zero limit) has RetryAfter equal

@@ -245,6 +245,18 @@ func FuzzStepBounds(f *testing.F) {
 			checkBounds(t, &p, s, next, now, n, r)
 			return
 		}
+		if p.Kind == Concurrency {
+			// a, b: the earliest expiry and the hit's own; the set holds
+			// capacity permits at most.
+			s := PermitSet{Held: min(max(n, 0), p.Capacity), Earliest: a, Old: b}
+			r, _ := PermitStep(&p, s, now, n)
+			checkBounds(t, &p, State{}, State{}, now, n, r)
+			r, _ = PermitRenew(&p, s, now)
+			if r.Allowed != (r.RetryAfter == 0) || r.Remaining < 0 || r.ResetAfter < 0 {
+				t.Fatalf("renew: %+v", r)
+			}
+			return
+		}
 		if p.Kind == SlidingLog {
 			log := Log{Entries: []LogEntry{{a, b}, {a + 1, 1}, {now - 1, n}}, Seen: a}
 			log.Recount()

@@ -25,6 +25,8 @@ import "math/bits"
 //     as its weight fades, which r does not tell.
 //   - SlidingLog: ResetAfter, when the log is empty; r does not tell when
 //     its oldest entries leave, which is earlier.
+//   - Concurrency: ResetAfter, when the earliest permit held expires (a
+//     holder may release one sooner); its costs are 0 and 1.
 //
 // So a request of cost want made at that time is always admitted (if
 // nothing else was consumed; for the sketch, if no other key raised its

@@ -18,7 +18,14 @@ const (
 	SlidingWindow             // weighted two-window counter estimate
 	SlidingLog                // exact rolling window of timestamps
 	Sketch                    // count-min sketch per limit, sliding over two windows
-	numKinds
+	numRateKinds
+
+	// Concurrency is not a rate: it caps the permits held at once per
+	// key (Capacity of them, each living Period unless renewed; see
+	// PermitStep). Kinds, ParseKind and KindNames leave it out: they
+	// are the rate algorithms, which the rules name in algorithm:.
+	Concurrency = numRateKinds
+	numKinds    = Concurrency + 1
 )
 
 var kindNames = [numKinds]string{
@@ -29,9 +36,11 @@ var kindNames = [numKinds]string{
 	SlidingWindow: "sliding_window",
 	SlidingLog:    "sliding_log",
 	Sketch:        "sketch",
+	Concurrency:   "concurrency",
 }
 
-// String returns the name used in rules files, e.g. "token_bucket".
+// String returns the name used in rules files, e.g. "token_bucket"
+// ("concurrency" for Concurrency).
 func (k Kind) String() string {
 	if k < numKinds {
 		return kindNames[k]
@@ -39,9 +48,10 @@ func (k Kind) String() string {
 	return fmt.Sprintf("algo.Kind(%d)", uint8(k))
 }
 
-// ParseKind returns the Kind with the given rules-file name.
+// ParseKind returns the rate algorithm with the given rules-file name:
+// never Concurrency, which a rule asks for otherwise than by algorithm:.
 func ParseKind(s string) (Kind, error) {
-	for k, name := range kindNames {
+	for k, name := range kindNames[:numRateKinds] {
 		if name == s {
 			return Kind(k), nil
 		}
@@ -49,10 +59,11 @@ func ParseKind(s string) (Kind, error) {
 	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", s, KindNames())
 }
 
-// KindNames lists the algorithm names, comma separated, for error messages.
+// KindNames lists the rate algorithms' names, comma separated, for error
+// messages.
 func KindNames() string {
 	s := ""
-	for i, name := range kindNames {
+	for i, name := range kindNames[:numRateKinds] {
 		if i > 0 {
 			s += ", "
 		}
@@ -61,9 +72,10 @@ func KindNames() string {
 	return s
 }
 
-// Kinds returns every algorithm, in declaration order.
+// Kinds returns every rate algorithm, in declaration order: not
+// Concurrency.
 func Kinds() []Kind {
-	ks := make([]Kind, numKinds)
+	ks := make([]Kind, numRateKinds)
 	for i := range ks {
 		ks[i] = Kind(i)
 	}
@@ -140,6 +152,10 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("window offset must be in [0, period), got %dns for a period of %dns", p.Offset, p.Period)
 	case p.Offset != 0 && p.Kind != FixedWindow && p.Kind != SlidingWindow:
 		return fmt.Errorf("a window offset applies only to fixed_window and sliding_window, not %s", p.Kind)
+	case p.Kind == Concurrency && p.Debit:
+		return fmt.Errorf("a concurrency limit is not charged after the fact (debit)")
+	case p.Kind == Concurrency && p.Capacity > MaxPermits:
+		return fmt.Errorf("a concurrency limit holds at most %d permits a key, got %d", MaxPermits, p.Capacity)
 	}
 	if p.Interval > 0 {
 		hi, lo := mul64(p.Rate, p.Interval)

@@ -58,7 +58,8 @@ func Step(p *Params, s State, now, n int64) (State, Result) {
 	case SlidingWindow:
 		return slidingWindow(p, s, now, n)
 	}
-	// SlidingLog and Sketch keep no State: see LogStep and Sketch.
+	// SlidingLog, Sketch and Concurrency keep no State: see LogStep,
+	// CMSketch and PermitStep.
 	return s, zeroLimit(n, 0)
 }
 
