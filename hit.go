@@ -15,6 +15,15 @@ type Hit struct {
 	Limit *Limit
 
 	// Cost is the number of hits to apply, 0 <= Cost <= MaxCost.
-	// Zero is a peek: it consumes nothing and reports the state.
+	// Zero is a peek: it consumes nothing and reports the state. A
+	// Concurrency hit costs 0 (a peek at the permits held) or 1 (it
+	// acquires its Permit).
 	Cost int64
+
+	// Permit is the ID of the permit a Concurrency hit of cost 1
+	// acquires, non-empty and at most 64 bytes: the permit is held under
+	// it until it is released or expires, and acquiring an ID already
+	// held refreshes it and counts once (a retry). Limiter.Acquire makes
+	// a random one. Other limits ignore it.
+	Permit string
 }

@@ -23,6 +23,18 @@ const (
 	Sketch        = Algorithm(algo.Sketch)
 )
 
+// Concurrency is not a rate but a cap on what is in flight: a key holds at
+// most Rate permits at once, each of which lives Period after it was
+// acquired or last renewed, unless released first. A hit of cost 1
+// acquires its Hit.Permit; most callers want Limiter.Acquire or
+// Limiter.Hold, which make the permit's ID and release it. Burst, the
+// refill interval, soft and elastic margins, block_for, debit, global,
+// window offsets, sketch settings and leases do not apply (Validate
+// refuses them); Shadow does. A store shared by many nodes (Redis) caps
+// the permits of a key across all of them; docs/internals/concurrency.md
+// has the bound and its argument. Its String is "concurrency".
+const Concurrency = Algorithm(algo.Concurrency)
+
 // String returns the algorithm's name as the rules spell it:
 // "fixed_window", "token_bucket", ...
 func (a Algorithm) String() string { return algo.Kind(a).String() }
@@ -50,10 +62,14 @@ type Limit struct {
 	Algorithm Algorithm
 
 	// Rate is the number of requests per Period. Zero blocks everything.
+	// For Concurrency, the most permits a key holds at once (at most
+	// 1<<20).
 	Rate int64
 
 	// Period is the length of the window, or the time over which a bucket
-	// refills Rate tokens. Required.
+	// refills Rate tokens. Required. For Concurrency, how long a permit
+	// lives after it is acquired or renewed (rounded up to a whole
+	// millisecond).
 	Period time.Duration
 
 	// Burst is the capacity of a TokenBucket, LeakyBucket or GCRA.
@@ -154,7 +170,7 @@ func (p *problems) add(format string, args ...any) { *p = append(*p, fmt.Errorf(
 
 // checkCounts checks the algorithm, rate, period and burst.
 func (l *Limit) checkCounts(p *problems) {
-	if l.Algorithm > Sketch {
+	if l.Algorithm > Concurrency {
 		p.add("unknown algorithm %d", l.Algorithm)
 	}
 	if l.Rate < 0 {
@@ -199,6 +215,9 @@ func (l *Limit) checkExtras(p *problems) {
 	} else if l.LeaseOvershoot > 0 && (l.Algorithm == SlidingLog || l.Algorithm == Sketch) {
 		p.add("%s cannot be decided from leases", l.Algorithm)
 	}
+	if l.Algorithm == Concurrency {
+		l.checkConcurrency(p)
+	}
 	if l.Sketch != (SketchConfig{}) {
 		if l.Algorithm != Sketch {
 			p.add("sketch settings apply only to the sketch algorithm, not %s", l.Algorithm)
@@ -210,10 +229,39 @@ func (l *Limit) checkExtras(p *problems) {
 	}
 }
 
+// checkConcurrency checks what a Concurrency limit refuses: every
+// setting of a rate's.
+func (l *Limit) checkConcurrency(p *problems) {
+	if l.Rate > algo.MaxPermits {
+		p.add("a concurrency limit holds at most %d permits a key, got %d", algo.MaxPermits, l.Rate)
+	}
+	for _, x := range []struct {
+		set  bool
+		what string
+	}{
+		{l.SoftPercent != 0, "a soft percent"},
+		{l.ElasticCeiling != 0, "an elastic ceiling"},
+		{l.BlockFor != 0, "block_for"},
+		{l.LeaseOvershoot != 0, "leases (a lease overshoot)"},
+		{l.Debit, "debit"},
+		{l.Global, "global"},
+		{l.WindowOffset != 0, "a window offset"},
+	} {
+		if x.set {
+			p.add("a concurrency limit takes no %s: it counts permits held, not a rate", x.what)
+		}
+	}
+}
+
 // plain reports, cheaply and without building errors, that l is a valid
 // limit without extras: it implies Validate() == nil. Limiter checks it on
 // every call and runs the full Validate only when it is false.
 func (l *Limit) plain() bool {
+	if l.Algorithm == Concurrency {
+		return l.Period > 0 && l.Rate >= 0 && l.Rate <= algo.MaxPermits && l.Burst == 0 &&
+			l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 && l.BlockFor == 0 &&
+			!l.Debit && !l.Global && l.WindowOffset == 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0
+	}
 	return l.Algorithm <= Sketch && l.Period > 0 &&
 		l.Rate >= 0 && l.Rate <= algo.MaxSlidingWindowCapacity &&
 		l.Burst >= 0 && l.Burst <= algo.MaxSlidingWindowCapacity && (l.Burst == 0 || l.isBucket()) &&

@@ -11,16 +11,18 @@ import (
 // that a store never sees a negative cost or an oversized key. It is safe for
 // concurrent use.
 type Limiter struct {
-	store Store
-	one   oneTaker  // the store, if it takes single hits directly
-	each  eachTaker // the store, if it decides hits one by one
+	store   Store
+	one     oneTaker    // the store, if it takes single hits directly
+	each    eachTaker   // the store, if it decides hits one by one
+	permits permitStore // the store, if it releases and renews permits
 }
 
 // NewLimiter returns a Limiter over store.
 func NewLimiter(store Store) *Limiter {
 	one, _ := store.(oneTaker)
 	each, _ := store.(eachTaker)
-	return &Limiter{store: store, one: one, each: each}
+	permits, _ := store.(permitStore)
+	return &Limiter{store: store, one: one, each: each, permits: permits}
 }
 
 // Allow is shorthand for AllowN(ctx, key, limit, 1). Most callers want it.
@@ -31,7 +33,12 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit *Limit) (Decision
 // AllowN applies cost n of limit to key and returns the decision. n = 0
 // peeks without consuming.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit *Limit, n int64) (Decision, error) {
-	h := Hit{Key: key, Limit: limit, Cost: n}
+	return l.allow(ctx, Hit{Key: key, Limit: limit, Cost: n})
+}
+
+// allow decides the one hit h.
+func (l *Limiter) allow(ctx context.Context, h Hit) (Decision, error) {
+	limit := h.Limit
 	if err := validateHit(0, &h); err != nil {
 		return Decision{}, err
 	}
@@ -151,11 +158,34 @@ func validateHit(i int, h *Hit) error {
 	case h.Cost > MaxCost:
 		return fmt.Errorf("%w: cost %d is too large (at most %d)", ErrInvalid, h.Cost, int64(MaxCost))
 	}
+	if h.Limit.Algorithm == Concurrency {
+		if err := validatePermit(h, h.Cost); err != nil {
+			return err
+		}
+	}
 	if h.Limit.plain() {
 		return nil
 	}
 	if err := h.Limit.Validate(); err != nil {
 		return fmt.Errorf("%w: limit %q: %v", ErrInvalid, h.Limit.Name, err)
+	}
+	return nil
+}
+
+// maxPermitLen bounds the bytes of a permit's ID (Hit.Permit).
+const maxPermitLen = 64
+
+// validatePermit checks the cost and the permit of h, a Concurrency hit:
+// a cost of 0, or 1 with a permit ID (cost -1: a release or a renewal,
+// which needs the ID).
+func validatePermit(h *Hit, cost int64) error {
+	switch {
+	case cost > 1:
+		return fmt.Errorf("%w: a concurrency hit costs 0 (a peek) or 1 (a permit), not %d", ErrInvalid, cost)
+	case cost != 0 && h.Permit == "":
+		return fmt.Errorf("%w: a concurrency hit of cost 1 needs a permit ID (Hit.Permit)", ErrInvalid)
+	case len(h.Permit) > maxPermitLen:
+		return fmt.Errorf("%w: a permit ID of %d bytes (at most %d)", ErrInvalid, len(h.Permit), maxPermitLen)
 	}
 	return nil
 }

@@ -22,6 +22,21 @@ import "context"
 //   - Hits on the same key are applied in order, each seeing the previous.
 //   - The store owns the clock: memstore reads its Now field, redisstore
 //     asks Redis.
+//   - A Concurrency hit (algo.PermitStep) first drops its key's expired
+//     permits (expiry at or before the store's now), then allows when its
+//     Permit is already held or fewer than Rate permits are held. If the
+//     request is allowed, the permit is held with an expiry of now +
+//     Period (rounded up to a whole millisecond; a permit already held
+//     is refreshed, never shortened, and counts once); if any hit
+//     denies, it is not added, exactly as the other hits are not
+//     consumed, and a denied permit leaves the rates unconsumed.
+//     A shadow Concurrency hit that would deny adds nothing. Its
+//     decision: Limit = Rate, Remaining = Rate less the permits held
+//     after the request, ResetAfter = the time until the earliest expiry
+//     among the permits it found and its own (0 when none is held),
+//     RetryAfter on a denial = the time until the earliest held permit
+//     expires (an upper bound, since a holder may release sooner; never
+//     0). A peek (cost 0) changes nothing.
 //
 // An error means the store failed and says nothing of the limits; out is
 // then undefined. Callers validate hits first (Limiter does); a store may
@@ -51,6 +66,8 @@ type Store interface {
 //     nothing.
 //   - A shadow limit is decided and consumed the same way; only the
 //     request's overall answer ignores it.
+//   - A Concurrency hit is decided by itself, as in Take, and holds its
+//     permit when it allows: no debt, no overdraw.
 //
 // The other clauses of Take (cost 0, separate state per limit, the clock)
 // hold as well.
@@ -64,6 +81,36 @@ type eachTaker interface {
 // Take. It must behave exactly as Take with one hit.
 type oneTaker interface {
 	TakeOne(ctx context.Context, hit Hit) (Decision, error)
+}
+
+// permitStore is an optional method set of a Store: Release and Renew, for
+// the permits of Concurrency hits (Limiter.Acquire, Permit). A store
+// without it cannot give permits back, and Limiter.Acquire refuses to
+// take them from it. The contract, which storetest checks for every store
+// that has it:
+//
+//   - Release removes each hit's permit, named by its Key, its Limit and
+//     its Permit ID, whatever its Cost. It is idempotent: releasing a
+//     permit twice, an expired one or one never acquired is harmless,
+//     not an error.
+//   - Renew extends each hit's permit, if its key still holds it at the
+//     store's now, to an expiry of now + Period (never shortening it),
+//     and writes a Decision to out[i] (len(out) >= len(hits)) as a
+//     Concurrency hit's, allowed. A permit no longer held (expired or
+//     released) is lost: it is NOT added again, since its holder may have
+//     run past its expiry while another took the slot, and adding it
+//     back would push the permits held past Rate; its decision is
+//     denied, with RetryAfter Never.
+//   - Each drops the expired permits of the keys it touches, and the
+//     store owns the clock, as for Take. The hits need not share a key
+//     and are applied in order.
+//
+// An error means the store failed: some of the hits may have been applied.
+// Callers validate hits first (Limiter does): Concurrency limits, with a
+// non-empty Permit.
+type permitStore interface {
+	Release(ctx context.Context, hits []Hit) error
+	Renew(ctx context.Context, hits []Hit, out []Decision) error
 }
 
 // A Store may say whether it is currently able to decide, for readiness

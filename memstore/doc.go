@@ -34,7 +34,15 @@
 // A decision on an existing key, or on a new key that fits, does not
 // allocate. Sliding logs are per-key lists in a map per shard.
 // Sketches are one count-min sketch per sketch limit (name, rate, period,
-// capacity, width, depth), shared by all its keys.
+// capacity, width, depth), shared by all its keys. The permits of a
+// Concurrency limit are per-key sets in a map per shard: each permit's
+// ID and expiry, and the same in a queue by expiry, so that the expired
+// ones are dropped from its front (algo.PermitStep). A key holds at most
+// its limit's Rate permits (each about 64 bytes and its ID's), since an
+// acquisition beyond them is denied, and a permit's refreshes leave at
+// most twice as many stale queue entries (and 16) before the queue is
+// rebuilt: a key's memory is bounded by its Rate, and the memory cap
+// bounds the keys.
 //
 // # Expiry
 //
@@ -45,7 +53,8 @@
 // entries idle for less than a second, which a client asking more often
 // than its limit refills would otherwise re-insert under the mutex), and
 // when a lookup meets them. Sliding logs expire a period after their newest entry, sketches two
-// periods after their last hit, block_for penalties when they end.
+// periods after their last hit, block_for penalties when they end, permits
+// at their expiry (dropped when their key is next used, or by the sweep).
 //
 // # Memory cap and eviction
 //
@@ -61,7 +70,10 @@
 // that client a fresh quota (and ends a block_for penalty early): the cap
 // trades exactness for bounded memory, so size it for the keys you expect
 // and watch [Store.Len]. Sketches are never evicted; their memory is fixed
-// per sketch limit.
+// per sketch limit. A key's permits are evicted together, the set whose
+// permits all expire first among 8 sampled: their holders' renewals then
+// find them lost, and the key admits as many holders again, so a cap too
+// small for the permits in flight over-admits.
 //
 // # Snapshots
 //
@@ -70,7 +82,9 @@
 // binary format with a CRC-32C checksum; [Store.LoadFile] (or
 // [Store.Restore]) loads it, so that a restart does not hand every client a
 // fresh quota. States hold absolute times, so a snapshot restored after
-// downtime is still exact: whatever expired in between is dropped.
+// downtime is still exact: whatever expired in between is dropped. Permits
+// are not saved: their holders, in the process that held the store, are
+// gone with it (a restore under another seed forgets those held).
 //
 // # Metrics
 //

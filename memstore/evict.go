@@ -55,7 +55,7 @@ func (s *Store) makeRoom(sh *shard, now int64, b int64) {
 	}
 	maxC := math.MaxInt
 	if b > 0 {
-		maxC = max(int((b-sh.logBytes-sh.wordsOf().bytes())/entryBytes), minCap)
+		maxC = max(int((b-sh.logBytes-sh.permBytes-sh.wordsOf().bytes())/entryBytes), minCap)
 	}
 	if c >= maxC {
 		s.evict(sh, now)

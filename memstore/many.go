@@ -16,6 +16,7 @@ const (
 	inWord
 	inLog
 	inSketch
+	inPermits
 )
 
 // op is the working state of one hit in takeMany.
@@ -26,17 +27,20 @@ type op struct {
 	until   int64  // end of an active block_for penalty, 0 if none
 	where   uint8
 	sk      *sketchSlot
-	prev    int        // the previous hit on the same state, or -1
-	base    algo.State // inTable: the state the hit saw
-	next    algo.State // inTable: the state if committed
-	log     algo.Log   // inLog: the log the hit saw
-	expired int        // inLog: expired prefix of log
-	logDone bool       // inLog, on the first hit of a key: a hit on it committed
-	pend    int64      // inSketch: cost of earlier hits on the same key
-	we      *wentry    // inWord, on the first hit of a key: its claimed slot, nil if absent
-	w0      uint64     // inWord, first hit: the word claimed, put back unless a hit commits
-	wNext   uint64     // inWord, first hit: the word the committed hits leave
-	wDone   bool       // inWord, first hit: a hit on the key committed
+	prev    int            // the previous hit on the same state, or -1
+	base    algo.State     // inTable: the state the hit saw
+	next    algo.State     // inTable: the state if committed
+	log     algo.Log       // inLog: the log the hit saw
+	expired int            // inLog: expired prefix of log
+	logDone bool           // inLog, on the first hit of a key: a hit on it committed
+	pend    int64          // inSketch: cost of earlier hits on the same key
+	we      *wentry        // inWord, on the first hit of a key: its claimed slot, nil if absent
+	w0      uint64         // inWord, first hit: the word claimed, put back unless a hit commits
+	wNext   uint64         // inWord, first hit: the word the committed hits leave
+	wDone   bool           // inWord, first hit: a hit on the key committed
+	perms   *permitSet     // inPermits: the stored set (nil: none), expired permits dropped
+	pset    algo.PermitSet // inPermits: the set the hit found
+	pexp    int64          // inPermits: the expiry of the permit it holds if it commits, or 0
 	r       algo.Result
 }
 
@@ -103,6 +107,8 @@ func (s *Store) prepare(hits []sluice.Hit, ops []op) {
 		case sluice.Sketch:
 			o.where = inSketch
 			o.sk = s.sketches.get(h.Limit, &o.p)
+		case sluice.Concurrency:
+			o.where = inPermits
 		default:
 			o.where = inTable
 			if wordLimit(&o.p) {
@@ -230,6 +236,10 @@ func (s *Store) dropExpired(ops []op, now int64) {
 func (s *Store) peekAllowed(hits []sluice.Hit, ops []op, now int64) {
 	for i := range ops {
 		if o := &ops[i]; o.r.Allowed && o.until == 0 && hits[i].Cost > 0 {
+			if o.where == inPermits {
+				o.r = peekPermit(hits, ops, i, now)
+				continue
+			}
 			s.peekStored(ops, i, now)
 		}
 	}
@@ -250,6 +260,10 @@ func (s *Store) evaluate(hits []sluice.Hit, ops []op, i int, now int64, each boo
 		s.evaluateLog(hits, ops, i, now, each)
 	case inSketch:
 		evaluateSketch(hits, ops, i, now, each)
+	case inPermits:
+		// A Concurrency hit is decided by itself, in TakeEach too: no
+		// debt, and its limit has no block_for.
+		s.evaluatePermit(hits, ops, i, now)
 	}
 }
 
@@ -391,6 +405,8 @@ func (s *Store) commit(ops []op, i int, h *sluice.Hit, now int64) {
 		if o.r.Overdrawn {
 			o.r = overdrawn(o.sk.s.Check(&o.p, o.k, now, 1))
 		}
+	case inPermits:
+		s.commitPermit(o, h)
 	}
 }
 

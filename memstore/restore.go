@@ -315,10 +315,16 @@ func (s *Store) swapIn(rs *restorer, seed uint64) {
 	for _, r := range rs.sketches {
 		s.sketches.addLocked(r.id, r.s, r.idle)
 	}
-	s.seed.Store(seed)
+	reseed := s.seed.Swap(seed) != seed
 	for i := range s.shards {
 		sh := &s.shards[i]
 		next := &rs.next[i]
+		if reseed {
+			// Permits are not saved (their holders are gone with the
+			// process that wrote the snapshot), and under another seed
+			// the ones held here are out of reach of their holders.
+			sh.perms, sh.permBytes = nil, 0
+		}
 		sh.t, sh.logs, sh.logBytes, sh.rng = next.t, next.logs, next.logBytes, next.rng
 		if old := sh.wordsOf(); old != nil {
 			old.freeze(0) // decisions in flight on the old table retry on the new one

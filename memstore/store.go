@@ -74,13 +74,15 @@ type Store struct {
 // key hashes fall in it. It is padded to two cache lines so that the
 // mutexes of neighbouring shards never share one.
 type shard struct {
-	mu       sync.Mutex
-	t        table
-	w        atomic.Pointer[wtable] // the word table (words.go)
-	logs     map[uint64]logList
-	logBytes int64  // estimate of the memory held by logs
-	rng      uint64 // state of the eviction sampler
-	_        [64]byte
+	mu        sync.Mutex
+	t         table
+	w         atomic.Pointer[wtable] // the word table (words.go)
+	logs      map[uint64]logList
+	logBytes  int64                 // estimate of the memory held by logs
+	perms     map[uint64]*permitSet // the permits of Concurrency limits (nil until one is held)
+	permBytes int64                 // estimate of the memory held by perms
+	rng       uint64                // state of the eviction sampler
+	_         [64]byte
 }
 
 // shardBytes is the estimate of the memory of a shard itself, which Bytes
@@ -202,14 +204,14 @@ func addSat(a, b int64) int64 {
 }
 
 // Len returns the number of keys the store holds state for: one-state keys,
-// sliding logs and active block_for penalties. Keys of sketch limits have no
+// sliding logs, keys holding permits and active block_for penalties. Keys of sketch limits have no
 // state of their own and are not counted.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.t.n + sh.wordsOf().len() + len(sh.logs)
+		n += sh.t.n + sh.wordsOf().len() + len(sh.logs) + len(sh.perms)
 		sh.mu.Unlock()
 	}
 	return n
@@ -246,7 +248,7 @@ func (s *Store) Stats() Stats {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Keys += sh.t.n + sh.wordsOf().len() + len(sh.logs)
+		st.Keys += sh.t.n + sh.wordsOf().len() + len(sh.logs) + len(sh.perms)
 		st.Bytes += shardBytes + sh.bytes()
 		sh.mu.Unlock()
 	}

@@ -20,7 +20,7 @@ func (s *Store) sweepLoop(every time.Duration) {
 // sweepChunk is how many table slots Sweep examines per lock.
 const sweepChunk = 4096
 
-// Sweep drops every idle key, log, sketch and expired penalty, shrinks
+// Sweep drops every idle key, log, sketch, expired permit and expired penalty, shrinks
 // tables that have emptied, and returns how many entries it dropped. The
 // background sweep calls it every Config.SweepInterval; it holds each
 // shard's lock only briefly.
@@ -57,6 +57,7 @@ func (s *Store) Sweep() int {
 				removed++
 			}
 		}
+		removed += sweepPerms(sh, now)
 		if c := capFor(sh.t.n); float64(len(sh.t.slots)) > float64(c)*growth*growth {
 			sh.t.rebuild(c, now)
 		}

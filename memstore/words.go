@@ -236,7 +236,9 @@ func (t *wtable) bytes() int64 {
 func (sh *shard) wordsOf() *wtable { return sh.w.Load() }
 
 // bytes is the estimate of what sh holds, for the memory cap.
-func (sh *shard) bytes() int64 { return sh.t.bytes() + sh.wordsOf().bytes() + sh.logBytes }
+func (sh *shard) bytes() int64 {
+	return sh.t.bytes() + sh.wordsOf().bytes() + sh.logBytes + sh.permBytes
+}
 
 // takeWord decides a single hit of a word-table limit without the mutex.
 // It reports false when the mutex is needed: the key is absent (it must be
@@ -348,7 +350,7 @@ func (s *Store) wMakeRoom(sh *shard, extra int, now int64, b int64) {
 	}
 	c := wCapFor(len(keep) + extra)
 	if b > 0 {
-		maxC := max(int((b-sh.t.bytes()-sh.logBytes)/wentryBytes), minCap)
+		maxC := max(int((b-sh.t.bytes()-sh.logBytes-sh.permBytes)/wentryBytes), minCap)
 		if c > maxC {
 			c = maxC
 			if room := wLimitFor(c) * 7 / 8; len(keep)+extra > room {
