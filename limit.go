@@ -266,7 +266,7 @@ func (l *Limit) plain() bool {
 		l.Rate >= 0 && l.Rate <= algo.MaxSlidingWindowCapacity &&
 		l.Burst >= 0 && l.Burst <= algo.MaxSlidingWindowCapacity && (l.Burst == 0 || l.isBucket()) &&
 		l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 &&
-		l.BlockFor >= 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0
+		l.BlockFor >= 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0 && l.WindowOffset == 0
 }
 
 func (l *Limit) isBucket() bool {

@@ -41,6 +41,9 @@ func TestBadInputIsAnErrorAndChangesNothing(t *testing.T) {
 		{"burst on a window", []sluice.Hit{{Key: "k", Limit: &sluice.Limit{Rate: 1, Period: time.Second, Burst: 5}, Cost: 1}}, "burst applies only"},
 		{"bad refill", []sluice.Hit{{Key: "k", Limit: &sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Hour, RefillInterval: time.Minute}, Cost: 1}}, "whole number of tokens"},
 		{"bad soft", []sluice.Hit{{Key: "k", Limit: &sluice.Limit{Rate: 1, Period: time.Second, SoftPercent: -3}, Cost: 1}}, "soft percent"},
+		{"offset before the window", []sluice.Hit{{Key: "k", Limit: &sluice.Limit{Rate: 1, Period: time.Minute, WindowOffset: -time.Second}, Cost: 1}}, "window offset must be in"},
+		{"offset past the period", []sluice.Hit{{Key: "k", Limit: &sluice.Limit{Rate: 1, Period: time.Minute, WindowOffset: 2 * time.Minute}, Cost: 1}}, "window offset must be in"},
+		{"offset on a bucket", []sluice.Hit{{Key: "k", Limit: &sluice.Limit{Algorithm: sluice.GCRA, Rate: 1, Period: time.Minute, WindowOffset: time.Second}, Cost: 1}}, "window offset applies only"},
 		{"too many", make([]sluice.Hit, sluice.MaxHits+1), "at most 64"},
 		// The good hit comes first: it must not be consumed either.
 		{"one bad among good", []sluice.Hit{{Key: "k", Limit: good, Cost: 1}, {Key: "k2", Limit: good, Cost: -5}}, "negative cost"},
