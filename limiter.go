@@ -22,6 +22,18 @@ func NewLimiter(store Store) *Limiter {
 	one, _ := store.(oneTaker)
 	each, _ := store.(eachTaker)
 	permits, _ := store.(permitStore)
+	for s := store; permits != nil; {
+		// A store that wraps another (Unwrap) passes permits down: the
+		// store at the bottom must keep them.
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+		if _, ok := s.(permitStore); !ok {
+			permits = nil
+		}
+	}
 	return &Limiter{store: store, one: one, each: each, permits: permits}
 }
 

@@ -17,7 +17,10 @@
 // hits decided one by one, and debts (algo.Overdraw); a store without it
 // is checked through Limiter.TakeEach's fallback. For a store with Settle
 // it checks settlements (Limiter.Settle) against algo.Settle; a store
-// without it must refuse them.
+// without it must refuse them. Every store decides the permits of
+// Concurrency limits in Take and TakeEach; for a store with Release and
+// Renew it checks those too, and many holders of one key at once through
+// Limiter.Acquire, which must refuse a store without them.
 //
 // The store must read the suite's Clock for every decision. This package
 // imports sluice, algo and the standard library, never a store.
@@ -62,6 +65,7 @@ func Run(t *testing.T, newStore func(t *testing.T, clock *Clock) sluice.Store) {
 		{"WindowOffset", s.windowOffset},
 		{"CalendarSliding", s.calendarSliding},
 		{"Settle", s.settle},
+		{"Permits", s.permits},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
