@@ -30,7 +30,14 @@
 // A node that crashes takes its leases with it: they are spent nowhere,
 // and the ledger forgets them after D. sliding_log and sketch do not
 // lease (sluice.Limit.Validate refuses it): a log's point is each hit's
-// own time, and a sketch's is to keep no state per key.
+// own time, and a sketch's is to keep no state per key. Nor do the
+// permits of a Concurrency limit (Validate refuses a lease overshoot on
+// one, and a hit of one is never served from a lease): each
+// permit is an ID held in the store, and a share of them held by a node
+// would be slots no other node could take, for as long as the share
+// lives; the store decides their hits exactly, together with the
+// request's others, and its Release and Renew take the permits back and
+// extend them there.
 //
 // Hits that a lease cannot serve (a limit without LeaseOvershoot, a shadow
 // limit or one with block_for, a peek, a key its lease cannot cover and

@@ -9,11 +9,11 @@ import (
 // leasable reports whether hit h may be served from a lease: not a peek,
 // nor a shadow limit (whose denials consume nothing) or one with block_for
 // (whose denials start a block: a grant too large would), nor the
-// algorithms that do not lease.
+// algorithms that do not lease, nor a Concurrency limit's permit.
 func leasable(h *sluice.Hit) bool {
 	l := h.Limit
 	return h.Cost > 0 && l.LeaseOvershoot >= 2 && !l.Shadow && l.BlockFor == 0 &&
-		l.Algorithm != sluice.SlidingLog && l.Algorithm != sluice.Sketch
+		l.Algorithm != sluice.SlidingLog && l.Algorithm != sluice.Sketch && l.Algorithm != sluice.Concurrency
 }
 
 // Take decides hits together (the sluice.Store contract): the hits its

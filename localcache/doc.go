@@ -57,8 +57,11 @@
 //   - Index 0, Shadow and Over false, as memstore leaves them in per-hit
 //     decisions.
 //
-// Everything else goes to the store: peeks (cost 0), shadow hits, and
-// requests that only some entries cover. A request decided one by one
+// Everything else goes to the store: peeks (cost 0), shadow hits, the
+// permits of Concurrency limits (a denial there lasts only until a holder
+// releases, earlier than its RetryAfter says: never learned, a request
+// with one is never answered here), and requests that only some entries
+// cover. Releasing and renewing permits go to the store too. A request decided one by one
 // (TakeEach, Envoy's way) is answered only from entries that deny every
 // cost of at least 1 (learned from a denial of cost 1, an overdrawn hit or
 // a block): there a hit with room left overdraws instead of being denied,

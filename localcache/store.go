@@ -267,8 +267,12 @@ type oneHit struct {
 var onePool = sync.Pool{New: func() any { return new(oneHit) }}
 
 // cacheable reports whether a hit can be answered from, and teach, the
-// cache: a peek or a shadow limit never is.
-func cacheable(h *sluice.Hit) bool { return h.Cost > 0 && !h.Limit.Shadow }
+// cache: a peek, a shadow limit or a Concurrency limit never is (a
+// permit's denial holds only until a holder releases, which no RetryAfter
+// tells).
+func cacheable(h *sluice.Hit) bool {
+	return h.Cost > 0 && !h.Limit.Shadow && h.Limit.Algorithm != sluice.Concurrency
+}
 
 // learnable reports whether the store's decision d of h is a denial to
 // remember. A limit with BlockFor is remembered only while its key is
