@@ -24,6 +24,10 @@
 --   algo.settle(p, st, now, at, reset, reserved, spent) -> st2, charged,
 --     refunded                                        kinds 0-4 (Settle)
 --   algo.settles(p) -> bool                                   (Settles)
+--   algo.permit_step(p, s, now, n) -> r, exp                (PermitStep)
+--   algo.permit_renew(p, s, now) -> r, exp                 (PermitRenew)
+--     s = {held=, earliest=, old=} as algo.PermitSet; exp 0 for none
+--   algo.permit_expiry(p, now, old) -> exp               (PermitExpiry)
 --   algo.add_sat(a, b), algo.align_down(t, per), algo.clamp_now(now),
 --   algo.zero_limit(n, reset)
 local algo = {}
@@ -921,6 +925,99 @@ do
 		return refund_gcra(p, st, now, at, reserved, want)
 	end
 
+	-- Concurrency permits (permit.go) -------------------------------------
+
+	local MS = 1000000 -- a millisecond, the unit of expiries
+	local LAST_MS = sub(MAXI64, mod(MAXI64, MS))
+
+	-- permit_expiry is PermitExpiry: now + period, saturated, rounded up
+	-- to a whole millisecond (down at the end of int64 time), never
+	-- before old.
+	local function permit_expiry(p, now, old)
+		local e = add_sat(clamp_now(now), p.period)
+		if lt(LAST_MS, e) then
+			e = LAST_MS
+		else
+			local r = mod(e, MS)
+			if not eq(r, 0) then
+				e = add(e, sub(MS, r))
+			end
+		end
+		return imax(e, old)
+	end
+
+	-- permit_at is PermitSet.at: the hit's own permit not held if it has
+	-- expired at now.
+	local function permit_at(s, now)
+		if not eq(s.old, 0) and le(s.old, now) then
+			return { held = s.held, earliest = s.earliest, old = 0 }
+		end
+		return s
+	end
+
+	-- permit_with is PermitSet.with: s after the hit's permit is added,
+	-- or refreshed, with expiry exp.
+	local function permit_with(s, exp)
+		local held, earliest = s.held, s.earliest
+		if eq(s.old, 0) then
+			held = add_sat(held, 1)
+		end
+		if eq(earliest, 0) or lt(exp, earliest) then
+			earliest = exp
+		end
+		return { held = held, earliest = earliest, old = exp }
+	end
+
+	-- permit_result is permitResult.
+	local function permit_result(p, s, now, allowed)
+		local r = { allowed = allowed, remaining = sub(p.cap, s.held), reset = 0, retry = 0 }
+		if not eq(s.earliest, 0) then
+			r.reset = sub(s.earliest, now)
+		end
+		if not allowed then
+			r.retry = NEVER
+			if not eq(s.earliest, 0) then
+				r.retry = imax(r.reset, 1)
+			end
+		end
+		return r
+	end
+
+	-- algo.permit_step is PermitStep: a Concurrency hit of cost n on the
+	-- set s at now; exp is the expiry of the permit held, 0 for none.
+	function algo.permit_step(p, s, now, n)
+		now = clamp_now(now)
+		s = permit_at(s, now)
+		if eq(n, 0) then
+			return permit_result(p, s, now, true), 0
+		end
+		if lt(1, n) or eq(p.rate, 0) or eq(p.cap, 0) or eq(p.period, 0) then
+			local r = permit_result(p, s, now, false)
+			r.retry = NEVER
+			return r, 0
+		end
+		if eq(s.old, 0) and le(p.cap, s.held) then
+			return permit_result(p, s, now, false), 0
+		end
+		local exp = permit_expiry(p, now, s.old)
+		return permit_result(p, permit_with(s, exp), now, true), exp
+	end
+
+	-- algo.permit_renew is PermitRenew: the hit's permit renewed at now
+	-- if still held (s.old), else lost.
+	function algo.permit_renew(p, s, now)
+		now = clamp_now(now)
+		s = permit_at(s, now)
+		if eq(s.old, 0) or eq(p.period, 0) then
+			local r = permit_result(p, s, now, false)
+			r.retry = NEVER
+			return r, 0
+		end
+		local exp = permit_expiry(p, now, s.old)
+		return permit_result(p, permit_with(s, exp), now, true), exp
+	end
+
+	algo.permit_expiry = permit_expiry
 	algo.add_sat = add_sat
 	algo.align_down = align_down
 	algo.clamp_now = clamp_now

@@ -535,6 +535,61 @@ function cases.benchlog(w)
 	return str(allowed)
 end
 
+-- permit: "kind rate period cap x (now op id)..." -> one line an op on
+-- a set kept in a table as a store keeps it (the expired dropped first):
+-- op 0 peeks and 1 acquires (algo.permit_step), 2 renews
+-- (algo.permit_renew), each printing its result and exp; 3 releases,
+-- printing "-"; then every line the permits held and the earliest
+-- expiry after it.
+function cases.permit(w)
+	local p = params(w)
+	local set = {}
+	local lines = {}
+	local i = 6
+	while w[i] do
+		local now, op, id = w[i], w[i + 1], w[i + 2]
+		i = i + 3
+		local held, earliest = 0, 0
+		for k, e in pairs(set) do
+			if int.le(e, now) then
+				set[k] = nil
+			end
+		end
+		for _, e in pairs(set) do
+			held = held + 1
+			if earliest == 0 or int.lt(e, earliest) then
+				earliest = e
+			end
+		end
+		local st = { held = held, earliest = earliest, old = set[id] or 0 }
+		local line
+		if op == 3 then
+			set[id] = nil
+			line = "-"
+		else
+			local r, exp
+			if op == 2 then
+				r, exp = algo.permit_renew(p, st, now)
+			else
+				r, exp = algo.permit_step(p, st, now, op)
+			end
+			line = result(r) .. " " .. f(exp)
+			if not int.eq(exp, 0) then
+				set[id] = exp
+			end
+		end
+		held, earliest = 0, 0
+		for _, e in pairs(set) do
+			held = held + 1
+			if earliest == 0 or int.lt(e, earliest) then
+				earliest = e
+			end
+		end
+		lines[#lines + 1] = line .. " " .. f(held) .. " " .. f(earliest)
+	end
+	return table.concat(lines, "\n")
+end
+
 local run = cases[mode] or error("unknown mode " .. tostring(mode))
 local out = {}
 for j = 2, #ARGV do
