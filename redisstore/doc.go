@@ -50,6 +50,21 @@
 // slot's call fails, the request is an error (the caller's failure policy
 // answers it); the other slots' consumption is taken back as above.
 //
+// # Permits
+//
+// The permits of a Concurrency limit are a sorted set at the key's state
+// key: each permit's ID scored by its expiry in whole milliseconds of
+// Redis TIME (exact in a double), with a TTL (PEXPIRE, never shortened)
+// to the latest expiry, so that a key whose holders vanished disappears
+// after its last permit would have expired. A Take's call drops the key's
+// expired permits (ZREMRANGEBYSCORE), counts the rest and adds the permit
+// in the same atomic call as the request's rates, all or nothing; Store.
+// Release removes permits (ZREM) and Store.Renew extends those still held,
+// one call per batch of permits (per slot, on a Cluster). A request whose
+// permit and rates are in different slots is taken back as above: an
+// added permit is removed if nobody has touched it since. Lua mirrors
+// algo.PermitStep and algo.PermitRenew, differential-tested against them.
+//
 // # Settling reservations
 //
 // Store.Settle settles a reservation (sluice.Limiter.Settle) with package

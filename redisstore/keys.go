@@ -26,7 +26,8 @@ func WholeKey(key string) string { return key }
 // digits of its xxh3 hash in braces, and 32 hex digits of the 128-bit xxh3
 // hash of the limit's parameters and the key, then a suffix:
 //
-//	<prefix>{<tag>}<id>      the state (a string), or a sliding log (a list)
+//	<prefix>{<tag>}<id>      the state (a string), a sliding log (a list), or
+//	                         a Concurrency limit's permits (a sorted set)
 //	<prefix>{<tag>}<id>:b    the end of a block_for penalty
 //	<prefix>{<sk>}m          a sketch's latest window start; {<sk>}0 and
 //	                         {<sk>}1 its two windows' counters

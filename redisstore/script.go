@@ -17,7 +17,8 @@ import (
 
 // encode fills o with the keys of hit h and its spec; its cost, and for a
 // sketch its counters, go in req (prev, which depends on the group, is
-// added by build).
+// added by build, and a Concurrency hit's permit ID after it). A
+// Concurrency limit's permits are a sorted set at its state key.
 func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 	o.p = limits.Params(h.Limit)
 	p := &o.p
@@ -67,6 +68,9 @@ func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []stri
 			req = strconv.AppendUint(req, uint64(c), 10)
 		}
 		g.args = append(g.args, o.spec, string(req))
+		if o.p.Kind == algo.Concurrency {
+			g.args = append(g.args, hits[i].Permit)
+		}
 		g.keys = append(g.keys, o.keys...)
 	}
 	g.args = append(g.args, undo...)

@@ -402,6 +402,8 @@ func differential(t *testing.T, cfg Config, seed uint64, each bool) {
 		{Name: "block", Rate: 2, Period: time.Second, BlockFor: 1500 * time.Millisecond},
 		{Name: "shadow", Rate: 1, Period: time.Second, Shadow: true},
 		{Name: "soft", Rate: 10, Period: time.Second, SoftPercent: 20, Algorithm: sluice.SlidingWindow},
+		{Name: "conc", Rate: 2, Period: 400 * time.Millisecond, Algorithm: sluice.Concurrency},
+		{Name: "conc-shadow", Rate: 1, Period: 250*time.Millisecond + 300*time.Microsecond, Algorithm: sluice.Concurrency, Shadow: true},
 	}
 	keys := []string{"a", "b", "c", strings.Repeat("k", 300)}
 	gap := 150 * time.Millisecond
@@ -418,6 +420,13 @@ func differential(t *testing.T, cfg Config, seed uint64, each bool) {
 			if rng.IntN(10) == 0 {
 				hits[j].Cost = 0
 			}
+			if hits[j].Limit.Algorithm == sluice.Concurrency {
+				hits[j].Cost = int64(rng.IntN(4)+1) / 2 // 0 or 1, mostly 1
+				hits[j].Permit = fmt.Sprint("p", rng.IntN(4))
+			}
+		}
+		if rng.IntN(8) == 0 {
+			differentialPermits(t, i, ms, rs, hits, rng.IntN(2) == 0)
 		}
 		want := make([]sluice.Decision, n)
 		got := make([]sluice.Decision, n)
@@ -438,6 +447,41 @@ func differential(t *testing.T, cfg Config, seed uint64, each bool) {
 			}
 		}
 		clock.Advance(time.Duration(rng.Int64N(int64(gap))))
+	}
+}
+
+// differentialPermits releases (or renews, comparing the decisions) the
+// permits of the Concurrency hits of hits in memstore and Redis.
+func differentialPermits(t *testing.T, i int, ms *memstore.Store, rs *Store, hits []sluice.Hit, release bool) {
+	t.Helper()
+	var ph []sluice.Hit
+	for _, h := range hits {
+		if h.Limit.Algorithm == sluice.Concurrency {
+			ph = append(ph, h)
+		}
+	}
+	ctx := context.Background()
+	if release {
+		if err := ms.Release(ctx, ph); err != nil {
+			t.Fatal(err)
+		}
+		if err := rs.Release(ctx, ph); err != nil {
+			t.Fatalf("request %d: release: %v", i, err)
+		}
+		return
+	}
+	want := make([]sluice.Decision, len(ph))
+	got := make([]sluice.Decision, len(ph))
+	if err := ms.Renew(ctx, ph, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Renew(ctx, ph, got); err != nil {
+		t.Fatalf("request %d: renew: %v", i, err)
+	}
+	for j := range ph {
+		if got[j] != want[j] {
+			t.Fatalf("request %d: renew of %s %q:\nredis    %+v\nmemstore %+v", i, ph[j].Key[:1], ph[j].Permit, got[j], want[j])
+		}
 	}
 }
 

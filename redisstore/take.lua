@@ -13,27 +13,29 @@
 -- (the common one), else by algo.lua's exact arithmetic; both give the same
 -- answers and write the same states.
 --
--- In order: the helpers that read and write states, sliding logs and
--- sketches; the clock; the lean paths of a request of one hit (decide1,
+-- In order: the helpers that read and write states, sliding logs,
+-- sketches and permits; the clock; the lean paths of a request of one hit (decide1,
 -- sketch1, log1); the general path, in steps (read_hits, refund,
 -- evaluate, commit, reply) and one function a mode (take_all, take_each,
--- refund); decide, which chooses; settle, a reservation's settlement; and
--- take, the entry.
+-- refund); decide, which chooses; settle, a reservation's settlement;
+-- permits, the release and renewal of permits; and take, the entry.
 --
 -- ARGV: [1] "mode hits [now]": the mode ("t" take, "u" take and return
 -- undo strings, "r" refund, "e" each: the hits decided one by one, as
 -- memstore's TakeEach, a denied hit with room left consumed past its
 -- limit (algo.overdraw), a peek at a state in debt denied; "s" settle a
--- reservation, with arguments and reply of its own: see settle), the number of
+-- reservation, "x" release permits and "n" renew them, with arguments and
+-- replies of their own: see settle and permits), the number of
 -- hits, and now in ns (absent: Redis TIME); then two per hit: its spec
 -- (the limit: see luasrc/spec.go; parsed once and cached) and "cost prev"
 -- (prev: 1-based index of the previous hit on the same state, 0 = none),
--- followed for a sketch by its counter indexes. In refund mode two undo
--- strings per hit follow the hits (see refund below).
+-- followed for a sketch by its counter indexes, and for a Concurrency
+-- limit (kind 7) by a third argument, the permit's ID. In refund mode two
+-- undo strings per hit follow the hits (see refund below).
 --
--- KEYS per hit: the state key (a string, or a list for sliding_log), or for
--- a sketch its meta key and the two window keys; then the block key if the
--- limit has block_for.
+-- KEYS per hit: the state key (a string, a list for sliding_log, a sorted
+-- set for a Concurrency limit's permits), or for a sketch its meta key and
+-- the two window keys; then the block key if the limit has block_for.
 --
 -- Reply: a string per hit, "allowed remaining reset retry left committed"
 -- (ns; left: block time left, 0 = not blocked), and in modes "u" and "r"
@@ -264,6 +266,49 @@ local function commit_log_x(key, log, e, now, n, per)
   local existed = #log.entries > 0
   if log.junk then existed = nil end
   write_log(key, existed, e, left, hdr, op, ent, ttl)
+end
+
+-- A Concurrency limit's permits are a sorted set: each permit's ID scored
+-- by its expiry in whole milliseconds (algo.permit_expiry makes them so;
+-- a double holds any of them exactly), with a TTL to its latest expiry, so
+-- that a key its holders abandoned disappears after it. A permit expired
+-- at now is held no more: the request's first hit on a key drops them
+-- (nothing the set answers at now or later changes).
+
+local MS = 1000000 -- a millisecond in ns, the scores' unit
+
+-- drop_permits drops the permits of key expired at now (exact).
+local function drop_permits(key, now)
+  call('ZREMRANGEBYSCORE', key, '-inf', X.str(X.div(now, MS)))
+end
+
+-- permit_of returns the expiry in ns (exact) of id's permit in key, 0 if
+-- it holds none.
+local function permit_of(key, id)
+  local sc = call('ZSCORE', key, id)
+  if not sc then return 0 end
+  return X.mul(X.parse(sc), MS)
+end
+
+-- read_permits returns how many permits key holds and the earliest
+-- expiry among them (ns, exact; 0 for none).
+local function read_permits(key)
+  local held = call('ZCARD', key)
+  local e = call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local earliest = 0
+  if e[2] then earliest = X.mul(X.parse(e[2]), MS) end
+  return held, earliest
+end
+
+-- hold_permit holds id's permit in key until exp (ns, exact, whole
+-- milliseconds), the key living at least as long as at now, and returns
+-- the score it wrote.
+local function hold_permit(key, id, exp, now)
+  local sc = X.str(X.div(exp, MS))
+  call('ZADD', key, sc, id)
+  local ttl = ttl_ms_x(exp, now)
+  if call('PTTL', key) < tonumber(ttl) then call('PEXPIRE', key, ttl) end
+  return sc
 end
 
 -- window_parity returns 0 or 1: which of the sketch's two window keys holds
@@ -648,6 +693,10 @@ local function read_hits(KEYS, k, ARGV, a, nhits, peek)
       o.key = KEYS[k]
       k = k + 1
     end
+    if sp.kind == 7 then
+      o.id = ARGV[a]
+      a = a + 1
+    end
     if sp.block then
       o.bkey = KEYS[k]
       k = k + 1
@@ -742,6 +791,19 @@ local function refund_log(o, before, after)
   end
 end
 
+-- refund_permit undoes a take's permit: before is the score the take
+-- found for it ("-": none), after the score it wrote. If the permit still
+-- has that score, it is removed, or its score put back.
+local function refund_permit(o, before, after)
+  local cur = call('ZSCORE', o.key, o.id)
+  if not cur or not X.eq(X.parse(cur), X.parse(after)) then return end
+  if before == '-' then
+    call('ZREM', o.key, o.id)
+  else
+    call('ZADD', o.key, before, o.id)
+  end
+end
+
 -- undo_takes undoes the takes of ops, last first, from their undo strings,
 -- two a hit from ARGV[a] on (empty: the hit consumed nothing).
 local function undo_takes(ops, ARGV, a)
@@ -755,6 +817,8 @@ local function undo_takes(ops, ARGV, a)
       refund_sketch(o, before, after)
     elseif o.kind == 5 and before ~= '' then
       refund_log(o, before, after)
+    elseif o.kind == 7 and before ~= '' then
+      refund_permit(o, before, after)
     end
   end
 end
@@ -1003,6 +1067,39 @@ local function evaluate_sketch(o, q, fastok, each)
   o.sk = {e = e, wsr = wsr, prev = prev, curr = curr}
 end
 
+-- evaluate_permit evaluates a Concurrency hit (algo.permit_step, exactly)
+-- on the set it finds: the stored one, its expired permits dropped by the
+-- request's first hit on the key (o.held, o.earliest), with the permits
+-- of the earlier hits of the request on it that commit (o.pexp), in
+-- order, as memstore's permitView adds them. o.sold is the stored expiry
+-- of its own ID.
+local function evaluate_permit(ops, o)
+  now_x()
+  local first = first_hit(ops, o)
+  if first == o then
+    drop_permits(o.key, now)
+    o.held, o.earliest = read_permits(o.key)
+  end
+  o.sold = permit_of(o.key, o.id)
+  local s = {held = first.held, earliest = first.earliest, old = o.sold}
+  local chain, q = {}, o
+  while q.prev > 0 do
+    q = ops[q.prev]
+    chain[#chain + 1] = q
+  end
+  local pend = {}
+  for c = #chain, 1, -1 do
+    local j = chain[c]
+    if not X.eq(j.pexp, 0) then
+      if pend[j.id] == nil and X.eq(j.sold, 0) then s.held = X.add(s.held, 1) end
+      pend[j.id] = j.pexp
+      if X.eq(s.earliest, 0) or X.lt(j.pexp, s.earliest) then s.earliest = j.pexp end
+    end
+  end
+  if pend[o.id] then s.old = pend[o.id] end
+  o.r, o.pexp = algo.permit_step(o.p, s, now, o.cost)
+end
+
 -- evaluate evaluates every hit of ops and reports whether every enforced
 -- one allows.
 local function evaluate(ops, fastok, each)
@@ -1016,6 +1113,9 @@ local function evaluate(ops, fastok, each)
       evaluate_state(o, q, fastok, each)
     elseif o.kind == 5 then
       evaluate_log(o, q, fastok, each)
+    elseif o.kind == 7 then
+      -- Decided by itself, in mode "e" too: no debt, no block_for.
+      evaluate_permit(ops, o)
     else
       evaluate_sketch(o, q, fastok, each)
     end
@@ -1030,7 +1130,8 @@ end
 -- strings of a refund (o.undo1, o.undo2): for a state key the values
 -- before and after; for a sliding log the entry's time and the hits; for
 -- a sketch its meta value after the add, and the window's parity followed
--- by every changed counter and its old value.
+-- by every changed counter and its old value; for a permit the score it
+-- had ("-": none) and the one written.
 
 -- commit_state writes a hit's new state to its key.
 local function commit_state(o)
@@ -1098,6 +1199,12 @@ local function commit_sketch(o, touched, undo)
   end
 end
 
+-- commit_permit holds an admitted Concurrency hit's permit.
+local function commit_permit(o)
+  local before = call('ZSCORE', o.key, o.id)
+  o.undo1, o.undo2 = before or '-', hold_permit(o.key, o.id, o.pexp, now)
+end
+
 -- start_block starts the block_for penalty of a hit's key.
 local function start_block(o, fastok)
   local bf = o.sp.blockfor
@@ -1127,6 +1234,8 @@ local function commit(ops, consume, undo, fastok)
         commit_state(o)
       elseif o.kind == 5 then
         commit_log(o)
+      elseif o.kind == 7 then
+        commit_permit(o)
       else
         commit_sketch(o, touched, undo)
       end
@@ -1172,6 +1281,8 @@ local function peek(o, first)
   elseif o.kind == 5 then
     local _, r = log_step(o.p, first.log, now, 0)
     return r
+  elseif o.kind == 7 then
+    return (algo.permit_step(o.p, {held = first.held, earliest = first.earliest, old = o.sold}, now, 0))
   end
   local sk = o.sk
   if o.ex then
@@ -1298,6 +1409,36 @@ local function settle(KEYS, ARGV)
   return str(charged)
 end
 
+-- permits releases (mode "x") or renews (mode "n") n permits at now:
+-- KEYS are their keys, ARGV from 2 on two per permit, its limit's spec and
+-- its ID. A release removes the permit, held or not, and answers "1" or
+-- "0" (it was not held); a renewal drops the key's expired permits, then
+-- extends the permit if still held (algo.permit_renew: a lost one is not
+-- added back) and answers as a take does, "allowed remaining reset retry
+-- 0 committed".
+local function permits(KEYS, ARGV, mode, n)
+  local out = {}
+  now_x()
+  for i = 1, n do
+    local key, id = KEYS[i], ARGV[2 * i + 1]
+    if mode == 'x' then
+      out[i] = tostring(call('ZREM', key, id))
+    else
+      local sp = spec(ARGV[2 * i])
+      drop_permits(key, now)
+      local held, earliest = read_permits(key)
+      local r, exp = algo.permit_renew(sp.p, {held = held, earliest = earliest, old = permit_of(key, id)}, now)
+      local ok, c = 0, 0
+      if r.allowed then
+        ok, c = 1, 1
+        hold_permit(key, id, exp, now)
+      end
+      out[i] = ok .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(r.retry) .. ' 0 ' .. c
+    end
+  end
+  return out
+end
+
 -- take decides the requests of one call: ARGV[1] is "mode hits [now]" for
 -- one request, or "b requests [now]" for a batch of independent requests
 -- (each all-or-nothing on its own, in mode "t", or "e"), each of which
@@ -1314,6 +1455,10 @@ local function take(KEYS, ARGV)
   if mode == 's' then
     clock(given)
     return settle(KEYS, ARGV)
+  end
+  if mode == 'x' or mode == 'n' then
+    clock(given)
+    return permits(KEYS, ARGV, mode, n)
   end
   if mode ~= 'b' then
     clock(given)

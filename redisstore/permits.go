@@ -1,0 +1,108 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
+)
+
+// Release removes the permit of each hit (sluice.Store's Release: its
+// Key, Limit and Permit), held or not, in one script call ("x") per
+// Cluster slot (one on a standalone or Sentinel server), through the
+// store's gate and breaker as a Take. ctx bounds only the wait for a
+// slot among the calls in flight (see Take). Errors are
+// *sluice.StoreError.
+func (s *Store) Release(ctx context.Context, hits []sluice.Hit) error {
+	return s.permits(ctx, hits, nil, "x")
+}
+
+// Renew extends the permit of each hit, if still held, to a Period from
+// Redis's now, and writes its decision to out (sluice.Store's Renew): a
+// permit no longer held is lost, denied, and not added again. One script
+// call ("n") per Cluster slot, as Release.
+func (s *Store) Renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if len(out) < len(hits) {
+		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
+	}
+	return s.permits(ctx, hits, out, "n")
+}
+
+// permits releases (mode "x") or renews (mode "n", writing decisions to
+// out) the permits of hits.
+func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, mode string) error {
+	if err := ctx.Err(); err != nil && mode == "n" {
+		return err
+	}
+	if len(hits) == 0 {
+		return nil
+	}
+	return s.guarded(ctx, func(c *conn) error {
+		ops := make([]op, len(hits))
+		k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+		for i := range hits {
+			o := &ops[i]
+			o.p = limits.Params(hits[i].Limit)
+			o.state = k.stateKey(&hits[i], &o.p)
+			if c.cluster {
+				o.slot = slotOf(o.state)
+			}
+		}
+		groups := groupBySlot(c, ops)
+		head := mode + " "
+		now := ""
+		if s.now != nil {
+			now = " " + strconv.FormatInt(s.now().UnixNano(), 10)
+		}
+		for _, g := range groups {
+			g.keys = g.keys[:0]
+			g.args = append(g.args[:0], head+strconv.Itoa(len(g.idx))+now)
+			for _, i := range g.idx {
+				g.keys = append(g.keys, ops[i].state)
+				g.args = append(g.args, specOf(hits[i].Limit, &ops[i].p), hits[i].Permit)
+			}
+		}
+		s.runPermits(c, groups)
+		for _, g := range groups {
+			if g.err != nil {
+				return g.err
+			}
+			if mode != "n" {
+				continue
+			}
+			for j, i := range g.idx {
+				d, err := decision(&hits[i], &ops[i].p, g.res[j])
+				if err != nil {
+					return err
+				}
+				out[i] = d
+			}
+		}
+		return nil
+	})
+}
+
+// runPermits makes the calls of groups, in parallel when there are
+// several; each gets its answer, one string a hit, or its error.
+func (s *Store) runPermits(c *conn, groups []*group) {
+	exec := func(g *group) {
+		s.metrics.fcalls.Add(1)
+		arr, err := s.fcall(s.ctx, c, fnName, g.keys, g.args).AsStrSlice()
+		if err == nil && len(arr) != len(g.idx) {
+			err = fmt.Errorf("script returned %d values for %d permits", len(arr), len(g.idx))
+		}
+		g.res, g.err = arr, err
+	}
+	if len(groups) == 1 {
+		exec(groups[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { exec(g) })
+	}
+	wg.Wait()
+}
