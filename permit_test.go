@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -109,6 +110,11 @@ func TestAcquireNeedsRelease(t *testing.T) {
 	p, _, err := lim.Acquire(context.Background(), "k", concurrency(1, time.Second))
 	if p != nil || !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Acquire: %v %v, want ErrUnsupported", p, err)
+	}
+	// Nor does a store that wraps it, though it has the methods.
+	p, _, err = sluice.NewLimiter(lease.New(takeOnly{s}, lease.Config{})).Acquire(context.Background(), "k", concurrency(1, time.Second))
+	if p != nil || !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Acquire through a decorator: %v %v, want ErrUnsupported", p, err)
 	}
 	if d, err := sluice.NewLimiter(s).AllowN(context.Background(), "k", concurrency(1, time.Second), 0); err != nil || d.Remaining != 1 {
 		t.Fatalf("a permit was taken all the same: %+v %v", d, err)
@@ -327,13 +333,13 @@ func TestHoldShadow(t *testing.T) {
 func TestHoldManyGoroutines(t *testing.T) {
 	s := memstore.New(memstore.Config{})
 	t.Cleanup(func() { s.Close() })
-	HoldMany(t, sluice.NewLimiter(s), 2000, 8)
+	holdMany(t, sluice.NewLimiter(s), 2000, 8)
 }
 
-// HoldMany has n goroutines each Hold, retrying after a denial, or
+// holdMany has n goroutines each Hold, retrying after a denial, or
 // Acquire and Release (twice) a permit of a limit of max on one key, and
 // fails if more than max hold one at once or any never does.
-func HoldMany(t *testing.T, lim *sluice.Limiter, n int, maxHeld int64) {
+func holdMany(t *testing.T, lim *sluice.Limiter, n int, maxHeld int64) {
 	t.Helper()
 	l := concurrency(maxHeld, time.Minute)
 	var held, peak, done atomic.Int64

@@ -23,12 +23,13 @@ type decorated interface {
 	decorator.Healther
 	decorator.Settler
 	decorator.EachTaker
+	decorator.Permitter
 	io.Closer
 }
 
 // TestConvention: lease, localcache and the region tier, over a real
-// Redis, each unwrap to the store below, report its health, and leave it
-// open when closed.
+// Redis, each unwrap to the store below, report its health, pass permits
+// to it, and leave it open when closed.
 func TestConvention(t *testing.T) {
 	srv := redistest.Standalone(t)
 	for _, c := range []struct {
@@ -55,6 +56,27 @@ func TestConvention(t *testing.T) {
 			}
 			if err := d.Health(); err != nil {
 				t.Errorf("Health: %v, want the store below's, nil", err)
+			}
+			// Permits pass through to the store below: acquired and
+			// released through the decorator, seen there.
+			conc := &sluice.Limit{Algorithm: sluice.Concurrency, Rate: 1, Period: time.Minute}
+			ctx := context.Background()
+			p, _, err := sluice.NewLimiter(d).Acquire(ctx, "permit", conc)
+			if err != nil || p == nil {
+				t.Fatalf("Acquire through the decorator: %v %v", p, err)
+			}
+			below := sluice.NewLimiter(next)
+			if d, _ := below.AllowN(ctx, "permit", conc, 0); d.Remaining != 0 {
+				t.Errorf("the store below: %+v, want the permit held there", d)
+			}
+			if held, err := p.Renew(ctx); !held || err != nil {
+				t.Errorf("Renew through the decorator: %v %v", held, err)
+			}
+			if err := p.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := below.AllowN(ctx, "permit", conc, 0); d.Remaining != 1 {
+				t.Errorf("the store below: %+v, want the permit released there", d)
 			}
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
