@@ -34,6 +34,10 @@ func NewLimit(lim *sluice.Limiter, limit *sluice.Limit, key Source) (func(http.H
 	if err := limit.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if limit.Algorithm == sluice.Concurrency {
+		// Its hits would need permits, released when the response ends.
+		return nil, fmt.Errorf("%w: NewLimit takes a rate, not a concurrency limit", ErrConfig)
+	}
 	m, err := newMiddleware(Config{
 		Domain:      "httplimit",
 		Descriptors: []Descriptor{{{Source: key}}},

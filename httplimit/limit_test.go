@@ -78,6 +78,7 @@ func TestNewLimitConfigErrors(t *testing.T) {
 		{"invalid limit", lim, &sluice.Limit{Rate: -1, Period: time.Second}, httplimit.RemoteAddress()},
 		{"no source", lim, ok, httplimit.Source{}},
 		{"nil KeyFunc", lim, ok, httplimit.KeyFunc(nil)},
+		{"a concurrency limit", lim, &sluice.Limit{Algorithm: sluice.Concurrency, Rate: 1, Period: time.Second}, httplimit.RemoteAddress()},
 	} {
 		if _, err := httplimit.NewLimit(tc.lim, tc.limit, tc.key); !errors.Is(err, httplimit.ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
