@@ -3,6 +3,7 @@ package sluice_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -395,4 +396,43 @@ func holdMany(t *testing.T, lim *sluice.Limiter, n int, maxHeld int64) {
 		t.Fatalf("after all released: %+v %v", d, err)
 	}
 	t.Logf("peak %d holders at once", peak.Load())
+}
+
+// BenchmarkAcquireRelease: Acquire then Release of a permit on memstore,
+// over 10,000 keys, one at a time and from GOMAXPROCS goroutines.
+func BenchmarkAcquireRelease(b *testing.B) {
+	s := memstore.New(memstore.Config{SweepInterval: -1})
+	defer s.Close()
+	lim := sluice.NewLimiter(s)
+	l := concurrency(4, 15*time.Second)
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	pair := func(i int) {
+		p, _, err := lim.Acquire(ctx, keys[i%len(keys)], l)
+		if err != nil || p == nil {
+			b.Fatalf("acquire: %v %v", p, err)
+		}
+		if err := p.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			pair(i)
+			i++
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for i := 0; pb.Next(); i++ {
+				pair(i)
+			}
+		})
+	})
 }
