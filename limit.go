@@ -258,15 +258,21 @@ func (l *Limit) checkConcurrency(p *problems) {
 // every call and runs the full Validate only when it is false.
 func (l *Limit) plain() bool {
 	if l.Algorithm == Concurrency {
-		return l.Period > 0 && l.Rate >= 0 && l.Rate <= algo.MaxPermits && l.Burst == 0 &&
-			l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 && l.BlockFor == 0 &&
-			!l.Debit && !l.Global && l.WindowOffset == 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0
+		return l.plainConcurrency()
 	}
 	return l.Algorithm <= Sketch && l.Period > 0 &&
 		l.Rate >= 0 && l.Rate <= algo.MaxSlidingWindowCapacity &&
 		l.Burst >= 0 && l.Burst <= algo.MaxSlidingWindowCapacity && (l.Burst == 0 || l.isBucket()) &&
 		l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 &&
 		l.BlockFor >= 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0 && l.WindowOffset == 0
+}
+
+// plainConcurrency is plain for a Concurrency limit, which takes none of
+// a rate's settings.
+func (l *Limit) plainConcurrency() bool {
+	return l.Period > 0 && l.Rate >= 0 && l.Rate <= algo.MaxPermits && l.Burst == 0 &&
+		l.RefillInterval == 0 && l.SoftPercent == 0 && l.ElasticCeiling == 0 && l.BlockFor == 0 &&
+		!l.Debit && !l.Global && l.WindowOffset == 0 && l.Sketch == SketchConfig{} && l.LeaseOvershoot == 0
 }
 
 func (l *Limit) isBucket() bool {

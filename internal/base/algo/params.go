@@ -152,11 +152,14 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("window offset must be in [0, period), got %dns for a period of %dns", p.Offset, p.Period)
 	case p.Offset != 0 && p.Kind != FixedWindow && p.Kind != SlidingWindow:
 		return fmt.Errorf("a window offset applies only to fixed_window and sliding_window, not %s", p.Kind)
-	case p.Kind == Concurrency && p.Debit:
-		return fmt.Errorf("a concurrency limit is not charged after the fact (debit)")
-	case p.Kind == Concurrency && p.Capacity > MaxPermits:
-		return fmt.Errorf("a concurrency limit holds at most %d permits a key, got %d", MaxPermits, p.Capacity)
 	}
+	return p.validateCapacity()
+}
+
+// validateCapacity is Validate for what a kind allows beyond the common
+// bounds: a discrete refill's whole tokens, the windows' and the permits'
+// capacities.
+func (p *Params) validateCapacity() error {
 	if p.Interval > 0 {
 		hi, lo := mul64(p.Rate, p.Interval)
 		if hi != 0 || lo%uint64(p.Period) != 0 || lo == 0 {
@@ -167,8 +170,13 @@ func (p *Params) Validate() error {
 			return fmt.Errorf("discrete refill adds %d tokens per interval, more than %d", lo/uint64(p.Period), int64(math.MaxInt64))
 		}
 	}
-	if (p.Kind == SlidingWindow || p.Kind == Sketch) && p.Capacity > MaxSlidingWindowCapacity {
+	switch {
+	case (p.Kind == SlidingWindow || p.Kind == Sketch) && p.Capacity > MaxSlidingWindowCapacity:
 		return fmt.Errorf("%s counts at most %d requests per window, got %d (use gcra or token_bucket for larger rates)", p.Kind, MaxSlidingWindowCapacity, p.Capacity)
+	case p.Kind == Concurrency && p.Debit:
+		return fmt.Errorf("a concurrency limit is not charged after the fact (debit)")
+	case p.Kind == Concurrency && p.Capacity > MaxPermits:
+		return fmt.Errorf("a concurrency limit holds at most %d permits a key, got %d", MaxPermits, p.Capacity)
 	}
 	return nil
 }
