@@ -24,11 +24,17 @@
 // from a package of its own (memstore, redisstore). errors.As finds the [StoreError] that tells why a
 // store failed.
 //
+// A [Concurrency] limit caps what is in flight rather than a rate: at most
+// Rate permits held per key at once, across every node that shares the
+// store. [Limiter.Hold] runs a function while it holds a permit;
+// [Limiter.Acquire] gives a [Permit] to release (and renew) yourself.
+//
 // # Implementing a Store
 //
 // A store implements [Store] (and, optionally, TakeEach to decide hits one
-// by one as envoyproxy/ratelimit counts, and Settle to settle
-// reservations: see Store and Limiter.Settle): it applies [Hit]s atomically under the
+// by one as envoyproxy/ratelimit counts, Settle to settle
+// reservations, and Release and Renew for permits: see Store and
+// Limiter.Settle): it applies [Hit]s atomically under the
 // rules listed on Store and owns the clock; it returns [StoreError] with a
 // [FailReason] when it cannot decide (and wraps [ErrNeverConnected] in its
 // health, a Health method, while it has never reached its backend). The
