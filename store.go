@@ -101,9 +101,10 @@ type oneTaker interface {
 //     run past its expiry while another took the slot, and adding it
 //     back would push the permits held past Rate; its decision is
 //     denied, with RetryAfter Never.
-//   - Each drops the expired permits of the keys it touches, and the
-//     store owns the clock, as for Take. The hits need not share a key
-//     and are applied in order.
+//   - Renew drops the expired permits of the keys it touches first, as
+//     Take does; the store owns the clock, as for Take. The hits need
+//     not share a key and are applied in order, each on its own (not
+//     all or nothing).
 //
 // An error means the store failed: some of the hits may have been applied.
 // Callers validate hits first (Limiter does): Concurrency limits, with a
