@@ -33,7 +33,7 @@
 //
 // A store implements [Store] (and, optionally, TakeEach to decide hits one
 // by one as envoyproxy/ratelimit counts, Settle to settle
-// reservations, and Release and Renew for permits: see Store and
+// reservations, and Permits to release and renew permits: see Store and
 // Limiter.Settle): it applies [Hit]s atomically under the
 // rules listed on Store and owns the clock; it returns [StoreError] with a
 // [FailReason] when it cannot decide (and wraps [ErrNeverConnected] in its

@@ -165,7 +165,7 @@ func (l *Limiter) release(ctx context.Context, hits []Hit) error {
 	if l.permits == nil {
 		return errNoPermits
 	}
-	return l.permits.Release(ctx, hits)
+	return l.permits.Permits(ctx, hits, nil)
 }
 
 // renew validates the permits of hits and has the store renew them,
@@ -174,13 +174,13 @@ func (l *Limiter) renew(ctx context.Context, hits []Hit, out []Decision) error {
 	if err := validatePermits(hits); err != nil {
 		return err
 	}
-	if len(out) < len(hits) {
+	if len(out) < len(hits) || out == nil {
 		return fmt.Errorf("sluice: %d decisions for %d hits", len(out), len(hits))
 	}
 	if l.permits == nil {
 		return errNoPermits
 	}
-	return l.permits.Renew(ctx, hits, out)
+	return l.permits.Permits(ctx, hits, out)
 }
 
 // validatePermits checks hits to release or renew: Concurrency hits, with

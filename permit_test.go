@@ -208,7 +208,7 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 		t.Fatalf("rate: %+v, want spent by the two admitted", d)
 	}
 	// Release a; then a request the rate denies takes no permit.
-	if err := s.Release(ctx, []sluice.Hit{{Key: "k", Limit: c, Permit: "a"}}); err != nil {
+	if err := s.Permits(ctx, []sluice.Hit{{Key: "k", Limit: c, Permit: "a"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := take("c"); d.Allowed || d.Index != 0 {

@@ -83,17 +83,18 @@ type oneTaker interface {
 	TakeOne(ctx context.Context, hit Hit) (Decision, error)
 }
 
-// permitStore is an optional method set of a Store: Release and Renew, for
-// the permits of Concurrency hits (Limiter.Acquire, Permit). A store
+// permitStore is an optional method set of a Store, Permits(ctx, hits,
+// out): with out nil it releases the permits of hits, otherwise it renews
+// them, for the permits of Concurrency hits (Limiter.Acquire, Permit). A store
 // without it cannot give permits back, and Limiter.Acquire refuses to
 // take them from it. The contract, which storetest checks for every store
 // that has it:
 //
-//   - Release removes each hit's permit, named by its Key, its Limit and
+//   - Release (out nil) removes each hit's permit, named by its Key, its Limit and
 //     its Permit ID, whatever its Cost. It is idempotent: releasing a
 //     permit twice, an expired one or one never acquired is harmless,
 //     not an error.
-//   - Renew extends each hit's permit, if its key still holds it at the
+//   - Renew (out not nil) extends each hit's permit, if its key still holds it at the
 //     store's now, to an expiry of now + Period (never shortening it),
 //     and writes a Decision to out[i] (len(out) >= len(hits)) as a
 //     Concurrency hit's, allowed. A permit no longer held (expired or
@@ -110,8 +111,7 @@ type oneTaker interface {
 // Callers validate hits first (Limiter does): Concurrency limits, with a
 // non-empty Permit.
 type permitStore interface {
-	Release(ctx context.Context, hits []Hit) error
-	Renew(ctx context.Context, hits []Hit, out []Decision) error
+	Permits(ctx context.Context, hits []Hit, out []Decision) error
 }
 
 // A Store may say whether it is currently able to decide, for readiness

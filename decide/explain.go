@@ -76,23 +76,10 @@ type LimitExplanation struct {
 	Allocation int64  `json:"allocation,omitempty"`
 	SafeShare  int64  `json:"safe_share,omitempty"`
 
-	hit sluice.Hit // what is explained: the counter's key and the compiled limit
-}
-
-// EachLimit calls fn with each explained limit and the hit it explains
-// (the counter's key and the compiled limit), so that a caller can add
-// what its store knows of the limit, such as a region's allocation of a
-// global one.
-func (e *Explanation) EachLimit(fn func(h sluice.Hit, le *LimitExplanation)) {
-	for i := range e.Descriptors {
-		for j := range e.Descriptors[i].Limits {
-			le := &e.Descriptors[i].Limits[j]
-			fn(le.hit, le)
-		}
-	}
-	if e.Capacity != nil {
-		fn(e.Capacity.hit, e.Capacity)
-	}
+	// Hit is what is explained: the counter's key and the compiled limit,
+	// for a caller that adds what its store knows of the limit, such as a
+	// region's allocation of a global one. Not in the JSON.
+	Hit sluice.Hit `json:"-"`
 }
 
 // CounterState is a counter's state, as a peek reads it.
@@ -208,7 +195,7 @@ func explainLimit(p *rules.Plan, j int, states []sluice.Decision) LimitExplanati
 	h := p.Hits[j]
 	l := h.Limit
 	le := LimitExplanation{Name: l.Name, Algorithm: l.Algorithm.String(), Rate: l.Rate, Period: l.Period.String(),
-		Burst: l.Burst, Shadow: l.Shadow, Key: fmt.Sprintf("%q", h.Key), Global: l.Global, hit: sluice.Hit{Key: h.Key, Limit: l}}
+		Burst: l.Burst, Shadow: l.Shadow, Key: fmt.Sprintf("%q", h.Key), Global: l.Global, Hit: sluice.Hit{Key: h.Key, Limit: l}}
 	if j < len(states) {
 		st := states[j]
 		le.State = &CounterState{Limit: st.Limit, Remaining: st.Remaining, ResetAfter: st.ResetAfter.String()}

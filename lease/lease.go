@@ -36,8 +36,8 @@
 // permit is an ID held in the store, and a share of them held by a node
 // would be slots no other node could take, for as long as the share
 // lives; the store decides their hits exactly, together with the
-// request's others, and its Release and Renew take the permits back and
-// extend them there.
+// request's others, and its Permits releases and renews the
+// permits there.
 //
 // Hits that a lease cannot serve (a limit without LeaseOvershoot, a shadow
 // limit or one with block_for, a peek, a key its lease cannot cover and

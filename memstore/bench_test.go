@@ -147,7 +147,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				perKey = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
-				estimate = float64(s.Bytes()) / n
+				estimate = float64(s.Stats().Bytes) / n
 				runtime.KeepAlive(s)
 			}
 			b.ReportMetric(perKey, "B/key")

@@ -69,7 +69,7 @@
 // evicted the same way, by sampling the shard's logs. Evicting a key hands
 // that client a fresh quota (and ends a block_for penalty early): the cap
 // trades exactness for bounded memory, so size it for the keys you expect
-// and watch [Store.Len]. Sketches are never evicted; their memory is fixed
+// and watch Stats().Keys. Sketches are never evicted; their memory is fixed
 // per sketch limit. A key's permits are evicted together, the set whose
 // permits all expire first among 8 sampled: their holders' renewals then
 // find them lost, and the key admits as many holders again, so a cap too

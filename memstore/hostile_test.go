@@ -105,8 +105,8 @@ func TestRestoreHostile(t *testing.T) {
 			if most := uint64(1<<20 + 64*len(c.file)); n > most {
 				t.Errorf("a restore of a %d-byte file allocated %d bytes, more than %d", len(c.file), n, most)
 			}
-			if d, _ := lim.AllowN(ctx, "keep", keep, 0); d.Remaining != 7 || s.Len() != 1 {
-				t.Errorf("the store changed: remaining %d, %d keys", d.Remaining, s.Len())
+			if d, _ := lim.AllowN(ctx, "keep", keep, 0); d.Remaining != 7 || s.Stats().Keys != 1 {
+				t.Errorf("the store changed: remaining %d, %d keys", d.Remaining, s.Stats().Keys)
 			}
 		})
 	}
@@ -134,8 +134,8 @@ func TestRestoreOverCap(t *testing.T) {
 	if err := small.Restore(bytes.NewReader(snap)); err != nil {
 		t.Fatal(err)
 	}
-	if b, n := small.Bytes(), small.Len(); b > capBytes || n == 0 || n >= 10_000 {
+	if b, n := small.Stats().Bytes, small.Stats().Keys; b > capBytes || n == 0 || n >= 10_000 {
 		t.Errorf("restored %d keys in %d bytes under a cap of %d, want some keys within the cap", n, b, capBytes)
 	}
-	t.Logf("%d of 10,000 keys restored in %d bytes (cap %d)", small.Len(), small.Bytes(), capBytes)
+	t.Logf("%d of 10,000 keys restored in %d bytes (cap %d)", small.Stats().Keys, small.Stats().Bytes, capBytes)
 }

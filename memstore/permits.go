@@ -309,10 +309,20 @@ func peekPermit(hits []sluice.Hit, ops []op, i int, now int64) algo.Result {
 	return r
 }
 
-// Release removes the permit of each hit (sluice.Store's Release): its
+// Permits releases the permits of hits when out is nil, and otherwise
+// renews them and writes their decisions to out (the permits of
+// Concurrency limits: see sluice.Store). It never waits, and ignores ctx.
+func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if out == nil {
+		return s.release(ctx, hits)
+	}
+	return s.renew(ctx, hits, out)
+}
+
+// release removes the permit of each hit (Permits with out nil): its
 // Key, Limit and Permit. Releasing a permit not held does nothing. It
 // never waits, and ignores ctx.
-func (s *Store) Release(_ context.Context, hits []sluice.Hit) error {
+func (s *Store) release(_ context.Context, hits []sluice.Hit) error {
 	now := s.now()
 	for i := range hits {
 		h := &hits[i]
@@ -337,11 +347,11 @@ func (s *Store) Release(_ context.Context, hits []sluice.Hit) error {
 	return nil
 }
 
-// Renew extends the permit of each hit, if still held, to a Period from
-// now, and writes its decision to out (sluice.Store's Renew): a permit
+// renew extends the permit of each hit, if still held, to a Period from
+// now, and writes its decision to out (Permits): a permit
 // no longer held is lost, denied, and not added again. It never waits,
 // and ignores ctx.
-func (s *Store) Renew(_ context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+func (s *Store) renew(_ context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	now := s.now()
 	for i := range hits {
 		h := &hits[i]

@@ -16,7 +16,7 @@ func TestPermitsMemory(t *testing.T) {
 	s := memstore.New(memstore.Config{Shards: 1, SweepInterval: -1, Now: func() time.Time { return now }})
 	defer s.Close()
 	l := &sluice.Limit{Algorithm: sluice.Concurrency, Rate: 100, Period: time.Minute}
-	empty := s.Bytes()
+	empty := s.Stats().Bytes
 	take := func(key, id string) {
 		t.Helper()
 		out := make([]sluice.Decision, 1)
@@ -29,10 +29,10 @@ func TestPermitsMemory(t *testing.T) {
 			take(fmt.Sprint("k", k), fmt.Sprint("permit-", i))
 		}
 	}
-	if s.Len() != 10 {
-		t.Fatalf("Len %d, want 10 keys", s.Len())
+	if s.Stats().Keys != 10 {
+		t.Fatalf("Len %d, want 10 keys", s.Stats().Keys)
 	}
-	per := (s.Bytes() - empty) / 100
+	per := (s.Stats().Bytes - empty) / 100
 	if per < 50 || per > 200 {
 		t.Errorf("%d bytes a permit (estimate)", per)
 	}
@@ -40,8 +40,8 @@ func TestPermitsMemory(t *testing.T) {
 	if n := s.Sweep(); n != 100 {
 		t.Errorf("swept %d, want the 100 permits expired", n)
 	}
-	if s.Len() != 0 || s.Bytes() != empty {
-		t.Fatalf("after the sweep: %d keys, %d bytes, want 0 and %d", s.Len(), s.Bytes(), empty)
+	if s.Stats().Keys != 0 || s.Stats().Bytes != empty {
+		t.Fatalf("after the sweep: %d keys, %d bytes, want 0 and %d", s.Stats().Keys, s.Stats().Bytes, empty)
 	}
 
 	capped := memstore.New(memstore.Config{Shards: 1, SweepInterval: -1, MaxBytes: 4096, Now: func() time.Time { return now }})
@@ -52,10 +52,10 @@ func TestPermitsMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if b := capped.Bytes(); b > 4096 {
+	if b := capped.Stats().Bytes; b > 4096 {
 		t.Errorf("Bytes %d over the cap", b)
 	}
-	if capped.Evictions() == 0 || capped.Len() >= 100 {
-		t.Errorf("%d evictions, %d keys", capped.Evictions(), capped.Len())
+	if capped.Stats().Evictions == 0 || capped.Stats().Keys >= 100 {
+		t.Errorf("%d evictions, %d keys", capped.Stats().Evictions, capped.Stats().Keys)
 	}
 }

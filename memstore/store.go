@@ -203,43 +203,19 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// Len returns the number of keys the store holds state for: one-state keys,
-// sliding logs, keys holding permits and active block_for penalties. Keys of sketch limits have no
-// state of their own and are not counted.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.t.n + sh.wordsOf().len() + len(sh.logs) + len(sh.perms)
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// Bytes returns an estimate of the memory the store holds: its tables,
-// sliding logs and sketches. Config.MaxBytes caps it.
-func (s *Store) Bytes() int64 {
-	n := s.sketches.bytes.Load()
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += shardBytes + sh.bytes()
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// Evictions returns how many live keys the memory cap has evicted since the
-// store was created.
-func (s *Store) Evictions() int64 { return s.evicted.Load() }
-
-// Stats is what the store holds and has done, as Len, Bytes and Evictions
-// report it.
+// Stats is what the store holds and has done.
 type Stats struct {
-	Keys      int   // keys held (Len)
-	Bytes     int64 // estimated memory (Bytes), which Config.MaxBytes caps
-	Evictions int64 // live keys evicted by the memory cap since creation
+	// Keys is the number of keys the store holds state for: one-state
+	// keys, sliding logs, keys holding permits and active block_for
+	// penalties. Keys of sketch limits have no state of their own and are
+	// not counted.
+	Keys int
+	// Bytes is an estimate of the memory the store holds: its tables,
+	// sliding logs, permits and sketches. Config.MaxBytes caps it.
+	Bytes int64
+	// Evictions is how many live keys the memory cap has evicted since
+	// the store was created.
+	Evictions int64
 }
 
 // Stats returns the store's figures, from one pass over its shards.

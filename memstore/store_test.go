@@ -57,7 +57,7 @@ func TestExpiry(t *testing.T) {
 		if st.sweep {
 			s.Sweep()
 		}
-		if got := s.Len(); got != st.wantLen {
+		if got := s.Stats().Keys; got != st.wantLen {
 			t.Fatalf("step %d (+%v): Len %d, want %d", i, st.at, got, st.wantLen)
 		}
 	}
@@ -77,13 +77,13 @@ func TestLookupDropsIdle(t *testing.T) {
 	lim := sluice.NewLimiter(s)
 	l := limitOf(algo.GCRA, 10, time.Second)
 	lim.Allow(ctx, "k", l)
-	if s.Len() != 1 {
-		t.Fatalf("Len %d after one hit", s.Len())
+	if s.Stats().Keys != 1 {
+		t.Fatalf("Len %d after one hit", s.Stats().Keys)
 	}
 	clock.Advance(time.Hour)
 	lim.AllowN(ctx, "k", l, 0)
-	if s.Len() != 0 {
-		t.Fatalf("Len %d after a peek at an idle key", s.Len())
+	if s.Stats().Keys != 0 {
+		t.Fatalf("Len %d after a peek at an idle key", s.Stats().Keys)
 	}
 }
 
@@ -97,17 +97,17 @@ func TestSweeper(t *testing.T) {
 			lim.Allow(ctx, fmt.Sprint("k", i), limitOf(algo.FixedWindow, 5, 500*time.Millisecond))
 			lim.Allow(ctx, fmt.Sprint("l", i), limitOf(algo.SlidingLog, 5, 500*time.Millisecond))
 		}
-		full := s.Bytes()
-		if s.Len() != 2000 {
-			t.Fatalf("Len %d, want 2000", s.Len())
+		full := s.Stats().Bytes
+		if s.Stats().Keys != 2000 {
+			t.Fatalf("Len %d, want 2000", s.Stats().Keys)
 		}
 		time.Sleep(1500 * time.Millisecond)
 		synctest.Wait()
-		if s.Len() != 0 {
-			t.Fatalf("Len %d after a sweep, want 0", s.Len())
+		if s.Stats().Keys != 0 {
+			t.Fatalf("Len %d after a sweep, want 0", s.Stats().Keys)
 		}
-		if s.Bytes() >= full {
-			t.Fatalf("Bytes %d after sweeping everything, %d before: tables did not shrink", s.Bytes(), full)
+		if s.Stats().Bytes >= full {
+			t.Fatalf("Bytes %d after sweeping everything, %d before: tables did not shrink", s.Stats().Bytes, full)
 		}
 	})
 }
@@ -131,11 +131,11 @@ func TestMemoryCap(t *testing.T) {
 					clock.Advance(time.Second)
 				}
 			}
-			if b := s.Bytes(); b > maxBytes {
+			if b := s.Stats().Bytes; b > maxBytes {
 				t.Fatalf("Bytes %d over MaxBytes %d", b, maxBytes)
 			}
-			if s.Len() >= keys || s.Evictions() != int64(keys-s.Len()) {
-				t.Fatalf("Len %d, Evictions %d after %d keys", s.Len(), s.Evictions(), keys)
+			if s.Stats().Keys >= keys || s.Stats().Evictions != int64(keys-s.Stats().Keys) {
+				t.Fatalf("Len %d, Evictions %d after %d keys", s.Stats().Keys, s.Stats().Evictions, keys)
 			}
 			// Evicting hands a client a fresh quota: most of the early keys
 			// (the earliest idle-at times) were evicted and admit again; the

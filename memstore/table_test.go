@@ -129,7 +129,7 @@ func TestEvictEarliestIdle(t *testing.T) {
 			}
 		}
 	}
-	if sh.t.n != len(idle)-3 || s.Evictions() != 3 {
-		t.Fatalf("after 3 evictions: %d entries, %d evictions counted", sh.t.n, s.Evictions())
+	if sh.t.n != len(idle)-3 || s.Stats().Evictions != 3 {
+		t.Fatalf("after 3 evictions: %d entries, %d evictions counted", sh.t.n, s.Stats().Evictions)
 	}
 }

@@ -287,8 +287,8 @@ func TestRestoreVersion1(t *testing.T) {
 	if err != nil || !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("after restoring 3 of 5 taken: %+v %v, want allowed with 1 left", d, err)
 	}
-	if s.Len() != 1 || s.shards[s.shardOf(k)].t.n != 0 {
-		t.Errorf("Len %d, %d left in the two-word table; want 1 and 0", s.Len(), s.shards[s.shardOf(k)].t.n)
+	if s.Stats().Keys != 1 || s.shards[s.shardOf(k)].t.n != 0 {
+		t.Errorf("Len %d, %d left in the two-word table; want 1 and 0", s.Stats().Keys, s.shards[s.shardOf(k)].t.n)
 	}
 }
 
@@ -332,10 +332,10 @@ func TestWordsStressCapped(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if b := s.Bytes(); b > maxBytes {
+	if b := s.Stats().Bytes; b > maxBytes {
 		t.Errorf("Bytes %d over the cap %d", b, maxBytes)
 	}
-	ev := s.Evictions()
+	ev := s.Stats().Evictions
 	if ev == 0 {
 		t.Fatal("no eviction: the cap is not exercised")
 	}
@@ -423,7 +423,7 @@ func TestClaimAfterLegacyMove(t *testing.T) {
 				lost++
 			}
 		}
-		if ev := s.Evictions(); int64(lost) > ev {
+		if ev := s.Stats().Evictions; int64(lost) > ev {
 			t.Errorf("MaxBytes %d: %d keys lost their state, %d evictions counted", maxBytes, lost, ev)
 		}
 		s.Close()

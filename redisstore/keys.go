@@ -13,14 +13,14 @@ import (
 
 // HashTag maps a hit's key to the part of it that chooses its Redis Cluster
 // slot: keys with equal tags share a slot, so the hits of one request on
-// them are decided in one script call, atomically. See [WholeKey] and
+// them are decided in one script call, atomically. See wholeKey and
 // rules.HashTag.
 type HashTag func(key string) string
 
-// WholeKey is the default HashTag: every key is its own tag, which spreads
+// wholeKey is the default HashTag: every key is its own tag, which spreads
 // keys evenly over the cluster; a request with several hits may then need
 // one call per slot.
-func WholeKey(key string) string { return key }
+func wholeKey(key string) string { return key }
 
 // Redis keys are compact and of one size: the prefix, the hash tag as 16 hex
 // digits of its xxh3 hash in braces, and 32 hex digits of the 128-bit xxh3

@@ -10,21 +10,32 @@ import (
 	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
-// Release removes the permit of each hit (sluice.Store's Release: its
+// Permits releases the permits of hits when out is nil, and otherwise
+// renews them and writes their decisions to out (the permits of
+// Concurrency limits: see sluice.Store). One script call per Cluster slot.
+// Errors are *sluice.StoreError.
+func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if out == nil {
+		return s.release(ctx, hits)
+	}
+	return s.renew(ctx, hits, out)
+}
+
+// release removes the permit of each hit (Permits with out nil: its
 // Key, Limit and Permit), held or not, in one script call ("x") per
 // Cluster slot (one on a standalone or Sentinel server), through the
 // store's gate and breaker as a Take. ctx bounds only the wait for a
 // slot among the calls in flight (see Take). Errors are
 // *sluice.StoreError.
-func (s *Store) Release(ctx context.Context, hits []sluice.Hit) error {
+func (s *Store) release(ctx context.Context, hits []sluice.Hit) error {
 	return s.permits(ctx, hits, nil, "x")
 }
 
-// Renew extends the permit of each hit, if still held, to a Period from
-// Redis's now, and writes its decision to out (sluice.Store's Renew): a
+// renew extends the permit of each hit, if still held, to a Period from
+// Redis's now, and writes its decision to out (Permits): a
 // permit no longer held is lost, denied, and not added again. One script
 // call ("n") per Cluster slot, as Release.
-func (s *Store) Renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+func (s *Store) renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	if len(out) < len(hits) {
 		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
 	}

@@ -55,16 +55,16 @@ func TestPermitReleaseByID(t *testing.T) {
 		t.Fatalf("Acquire: %v %v", p, err)
 	}
 	take("x")
-	if err := s.Release(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "x"}}); err != nil {
+	if err := s.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "x"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	take("y") // x's slot, taken again
 	forged := []sluice.Hit{{Key: "k", Limit: l, Permit: "x"}, {Key: "k", Limit: l, Permit: rand.Text()}, {Key: "k", Limit: l, Permit: "k"}}
-	if err := s.Release(ctx, forged); err != nil {
+	if err := s.Permits(ctx, forged, nil); err != nil {
 		t.Fatal(err)
 	}
 	out := make([]sluice.Decision, len(forged))
-	if err := s.Renew(ctx, forged, out); err != nil {
+	if err := s.Permits(ctx, forged, out); err != nil {
 		t.Fatal(err)
 	}
 	for i, d := range out {
@@ -144,7 +144,7 @@ func TestPermitCrashedHolder(t *testing.T) {
 	// The dead holder's permit expires at most a TTL after its last
 	// renewal, before the kill.
 	p := limits.Params(l)
-	key := (&keyer{prefix: prefix, tag: WholeKey}).stateKey(&sluice.Hit{Key: "k", Limit: l}, &p)
+	key := (&keyer{prefix: prefix, tag: wholeKey}).stateKey(&sluice.Hit{Key: "k", Limit: l}, &p)
 	sc, err := srv.Do("ZRANGE", key, 0, -1, "WITHSCORES")
 	scores, _ := sc.([]any)
 	if err != nil || len(scores) != 2 {
@@ -214,7 +214,7 @@ func TestPermitKeyExpires(t *testing.T) {
 	ctx := context.Background()
 	l := concurrency(3, 10*time.Second)
 	p := limits.Params(l)
-	key := (&keyer{prefix: s.cfg.Prefix, tag: WholeKey}).stateKey(&sluice.Hit{Key: "k", Limit: l}, &p)
+	key := (&keyer{prefix: s.cfg.Prefix, tag: wholeKey}).stateKey(&sluice.Hit{Key: "k", Limit: l}, &p)
 	hits := []sluice.Hit{{Key: "k", Limit: l, Cost: 1, Permit: "a"}}
 	if _, err := sluice.NewLimiter(s).Take(ctx, hits, make([]sluice.Decision, 1)); err != nil {
 		t.Fatal(err)
@@ -234,13 +234,13 @@ func TestPermitKeyExpires(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	out := make([]sluice.Decision, 1)
-	if err := s.Renew(ctx, hits, out); err != nil || !out[0].Allowed {
+	if err := s.Permits(ctx, hits, out); err != nil || !out[0].Allowed {
 		t.Fatalf("renew: %+v %v", out[0], err)
 	}
 	if ms := pttl(); ms <= 0 || ms > 10_001 || ms < first-10 {
 		t.Fatalf("PTTL %d ms after a renewal, %d before", ms, first)
 	}
-	if err := s.Release(ctx, hits); err != nil {
+	if err := s.Permits(ctx, hits, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ms := pttl(); ms != -2 {

@@ -64,7 +64,7 @@ type Config struct {
 
 	// Prefix starts every key; empty means DefaultPrefix.
 	Prefix string
-	// HashTag chooses the Cluster slot of a key; nil means WholeKey.
+	// HashTag chooses the Cluster slot of a key; nil means wholeKey.
 	HashTag HashTag
 
 	// Timeout is how long Redis may stay silent before the store gives
@@ -192,7 +192,7 @@ func New(cfg Config) (*Store, error) {
 	s.gate = newGate(inFlight, queue)
 	s.batch = &batcher{s: s}
 	if s.tag == nil {
-		s.tag = WholeKey
+		s.tag = wholeKey
 	}
 	if cfg.Prefix == "" {
 		s.cfg.Prefix = DefaultPrefix

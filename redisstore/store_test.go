@@ -462,20 +462,20 @@ func differentialPermits(t *testing.T, i int, ms *memstore.Store, rs *Store, hit
 	}
 	ctx := context.Background()
 	if release {
-		if err := ms.Release(ctx, ph); err != nil {
+		if err := ms.Permits(ctx, ph, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := rs.Release(ctx, ph); err != nil {
+		if err := rs.Permits(ctx, ph, nil); err != nil {
 			t.Fatalf("request %d: release: %v", i, err)
 		}
 		return
 	}
 	want := make([]sluice.Decision, len(ph))
 	got := make([]sluice.Decision, len(ph))
-	if err := ms.Renew(ctx, ph, want); err != nil {
+	if err := ms.Permits(ctx, ph, want); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.Renew(ctx, ph, got); err != nil {
+	if err := rs.Permits(ctx, ph, got); err != nil {
 		t.Fatalf("request %d: renew: %v", i, err)
 	}
 	for j := range ph {

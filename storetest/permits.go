@@ -15,11 +15,11 @@ import (
 )
 
 // permits checks the permits of Concurrency limits (the clause on them of
-// sluice.Store's Take, TakeEach, Release and Renew): held up to the limit
+// sluice.Store's Take, TakeEach and Permits): held up to the limit
 // and no more, all or nothing with rates (on the same key, and on other
 // keys: other Cluster slots), retries, shadow limits, several permits in
 // one request, release, renewal, loss and expiry on the store's clock,
-// and many holders at once. A store without Release and Renew must still
+// and many holders at once. A store without Permits must still
 // decide the hits, and Limiter.Acquire must refuse it.
 func (s suite) permits(t *testing.T) {
 	for _, c := range []struct {
@@ -292,14 +292,14 @@ func permitsMany(t *testing.T, e *env) {
 
 // release releases the permits of hits.
 func (e *env) release(hits ...sluice.Hit) error {
-	return e.store.(decorator.Permitter).Release(context.Background(), hits)
+	return e.store.(decorator.Permitter).Permits(context.Background(), hits, nil)
 }
 
 // renew renews the permits of hits and returns their decisions.
 func (e *env) renew(hits ...sluice.Hit) []sluice.Decision {
 	e.t.Helper()
 	out := make([]sluice.Decision, len(hits))
-	if err := e.store.(decorator.Permitter).Renew(context.Background(), hits, out); err != nil {
+	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, out); err != nil {
 		e.t.Fatalf("Renew: %v", err)
 	}
 	return out

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/decision/overrides"
 	"github.com/sluicehq/sluice/internal/edges/hitters"
@@ -239,10 +238,18 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 // explainRegions adds to e's global limits this region's allocation of
 // them and its safe share.
 func explainRegions(ctx context.Context, e *decide.Explanation, rs *regions.Store, region string) {
-	e.EachLimit(func(h sluice.Hit, le *decide.LimitExplanation) {
-		if h.Limit != nil && h.Limit.Global {
-			alloc, share, _ := rs.Allocation(ctx, h.Key, h.Limit)
+	annotate := func(le *decide.LimitExplanation) {
+		if l := le.Hit.Limit; l != nil && l.Global {
+			alloc, share, _ := rs.Allocation(ctx, le.Hit.Key, l)
 			le.Region, le.Allocation, le.SafeShare = region, alloc, share
 		}
-	})
+	}
+	for i := range e.Descriptors {
+		for j := range e.Descriptors[i].Limits {
+			annotate(&e.Descriptors[i].Limits[j])
+		}
+	}
+	if e.Capacity != nil {
+		annotate(e.Capacity)
+	}
 }

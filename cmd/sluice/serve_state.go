@@ -33,7 +33,7 @@ func restoreState(store *memstore.Store, path string, log *slog.Logger) error {
 	err := store.LoadFile(path)
 	switch {
 	case err == nil:
-		log.Info("state restored", "file", path, "keys", store.Len(), "took", time.Since(start))
+		log.Info("state restored", "file", path, "keys", store.Stats().Keys, "took", time.Since(start))
 	case errors.Is(err, fs.ErrNotExist):
 		log.Info("no state file yet; starting with empty counters", "file", path)
 	case errors.Is(err, memstore.ErrSnapshot):
@@ -118,7 +118,7 @@ func saveState(store *memstore.Store, path string, m *snapshotMetrics, log *slog
 	}
 	m.success.Inc()
 	m.last.SetToCurrentTime()
-	log.Log(context.Background(), level, "state saved", "file", path, "keys", store.Len(), "took", time.Since(start))
+	log.Log(context.Background(), level, "state saved", "file", path, "keys", store.Stats().Keys, "took", time.Since(start))
 	return nil
 }
 

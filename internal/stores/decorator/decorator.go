@@ -16,7 +16,7 @@
 //     by value.
 //
 // The root package sluice keeps its own unexported copies of TakeEach's,
-// TakeOne's and Release and Renew's interfaces: they are where the contract is written, and this
+// TakeOne's and Permits' interfaces: they are where the contract is written, and this
 // package imports the root, so the root cannot import it.
 //
 // It imports the root package and nothing else of the module.
@@ -46,11 +46,10 @@ type Settler interface {
 	Settle(ctx context.Context, st *sluice.Settlement) (int64, error)
 }
 
-// Permitter is a store that releases and renews the permits of
-// Concurrency limits (see sluice.Store's Release and Renew).
+// Permitter is a store that releases (out nil) and renews the permits of
+// Concurrency limits (see sluice.Store's Permits).
 type Permitter interface {
-	Release(ctx context.Context, hits []sluice.Hit) error
-	Renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error
+	Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error
 }
 
 // Healther is a store that says whether it can decide now (see sluice.Store).
@@ -65,18 +64,18 @@ type Unwrapper interface {
 
 // Base is the store below a decorator and its optional methods, found once
 // at New. A decorator embeds it (by an unexported alias, so that the field
-// stays unexported) and gets Unwrap, Health, Close, Release and Renew from
+// stays unexported) and gets Unwrap, Health, Close and Permits from
 // it: a decorator passes the permits of Concurrency limits to the store
 // below untouched, as it passes their hits (none leases, caches or
 // allocates them).
 type Base struct {
-	Next    sluice.Store
-	Each    EachTaker // Next's, or nil
-	One     OneTaker  // Next's, or nil
-	Settler Settler   // Next's, or nil
-	Permits Permitter // Next's, or nil
-	health  Healther
-	what    string
+	Next      sluice.Store
+	Each      EachTaker // Next's, or nil
+	One       OneTaker  // Next's, or nil
+	Settler   Settler   // Next's, or nil
+	Permitter Permitter // Next's, or nil
+	health    Healther
+	what      string
 }
 
 // New returns the Base over next; what names the decorator in errors
@@ -86,7 +85,7 @@ func New(next sluice.Store, what string) Base {
 	b.Each, _ = next.(EachTaker)
 	b.One, _ = next.(OneTaker)
 	b.Settler, _ = next.(Settler)
-	b.Permits, _ = next.(Permitter)
+	b.Permitter, _ = next.(Permitter)
 	b.health, _ = next.(Healther)
 	return b
 }
@@ -115,22 +114,12 @@ func (b *Base) SettleBelow(ctx context.Context, st *sluice.Settlement) (int64, e
 	return b.Settler.Settle(ctx, st)
 }
 
-// Release releases the permits of hits in the store below (sluice.Store's
-// Release), and fails with an error wrapping errors.ErrUnsupported when
-// it has no such method.
-func (b *Base) Release(ctx context.Context, hits []sluice.Hit) error {
-	if b.Permits == nil {
-		return fmt.Errorf("%w: the store under %s cannot release permits", errors.ErrUnsupported, b.what)
+// Permits releases (out nil) or renews the permits of hits in the store
+// below (sluice.Store's Permits), and fails with an error wrapping
+// errors.ErrUnsupported when it has no such method.
+func (b *Base) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	if b.Permitter == nil {
+		return fmt.Errorf("%w: the store under %s cannot release or renew permits", errors.ErrUnsupported, b.what)
 	}
-	return b.Permits.Release(ctx, hits)
-}
-
-// Renew renews the permits of hits in the store below (sluice.Store's
-// Renew), and fails with an error wrapping errors.ErrUnsupported when it
-// has no such method.
-func (b *Base) Renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	if b.Permits == nil {
-		return fmt.Errorf("%w: the store under %s cannot renew permits", errors.ErrUnsupported, b.what)
-	}
-	return b.Permits.Renew(ctx, hits, out)
+	return b.Permitter.Permits(ctx, hits, out)
 }
