@@ -48,7 +48,7 @@ func stallBody(addr, method, path string) (time.Duration, bool, error) {
 // their request bodies are all closed by the server, not before
 // --body-timeout and well within e2eWait; before, they were held for ever.
 func TestBodyTimeoutE2E(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	beside(t)
 	const timeout = 2 * time.Second
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")

@@ -594,7 +594,7 @@ func (v erlVariant) run(t *testing.T, root string, rd erlRedis) *erlRun {
 // (REDIS_URL, REDIS_PERSECOND_URL). WithoutPerSecondRedisWithCachePrefix
 // also checks that every key sluice writes starts with CACHE_KEY_PREFIX.
 func TestEnvoyRLIntegrationBasicConfig(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	root := erlRuntimeRoot(t)
 	stop := []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}
 	for _, v := range []erlVariant{
@@ -609,7 +609,7 @@ func TestEnvoyRLIntegrationBasicConfig(t *testing.T) {
 		{name: "WithPerSecondRedisWithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig", perSecond: true, localCache: 1000, extra: stop},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
+			beside(t)
 			rd := erlStandalone(t, "", false)
 			v.run(t, root, rd)
 			if len(v.extra) == 1 && v.extra[0] == "CACHE_KEY_PREFIX=prefix:" {
@@ -631,11 +631,11 @@ func TestEnvoyRLIntegrationBasicConfig(t *testing.T) {
 // TestBasicAuthConfig: testBasicConfigAuth, servers that need AUTH
 // password123 (REDIS_AUTH, REDIS_PERSECOND_AUTH).
 func TestEnvoyRLIntegrationBasicAuthConfig(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	root := erlRuntimeRoot(t)
 	for _, v := range erlRedisVariants("Auth") {
 		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
+			beside(t)
 			v.run(t, root, erlStandalone(t, erlPassword, false))
 		})
 	}
@@ -650,16 +650,16 @@ func TestEnvoyRLIntegrationBasicAuthConfig(t *testing.T) {
 // redis-server's tls-auth-clients yes), shown with REDIS_TLS_CLIENT_CERT
 // and _KEY.
 func TestEnvoyRLIntegrationBasicTLSConfig(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	root := erlRuntimeRoot(t)
 	for _, v := range erlRedisVariants("TLS") {
 		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
+			beside(t)
 			v.run(t, root, erlStandalone(t, erlPassword, true))
 		})
 	}
 	t.Run("WithoutPerSecondRedisTLSWithClientCert", func(t *testing.T) {
-		t.Parallel()
+		beside(t)
 		rd := erlStandalone(t, erlPassword, true, redistest.WithConfig("tls-auth-clients", "yes"))
 		rd.env = append(rd.env, "REDIS_TLS_CLIENT_CERT="+rd.main.CertFile, "REDIS_TLS_CLIENT_KEY="+rd.main.KeyFile)
 		erlVariant{name: "WithoutPerSecondRedisTLSWithClientCert"}.run(t, root, rd)
@@ -674,7 +674,7 @@ func TestEnvoyRLIntegrationBasicTLSConfig(t *testing.T) {
 // settings name the same one (sluice reads neither). The four variants
 // share the cluster, each under its own --redis-prefix.
 func TestEnvoyRLIntegrationBasicAuthConfigWithRedisCluster(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	root := erlRuntimeRoot(t)
 	c := redistest.Cluster(t, 3, 0, redistest.WithPassword(erlPassword))
 	var urls []string
@@ -684,7 +684,7 @@ func TestEnvoyRLIntegrationBasicAuthConfigWithRedisCluster(t *testing.T) {
 	url := strings.Join(urls, ",")
 	for _, v := range erlRedisVariants("Auth") {
 		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
+			beside(t)
 			v.run(t, root, erlRedis{
 				env: []string{
 					"REDIS_PERSECOND_TYPE=cluster", "REDIS_PERSECOND_URL=" + url,
@@ -706,7 +706,7 @@ func TestEnvoyRLIntegrationBasicAuthConfigWithRedisCluster(t *testing.T) {
 // reads them not); the four variants share it, each under its own
 // --redis-prefix.
 func TestEnvoyRLIntegrationBasicAuthConfigWithRedisSentinel(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	root := erlRuntimeRoot(t)
 	s := redistest.Sentinel(t, redistest.WithPassword(erlPassword))
 	url := s.MasterName
@@ -715,7 +715,7 @@ func TestEnvoyRLIntegrationBasicAuthConfigWithRedisSentinel(t *testing.T) {
 	}
 	for _, v := range erlRedisVariants("Auth") {
 		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
+			beside(t)
 			v.run(t, root, erlRedis{
 				env: []string{
 					"REDIS_PERSECOND_TYPE=sentinel", "REDIS_PERSECOND_URL=" + url,
@@ -808,9 +808,9 @@ func erlConfigReload(t *testing.T, env []string, localCache bool, reload, restor
 // reload.yaml in config) is put in place by renaming a new symlink over
 // it, then v3 (v1 again).
 func TestEnvoyRLIntegrationBasicReloadConfig(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	t.Run("BasicWithoutWatchRoot", func(t *testing.T) {
-		t.Parallel()
+		beside(t)
 		v := erlVariant{extra: []string{"RUNTIME_WATCH_ROOT=false"}}
 		r := v.run(t, erlRuntimeRoot(t), erlStandalone(t, "", false))
 		if line := r.p.waitLog("envoyproxy/ratelimit settings with no effect in sluice"); !strings.Contains(line, "RUNTIME_WATCH_ROOT") {
@@ -818,7 +818,7 @@ func TestEnvoyRLIntegrationBasicReloadConfig(t *testing.T) {
 		}
 	})
 	t.Run("ReloadWithoutWatchRoot", func(t *testing.T) {
-		t.Parallel()
+		beside(t)
 		root := filepath.Join(t.TempDir(), "runtime", "current")
 		erlCopyRuntime(t, root)
 		rd := erlStandalone(t, "", false)
@@ -830,7 +830,7 @@ func TestEnvoyRLIntegrationBasicReloadConfig(t *testing.T) {
 		})
 	})
 	t.Run("ReloadWithWatchRoot", func(t *testing.T) {
-		t.Parallel()
+		beside(t)
 		base := filepath.Join(t.TempDir(), "runtime")
 		root := filepath.Join(base, "current")
 		swap := func(version string, withReload bool) {
@@ -861,9 +861,9 @@ func TestEnvoyRLIntegrationBasicReloadConfig(t *testing.T) {
 // with files/a.pdf one with files/b.csv is OVER_LIMIT; values matching
 // files_no_share/* count apart, each with 9 left after its first request.
 func TestEnvoyRLIntegrationShareThreshold(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	t.Run("WithoutPerSecondRedis", func(t *testing.T) {
-		t.Parallel()
+		beside(t)
 		rd := erlStandalone(t, "", false)
 		r := erlStart(t, append(erlSettings(erlRuntimeRoot(t), false, 0), rd.env...))
 		const domain = "share-threshold-test"
@@ -970,12 +970,12 @@ func erlXDSEnv(x *xdsServer, rd erlRedis, perSecond bool, localCacheSize int) []
 // (CONFIG_TYPE=GRPC_XDS_SOTW), each of its four variants. xds_e2e_test.go
 // covers xDS loading, updates and NACKs; this asks the answers and stats.
 func TestEnvoyRLIntegrationXdsProviderBasicConfig(t *testing.T) {
-	t.Parallel()
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	x := startXDS(t)
 	erlXDSSet(t, x, "1", erlXDSInitial(false))
 	for _, v := range erlRedisVariants("") {
 		t.Run(v.name, func(t *testing.T) {
-			t.Parallel()
+			beside(t)
 			rd := erlStandalone(t, "", false)
 			r := erlBasicBaseConfig(t, erlXDSEnv(x, rd, v.perSecond, v.localCache), nil, v.localCache > 0)
 			if v.perSecond {
@@ -987,7 +987,7 @@ func TestEnvoyRLIntegrationXdsProviderBasicConfig(t *testing.T) {
 	// CONFIG_TYPE=GRPC_XDS_SOTW, which envoy-rl (getProviderImpl: FILE or
 	// GRPC_XDS_SOTW) and sluice ignore for xDS.
 	t.Run("runtime_settings", func(t *testing.T) {
-		t.Parallel()
+		beside(t)
 		rd := erlStandalone(t, "", false)
 		env := append(erlXDSEnv(x, rd, false, 0), "RUNTIME_ROOT="+erlRuntimeRoot(t), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config")
 		erlBasicBaseConfig(t, env, nil, false)
@@ -999,7 +999,7 @@ func TestEnvoyRLIntegrationXdsProviderBasicConfig(t *testing.T) {
 // domain added by snapshot 2 and taken away by snapshot 3, each counted in
 // config_load_success.
 func TestEnvoyRLIntegrationXdsProviderBasicConfigReload(t *testing.T) {
-	t.Parallel()
+	beside(t)
 	t.Run("ReloadConfigWithXdsServer", func(t *testing.T) {
 		x := startXDS(t)
 		erlXDSSet(t, x, "1", erlXDSInitial(false))

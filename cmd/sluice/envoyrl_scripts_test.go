@@ -314,21 +314,27 @@ func nextMinute() {
 // store reads, is this host's clock), so the test takes about a minute,
 // at most 71 s.
 func TestEnvoyRLIntegrationScripts(t *testing.T) {
+	t.Parallel() // not beside: its subtests are, each in a place of its own
 	for _, s := range []struct {
 		script string
 		run    func(t *testing.T, e *envoyRLProxy, stats *statsdListener)
+		minute bool // it waits for the next minute (nextMinute)
 	}{
-		{"multiservice-tokenquota.sh", scriptMultiserviceTokenQuota},
-		{"quota.sh", scriptQuota},
-		{"replaces.sh", scriptReplaces},
-		{"simple-get.sh", scriptSimpleGet},
-		{"token-quota.sh", scriptTokenQuota},
-		{"trigger-ratelimit.sh", scriptTriggerRateLimit},
-		{"trigger-shadow-mode-key.sh", scriptTriggerShadowModeKey},
-		{"value-included-in-stats-key-when-unspecified.sh", scriptValueIncludedInStatsKey},
+		{"multiservice-tokenquota.sh", scriptMultiserviceTokenQuota, true},
+		{"quota.sh", scriptQuota, true},
+		{"replaces.sh", scriptReplaces, false},
+		{"simple-get.sh", scriptSimpleGet, false},
+		{"token-quota.sh", scriptTokenQuota, true},
+		{"trigger-ratelimit.sh", scriptTriggerRateLimit, false},
+		{"trigger-shadow-mode-key.sh", scriptTriggerShadowModeKey, false},
+		{"value-included-in-stats-key-when-unspecified.sh", scriptValueIncludedInStatsKey, false},
 	} {
 		t.Run(s.script, func(t *testing.T) {
-			t.Parallel()
+			if s.minute {
+				besideFromTheStart(t)
+			} else {
+				beside(t)
+			}
 			e, stats := startEnvoyRLCompose(t)
 			s.run(t, e, stats)
 		})

@@ -26,7 +26,7 @@ import (
 //     node, the second two.
 //   - empty: Redis keeps nothing and restarts empty, as after a flush.
 func TestServeRedisRestoredRegistry(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	besideFromTheStart(t)
 	sluiceBinary(t)
 	t.Run("aof", func(t *testing.T) {
 		restoredRegistry(t, true)

@@ -21,7 +21,7 @@ import (
 // register again, and what they admitted during the outage is written
 // back to Redis. Exact and lease rules alike.
 func TestServeRedisOutageSpent(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	beside(t)
 	sluiceBinary(t)
 	const (
 		nodes  = 3

@@ -339,7 +339,7 @@ func TestProxyExample(t *testing.T) {
 // minute, when the 5 weigh 5 × 48/60 = 4), they count down to it, and a
 // client that waits t is admitted.
 func TestProxyExampleResetIsRetry(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	besideFromTheStart(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
 	p := startProxy(t, "--config", filepath.Join("..", "..", "examples", "proxy.yaml"), "--upstream", up.URL)

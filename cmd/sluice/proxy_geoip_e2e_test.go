@@ -59,7 +59,7 @@ func writeGeoIP(t *testing.T, rules string) string {
 }
 
 func TestProxyGeoIPE2E(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	beside(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	}))

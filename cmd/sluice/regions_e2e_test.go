@@ -111,7 +111,7 @@ func coordinatorProxy(t *testing.T, srv *toxiproxy.ApiServer, name, upstream str
 // TestRegionsE2E runs the region tier under uneven demand, a partition
 // and a crash, and checks every window's admissions over all regions.
 func TestRegionsE2E(t *testing.T) {
-	t.Parallel()    // it waits (for windows, a slow client): beside the others (TestMain)
+	besideFromTheStart(t)
 	sluiceBinary(t) // skips under -short
 	coord := redistest.Standalone(t)
 	tox := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())

@@ -89,7 +89,7 @@ func outageDemand(r, w int, offset time.Duration) float64 {
 // TestRegionsRedisOutageE2E checks the global bound of every window while
 // eu's Redis fails.
 func TestRegionsRedisOutageE2E(t *testing.T) {
-	t.Parallel()    // it waits (for windows, a slow client): beside the others (TestMain)
+	besideFromTheStart(t)
 	sluiceBinary(t) // skips under -short
 	coord := redistest.Standalone(t)
 	tox := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())

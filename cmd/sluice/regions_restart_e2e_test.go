@@ -96,7 +96,7 @@ func (c *restartTally) ask(t *testing.T, region string, node *proc, n int) {
 // us's node restarts while its Redis is frozen, and while its Redis
 // restarted empty.
 func TestRegionsRestartE2E(t *testing.T) {
-	t.Parallel()    // it waits (for windows): beside the others (TestMain)
+	besideFromTheStart(t)
 	sluiceBinary(t) // skips under -short
 	coord := redistest.Standalone(t)
 	file := filepath.Join(t.TempDir(), "rules.yaml")

@@ -89,7 +89,7 @@ func (e *envoySim) report(domain string, bucket map[string]string, now time.Time
 // share stays out of reach until its record expires, then goes to the
 // other three.
 func TestServeE2ERLQS(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	beside(t)
 	srv := redistest.Standalone(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, `domain: edge

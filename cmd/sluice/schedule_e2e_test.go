@@ -28,7 +28,7 @@ func redisNow(t *testing.T, srv *redistest.Server) time.Time {
 // the rule's own limit, and one that starts then takes over from it, each
 // in counters of its own; both nodes switch together.
 func TestServeScheduleOnRedis(t *testing.T) {
-	t.Parallel()
+	besideFromTheStart(t)
 	srv := redistest.Standalone(t)
 	now := redisNow(t, srv).UTC()
 	boundary := now.Truncate(time.Minute).Add(time.Minute)

@@ -60,16 +60,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	e2eBuild.dir = dir
-	// The tests that spend their time waiting (for a window to pass, a
-	// slow client, a Redis to come back) call t.Parallel and run side by
-	// side after the others; more of them at once than the machine has
-	// cores, since they wait. -parallel, when given, wins.
+	// The tests that spend their time waiting run side by side after the
+	// others (beside_test.go), -parallel of them at once, 6 unless given.
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", "6")
-	}
+	n := 6
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "test.parallel" {
+			n, _ = strconv.Atoi(f.Value.String())
+		}
+	})
+	places = make(chan struct{}, max(n, 1))
+	flag.Set("test.parallel", "1000")
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

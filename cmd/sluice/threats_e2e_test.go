@@ -483,7 +483,7 @@ func TestServeE2EAdminHostile(t *testing.T) {
 // bytes is refused at start (moved aside, the node starts empty) without
 // the process allocating what the record claims.
 func TestServeE2EHostileStateFile(t *testing.T) {
-	t.Parallel() // it waits (for windows, a slow client): beside the others (TestMain)
+	beside(t)
 	dir := t.TempDir()
 	rulesFile := filepath.Join(dir, "rules.yaml")
 	writeRules(t, rulesFile, dayRule("s", "k", 5))
@@ -947,7 +947,7 @@ func TestProxyE2EHostileRemote(t *testing.T) {
 // debug, admin) and sluice proxy (proxy, admin) is let go when the
 // headers' 10 s are up, however steadily it trickles.
 func TestE2ESlowHeaders(t *testing.T) {
-	t.Parallel()                           // it waits (for windows, a slow client): beside the others (TestMain)
+	beside(t)
 	const headerTimeout = 10 * time.Second // newHTTPServer's ReadHeaderTimeout
 	dir := t.TempDir()
 	rulesFile := filepath.Join(dir, "rules.yaml")
