@@ -138,17 +138,24 @@ type proc struct {
 func startSluice(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := launch(t, env, args...)
+	p.connect()
+	return p
+}
+
+// connect waits until the process launched is ready and opens a gRPC
+// connection to it.
+func (p *proc) connect() {
+	p.t.Helper()
 	p.waitReady()
 	if p.grpcAddr == "" || p.httpAddr == "" {
-		t.Fatalf("no listening addresses in the log:\n%s", p.log())
+		p.t.Fatalf("no listening addresses in the log:\n%s", p.log())
 	}
 	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		p.t.Fatal(err)
 	}
 	p.conn = conn
-	t.Cleanup(func() { conn.Close() })
-	return p
+	p.t.Cleanup(func() { conn.Close() })
 }
 
 // waitReady waits until the process has logged "ready".

@@ -152,7 +152,10 @@ func startSluices(t *testing.T, n int, args ...string) []*proc {
 	t.Helper()
 	ps := make([]*proc, n)
 	for i := range ps {
-		ps[i] = startSluice(t, nil, args...)
+		ps[i] = launch(t, nil, args...) // all at once: each takes a while to start
+	}
+	for _, p := range ps {
+		p.connect()
 	}
 	return ps
 }
