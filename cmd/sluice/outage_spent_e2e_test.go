@@ -76,11 +76,11 @@ func TestServeRedisOutageSpent(t *testing.T) {
 	if raceEnabled() {
 		recovery = 20 * time.Second
 	}
-	for !allMetric(procs, "sluice_redis_up", "1") {
+	for i := 0; !allMetric(procs, "sluice_redis_up", "1"); i++ {
 		if time.Since(thawed) > recovery {
 			t.Fatalf("sluice_redis_up not 1 on every process %s after Redis was back", recovery)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pollPause(i))
 	}
 	up := time.Now()
 	// Long enough for every process to learn it is one of three again,

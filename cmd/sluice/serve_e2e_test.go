@@ -464,12 +464,22 @@ lines:
 func poll(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(e2eWait)
-	for !cond() {
+	for i := 0; !cond(); i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %s", what, e2eWait)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pollPause(i))
 	}
+}
+
+// pollPause is the pause before the look after the i-th (from 0) of a
+// wait that polls: 10 ms, doubling up to 100 ms. Its looks are often
+// /metrics pages, which cost a -race sluice some 10 ms of CPU each: a
+// wait of seconds that looked every 10 ms at a few processes would keep
+// the machine's cores busy, slowing what it waits for, and the tests
+// beside it.
+func pollPause(i int) time.Duration {
+	return min(10*time.Millisecond<<min(i, 4), 100*time.Millisecond)
 }
 
 func writeRules(t *testing.T, path, content string) {
@@ -1002,11 +1012,11 @@ func TestServeE2ECrashLossBound(t *testing.T) {
 	}
 	before := snapshots()
 	deadline := time.Now().Add(2*defaultSnapshotInterval + 5*time.Second)
-	for snapshots() < before+2 {
+	for i := 0; snapshots() < before+2; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("fewer than 2 snapshots in %s with the default interval (%s)", 2*defaultSnapshotInterval+5*time.Second, defaultSnapshotInterval)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(pollPause(i))
 	}
 	p.cmd.Process.Kill()
 	p.wait()

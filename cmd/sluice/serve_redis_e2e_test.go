@@ -1089,11 +1089,11 @@ func runOutage(t *testing.T, how outage) {
 	if raceEnabled() {
 		recovery = 3*5*time.Second + answerSlack
 	}
-	for !everyProc("sluice_redis_up", "1") {
+	for i := 0; !everyProc("sluice_redis_up", "1"); i++ {
 		if time.Since(restarted) > recovery {
 			t.Fatalf("sluice_redis_up not 1 on every process %s after Redis was back", recovery)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(pollPause(i))
 	}
 	up := time.Now()
 	atUp := answered()
