@@ -33,6 +33,7 @@ func chromium(t *testing.T) string {
 // $SLUICE_DASHBOARD_SCREENSHOT when set (docs/images/dashboard.png is made
 // so), else to the test's temporary directory.
 func TestServeE2EDashboard(t *testing.T) {
+	beside(t)
 	browser := chromium(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, `domain: api
@@ -189,6 +190,7 @@ func screenshot(t *testing.T, ctx context.Context, path string) {
 // counts, the offender, the user near the limit, the requests by the
 // proxy's results and the store up; the top key share is on /metrics.
 func TestProxyE2EDashboard(t *testing.T) {
+	beside(t)
 	browser := chromium(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
@@ -259,6 +261,7 @@ descriptors:
 // limit in a domain whose name has a dot, which its rule's stats key
 // ("edge.api.tenant") does not tell apart from a domain "edge".
 func TestServeE2ENearLimitDottedDomain(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	writeRules(t, filepath.Join(dir, "edge.yaml"), "domain: edge\ndescriptors:\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
 	writeRules(t, filepath.Join(dir, "edge-api.yaml"), "domain: edge.api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")

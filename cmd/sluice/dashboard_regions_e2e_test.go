@@ -29,6 +29,7 @@ import (
 // is on /metrics with the label region="a". (Without --region the panel
 // is absent: TestServeE2EDashboard.)
 func TestServeE2EDashboardRegion(t *testing.T) {
+	beside(t)
 	browser := chromium(t)
 	coord, region := redistest.Standalone(t), redistest.Standalone(t)
 	const limit, share = 10, 3 // a's safe share: ⌊0.3 × 10⌋

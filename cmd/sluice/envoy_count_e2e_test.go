@@ -53,6 +53,7 @@ func remainingOf(r *rlsv3.RateLimitResponse, i int) uint32 {
 // stays with the setting). all_or_nothing: true in the domain, or
 // --all-or-nothing, decides every limit together.
 func TestServeE2ECountsAsEnvoy(t *testing.T) {
+	beside(t)
 	for store, sargs := range storeArgs(t) {
 		t.Run(store, func(t *testing.T) { countsAsEnvoy(t, sargs) })
 	}
@@ -95,6 +96,7 @@ func countsAsEnvoy(t *testing.T, sargs func(*testing.T) []string) {
 // counted, so the next check is OVER_LIMIT, as envoyproxy/ratelimit
 // answers; once the limit is exhausted, denied charges count no more.
 func TestServeE2EDebit(t *testing.T) {
+	beside(t)
 	for store, sargs := range storeArgs(t) {
 		t.Run(store, func(t *testing.T) { debit(t, sargs) })
 	}
@@ -157,6 +159,7 @@ func charge(t *testing.T, p *proc, d *ratelimitv3.RateLimitDescriptor, cost uint
 // ready until rules with a domain load; with MERGE_DOMAIN_CONFIG two files
 // (in subdirectories, which are read) define one domain together.
 func TestServeE2EConfigDirectory(t *testing.T) {
+	beside(t)
 	dir := filepath.Join(t.TempDir(), "runtime", "config")
 	p := startSluice(t, []string{"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "MERGE_DOMAIN_CONFIG=true"}, "--config", dir)
 	if code, body, _ := p.http("GET", "/readyz", ""); code != 503 {

@@ -109,6 +109,7 @@ func (e *example) waitLine(t *testing.T, want string) string {
 // JSON API, a change of the file is served as a new version and changes
 // the answer, and a file that does not parse leaves the version in force.
 func TestExampleXDSRules(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "rules.yaml")
 	rule := func(n int) string {
@@ -154,6 +155,7 @@ func TestExampleXDSRules(t *testing.T) {
 // all for a limit of zero, allow all for an unlimited rule, and abandoned
 // for a bucket no rule matches.
 func TestExampleRLQSClient(t *testing.T) {
+	beside(t)
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, `domain: edge
 descriptors:

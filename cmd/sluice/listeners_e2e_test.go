@@ -24,6 +24,7 @@ import (
 // (pprof's cmdline included), of the HTTP listener or of the admin API,
 // and not in its log. The same holds when the password is wrong.
 func TestServeE2ENoSecretShown(t *testing.T) {
+	beside(t)
 	const secret = "Sup3rS3cretRedisPassw0rd"
 	redistest.Require(t)
 	srv := redistest.Standalone(t, redistest.WithPassword(secret))
@@ -108,6 +109,7 @@ func TestServeE2ENoSecretShown(t *testing.T) {
 // TestServeE2EBadRedisURLHidesThePassword: a --redis-url that does not
 // parse is refused without showing its password.
 func TestServeE2EBadRedisURLHidesThePassword(t *testing.T) {
+	beside(t)
 	const secret = "Sup3rS3cretRedisPassw0rd"
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, "domain: api\n")
@@ -128,6 +130,7 @@ func TestServeE2EBadRedisURLHidesThePassword(t *testing.T) {
 // 127.0.0.2, another address of the machine, is refused), and 0.0.0.0 (as
 // --debug-addr or DEBUG_HOST) listens on every interface.
 func TestServeE2EDebugAddress(t *testing.T) {
+	beside(t)
 	probe, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		testpart.Missing(t, "cannot use loopback address 127.0.0.2 here: "+err.Error())

@@ -71,6 +71,7 @@ func (e llmEnvoy) charge(tokens uint64) (*rlsv3.RateLimitResponse, error) {
 // (apply_on_stream_done with hits_addend from the token usage), on the
 // embedded store and on Redis.
 func TestServeE2ELLMTokens(t *testing.T) {
+	beside(t)
 	rules := docBlock(t, llmPage, "file=rules.yaml")
 	for store, sargs := range storeArgs(t) {
 		t.Run(store, func(t *testing.T) {

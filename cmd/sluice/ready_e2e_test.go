@@ -72,6 +72,7 @@ func readyRules(t *testing.T) string {
 // TestReadyE2E: sluice ready returns once the serve it names answers,
 // says how to stop it, and that serve's pid is what it printed.
 func TestReadyE2E(t *testing.T) {
+	beside(t)
 	addr := "127.0.0.1:" + freePort(t)
 	p := launch(t, nil, "--config", readyRules(t), "--http-addr", addr)
 	pid := p.cmd.Process.Pid
@@ -96,6 +97,7 @@ func TestReadyE2E(t *testing.T) {
 // other server's answer for its own; it asks that server nothing but
 // /readyz.
 func TestReadyE2EPortTaken(t *testing.T) {
+	beside(t)
 	s := startStranger(t)
 	p := launch(t, nil, "--config", readyRules(t), "--http-addr", s.addr)
 	code, out, errs := runReady(t, nil, "--addr", s.addr, strconv.Itoa(p.cmd.Process.Pid))
@@ -121,6 +123,7 @@ func TestReadyE2EPortTaken(t *testing.T) {
 // by a listener that answers nothing) fails the wait at once, whatever
 // the timeout, and an exited child not yet reaped counts as exited.
 func TestReadyE2EExited(t *testing.T) {
+	beside(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +155,7 @@ func TestReadyE2EExited(t *testing.T) {
 // TestReadyE2ELog: for a program that is not sluice, ready is a line of
 // its log; one that exits first fails the wait, with its log's end.
 func TestReadyE2ELog(t *testing.T) {
+	beside(t)
 	sluiceBinary(t) // built before the programs start, not while they run
 	dir := t.TempDir()
 	start := func(script string) (*exec.Cmd, string) {
@@ -180,6 +184,7 @@ func TestReadyE2ELog(t *testing.T) {
 // TestReadyE2ETimeout: a process that neither answers nor exits fails
 // the wait after --timeout, saying what it saw last.
 func TestReadyE2ETimeout(t *testing.T) {
+	beside(t)
 	sluiceBinary(t) // built before sleep starts, not while it runs
 	cmd := exec.Command("sleep", "600")
 	if err := cmd.Start(); err != nil {

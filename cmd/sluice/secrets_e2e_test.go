@@ -151,6 +151,7 @@ func runBinary(t *testing.T, env []string, args ...string) (int, string) {
 // REDIS_URL, SLUICE_ADMIN_URL, envoy-rl's xDS headers). No page, answer,
 // output or log line shows any piece of any of them.
 func TestE2ESecretsNeverShown(t *testing.T) {
+	beside(t)
 	redistest.Require(t)
 	srv := redistest.Standalone(t)
 	for i, format := range []string{"json", "text"} {
@@ -246,6 +247,7 @@ func secretsServe(t *testing.T, srv *redistest.Server, s *secrets, format string
 // explain (--server), the command refuses to start, or starts, without
 // showing any piece of the password in its errors or logs.
 func TestE2ESecretsNeverShownAtStart(t *testing.T) {
+	beside(t)
 	redistest.Require(t)
 	srv := redistest.Standalone(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
@@ -314,6 +316,7 @@ func TestE2ESecretsNeverShownAtStart(t *testing.T) {
 // them that happens to hold it (here, the rules file's name and the
 // number 1000).
 func TestE2EOtherSecretsLeftAlone(t *testing.T) {
+	beside(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, "domain: api1000\n")
 	p := launchCommand(t, "serve", []string{"grpc-addr", "http-addr", "debug-addr"},

@@ -537,6 +537,7 @@ descriptors:
 `
 
 func TestServeE2E(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	writeRules(t, rules, e2eRules)
@@ -820,6 +821,7 @@ func TestServeE2E(t *testing.T) {
 }
 
 func TestServeE2EReload(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	limit := func(n int) string { return dayRule("r", "user", n) }
@@ -886,6 +888,7 @@ func TestServeE2EReload(t *testing.T) {
 }
 
 func TestServeE2EShadowMode(t *testing.T) {
+	beside(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, dayRule("s", "k", 1))
 	p := startSluice(t, []string{"SHADOW_MODE=true"}, "--config", rules)
@@ -907,6 +910,7 @@ func TestServeE2EShadowMode(t *testing.T) {
 }
 
 func TestServeE2EShutdownAndRestore(t *testing.T) {
+	// Not beside the tests that wait: it asks within a drain delay of 500 ms, which their load could outlast.
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	state := filepath.Join(dir, "state", "sluice.state")
@@ -963,6 +967,7 @@ func TestServeE2EShutdownAndRestore(t *testing.T) {
 }
 
 func TestServeE2EPeriodicSnapshot(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	state := filepath.Join(dir, "sluice.state")
@@ -995,6 +1000,7 @@ func TestServeE2EPeriodicSnapshot(t *testing.T) {
 // two intervals at most (the second snapshot began after the hits), a
 // crash, and the restarted process still counts all 123.
 func TestServeE2ECrashLossBound(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
 	state := filepath.Join(dir, "sluice.state")
@@ -1029,6 +1035,7 @@ func TestServeE2ECrashLossBound(t *testing.T) {
 }
 
 func TestServeE2EInFlightRequestFinishes(t *testing.T) {
+	beside(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, dayRule("f", "k", 1))
 	p := startSluice(t, nil, "--config", rules)
@@ -1080,6 +1087,7 @@ func TestServeE2EInFlightRequestFinishes(t *testing.T) {
 }
 
 func TestServeE2EStartFailures(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	writeRules(t, good, dayRule("g", "k", 1))
@@ -1164,6 +1172,7 @@ func freePort(t *testing.T) string {
 // from it and the cap of the RLQS buckets (docs/operations.md has the
 // formula and the RSS measured), and GOMEMLIMIT, when set, wins.
 func TestServeE2EMaxBytesLimitsTheProcess(t *testing.T) {
+	beside(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, dayRule("m", "k", 10))
 	limit := func(p *proc) float64 {
@@ -1191,6 +1200,7 @@ func TestServeE2EMaxBytesLimitsTheProcess(t *testing.T) {
 // traffic, the key that asked most and was denied most on top of its
 // rule, over the minute and the hour.
 func TestServeE2EHitters(t *testing.T) {
+	beside(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, `domain: api
 descriptors:

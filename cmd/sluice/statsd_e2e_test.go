@@ -115,6 +115,7 @@ func tcpStatsd(t *testing.T) (*statsdListener, string) {
 // domain_not_found; and envoy-rl's gRPC server reporter counts each call
 // and times it (ratelimit_server.<method>).
 func TestServeE2EStatsd(t *testing.T) {
+	beside(t)
 	for _, proto := range []string{"udp", "tcp"} {
 		t.Run(proto, func(t *testing.T) {
 			l, addr := udpStatsd(t)
@@ -185,6 +186,7 @@ func parseDog(s string) (dogLine, bool) {
 // mogrifier without its pattern, or both statsd switches on, stop the
 // start with a message that says so.
 func TestServeE2EDogStatsd(t *testing.T) {
+	beside(t)
 	var mu sync.Mutex
 	var lines []dogLine
 	addr := udpLines(t, func(s string) {

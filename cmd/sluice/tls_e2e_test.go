@@ -52,6 +52,7 @@ func issue(t *testing.T, ca *testpki.CA, serial int64, server bool, dns string) 
 // CA, with one for another name, or without TLS at all, is refused. A
 // rotated server certificate is served to new connections.
 func TestServeE2ETLS(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	serverCA, clientCA, otherCA := newTestCA(t, "server CA"), newTestCA(t, "client CA"), newTestCA(t, "other CA")
 	cert, key := issue(t, serverCA, 10, true, "sluice")
@@ -136,6 +137,7 @@ func TestServeE2ETLS(t *testing.T) {
 // refuses the connection: the node says Redis is not reachable and is
 // not ready.
 func TestServeE2ERedisClientCert(t *testing.T) {
+	beside(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(), redistest.WithConfig("tls-auth-clients", "yes"))
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, dayRule("mtls", "k", 1))

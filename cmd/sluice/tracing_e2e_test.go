@@ -72,6 +72,7 @@ func (r *otlpReceiver) find(traceID string) (receivedSpan, bool) {
 // traceparent), sent over OTLP to a real receiver, over HTTP (envoy-rl's
 // default) and over gRPC.
 func TestServeE2ETracing(t *testing.T) {
+	beside(t)
 	for _, protocol := range []string{"http", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
 			recv := &otlpReceiver{}

@@ -20,6 +20,7 @@ import (
 // socket refuses to start while the first serves; a socket left by a
 // killed process is taken over.
 func TestServeE2EUnixSocket(t *testing.T) {
+	beside(t)
 	// Short: a socket path has a limit of about 100 bytes.
 	dir, err := os.MkdirTemp("", "uds")
 	if err != nil {

@@ -38,6 +38,7 @@ func TestDescribeBuild(t *testing.T) {
 
 // TestVersionE2E: a binary built from a git clone says which commit.
 func TestVersionE2E(t *testing.T) {
+	beside(t)
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Skip("not in a git clone: the build embeds no revision")

@@ -50,6 +50,7 @@ func (x *xdsServer) nacked() []*discovery.DiscoveryRequest {
 // again in answer to every NACK: sluice logs it once (one ERROR line) and
 // NACKs it again once a second, not thousands of times.
 func TestServeE2EXDS(t *testing.T) {
+	beside(t)
 	x := startXDS(t)
 	p := startSluice(t, []string{"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + x.Addr, "CONFIG_GRPC_XDS_NODE_ID=sluice-test"})
 	if code, _, _ := p.http("GET", "/readyz", ""); code != 503 {
@@ -98,6 +99,7 @@ func TestServeE2EXDS(t *testing.T) {
 // not trust the server's CA refuses it; neither becomes ready, and each
 // says why.
 func TestServeE2EXDSMutualTLS(t *testing.T) {
+	beside(t)
 	dir := t.TempDir()
 	serverCA, clientCA := newTestCA(t, "xds server CA"), newTestCA(t, "xds client CA")
 	files := map[string][]byte{"server-ca.crt": serverCA.PEM, "client-ca.crt": clientCA.PEM}
