@@ -64,6 +64,7 @@ func fetch(t *testing.T, method, url string) (int, http.Header, string) {
 }
 
 func TestProxyE2E(t *testing.T) {
+	beside(t)
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
@@ -163,6 +164,7 @@ func TestProxyE2E(t *testing.T) {
 
 // A bad file at start: exit 1, every problem with its line.
 func TestProxyE2EBadConfig(t *testing.T) {
+	beside(t)
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	src := "domain: api\nhttp:\n  routes:\n    - pattern: get /x\n  shadow: true\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
@@ -217,6 +219,7 @@ func TestProxySettings(t *testing.T) {
 // of its own file: fail_closed denies, local limits in memory with the
 // limit divided by --local-nodes.
 func TestProxyE2ERemote(t *testing.T) {
+	beside(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "upstream")
 	}))
@@ -306,6 +309,7 @@ func TestServeAndProxyDefaultsApart(t *testing.T) {
 // TestProxyExample runs the README's proxy example, examples/proxy.yaml,
 // as it is: every client is limited by its address out of the box.
 func TestProxyExample(t *testing.T) {
+	beside(t)
 	var hits atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)

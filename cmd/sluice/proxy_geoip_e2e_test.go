@@ -137,6 +137,7 @@ func TestProxyGeoIPE2E(t *testing.T) {
 // sluice check reports a database that is missing, or of the wrong kind,
 // at its line in the rules file.
 func TestCheckGeoIPE2E(t *testing.T) {
+	beside(t)
 	bin := sluiceBinary(t)
 	file := writeGeoIP(t, geoipRules)
 	if out, err := exec.Command(bin, "check", "--config", file).CombinedOutput(); err != nil {

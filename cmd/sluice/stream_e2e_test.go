@@ -120,6 +120,7 @@ func (g *gatedStream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // did: its writer looked for http.Flusher on the proxy's own writer,
 // which only unwraps, and dropped every flush.
 func TestProxyE2EStreamsAsWritten(t *testing.T) {
+	beside(t)
 	g := &gatedStream{n: 5}
 	up := httptest.NewServer(g)
 	t.Cleanup(up.Close)
@@ -177,6 +178,7 @@ func TestProxyE2EStreamsAsWritten(t *testing.T) {
 // copy: ... use of closed network connection"). The race is lost only
 // when the transport's goroutine waits for a CPU, hence the hogs.
 func TestProxyE2EStreamsWholeUnderLoad(t *testing.T) {
+	// Not beside the tests that wait: it starts CPU hogs, which would slow them.
 	const streams, parallel = 240, 40
 	up := startOpenAIUpstream(t, "--completion-tokens", "5", "--delay", "500ms")
 	file := filepath.Join(t.TempDir(), "rules.yaml")

@@ -91,6 +91,7 @@ func post(t *testing.T, p *proc, path, key, id string, body []byte) attackResult
 // prompts), against an upstream that takes 2 s and generates every
 // choice; and 20 asking for 2 choices, some of which fit.
 func TestTokensE2EChoices(t *testing.T) {
+	beside(t)
 	up := startOpenAIUpstream(t, "--delay", "2s")
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, recipeRules)
@@ -173,6 +174,7 @@ func utf16LE(s string) []byte {
 // it reserved: each is refused 400 with a problem+json that says why, or
 // capped. Each attack has its own API key, so its own 1,500 tokens.
 func TestTokensE2EStrictBody(t *testing.T) {
+	beside(t)
 	up := startOpenAIUpstream(t, "--lenient", "--completion-tokens", "100000")
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, recipeRules)
@@ -244,6 +246,7 @@ func spentMetric(t *testing.T, p *proc, route string) int64 {
 // stream, the last chunk's), whatever nested object after it is named
 // usage too.
 func TestTokensE2ENestedUsage(t *testing.T) {
+	beside(t)
 	up := startOpenAIUpstream(t, "--nested-usage", "--completion-tokens", "1000")
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, recipeRules)

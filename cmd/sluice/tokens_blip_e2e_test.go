@@ -20,6 +20,7 @@ import (
 // background refunds what was not spent, exactly once, and the next
 // answer's headers show it.
 func TestTokensE2ERedisBlip(t *testing.T) {
+	beside(t)
 	const limit = 100000
 	srv := redistest.Standalone(t)
 	up := startOpenAIUpstream(t, "--completion-tokens", "200", "--delay", "1500ms")

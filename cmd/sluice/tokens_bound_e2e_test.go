@@ -38,6 +38,7 @@ type sent struct {
 // admitted; with enforce and prompt: bytes there are none, and the bound is
 // the limit. The limit is reached (requests are denied) in every window.
 func TestTokensE2EBound(t *testing.T) {
+	beside(t)
 	const (
 		limit   = 20000
 		window  = 5 * time.Second

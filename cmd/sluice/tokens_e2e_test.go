@@ -214,6 +214,7 @@ func checkReset(t *testing.T, step string, h http.Header, name string, period ti
 // limit less the usage of the answers before it (each settled when its
 // response ended) less its own reservation.
 func TestTokensE2E(t *testing.T) {
+	beside(t)
 	const limit, requests = 100000, 60
 	up := startOpenAIUpstream(t, "--completion-tokens", "200")
 	file := filepath.Join(t.TempDir(), "rules.yaml")
@@ -398,6 +399,7 @@ func (a *attempts) of(id string) []attempt {
 // *openai.Error of 429, and with retries waits Retry-After (as the
 // upstream's record of the retry's arrival shows) and succeeds.
 func TestTokensE2ERetry(t *testing.T) {
+	beside(t)
 	const window = 2 * time.Second
 	up := startOpenAIUpstream(t, "--completion-tokens", "20")
 	file := filepath.Join(t.TempDir(), "rules.yaml")
