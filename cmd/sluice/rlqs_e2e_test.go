@@ -278,6 +278,7 @@ descriptors:
 // Go runtime's memory limit set from --max-bytes counts the cap; and bytes
 // that are not a usage report end their stream with InvalidArgument.
 func TestServeE2ERLQSMemoryCap(t *testing.T) {
+	beside(t)
 	const streams, perStream, capBytes = 30, 1000, 2 << 20
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")

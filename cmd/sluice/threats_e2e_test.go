@@ -87,6 +87,7 @@ func descs(tag string, n, entries int) []*ratelimitv3.RateLimitDescriptor {
 // with distinct values: the rule labels stop at the cap, the rest count
 // under _other, and the top keys stop at their rule cap.
 func TestServeE2EHostileRequests(t *testing.T) {
+	beside(t)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rulesFile, hostileRules)
 	p := startSluice(t, nil, "--config", rulesFile)
@@ -377,6 +378,7 @@ func adminDo(t *testing.T, p *proc, method, path, auth, body string) (int, strin
 // mid-append) is dropped at start, a damaged line before it stops the
 // start with its line named, and nothing else of the file is lost.
 func TestServeE2EAdminHostile(t *testing.T) {
+	beside(t)
 	args, _ := overridesServe(t, 5)
 	const secret = "0123456789abcdef0123456789abcdef"
 	p := startSluice(t, nil, args...)
@@ -570,6 +572,7 @@ func aliasBomb(domain string) string {
 // in at most 101 problem lines, and the rules in force stay; at start,
 // the same file stops the process with the problems named.
 func TestServeE2EHostileRulesFile(t *testing.T) {
+	beside(t)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rulesFile, dayRule("r", "user", 1))
 	p := startSluice(t, nil, "--config", rulesFile)
@@ -661,6 +664,7 @@ func rawStatus(t *testing.T, addr, raw string) int {
 //     with a queue of 2: the upstream sees the one the bucket holds and
 //     the two queued, the 5 others are denied at once.
 func TestProxyE2EHostileClient(t *testing.T) {
+	beside(t)
 	release := make(chan struct{})
 	var inFlight, most, shaped atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -881,6 +885,7 @@ func (h *hostileRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRe
 // answers each request within --rls-timeout, and the proxy stays ready
 // to answer after.
 func TestProxyE2EHostileRemote(t *testing.T) {
+	beside(t)
 	svc := &hostileRLS{}
 	svc.mode.Store("absurd")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1037,6 +1042,7 @@ func nonLoopback(t *testing.T) string {
 // to the loopback: a client of another address of the machine gets 403,
 // unless --dashboard-remote says otherwise.
 func TestProxyE2EDashboardLoopback(t *testing.T) {
+	beside(t)
 	ip := nonLoopback(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
@@ -1076,6 +1082,7 @@ func TestProxyE2EDashboardLoopback(t *testing.T) {
 // assigned half the limit. A bucket id of 65 entries, and one holding a
 // value of 1,025 bytes, are abandoned, not matched.
 func TestServeE2ERLQSHostile(t *testing.T) {
+	beside(t)
 	rulesFile := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rulesFile, "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
 	p := startSluice(t, nil, "--config", rulesFile)
