@@ -236,6 +236,7 @@ func TestEnvoyRLMisspelledKey(t *testing.T) {
 // the others answer OVER_LIMIT, and the stats keys count total_hits,
 // over_limit and near_limit, and shadow_mode only on the shadow rules.
 func TestEnvoyRLShadowModeConfig(t *testing.T) {
+	beside(t)
 	cases := []struct {
 		entries []string
 		n       uint32
@@ -281,6 +282,7 @@ func TestEnvoyRLShadowModeConfig(t *testing.T) {
 // only carry a descriptor with entries (Envoy's proto requires one), so
 // the translation asks with one no rule matches.
 func TestEnvoyRLMetadata(t *testing.T) {
+	beside(t)
 	cfmWindowed(t, func() error {
 		p, l := cfmServe(t, filepath.Join(cfmUpstream, "test-config", "metadata.yaml"), "RESPONSE_DYNAMIC_METADATA=true")
 		if st := cfmHit(t, p, "test-domain", 1, "nokey", "v").GetStatuses()[0]; st.GetCurrentLimit() != nil || st.GetCode() != rlsv3.RateLimitResponse_OK {
@@ -412,6 +414,7 @@ descriptors:
 // and loaded with MERGE_DOMAIN_CONFIG as there): detailed_metric puts the
 // request's values in the stats key.
 func TestEnvoyRLDetailedMetric(t *testing.T) {
+	beside(t)
 	for _, c := range []struct {
 		name  string
 		rules string
@@ -549,6 +552,7 @@ descriptors:
 // test of that name: value_to_metric on route and http_method puts their
 // values in the stats key, which counts total_hits and within_limit.
 func TestEnvoyRLValueToMetric_UsesRuntimeValuesInStats(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": fmt.Sprintf(cfmRouteMethod, "domain")}, true,
 		cfmKeyCase{"domain", []string{"route", "draw", "http_method", "GET", "subject_id", "123"}, 0, "domain.route_draw.http_method_GET.subject_id"})
 }
@@ -556,6 +560,7 @@ func TestEnvoyRLValueToMetric_UsesRuntimeValuesInStats(t *testing.T) {
 // TestEnvoyRLValueToMetric_DefaultKeyIncludesValueAtThatLevel translates
 // envoy-rl's test of that name.
 func TestEnvoyRLValueToMetric_DefaultKeyIncludesValueAtThatLevel(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": cfmK1FlagK2}, false,
 		cfmKeyCase{"d", []string{"k1", "A", "k2", "foo"}, 0, "d.k1_A.k2"})
 }
@@ -563,6 +568,7 @@ func TestEnvoyRLValueToMetric_DefaultKeyIncludesValueAtThatLevel(t *testing.T) {
 // TestEnvoyRLValueToMetric_MidLevelOnly translates envoy-rl's test of
 // that name: only the flagged level's value is in the key.
 func TestEnvoyRLValueToMetric_MidLevelOnly(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": cfmK2FlagOnly}, false,
 		cfmKeyCase{"d", []string{"k1", "X", "k2", "Y", "k3", "Z"}, 0, "d.k1.k2_Y.k3"})
 }
@@ -570,6 +576,7 @@ func TestEnvoyRLValueToMetric_MidLevelOnly(t *testing.T) {
 // TestEnvoyRLValueToMetric_NoFlag_Unchanged translates envoy-rl's test of
 // that name.
 func TestEnvoyRLValueToMetric_NoFlag_Unchanged(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": cfmNoFlag}, false,
 		cfmKeyCase{"d", []string{"k1", "X", "k2", "Y"}, 0, "d.k1.k2"})
 }
@@ -578,6 +585,7 @@ func TestEnvoyRLValueToMetric_NoFlag_Unchanged(t *testing.T) {
 // envoy-rl's test of that name: detailed_metric at the leaf wins, and
 // its key counts total_hits.
 func TestEnvoyRLValueToMetric_DoesNotOverrideDetailedMetric(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": cfmDetailedLeaf}, false,
 		cfmKeyCase{"domain", []string{"route", "draw", "http_method", "GET", "subject_id", "123"}, 0, "domain.route_draw.http_method_GET.subject_id_123"})
 }
@@ -585,6 +593,7 @@ func TestEnvoyRLValueToMetric_DoesNotOverrideDetailedMetric(t *testing.T) {
 // TestEnvoyRLValueToMetric_WithConfiguredValues translates envoy-rl's
 // test of that name: the GET and POST branches, 60 and 30 a minute.
 func TestEnvoyRLValueToMetric_WithConfiguredValues(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": cfmConfiguredValues}, false,
 		cfmKeyCase{"test-domain", []string{"route", "api", "http_method", "GET", "subject_id", "user123"}, 60, "test-domain.route_api.http_method_GET.subject_id"},
 		cfmKeyCase{"test-domain", []string{"route", "api", "http_method", "POST", "subject_id", "user456"}, 30, "test-domain.route_api.http_method_POST.subject_id"})
@@ -593,6 +602,7 @@ func TestEnvoyRLValueToMetric_WithConfiguredValues(t *testing.T) {
 // TestEnvoyRLValueToMetric_WithWildcard translates envoy-rl's test of
 // that name: a value matched by read* is in the key whole.
 func TestEnvoyRLValueToMetric_WithWildcard(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": cfmWildcardValue}, false,
 		cfmKeyCase{"domain", []string{"user", "alice", "action", "readfile", "resource", "documents"}, 100, "domain.user_alice.action_readfile.resource"},
 		cfmKeyCase{"domain", []string{"user", "bob", "action", "readdata", "resource", "database"}, 0, "domain.user_bob.action_readdata.resource"})
@@ -602,6 +612,7 @@ func TestEnvoyRLValueToMetric_WithWildcard(t *testing.T) {
 // that name: an empty value adds neither "_" nor the value; the last key
 // counts total_hits and within_limit.
 func TestEnvoyRLValueToMetric_WithEmptyValue(t *testing.T) {
+	beside(t)
 	cfmStatsKeys(t, map[string]string{"r.yaml": fmt.Sprintf(cfmRouteMethod, "domain")}, true,
 		cfmKeyCase{"domain", []string{"route", "", "http_method", "GET", "subject_id", "123"}, 0, "domain.route.http_method_GET.subject_id"},
 		cfmKeyCase{"domain", []string{"route", "draw", "http_method", "", "subject_id", "123"}, 0, "domain.route_draw.http_method.subject_id"},
@@ -615,6 +626,7 @@ func TestEnvoyRLValueToMetric_WithEmptyValue(t *testing.T) {
 // together): with value_to_metric, without flags, and with
 // detailed_metric at the leaf.
 func TestEnvoyRLValueToMetric_FullKeyMatchesStatsKey(t *testing.T) {
+	beside(t)
 	req := []string{"route", "api", "http_method", "GET", "subject_id", "user123"}
 	cfmStatsKeys(t, map[string]string{
 		"1.yaml": fmt.Sprintf(cfmRouteMethod, "test-domain"),
@@ -637,6 +649,7 @@ func TestEnvoyRLValueToMetric_FullKeyMatchesStatsKey(t *testing.T) {
 // translation sends a second one, with other values, to see the counter
 // shared.
 func TestEnvoyRLShareThreshold(t *testing.T) {
+	beside(t)
 	p, l := cfmServe(t, filepath.Join(cfmUpstream, "test-config", "share_threshold.yaml"))
 	want := map[string]uint64{}
 	var keys []string
@@ -734,6 +747,7 @@ func TestEnvoyRLShareThreshold(t *testing.T) {
 // written as YAML): the stats key of a wildcard rule keeps the pattern,
 // or has the value with value_to_metric, unless share_threshold is set.
 func TestEnvoyRLWildcardStatsBehavior(t *testing.T) {
+	beside(t)
 	rule := func(value, flags string) string {
 		return "domain: test-domain\ndescriptors:\n  - key: wild\n    value: " + value + "\n" + flags +
 			"    rate_limit: {requests_per_unit: 20, unit: minute}\n"
@@ -782,6 +796,7 @@ descriptors:
 // and the file named); and examples/ratelimit/config, as one directory,
 // serves both its domains with RESPONSE_DYNAMIC_METADATA=true.
 func TestEnvoyRLFilesLoadUnchanged(t *testing.T) {
+	beside(t)
 	cfg := filepath.Join(cfmUpstream, "test-config")
 	// The files are the ones the README lists, with its sha256 sums: copies,
 	// unchanged.

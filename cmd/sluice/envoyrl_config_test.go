@@ -21,6 +21,7 @@ import (
 // read where envoy-rl writes them: its statsd counters, here from a real
 // UDP statsd listener.
 func TestEnvoyRLBasicConfig(t *testing.T) {
+	beside(t)
 	l, addr := udpStatsd(t)
 	host, port, _ := net.SplitHostPort(addr)
 	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
@@ -86,6 +87,7 @@ func TestEnvoyRLBasicConfig(t *testing.T) {
 // refuses (test/config/config_test.go at f2fb157): each is refused by
 // sluice check too, with envoy-rl's own message.
 func TestEnvoyRLConfigErrors(t *testing.T) {
+	beside(t)
 	for _, c := range []struct{ test, src, want string }{
 		{"TestEmptyDomain", "descriptors:\n  - key: k\n", "config file cannot have empty domain"},
 		{"TestEmptyKey", "domain: test-domain\ndescriptors:\n  - value: v\n", "descriptor has empty key"},
@@ -133,6 +135,7 @@ func TestEnvoyRLConfigErrors(t *testing.T) {
 // its stats are named by the request's entries, and a changed override
 // keeps counting under the same name.
 func TestEnvoyRLConfigLimitOverride(t *testing.T) {
+	beside(t)
 	l, addr := udpStatsd(t)
 	host, port, _ := net.SplitHostPort(addr)
 	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
@@ -163,6 +166,7 @@ func TestEnvoyRLConfigLimitOverride(t *testing.T) {
 // which keeps the *, and a value without the pattern's prefix, suffix or
 // middle matches nothing; on envoy-rl's wildcard.yaml, unchanged.
 func TestEnvoyRLWildcardConfig(t *testing.T) {
+	beside(t)
 	l, addr := udpStatsd(t)
 	host, port, _ := net.SplitHostPort(addr)
 	p := startSluice(t, []string{"USE_STATSD=true", "STATSD_HOST=" + host, "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=50ms"},
@@ -213,6 +217,7 @@ func TestEnvoyRLWildcardConfig(t *testing.T) {
 // entry's key before the pattern). The real envoy-rl binary, built at
 // f2fb157, gave these very answers to these requests (2026-11-26).
 func TestEnvoyRLKeyWildcards(t *testing.T) {
+	beside(t)
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	writeRules(t, path, `domain: d1
 descriptors:
