@@ -25,6 +25,7 @@ import (
 // across a restart in the overrides file, and gone by themselves when they
 // expire.
 func TestServeE2EOverrides(t *testing.T) {
+	beside(t)
 	args, tokens := overridesServe(t, 5)
 	wrong := writeFile(t, "wrong", "ops:ffffffffffffffffffffffffffffffff\n")
 	p := startSluice(t, nil, args...)
@@ -162,6 +163,7 @@ func TestServeE2EOverrides(t *testing.T) {
 // override set through the first node's admin API is applied by the
 // second within a second, and so is its removal.
 func TestServeE2EOverridesRedis(t *testing.T) {
+	// Not beside the tests that wait: it times a change reaching another node within a second, which their load would stretch.
 	srv := redistest.Standalone(t)
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.yaml")
@@ -214,6 +216,7 @@ descriptors:
 // explained, enforced and deleted on its own, before and after a restart
 // from the overrides file, and once both are deleted neither limits.
 func TestServeE2EOverrideIDs(t *testing.T) {
+	beside(t)
 	args, tokens := overridesServe(t, 1000)
 	p := startSluice(t, nil, args...)
 	cli := func(args ...string) (int, string, string) {

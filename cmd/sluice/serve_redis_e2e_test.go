@@ -338,6 +338,7 @@ func metricInt(p *proc, series string) int64 {
 // default settings while a CPU hog keeps every core busy: overload is not
 // an outage, so every bound holds and the failure policy answers nothing.
 func TestServeRedisDistributed(t *testing.T) {
+	// Not beside the tests that wait: it starts CPU hogs, which would slow them.
 	sluiceBinary(t) // skips under -short
 	t.Run("standalone", func(t *testing.T) {
 		srv := redistest.Standalone(t)
@@ -1000,6 +1001,7 @@ var sleeping <-chan struct{}
 // window hot key; four processes that learn they are four through Redis,
 // with a 50ms Redis timeout (how long Redis may stay silent).
 func TestServeRedisOutage(t *testing.T) {
+	// Not beside the tests that wait: with their load, its clients do not reach the limit in every window (seen).
 	sluiceBinary(t)
 	for _, o := range outages {
 		t.Run(o.name, func(t *testing.T) { runOutage(t, o) })
@@ -1379,6 +1381,7 @@ func TestRedisE2EChecks(t *testing.T) {
 // is reached (the failure policy answers meanwhile), and becomes ready
 // when Redis comes up.
 func TestServeRedisNeverReached(t *testing.T) {
+	beside(t)
 	sluiceBinary(t) // skips under -short
 	srv := redistest.Standalone(t)
 	srv.Kill()
@@ -1415,6 +1418,7 @@ func TestServeRedisNeverReached(t *testing.T) {
 // /hitters?scope=cluster shows them all, within a few seconds (each node
 // publishes its top keys every 2 s).
 func TestServeE2EHittersCluster(t *testing.T) {
+	beside(t)
 	srv := redistest.Standalone(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, rules, `domain: api
@@ -1493,6 +1497,7 @@ descriptors:
 // Redis share their top keys as serve's nodes do: either proxy's
 // dashboard shows the cluster's offenders, merged, and its own series.
 func TestProxyE2EHittersCluster(t *testing.T) {
+	beside(t)
 	srv := redistest.Standalone(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer up.Close()
@@ -1556,6 +1561,7 @@ func TestProxyE2EHittersCluster(t *testing.T) {
 // line and sluice_store_up follow Redis, not the requests that happen to
 // fail (the store probes Redis while no request does).
 func TestServeRedisIdleReadiness(t *testing.T) {
+	beside(t)
 	sluiceBinary(t) // skips under -short
 	srv := redistest.Standalone(t)
 	rules := writeFile(t, "rules.yaml", "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
