@@ -244,26 +244,53 @@ func genState(r *rand.Rand, p algo.Params, now int64) algo.State {
 	return s
 }
 
+// ints formats xs in decimal, separated by spaces, as fmt.Sprint would
+// ints: the differential tests format some two million numbers, and fmt
+// took a third of their Go side's time under the race detector.
+func ints(xs ...int64) string {
+	var buf [128]byte
+	return string(appendInts(buf[:0], xs...))
+}
+
+func appendInts(b []byte, xs ...int64) []byte {
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return b
+}
+
+// writeInts writes each of xs to w in decimal, after a space.
+func writeInts(w *strings.Builder, xs ...int64) {
+	var buf [24]byte
+	for _, x := range xs {
+		w.WriteByte(' ')
+		w.Write(strconv.AppendInt(buf[:0], x, 10))
+	}
+}
+
 func fmtResult(r algo.Result) string {
-	a := 0
+	a := int64(0)
 	if r.Allowed {
 		a = 1
 	}
-	return fmt.Sprintf("%d %d %d %d", a, r.Remaining, r.ResetAfter, r.RetryAfter)
+	return ints(a, r.Remaining, r.ResetAfter, r.RetryAfter)
 }
 
 func fmtState(kind algo.Kind, s algo.State) string {
 	if kind == algo.SlidingWindow {
-		return fmt.Sprintf("%d %d %d", s.A, uint32(s.B>>32), uint32(s.B))
+		return ints(s.A, int64(uint32(s.B>>32)), int64(uint32(s.B)))
 	}
-	return fmt.Sprintf("%d %d", s.A, s.B)
+	return ints(s.A, s.B)
 }
 
 // fmtParams writes "kind rate period capacity x", x being the refill
 // interval of a token bucket or the window offset of a fixed or sliding window (the
 // other is zero: Params.Validate), as the driver's params reads it.
 func fmtParams(p algo.Params) string {
-	return fmt.Sprintf("%d %d %d %d %d", p.Kind, p.Rate, p.Period, p.Capacity, p.Interval+p.Offset)
+	return ints(int64(p.Kind), p.Rate, p.Period, p.Capacity, p.Interval+p.Offset)
 }
 
 // trace is one random case: the driver's input, the lines Go expects, and
@@ -325,7 +352,7 @@ func stepTrace(r *rand.Rand, kind algo.Kind) *trace {
 	now := genStart(r, p.Period)
 	s := genState(r, p, now)
 	var in strings.Builder
-	fmt.Fprintf(&in, "%s %s", fmtParams(p), fmtState(kind, s))
+	in.WriteString(fmtParams(p) + " " + fmtState(kind, s))
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
 		n := genN(r, p.Capacity)
@@ -334,7 +361,7 @@ func stepTrace(r *rand.Rand, kind algo.Kind) *trace {
 		if !res.Allowed || n == 0 {
 			same = "="
 		}
-		fmt.Fprintf(&in, " %d %d", now, n)
+		writeInts(&in, now, n)
 		s0, now0 := s, now
 		tr.step(fmtResult(res)+" "+same+" "+fmtState(kind, s2), func() string {
 			return fmt.Sprintf("params %+v state %+v now %d n %d", p, s0, now0, n)
@@ -369,7 +396,7 @@ func overdrawTrace(r *rand.Rand, kind algo.Kind) *trace {
 	now := genStart(r, p.Period)
 	s := genState(r, p, now)
 	var in strings.Builder
-	fmt.Fprintf(&in, "%s %d %s", fmtParams(p), debit, fmtState(kind, s))
+	in.WriteString(fmtParams(p) + " " + ints(int64(debit)) + " " + fmtState(kind, s))
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
 		n := genN(r, p.Capacity)
@@ -381,7 +408,7 @@ func overdrawTrace(r *rand.Rand, kind algo.Kind) *trace {
 		if res.Overdrawn {
 			flag = "o"
 		}
-		fmt.Fprintf(&in, " %d %d", now, n)
+		writeInts(&in, now, n)
 		s0, now0 := s, now
 		tr.step(fmtResult(res)+" "+flag+" "+fmtState(kind, s), func() string {
 			return fmt.Sprintf("params %+v state after %+v now %d n %d", p, s0, now0, n)
@@ -408,9 +435,16 @@ func TestOverdraw(t *testing.T) {
 func fmtEntries(es []algo.LogEntry) string {
 	parts := make([]string, len(es))
 	for i, e := range es {
-		parts[i] = fmt.Sprintf("%d %d", e.At, e.N)
+		parts[i] = ints(e.At, e.N)
 	}
 	return strings.Join(parts, ",")
+}
+
+// logBefore keeps a copy of l, and describes it on demand (for a
+// failure's message).
+func logBefore(l *algo.Log) func() string {
+	seen, sum, es := l.Seen, l.Sum, slices.Clone(l.Entries)
+	return func() string { return fmt.Sprintf("seen %d sum %d [%s]", seen, sum, fmtEntries(es)) }
 }
 
 // logTrace generates a trace of algo.LogStep and Log.Commit.
@@ -440,24 +474,25 @@ func logTrace(r *rand.Rand) *trace {
 		}
 	}
 	var in strings.Builder
-	fmt.Fprintf(&in, "%s %d %d", fmtParams(p), log.Seen, len(log.Entries))
+	in.WriteString(fmtParams(p))
+	writeInts(&in, log.Seen, int64(len(log.Entries)))
 	for _, e := range log.Entries {
-		fmt.Fprintf(&in, " %d %d", e.At, e.N)
+		writeInts(&in, e.At, e.N)
 	}
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
 		n := genN(r, p.Capacity)
-		before := fmt.Sprintf("seen %d sum %d [%s]", log.Seen, log.Sum, fmtEntries(log.Entries))
+		before := logBefore(&log)
 		expired, res := algo.LogStep(&p, &log, now, n)
 		cost := int64(0)
 		if res.Allowed {
 			cost = n
 		}
 		log.Commit(expired, now, cost)
-		fmt.Fprintf(&in, " %d %d", now, n)
+		writeInts(&in, now, n)
 		now0 := now
-		tr.step(fmt.Sprintf("%d %s %d %d %s", expired, fmtResult(res), log.Seen, log.Sum, fmtEntries(log.Entries)), func() string {
-			return fmt.Sprintf("params %+v log %s now %d n %d", p, before, now0, n)
+		tr.step(ints(int64(expired))+" "+fmtResult(res)+" "+ints(log.Seen, log.Sum)+" "+fmtEntries(log.Entries), func() string {
+			return fmt.Sprintf("params %+v log %s now %d n %d", p, before(), now0, n)
 		})
 		now = genNext(r, now, p.Period, p.Rate)
 	}
@@ -480,7 +515,13 @@ func TestSlideResult(t *testing.T) {
 	t.Parallel()
 	d := newDriver(t)
 	r, _ := newRand(t, 11)
-	var in, want, desc []string
+	var in, want []string
+	type slideCase struct {
+		p      algo.Params
+		s      algo.State
+		now, n int64
+	}
+	var cases []slideCase // described only on failure
 	for len(in) < 20**tracesFlag {
 		p := genParams(r, algo.SlidingWindow)
 		p.Rate = max(p.Rate, 1)
@@ -509,14 +550,15 @@ func TestSlideResult(t *testing.T) {
 		n := genN(r, c)
 		s := algo.State{A: ws + 2*per, B: int64(uint64(prev)<<32 | uint64(curr))}
 		_, res := algo.Step(&p, s, now, n)
-		in = append(in, fmt.Sprintf("%d %d %d %d %d %d %d %d", per, c, now, n, prev, curr, ws, e))
+		in = append(in, ints(per, c, now, n, int64(prev), int64(curr), ws, e))
 		want = append(want, fmtResult(res))
-		desc = append(desc, fmt.Sprintf("params %+v state %+v now %d n %d", p, s, now, n))
+		cases = append(cases, slideCase{p, s, now, n})
 	}
 	got := d.batches("slide", in, 5000)
 	for i := range got {
 		if got[i] != want[i] {
-			t.Fatalf("slide_result(%s): %s\n lua %s\n  go %s", in[i], desc[i], got[i], want[i])
+			c := cases[i]
+			t.Fatalf("slide_result(%s): params %+v state %+v now %d n %d\n lua %s\n  go %s", in[i], c.p, c.s, c.now, c.n, got[i], want[i])
 		}
 	}
 	t.Logf("%d cases", len(in))
@@ -574,8 +616,8 @@ func TestSketchWindow(t *testing.T) {
 			s = strconv.FormatInt(*start, 10)
 		}
 		gws, ge, rel := rotate(per, start, now)
-		in = append(in, fmt.Sprintf("%d %s %d", per, s, now))
-		want = append(want, fmt.Sprintf("%d %d %s", gws, ge, rel))
+		in = append(in, ints(per)+" "+s+" "+ints(now))
+		want = append(want, ints(gws, ge)+" "+rel)
 	}
 	got := d.batches("window", in, 5000)
 	for i := range got {
@@ -605,7 +647,7 @@ func sketchTrace(r *rand.Rand) *trace {
 	cells := algo.SketchCells(h, int(width), int(depth), nil)
 	now := genStart(r, p.Period)
 	var in strings.Builder
-	fmt.Fprintf(&in, "%d %d %d %d", p.Rate, p.Capacity, p.Period, per2)
+	in.WriteString(ints(p.Rate, p.Capacity, p.Period, per2))
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
 		q := p
@@ -618,7 +660,7 @@ func sketchTrace(r *rand.Rand) *trace {
 		if res.Allowed {
 			sk.Add(h, now, n)
 		}
-		fmt.Fprintf(&in, " %d %d %d", which, now, n)
+		writeInts(&in, int64(which), now, n)
 		now0 := now
 		tr.step(fmtResult(res)+" "+sketchState(sk, cells), func() string { return fmt.Sprintf("params %+v now %d n %d", q, now0, n) })
 		now = genNext(r, now, q.Period, q.Rate)
@@ -650,7 +692,7 @@ func sketchState(sk *algo.CMSketch, cells []uint32) string {
 		}
 		return m
 	}
-	return fmt.Sprintf("%d %d %d %d", period, start, est(0), est(1))
+	return ints(period, start, int64(est(0)), int64(est(1)))
 }
 
 // TestSketchCells checks that SketchCells names the counters CMSketch.Add

@@ -174,7 +174,7 @@ func TestFastStep(t *testing.T) {
 					if written {
 						st = fmtState(c.kind, s)
 					}
-					fmt.Fprintf(&b, "|%d %d", now, n)
+					b.WriteString("|" + ints(now, n))
 					w = append(w, fmtResult(res)+" "+st)
 					ds = append(ds, func() string { return fmt.Sprintf("params %+v state %+v now %d n %d", p, s0, now0, n) })
 					now = realNext(r, now, p.Period, p.Rate, micro)
@@ -226,17 +226,17 @@ func TestFastLog(t *testing.T) {
 		var ds []func() string
 		for range between(r, stepsLo, 3*stepsHi) {
 			n := realN(r, p.Capacity)
-			before := fmt.Sprintf("seen %d sum %d [%s]", log.Seen, log.Sum, fmtEntries(log.Entries))
+			before := logBefore(&log)
 			expired, res := algo.LogStep(&p, &log, now, n)
 			cost := int64(0)
 			if res.Allowed {
 				cost = n
 			}
 			log.Commit(expired, now, cost)
-			fmt.Fprintf(&b, "|%d %d", now, n)
-			w = append(w, fmt.Sprintf("%d %s", expired, fmtResult(res)))
+			b.WriteString("|" + ints(now, n))
+			w = append(w, ints(int64(expired))+" "+fmtResult(res))
 			now0 := now
-			ds = append(ds, func() string { return fmt.Sprintf("params %+v log %s now %d n %d", p, before, now0, n) })
+			ds = append(ds, func() string { return fmt.Sprintf("params %+v log %s now %d n %d", p, before(), now0, n) })
 			now = realNext(r, now, p.Period, p.Rate, micro)
 		}
 		in = append(in, b.String())

@@ -100,7 +100,7 @@ func settleTrace(r *rand.Rand, kind algo.Kind, tally *settleTally) *trace {
 	now := genStart(r, p.Period)
 	s := genState(r, p, now)
 	var in strings.Builder
-	fmt.Fprintf(&in, "%s %s", fmtParams(p), fmtState(kind, s))
+	in.WriteString(fmtParams(p) + " " + fmtState(kind, s))
 	tr := &trace{}
 	var last reservation
 	for range between(r, stepsLo, stepsHi) {
@@ -114,7 +114,7 @@ func settleTrace(r *rand.Rand, kind algo.Kind, tally *settleTally) *trace {
 					last = reservation{at: now, reset: res.ResetAfter, n: n, ok: true}
 				}
 			}
-			fmt.Fprintf(&in, " 0 %d %d", now, n)
+			writeInts(&in, 0, now, n)
 			tr.step(fmtResult(res)+" "+fmtState(kind, s), func() string {
 				return fmt.Sprintf("step: params %+v state %+v now %d n %d", p, s0, now0, n)
 			})
@@ -131,8 +131,8 @@ func settleTrace(r *rand.Rand, kind algo.Kind, tally *settleTally) *trace {
 			default:
 				tally.none++
 			}
-			fmt.Fprintf(&in, " 1 %d %d %d %d %d", now, at, reset, reserved, spent)
-			tr.step(fmt.Sprintf("%d %s", moved, fmtState(kind, s)), func() string {
+			writeInts(&in, 1, now, at, reset, reserved, spent)
+			tr.step(ints(moved)+" "+fmtState(kind, s), func() string {
 				return fmt.Sprintf("settle: params %+v state %+v now %d at %d reset %d reserved %d spent %d", p, s0, now0, at, reset, reserved, spent)
 			})
 		}
