@@ -15,6 +15,7 @@ import (
 // what is free from below zero to L and wants from 0 to beyond it: the
 // Lua mirrors the Go (which cmd/regionsim runs).
 func TestGrantableLua(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Standalone(t)
 	cs, err := redisstore.New(redisstore.Config{URL: srv.URL(), Prefix: "coord:"})
 	if err != nil {

@@ -138,6 +138,7 @@ func drive(t *testing.T, nodes map[string][]*node, l *sluice.Limit, rates map[st
 // TestBound: under uneven demand, no window admits more than the limit
 // across regions, the limit is reached, and the hot region gets most.
 func TestBound(t *testing.T) {
+	t.Parallel()
 	names := []string{"a", "b", "c"}
 	nodes := setup(t, names, 2)
 	l := &sluice.Limit{Name: "global", Rate: 300, Period: 2 * time.Second, Global: true}
@@ -165,6 +166,7 @@ func TestBound(t *testing.T) {
 // TestChargedOnce: every node of a region readies the same window, and
 // the region's share is charged once.
 func TestChargedOnce(t *testing.T) {
+	t.Parallel()
 	nodes := setup(t, []string{"a", "b"}, 3)
 	l := &sluice.Limit{Name: "g", Rate: 1000, Period: time.Minute, Global: true}
 	var wg sync.WaitGroup
@@ -199,6 +201,7 @@ func TestChargedOnce(t *testing.T) {
 // to the end of the window, then falls back to its safe share; healed, it
 // is granted again.
 func TestCutOff(t *testing.T) {
+	t.Parallel()
 	names := []string{"a", "b"}
 	nodes := setup(t, names, 1)
 	l := &sluice.Limit{Name: "g", Rate: 400, Period: 2 * time.Second, Global: true}
@@ -315,6 +318,7 @@ func admitN(t *testing.T, r *region, key string, l *sluice.Limit, n int) int {
 // after a give-back what it kept. A limit that is not global has no
 // budget.
 func TestBudget(t *testing.T) {
+	t.Parallel()
 	created := time.Now()
 	rs := setupOne(t, []string{"a", "b"})
 	a, b := rs["a"], rs["b"]
@@ -372,6 +376,7 @@ func TestBudget(t *testing.T) {
 // local failure policy may have admitted what the store does not count
 // yet. The next window, it does again.
 func TestNoGiveBackAfterAFailure(t *testing.T) {
+	t.Parallel()
 	rs := setupOne(t, []string{"a", "b"})
 	a, b := rs["a"], rs["b"]
 	l := &sluice.Limit{Name: "g", Rate: 300, Period: 20 * time.Second, Global: true}
@@ -418,6 +423,7 @@ func TestNoGiveBackAfterAFailure(t *testing.T) {
 // region admits no more in the window than its allocation. (The decision
 // taken on the lost counters fails, and the failure policy answers it.)
 func TestCountersLost(t *testing.T) {
+	t.Parallel()
 	rs := setupOne(t, []string{"a", "b"})
 	a, b := rs["a"], rs["b"]
 	b.ledger.cut.Store(true) // b keeps its share: a's allocation stays 150

@@ -40,6 +40,7 @@ func restartNode(t *testing.T, r *region, names []string, now func() time.Time, 
 // Redis answers it; in a window that began after it started, the safe
 // share (the clock is moved there).
 func TestRestartedNodeBudget(t *testing.T) {
+	t.Parallel()
 	names := []string{"a", "b"}
 	rs := setupOne(t, names)
 	a := rs["a"]
@@ -86,6 +87,7 @@ func TestRestartedNodeBudget(t *testing.T) {
 // granted from then on (nothing here: b holds its share, cut off), not
 // its safe share again. In the next window, its safe share.
 func TestRestartedStoreAndNode(t *testing.T) {
+	t.Parallel()
 	names := []string{"a", "b"}
 	rs := setupOne(t, names)
 	a, b := rs["a"], rs["b"]
