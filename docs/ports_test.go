@@ -81,7 +81,16 @@ func docPorts(s *script) []int {
 	return ports
 }
 
-// freePorts returns n distinct loopback ports free for TCP and UDP now.
+// handedOut are the ports freePorts has returned in this process. A port
+// is free when freePorts finds it, not when the script that got it binds
+// it, and the scripts run side by side: none gets a port another got.
+var handedOut struct {
+	sync.Mutex
+	ports map[int]bool
+}
+
+// freePorts returns n distinct loopback ports free for TCP and UDP now,
+// none returned before in this process.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var held []func()
@@ -103,7 +112,18 @@ func freePorts(t *testing.T, n int) []int {
 			continue // its UDP twin is taken: another
 		}
 		held = append(held, func() { pc.Close() })
-		ports = append(ports, port)
+		handedOut.Lock()
+		taken := handedOut.ports[port]
+		if !taken {
+			if handedOut.ports == nil {
+				handedOut.ports = map[int]bool{}
+			}
+			handedOut.ports[port] = true
+		}
+		handedOut.Unlock()
+		if !taken {
+			ports = append(ports, port)
+		}
 	}
 	return ports
 }
@@ -294,6 +314,7 @@ func TestShellPortTaken(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the docs' commands")
 	}
+	t.Parallel()
 	all := docScripts(t)
 	bash, bin, repo := shellTools(t)
 	n := 0
@@ -303,6 +324,7 @@ func TestShellPortTaken(t *testing.T) {
 		}
 		n++
 		t.Run(strings.TrimSuffix(filepath.Base(s.doc), ".md")+"/"+s.name, func(t *testing.T) {
+			t.Parallel()
 			r := moveToFreePorts(t, s)
 			var strangers []*holder
 			for _, doc := range slices.Sorted(maps.Keys(r.ports)) {
@@ -350,6 +372,7 @@ func startsServers(s *script) bool {
 // kill $! kills go run and leaves its server), or a listener on one of
 // its ports; not one that stopped what it started.
 func TestShellStop(t *testing.T) {
+	t.Parallel()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Fatalf("bash: %v", err)

@@ -18,6 +18,7 @@ func TestReadmeGo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds programs")
 	}
+	t.Parallel()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command: %v", err)

@@ -3,6 +3,7 @@ package docs
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"net/http"
@@ -117,8 +118,8 @@ func scripts(t *testing.T, path string) []*script {
 	return out
 }
 
-// TestShell runs every run= script of the user docs, one after another,
-// each in a new directory (or at the repository root with cwd=repo), with
+// TestShell runs every run= script of the user docs, side by side (see
+// TestMain), each in a new directory (or at the repository root with cwd=repo), with
 // the sluice binary built from this tree first on PATH, on free ports
 // (moveToFreePorts) while every port the docs name is held by a server
 // that is not sluice: so the scripts pass beside whatever a reader runs
@@ -130,6 +131,7 @@ func TestShell(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the docs' commands")
 	}
+	t.Parallel()
 	all := docScripts(t)
 	bash, bin, repo := shellTools(t)
 	held := map[int]*holder{}
@@ -143,6 +145,7 @@ func TestShell(t *testing.T) {
 	}
 	for _, s := range all {
 		t.Run(strings.TrimSuffix(filepath.Base(s.doc), ".md")+"/"+s.name, func(t *testing.T) {
+			t.Parallel()
 			before := map[int]int{}
 			for p, h := range held {
 				if h != nil {
@@ -193,7 +196,21 @@ var shellBuild struct {
 	err  error
 }
 
+// TestMain runs the tests that call t.Parallel (the scripts of TestShell
+// and TestShellPortTaken, TestShellStop's, TestReadmeGo's builds and
+// TestThreatsNameRealTests's reading) more at once than the machine has
+// cores, the default of -parallel: the scripts spend their time waiting
+// (for servers to start and stop, for the next window in regions.md)
+// more than computing, each on ports and in a directory of its own, and
+// the longest should not wait for a turn behind the others. -parallel,
+// when given, wins.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "16")
+	}
 	code := m.Run()
 	if shellBuild.bin != "" {
 		os.RemoveAll(shellBuild.bin)
@@ -309,6 +326,14 @@ const leftGrace = 30 * time.Second
 // runScript runs s as r moves it, and says why it failed; with a grace,
 // also when what it started still runs that long after it ended.
 func runScript(t *testing.T, bash, bin, repo string, s *script, r *onFreePorts, grace time.Duration) error {
+	if s.repo {
+		// It writes at the repository root (bin/sluice, bin/xds-rules.log),
+		// and TestShell and TestShellPortTaken run side by side: never
+		// twice at once.
+		mu := repoScript(s)
+		mu.Lock()
+		defer mu.Unlock()
+	}
 	dir := t.TempDir()
 	names := make([]string, 0, len(r.files))
 	for n := range r.files {
@@ -368,6 +393,15 @@ func runScript(t *testing.T, bash, bin, repo string, s *script, r *onFreePorts, 
 			s.doc, s.name, grace, strings.Join(left, "\n  "), tail(string(log), 40))
 	}
 	return nil
+}
+
+// repoScripts holds a lock for each script that runs at the repository
+// root (cwd=repo), by its doc and name.
+var repoScripts sync.Map
+
+func repoScript(s *script) *sync.Mutex {
+	mu, _ := repoScripts.LoadOrStore(s.doc+" run="+s.name, new(sync.Mutex))
+	return mu.(*sync.Mutex)
 }
 
 // tail returns the last n lines of s.

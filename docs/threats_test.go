@@ -27,6 +27,7 @@ const threatsPage = "internals/threats.md"
 var testRef = regexp.MustCompile("`([a-z0-9_./-]+)\\.((?:Test|Fuzz|Example)[A-Za-z0-9_]*)((?:/[^`/]+)*)`")
 
 func TestThreatsNameRealTests(t *testing.T) {
+	t.Parallel()
 	page := readDoc(t, threatsPage)
 	refs := testRef.FindAllStringSubmatch(page, -1)
 	if len(refs) < 20 {
