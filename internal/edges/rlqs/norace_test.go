@@ -1,0 +1,5 @@
+//go:build !race
+
+package rlqs
+
+const raceEnabled = false
