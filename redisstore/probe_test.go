@@ -13,6 +13,7 @@ import (
 // node reported itself up until enough requests had failed, and, once
 // down, until a request found Redis back.
 func TestIdleHealth(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Standalone(t)
 	s, err := redisstore.New(redisstore.Config{URL: srv.URL(), Heartbeat: -1})
 	if err != nil {

@@ -54,6 +54,7 @@ func newTestStore(t testing.TB, cfg Config, clock func() time.Time) *Store {
 }
 
 func TestConformanceStandalone(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Standalone(t)
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) sluice.Store {
 		return newTestStore(t, Config{URL: srv.URL()}, clock.Now)
@@ -61,6 +62,7 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
+	t.Parallel()
 	c := redistest.Cluster(t, 3, 0)
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) sluice.Store {
 		return newTestStore(t, Config{Addrs: c.Addrs()}, clock.Now)
@@ -68,6 +70,7 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 func TestConformanceSentinel(t *testing.T) {
+	t.Parallel()
 	ss := redistest.Sentinel(t)
 	storetest.Run(t, func(t *testing.T, clock *storetest.Clock) sluice.Store {
 		return newTestStore(t, Config{Addrs: ss.Addrs(), SentinelMaster: ss.MasterName}, clock.Now)
@@ -374,10 +377,12 @@ func TestDifferentialMemstore(t *testing.T) {
 			name = "/each"
 		}
 		t.Run("standalone"+name, func(t *testing.T) {
+			t.Parallel()
 			srv := redistest.Standalone(t)
 			differential(t, Config{URL: srv.URL()}, uint64(1+2*i), each)
 		})
 		t.Run("cluster"+name, func(t *testing.T) {
+			t.Parallel()
 			c := redistest.Cluster(t, 3, 0)
 			differential(t, Config{Addrs: c.Addrs()}, uint64(2+2*i), each)
 		})
@@ -872,6 +877,7 @@ func TestBadConfigHidesThePassword(t *testing.T) {
 // the counters replicated to the new master hold, and the function library
 // (replicated too) answers there without a reload.
 func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
 	ss := redistest.Sentinel(t)
 	s := newTestStore(t, Config{Addrs: ss.Addrs(), SentinelMaster: ss.MasterName, Timeout: time.Second}, nil)
 	lim := sluice.NewLimiter(s)
@@ -902,6 +908,7 @@ func TestSentinelFailover(t *testing.T) {
 // one replica per master: the store follows the promoted replica, which
 // has the function library by replication, and answers again.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := redistest.Cluster(t, 3, 1)
 	s := newTestStore(t, Config{Addrs: c.Addrs(), Prefix: "fo:", Timeout: time.Second}, nil)
 	lim := sluice.NewLimiter(s)
