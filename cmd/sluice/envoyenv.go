@@ -62,6 +62,21 @@ var envoyVars = map[string]envoyVar{
 	// Without DEBUG_HOST, the debug listener listens on 127.0.0.1, as
 	// --debug-addr :PORT does, where envoy-rl listens on every interface.
 	"debug-addr":  hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
+	// envoy-rl serves Prometheus metrics on PROMETHEUS_ADDR (:9090 by
+	// default) with USE_PROMETHEUS=true: Envoy Gateway scrapes :19001.
+	"metrics-addr": {
+		names: []string{"USE_PROMETHEUS", "PROMETHEUS_ADDR"},
+		note:  "PROMETHEUS_ADDR (:9090 by default), when USE_PROMETHEUS is true",
+		value: func(env lookupEnv) (string, bool) {
+			if !envTrue(env, "USE_PROMETHEUS") {
+				return "", false
+			}
+			if v, ok := env("PROMETHEUS_ADDR"); ok {
+				return v, true
+			}
+			return ":9090", true
+		},
+	},
 	"shadow-mode": plain("SHADOW_MODE"),
 	// envoy-rl's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true keeps a
 	// request that one descriptor denies from counting the others: what
@@ -79,7 +94,23 @@ var envoyVars = map[string]envoyVar{
 	// envoy-rl reads its gRPC TLS files only with GRPC_SERVER_USE_TLS=true.
 	"grpc-tls-cert":        withTLS("GRPC_SERVER_TLS_CERT"),
 	"grpc-tls-key":         withTLS("GRPC_SERVER_TLS_KEY"),
-	"grpc-client-ca":       withTLS("GRPC_CLIENT_TLS_CACERT"),
+	// Envoy Gateway names the CA of the Envoys' client certificates
+	// GRPC_SERVER_TLS_CA_CERT, which envoy-rl does not read (it then asks
+	// for no client certificate): sluice reads it, after envoy-rl's own
+	// GRPC_CLIENT_TLS_CACERT, and so requires the Envoys' certificates.
+	"grpc-client-ca": {
+		names: []string{"GRPC_SERVER_USE_TLS", "GRPC_CLIENT_TLS_CACERT", "GRPC_SERVER_TLS_CA_CERT"},
+		note:  "GRPC_CLIENT_TLS_CACERT, else GRPC_SERVER_TLS_CA_CERT (Envoy Gateway's name), when GRPC_SERVER_USE_TLS is true",
+		value: func(env lookupEnv) (string, bool) {
+			if !envTrue(env, "GRPC_SERVER_USE_TLS") {
+				return "", false
+			}
+			if v, ok := env("GRPC_CLIENT_TLS_CACERT"); ok {
+				return v, true
+			}
+			return env("GRPC_SERVER_TLS_CA_CERT")
+		},
+	},
 	"grpc-client-san":      withTLS("GRPC_CLIENT_TLS_SAN"),
 	"merge-domains":        plain("MERGE_DOMAIN_CONFIG"),
 	"start-without-config": plain("FORCE_START_WITHOUT_INITIAL_CONFIG"),
@@ -259,11 +290,9 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"MEMCACHE_TLS_CLIENT_CERT", "--store"},
 	{"MEMCACHE_TLS_CLIENT_KEY", "--store"},
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "--store"},
-	{"USE_PROMETHEUS", "/metrics on --http-addr"},
-	{"PROMETHEUS_ADDR", "/metrics on --http-addr"},
-	{"PROMETHEUS_PATH", "/metrics on --http-addr"},
-	{"PROMETHEUS_MAPPER_YAML", "/metrics on --http-addr (sluice's own metric names)"},
-	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "/metrics on --http-addr (durations in seconds)"},
+	{"PROMETHEUS_PATH", "/metrics on --metrics-addr"},
+	{"PROMETHEUS_MAPPER_YAML", "/metrics on --metrics-addr (sluice's own metric names)"},
+	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "/metrics on --metrics-addr (durations in seconds)"},
 	{"DISABLE_STATS", "nothing: /metrics costs nothing unscraped"},
 	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "--xds-backoff-min and --xds-backoff-max (one backoff for connecting and for streams)"},
 	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "nothing: the xDS backoff (--xds-backoff-min, --xds-backoff-max) doubles, waiting a random time between half and all of each step"},

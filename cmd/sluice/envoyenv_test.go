@@ -115,3 +115,53 @@ func TestEnvoyBooleans(t *testing.T) {
 		t.Errorf("USE_STATSD=false: --statsd %q, %v", s.statsd.addr, err)
 	}
 }
+
+// TestEnvoyGatewayVariables: the variables Envoy Gateway sets that
+// envoy-rl reads otherwise or not at all. GRPC_SERVER_TLS_CA_CERT (envoy-rl
+// ignores it) is the CA of client certificates, after envoy-rl's own
+// GRPC_CLIENT_TLS_CACERT, with GRPC_SERVER_USE_TLS=true only; USE_PROMETHEUS
+// opens the metrics listener on PROMETHEUS_ADDR (:9090 by default, as
+// envoy-rl).
+func TestEnvoyGatewayVariables(t *testing.T) {
+	tlsEnv := map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt"}
+	for _, c := range []struct {
+		env                 map[string]string
+		clientCA, metricsAt string
+	}{
+		{tlsEnv, "/certs/ca.crt", ""},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "GRPC_CLIENT_TLS_CACERT": "/own.crt"}, "/own.crt", ""},
+		{map[string]string{"GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt"}, "", ""},
+		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001"}, "", ":19001"},
+		{map[string]string{"USE_PROMETHEUS": "true"}, "", ":9090"},
+		{map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001"}, "", ""},
+	} {
+		s, err := parseServe([]string{"--config", "r.yaml"}, envMap(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Errorf("%v: %v", c.env, err)
+			continue
+		}
+		if s.tls.clientCA != c.clientCA || s.metricsAddr != c.metricsAt {
+			t.Errorf("%v: --grpc-client-ca %q, --metrics-addr %q; want %q, %q", c.env, s.tls.clientCA, s.metricsAddr, c.clientCA, c.metricsAt)
+		}
+	}
+}
+
+// TestCommandLine: started as ratelimit (the image's /bin/ratelimit, which
+// Envoy Gateway runs with no arguments), the binary is sluice serve.
+func TestCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		argv0 string
+		args  []string
+		want  string
+	}{
+		{"/bin/ratelimit", nil, "serve"},
+		{"ratelimit", []string{"--log-level", "debug"}, "serve --log-level debug"},
+		{"/bin/sluice", []string{"version"}, "version"},
+		{"/usr/local/bin/sluice", nil, ""},
+		{"/bin/ratelimit-old", nil, ""},
+	} {
+		if got := strings.Join(commandLine(c.argv0, c.args), " "); got != c.want {
+			t.Errorf("%s %v: %q, want %q", c.argv0, c.args, got, c.want)
+		}
+	}
+}

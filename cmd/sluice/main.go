@@ -15,6 +15,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,9 +35,21 @@ func main() {
 	stderr := scrub.Writer(os.Stderr)
 	logThrough(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, stderr)
+	code := run(ctx, commandLine(os.Args[0], os.Args[1:]), os.Stdin, os.Stdout, stderr)
 	stop()
 	os.Exit(code)
+}
+
+// commandLine is the command run for a process started as argv0 with
+// args. Started under envoyproxy/ratelimit's name (the image's
+// /bin/ratelimit, which Envoy Gateway runs with no arguments), the binary
+// is sluice serve, reading envoy-rl's environment; its arguments are
+// serve's flags.
+func commandLine(argv0 string, args []string) []string {
+	if filepath.Base(argv0) == "ratelimit" {
+		return append([]string{"serve"}, args...)
+	}
+	return args
 }
 
 // scrub takes the secrets the process was started with (its command

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -253,6 +254,11 @@ func (n *node) openListeners() error {
 	n.ends = []endpoint{
 		{name: "grpc", addr: s.grpcAddr, grpc: gs},
 		{name: "http", addr: s.httpAddr, http: newHTTPServer(withPid(n.srv.Handler()), log, s.bodyTimeout)},
+	}
+	if s.metricsAddr != "" {
+		metrics := http.NewServeMux()
+		metrics.Handle("/metrics", n.srv.Handler())
+		n.ends = append(n.ends, endpoint{name: "metrics", addr: s.metricsAddr, http: newHTTPServer(metrics, log, s.bodyTimeout)})
 	}
 	if s.debugAddr != "" {
 		n.ends = append(n.ends, endpoint{name: "debug", addr: s.debugAddr, http: newHTTPServer(n.srv.DebugHandler(), log, s.bodyTimeout)})

@@ -25,6 +25,7 @@ type serveSettings struct {
 	grpcAddr            string
 	httpAddr            string
 	debugAddr           string
+	metricsAddr         string
 	stateFile           string
 	snapshotInterval    time.Duration
 	responseHeaders     string
@@ -200,6 +201,7 @@ func (s *serveSettings) listenerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.grpcAddr, "grpc-addr", ":8081", "`address` of the gRPC listener (Envoy RLS v3 and gRPC health): host:port, or unix:PATH for a Unix socket")
 	fs.StringVar(&s.httpAddr, "http-addr", ":8080", "`address` of the HTTP listener (/json, /healthz, /readyz, /metrics)")
 	fs.StringVar(&s.debugAddr, "debug-addr", "127.0.0.1:6070", "`address` of the debug listener (pprof, loaded rules, top keys, dashboard); a bare :PORT listens on 127.0.0.1, 0.0.0.0:PORT on every interface; empty disables it")
+	fs.StringVar(&s.metricsAddr, "metrics-addr", "", "`address` of a listener that serves only /metrics (as envoyproxy/ratelimit's PROMETHEUS_ADDR); empty: /metrics on --http-addr only")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 	fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
 	fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
@@ -286,6 +288,9 @@ func (s *serveSettings) checkListeners() []string {
 	if s.debugAddr != "" {
 		s.debugAddr = loopbackUnlessNamed(s.debugAddr)
 		addrs["debug-addr"] = s.debugAddr
+	}
+	if s.metricsAddr != "" {
+		addrs["metrics-addr"] = s.metricsAddr
 	}
 	probs := checkAddrs(addrs)
 	if s.adminAddr != "" {
