@@ -590,5 +590,3 @@ func finalStage(t *testing.T, path string) []string {
 	}
 	return all[last:]
 }
-
-
