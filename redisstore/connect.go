@@ -105,7 +105,13 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 func checkURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("redisstore: bad URL %q: %s", redact.Value(raw), redact.URLError(err))
+		msg := redact.URLError(err)
+		if msg == "invalid userinfo" {
+			// A password straight from a password manager: a quote, a
+			// space, a backslash...
+			msg += `: percent-encode the password's characters other than letters, digits and -._~!$&'()*+,;= (a " is %22, a space %20), or give the password alone (--redis-password, SLUICE_REDIS_PASSWORD)`
+		}
+		return fmt.Errorf("redisstore: bad URL %q: %s", redact.Value(raw), msg)
 	}
 	if strings.Contains(u.Opaque+u.EscapedPath()+u.RawQuery+u.EscapedFragment(), "@") {
 		return fmt.Errorf("redisstore: bad URL %q: an @ after its host: percent-encode a password's /, ?, # and @ (%%2F, %%3F, %%23, %%40)", redact.Value(raw))

@@ -871,6 +871,12 @@ func TestBadConfigHidesThePassword(t *testing.T) {
 			t.Errorf("New: %v: the password shows", err)
 		}
 	}
+	// A quote in a password, not percent-encoded: the error says how to
+	// write it, and shows none of it.
+	_, err := New(Config{URL: `redis://:pa"` + secret + `@localhost:6379`})
+	if err == nil || !strings.Contains(err.Error(), "percent-encode the password") || strings.Contains(err.Error(), secret[:6]) {
+		t.Errorf("a quote in the password: %v; want how to percent-encode it, without the password", err)
+	}
 }
 
 // TestSentinelFailover checks that the store follows a Sentinel failover:
