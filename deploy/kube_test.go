@@ -259,12 +259,9 @@ func flagSeconds(args []string, name string, def float64) float64 {
 // chart's copy hold exactly the rules of deploy/prometheus/sluice-alerts.yml,
 // which promtool tests.
 func TestAlertRulesEverywhere(t *testing.T) {
-	var want monitoringv1.PrometheusRuleSpec
+	want := alertRules(t)
 	data, err := os.ReadFile("prometheus/sluice-alerts.yml")
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unmarshalStrict(data, &want); err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range manifests(t, "kubernetes/monitoring") {
@@ -279,6 +276,20 @@ func TestAlertRulesEverywhere(t *testing.T) {
 	if !bytes.Equal(chart, data) {
 		t.Errorf("helm/sluice/files/sluice-alerts.yml differs from prometheus/sluice-alerts.yml: copy it")
 	}
+}
+
+// alertRules are the rules of prometheus/sluice-alerts.yml.
+func alertRules(t *testing.T) monitoringv1.PrometheusRuleSpec {
+	t.Helper()
+	var rules monitoringv1.PrometheusRuleSpec
+	data, err := os.ReadFile("prometheus/sluice-alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unmarshalStrict(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	return rules
 }
 
 var helmBuild struct {
@@ -370,6 +381,10 @@ func TestHelmChart(t *testing.T) {
 		for _, o := range objs {
 			list = append(list, o.kind+"/"+o.name)
 			switch v := o.v.(type) {
+			case *monitoringv1.PrometheusRule:
+				if !reflect.DeepEqual(v.Spec, alertRules(t)) {
+					t.Errorf("%s: the PrometheusRule differs from prometheus/sluice-alerts.yml", c.name)
+				}
 			case *appsv1.Deployment:
 				checkPod(t, c.name, v)
 				if slices.Contains(c.set, "autoscaling.enabled=true") != (v.Spec.Replicas == nil) {
