@@ -61,7 +61,7 @@ var envoyVars = map[string]envoyVar{
 	"http-addr": hostPort("HOST", "PORT", "8080"),
 	// Without DEBUG_HOST, the debug listener listens on 127.0.0.1, as
 	// --debug-addr :PORT does, where envoy-rl listens on every interface.
-	"debug-addr":  hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
+	"debug-addr": hostPort("DEBUG_HOST", "DEBUG_PORT", "6070"),
 	// envoy-rl serves Prometheus metrics on PROMETHEUS_ADDR (:9090 by
 	// default) with USE_PROMETHEUS=true: Envoy Gateway scrapes :19001.
 	"metrics-addr": {
@@ -92,8 +92,8 @@ var envoyVars = map[string]envoyVar{
 	"envoy-remaining-header":    plain("LIMIT_REMAINING_HEADER"),
 	"envoy-reset-header":        plain("LIMIT_RESET_HEADER"),
 	// envoy-rl reads its gRPC TLS files only with GRPC_SERVER_USE_TLS=true.
-	"grpc-tls-cert":        withTLS("GRPC_SERVER_TLS_CERT"),
-	"grpc-tls-key":         withTLS("GRPC_SERVER_TLS_KEY"),
+	"grpc-tls-cert": withTLS("GRPC_SERVER_TLS_CERT"),
+	"grpc-tls-key":  withTLS("GRPC_SERVER_TLS_KEY"),
 	// Envoy Gateway names the CA of the Envoys' client certificates
 	// GRPC_SERVER_TLS_CA_CERT, which envoy-rl does not read (it then asks
 	// for no client certificate): sluice reads it, after envoy-rl's own
