@@ -77,7 +77,8 @@ var envoyVars = map[string]envoyVar{
 			return ":9090", true
 		},
 	},
-	"shadow-mode": plain("SHADOW_MODE"),
+	"metrics-mapping": whenTrue("USE_PROMETHEUS", "PROMETHEUS_MAPPER_YAML"),
+	"shadow-mode":     plain("SHADOW_MODE"),
 	// envoy-rl's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true keeps a
 	// request that one descriptor denies from counting the others: what
 	// all-or-nothing does (the denying descriptor's own count stays too).
@@ -291,7 +292,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"MEMCACHE_TLS_CLIENT_KEY", "--store"},
 	{"MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", "--store"},
 	{"PROMETHEUS_PATH", "/metrics on --metrics-addr"},
-	{"PROMETHEUS_MAPPER_YAML", "/metrics on --metrics-addr (sluice's own metric names)"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "/metrics on --metrics-addr (durations in seconds)"},
 	{"DISABLE_STATS", "nothing: /metrics costs nothing unscraped"},
 	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "--xds-backoff-min and --xds-backoff-max (one backoff for connecting and for streams)"},

@@ -144,6 +144,13 @@ func TestEnvoyGatewayVariables(t *testing.T) {
 			t.Errorf("%v: --grpc-client-ca %q, --metrics-addr %q; want %q, %q", c.env, s.tls.clientCA, s.metricsAddr, c.clientCA, c.metricsAt)
 		}
 	}
+	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}), &bytes.Buffer{})
+	if err != nil || s.statsd.mapping != "/etc/statsd-exporter/conf.yaml" {
+		t.Errorf("PROMETHEUS_MAPPER_YAML: --metrics-mapping %q, %v", s.statsd.mapping, err)
+	}
+	if _, err := parseServe([]string{"--config", "r.yaml", "--metrics-mapping", "m.yaml"}, envMap(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--metrics-mapping needs --metrics-addr") {
+		t.Errorf("--metrics-mapping alone: %v", err)
+	}
 }
 
 // TestCommandLine: started as ratelimit (the image's /bin/ratelimit, which

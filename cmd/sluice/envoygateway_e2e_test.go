@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -138,6 +139,10 @@ func TestEnvoyGatewayDropIn(t *testing.T) {
 	})))
 	r := redistest.Standalone(t)
 
+	mapping, err := filepath.Abs("testdata/envoygateway/statsd_conf.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	httpAddr, grpcAddr, metricsAddr := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "GORACE=halt_on_error=1 atexit_sleep_ms=50",
 		"HOST=127.0.0.1", "PORT=" + portOf(httpAddr), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + portOf(grpcAddr), "DEBUG_PORT=" + freePort(t)}
@@ -153,6 +158,9 @@ func TestEnvoyGatewayDropIn(t *testing.T) {
 			v = r.Addr()
 		case "PROMETHEUS_ADDR":
 			v = metricsAddr
+		case "PROMETHEUS_MAPPER_YAML":
+			// The ConfigMap Envoy Gateway mounts there: its statsd_conf.yaml.
+			v = mapping
 		}
 		if rest, ok := strings.CutPrefix(v, "/certs/"); ok {
 			v = filepath.Join(certs, rest)
@@ -260,10 +268,34 @@ func TestEnvoyGatewayDropIn(t *testing.T) {
 		t.Errorf("/healthcheck %d with the config in force", code)
 	}
 
-	// Where Envoy Gateway's annotations have Prometheus scrape.
-	code, body, _ := httpDo(t, "GET", "http://"+metricsAddr+"/metrics", "")
+	// Where Envoy Gateway's annotations have Prometheus scrape: sluice's
+	// metrics, and envoy-rl's stats named by Envoy Gateway's mapping, as
+	// its dashboards read them.
+	// Prometheus asks for OpenMetrics first.
+	req, _ := http.NewRequest("GET", "http://"+metricsAddr+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	code, body := resp.StatusCode, string(b)
 	if code != 200 || !strings.Contains(body, `sluice_rule_over_limit_total{`) || !strings.Contains(body, `domain="first-listener"`) {
-		t.Errorf("/metrics on PROMETHEUS_ADDR: %d\n%.2000s", code, body)
+		t.Errorf("/metrics on PROMETHEUS_ADDR: %d\n%s", code, grepLines(body, "sluice_rule"))
+	}
+	for _, want := range []string{
+		// 2 + 2 hits of rule 0's user a (2 over), 9 of b, 1 of the probe
+		// before the update: first-route's key and value.
+		`ratelimit_service_rate_limit_total_hits{domain="first-listener",key1="first-route_first-route",key2="rule-0-match-0_rule-0-match-0"} 13`,
+		`ratelimit_service_rate_limit_over_limit{domain="first-listener",key1="first-route_first-route",key2="rule-0-match-0_rule-0-match-0"} 2`,
+		`ratelimit_service_rate_limit_shadow_mode{domain="first-listener",key1="first-route_first-route",key2="rule-1-match-0_rule-1-match-0"} 1`,
+		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`,
+		`ratelimit_service_response_time_seconds_bucket{grpc_method="ShouldRateLimit",le="0.005"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics on PROMETHEUS_ADDR has no %s:\n%s", want, grepLines(body, "ratelimit_"))
+		}
 	}
 }
 

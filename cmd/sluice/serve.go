@@ -15,6 +15,7 @@ import (
 
 	gostats "github.com/lyft/gostats"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
@@ -105,6 +106,7 @@ type node struct {
 	stores  *storeSet
 	ro      *runtimeOverrides
 	reg     *prometheus.Registry
+	mapped  *prometheus.Registry // envoy-rl's stats by --metrics-mapping, on --metrics-addr
 	snaps   *snapshotMetrics
 	statsd  gostats.Store
 	tags    map[string]string
@@ -186,8 +188,13 @@ func (n *node) openObservers() error {
 	statsCtx, stopStats := context.WithCancel(context.Background())
 	n.onClose(stopStats) // sends the last stats
 	var err error
-	if n.statsd, n.tags, err = n.s.statsd.start(statsCtx, n.log); err != nil {
+	var prom *promSink
+	if n.statsd, n.tags, prom, err = n.s.statsd.start(statsCtx, n.log); err != nil {
 		return err
+	}
+	if prom != nil {
+		n.mapped = prometheus.NewRegistry()
+		n.mapped.MustRegister(prom)
 	}
 	if !n.s.topKeys {
 		return nil
@@ -257,7 +264,14 @@ func (n *node) openListeners() error {
 	}
 	if s.metricsAddr != "" {
 		metrics := http.NewServeMux()
-		metrics.Handle("/metrics", n.srv.Handler())
+		if n.mapped != nil {
+			// The text format only, as envoy-rl serves them: in
+			// OpenMetrics a counter's samples take _total, and the
+			// dashboards read ratelimit_service_rate_limit_over_limit.
+			metrics.Handle("/metrics", promhttp.HandlerFor(prometheus.Gatherers{n.reg, n.mapped}, promhttp.HandlerOpts{}))
+		} else {
+			metrics.Handle("/metrics", n.srv.Handler())
+		}
 		n.ends = append(n.ends, endpoint{name: "metrics", addr: s.metricsAddr, http: newHTTPServer(metrics, log, s.bodyTimeout)})
 	}
 	if s.debugAddr != "" {

@@ -284,6 +284,7 @@ func (s *serveSettings) check(env lookupEnv) []string {
 
 // checkListeners checks the addresses, and what the admin API needs.
 func (s *serveSettings) checkListeners() []string {
+	var probs []string
 	addrs := map[string]string{"grpc-addr": s.grpcAddr, "http-addr": s.httpAddr}
 	if s.debugAddr != "" {
 		s.debugAddr = loopbackUnlessNamed(s.debugAddr)
@@ -292,7 +293,10 @@ func (s *serveSettings) checkListeners() []string {
 	if s.metricsAddr != "" {
 		addrs["metrics-addr"] = s.metricsAddr
 	}
-	probs := checkAddrs(addrs)
+	if s.statsd.mapping != "" && s.metricsAddr == "" {
+		probs = append(probs, "--metrics-mapping needs --metrics-addr, where its metrics are served")
+	}
+	probs = append(probs, checkAddrs(addrs)...)
 	if s.adminAddr != "" {
 		s.adminAddr = loopbackUnlessNamed(s.adminAddr)
 		probs = append(probs, checkAddrs(map[string]string{"admin-addr": s.adminAddr})...)

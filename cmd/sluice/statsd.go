@@ -27,6 +27,7 @@ type statsdSettings struct {
 	mogrifiers string // names of DogStatsD mogrifiers, k,k
 	interval   time.Duration
 	tags       string // k:v,k:v
+	mapping    string // statsd_exporter mapping file: the stats on --metrics-addr too
 
 	mogs []mogrifier // parsed by check
 }
@@ -38,6 +39,7 @@ func (s *statsdSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.mogrifiers, "dogstatsd-mogrifiers", "", "`names` (k,k) of the mogrifiers that rewrite DogStatsD names into tags, each defined by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS as in envoy-rl")
 	fs.DurationVar(&s.interval, "statsd-flush-interval", 10*time.Second, "how often the stats are sent to --statsd")
 	fs.StringVar(&s.tags, "statsd-tags", "", "`tags` added to every stat, as k:v,k:v (envoy-rl's EXTRA_TAGS)")
+	fs.StringVar(&s.mapping, "metrics-mapping", "", "statsd_exporter mapping `file` (envoy-rl's PROMETHEUS_MAPPER_YAML): envoyproxy/ratelimit's stats, named by it, are served on --metrics-addr beside sluice's metrics")
 }
 
 // check reports what is wrong with the flags, reading the mogrifiers'
@@ -103,29 +105,48 @@ func keyValues(s, sep string) (map[string]string, error) {
 const bothStatsd = "USE_STATSD and USE_DOG_STATSD"
 
 // start returns the stats store that sends to --statsd every interval
-// until ctx ends (then once more), and the tags; nil without --statsd.
-func (s *statsdSettings) start(ctx context.Context, log *slog.Logger) (gostats.Store, map[string]string, error) {
-	if s.addr == "" {
-		return nil, nil, nil
-	}
-	var sink gostats.Sink
-	if s.format == "dogstatsd" {
-		d, err := newDogSink(s.addr, s.mogs)
-		if err != nil {
-			return nil, nil, err
+// until ctx ends (then once more), and to the Prometheus collector of
+// --metrics-mapping (nil without), and the tags; no store without either.
+func (s *statsdSettings) start(ctx context.Context, log *slog.Logger) (gostats.Store, map[string]string, *promSink, error) {
+	var all sinks
+	if s.addr != "" {
+		if s.format == "dogstatsd" {
+			d, err := newDogSink(s.addr, s.mogs)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			all = append(all, d)
+		} else {
+			host, portStr, _ := net.SplitHostPort(s.addr)
+			port, _ := strconv.Atoi(portStr)
+			all = append(all, gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(port),
+				gostats.WithStatsdProtocol(s.protocol), gostats.WithLogger(statsdLogger{log})))
 		}
-		sink = d
-	} else {
-		host, portStr, _ := net.SplitHostPort(s.addr)
-		port, _ := strconv.Atoi(portStr)
-		sink = gostats.NewNetSink(gostats.WithStatsdHost(host), gostats.WithStatsdPort(port),
-			gostats.WithStatsdProtocol(s.protocol), gostats.WithLogger(statsdLogger{log}))
+		log.Info("sending envoyproxy/ratelimit's stats to statsd", "addr", s.addr, "format", s.format, "protocol", s.protocol, "interval", s.interval, "tags", s.tags)
+	}
+	var prom *promSink
+	if s.mapping != "" {
+		var err error
+		if prom, err = newPromSink(s.mapping, log); err != nil {
+			return nil, nil, nil, err
+		}
+		all = append(all, prom)
+		log.Info("serving envoyproxy/ratelimit's stats as Prometheus metrics on --metrics-addr", "mapping", s.mapping)
+	}
+	if len(all) == 0 {
+		return nil, nil, nil, nil
+	}
+	var sink gostats.Sink = all
+	if len(all) == 1 {
+		sink = all[0]
 	}
 	store := gostats.NewStore(sink, false)
+	if prom != nil {
+		prom.store = store
+	}
 	go store.StartContext(ctx, time.NewTicker(s.interval))
 	tags, _ := parseTags(s.tags)
-	log.Info("sending envoyproxy/ratelimit's stats to statsd", "addr", s.addr, "format", s.format, "protocol", s.protocol, "interval", s.interval, "tags", s.tags)
-	return store, tags, nil
+	return store, tags, prom, nil
 }
 
 // statsdLogger is gostats' logger on slog.
