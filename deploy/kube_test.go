@@ -188,6 +188,30 @@ func TestManifests(t *testing.T) {
 func checkPod(t *testing.T, what string, d *appsv1.Deployment) {
 	t.Helper()
 	spec := d.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", what, len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	checkSecurity(t, what, spec)
+	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("%s: no HTTP %s probe", what, name)
+		} else if containerPort(c, p.HTTPGet.Port.String()) == 0 {
+			t.Errorf("%s: the %s probe's port %s is none of the container's", what, name, p.HTTPGet.Port.String())
+		}
+	}
+	drain, shutdown := flagSeconds(c.Args, "drain-delay", 0), flagSeconds(c.Args, "shutdown-timeout", 10)
+	if spec.TerminationGracePeriodSeconds == nil || float64(*spec.TerminationGracePeriodSeconds) < drain+shutdown+1 {
+		t.Errorf("%s: terminationGracePeriodSeconds %v does not cover --drain-delay %vs and --shutdown-timeout %vs", what, spec.TerminationGracePeriodSeconds, drain, shutdown)
+	}
+	checkSecrets(t, what, c)
+}
+
+// checkSecurity checks the pod's and its container's security context:
+// non-root 65534, seccomp RuntimeDefault, no service account token, a
+// read-only root, no privilege escalation, every capability dropped.
+func checkSecurity(t *testing.T, what string, spec corev1.PodSpec) {
+	t.Helper()
 	psc := spec.SecurityContext
 	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.RunAsUser == nil || *psc.RunAsUser != nobody ||
 		psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
@@ -196,38 +220,26 @@ func checkPod(t *testing.T, what string, d *appsv1.Deployment) {
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Errorf("%s: mounts a service account token it does not need", what)
 	}
-	if len(spec.Containers) != 1 {
-		t.Fatalf("%s: %d containers, want 1", what, len(spec.Containers))
-	}
-	c := spec.Containers[0]
-	sc := c.SecurityContext
+	sc := spec.Containers[0].SecurityContext
 	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
 		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
 		t.Errorf("%s: the container's security context is not read-only, without privilege escalation, all capabilities dropped: %+v", what, sc)
 	}
-	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {
-		if p == nil || p.HTTPGet == nil {
-			t.Errorf("%s: no HTTP %s probe", what, name)
-			continue
-		}
-		if containerPort(c, p.HTTPGet.Port.String()) == 0 {
-			t.Errorf("%s: the %s probe's port %s is none of the container's", what, name, p.HTTPGet.Port.String())
-		}
-	}
-	drain, shutdown := flagSeconds(c.Args, "drain-delay", 0), flagSeconds(c.Args, "shutdown-timeout", 10)
-	if spec.TerminationGracePeriodSeconds == nil || float64(*spec.TerminationGracePeriodSeconds) < drain+shutdown+1 {
-		t.Errorf("%s: terminationGracePeriodSeconds %v does not cover --drain-delay %vs and --shutdown-timeout %vs", what, spec.TerminationGracePeriodSeconds, drain, shutdown)
-	}
+}
+
+// checkSecrets fails t for a secret on the container's command line, or
+// a secret variable not taken from a Secret.
+func checkSecrets(t *testing.T, what string, c corev1.Container) {
+	t.Helper()
 	for _, a := range c.Args {
 		if regexp.MustCompile(`(?i)password|redis-url|token=|://[^/]*@`).MatchString(strings.TrimPrefix(a, "--admin-token-file")) {
 			t.Errorf("%s: a secret on the command line: %q", what, a)
 		}
 	}
 	for _, e := range c.Env {
-		if strings.Contains(e.Name, "REDIS_URL") || strings.Contains(e.Name, "PASSWORD") || strings.Contains(e.Name, "TOKEN") {
-			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-				t.Errorf("%s: %s is not taken from a Secret", what, e.Name)
-			}
+		secret := strings.Contains(e.Name, "REDIS_URL") || strings.Contains(e.Name, "PASSWORD") || strings.Contains(e.Name, "TOKEN")
+		if secret && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+			t.Errorf("%s: %s is not taken from a Secret", what, e.Name)
 		}
 	}
 }

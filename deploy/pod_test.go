@@ -120,6 +120,18 @@ func runPod(t *testing.T, img *builtImage, d *appsv1.Deployment, configMaps map[
 		}
 		args = append(args, a)
 	}
+	env := podEnv(t, c, secrets)
+	if !strings.HasPrefix(c.Image, "localhost/sluice:") && !strings.Contains(c.Image, "sluice") {
+		t.Fatalf("image %s is not sluice's", c.Image)
+	}
+	p.imageProc = startImage(t, img, "bin/sluice", env, args...)
+	return p
+}
+
+// podEnv is the container's environment, secretKeyRefs resolved from
+// secrets and the memory limit's resourceFieldRef from its resources.
+func podEnv(t *testing.T, c corev1.Container, secrets map[string]map[string]string) []string {
+	t.Helper()
 	var env []string
 	for _, e := range c.Env {
 		switch {
@@ -140,11 +152,7 @@ func runPod(t *testing.T, img *builtImage, d *appsv1.Deployment, configMaps map[
 			t.Fatalf("%s: a value this test does not resolve", e.Name)
 		}
 	}
-	if !strings.HasPrefix(c.Image, "localhost/sluice:") && !strings.Contains(c.Image, "sluice") {
-		t.Fatalf("image %s is not sluice's", c.Image)
-	}
-	p.imageProc = startImage(t, img, "bin/sluice", env, args...)
-	return p
+	return env
 }
 
 // probeURL is the URL of probe here.

@@ -94,6 +94,85 @@ func egDesc(rule, user string) *ratelimitv3.RateLimitDescriptor {
 // honoured; an updated config put in force; /metrics on PROMETHEUS_ADDR,
 // where Envoy Gateway's pod annotations have Prometheus scrape.
 func TestEnvoyGatewayDropIn(t *testing.T) {
+	eg := startAsEnvoyGateway(t)
+	p := eg.p
+	eg.connectAsEnvoy(t)
+	eg.x.Set(t, "envoy-ratelimit", "1", egRateLimitConfig(3))
+	poll(t, "the first config in force", func() bool {
+		resp, err := p.rl("first-listener", peek(egDesc("rule-0-match-0", "probe")))
+		return err == nil && len(resp.Statuses) == 1 && resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 3
+	})
+	if got := codesOf(p.must("first-listener", egDesc("rule-0-match-0", "a"), egDesc("rule-0-match-0", "a"))); got != "OK:OK,OK" {
+		t.Errorf("two of 3 an hour: %s", got)
+	}
+	// hits_addend per descriptor: 2 more, past the 3.
+	two := egDesc("rule-0-match-0", "a")
+	two.HitsAddend = wrapperspb.UInt64(2)
+	if got := codesOf(p.must("first-listener", two)); got != "OVER_LIMIT:OVER_LIMIT" {
+		t.Errorf("hits_addend 2 after 2 of 3: %s", got)
+	}
+	// The descriptor's limit override (Envoy Gateway's cost and per-route
+	// overrides): 10 an hour for this request.
+	over := egDesc("rule-0-match-0", "b")
+	over.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}
+	over.HitsAddend = wrapperspb.UInt64(9)
+	if resp := p.must("first-listener", over); codesOf(resp) != "OK:OK" || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10 {
+		t.Errorf("a limit override of 10, 9 hits: %s, limit %v", codesOf(resp), resp.Statuses[0].CurrentLimit)
+	}
+	// Shadow mode: over its limit, answered OK; unlimited: always OK;
+	// quota mode: a quota alone over its limit denies.
+	for i, want := range []string{"OK:OK", "OK:OK"} {
+		if got := codesOf(p.must("first-listener", egDesc("rule-1-match-0", "s"))); got != want {
+			t.Errorf("shadow mode, request %d: %s, want %s", i+1, got, want)
+		}
+	}
+	for range 5 {
+		if got := codesOf(p.must("first-listener", egDesc("rule-2-match-0", "u"))); got != "OK:OK" {
+			t.Errorf("unlimited: %s", got)
+		}
+	}
+	p.must("first-listener", egDesc("rule-3-match-0", "q"))
+	if got := codesOf(p.must("first-listener", egDesc("rule-3-match-0", "q"))); got != "OVER_LIMIT:OVER_LIMIT" {
+		t.Errorf("quota mode, alone and over: %s", got)
+	}
+
+	// Without Envoy's client certificate, no answer.
+	bare, err := grpc.NewClient(eg.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: eg.pool, ServerName: "envoy-rate-limit", MinVersion: tls.VersionTLS12})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	if _, err := rlsv3.NewRateLimitServiceClient(bare).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "first-listener", Descriptors: []*ratelimitv3.RateLimitDescriptor{egDesc("rule-2-match-0", "u")}}); err == nil {
+		t.Errorf("answered a client without a certificate")
+	}
+
+	// An updated config: 100 an hour.
+	eg.x.Set(t, "envoy-ratelimit", "2", egRateLimitConfig(100))
+	poll(t, "the updated config in force", func() bool {
+		resp, err := p.rl("first-listener", peek(egDesc("rule-0-match-0", "probe")))
+		return err == nil && len(resp.Statuses) == 1 && resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 100
+	})
+	if code, _, _ := p.http("GET", "/healthcheck", ""); code != 200 {
+		t.Errorf("/healthcheck %d with the config in force", code)
+	}
+
+	checkEnvoyGatewayMetrics(t, eg.metricsAddr)
+}
+
+// egRun is the binary running as Envoy Gateway runs envoy-rl, and what
+// the test needs of its world.
+type egRun struct {
+	p                               *proc
+	x                               *xdsServer
+	pool                            *x509.CertPool // the CA of every certificate
+	envoyCert, envoyKey             []byte         // Envoy's client certificate
+	httpAddr, grpcAddr, metricsAddr string
+}
+
+// startAsEnvoyGateway starts the binary as /bin/ratelimit with no
+// arguments and Envoy Gateway's environment (see TestEnvoyGatewayDropIn),
+// and waits for its probes' /healthcheck.
+func startAsEnvoyGateway(t *testing.T) *egRun {
 	bin := sluiceBinary(t)
 	d := envoyGatewayDeployment(t)
 	c := d.Spec.Template.Spec.Containers[0]
@@ -109,33 +188,9 @@ func TestEnvoyGatewayDropIn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// One CA, as Envoy Gateway's certgen: the rate limit service's
-	// certificate serves gRPC and is its xDS client certificate; Envoy
-	// and the xDS server have their own.
-	ca := newTestCA(t, "envoy-gateway")
-	leaf := testpki.Leaf{Serial: 1, Name: "envoy-rate-limit", DNSNames: []string{"envoy-rate-limit", "envoy-rate-limit.envoy-gateway-system"},
-		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	rlCert, rlKey, _, err := ca.Issue(leaf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certs := filepath.Join(dir, "certs")
-	if err := os.MkdirAll(certs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"tls.crt": rlCert, "tls.key": rlKey, "ca.crt": ca.PEM} {
-		writeRules(t, filepath.Join(certs, name), string(b))
-	}
-	envoyCert, envoyKey := issue(t, ca, 2, false, "envoy")
-	xdsCert, xdsKey := issue(t, ca, 3, true, "envoy-gateway")
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	xdsPair, err := tls.X509KeyPair(xdsCert, xdsKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs, eg := egCertificates(t, dir)
 	x := startXDS(t, grpc.Creds(credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{xdsPair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
+		Certificates: []tls.Certificate{eg.xdsPair}, ClientCAs: eg.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 	})))
 	r := redistest.Standalone(t)
 
@@ -196,6 +251,54 @@ func TestEnvoyGatewayDropIn(t *testing.T) {
 		return resp.StatusCode == 200
 	})
 
+	return &egRun{p: p, x: x, pool: eg.pool, envoyCert: eg.envoyCert, envoyKey: eg.envoyKey, httpAddr: httpAddr, grpcAddr: grpcAddr, metricsAddr: metricsAddr}
+}
+
+// egCerts are the certificates of Envoy Gateway's world, from one CA.
+type egCerts struct {
+	pool                *x509.CertPool
+	envoyCert, envoyKey []byte
+	xdsPair             tls.Certificate
+}
+
+// egCertificates writes the rate limit service's files as Envoy Gateway
+// mounts them on /certs (tls.crt, tls.key, ca.crt) into dir/certs, and
+// makes Envoy's and the xDS server's certificates.
+func egCertificates(t *testing.T, dir string) (string, egCerts) {
+	t.Helper()
+	// One CA, as Envoy Gateway's certgen: the rate limit service's
+	// certificate serves gRPC and is its xDS client certificate; Envoy
+	// and the xDS server have their own.
+	ca := newTestCA(t, "envoy-gateway")
+	leaf := testpki.Leaf{Serial: 1, Name: "envoy-rate-limit", DNSNames: []string{"envoy-rate-limit", "envoy-rate-limit.envoy-gateway-system"},
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	rlCert, rlKey, _, err := ca.Issue(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"tls.crt": rlCert, "tls.key": rlKey, "ca.crt": ca.PEM} {
+		writeRules(t, filepath.Join(certs, name), string(b))
+	}
+	var eg egCerts
+	eg.envoyCert, eg.envoyKey = issue(t, ca, 2, false, "envoy")
+	xdsCert, xdsKey := issue(t, ca, 3, true, "envoy-gateway")
+	eg.pool = x509.NewCertPool()
+	eg.pool.AddCert(ca.Cert)
+	eg.xdsPair, err = tls.X509KeyPair(xdsCert, xdsKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certs, eg
+}
+
+// connectAsEnvoy connects to the gRPC listener with Envoy's certificate.
+func (eg *egRun) connectAsEnvoy(t *testing.T) {
+	t.Helper()
+	envoyCert, envoyKey, pool, grpcAddr, p := eg.envoyCert, eg.envoyKey, eg.pool, eg.grpcAddr, eg.p
 	envoyPair, err := tls.X509KeyPair(envoyCert, envoyKey)
 	if err != nil {
 		t.Fatal(err)
@@ -209,65 +312,12 @@ func TestEnvoyGatewayDropIn(t *testing.T) {
 	t.Cleanup(func() { conn.Close() })
 	p.conn = conn
 
-	x.Set(t, "envoy-ratelimit", "1", egRateLimitConfig(3))
-	poll(t, "the first config in force", func() bool {
-		resp, err := p.rl("first-listener", peek(egDesc("rule-0-match-0", "probe")))
-		return err == nil && len(resp.Statuses) == 1 && resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 3
-	})
-	if got := codesOf(p.must("first-listener", egDesc("rule-0-match-0", "a"), egDesc("rule-0-match-0", "a"))); got != "OK:OK,OK" {
-		t.Errorf("two of 3 an hour: %s", got)
-	}
-	// hits_addend per descriptor: 2 more, past the 3.
-	two := egDesc("rule-0-match-0", "a")
-	two.HitsAddend = wrapperspb.UInt64(2)
-	if got := codesOf(p.must("first-listener", two)); got != "OVER_LIMIT:OVER_LIMIT" {
-		t.Errorf("hits_addend 2 after 2 of 3: %s", got)
-	}
-	// The descriptor's limit override (Envoy Gateway's cost and per-route
-	// overrides): 10 an hour for this request.
-	over := egDesc("rule-0-match-0", "b")
-	over.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_HOUR}
-	over.HitsAddend = wrapperspb.UInt64(9)
-	if resp := p.must("first-listener", over); codesOf(resp) != "OK:OK" || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10 {
-		t.Errorf("a limit override of 10, 9 hits: %s, limit %v", codesOf(resp), resp.Statuses[0].CurrentLimit)
-	}
-	// Shadow mode: over its limit, answered OK; unlimited: always OK;
-	// quota mode: a quota alone over its limit denies.
-	for i, want := range []string{"OK:OK", "OK:OK"} {
-		if got := codesOf(p.must("first-listener", egDesc("rule-1-match-0", "s"))); got != want {
-			t.Errorf("shadow mode, request %d: %s, want %s", i+1, got, want)
-		}
-	}
-	for range 5 {
-		if got := codesOf(p.must("first-listener", egDesc("rule-2-match-0", "u"))); got != "OK:OK" {
-			t.Errorf("unlimited: %s", got)
-		}
-	}
-	p.must("first-listener", egDesc("rule-3-match-0", "q"))
-	if got := codesOf(p.must("first-listener", egDesc("rule-3-match-0", "q"))); got != "OVER_LIMIT:OVER_LIMIT" {
-		t.Errorf("quota mode, alone and over: %s", got)
-	}
+}
 
-	// Without Envoy's client certificate, no answer.
-	bare, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "envoy-rate-limit", MinVersion: tls.VersionTLS12})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bare.Close()
-	if _, err := rlsv3.NewRateLimitServiceClient(bare).ShouldRateLimit(t.Context(), &rlsv3.RateLimitRequest{Domain: "first-listener", Descriptors: []*ratelimitv3.RateLimitDescriptor{egDesc("rule-2-match-0", "u")}}); err == nil {
-		t.Errorf("answered a client without a certificate")
-	}
-
-	// An updated config: 100 an hour.
-	x.Set(t, "envoy-ratelimit", "2", egRateLimitConfig(100))
-	poll(t, "the updated config in force", func() bool {
-		resp, err := p.rl("first-listener", peek(egDesc("rule-0-match-0", "probe")))
-		return err == nil && len(resp.Statuses) == 1 && resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 100
-	})
-	if code, _, _ := p.http("GET", "/healthcheck", ""); code != 200 {
-		t.Errorf("/healthcheck %d with the config in force", code)
-	}
-
+// checkEnvoyGatewayMetrics scrapes the metrics listener as Prometheus
+// does.
+func checkEnvoyGatewayMetrics(t *testing.T, metricsAddr string) {
+	t.Helper()
 	// Where Envoy Gateway's annotations have Prometheus scrape: sluice's
 	// metrics, and envoy-rl's stats named by Envoy Gateway's mapping, as
 	// its dashboards read them.
