@@ -172,3 +172,31 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvoyGatewayVariants: the variables the variants of Envoy Gateway's
+// Deployment add (its testdata/deployments at the commit of
+// testdata/envoygateway/README.md: redis-tls-settings.yaml,
+// enable-tracing.yaml), with their values there, are honoured: no error,
+// none named as having no effect, each setting as envoy-rl reads it.
+func TestEnvoyGatewayVariants(t *testing.T) {
+	env := map[string]string{
+		"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis.redis.svc:6379", "REDIS_TLS": "true",
+		"REDIS_TLS_CLIENT_CERT": "/redis-certs/tls.crt", "REDIS_TLS_CLIENT_KEY": "/redis-certs/tls.key", "REDIS_AUTH": "redis_auth_password",
+		"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "envoy-ratelimit", "TRACING_SERVICE_NAMESPACE": "envoy-gateway-system",
+		"TRACING_SERVICE_INSTANCE_ID": "envoy-ratelimit-abc", "TRACING_SAMPLING_RATE": "1.0",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://trace-collector.envoy-gateway-system.svc.cluster.local:4318",
+	}
+	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(env), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.envoyIgnored) > 0 {
+		t.Errorf("named as having no effect: %q", s.envoyIgnored)
+	}
+	if s.store != "redis" || s.redis.url != "redis.redis.svc:6379" || !s.redis.tls || s.redis.tlsCert != "/redis-certs/tls.crt" || s.redis.password != "redis_auth_password" {
+		t.Errorf("Redis: store %q, url %q, tls %v, cert %q, password set %v", s.store, s.redis.url, s.redis.tls, s.redis.tlsCert, s.redis.password != "")
+	}
+	if !s.tracing.enabled || s.tracing.service != "envoy-ratelimit" || s.tracing.namespace != "envoy-gateway-system" || s.tracing.sampling != 1 {
+		t.Errorf("tracing: %+v", s.tracing)
+	}
+}
