@@ -1,7 +1,10 @@
 // Package deploy holds the files to run sluice with the tools people
-// already have (Prometheus alerting rules, a Grafana dashboard) and their
-// tests: promtool checks and unit-tests the rules, and every query of the
-// dashboard is valid PromQL over metrics sluice exports.
+// already have and their tests: the image (image/, built by
+// scripts/image; image_test.go), Kubernetes manifests and a Helm chart
+// (kubernetes/, helm/; kube_test.go and pod_test.go), Prometheus alerting
+// rules and a Grafana dashboard (promtool checks and unit-tests the rules,
+// and every query of the dashboard is valid PromQL over metrics sluice
+// exports).
 package deploy
 
 import (
