@@ -21,7 +21,7 @@
 //
 // Callers need [Limit], [Limiter] ([NewLimiter], [Limiter.Allow],
 // [Limiter.AllowN], [Limiter.Take] with [Hit]s), [Decision] and a store
-// from a package of its own (memstore, redisstore). errors.As finds the [StoreError] that tells why a
+// from a package of its own (memstore, redisstore). package fault tells why a
 // store failed.
 //
 // A [Concurrency] limit caps what is in flight rather than a rate: at most
@@ -35,8 +35,8 @@
 // by one as envoyproxy/ratelimit counts, Settle to settle
 // reservations, and Permits to release and renew permits: see Store and
 // Limiter.Settle): it applies [Hit]s atomically under the
-// rules listed on Store and owns the clock; it returns [StoreError] with a
-// [FailReason] when it cannot decide (and wraps [ErrNeverConnected] in its
+// rules listed on Store and owns the clock; it returns a fault.StoreError with a
+// fault.Reason when it cannot decide (and wraps fault.ErrNeverConnected in its
 // health, a Health method, while it has never reached its backend). The
 // stores of this module share the algorithms' arithmetic; a store of
 // another module may wrap one of them, as packages localcache and lease

@@ -30,7 +30,7 @@ var tiers = []struct {
 	paths []string // module-relative: an exact path, or a prefix ending in /
 }{
 	{"base", []string{"internal/base/"}},
-	{"vocab", []string{"", "rules", "internal/vocab/"}},
+	{"vocab", []string{"", "fault", "rules", "internal/vocab/"}},
 	{"stores", []string{"memstore", "memstore/", "redisstore", "redisstore/", "lease", "localcache", "storetest", "internal/stores/"}},
 	{"decision", []string{"decide", "internal/decision/"}},
 	{"edges", []string{"httplimit", "httpretry", "internal/edges/"}},

@@ -30,8 +30,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/vocab/bounds"
-	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -138,7 +138,7 @@ const (
 // Remote decides requests on a remote rate limit service (the client of
 // a remote sluice serve, or envoyproxy/ratelimit, is one). Ask fills o, as
 // Decide documents it, from the remote's answer, and must leave o reset on
-// error. An error wrapping ErrInvalid means the remote refused the request
+// error. An error wrapping sluice.ErrInvalid means the remote refused the request
 // itself; the end of ctx is returned as it is. Any other error means the
 // remote could not answer: the Decider then answers by the domain's
 // failure policy, on its own rules (without them, by its default policy:
@@ -219,10 +219,6 @@ func New(cfg Config) (*Decider, error) {
 	return d, nil
 }
 
-// ErrInvalid is wrapped by every error about the request itself (as opposed
-// to a store failure); it is sluice.ErrInvalid.
-var ErrInvalid = sluice.ErrInvalid
-
 // ErrNoRules is returned while no rules are loaded (a Decider made with nil
 // rules, before its first SetRules): the service is not ready.
 var ErrNoRules = errors.New("no rate limit configuration loaded")
@@ -231,7 +227,7 @@ var ErrNoRules = errors.New("no rate limit configuration loaded")
 // Outcomes to answer without allocating them), then tells the hooks. r
 // escapes to the heap (the hooks are given it), so a caller that decides
 // often reuses its Request as it does its Outcome. An
-// error wrapping ErrInvalid means the request is malformed and nothing was
+// error wrapping sluice.ErrInvalid means the request is malformed and nothing was
 // consumed; ErrNoRules that no rules are loaded. A store failure (or a
 // remote's) is answered by the domain's failure policy (o.Degraded says
 // which), so that any other error is the caller's context ending
@@ -264,7 +260,7 @@ func (d *Decider) decide(ctx context.Context, r *Request, o *Outcome) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrInvalid) || ctx.Err() != nil:
+	case errors.Is(err, sluice.ErrInvalid) || ctx.Err() != nil:
 		o.Reset()
 		return err
 	}
@@ -378,7 +374,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr, cause == nil); err != nil {
 			return err
 		}
-		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, storeerr.Reason(storeErr)
+		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
 		// The store answers again: charge it what the local policy
 		// admitted meanwhile (and log what requests wrote back first).
@@ -435,7 +431,7 @@ func (d *Decider) blind(r *Request, o *Outcome, cause error) error {
 		return err
 	}
 	closed := d.failover.Default == rules.FailClosed
-	o.Degraded, o.StoreErr, o.Reason = rules.FailOpen, cause, storeerr.Reason(cause)
+	o.Degraded, o.StoreErr, o.Reason = rules.FailOpen, cause, fault.ReasonOf(cause)
 	o.Overall = sluice.Decision{Allowed: true, Index: -1}
 	if closed {
 		o.Degraded = rules.FailClosed
@@ -459,9 +455,9 @@ func (d *Decider) blind(r *Request, o *Outcome, cause error) error {
 func checkRequest(r *Request) error {
 	switch {
 	case r.Domain == "":
-		return fmt.Errorf("%w: rate limit domain must not be empty", ErrInvalid)
+		return fmt.Errorf("%w: rate limit domain must not be empty", sluice.ErrInvalid)
 	case len(r.Descriptors) == 0:
-		return fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrInvalid)
+		return fmt.Errorf("%w: rate limit descriptor list must not be empty", sluice.ErrInvalid)
 	}
 	return checkDescriptors(r.Descriptors)
 }
@@ -471,7 +467,7 @@ func checkDescriptors(descs []rules.Descriptor) error {
 	total, most := 0, 0
 	for i := range descs {
 		if c := descs[i].Cost; c < 0 || c > sluice.MaxCost {
-			return fmt.Errorf("%w: descriptor %d: cost %d out of range (0 to %d)", ErrInvalid, i, c, int64(sluice.MaxCost))
+			return fmt.Errorf("%w: descriptor %d: cost %d out of range (0 to %d)", sluice.ErrInvalid, i, c, int64(sluice.MaxCost))
 		}
 		n := len(descs[i].Entries)
 		total, most = total+n, max(most, n)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -79,9 +80,9 @@ type Outcome struct {
 	Degraded rules.FailurePolicy
 
 	// StoreErr is the store's error when Degraded is set, for logs, and
-	// Reason why the store could not decide (storeerr.Reason(StoreErr)).
+	// Reason why the store could not decide (fault.ReasonOf(StoreErr)).
 	StoreErr error
-	Reason   sluice.FailReason
+	Reason   fault.Reason
 
 	// ShadowDenied reports a request that the limits denied and global
 	// shadow mode let through (GlobalShadow): Overall is then allowed.

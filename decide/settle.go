@@ -103,10 +103,10 @@ var errNotReserved = errors.New("decide: nothing reserved to settle")
 func (d *Decider) Settle(ctx context.Context, o *Outcome, i int, spent int64) error {
 	r := &o.res
 	if i < 0 || i >= len(o.Descriptors) || len(r.hits) == 0 {
-		return fmt.Errorf("%w: %w", ErrInvalid, errNotReserved)
+		return fmt.Errorf("%w: %w", sluice.ErrInvalid, errNotReserved)
 	}
 	if spent < 0 || spent > sluice.MaxCost {
-		return fmt.Errorf("%w: spent %d out of range (0 to %d)", ErrInvalid, spent, int64(sluice.MaxCost))
+		return fmt.Errorf("%w: spent %d out of range (0 to %d)", sluice.ErrInvalid, spent, int64(sluice.MaxCost))
 	}
 	for j := range o.Limits {
 		if o.Limits[j].Descriptor != i || j >= len(r.hits) || r.settled[j] {
@@ -135,7 +135,7 @@ func (d *Decider) Settle(ctx context.Context, o *Outcome, i int, spent int64) er
 		st.Hit.Cost = reserved
 		if _, err := d.limiter.Settle(ctx, &st); err != nil {
 			switch {
-			case errors.Is(err, ErrInvalid), errors.Is(err, errors.ErrUnsupported):
+			case errors.Is(err, sluice.ErrInvalid), errors.Is(err, errors.ErrUnsupported):
 				return err
 			}
 			if d.log != nil {
@@ -210,7 +210,7 @@ func (q *settleRetries) run(d *Decider) {
 			moved, err := d.limiter.Settle(ctx, &it.st)
 			cancel()
 			switch {
-			case err != nil && !errors.Is(err, ErrInvalid) && !errors.Is(err, errors.ErrUnsupported):
+			case err != nil && !errors.Is(err, sluice.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported):
 				left = append(left, it)
 			case err != nil:
 				if d.log != nil {

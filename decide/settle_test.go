@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -33,7 +34,7 @@ type settleStore struct {
 func (s *settleStore) Settle(ctx context.Context, st *sluice.Settlement) (int64, error) {
 	s.calls.Add(1)
 	if s.failing.Add(-1) >= 0 {
-		return 0, &sluice.StoreError{Reason: sluice.FailUnreachable, Err: errStoreDown}
+		return 0, &fault.StoreError{Reason: fault.Unreachable, Err: errStoreDown}
 	}
 	return s.Store.Settle(ctx, st)
 }
@@ -131,8 +132,8 @@ func TestSettleNotReserved(t *testing.T) {
 	if err := e.d.Decide(context.Background(), r, o); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.Settle(context.Background(), o, 0, 1); !errors.Is(err, decide.ErrInvalid) {
-		t.Fatalf("settling a request without Reserve: %v, want ErrInvalid", err)
+	if err := e.d.Settle(context.Background(), o, 0, 1); !errors.Is(err, sluice.ErrInvalid) {
+		t.Fatalf("settling a request without Reserve: %v, want sluice.ErrInvalid", err)
 	}
 }
 

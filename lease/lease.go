@@ -53,8 +53,8 @@
 // charge and refund, but only a leasing bucket's charge, never its refund
 // (see Store.Settle).
 //
-// When the store is down (a sluice.StoreError of any reason but
-// sluice.FailError: silent, unreachable, its breaker open, or shedding
+// When the store is down (a fault.StoreError of any reason but
+// fault.Error: silent, unreachable, its breaker open, or shedding
 // calls), a hit waits for one call to it at most: the grant it asked for,
 // or the grant or renewal of its key that it found in flight, whose error
 // it returns, for the caller's failure policy; it does not ask the store
@@ -72,8 +72,8 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/stores/decorator"
-	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 )
 
 // Config configures a Store. Its zero value is ready to use.
@@ -189,13 +189,13 @@ func newFlight() *flight { return &flight{done: make(chan struct{})} }
 
 // down reports whether err says that the store could not be asked or did
 // not answer: it was silent past its deadline, unreachable, its breaker
-// open, or it shed the call (sluice.StoreError's reasons other than
-// FailError). A hit whose grant failed so does not ask the store again:
+// open, or it shed the call (fault.StoreError's reasons other than
+// fault.Error). A hit whose grant failed so does not ask the store again:
 // the call would wait as long again, for the same silence. Any other
 // error (an error reply, the caller's own context) leaves the hit to the
 // store, as ever.
 func down(err error) bool {
-	return err != nil && storeerr.Reason(err) != sluice.FailError
+	return err != nil && fault.ReasonOf(err) != fault.Error
 }
 
 // New returns a lease store in front of next.

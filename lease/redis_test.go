@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
-	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -159,7 +159,7 @@ func TestRedisSilentOneCall(t *testing.T) {
 	stopped := time.Now()
 	done, errs := takeAll(t, node, rs, l, "k", 16)
 	for i, err := range errs {
-		if r := storeerr.Reason(err); err == nil || (r != sluice.FailTimeout && r != sluice.FailUnreachable) {
+		if r := fault.ReasonOf(err); err == nil || (r != fault.Timeout && r != fault.Unreachable) {
 			t.Errorf("hit %d: %v (reason %s), want the store's failure: timeout or unreachable", i, err, r)
 		}
 		if took := done[i].Sub(stopped); took > 2*timeout+slack {
@@ -197,7 +197,7 @@ func TestRedisBreakerOpenNoWait(t *testing.T) {
 		t.Fatal("the probe closed the breaker: Redis answered")
 	}
 	for i := 1; i < len(done); i++ {
-		if r := storeerr.Reason(errs[i]); errs[i] == nil || r != sluice.FailBreakerOpen {
+		if r := fault.ReasonOf(errs[i]); errs[i] == nil || r != fault.BreakerOpen {
 			t.Errorf("hit %d: %v (reason %s), want breaker_open", i, errs[i], r)
 		}
 		// The probe's failure comes the timeout after it went; the
@@ -206,7 +206,7 @@ func TestRedisBreakerOpenNoWait(t *testing.T) {
 			t.Errorf("hit %d answered %v before the probe: held behind it", i, early.Round(time.Millisecond))
 		}
 	}
-	if storeerr.Reason(errs[0]) == sluice.FailBreakerOpen {
+	if fault.ReasonOf(errs[0]) == fault.BreakerOpen {
 		t.Errorf("the probe: %v, want Redis's failure", errs[0])
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/stores/breaker"
 )
 
@@ -105,7 +105,7 @@ func (b *batcher) run(c *conn, batch []*batchReq) {
 	}
 	var failed error
 	if err := batch[0].g.err; err != nil {
-		if why := reasonOf(err); why == sluice.FailTimeout || why == sluice.FailUnreachable {
+		if why := reasonOf(err); why == fault.Timeout || why == fault.Unreachable {
 			failed = silentWhileQueued(err)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/redact"
 	"github.com/sluicehq/sluice/internal/stores/breaker"
 )
@@ -189,11 +189,11 @@ func (s *Store) Health() error {
 }
 
 // notConnected is the error of a call made before the store connected.
-// It wraps sluice.ErrNeverConnected: once connected, the store keeps its
+// It wraps fault.ErrNeverConnected: once connected, the store keeps its
 // client, and a lost connection fails calls in other ways.
 func (s *Store) notConnected() error {
 	if p := s.lastErr.Load(); p != nil {
-		return fmt.Errorf("%w: not connected: %w: %v", ErrUnavailable, sluice.ErrNeverConnected, *p)
+		return fmt.Errorf("%w: not connected: %w: %v", ErrUnavailable, fault.ErrNeverConnected, *p)
 	}
-	return fmt.Errorf("%w: not connected: %w", ErrUnavailable, sluice.ErrNeverConnected)
+	return fmt.Errorf("%w: not connected: %w", ErrUnavailable, fault.ErrNeverConnected)
 }

@@ -13,7 +13,7 @@ import (
 // Permits releases the permits of hits when out is nil, and otherwise
 // renews them and writes their decisions to out (the permits of
 // Concurrency limits: see sluice.Store). One script call per Cluster slot.
-// Errors are *sluice.StoreError.
+// Errors are *fault.StoreError.
 func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	if out == nil {
 		return s.release(ctx, hits)
@@ -26,7 +26,7 @@ func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 // Cluster slot (one on a standalone or Sentinel server), through the
 // store's gate and breaker as a Take. ctx bounds only the wait for a
 // slot among the calls in flight (see Take). Errors are
-// *sluice.StoreError.
+// *fault.StoreError.
 func (s *Store) release(ctx context.Context, hits []sluice.Hit) error {
 	return s.permits(ctx, hits, nil, "x")
 }

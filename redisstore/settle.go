@@ -23,7 +23,7 @@ const markerSlack = time.Minute
 // state, kept for two periods and a minute, records that the settlement
 // was applied, and a settlement whose marker exists returns 0 and changes
 // nothing, so that a retry after a lost reply is harmless. Errors are
-// *sluice.StoreError, as Take's, ctx bounds only the wait for a slot among
+// *fault.StoreError, as Take's, ctx bounds only the wait for a slot among
 // the calls in flight, and a failure may come after the settlement was
 // applied (its marker then makes a retry return 0). The limiter has
 // checked st.

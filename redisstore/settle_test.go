@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/algo"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
@@ -183,7 +184,7 @@ func TestSettleRedisDown(t *testing.T) {
 
 	srv.Kill()
 	moved, err := lim.Settle(ctx, st)
-	var se *sluice.StoreError
+	var se *fault.StoreError
 	if !errors.As(err, &se) || moved != 0 {
 		t.Fatalf("settling while Redis is down: moved %d, %v; want a StoreError", moved, err)
 	}
@@ -313,9 +314,9 @@ func TestSettleWrongType(t *testing.T) {
 	srv.Cmd("RPUSH", key, "x")
 	st := &sluice.Settlement{Hit: h, Spent: 30, ResetAfter: time.Minute, At: clock.Now(), ID: 1}
 	moved, err := lim.Settle(context.Background(), st)
-	var se *sluice.StoreError
-	if !errors.As(err, &se) || se.Reason != sluice.FailError || moved != 0 {
-		t.Fatalf("settling on a list: moved %d, %v; want a StoreError (%s)", moved, err, sluice.FailError)
+	var se *fault.StoreError
+	if !errors.As(err, &se) || se.Reason != fault.Error || moved != 0 {
+		t.Fatalf("settling on a list: moved %d, %v; want a StoreError (%s)", moved, err, fault.Error)
 	}
 	if n, _ := srv.Cmd("EXISTS", key+":s1").(int64); n != 0 {
 		t.Errorf("a failed settlement left its marker")

@@ -71,7 +71,7 @@ type Config struct {
 	// up on it: when a connection with calls waiting has had no reply for
 	// Timeout/2, the store asks Redis for a PING on it, and if that has no
 	// answer within Timeout, the connection is closed and its calls fail
-	// (sluice.FailTimeout). A Redis that answers, however slowly, is busy,
+	// (fault.Timeout). A Redis that answers, however slowly, is busy,
 	// not gone: calls wait for it, bounded by MaxInFlight and MaxQueue,
 	// and never fail because the node or Redis is slow. Zero means
 	// DefaultTimeout.
@@ -87,7 +87,7 @@ type Config struct {
 	MaxInFlight int
 	// MaxQueue bounds the requests waiting for a slot (each for as long
 	// as its own context allows). Beyond it a request is shed at once
-	// with ErrOverload (sluice.FailOverload), counted and logged, and the
+	// with ErrOverload (fault.Overload), counted and logged, and the
 	// caller's failure policy answers it. Zero means DefaultMaxQueue.
 	MaxQueue int
 

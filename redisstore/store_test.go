@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/algo"
 	"github.com/sluicehq/sluice/internal/stores/breaker"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
-	"github.com/sluicehq/sluice/internal/vocab/storeerr"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
 )
@@ -548,8 +548,8 @@ func TestSilentRedis(t *testing.T) {
 					switch {
 					case err == nil:
 						t.Errorf("call %d decided while Redis is silent", i)
-					case storeerr.Reason(err) != sluice.FailTimeout:
-						t.Errorf("call %d: %v, reason %s, want timeout", i, err, storeerr.Reason(err))
+					case fault.ReasonOf(err) != fault.Timeout:
+						t.Errorf("call %d: %v, reason %s, want timeout", i, err, fault.ReasonOf(err))
 					}
 					if el > most {
 						t.Errorf("call %d took %v with a %v timeout", i, el, timeout)
@@ -560,8 +560,8 @@ func TestSilentRedis(t *testing.T) {
 			wg.Wait()
 			start := time.Now()
 			_, err := lim.Allow(ctx, "k", l)
-			if !errors.Is(err, ErrUnavailable) || storeerr.Reason(err) != sluice.FailBreakerOpen {
-				t.Fatalf("after 3 failures: %v (reason %s), want ErrUnavailable from the open breaker", err, storeerr.Reason(err))
+			if !errors.Is(err, ErrUnavailable) || fault.ReasonOf(err) != fault.BreakerOpen {
+				t.Fatalf("after 3 failures: %v (reason %s), want ErrUnavailable from the open breaker", err, fault.ReasonOf(err))
 			}
 			if el := time.Since(start); el > 100*time.Millisecond {
 				t.Errorf("an open breaker took %v to answer", el)
@@ -615,7 +615,7 @@ func TestSilentRedisQueued(t *testing.T) {
 			start := time.Now()
 			_, err := lim.Allow(context.Background(), "k", l)
 			done[i] = time.Now()
-			if r := storeerr.Reason(err); err == nil || r != sluice.FailTimeout {
+			if r := fault.ReasonOf(err); err == nil || r != fault.Timeout {
 				t.Errorf("call %d: %v, reason %s, want timeout", i, err, r)
 			}
 			t.Logf("call %d failed after %v: %v", i, done[i].Sub(start).Round(time.Millisecond), err)
@@ -649,7 +649,7 @@ func TestDeadRedis(t *testing.T) {
 		if err == nil {
 			t.Fatalf("call %d decided while Redis is dead", i)
 		}
-		if r := storeerr.Reason(err); r != sluice.FailUnreachable && r != sluice.FailBreakerOpen {
+		if r := fault.ReasonOf(err); r != fault.Unreachable && r != fault.BreakerOpen {
 			t.Errorf("call %d: %v, reason %s, want unreachable", i, err, r)
 		}
 		if el := time.Since(start); el > time.Second {
@@ -741,8 +741,8 @@ func TestShed(t *testing.T) {
 	redistest.WaitFor(t, "2 calls queued", func() bool { return s.gate.queued() == 2 })
 	start := time.Now()
 	_, err := lim.Allow(ctx, "k", l)
-	if !errors.Is(err, ErrOverload) || storeerr.Reason(err) != sluice.FailOverload {
-		t.Fatalf("with 2 in flight and 2 queued: %v (reason %s), want ErrOverload", err, storeerr.Reason(err))
+	if !errors.Is(err, ErrOverload) || fault.ReasonOf(err) != fault.Overload {
+		t.Fatalf("with 2 in flight and 2 queued: %v (reason %s), want ErrOverload", err, fault.ReasonOf(err))
 	}
 	if el := time.Since(start); el > 100*time.Millisecond {
 		t.Errorf("shedding took %v", el)
@@ -807,7 +807,7 @@ func TestStartWithoutRedis(t *testing.T) {
 	if _, err := lim.Allow(context.Background(), "k", l); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("with Redis down: %v, want ErrUnavailable", err)
 	}
-	if err := s.Health(); !errors.Is(err, sluice.ErrNeverConnected) {
+	if err := s.Health(); !errors.Is(err, fault.ErrNeverConnected) {
 		t.Fatalf("health with Redis down since start: %v, want ErrNeverConnected", err)
 	}
 	srv.Restart()
@@ -822,7 +822,7 @@ func TestStartWithoutRedis(t *testing.T) {
 				lim.Allow(context.Background(), "k", l)
 				time.Sleep(10 * time.Millisecond)
 			}
-			if err := s.Health(); err == nil || errors.Is(err, sluice.ErrNeverConnected) {
+			if err := s.Health(); err == nil || errors.Is(err, fault.ErrNeverConnected) {
 				t.Fatalf("health after an outage that followed a connection: %v", err)
 			}
 			return
@@ -1116,7 +1116,7 @@ func ownConsumed(t *testing.T, lim *sluice.Limiter, other *sluice.Limit) int64 {
 
 // TestBatchErrorReply: one request of a batched call that Redis refuses
 // (its state key holds a list) fails alone, as an error reply
-// (sluice.FailError): the other requests of the batch are decided, each
+// (fault.Error): the other requests of the batch are decided, each
 // counted once, and the breaker stays closed, since Redis answered.
 func TestBatchErrorReply(t *testing.T) {
 	srv := redistest.Standalone(t)
@@ -1158,8 +1158,8 @@ func TestBatchErrorReply(t *testing.T) {
 	}
 	for i, err := range errs {
 		switch {
-		case i == n/2 && (err == nil || storeerr.Reason(err) != sluice.FailError || !strings.Contains(err.Error(), "WRONGTYPE")):
-			t.Errorf("the request on a list: %v (reason %s), want a WRONGTYPE error reply", err, storeerr.Reason(err))
+		case i == n/2 && (err == nil || fault.ReasonOf(err) != fault.Error || !strings.Contains(err.Error(), "WRONGTYPE")):
+			t.Errorf("the request on a list: %v (reason %s), want a WRONGTYPE error reply", err, fault.ReasonOf(err))
 		case i != n/2 && err != nil:
 			t.Errorf("request %d, batched with it: %v", i, err)
 		}

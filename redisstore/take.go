@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/algo"
 )
 
@@ -30,7 +31,7 @@ import (
 // Redis to be found silent (Config.Timeout), whatever ctx does, so that a
 // caller's deadline, which measures the node's own queue as much as Redis,
 // never takes a busy Redis for a dead one. Errors are
-// *sluice.StoreError, whose reason says what failed.
+// *fault.StoreError, whose reason says what failed.
 func (s *Store) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	return s.call1(ctx, hits, out, false)
 }
@@ -60,14 +61,14 @@ func (s *Store) call1(ctx context.Context, hits []sluice.Hit, out []sluice.Decis
 
 // guarded runs call, the store's work for one caller's request, through
 // the gate (Config.MaxInFlight), the breaker and the store's metrics, and
-// returns its error as a *sluice.StoreError whose reason says what failed
+// returns its error as a *fault.StoreError whose reason says what failed
 // (or ctx's error, when the caller gave up waiting for a slot). call talks
 // to Redis with s.ctx, not the caller's ctx (see Take).
 func (s *Store) guarded(ctx context.Context, call func(c *conn) error) error {
 	c := s.client.Load()
 	if c == nil {
 		s.metrics.rejected.Add(1)
-		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: s.notConnected()}
+		return &fault.StoreError{Reason: fault.Unreachable, Err: s.notConnected()}
 	}
 	if err := s.gate.enter(ctx); err != nil {
 		if err != errShed {
@@ -78,24 +79,24 @@ func (s *Store) guarded(ctx context.Context, call func(c *conn) error) error {
 			s.log.Warn("redis: calls in flight and queue full; shedding calls to the failure policy",
 				"in_flight", s.gate.inFlight(), "queued", s.gate.queued(), "shed_not_logged", n)
 		}
-		return &sluice.StoreError{Reason: sluice.FailOverload, Err: fmt.Errorf("redisstore: %w", ErrOverload)}
+		return &fault.StoreError{Reason: fault.Overload, Err: fmt.Errorf("redisstore: %w", ErrOverload)}
 	}
 	defer s.gate.leave()
 	if err := s.br.Allow(); err != nil {
 		s.metrics.rejected.Add(1)
-		return &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
+		return &fault.StoreError{Reason: fault.BreakerOpen, Err: fmt.Errorf("%w: %v", ErrUnavailable, err)}
 	}
 	start := time.Now()
 	err := call(c)
 	s.metrics.observe(time.Since(start), err)
 	if err != nil && s.ctx.Err() != nil {
 		// Closed under the call: that says nothing about Redis.
-		return &sluice.StoreError{Reason: sluice.FailUnreachable, Err: fmt.Errorf("redisstore: closed: %w", err)}
+		return &fault.StoreError{Reason: fault.Unreachable, Err: fmt.Errorf("redisstore: closed: %w", err)}
 	}
 	switch {
 	case errors.Is(err, errOpenWhileQueued):
 		// Never sent: it says nothing of Redis.
-	case err != nil && reasonOf(err) == sluice.FailError:
+	case err != nil && reasonOf(err) == fault.Error:
 		s.br.Done(nil) // Redis answered, refusing this request
 	default:
 		s.br.Done(err)
@@ -103,9 +104,9 @@ func (s *Store) guarded(ctx context.Context, call func(c *conn) error) error {
 	if err != nil {
 		why := reasonOf(err)
 		if errors.Is(err, errOpenWhileQueued) {
-			why = sluice.FailBreakerOpen
+			why = fault.BreakerOpen
 		}
-		return &sluice.StoreError{Reason: why, Err: fmt.Errorf("redisstore: %w", err)}
+		return &fault.StoreError{Reason: why, Err: fmt.Errorf("redisstore: %w", err)}
 	}
 	return nil
 }
@@ -114,24 +115,24 @@ func (s *Store) guarded(ctx context.Context, call func(c *conn) error) error {
 // reply is Redis refusing; a deadline is a connection found silent (or a
 // handshake that had no answer); a network error or a closed connection is
 // Redis unreachable; anything else (a malformed answer) an error.
-func reasonOf(err error) sluice.FailReason {
+func reasonOf(err error) fault.Reason {
 	var re *rueidis.RedisError
 	var ne net.Error
 	switch {
 	case errors.As(err, &re):
-		return sluice.FailError
+		return fault.Error
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
-		return sluice.FailTimeout
+		return fault.Timeout
 	case errors.As(err, &ne):
 		if ne.Timeout() {
-			return sluice.FailTimeout
+			return fault.Timeout
 		}
-		return sluice.FailUnreachable
+		return fault.Unreachable
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, rueidis.ErrClosing),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
-		return sluice.FailUnreachable
+		return fault.Unreachable
 	}
-	return sluice.FailError
+	return fault.Error
 }
 
 // op is one hit, encoded for the script.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/redact"
 	"github.com/sluicehq/sluice/internal/stores/stack"
 	"github.com/sluicehq/sluice/memstore"
@@ -230,7 +231,7 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 		return decide.Config{}, nil, err
 	}
 	if st.Redis != nil {
-		if err := st.Redis.Health(); errors.Is(err, sluice.ErrNeverConnected) {
+		if err := st.Redis.Health(); errors.Is(err, fault.ErrNeverConnected) {
 			log.Error("Redis is not reachable: until it is, this node is not ready (/readyz answers 503) and the failure policy answers every request; start redis-server or check --redis-url",
 				"failure_policy", s.failurePolicy, "err", err)
 		}

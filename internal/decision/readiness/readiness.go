@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -19,7 +19,7 @@ func Store(storeErr error, policy rules.FailurePolicy) error {
 	switch {
 	case storeErr == nil:
 		return nil
-	case errors.Is(storeErr, sluice.ErrNeverConnected):
+	case errors.Is(storeErr, fault.ErrNeverConnected):
 		return fmt.Errorf("store not reached since start (%v); check that it runs and its address", storeErr)
 	case policy == rules.FailClosed:
 		return fmt.Errorf("store down (%v) and the default failure policy is %s", storeErr, policy)

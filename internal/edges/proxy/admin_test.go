@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/edges/hitters"
 	"github.com/sluicehq/sluice/internal/edges/proxy"
 	"github.com/sluicehq/sluice/rules"
@@ -21,7 +21,7 @@ import (
 // process; /metrics serves the registry.
 func TestAdminHandler(t *testing.T) {
 	down := errors.New("connection refused")
-	never := fmt.Errorf("redis unavailable: %w: dial: refused", sluice.ErrNeverConnected)
+	never := fmt.Errorf("redis unavailable: %w: dial: refused", fault.ErrNeverConnected)
 	for _, tc := range []struct {
 		name     string
 		health   error

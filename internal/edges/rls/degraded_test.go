@@ -144,7 +144,7 @@ func TestDecideDegradedErrors(t *testing.T) {
 		{Domain: "api"},
 		{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{nil}},
 	} {
-		if err := e.dec.DecideDegraded(ctx, bad, &o, errDown); !errors.Is(err, decide.ErrInvalid) || o.Response != nil {
+		if err := e.dec.DecideDegraded(ctx, bad, &o, errDown); !errors.Is(err, sluice.ErrInvalid) || o.Response != nil {
 			t.Errorf("request %v: %v, response %v", bad, err, o.Response)
 		}
 	}
@@ -160,7 +160,7 @@ func TestDecideDegradedErrors(t *testing.T) {
 	}
 	// A cause that says the request is invalid is no failure to answer.
 	inv := fmt.Errorf("%w: refused", sluice.ErrInvalid)
-	if err := e.dec.DecideDegraded(ctx, r, &o, inv); !errors.Is(err, decide.ErrInvalid) {
+	if err := e.dec.DecideDegraded(ctx, r, &o, inv); !errors.Is(err, sluice.ErrInvalid) {
 		t.Errorf("invalid cause: %v", err)
 	}
 	// Nothing to limit needs no store: OK, not degraded.

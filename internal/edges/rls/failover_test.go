@@ -389,7 +389,7 @@ func TestFailErrors(t *testing.T) {
 
 	// Invalid input is never masked.
 	e.store.fail(fmt.Errorf("%w: the store refused the key", sluice.ErrInvalid))
-	if _, err := e.dec.Decide(context.Background(), r); !errors.Is(err, decide.ErrInvalid) {
+	if _, err := e.dec.Decide(context.Background(), r); !errors.Is(err, sluice.ErrInvalid) {
 		t.Errorf("invalid: %v", err)
 	}
 

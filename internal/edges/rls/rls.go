@@ -58,10 +58,10 @@ func Preference(v string) decide.Preference {
 // Request converts req into r, reusing r's storage: the domain, and each
 // descriptor's entries, cost (its hits_addend if set, else the request's,
 // where 0 means 1) and per-request limit. r.Prefer is left as it is. An
-// error wraps decide.ErrInvalid.
+// error wraps sluice.ErrInvalid.
 func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 	if req == nil {
-		return fmt.Errorf("%w: no request", decide.ErrInvalid)
+		return fmt.Errorf("%w: no request", sluice.ErrInvalid)
 	}
 	reqCost := int64(req.GetHitsAddend())
 	if reqCost == 0 {
@@ -72,10 +72,10 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 	descs := r.Descriptors[:0]
 	for i, pd := range pds {
 		if pd == nil {
-			return fmt.Errorf("%w: descriptor %d is null", decide.ErrInvalid, i)
+			return fmt.Errorf("%w: descriptor %d is null", sluice.ErrInvalid, i)
 		}
 		if pd.GetIsNegativeHits() {
-			return fmt.Errorf("%w: descriptor %d: is_negative_hits is not supported", decide.ErrInvalid, i)
+			return fmt.Errorf("%w: descriptor %d: is_negative_hits is not supported", sluice.ErrInvalid, i)
 		}
 		// Reuse the entries of the descriptor this one replaces.
 		var entries []rules.Entry
@@ -88,7 +88,7 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 		desc := rules.Descriptor{Entries: entries, Cost: reqCost}
 		if h := pd.GetHitsAddend(); h != nil {
 			if h.GetValue() > sluice.MaxCost {
-				return fmt.Errorf("%w: descriptor %d: hits_addend %d is too large (at most %d)", decide.ErrInvalid, i, h.GetValue(), int64(sluice.MaxCost))
+				return fmt.Errorf("%w: descriptor %d: hits_addend %d is too large (at most %d)", sluice.ErrInvalid, i, h.GetValue(), int64(sluice.MaxCost))
 			}
 			desc.Cost = int64(h.GetValue())
 		}
@@ -97,7 +97,7 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 			if m := o.GetUnitMultiplier(); m != nil {
 				mult = m.GetValue()
 				if mult == 0 {
-					return fmt.Errorf("%w: descriptor %d: limit override unit_multiplier must be positive", decide.ErrInvalid, i)
+					return fmt.Errorf("%w: descriptor %d: limit override unit_multiplier must be positive", sluice.ErrInvalid, i)
 				}
 			}
 			desc.Override = &rules.Override{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: rules.Unit(o.GetUnit()), UnitMultiplier: mult}
@@ -121,7 +121,7 @@ func RateLimitRequest(r *decide.Request) (*rlsv3.RateLimitRequest, error) {
 		}
 		if d.Cost != 1 {
 			if d.Cost < 0 {
-				return nil, fmt.Errorf("%w: descriptor %d: negative cost %d", decide.ErrInvalid, i, d.Cost)
+				return nil, fmt.Errorf("%w: descriptor %d: negative cost %d", sluice.ErrInvalid, i, d.Cost)
 			}
 			pd.HitsAddend = wrapperspb.UInt64(uint64(d.Cost))
 		}

@@ -123,7 +123,7 @@ descriptors:
 	}
 
 	// An error leaves the outcome empty.
-	if err := dec.DecideInto(ctx, &rlsv3.RateLimitRequest{Domain: "api"}, &o); !errors.Is(err, decide.ErrInvalid) {
+	if err := dec.DecideInto(ctx, &rlsv3.RateLimitRequest{Domain: "api"}, &o); !errors.Is(err, sluice.ErrInvalid) {
 		t.Fatalf("no descriptors: %v", err)
 	}
 	if o.Response != nil || len(o.Descriptors) != 0 || len(o.Limits) != 0 {

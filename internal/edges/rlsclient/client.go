@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/logsample"
 	"github.com/sluicehq/sluice/internal/base/redact"
 	"github.com/sluicehq/sluice/internal/edges/rls"
@@ -210,7 +211,7 @@ func (c *Client) Health() error {
 // Ask decides r on the remote into o (see the package documentation for
 // how the remote's response maps to o): the decide.Remote of a Decider
 // whose own rules answer, by their failure policy, what the remote cannot.
-// An error wrapping decide.ErrInvalid means the request is invalid
+// An error wrapping sluice.ErrInvalid means the request is invalid
 // (checked here, or the remote's InvalidArgument); the caller's context
 // ending returns its error; any other error (wrapping ErrUnavailable: the
 // remote unreachable, failing, silent past the timeout, its breaker open,
@@ -233,7 +234,7 @@ func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) 
 	}
 	if err := c.br.Allow(); err != nil {
 		c.metrics.calls[resultBreakerOpen].Add(1)
-		return c.failed(r, resultBreakerOpen, &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: errBreakerOpen})
+		return c.failed(r, resultBreakerOpen, &fault.StoreError{Reason: fault.BreakerOpen, Err: errBreakerOpen})
 	}
 	timeout := c.timeout
 	if c.br.State() == breaker.HalfOpen {
@@ -258,7 +259,7 @@ func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) 
 		if err := c.fill(r, resp, o); err != nil {
 			c.metrics.calls[resultMalformed].Add(1)
 			o.Reset()
-			return c.failed(r, resultMalformed, &sluice.StoreError{Reason: sluice.FailError, Err: fmt.Errorf("%w: %w", ErrUnavailable, err)})
+			return c.failed(r, resultMalformed, &fault.StoreError{Reason: fault.Error, Err: fmt.Errorf("%w: %w", ErrUnavailable, err)})
 		}
 		c.metrics.calls[resultOK].Add(1)
 		return nil
@@ -282,15 +283,15 @@ func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) 
 	if status.Code(err) == codes.InvalidArgument {
 		c.br.Done(nil)
 		c.metrics.calls[resultInvalid].Add(1)
-		return fmt.Errorf("%w: %s", decide.ErrInvalid, status.Convert(err).Message())
+		return fmt.Errorf("%w: %s", sluice.ErrInvalid, status.Convert(err).Message())
 	}
-	res, why := resultError, sluice.FailUnreachable
+	res, why := resultError, fault.Unreachable
 	if status.Code(err) == codes.DeadlineExceeded {
-		res, why = resultTimeout, sluice.FailTimeout
+		res, why = resultTimeout, fault.Timeout
 	}
 	c.metrics.calls[res].Add(1)
 	c.br.Done(err)
-	var cause error = &sluice.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, redact.Value(c.target), err)}
+	var cause error = &fault.StoreError{Reason: why, Err: fmt.Errorf("%w: %s: %w", ErrUnavailable, redact.Value(c.target), err)}
 	c.lastErr.Store(&cause)
 	return c.failed(r, res, cause)
 }
@@ -309,9 +310,9 @@ func (c *Client) failed(r *decide.Request, res result, cause error) error {
 func checkRequest(r *decide.Request) error {
 	switch {
 	case r.Domain == "":
-		return fmt.Errorf("%w: rate limit domain must not be empty", decide.ErrInvalid)
+		return fmt.Errorf("%w: rate limit domain must not be empty", sluice.ErrInvalid)
 	case len(r.Descriptors) == 0:
-		return fmt.Errorf("%w: rate limit descriptor list must not be empty", decide.ErrInvalid)
+		return fmt.Errorf("%w: rate limit descriptor list must not be empty", sluice.ErrInvalid)
 	}
 	return nil
 }

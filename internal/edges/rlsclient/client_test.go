@@ -596,7 +596,7 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// Invalid requests are errors wrapping decide.ErrInvalid, whether refused
+// Invalid requests are errors wrapping sluice.ErrInvalid, whether refused
 // here or by the remote, with the remote up or down; nothing is degraded
 // and the breaker hears no failure.
 func TestInvalidRequest(t *testing.T) {
@@ -612,7 +612,7 @@ func TestInvalidRequest(t *testing.T) {
 			{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{nil}},
 		} {
 			var o decide.Outcome
-			if err := askRaw(c, context.Background(), rq, &o); !errors.Is(err, decide.ErrInvalid) || len(o.Descriptors) != 0 {
+			if err := askRaw(c, context.Background(), rq, &o); !errors.Is(err, sluice.ErrInvalid) || len(o.Descriptors) != 0 {
 				t.Errorf("%s: %v: %v", when, rq, err)
 			}
 		}
@@ -621,7 +621,7 @@ func TestInvalidRequest(t *testing.T) {
 	// What only the remote refuses.
 	for _, rq := range []*rlsv3.RateLimitRequest{req(d())} {
 		var o decide.Outcome
-		if err := askRaw(c, context.Background(), rq, &o); !errors.Is(err, decide.ErrInvalid) || len(o.Descriptors) != 0 || o.Degraded != rules.FailDefault {
+		if err := askRaw(c, context.Background(), rq, &o); !errors.Is(err, sluice.ErrInvalid) || len(o.Descriptors) != 0 || o.Degraded != rules.FailDefault {
 			t.Errorf("%v: %v, %+v", rq, err, o)
 		}
 	}

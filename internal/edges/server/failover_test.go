@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/decision/ratelimitheaders"
 	"github.com/sluicehq/sluice/internal/edges/server"
 	"github.com/sluicehq/sluice/internal/testsupport/logtest"
@@ -50,7 +51,7 @@ func (s *downStore) set(err error) {
 	s.mu.Unlock()
 }
 
-var errRedisDown = &sluice.StoreError{Reason: sluice.FailBreakerOpen, Err: errors.New("redis: circuit breaker open")}
+var errRedisDown = &fault.StoreError{Reason: fault.BreakerOpen, Err: errors.New("redis: circuit breaker open")}
 
 // failoverEnv is a server over a downStore, with a decider whose failure
 // handling is f (its Local, if any, a fresh memstore).

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	protov2 "google.golang.org/protobuf/proto"
 
-	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/edges/grpcraw"
 	"github.com/sluicehq/sluice/internal/vocab/bounds"
 )
@@ -29,7 +29,7 @@ const MaxRequestBytes = 1 << 20
 const MaxJSONBody = MaxRequestBytes
 
 // errMalformed is the error of a request whose encoding is broken.
-var errMalformed = fmt.Errorf("%w: malformed RateLimitRequest", decide.ErrInvalid)
+var errMalformed = fmt.Errorf("%w: malformed RateLimitRequest", sluice.ErrInvalid)
 
 // GRPCServerOptions returns the options a gRPC server needs to serve the
 // rate limit service of RegisterGRPC: the bound on a request's size and
@@ -195,7 +195,7 @@ func (s *jsonScan) space() {
 
 func (s *jsonScan) value(role, depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: %w: JSON nested more than %d deep", decide.ErrInvalid, bounds.ErrTooLarge, maxJSONDepth)
+		return fmt.Errorf("%w: %w: JSON nested more than %d deep", sluice.ErrInvalid, bounds.ErrTooLarge, maxJSONDepth)
 	}
 	s.space()
 	if s.i >= len(s.b) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/internal/base/wheremetric"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -205,7 +206,7 @@ func (m *metrics) count(domain string, o *decide.Outcome, shadow bool) {
 // degraded counts a request of domain answered by a failure policy. The
 // domain has a limit, so it is one of the configuration's: the label is
 // bounded as the per-rule metrics' is.
-func (m *metrics) degraded(domain string, p rules.FailurePolicy, why sluice.FailReason) {
+func (m *metrics) degraded(domain string, p rules.FailurePolicy, why fault.Reason) {
 	m.storeErrors.Inc()
 	m.policyDecided.Inc()
 	m.failurePolicy.WithLabelValues(m.domain(domain).name, p.String(), why.String()).Inc()

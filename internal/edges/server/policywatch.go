@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 )
 
 // policyLogEvery spaces the log lines of requests answered by a failure
@@ -28,7 +28,7 @@ type policyWatch struct {
 }
 
 // answered records one answer at now for why.
-func (w *policyWatch) answered(now time.Time, why sluice.FailReason) {
+func (w *policyWatch) answered(now time.Time, why fault.Reason) {
 	t := now.UnixNano()
 	if last := w.last.Swap(t); t-last > int64(policyWindow) {
 		w.since.Store(t)
@@ -48,5 +48,5 @@ func (w *policyWatch) status(now time.Time) string {
 	since := time.Unix(0, w.since.Load())
 	return fmt.Sprintf("failure policy: answered %d requests since %s (%s ago), the last %s ago, reason %s",
 		w.count.Load(), since.UTC().Format(time.RFC3339), now.Sub(since).Round(time.Millisecond),
-		now.Sub(time.Unix(0, last)).Round(time.Millisecond), sluice.FailReason(w.reason.Load()))
+		now.Sub(time.Unix(0, last)).Round(time.Millisecond), fault.Reason(w.reason.Load()))
 }

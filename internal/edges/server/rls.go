@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/edges/rls"
 	"github.com/sluicehq/sluice/internal/vocab/bounds"
@@ -153,11 +154,11 @@ func (f *failure) httpStatus() int {
 
 // fail turns a Decider error into a failure and counts it.
 func (s *Server) fail(err error, via transport) *failure {
-	if sd := s.m.statsd; sd != nil && (errors.Is(err, decide.ErrInvalid) || errors.Is(err, decide.ErrNoRules)) {
+	if sd := s.m.statsd; sd != nil && (errors.Is(err, sluice.ErrInvalid) || errors.Is(err, decide.ErrNoRules)) {
 		sd.serviceError.Inc() // envoy-rl's service errors: a bad request, no configuration
 	}
 	switch {
-	case errors.Is(err, decide.ErrInvalid):
+	case errors.Is(err, sluice.ErrInvalid):
 		s.m.requests[via][resultInvalid].Inc()
 		if errors.Is(err, bounds.ErrTooLarge) {
 			s.m.tooLarge[via].Inc()
