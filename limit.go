@@ -289,7 +289,7 @@ func (l *Limit) sketchDims() (w, d int) {
 
 // params compiles l for the algo package: the enforced capacity includes
 // the soft or elastic margin (algo.Capacity). Package internal/vocab/limits gives
-// the stores the same.
+// the stores the same (TestParamsAgree holds the two equal).
 func (l *Limit) params() algo.Params {
 	return algo.LimitParams(algo.Kind(l.Algorithm), l.Rate, int64(l.Period), l.nominal(), l.SoftPercent, l.ElasticCeiling, int64(l.RefillInterval), int64(l.WindowOffset), l.Debit)
 }
