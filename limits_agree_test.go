@@ -28,7 +28,7 @@ func TestParamsAgree(t *testing.T) {
 			Rate:      pick(ints),
 			Period:    durs[rng.IntN(len(durs))],
 		}
-		switch rng.IntN(5) {
+		switch rng.IntN(6) {
 		case 0:
 			l.Burst = pick(ints)
 		case 1:
@@ -37,8 +37,9 @@ func TestParamsAgree(t *testing.T) {
 			l.ElasticCeiling = pick(ints)
 		case 3:
 			l.RefillInterval = durs[rng.IntN(len(durs))]
-			l.WindowOffset = time.Duration(rng.Int64N(int64(time.Hour)))
 		case 4:
+			l.WindowOffset = time.Duration(rng.Int64N(int64(l.Period)))
+		case 5:
 			l.Debit = true
 		}
 		if l.Validate() != nil {
