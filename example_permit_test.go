@@ -17,13 +17,13 @@ func ExampleLimiter_Hold() {
 	ctx := context.Background()
 	d, err := lim.Hold(ctx, "customer-42", exports, func(ctx context.Context) error {
 		// While this export runs, another for the same customer is denied.
-		_, d, _ := lim.Acquire(ctx, "customer-42", exports)
+		_, d, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "customer-42", Limit: exports, Cost: 1}}, nil)
 		fmt.Println("a second export:", d.Allowed)
 		return nil
 	})
 	fmt.Println("the export ran:", d.Allowed, err)
 
-	p, _, _ := lim.Acquire(ctx, "customer-42", exports)
+	p, _, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "customer-42", Limit: exports, Cost: 1}}, nil)
 	fmt.Println("after it, a permit:", p != nil)
 	fmt.Println(p.Release(ctx), p.Release(ctx))
 	// Output:

@@ -10,44 +10,78 @@ import (
 	"time"
 )
 
-// Permit is a slot of a Concurrency limit, held in the store under a
-// random ID until it is released or expires (Limiter.Acquire). Its methods
-// are safe for concurrent use.
+// Permit is what a request holds of its Concurrency limits: one slot of
+// each, held in the store under random IDs until it is released or
+// expires (Limiter.Acquire). Its methods are safe for concurrent use.
 type Permit struct {
 	l        *Limiter
-	hits     [1]Hit // the permit's hit: its Key, Limit and ID
+	hits     []Hit // the permits' hits: their Keys, Limits and IDs
+	period   time.Duration
+	enforce  bool // some permit's limit is not a Shadow limit
 	mu       sync.Mutex
 	released atomic.Bool
 }
 
-// Acquire takes a permit of limit, a Concurrency limit, for key: it is
-// held until Release, or until it expires a Period after it was acquired
-// or last renewed (Renew), so that a holder that dies leaks nothing
-// longer. A denial returns a nil Permit and the Decision that says why
-// (RetryAfter: until the earliest permit held expires, a bound, since a
-// holder may release sooner). An error means the store failed; a permit
-// the store may have taken before failing expires on its own.
+// Acquire takes hits together, all or nothing, as Take does, after giving
+// each hit of a Concurrency limit with cost 1 a fresh permit ID (its
+// Permit field is overwritten: 128 random bits, made here and never
+// shown). When the request is admitted and holds permits, the Permit
+// returned releases and renews them all; it is nil on a denial and when
+// no hit is a permit. A permit is held until Release, or until it expires
+// a Period after it was acquired or last renewed (Renew), so that a
+// holder that dies leaks nothing longer. A denial's Decision says why
+// (for a permit, RetryAfter is the time until the earliest permit held
+// expires: a bound, since a holder may release sooner). An error means the
+// store failed; a permit the store may have taken before failing expires
+// on its own. out may be nil.
 //
-// The permit's ID is 128 random bits, made here and never shown: only
-// this Permit releases or renews it. The store must be able to release
+// The hits of a request with permits are decided all or nothing, never
+// one by one: a request refused a slot takes nothing from its rates, and
+// one refused by a rate holds no slot. The store must be able to release
 // and renew permits (memstore, redisstore and the stores that wrap them
 // can); for another, Acquire fails with an error wrapping
-// errors.ErrUnsupported. Most callers want Hold, which releases and
-// renews for them.
-func (l *Limiter) Acquire(ctx context.Context, key string, limit *Limit) (*Permit, Decision, error) {
-	if limit != nil && limit.Algorithm != Concurrency {
-		return nil, Decision{}, fmt.Errorf("%w: Acquire needs a concurrency limit, not %s", ErrInvalid, limit.Algorithm)
+// errors.ErrUnsupported. Hold is simpler for one permit.
+func (l *Limiter) Acquire(ctx context.Context, hits []Hit, out []Decision) (*Permit, Decision, error) {
+	n := 0
+	for i := range hits {
+		if lim := hits[i].Limit; lim != nil && lim.Algorithm == Concurrency && hits[i].Cost == 1 {
+			hits[i].Permit = rand.Text()
+			n++
+		}
 	}
-	if l.permits == nil {
+	if n > 0 && l.permits == nil {
 		return nil, Decision{}, errNoPermits
 	}
-	p := &Permit{l: l}
-	p.hits[0] = Hit{Key: key, Limit: limit, Cost: 1, Permit: rand.Text()}
-	d, err := l.allow(ctx, p.hits[0])
-	if err != nil || !d.Allowed {
+	if out == nil {
+		out = make([]Decision, len(hits))
+	}
+	d, err := l.Take(ctx, hits, out)
+	if err != nil || !d.Allowed || n == 0 {
 		return nil, d, err
 	}
+	p := &Permit{l: l, hits: make([]Hit, 0, n)}
+	for i := range hits {
+		if h := hits[i]; h.Permit != "" && h.Limit.Algorithm == Concurrency && h.Cost == 1 {
+			h.Cost = 0
+			p.hits = append(p.hits, h)
+			if p.period == 0 || h.Limit.Period < p.period {
+				p.period = h.Limit.Period
+			}
+			p.enforce = p.enforce || !h.Limit.Shadow
+		}
+	}
 	return p, d, nil
+}
+
+// acquireOne is Acquire for one permit of limit for key.
+func (l *Limiter) acquireOne(ctx context.Context, key string, limit *Limit) (*Permit, Decision, error) {
+	if limit != nil && limit.Algorithm != Concurrency {
+		return nil, Decision{}, fmt.Errorf("%w: a permit needs a concurrency limit, not %s", ErrInvalid, limit.Algorithm)
+	}
+	var b [1]Hit
+	var out [1]Decision
+	b[0] = Hit{Key: key, Limit: limit, Cost: 1}
+	return l.Acquire(ctx, b[:], out[:])
 }
 
 // errNoPermits is Acquire's error for a store that cannot release
@@ -65,15 +99,15 @@ func (p *Permit) Release(ctx context.Context) error {
 	if p.released.Load() {
 		return nil
 	}
-	if err := p.l.release(ctx, p.hits[:]); err != nil {
+	if err := p.l.release(ctx, p.hits); err != nil {
 		return err
 	}
 	p.released.Store(true)
 	return nil
 }
 
-// Renew extends the permit to a Period from the store's now. It reports
-// false when the permit is held no more: it expired (its holder ran a
+// Renew extends each of the permits to a Period from the store's now. It
+// reports false when one is held no more: it expired (its holder ran a
 // Period without renewing) or was released; a lost permit is not taken
 // again, for its slot may be another's now. A holder whose work outlives
 // a Period renews more often than that (Hold renews every third of it).
@@ -81,11 +115,20 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 	if p.released.Load() {
 		return false, nil
 	}
-	var out [1]Decision
-	if err := p.l.renew(ctx, p.hits[:], out[:]); err != nil {
+	var buf [4]Decision
+	out := buf[:]
+	if len(p.hits) > len(buf) {
+		out = make([]Decision, len(p.hits))
+	}
+	if err := p.l.renew(ctx, p.hits, out[:len(p.hits)]); err != nil {
 		return false, err
 	}
-	return out[0].Allowed, nil
+	for i := range p.hits {
+		if !out[i].Allowed {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Hold runs fn while it holds a permit of limit, a Concurrency limit, for
@@ -106,17 +149,13 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 // again. A Shadow limit's permit is renewed too, but its loss cancels
 // nothing.
 func (l *Limiter) Hold(ctx context.Context, key string, limit *Limit, fn func(context.Context) error) (d Decision, err error) {
-	p, d, err := l.Acquire(ctx, key, limit)
+	p, d, err := l.acquireOne(ctx, key, limit)
 	if err != nil || p == nil {
 		return d, err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go p.keep(context.WithoutCancel(ctx), cancel, renewEvery(limit.Period), !limit.Shadow, stop, done)
+	fctx, stop := p.Keep(ctx)
 	defer func() {
-		close(stop)
-		<-done
-		cancel(nil)
+		stop()
 		if rerr := p.Release(context.WithoutCancel(ctx)); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("sluice: releasing the permit: %w", rerr))
 		}
@@ -134,12 +173,38 @@ func renewEvery(period time.Duration) time.Duration {
 	return max(period/3, time.Millisecond)
 }
 
-// keep renews p every interval until stop is closed, then closes done. A
-// renewal that finds the permit lost cancels with errPermitLost when
-// enforce is set, and ends the renewals.
-func (p *Permit) keep(ctx context.Context, cancel context.CancelCauseFunc, every time.Duration, enforce bool, stop <-chan struct{}, done chan<- struct{}) {
+// Keep renews the permits every third of the shortest Period among them
+// until stop is called, and returns a context derived from ctx that is
+// cancelled when a renewal finds a permit lost, with a cause
+// (context.Cause) that says so: another may hold its slot by then, and
+// work that heeds the context stops rather than run beyond the limit. A
+// renewal that fails (the store is down) cancels nothing: the permits may
+// still be held, and the next renewal tries again. The loss of a Shadow
+// limit's permit cancels nothing. The renewals ignore ctx's cancellation;
+// stop ends them (and cancels the context returned) and waits for a
+// renewal under way; it does not release the permits. Hold is Acquire,
+// Keep, the function, stop and Release.
+func (p *Permit) Keep(ctx context.Context) (_ context.Context, stop func()) {
+	kctx, cancel := context.WithCancelCause(ctx)
+	halt, done := make(chan struct{}), make(chan struct{})
+	go p.keep(context.WithoutCancel(ctx), cancel, halt, done)
+	var once sync.Once
+	return kctx, func() {
+		once.Do(func() {
+			close(halt)
+			<-done
+			cancel(nil)
+		})
+	}
+}
+
+// keep renews p every third of its shortest Period until stop is closed,
+// then closes done. A renewal that finds a permit lost cancels with
+// errPermitLost, unless every permit's limit is a Shadow limit, and ends
+// the renewals.
+func (p *Permit) keep(ctx context.Context, cancel context.CancelCauseFunc, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	t := time.NewTicker(every)
+	t := time.NewTicker(renewEvery(p.period))
 	defer t.Stop()
 	for {
 		select {
@@ -148,13 +213,23 @@ func (p *Permit) keep(ctx context.Context, cancel context.CancelCauseFunc, every
 		case <-t.C:
 			held, err := p.Renew(ctx)
 			if err == nil && !held {
-				if enforce {
+				if p.enforce {
 					cancel(errPermitLost)
 				}
 				return
 			}
 		}
 	}
+}
+
+// Release gives back the permits that hits name (Hit.Permit, with the Key
+// and the Concurrency Limit they were acquired with): what a Permit's
+// Release does, for a caller that kept only the IDs, such as a server
+// asked to release a request's permits by a later request. It is
+// idempotent: a permit released, expired or never held is no error and
+// changes nothing. Costs are ignored.
+func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
+	return l.release(ctx, hits)
 }
 
 // release validates the permits of hits and has the store release them.

@@ -92,11 +92,68 @@ func TestConcurrencyValidate(t *testing.T) {
 	if d, err := lim.Take(ctx, []sluice.Hit{{Key: "k", Limit: ok, Cost: 1, Permit: strings.Repeat("p", 64)}}, make([]sluice.Decision, 1)); err != nil || !d.Allowed {
 		t.Errorf("a permit of 64 bytes: %+v %v", d, err)
 	}
-	if _, _, err := lim.Acquire(ctx, "k", rate); !errors.Is(err, sluice.ErrInvalid) {
-		t.Errorf("Acquire on a rate: %v, want ErrInvalid", err)
+	run := func(context.Context) error { t.Error("fn ran"); return nil }
+	if _, err := lim.Hold(ctx, "k", rate, run); !errors.Is(err, sluice.ErrInvalid) {
+		t.Errorf("Hold on a rate: %v, want ErrInvalid", err)
 	}
-	if _, _, err := lim.Acquire(ctx, "k", nil); !errors.Is(err, sluice.ErrInvalid) {
+	if _, err := lim.Hold(ctx, "k", nil, run); !errors.Is(err, sluice.ErrInvalid) {
+		t.Errorf("Hold without a limit: %v, want ErrInvalid", err)
+	}
+	if _, _, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: nil, Cost: 1}}, nil); !errors.Is(err, sluice.ErrInvalid) {
 		t.Errorf("Acquire without a limit: %v, want ErrInvalid", err)
+	}
+}
+
+// TestAcquireAllOrNothing: a request's rates and permits are taken
+// together: refused a slot, it takes nothing from its rate; refused by its
+// rate, it holds no slot. Without a permit hit, Acquire is Take.
+func TestAcquireAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	lim := sluice.NewLimiter(memstore.New(memstore.Config{SweepInterval: -1}))
+	rate := &sluice.Limit{Rate: 3, Period: time.Hour}
+	slots := concurrency(1, time.Hour)
+	hits := func() []sluice.Hit {
+		return []sluice.Hit{{Key: "r", Limit: rate, Cost: 1}, {Key: "c", Limit: slots, Cost: 1}}
+	}
+	held, d, err := lim.Acquire(ctx, hits(), nil)
+	if err != nil || !d.Allowed || held == nil {
+		t.Fatalf("first: %v %+v %v", held, d, err)
+	}
+	// The slot is taken: refused, and the rate keeps its 2.
+	if p, d, err := lim.Acquire(ctx, hits(), nil); err != nil || d.Allowed || p != nil || d.Index != 1 {
+		t.Fatalf("without a slot: %v %+v %v", p, d, err)
+	}
+	if d, _ := lim.AllowN(ctx, "r", rate, 0); d.Remaining != 2 {
+		t.Fatalf("a request refused a slot took from its rate: %d left, want 2", d.Remaining)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Spend the rate: a request refused by it holds no slot.
+	if _, err := lim.AllowN(ctx, "r", rate, 2); err != nil {
+		t.Fatal(err)
+	}
+	if p, d, err := lim.Acquire(ctx, hits(), nil); err != nil || d.Allowed || p != nil || d.Index != 0 {
+		t.Fatalf("without rate: %v %+v %v", p, d, err)
+	}
+	if d, _ := lim.AllowN(ctx, "c", slots, 0); d.Remaining != 1 {
+		t.Fatalf("a request refused by its rate holds a slot: %d free, want 1", d.Remaining)
+	}
+	// No permit hit: a Take, no Permit.
+	if p, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "r2", Limit: rate, Cost: 1}}, nil); err != nil || !d.Allowed || p != nil {
+		t.Fatalf("rates only: %v %+v %v", p, d, err)
+	}
+	// Released by ID, as a server does for a later request.
+	h := hits()[1:]
+	p, d, err := lim.Acquire(ctx, h, nil)
+	if err != nil || !d.Allowed || p == nil || h[0].Permit == "" {
+		t.Fatalf("slot: %v %+v %v %q", p, d, err, h[0].Permit)
+	}
+	if err := lim.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := lim.AllowN(ctx, "c", slots, 0); d.Remaining != 1 {
+		t.Fatalf("Release by ID left %d free, want 1", d.Remaining)
 	}
 }
 
@@ -108,12 +165,12 @@ type takeOnly struct{ sluice.Store }
 func TestAcquireNeedsRelease(t *testing.T) {
 	s := memstore.New(memstore.Config{SweepInterval: -1})
 	lim := sluice.NewLimiter(takeOnly{s})
-	p, _, err := lim.Acquire(context.Background(), "k", concurrency(1, time.Second))
+	p, _, err := lim.Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: concurrency(1, time.Second), Cost: 1}}, nil)
 	if p != nil || !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Acquire: %v %v, want ErrUnsupported", p, err)
 	}
 	// Nor does a store that wraps it, though it has the methods.
-	p, _, err = sluice.NewLimiter(lease.New(takeOnly{s}, lease.Config{})).Acquire(context.Background(), "k", concurrency(1, time.Second))
+	p, _, err = sluice.NewLimiter(lease.New(takeOnly{s}, lease.Config{})).Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: concurrency(1, time.Second), Cost: 1}}, nil)
 	if p != nil || !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Acquire through a decorator: %v %v, want ErrUnsupported", p, err)
 	}
@@ -129,13 +186,13 @@ func TestAcquire(t *testing.T) {
 	lim := newLimiter(t, &now)
 	ctx := context.Background()
 	l := concurrency(2, 10*time.Second)
-	p1, d, err := lim.Acquire(ctx, "k", l)
+	p1, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil)
 	if err != nil || p1 == nil || d.Remaining != 1 || d.Limit != 2 || d.ResetAfter != 10*time.Second {
 		t.Fatalf("first: %v %+v %v", p1, d, err)
 	}
 	now = now.Add(3 * time.Second)
-	p2, _, _ := lim.Acquire(ctx, "k", l)
-	p3, d, err := lim.Acquire(ctx, "k", l)
+	p2, _, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil)
+	p3, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil)
 	if p2 == nil || p3 != nil || err != nil || d.Allowed || d.RetryAfter != 7*time.Second || d.Remaining != 0 {
 		t.Fatalf("third: %v %+v %v, want denied until the first expires in 7s", p3, d, err)
 	}
@@ -147,11 +204,11 @@ func TestAcquire(t *testing.T) {
 	if held, err := p1.Renew(ctx); held || err != nil {
 		t.Fatalf("renewing a released permit: %v %v", held, err)
 	}
-	p3, _, _ = lim.Acquire(ctx, "k", l)
+	p3, _, _ = lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil)
 	if p3 == nil {
 		t.Fatal("no permit after a release")
 	}
-	if _, d, _ := lim.Acquire(ctx, "k", l); d.Allowed {
+	if _, d, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); d.Allowed {
 		t.Fatal("a released permit's slot was given twice")
 	}
 	// p2 (acquired at 3s) renewed at 9s lives to 19s; p3 (at 3s) not renewed
@@ -285,7 +342,7 @@ func TestHoldRenews(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Error("cancelled while renewed")
 			}
-			if _, d, _ := lim.Acquire(ctx, "k", l); d.Allowed {
+			if _, d, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); d.Allowed {
 				t.Error("the slot was free while held")
 			}
 			jump.Store(int64(4 * time.Second)) // the store's clock jumps past the expiry
@@ -297,7 +354,7 @@ func TestHoldRenews(t *testing.T) {
 			if c := context.Cause(ctx); c == nil || !strings.Contains(c.Error(), "permit was lost") {
 				t.Errorf("cause %v", c)
 			}
-			if _, d, _ := lim.Acquire(context.Background(), "k", l); !d.Allowed {
+			if _, d, _ := lim.Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); !d.Allowed {
 				t.Error("the lost permit's slot is not free")
 			}
 			return ctx.Err()
@@ -367,7 +424,7 @@ func holdMany(t *testing.T, lim *sluice.Limiter, n int, maxHeld int64) {
 					ok = d.Allowed
 				} else {
 					var p *sluice.Permit
-					p, _, err = lim.Acquire(ctx, "hot", l)
+					p, _, err = lim.Acquire(ctx, []sluice.Hit{{Key: "hot", Limit: l, Cost: 1}}, nil)
 					if p != nil {
 						ok = true
 						work()
@@ -411,7 +468,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 	ctx := context.Background()
 	pair := func(i int) {
-		p, _, err := lim.Acquire(ctx, keys[i%len(keys)], l)
+		p, _, err := lim.Acquire(ctx, []sluice.Hit{{Key: keys[i%len(keys)], Limit: l, Cost: 1}}, nil)
 		if err != nil || p == nil {
 			b.Fatalf("acquire: %v %v", p, err)
 		}

@@ -568,12 +568,12 @@ func parseTrusted(s string) (netip.Prefix, error) {
 // IPv6) and is stable. The zero Prefix gives "".
 func Key(p netip.Prefix) string {
 	var buf [64]byte // the longest, "ffff:…:ffff/128", is 43 bytes
-	return string(AppendKey(buf[:0], p))
+	return string(appendKey(buf[:0], p))
 }
 
-// AppendKey appends [Key] of p to b, for callers that build a key without
+// appendKey appends [Key] of p to b, for callers that build a key without
 // allocating.
-func AppendKey(b []byte, p netip.Prefix) []byte {
+func appendKey(b []byte, p netip.Prefix) []byte {
 	if !p.IsValid() {
 		return b
 	}

@@ -303,9 +303,6 @@ func TestKey(t *testing.T) {
 		if got := httplimit.Key(tt.p); got != tt.want {
 			t.Errorf("Key(%v) = %q, want %q", tt.p, got, tt.want)
 		}
-		if got := string(httplimit.AppendKey([]byte("k:"), tt.p)); got != "k:"+tt.want {
-			t.Errorf("AppendKey(%v) = %q, want %q", tt.p, got, "k:"+tt.want)
-		}
 	}
 }
 

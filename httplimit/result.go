@@ -45,12 +45,3 @@ func (r Result) String() string {
 	return ""
 }
 
-// Results lists every Result, in order: for metrics that create their
-// series up front.
-func Results() []Result {
-	out := make([]Result, 0, numResults-1)
-	for r := Allowed; r < numResults; r++ {
-		out = append(out, r)
-	}
-	return out
-}

@@ -92,7 +92,7 @@ func (m *middleware) build(s *scratch, r *http.Request) (int, error) {
 		}
 		p, _ := a.Prefix(bits) // bits is in range for a's family
 		s.addr = a
-		s.key = AppendKey(s.key[:0], p)
+		s.key = appendKey(s.key[:0], p)
 		// The client key lives in s.key until the request is done: no
 		// copy per request (see Decider, and concurrency.acquire, which
 		// copies it to keep it).

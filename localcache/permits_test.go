@@ -43,7 +43,7 @@ func TestPermitsNotCached(t *testing.T) {
 	if err := c.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "b"}}, out); err != nil || !out[0].Allowed {
 		t.Fatalf("renew through the cache: %+v %v", out[0], err)
 	}
-	p, _, err := sluice.NewLimiter(c).Acquire(ctx, "k2", l)
+	p, _, err := sluice.NewLimiter(c).Acquire(ctx, []sluice.Hit{{Key: "k2", Limit: l, Cost: 1}}, nil)
 	if err != nil || p == nil {
 		t.Fatalf("Acquire through the cache: %v %v", p, err)
 	}

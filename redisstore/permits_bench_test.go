@@ -32,7 +32,7 @@ func BenchmarkPermit(b *testing.B) {
 	const keys = 10000
 	key := func(i int) string { return "k" + strconv.Itoa(i%keys) }
 	pair := func(i int) {
-		p, d, err := lim.Acquire(ctx, key(i), conc)
+		p, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: key(i), Limit: conc, Cost: 1}}, nil)
 		if err != nil || p == nil {
 			b.Fatalf("acquire %d: %+v %v", i, d, err)
 		}

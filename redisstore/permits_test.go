@@ -50,7 +50,7 @@ func TestPermitReleaseByID(t *testing.T) {
 		}
 		return out[0]
 	}
-	p, _, err := sluice.NewLimiter(s).Acquire(ctx, "k", l) // a random ID, never shown
+	p, _, err := sluice.NewLimiter(s).Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil) // a random ID, never shown
 	if err != nil || p == nil {
 		t.Fatalf("Acquire: %v %v", p, err)
 	}
@@ -138,7 +138,7 @@ func TestPermitCrashedHolder(t *testing.T) {
 	}
 	lim := sluice.NewLimiter(s)
 	ctx := context.Background()
-	if p, d, err := lim.Acquire(ctx, "k", l); p != nil || err != nil || d.RetryAfter > ttl {
+	if p, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); p != nil || err != nil || d.RetryAfter > ttl {
 		t.Fatalf("right after the kill: %v %+v %v, want denied for at most the TTL", p, d, err)
 	}
 	// The dead holder's permit expires at most a TTL after its last
@@ -169,7 +169,7 @@ func TestPermitCrashedHolder(t *testing.T) {
 		}
 		time.Sleep(expiry.Sub(now) + time.Millisecond)
 	}
-	if p, d, err := lim.Acquire(ctx, "k", l); p == nil || err != nil {
+	if p, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); p == nil || err != nil {
 		t.Fatalf("at the dead holder's expiry: %+v %v, want the slot free", d, err)
 	}
 }
@@ -187,7 +187,7 @@ func TestPermitClockJump(t *testing.T) {
 	l := concurrency(1, 3*time.Second)
 	d, err := lim.Hold(ctx, "k", l, func(hctx context.Context) error {
 		jump.Store(int64(4 * time.Second))
-		if p, d, err := lim.Acquire(ctx, "k", l); p == nil || err != nil {
+		if p, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); p == nil || err != nil {
 			t.Errorf("after the jump: %+v %v, want the expired permit's slot", d, err)
 		}
 		select {
@@ -280,7 +280,7 @@ func TestPermitManyHolders(t *testing.T) {
 					ok = d.Allowed
 				} else {
 					var p *sluice.Permit
-					if p, _, err = lim.Acquire(ctx, "hot", l); p != nil {
+					if p, _, err = lim.Acquire(ctx, []sluice.Hit{{Key: "hot", Limit: l, Cost: 1}}, nil); p != nil {
 						ok = true
 						work()
 						if err = p.Release(ctx); err == nil {

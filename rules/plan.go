@@ -263,7 +263,28 @@ func (p *Plan) ruleHits(d *Domain, desc *Descriptor, m *Match) error {
 			return err
 		}
 	}
+	if err := p.permitHit(d, desc, m); err != nil {
+		return err
+	}
 	p.stat(m, d.Name, desc.Entries, lv)
+	return nil
+}
+
+// permitHit adds the hit of the concurrency limit of m's rule, if it has
+// one: a permit for the request (cost 1; 0 for a peek), keyed as the
+// rule's limits are, by the values of the request.
+func (p *Plan) permitHit(d *Domain, desc *Descriptor, m *Match) error {
+	r := m.Rule
+	if r == nil || r.Concurrency == nil {
+		return nil
+	}
+	lv := p.levels[m.lv : m.lv+len(desc.Entries)]
+	start := len(p.buf)
+	p.buf = appendRuleKey(p.buf, d.Name, r, r.concurrencyTag, desc.Entries, lv)
+	if err := p.addHit(start, r.Concurrency, permitCost(desc.Cost)); err != nil {
+		return err
+	}
+	m.Count++
 	return nil
 }
 
@@ -312,7 +333,7 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 				// limits and its replaces do not apply.
 				m.Rule, m.Runtime, m.runtime = r, rm.ID, rm.Limits
 				m.Status = Limited
-				if rm.Unlimited || len(rm.Limits) == 0 {
+				if (rm.Unlimited || len(rm.Limits) == 0) && (r == nil || r.Concurrency == nil) {
 					m.Status = Unlimited
 				}
 				continue
@@ -332,7 +353,7 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 				m.Schedule = r.Schedules[i]
 			}
 		}
-		if m.set.unlimited {
+		if m.set.unlimited && r.Concurrency == nil {
 			m.Status = Unlimited
 		}
 		p.replacing = append(p.replacing, r.Replaces...)
@@ -394,6 +415,9 @@ func (p *Plan) runtimeHits(d *Domain, desc *Descriptor, m *Match) error {
 		if err := p.addHit(start, l, desc.Cost); err != nil {
 			return err
 		}
+	}
+	if err := p.permitHit(d, desc, m); err != nil {
+		return err
 	}
 	p.matchStat(m, d.Name, desc.Entries)
 	return nil

@@ -83,6 +83,13 @@ type Rule struct {
 	// is enforced.
 	Unlimited bool
 
+	// Concurrency is the rule's cap on requests in flight per descriptor
+	// value (`concurrency: {max, ttl}`), a sluice.Concurrency limit; nil
+	// when none. It is enforced beside the rate limits, all or nothing with
+	// them, and stays when schedules, calendars or runtime overrides change
+	// the rates.
+	Concurrency *sluice.Limit
+
 	// Schedules are the windows whose limits replace Limits while they
 	// hold (the `schedules:` extension), in file order: the first that
 	// holds applies.
@@ -108,15 +115,16 @@ type Rule struct {
 	File         string
 	Line, Column int
 
-	composite string            // key, or key_value: Envoy's map key
-	children  map[string]*Rule  // by composite
-	wildcards []*Rule           // wildcard children, in file order
-	glob      glob              // the pattern of a wildcard rule, else nil
-	limited   bool              // has a rate_limit block (limits or unlimited)
-	depth     int               // 1 at the top level
-	ident     string            // length-prefixed path, part of counter keys
-	windows   []calendar.Window // of Schedules, in order
-	set       limitSet          // what it enforces, outside its schedules' windows
+	composite      string            // key, or key_value: Envoy's map key
+	children       map[string]*Rule  // by composite
+	wildcards      []*Rule           // wildcard children, in file order
+	glob           glob              // the pattern of a wildcard rule, else nil
+	limited        bool              // has a rate_limit block (limits or unlimited) or a concurrency
+	concurrencyTag string            // the key tag of Concurrency
+	depth          int               // 1 at the top level
+	ident          string            // length-prefixed path, part of counter keys
+	windows        []calendar.Window // of Schedules, in order
+	set            limitSet          // what it enforces, outside its schedules' windows
 }
 
 // limitSet is what a rule, or a window of its schedules, enforces: its
@@ -132,7 +140,7 @@ type limitSet struct {
 }
 
 // HasRateLimit reports whether the rule has a rate_limit (or rate_limits)
-// block, unlimited included: a request whose last entry reaches a rule
+// block, unlimited included, or a concurrency: a request whose last entry reaches a rule
 // without one matches nothing.
 func (r *Rule) HasRateLimit() bool { return r.limited }
 

@@ -25,7 +25,7 @@ var envoyKeys = map[string]bool{
 // The keys each kind of mapping takes.
 var (
 	rootKeys       = []string{"domain", "descriptors", "capacity", "failure_policy", "all_or_nothing", "consistency", "max_overshoot", "http"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "schedules", "descriptors", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "rate_limits", "schedules", "descriptors", "concurrency", "shadow_mode", "quota_mode", "metadata", "detailed_metric", "value_to_metric", "share_threshold"}
 	limitKeys      = []string{"unit", "requests_per_unit", "unit_multiplier", "period", "algorithm", "burst", "refill_interval", "refill_amount", "soft_percent", "block_for", "sketch", "debit", "consistency", "max_overshoot", "calendar", "global"}
 	rateLimitKeys  = append(slices.Clone(limitKeys), "unlimited", "name", "replaces", "elastic_ceiling")
 	listItemKeys   = append(slices.Clone(limitKeys), "name", "replaces", "elastic_ceiling")
@@ -199,8 +199,8 @@ func (p *parser) descriptors(parent *Rule, n *yaml.Node) {
 // descriptorNodes are the keys of a descriptor read later than its flags:
 // its limits, children and value, and whether it has a key.
 type descriptorNodes struct {
-	rl, rls, children, value, schedules *yaml.Node
-	keySeen                             bool
+	rl, rls, children, value, schedules, conc *yaml.Node
+	keySeen                                   bool
 }
 
 // descriptorFields reads a descriptor's keys into r, and returns those
@@ -221,6 +221,8 @@ func (p *parser) descriptorFields(r *Rule, pairs []yamlwalk.Pair) descriptorNode
 			f.rls = kv.V
 		case "schedules":
 			f.schedules = kv.V
+		case "concurrency":
+			f.conc = kv.V
 		case "descriptors":
 			f.children = kv.V
 		case "shadow_mode":
@@ -306,6 +308,9 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
 		p.rateLimit(r, rl)
 	case rls != nil:
 		p.rateLimits(r, rls)
+	}
+	if f.conc != nil {
+		p.concurrency(r, f.conc)
 	}
 	if f.schedules != nil {
 		p.schedules(r, f.schedules)

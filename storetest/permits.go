@@ -38,7 +38,7 @@ func (s suite) permits(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := s.env(t)
 			if _, ok := e.store.(decorator.Permitter); !ok && c.name != "UpToTheLimit" && c.name != "AllOrNothing" {
-				_, _, err := e.lim.Acquire(context.Background(), "k", concurrencyLimit(1, time.Minute))
+				_, _, err := e.lim.Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: concurrencyLimit(1, time.Minute), Cost: 1}}, nil)
 				if !errors.Is(err, errors.ErrUnsupported) {
 					t.Fatalf("Acquire on a store without Release: %v, want errors.ErrUnsupported", err)
 				}
@@ -255,7 +255,7 @@ func permitsMany(t *testing.T, e *env) {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 1))
 			for try := 0; ; try++ {
-				p, _, err := e.lim.Acquire(ctx, "hot", l)
+				p, _, err := e.lim.Acquire(ctx, []sluice.Hit{{Key: "hot", Limit: l, Cost: 1}}, nil)
 				if err != nil {
 					t.Error(err)
 					return

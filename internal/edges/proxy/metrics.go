@@ -83,10 +83,10 @@ func (m *Metrics) route(name string) routeMetrics {
 	if m == nil {
 		return rm
 	}
-	all := httplimit.Results()
-	rm.results = make([]prometheus.Counter, int(all[len(all)-1])+1)
-	for _, r := range all {
-		rm.results[r] = m.requests.WithLabelValues(name, r.String())
+	// Indexed by Result: every value from Allowed up has a name.
+	rm.results = []prometheus.Counter{nil}
+	for r := httplimit.Allowed; r.String() != ""; r++ {
+		rm.results = append(rm.results, m.requests.WithLabelValues(name, r.String()))
 	}
 	rm.upstreamErrors = m.upstreamErrors.WithLabelValues(name)
 	rm.reserved = m.tokens.WithLabelValues(name, "reserved")

@@ -61,7 +61,7 @@ func TestConvention(t *testing.T) {
 			// released through the decorator, seen there.
 			conc := &sluice.Limit{Algorithm: sluice.Concurrency, Rate: 1, Period: time.Minute}
 			ctx := context.Background()
-			p, _, err := sluice.NewLimiter(d).Acquire(ctx, "permit", conc)
+			p, _, err := sluice.NewLimiter(d).Acquire(ctx, []sluice.Hit{{Key: "permit", Limit: conc, Cost: 1}}, nil)
 			if err != nil || p == nil {
 				t.Fatalf("Acquire through the decorator: %v %v", p, err)
 			}
