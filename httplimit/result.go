@@ -44,4 +44,3 @@ func (r Result) String() string {
 	}
 	return ""
 }
-
