@@ -345,8 +345,12 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	// all_or_nothing says: a quota over its limit does not deny the
 	// request while another has room, so it must not stop the others
 	// from counting either.
+	// A request that holds permits is decided all or nothing, whatever
+	// all_or_nothing and quotas say: refused a slot, it must take nothing
+	// from its rates, and refused by a rate, hold no slot.
 	quota := d.hasQuota(p)
-	each := quota || !r.Reserve && !d.allOrNothingFor(p.Domain, r.Prefer)
+	permits := hasPermits(hits)
+	each := !permits && (quota || !r.Reserve && !d.allOrNothingFor(p.Domain, r.Prefer))
 	var at time.Time
 	if r.Reserve {
 		at = d.earliest()
@@ -359,6 +363,8 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	switch {
 	case err != nil:
 		// It could not: the failure policy answers.
+	case cause == nil && permits:
+		o.Permit, overall, err = d.limiter.Acquire(ctx, hits, out)
 	case cause == nil && each:
 		overall, err = d.limiter.TakeEach(ctx, hits, out)
 	case cause == nil:
@@ -374,6 +380,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr, cause == nil); err != nil {
 			return err
 		}
+		o.Permit, s.permit = s.permit, nil
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
 		// The store answers again: charge it what the local policy
@@ -524,7 +531,9 @@ type scratch struct {
 	out  []sluice.Decision
 	pref Preference // the caller's default of all_or_nothing
 
-	// The local policy's hits and their keys (see failover.go).
+	// The local policy's hits and their keys, and the permit it holds
+	// (see failover.go).
+	permit    *sluice.Permit
 	local     []sluice.Hit
 	localKeys []byte
 	localEnds []int

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/base/algo"
@@ -87,6 +89,9 @@ type Failover struct {
 	// allocation (internal/stores/regions). Nil: the configured limits bound the
 	// policy.
 	Budget func(key string, l *sluice.Limit) (left int64, ok bool)
+
+	shares     *sync.Map // shareKey -> *sluice.Limit (share)
+	shareCount *atomic.Int64
 }
 
 // nodes is the number of nodes the local policy shares the limits among:
@@ -117,6 +122,7 @@ func (f Failover) withDefaults() (Failover, error) {
 	if f.Nodes == 0 && f.NodeCount == nil {
 		f.Nodes = 1
 	}
+	f.shares, f.shareCount = new(sync.Map), new(atomic.Int64)
 	return f, nil
 }
 
@@ -181,23 +187,38 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 				return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("local failure policy: %w (after the store failed: %v)", err, storeErr)
 			}
 		}
-		each := !d.allOrNothingFor(p.Domain, s.pref) || d.hasQuota(p)
-		decide := f.Local.Take
-		if each {
-			decide = f.Local.TakeEach
+		permits := hasPermits(hits)
+		each := !permits && (!d.allOrNothingFor(p.Domain, s.pref) || d.hasQuota(p))
+		var overall sluice.Decision
+		var err error
+		switch {
+		case permits:
+			// The node holds its share of the slots in its own store:
+			// the permit releases and renews there.
+			s.permit, overall, err = f.Local.Acquire(ctx, local, out)
+		case each:
+			overall, err = f.Local.TakeEach(ctx, local, out)
+		default:
+			overall, err = f.Local.Take(ctx, local, out)
 		}
-		overall, err := decide(ctx, local, out)
 		if err != nil {
 			return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("local failure policy: %w (after the store failed: %v)", err, storeErr)
 		}
 		if record {
-			d.spent.record(hits, func(i int) bool { return out[i].Allowed && (each || overall.Allowed) }, d.now())
+			// Permits are not written back: a local holder releases
+			// where it acquired (docs/internals/concurrency.md).
+			d.spent.record(hits, func(i int) bool {
+				return out[i].Allowed && (each || overall.Allowed) && hits[i].Limit.Algorithm != sluice.Concurrency
+			}, d.now())
 		}
 		if nodes > 1 {
 			// Remaining counts the requests of cost 1 the node still
-			// admits, as it does when the store decides.
+			// admits, as it does when the store decides (a permit's
+			// share already counts slots).
 			for i := range hits {
-				out[i].Remaining /= localCost(1, nodes, hits[i].Limit)
+				if hits[i].Limit.Algorithm != sluice.Concurrency {
+					out[i].Remaining /= localCost(1, nodes, hits[i].Limit)
+				}
 			}
 			overall = sluice.Overall(hits, out)
 		}
@@ -284,6 +305,10 @@ func (f *Failover) localHits(s *scratch, nodes int64) []sluice.Hit {
 		}
 		s.localEnds = append(s.localEnds, len(s.localKeys))
 		l := hits[i].Limit
+		if l.Algorithm == sluice.Concurrency {
+			s.local = append(s.local, sluice.Hit{Limit: f.share(l, nodes), Cost: hits[i].Cost})
+			continue
+		}
 		s.local = append(s.local, sluice.Hit{Limit: l, Cost: localCost(hits[i].Cost, nodes, l)})
 	}
 	all := string(s.localKeys)
@@ -325,4 +350,50 @@ func localCost(c, n int64, l *sluice.Limit) int64 {
 		w = capacity
 	}
 	return w
+}
+
+// share returns the local policy's limit for a Concurrency limit l on one
+// of n nodes: floor(N/n) slots of l's N, the same TTL. A permit cannot
+// weigh n (its cost is 1), so the node's cap is divided instead; the
+// permits it holds stay held when n changes, and count against the new
+// share. floor, not at least 1: the nodes together hold at most N while
+// the store is down, and a key with fewer slots than nodes admits nothing
+// then (failure_policy open admits without a permit instead). The shares
+// are made once per limit and node count (at most shareCacheMax kept).
+func (f *Failover) share(l *sluice.Limit, n int64) *sluice.Limit {
+	if n <= 1 {
+		return l
+	}
+	k := shareKey{l, n}
+	if v, ok := f.shares.Load(k); ok {
+		return v.(*sluice.Limit)
+	}
+	s := *l
+	s.Rate = l.Rate / n
+	if f.shareCount.Add(1) > shareCacheMax {
+		f.shares.Clear()
+		f.shareCount.Store(1)
+	}
+	v, _ := f.shares.LoadOrStore(k, &s)
+	return v.(*sluice.Limit)
+}
+
+// shareKey names a local share: the configured limit and the node count.
+type shareKey struct {
+	l *sluice.Limit
+	n int64
+}
+
+// shareCacheMax bounds the shares kept: rule reloads make new limits.
+const shareCacheMax = 4096
+
+// hasPermits reports whether hits hold permits: a Concurrency hit of
+// cost 1.
+func hasPermits(hits []sluice.Hit) bool {
+	for i := range hits {
+		if hits[i].Limit.Algorithm == sluice.Concurrency && hits[i].Cost == 1 {
+			return true
+		}
+	}
+	return false
 }

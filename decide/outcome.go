@@ -84,6 +84,13 @@ type Outcome struct {
 	StoreErr error
 	Reason   fault.Reason
 
+	// Permit holds the request's slots of its concurrency limits when it
+	// was admitted with any (nil otherwise): the front door keeps it while
+	// the request runs (Permit.Keep) and releases it when the response
+	// ends (Permit.Release), whatever the way it ends. Under the local
+	// failure policy it is held in the node's own store.
+	Permit *sluice.Permit
+
 	// ShadowDenied reports a request that the limits denied and global
 	// shadow mode let through (GlobalShadow): Overall is then allowed.
 	ShadowDenied bool

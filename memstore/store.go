@@ -166,10 +166,11 @@ func mix64(x uint64) uint64 {
 // limits given the same key string keep separate state (the period as
 // Params.IdentityPeriod says).
 func paramsMix(p *algo.Params) uint64 {
+	rate, capacity := p.IdentityCounts()
 	x := uint64(p.Kind)<<56 ^
-		uint64(p.Rate)*0x9e3779b97f4a7c15 ^
+		uint64(rate)*0x9e3779b97f4a7c15 ^
 		uint64(p.IdentityPeriod())*0xc2b2ae3d27d4eb4f ^
-		uint64(p.Capacity)*0x165667b19e3779f9 ^
+		uint64(capacity)*0x165667b19e3779f9 ^
 		uint64(p.Interval)*0xd6e8feb86659fd93
 	return mix64(x)
 }

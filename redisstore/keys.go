@@ -48,10 +48,11 @@ type keyer struct {
 
 // paramBytes appends the parameters that make a key's state distinct.
 func paramBytes(b []byte, p *algo.Params) []byte {
+	rate, capacity := p.IdentityCounts()
 	b = append(b, byte(p.Kind))
-	b = binary.LittleEndian.AppendUint64(b, uint64(p.Rate))
+	b = binary.LittleEndian.AppendUint64(b, uint64(rate))
 	b = binary.LittleEndian.AppendUint64(b, uint64(p.IdentityPeriod()))
-	b = binary.LittleEndian.AppendUint64(b, uint64(p.Capacity))
+	b = binary.LittleEndian.AppendUint64(b, uint64(capacity))
 	return binary.LittleEndian.AppendUint64(b, uint64(p.Interval))
 }
 

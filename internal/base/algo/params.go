@@ -122,6 +122,18 @@ type Params struct {
 	Debit bool
 }
 
+// IdentityCounts are the rate and capacity that name a state in a store,
+// with the kind, period and interval: a Concurrency limit's count none
+// (zeros), so that its permits are one set whatever its N: holders stay
+// counted when N changes (a rules reload, the local failure policy's
+// share of the slots on one of n nodes).
+func (p *Params) IdentityCounts() (rate, capacity int64) {
+	if p.Kind == Concurrency {
+		return 0, 0
+	}
+	return p.Rate, p.Capacity
+}
+
 // IdentityPeriod is the period that names a state in a store, with the
 // kind, rate, capacity and interval: an offset window's (a calendar
 // period's) changes length from period to period and keeps its state, so

@@ -1,0 +1,127 @@
+package decide_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+const permitRules = `descriptors:
+  - key: k
+    concurrency: {max: 2, ttl: 1m}
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: wide
+    concurrency: {max: 4, ttl: 1m}
+`
+
+// TestDecidePermits: a request with a concurrency rule holds its slot in
+// the Outcome's Permit until released; refused a slot, it takes nothing
+// from its rate, and refused by its rate, it holds no slot.
+func TestDecidePermits(t *testing.T) {
+	ctx := context.Background()
+	e := newLocalEnv(t, permitRules)
+	a, b := e.decide(t, "k", "x"), e.decide(t, "k", "x")
+	if !a.Overall.Allowed || !b.Overall.Allowed || a.Permit == nil || b.Permit == nil {
+		t.Fatalf("two of two slots: %+v %+v", a.Overall, b.Overall)
+	}
+	c := e.decide(t, "k", "x")
+	if c.Overall.Allowed || c.Permit != nil {
+		t.Fatalf("a third in flight: %+v", c.Overall)
+	}
+	if got := ratePeek(t, e, "k", "x"); got != 1 {
+		t.Fatalf("the refused request took from its rate: %d left, want 1", got)
+	}
+	if err := a.Permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Permit.Release(ctx); err != nil {
+		t.Fatal("a second release:", err)
+	}
+	d := e.decide(t, "k", "x")
+	if !d.Overall.Allowed || d.Permit == nil {
+		t.Fatalf("after a release: %+v", d.Overall)
+	}
+	// The rate is spent (3 of 3): refused, and no slot is held.
+	if err := d.Permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o := e.decide(t, "k", "x"); o.Overall.Allowed || o.Permit != nil {
+		t.Fatalf("past the rate: %+v", o.Overall)
+	}
+	if err := b.Permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Other values have their own slots.
+	if o := e.decide(t, "k", "y"); !o.Overall.Allowed || o.Permit == nil {
+		t.Fatalf("another value: %+v", o.Overall)
+	}
+}
+
+// TestDecidePermitsLocalPolicy: with the store down, the local policy
+// gives each of n nodes floor(N/n) slots of a key, held in the node's own
+// store; the slots a node holds stay held when n changes.
+func TestDecidePermitsLocalPolicy(t *testing.T) {
+	ctx := context.Background()
+	e := newLocalEnv(t, permitRules)
+	e.nodes.Store(2)
+	e.store.down.Store(true)
+	var outs []func() error
+	for range 2 {
+		o := e.decide(t, "wide", "x")
+		if !o.Overall.Allowed || o.Degraded != rules.FailLocal || o.Permit == nil {
+			t.Fatalf("share of 4 on 2 nodes: %+v %v", o.Overall, o.Degraded)
+		}
+		p := o.Permit
+		outs = append(outs, func() error { return p.Release(ctx) })
+	}
+	if o := e.decide(t, "wide", "x"); o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("a third on a node whose share is 2: %+v", o.Overall)
+	}
+	// Four nodes: a share of 1, and the node holds 2: none until both go.
+	e.nodes.Store(4)
+	if err := outs[0](); err != nil {
+		t.Fatal(err)
+	}
+	if o := e.decide(t, "wide", "x"); o.Overall.Allowed {
+		t.Fatalf("holding 1 of a share of 1: %+v", o.Overall)
+	}
+	if err := outs[1](); err != nil {
+		t.Fatal(err)
+	}
+	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Permit == nil {
+		t.Fatalf("holding 0 of a share of 1: %+v", o.Overall)
+	}
+	// A key with fewer slots than nodes admits nothing while the store is
+	// down: the nodes together never hold more than N.
+	e.nodes.Store(3)
+	if o := e.decide(t, "k", "z"); o.Overall.Allowed {
+		t.Fatalf("2 slots on 3 nodes: %+v", o.Overall)
+	}
+	// The store returns: its slots are its own again.
+	e.store.down.Store(false)
+	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailDefault {
+		t.Fatalf("the store back: %+v %v", o.Overall, o.Degraded)
+	}
+}
+
+// ratePeek returns what the store has left of key=value's rate limit.
+func ratePeek(t *testing.T, e *localEnv, key, value string) int64 {
+	t.Helper()
+	var p rules.Plan
+	if err := e.d.Rules().Plan("api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}, &p); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range p.Hits {
+		if h.Limit.Algorithm != sluice.Concurrency {
+			d, err := sluice.NewLimiter(e.store.inner).AllowN(context.Background(), h.Key, h.Limit, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d.Remaining
+		}
+	}
+	t.Fatalf("%s=%s has no rate", key, value)
+	return 0
+}
