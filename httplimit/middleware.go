@@ -150,6 +150,7 @@ type middleware struct {
 	errLog     logsample.Sampler // decision errors
 	degLog     logsample.Sampler // answers of the failure policy
 	shadowLog  logsample.Sampler // shadow denials
+	permitLog  logsample.Sampler // permits not released
 	scratch    sync.Pool         // *scratch
 	pipe       pipeline          // the features' stages
 	shaping    *shaper

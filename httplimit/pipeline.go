@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -151,6 +153,18 @@ func (p *pipeline) run(m *middleware, f *flow, next http.Handler) {
 		m.onOutcome(s.main.descs, o)
 	}
 	denied, res := m.result(o, f.shadowed, delayed)
+	if pm := o.Permit; pm != nil {
+		// The request's slots of its concurrency rules: renewed while
+		// it runs, released when it ends, however it ends (an answer, a
+		// client gone, an upstream error or timeout, a panic).
+		o.Permit = nil
+		defer m.releasePermit(f.r, pm)
+		if !denied {
+			ctx, stop := pm.Keep(f.r.Context())
+			defer stop()
+			f.r = f.r.WithContext(ctx)
+		}
+	}
 	// A fail_open answer knows no quota to advertise.
 	if o.Degraded != rules.FailOpen {
 		for _, st := range p.headers {
@@ -163,6 +177,17 @@ func (p *pipeline) run(m *middleware, f *flow, next http.Handler) {
 	}
 	m.report(f.w, f.r, res)
 	p.serve(m, f, next)
+}
+
+// releasePermit gives back the slots a request held, whatever its own
+// context says by then; a failure is logged (the slots expire on their
+// own a TTL after their last renewal).
+func (m *middleware) releasePermit(r *http.Request, p *sluice.Permit) {
+	if err := p.Release(context.WithoutCancel(r.Context())); err != nil {
+		if n, ok := m.permitLog.Allow(time.Now()); ok {
+			m.log.Warn("could not release a request's concurrency permits; they expire on their own", "domain", m.domain, "err", err, "not_logged", n)
+		}
+	}
 }
 
 // end runs the pipeline's finish stages: what the request held is given

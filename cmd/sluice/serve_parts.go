@@ -218,6 +218,7 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 		OnError:      onError,
 		MergeDomains: s.mergeDomains,
 		AllowMissing: s.startWithoutConfig,
+		Check:        refuseConcurrency,
 	})
 	if err != nil {
 		var re *rules.Error
@@ -233,6 +234,22 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 		return nil, nil, fmt.Errorf("rules: %w", err)
 	}
 	return watcher, watcher.Current(), nil
+}
+
+// refuseConcurrency refuses rules with a concurrency limit: sluice serve
+// answers Envoy over RLS, and nothing there tells it when an admitted
+// request ends, so a permit would be held until its TTL whatever the
+// request did: a cap on requests started per TTL, not on those in flight.
+// sluice proxy and httplimit release at the end of the response.
+func refuseConcurrency(c *rules.Config) error {
+	for _, name := range c.Domains() {
+		for _, r := range c.Domain(name).Rules {
+			if r.Concurrency != nil {
+				return fmt.Errorf("%s:%d: concurrency limits need a front door that sees each request end (sluice proxy, or httplimit in Go); sluice serve cannot release a permit when Envoy's request ends", r.File, r.Line)
+			}
+		}
+	}
+	return nil
 }
 
 // explainRegions adds to e's global limits this region's allocation of

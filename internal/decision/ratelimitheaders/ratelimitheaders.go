@@ -103,9 +103,9 @@ func RetryAfter(o *decide.Outcome, dl *decide.LimitOutcome) int64 {
 
 // AppendPolicy appends the RateLimit-Policy value of ls: every enforced
 // limit once (by name), with its quota q and window w in seconds
-// (Window):
+// (Window); a concurrency limit's with its quota unit and no window:
 //
-//	"name";q=100;w=60, "other";q=1000;w=86400
+//	"name";q=100;w=60, "other";q=1000;w=86400, "slots";q=4;qu="concurrent-requests"
 func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 	first := true
 	for i := range ls {
@@ -120,6 +120,12 @@ func AppendPolicy(b []byte, ls []decide.LimitOutcome) []byte {
 		b = AppendSFString(b, l.Name)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, algo.Nominal(algo.Kind(l.Algorithm), l.Rate, l.Burst), 10)
+		if l.Algorithm == sluice.Concurrency {
+			// A cap on what is in flight has no window: its quota unit
+			// says so.
+			b = append(b, `;qu="concurrent-requests"`...)
+			continue
+		}
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, Window(l), 10)
 	}

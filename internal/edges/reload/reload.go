@@ -61,8 +61,8 @@ type Config struct {
 	// called from the goroutine of Run, one call at a time.
 	OnLoad func(*rules.Config)
 
-	// Check, when set, is called with a new config before it replaces
-	// the one in force: an error rejects it as an invalid file is
+	// Check, when set, is called with the first config and with each new
+	// one before it replaces the one in force: an error rejects it as an invalid file is
 	// rejected (logged, OnError called, the config in force stays), for
 	// a caller that asks more of the files than rules.Load does.
 	Check func(*rules.Config) error
@@ -150,6 +150,9 @@ func New(cfg Config) (*Watcher, error) {
 	if err != nil && cfg.AllowMissing && errors.Is(err, os.ErrNotExist) {
 		w.log.Warn("no rules yet: every request is allowed until they appear", "path", cfg.Path)
 		c, err = rules.NewConfig()
+	}
+	if err == nil && cfg.Check != nil {
+		err = cfg.Check(c)
 	}
 	if err != nil {
 		w.close()
