@@ -90,6 +90,15 @@ type Failover struct {
 	// policy.
 	Budget func(key string, l *sluice.Limit) (left int64, ok bool)
 
+	// Health, when set, is the store's health check (nil: up). While the
+	// local policy holds hits not written back, the Decider asks it every
+	// writeBackPoll and writes them back as soon as the store is up,
+	// without waiting for a request: a node that gets none after an
+	// outage would otherwise leave its share uncounted while the other
+	// nodes decide its keys from the store. Nil: the write-back starts
+	// with the first request the store decides.
+	Health func() error
+
 	shares     *sync.Map // shareKey -> *sluice.Limit (share)
 	shareCount *atomic.Int64
 }
@@ -210,6 +219,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 			d.spent.record(hits, func(i int) bool {
 				return out[i].Allowed && (each || overall.Allowed) && hits[i].Limit.Algorithm != sluice.Concurrency
 			}, d.now())
+			d.watchWriteBack()
 		}
 		if nodes > 1 {
 			// Remaining counts the requests of cost 1 the node still

@@ -68,6 +68,17 @@ type localEnv struct {
 // when not nil, is the policy's Failover.Budget.
 func newLocalEnv(t *testing.T, yaml string, budget ...func(key string, l *sluice.Limit) (int64, bool)) *localEnv {
 	t.Helper()
+	return newLocalEnvWith(t, yaml, func(f *decide.Failover, _ *localEnv) {
+		if len(budget) > 0 {
+			f.Budget = budget[0]
+		}
+	})
+}
+
+// newLocalEnvWith is newLocalEnv with the failure policy's Failover set
+// by with.
+func newLocalEnvWith(t *testing.T, yaml string, with func(*decide.Failover, *localEnv)) *localEnv {
+	t.Helper()
 	e := &localEnv{}
 	e.now.Store(time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, e.now.Load()) }
@@ -85,9 +96,7 @@ func newLocalEnv(t *testing.T, yaml string, budget ...func(key string, l *sluice
 	e.store = &downStore{inner: mem}
 	e.nodes.Store(1)
 	f := decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }}
-	if len(budget) > 0 {
-		f.Budget = budget[0]
-	}
+	with(&f, e)
 	e.d, err = decide.New(decide.Config{Limiter: sluice.NewLimiter(e.store), Rules: cfg, Failover: f})
 	if err != nil {
 		t.Fatal(err)
@@ -447,4 +456,35 @@ descriptors:
 			}
 		}
 	})
+}
+
+// TestLocalPolicyWriteBackIdle: a node that gets no request after the
+// store returns writes back what its policy admitted as soon as
+// Failover.Health says the store is up, so that the other nodes, which
+// decide its keys from the store, count its share.
+func TestLocalPolicyWriteBackIdle(t *testing.T) {
+	e := newLocalEnvWith(t, `
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`, func(f *decide.Failover, e *localEnv) {
+		f.Health = func() error {
+			if e.store.down.Load() {
+				return errStoreDown
+			}
+			return nil
+		}
+	})
+	e.nodes.Store(2)
+	e.store.down.Store(true)
+	if n := e.admit(t, "user", "mallory"); n != 5 {
+		t.Fatalf("the local policy admitted %d, want 5 (10 on 2 nodes)", n)
+	}
+	time.Sleep(3 * 100 * time.Millisecond)
+	if r := e.storePeek(t, "user", "mallory"); r != 10 {
+		t.Fatalf("written back while the store was down: %d left, want 10", r)
+	}
+	// The store returns; this node gets no request.
+	e.store.down.Store(false)
+	waitFor(t, "the idle node's write-back", func() bool { return e.storePeek(t, "user", "mallory") == 5 })
 }

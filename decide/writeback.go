@@ -66,6 +66,7 @@ type ledger struct {
 	hits     atomic.Int64 // and their hits
 	pending  atomic.Bool  // m or flying has records
 	flushing atomic.Bool  // a background write-back runs
+	watching atomic.Bool  // watchWriteBack's loop runs
 	retryAt  atomic.Int64 // after a failed write-back, none before this (Unix ns)
 }
 
@@ -375,6 +376,37 @@ func (d *Decider) writeBackFirst(ctx context.Context, hits []sluice.Hit, now int
 			return ctx.Err()
 		}
 	}
+}
+
+// writeBackPoll is how often a node with hits not written back asks the
+// store's health (Failover.Health).
+const writeBackPoll = 100 * time.Millisecond
+
+// watchWriteBack starts, unless it runs, the loop that writes the ledger
+// back as soon as Failover.Health says the store is up, and ends when the
+// ledger is empty. Without Health it does nothing.
+func (d *Decider) watchWriteBack() {
+	health, g := d.failover.Health, &d.spent
+	if health == nil || !g.watching.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		t := time.NewTicker(writeBackPoll)
+		defer t.Stop()
+		for range t.C {
+			if !g.pending.Load() {
+				g.watching.Store(false)
+				// A record made since pending was read keeps the loop.
+				if !g.pending.Load() || !g.watching.CompareAndSwap(false, true) {
+					return
+				}
+				continue
+			}
+			if health() == nil {
+				d.startWriteBack()
+			}
+		}
+	}()
 }
 
 // startWriteBack starts a write-back of d's ledger, unless one runs.

@@ -237,7 +237,7 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 		}
 	}
 	set := &storeSet{Stack: st, local: memstore.New(memstore.Config{})}
-	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(set.local), Nodes: s.localNodes}
+	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(set.local), Nodes: s.localNodes, Health: st.Health}
 	if st.Regions != nil {
 		// The local policy spends of a global limit what the region has
 		// left of its allocation, not the whole limit.
