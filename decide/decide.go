@@ -123,6 +123,17 @@ type Request struct {
 	// all together whatever all_or_nothing says (but for quota
 	// descriptors): a denied request must hold nothing it will not settle.
 	Reserve bool
+
+	// Release, when not empty, has one string per descriptor: a
+	// descriptor whose string is a permit token (Outcome.PermitToken of
+	// an earlier request) is not decided but releases the permits the
+	// token names on its own concurrency limits, those that a request of
+	// its entries would hold; one whose string is empty is decided as
+	// usual. A release consumes nothing and is answered OK; a token that
+	// is malformed or names no permit of the descriptor releases nothing.
+	// Outcome.Released, ReleaseRefused and ReleaseFailed count what became
+	// of them (permittoken.go).
+	Release []string
 }
 
 // Preference is a caller's default, for one request, of how a domain whose
@@ -250,9 +261,18 @@ func (d *Decider) Decide(ctx context.Context, r *Request, o *Outcome) error {
 	return err
 }
 
-// decide is Decide without the hooks: on the remote first, if there is
-// one, else (or when it cannot answer) on the rules.
+// decide is Decide without the hooks: the permits of the release
+// descriptors given back, and the other descriptors decided.
 func (d *Decider) decide(ctx context.Context, r *Request, o *Outcome) error {
+	if len(r.Release) > 0 {
+		return d.decideReleasing(ctx, r, o)
+	}
+	return d.decideAll(ctx, r, o)
+}
+
+// decideAll decides every descriptor of r: on the remote first, if there
+// is one, else (or when it cannot answer) on the rules.
+func (d *Decider) decideAll(ctx context.Context, r *Request, o *Outcome) error {
 	if d.remote == nil {
 		return d.local(ctx, r, o, nil)
 	}
@@ -381,11 +401,19 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 			return err
 		}
 		o.Permit, s.permit = s.permit, nil
+		if o.Permit != nil {
+			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
+		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
-	} else if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
-		// The store answers again: charge it what the local policy
-		// admitted meanwhile (and log what requests wrote back first).
-		d.startWriteBack()
+	} else {
+		if o.Permit != nil {
+			o.PermitToken = permitToken(hits, hits, 0)
+		}
+		if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
+			// The store answers again: charge it what the local policy
+			// admitted meanwhile (and log what requests wrote back first).
+			d.startWriteBack()
+		}
 	}
 	if r.Reserve {
 		o.note(hits, out, each, overall.Allowed, at, o.Degraded)
@@ -531,10 +559,13 @@ type scratch struct {
 	out  []sluice.Decision
 	pref Preference // the caller's default of all_or_nothing
 
-	// The local policy's hits and their keys, and the permit it holds
-	// (see failover.go).
+	// The local policy's hits and their keys, the permit it holds and
+	// the number of nodes it shared the slots among (see failover.go).
 	permit    *sluice.Permit
 	local     []sluice.Hit
 	localKeys []byte
 	localEnds []int
+	nodes     int64
+
+	rel releaseScratch // a request's release descriptors (permittoken.go)
 }

@@ -191,6 +191,7 @@ func (d *Decider) fail(ctx context.Context, s *scratch, out []sluice.Decision, s
 		}
 		nodes := f.nodes()
 		local := f.localHits(s, nodes)
+		s.nodes = nodes
 		if f.Budget != nil {
 			if err := d.budget(ctx, hits, local, nodes); err != nil {
 				return nil, sluice.Decision{}, rules.FailDefault, fmt.Errorf("local failure policy: %w (after the store failed: %v)", err, storeErr)

@@ -42,6 +42,10 @@ type DescriptorOutcome struct {
 	// descriptors only when every one of them is over its limit.
 	Quota bool
 
+	// Release reports a release descriptor (Request.Release): it gave
+	// back permits rather than being decided, and is allowed.
+	Release bool
+
 	// Decision is the deciding limit of the descriptor. Under the local
 	// failure policy, Remaining is what this node still admits (see
 	// Failover).
@@ -90,6 +94,25 @@ type Outcome struct {
 	// ends (Permit.Release), whatever the way it ends. Under the local
 	// failure policy it is held in the node's own store.
 	Permit *sluice.Permit
+
+	// PermitToken names the permits of Permit, for a front door that
+	// cannot keep Permit until the request ends (sluice serve hands it to
+	// Envoy, which sends it back when the stream is done): a later
+	// request whose descriptor carries it releases them
+	// (Request.Release). It holds the permits' random IDs and where they
+	// are held, no key and no descriptor value; empty when Permit is nil.
+	PermitToken string
+
+	// Released, ReleaseRefused and ReleaseFailed count the release
+	// descriptors of the request (Request.Release), each in one of them:
+	// those whose permits were given back (a permit already released,
+	// expired or never held changes nothing, and counts here too: the
+	// store cannot tell), those whose token was malformed or named no
+	// permit of the descriptor's concurrency limits (nothing released),
+	// and those the store failed to give back (the permits expire by
+	// their TTL), with its error in ReleaseErr.
+	Released, ReleaseRefused, ReleaseFailed int
+	ReleaseErr                              error
 
 	// ShadowDenied reports a request that the limits denied and global
 	// shadow mode let through (GlobalShadow): Overall is then allowed.

@@ -1,0 +1,320 @@
+package decide
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// A permit token names the permits one request holds, for a front door
+// that cannot keep the request's Permit until the request ends: sluice
+// serve hands it to Envoy in its answer, and Envoy sends it back when the
+// stream is done, in a descriptor of the same entries (Request.Release).
+//
+//	token = where item{1,64}
+//	where = "s"               held in the store
+//	      | "l" nodes "."     held in the node's own store by the local
+//	                          failure policy, as shares of nodes nodes
+//	                          (decimal, 1 to 2^20: with more, no key has
+//	                          a slot to share)
+//	item  = tag id            34 bytes
+//	tag   = 8 hex digits      FNV-1a, 32 bits, of the permit's counter key
+//	                          (lower case)
+//	id    = 26 of A-Z, 2-7    the permit's ID (crypto/rand.Text)
+//
+// The ID is the capability: 128 random bits that only the holder is
+// shown. A token names no key: a release acts on the keys that its
+// descriptor's own entries plan, each ID on the key whose tag it carries
+// (a tag that two keys share costs a release that changes nothing), so a
+// token replayed with other entries, forged, or sent after its permits
+// expired releases nothing another holds. A request holds at most
+// sluice.MaxHits permits, so a token is at most 2,185 bytes; a release
+// gives back at most MaxHits permits, whatever its descriptors and tokens
+// say.
+const (
+	tagLen   = 8
+	idLen    = 26
+	itemLen  = tagLen + idLen
+	maxNodes = 1 << 20
+	maxToken = len("l1048576.") + sluice.MaxHits*itemLen
+)
+
+// permitToken is the token of the permits that held hold (the hits of
+// Concurrency limits of cost 1 with a permit ID), tagged with the keys of
+// the plan's hits of the same index, keys. nodes is 0 for permits held in
+// the store, else the node count of the local policy's shares.
+func permitToken(keys, held []sluice.Hit, nodes int64) string {
+	var buf [8 + 2*itemLen]byte
+	b := buf[:0]
+	if nodes == 0 {
+		b = append(b, 's')
+	} else {
+		b = append(b, 'l')
+		b = strconv.AppendInt(b, nodes, 10)
+		b = append(b, '.')
+	}
+	for i := range held {
+		h := &held[i]
+		if h.Permit == "" || h.Cost != 1 || h.Limit == nil || h.Limit.Algorithm != sluice.Concurrency {
+			continue
+		}
+		b = appendTag(b, keys[i].Key)
+		b = append(b, h.Permit...)
+	}
+	return string(b)
+}
+
+// appendTag appends the tag of key: its FNV-1a hash, 32 bits, in 8 lower
+// case hex digits.
+func appendTag(b []byte, key string) []byte {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	const hex = "0123456789abcdef"
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, hex[h>>uint(shift)&0xf])
+	}
+	return b
+}
+
+// token is a parsed permit token: where its permits are held, and its
+// items, itemLen bytes each.
+type token struct {
+	nodes int64 // 0: in the store
+	items string
+}
+
+// parseToken parses t, refusing anything that is not a token as
+// permitToken writes them.
+func parseToken(t string) (token, bool) {
+	if len(t) < 1+itemLen || len(t) > maxToken {
+		return token{}, false
+	}
+	var v token
+	switch t[0] {
+	case 's':
+		t = t[1:]
+	case 'l':
+		i := 1
+		for ; i < len(t) && i <= 7 && t[i] >= '0' && t[i] <= '9'; i++ {
+			v.nodes = v.nodes*10 + int64(t[i]-'0')
+		}
+		if i == 1 || t[1] == '0' || i >= len(t) || t[i] != '.' || v.nodes > maxNodes {
+			return token{}, false
+		}
+		t = t[i+1:]
+	default:
+		return token{}, false
+	}
+	if len(t) == 0 || len(t)%itemLen != 0 || len(t)/itemLen > sluice.MaxHits {
+		return token{}, false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		var ok bool
+		if i%itemLen < tagLen {
+			ok = c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
+		} else {
+			ok = c >= 'A' && c <= 'Z' || c >= '2' && c <= '7'
+		}
+		if !ok {
+			return token{}, false
+		}
+	}
+	v.items = t
+	return v, true
+}
+
+// releaseScratch is the storage of a request's release descriptors.
+type releaseScratch struct {
+	sub    Request            // the descriptors decided
+	idx    []int              // their indexes in the request
+	descs  []rules.Descriptor // the release descriptors
+	tokens []string           // their tokens
+	where  []int8             // what became of each (refused, inStore, inNode)
+	store  []sluice.Hit       // the permits to release in the store
+	node   []sluice.Hit       // and in the node's own store
+}
+
+const (
+	refused int8 = iota
+	inStore
+	inNode
+)
+
+// decideReleasing decides r, whose Release is set: the release
+// descriptors give back their permits, then the others are decided as a
+// request of their own, and o holds the outcome of each descriptor in its
+// place.
+func (d *Decider) decideReleasing(ctx context.Context, r *Request, o *Outcome) error {
+	switch {
+	case len(r.Release) != len(r.Descriptors):
+		return fmt.Errorf("%w: %d release tokens for %d descriptors", sluice.ErrInvalid, len(r.Release), len(r.Descriptors))
+	case r.Reserve:
+		return fmt.Errorf("%w: a request of reservations cannot release permits", sluice.ErrInvalid)
+	}
+	if err := checkRequest(r); err != nil {
+		return err
+	}
+	s := d.plans.Get().(*scratch)
+	defer d.plans.Put(s)
+	rs := &s.rel
+	rs.sub = Request{Domain: r.Domain, Descriptors: rs.sub.Descriptors[:0], Prefer: r.Prefer}
+	rs.idx, rs.descs, rs.tokens = rs.idx[:0], rs.descs[:0], rs.tokens[:0]
+	for i := range r.Descriptors {
+		if r.Release[i] == "" {
+			rs.sub.Descriptors = append(rs.sub.Descriptors, r.Descriptors[i])
+			rs.idx = append(rs.idx, i)
+			continue
+		}
+		rs.descs = append(rs.descs, r.Descriptors[i])
+		rs.tokens = append(rs.tokens, r.Release[i])
+	}
+	released, refusedN, failed, relErr, err := d.release(ctx, s, r.Domain)
+	clear(rs.descs)
+	clear(rs.tokens)
+	if err != nil {
+		clear(rs.sub.Descriptors)
+		o.Reset()
+		return err
+	}
+	if len(rs.sub.Descriptors) > 0 {
+		err = d.decideAll(ctx, &rs.sub, o)
+		clear(rs.sub.Descriptors)
+		if err != nil {
+			return err
+		}
+	} else {
+		o.Reset()
+		o.Overall = sluice.Decision{Allowed: true, Index: -1}
+	}
+	o.spread(rs.idx, len(r.Descriptors))
+	o.Released, o.ReleaseRefused, o.ReleaseFailed, o.ReleaseErr = released, refusedN, failed, relErr
+	return nil
+}
+
+// release gives back the permits that each release descriptor of s.rel
+// names with its token on its own concurrency limits, at most
+// sluice.MaxHits in all, in one call to the store (and one to the node's
+// own store for the local policy's). It returns how many descriptors had
+// their permits given back, were refused, or failed with relErr; err is
+// what makes the request itself fail: descriptors that are invalid, no
+// rules loaded.
+func (d *Decider) release(ctx context.Context, s *scratch, domain string) (released, refusedN, failed int, relErr, err error) {
+	rs := &s.rel
+	rs.where = rs.where[:0]
+	// A descriptor with no entry but its token plans nothing.
+	descs, tokens := rs.descs[:0], rs.tokens[:0]
+	for i := range rs.descs {
+		if len(rs.descs[i].Entries) == 0 {
+			refusedN++
+			continue
+		}
+		descs, tokens = append(descs, rs.descs[i]), append(tokens, rs.tokens[i])
+	}
+	if len(descs) == 0 {
+		return 0, refusedN, 0, nil, nil
+	}
+	if err := d.plan(s, domain, descs); err != nil {
+		return 0, 0, 0, nil, err
+	}
+	p := &s.plan
+	rs.store, rs.node = rs.store[:0], rs.node[:0]
+	var local []sluice.Hit // the plan's hits as the local policy holds them
+	var nodes int64
+	var tag [tagLen]byte
+	for j := range descs {
+		v, ok := parseToken(tokens[j])
+		switch {
+		case !ok:
+		case v.nodes == 0:
+		case d.failover.Local == nil || nodes != 0 && v.nodes != nodes:
+			ok = false
+		case local == nil:
+			nodes = v.nodes
+			local = d.failover.localHits(s, nodes)
+		}
+		n := 0
+		m := &p.Matches[j]
+		for i := m.First; ok && i < m.First+m.Count; i++ {
+			h := &p.Hits[i]
+			if h.Limit.Algorithm != sluice.Concurrency {
+				continue
+			}
+			appendTag(tag[:0], h.Key) // fills tag, whose capacity it is
+			for k := 0; k < len(v.items); k += itemLen {
+				item := v.items[k : k+itemLen]
+				if item[:tagLen] != string(tag[:]) {
+					continue
+				}
+				rh, list := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}, &rs.store
+				if v.nodes != 0 {
+					rh.Key, rh.Limit, list = local[i].Key, local[i].Limit, &rs.node
+				}
+				n++
+				if !slices.Contains(*list, rh) && len(rs.store)+len(rs.node) < sluice.MaxHits {
+					*list = append(*list, rh)
+				}
+			}
+		}
+		switch {
+		case n == 0:
+			rs.where = append(rs.where, refused)
+		case v.nodes == 0:
+			rs.where = append(rs.where, inStore)
+		default:
+			rs.where = append(rs.where, inNode)
+		}
+	}
+	var storeErr, nodeErr error
+	if len(rs.store) > 0 {
+		storeErr = d.limiter.Release(ctx, rs.store)
+	}
+	if len(rs.node) > 0 {
+		nodeErr = d.failover.Local.Release(ctx, rs.node)
+	}
+	clear(rs.store)
+	clear(rs.node)
+	for _, w := range rs.where {
+		switch {
+		case w == refused:
+			refusedN++
+		case w == inStore && storeErr != nil, w == inNode && nodeErr != nil:
+			failed++
+		default:
+			released++
+		}
+	}
+	return released, refusedN, failed, errors.Join(storeErr, nodeErr), nil
+}
+
+// spread puts the outcomes of o, those of the descriptors decided, in
+// their places among the n descriptors of the request (idx[k] for the
+// k-th), and the outcome of a release descriptor in the others.
+func (o *Outcome) spread(idx []int, n int) {
+	k := len(o.Descriptors)
+	o.Descriptors = slices.Grow(o.Descriptors, n-k)[:n]
+	for j := k - 1; j >= 0; j-- {
+		o.Descriptors[idx[j]] = o.Descriptors[j]
+	}
+	next := 0
+	for i := range n {
+		if next < len(idx) && idx[next] == i {
+			next++
+			continue
+		}
+		o.Descriptors[i] = DescriptorOutcome{Release: true, Decision: sluice.Decision{Allowed: true}}
+	}
+	for i := range o.Limits {
+		if j := o.Limits[i].Descriptor; j >= 0 {
+			o.Limits[i].Descriptor = idx[j]
+		}
+	}
+}

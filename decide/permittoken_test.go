@@ -1,0 +1,202 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/rules"
+)
+
+// release sends the descriptors descs, the i-th releasing with tokens[i]
+// when it is not empty, and returns the outcome.
+func (e *localEnv) release(t *testing.T, descs []rules.Descriptor, tokens ...string) *decide.Outcome {
+	t.Helper()
+	var o decide.Outcome
+	if err := e.d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: descs, Release: tokens}, &o); err != nil {
+		t.Fatal(err)
+	}
+	return &o
+}
+
+func one(key, value string) []rules.Descriptor {
+	return []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}, Cost: 1}}
+}
+
+// TestPermitTokenRelease: a request admitted with a permit gets a token
+// that names it; a request whose descriptor carries the token (as Envoy
+// sends it at stream done) gives the permit back, consumes nothing and is
+// OK; the slot is then free. A second release, a token for an expired
+// permit, a forged token and a token replayed with other entries release
+// nothing another holds.
+func TestPermitTokenRelease(t *testing.T) {
+	e := newLocalEnv(t, `descriptors:
+  - key: k
+    concurrency: {max: 2, ttl: 1m}
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: wide
+    concurrency: {max: 4, ttl: 1m}
+`)
+	a, b := e.decide(t, "k", "x"), e.decide(t, "k", "x")
+	if !a.Overall.Allowed || !b.Overall.Allowed || a.PermitToken == "" || b.PermitToken == "" || a.PermitToken == b.PermitToken {
+		t.Fatalf("two of two slots: %+v %q, %+v %q", a.Overall, a.PermitToken, b.Overall, b.PermitToken)
+	}
+	if !strings.HasPrefix(a.PermitToken, "s") || len(a.PermitToken) != 1+34 {
+		t.Fatalf("token %q: want s and one item of 34 bytes", a.PermitToken)
+	}
+	if c := e.decide(t, "wide", "x"); c.PermitToken == "" {
+		t.Fatal("a rule with a concurrency limit and no rate: no token")
+	}
+	if c := e.decide(t, "k", "x"); c.Overall.Allowed || c.PermitToken != "" || c.Permit != nil {
+		t.Fatalf("at the cap: %+v, token %q", c.Overall, c.PermitToken)
+	}
+
+	o := e.release(t, one("k", "x"), a.PermitToken)
+	if !o.Overall.Allowed || len(o.Descriptors) != 1 || !o.Descriptors[0].Release || o.Descriptors[0].Limited || o.Released != 1 || o.ReleaseRefused+o.ReleaseFailed != 0 || o.PermitToken != "" {
+		t.Fatalf("release: %+v %+v released %d refused %d failed %d", o.Overall, o.Descriptors, o.Released, o.ReleaseRefused, o.ReleaseFailed)
+	}
+	if got := ratePeek(t, e, "k", "x"); got != 98 {
+		t.Fatalf("the release, or the denial, consumed from the rate: %d left, want 98", got)
+	}
+	d := e.decide(t, "k", "x")
+	if !d.Overall.Allowed || d.PermitToken == "" {
+		t.Fatalf("after the release: %+v", d.Overall)
+	}
+	// Twice: harmless, the slot d took stays taken.
+	if o := e.release(t, one("k", "x"), a.PermitToken); !o.Overall.Allowed || o.Released != 1 {
+		t.Fatalf("a second release: %+v released %d", o.Overall, o.Released)
+	}
+	// A forged token, well formed: nothing another holds is released.
+	forged := "s" + a.PermitToken[1:9] + strings.Repeat("A", 26)
+	if o := e.release(t, one("k", "x"), forged); !o.Overall.Allowed || o.Released != 1 {
+		t.Fatalf("a forged token: %+v released %d", o.Overall, o.Released)
+	}
+	// The real token of b, replayed with other entries: another key's tag.
+	if o := e.release(t, one("k", "y"), b.PermitToken); !o.Overall.Allowed || o.Released != 0 || o.ReleaseRefused != 1 {
+		t.Fatalf("a token replayed with other entries: %+v released %d refused %d", o.Overall, o.Released, o.ReleaseRefused)
+	}
+	if c := e.decide(t, "k", "x"); c.Overall.Allowed {
+		t.Fatalf("the slots of b and d, released by forgeries and replays: %+v", c.Overall)
+	}
+	// Malformed tokens are refused and release nothing.
+	for _, bad := range []string{"x", "s", a.PermitToken + "0", strings.ToLower(a.PermitToken), "l0." + a.PermitToken[1:], "l2" + a.PermitToken[1:]} {
+		if o := e.release(t, one("k", "x"), bad); !o.Overall.Allowed || o.ReleaseRefused != 1 || o.Released != 0 {
+			t.Fatalf("token %q: %+v released %d refused %d", bad, o.Overall, o.Released, o.ReleaseRefused)
+		}
+	}
+	// An expired permit's token: harmless after another took its slot.
+	e.now.Add(int64(2 * time.Minute)) // past the ttl of 1m: b and d expired
+	f := e.decide(t, "k", "x")
+	if !f.Overall.Allowed {
+		t.Fatalf("after the ttl: %+v", f.Overall)
+	}
+	if o := e.release(t, one("k", "x"), b.PermitToken); o.Released != 1 {
+		t.Fatalf("an expired permit's token: released %d", o.Released)
+	}
+	g := e.decide(t, "k", "x")
+	if !g.Overall.Allowed {
+		t.Fatalf("the second slot: %+v", g.Overall)
+	}
+	if h := e.decide(t, "k", "x"); h.Overall.Allowed {
+		t.Fatalf("f still holds its slot after b's expired token came back: %+v", h.Overall)
+	}
+}
+
+// TestPermitTokenMixedRequest: Envoy sends every apply_on_stream_done
+// descriptor of a route in one request, a release beside a charge (the
+// tokens an LLM answer used): the release gives its permits back, the
+// other descriptors are decided as usual, each outcome in its place.
+func TestPermitTokenMixedRequest(t *testing.T) {
+	e := newLocalEnv(t, permitRules+"  - key: tokens\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	a := e.decide(t, "k", "x")
+	if a.PermitToken == "" {
+		t.Fatal("no token")
+	}
+	descs := []rules.Descriptor{
+		{Entries: []rules.Entry{{Key: "tokens", Value: "x"}}, Cost: 4},
+		{Entries: []rules.Entry{{Key: "k", Value: "x"}}, Cost: 1},
+		{Entries: []rules.Entry{{Key: "tokens", Value: "x"}}, Cost: 3},
+	}
+	o := e.release(t, descs, "", a.PermitToken, "")
+	if !o.Overall.Allowed || o.Released != 1 || len(o.Descriptors) != 3 {
+		t.Fatalf("mixed: %+v released %d, %d outcomes", o.Overall, o.Released, len(o.Descriptors))
+	}
+	if !o.Descriptors[1].Release || o.Descriptors[0].Release || o.Descriptors[2].Release {
+		t.Fatalf("release marks: %+v", o.Descriptors)
+	}
+	if d := o.Descriptors[2]; !d.Limited || d.Cost != 3 || d.Decision.Remaining != 3 {
+		t.Fatalf("the third descriptor's outcome: %+v", d)
+	}
+	for _, l := range o.Limits {
+		if l.Descriptor == 1 {
+			t.Fatalf("a limit of the release descriptor: %+v", l)
+		}
+	}
+	if o.Limits[len(o.Limits)-1].Descriptor != 2 {
+		t.Fatalf("limits' descriptors: %+v", o.Limits)
+	}
+	if got := ratePeek(t, e, "tokens", "x"); got != 3 {
+		t.Fatalf("the charges: %d left, want 3", got)
+	}
+	if got := ratePeek(t, e, "k", "x"); got != 2 {
+		t.Fatalf("the release charged the rate: %d left, want 2", got)
+	}
+	// Only release descriptors, one of no other entry: OK, one refused.
+	o = e.release(t, []rules.Descriptor{{Cost: 1}, {Entries: []rules.Entry{{Key: "k", Value: "x"}}}}, a.PermitToken, a.PermitToken)
+	if !o.Overall.Allowed || o.ReleaseRefused != 1 || o.Released != 1 || len(o.Limits) != 0 {
+		t.Fatalf("two release descriptors: %+v refused %d released %d", o.Overall, o.ReleaseRefused, o.Released)
+	}
+	// Release and Descriptors must agree; a reservation cannot release.
+	var out decide.Outcome
+	for _, r := range []decide.Request{
+		{Domain: "api", Descriptors: one("k", "x"), Release: []string{"", ""}},
+		{Domain: "api", Descriptors: one("k", "x"), Release: []string{a.PermitToken}, Reserve: true},
+	} {
+		if err := e.d.Decide(context.Background(), &r, &out); !errors.Is(err, sluice.ErrInvalid) {
+			t.Fatalf("%+v: %v, want ErrInvalid", r, err)
+		}
+	}
+}
+
+// TestPermitTokenLocalPolicy: a permit the local failure policy holds in
+// the node's own store has a token that says so, with the node count of
+// its share; its release gives it back there, and the store's token is
+// released in the store when it answers again.
+func TestPermitTokenLocalPolicy(t *testing.T) {
+	e := newLocalEnv(t, permitRules)
+	s := e.decide(t, "wide", "x") // in the store
+	e.nodes.Store(2)
+	e.store.down.Store(true)
+	var held []string
+	for range 2 {
+		o := e.decide(t, "wide", "x")
+		if !o.Overall.Allowed || o.Degraded != rules.FailLocal || !strings.HasPrefix(o.PermitToken, "l2.") {
+			t.Fatalf("share of 4 on 2 nodes: %+v %v %q", o.Overall, o.Degraded, o.PermitToken)
+		}
+		held = append(held, o.PermitToken)
+	}
+	if o := e.decide(t, "wide", "x"); o.Overall.Allowed {
+		t.Fatalf("a third on a node whose share is 2: %+v", o.Overall)
+	}
+	// The store's permit cannot be released while the store is down.
+	if o := e.release(t, one("wide", "x"), s.PermitToken); o.ReleaseFailed != 1 || o.ReleaseErr == nil {
+		t.Fatalf("a release with the store down: failed %d, %v", o.ReleaseFailed, o.ReleaseErr)
+	}
+	// The node count changed since: the token's own count finds the permit.
+	e.nodes.Store(4)
+	if o := e.release(t, one("wide", "x"), held[0]); o.Released != 1 {
+		t.Fatalf("a local release: %+v", o)
+	}
+	e.nodes.Store(2)
+	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("the local slot given back: %+v", o.Overall)
+	}
+	e.store.down.Store(false)
+	if o := e.release(t, one("wide", "x"), s.PermitToken); o.Released != 1 || o.ReleaseErr != nil {
+		t.Fatalf("the store's release: %+v", o)
+	}
+}
