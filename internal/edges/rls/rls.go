@@ -43,6 +43,16 @@ const (
 	AllOrNothingKey   = "sluice-all-or-nothing"
 )
 
+// PermitKey is the descriptor entry key, and the field of a response's
+// dynamic metadata, of a permit token (decide.Outcome.PermitToken): a
+// request admitted holding permits of concurrency limits is answered
+// with its token in this field, which Envoy keeps under the filter's
+// namespace (envoy.filters.http.ratelimit); a descriptor with an entry of
+// this key (Envoy's metadata action, at stream done) gives those permits
+// back rather than being decided (decide.Request.Release). The entry is
+// taken out of the descriptor, so no rule, key, stat or top key sees it.
+const PermitKey = "sluice_permit"
+
 // Preference reads a client's all_or_nothing default, the value of
 // AllOrNothingKey.
 func Preference(v string) decide.Preference {
@@ -57,8 +67,9 @@ func Preference(v string) decide.Preference {
 
 // Request converts req into r, reusing r's storage: the domain, and each
 // descriptor's entries, cost (its hits_addend if set, else the request's,
-// where 0 means 1) and per-request limit. r.Prefer is left as it is. An
-// error wraps sluice.ErrInvalid.
+// where 0 means 1), per-request limit and permit token (an entry of
+// PermitKey, at most one, never empty: r.Release). r.Prefer is left as it
+// is. An error wraps sluice.ErrInvalid.
 func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 	if req == nil {
 		return fmt.Errorf("%w: no request", sluice.ErrInvalid)
@@ -70,6 +81,7 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 	pds := req.GetDescriptors()
 	r.Domain = req.GetDomain()
 	descs := r.Descriptors[:0]
+	release, releases := r.Release[:0], false
 	for i, pd := range pds {
 		if pd == nil {
 			return fmt.Errorf("%w: descriptor %d is null", sluice.ErrInvalid, i)
@@ -82,9 +94,18 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 		if len(descs) < cap(descs) {
 			entries = descs[:len(descs)+1][len(descs)].Entries[:0]
 		}
+		token := ""
 		for _, e := range pd.GetEntries() {
+			if e.GetKey() == PermitKey {
+				if token != "" || e.GetValue() == "" {
+					return fmt.Errorf("%w: descriptor %d: one %s entry with a value is allowed", sluice.ErrInvalid, i, PermitKey)
+				}
+				token = e.GetValue()
+				continue
+			}
 			entries = append(entries, rules.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
+		release, releases = append(release, token), releases || token != ""
 		desc := rules.Descriptor{Entries: entries, Cost: reqCost}
 		if h := pd.GetHitsAddend(); h != nil {
 			if h.GetValue() > sluice.MaxCost {
@@ -105,12 +126,17 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 		descs = append(descs, desc)
 	}
 	r.Descriptors = descs
+	if !releases {
+		clear(release)
+		release = release[:0]
+	}
+	r.Release = release
 	return nil
 }
 
 // RateLimitRequest converts r into the request a remote rate limit service
 // is asked: each descriptor's cost as its hits_addend (the request's, 1,
-// when the cost is 1) and its per-request limit.
+// when the cost is 1), its per-request limit and its permit token.
 func RateLimitRequest(r *decide.Request) (*rlsv3.RateLimitRequest, error) {
 	req := &rlsv3.RateLimitRequest{Domain: r.Domain, HitsAddend: 1, Descriptors: make([]*rlv3.RateLimitDescriptor, len(r.Descriptors))}
 	for i := range r.Descriptors {
@@ -118,6 +144,9 @@ func RateLimitRequest(r *decide.Request) (*rlsv3.RateLimitRequest, error) {
 		pd := &rlv3.RateLimitDescriptor{Entries: make([]*rlv3.RateLimitDescriptor_Entry, len(d.Entries))}
 		for j, e := range d.Entries {
 			pd.Entries[j] = &rlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
+		}
+		if i < len(r.Release) && r.Release[i] != "" {
+			pd.Entries = append(pd.Entries, &rlv3.RateLimitDescriptor_Entry{Key: PermitKey, Value: r.Release[i]})
 		}
 		if d.Cost != 1 {
 			if d.Cost < 0 {
@@ -141,8 +170,9 @@ func RateLimitRequest(r *decide.Request) (*rlsv3.RateLimitRequest, error) {
 // count and the time until it resets (UntilReset); OVER_LIMIT for the
 // descriptors and the request denied (a request that global shadow mode
 // let through is OK overall, its descriptors still saying what their
-// limits decided); the headers of o.Headers to add. A fail_open answer
-// knows no limit to tell.
+// limits decided); the headers of o.Headers to add; the permit token of a
+// request admitted with permits, in the dynamic metadata under PermitKey.
+// A fail_open answer knows no limit to tell. A release descriptor is OK.
 //
 // exact is the dialect sluice's own client asks for (DialectKey): a
 // limit's name as sluice names it (the rule's name:, else its stats key,
@@ -207,6 +237,9 @@ func Response(o *decide.Outcome, exact bool) *rlsv3.RateLimitResponse {
 		forgetLimits(resp)
 	}
 	resp.ResponseHeadersToAdd = headerValues(o.Headers)
+	if o.PermitToken != "" {
+		resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{PermitKey: structpb.NewStringValue(o.PermitToken)}}
+	}
 	return resp
 }
 
@@ -272,7 +305,8 @@ type oneStatus struct {
 // its outcome o: the domain, the request's descriptors (their entries as
 // "key=value", their limit and hits_addend when set), the request's
 // hits_addend when set, and the metadata of the rules of the descriptors
-// that passed, merged.
+// that passed, merged; and the permit token, as Response has it. A permit
+// token a descriptor carries is not repeated.
 func DynamicMetadata(req *rlsv3.RateLimitRequest, o *decide.Outcome) *structpb.Struct {
 	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
@@ -280,7 +314,9 @@ func DynamicMetadata(req *rlsv3.RateLimitRequest, o *decide.Outcome) *structpb.S
 		f := map[string]*structpb.Value{}
 		entries := make([]*structpb.Value, 0, len(pd.GetEntries()))
 		for _, e := range pd.GetEntries() {
-			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+			if e.GetKey() != PermitKey {
+				entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+			}
 		}
 		f["entries"] = structpb.NewListValue(&structpb.ListValue{Values: entries})
 		if l := pd.GetLimit(); l != nil {
@@ -307,6 +343,9 @@ func DynamicMetadata(req *rlsv3.RateLimitRequest, o *decide.Outcome) *structpb.S
 	}
 	if len(passed.Fields) > 0 {
 		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	if o.PermitToken != "" {
+		fields[PermitKey] = structpb.NewStringValue(o.PermitToken)
 	}
 	return &structpb.Struct{Fields: fields}
 }

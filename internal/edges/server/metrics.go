@@ -52,6 +52,7 @@ type metrics struct {
 	configInfo    *prometheus.GaugeVec
 	configTime    prometheus.Gauge
 	infoMu        sync.Mutex
+	permits       [numPermitEvents]prometheus.Counter
 
 	statsd  *statsdStats // envoy-rl's stats to statsd; nil: none
 	unknown sync.Map     // statsd only: unknown domain -> its domain_not_found counter
@@ -124,9 +125,17 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, stor
 		Help: "When the configuration in force was loaded, in Unix seconds.",
 	})
 
+	permits := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_permit_tokens_total",
+		Help: "Permit tokens of concurrency limits: issued in answers, and release descriptors by result (released; refused: malformed, or naming no permit of the descriptor; failed: the store failed, the permits expire by their ttl). Issued minus released is what Envoy did not give back.",
+	}, []string{"event"})
+	for e := range numPermitEvents {
+		m.permits[e] = permits.WithLabelValues(permitEventNames[e])
+	}
+
 	cs := []prometheus.Collector{
 		m.hits, m.within, m.over, m.near, m.shadow, m.latency, m.storeErrors,
-		m.failurePolicy, m.policyDecided, requests, tooLarge, loads, m.configInfo, m.configTime,
+		m.failurePolicy, m.policyDecided, requests, tooLarge, loads, m.configInfo, m.configTime, permits,
 	}
 	if storeUp != nil {
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -45,6 +45,20 @@ const (
 
 var resultNames = [numResults]string{"ok", "over_limit", "shadow_over_limit", "invalid", "error"}
 
+// permitEvent is what became of a permit token, a label of
+// sluice_permit_tokens_total.
+type permitEvent uint8
+
+const (
+	permitIssued   permitEvent = iota // an answer carried a token
+	permitReleased                    // a release descriptor gave its permits back
+	permitRefused                     // a release descriptor's token was malformed or named none of its permits
+	permitFailed                      // the store failed to give them back
+	numPermitEvents
+)
+
+var permitEventNames = [numPermitEvents]string{"issued", "released", "refused", "failed"}
+
 // RegisterGRPC registers the Envoy rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) and the gRPC health service
 // (grpc.health.v1.Health) on g, which must have been made with
@@ -100,9 +114,20 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 		return nil, s.fail(err, via)
 	}
 	o := &x.o
+	if o.Permit != nil && ctx.Err() != nil {
+		// The caller is gone (Envoy's timeout, a reset) and never gets
+		// the token: nothing else would release the permits before
+		// their TTL.
+		s.releaseUnsent(ctx, o)
+		return nil, s.fail(ctx.Err(), via)
+	}
+	// The server keeps no Permit: the token in the answer names the
+	// permits, and the request that carries it back releases them.
+	o.Permit = nil
 	if o.Degraded != rules.FailDefault {
 		s.logDegraded(req.GetDomain(), o, via)
 	}
+	s.countPermits(o, via)
 	resp := rls.Response(o, exact)
 	if s.metadata {
 		resp.DynamicMetadata = rls.DynamicMetadata(req, o)
@@ -118,6 +143,40 @@ func (s *Server) answer(ctx context.Context, req *rlsv3.RateLimitRequest, via tr
 	}
 	s.m.requests[via][res].Inc()
 	return resp, nil
+}
+
+// releaseUnsent releases the permits of o, whose answer its caller will
+// never read, with a context its cancellation does not end.
+func (s *Server) releaseUnsent(ctx context.Context, o *decide.Outcome) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsentReleaseTimeout)
+	defer cancel()
+	if err := o.Permit.Release(rctx); err != nil {
+		s.log.Warn("permits of an unanswered request not released; they expire by their ttl", "err", err)
+	}
+	o.Permit = nil
+}
+
+// unsentReleaseTimeout bounds releaseUnsent.
+const unsentReleaseTimeout = time.Second
+
+// countPermits counts the permit tokens of o and logs a failed release,
+// at most as often as store failures.
+func (s *Server) countPermits(o *decide.Outcome, via transport) {
+	m := &s.m.permits
+	if o.PermitToken != "" {
+		m[permitIssued].Inc()
+	}
+	if o.Released+o.ReleaseRefused+o.ReleaseFailed == 0 {
+		return
+	}
+	m[permitReleased].Add(float64(o.Released))
+	m[permitRefused].Add(float64(o.ReleaseRefused))
+	m[permitFailed].Add(float64(o.ReleaseFailed))
+	if o.ReleaseFailed > 0 {
+		if n, ok := s.storeLog.Allow(time.Now()); ok {
+			s.log.Warn("permits not released: the store failed; they expire by their ttl", "transport", transportNames[via], "err", o.ReleaseErr, "failures_not_logged", n)
+		}
+	}
 }
 
 // failure is a request the server could not answer: what kind of failure

@@ -60,6 +60,10 @@
 //	sluice_config_info{hash}         1, labelled with the hash of the
 //	                       configuration in force
 //	sluice_config_load_timestamp_seconds  when it was loaded
+//	sluice_permit_tokens_total{event}  permit tokens of concurrency limits
+//	                       (rls.PermitKey): issued in answers; release
+//	                       descriptors released, refused (malformed, or
+//	                       naming no permit of theirs) or failed (store)
 //
 // and the Go and process collectors.
 //
