@@ -42,6 +42,7 @@ type serveSettings struct {
 	xds                 xdsSettings
 	envoyHeaderNames    server.EnvoyHeaderNames
 	dynamicMetadata     bool
+	streamDoneRelease   bool
 	nearLimitRatio      float64
 	logLevel            slog.Level
 	logFormat           string
@@ -174,6 +175,7 @@ wins over the memory limit of the process --max-bytes sets.`,
 			{"envoy-headers", "envoyproxy/ratelimit's RateLimit-* headers"},
 			{"response-headers", "ietf, x-ratelimit, retry-after, all"},
 			{"response-dynamic-metadata", "envoyproxy/ratelimit's dynamic metadata"},
+			{"stream-done-release", "concurrency limits: Envoy releases at stream done"},
 			{"statsd", "statsd server for envoyproxy/ratelimit's stats"},
 		}},
 		{"Observability", []briefFlag{
@@ -229,6 +231,7 @@ func (s *serveSettings) envoyFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.envoyHeaderNames.Remaining, "envoy-remaining-header", server.DefaultEnvoyHeaderNames.Remaining, "`name` of --envoy-headers' remaining header")
 	fs.StringVar(&s.envoyHeaderNames.Reset, "envoy-reset-header", server.DefaultEnvoyHeaderNames.Reset, "`name` of --envoy-headers' reset header")
 	fs.BoolVar(&s.dynamicMetadata, "response-dynamic-metadata", false, "add envoyproxy/ratelimit's dynamic metadata to every response (the domain, the descriptors, and the metadata of the rules of those that passed)")
+	fs.BoolVar(&s.streamDoneRelease, "stream-done-release", false, "accept rules with concurrency limits: Envoy (1.33 or later) gives an admitted request's permits back when its stream is done, sending the token of the answer's dynamic metadata (sluice_permit) in an apply_on_stream_done descriptor (docs/envoy-apis.md); without it such rules are refused, since a permit Envoy never gives back is held its whole ttl")
 }
 
 // observabilityFlags are the flags of the logs, metrics and top keys.

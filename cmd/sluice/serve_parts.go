@@ -218,7 +218,7 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 		OnError:      onError,
 		MergeDomains: s.mergeDomains,
 		AllowMissing: s.startWithoutConfig,
-		Check:        refuseConcurrency,
+		Check:        s.checkRules,
 	})
 	if err != nil {
 		var re *rules.Error
@@ -236,16 +236,28 @@ func (s *serveSettings) rulesSource(onLoad func(*rules.Config), onError func(err
 	return watcher, watcher.Current(), nil
 }
 
-// refuseConcurrency refuses rules with a concurrency limit: sluice serve
-// answers Envoy over RLS, and nothing there tells it when an admitted
-// request ends, so a permit would be held until its TTL whatever the
-// request did: a cap on requests started per TTL, not on those in flight.
-// sluice proxy and httplimit release at the end of the response.
+// checkRules is the check of every rules load: concurrency limits only
+// with --stream-done-release.
+func (s *serveSettings) checkRules(c *rules.Config) error {
+	if s.streamDoneRelease {
+		return nil
+	}
+	return refuseConcurrency(c)
+}
+
+// refuseConcurrency refuses rules with a concurrency limit, unless the
+// operator says Envoy is configured to release (--stream-done-release):
+// RLS has no release call, and only a route's apply_on_stream_done entry
+// that sends the permit token back tells sluice serve that an admitted
+// request ended. Without it every permit would be held until its TTL
+// whatever the request did: a cap on requests started per TTL, not on
+// those in flight, which denies far more than the rule says. sluice
+// cannot see Envoy's configuration, so the operator states it.
 func refuseConcurrency(c *rules.Config) error {
 	for _, name := range c.Domains() {
 		for _, r := range c.Domain(name).Rules {
 			if r.Concurrency != nil {
-				return fmt.Errorf("%s:%d: concurrency limits need a front door that sees each request end (sluice proxy, or httplimit in Go); sluice serve cannot release a permit when Envoy's request ends", r.File, r.Line)
+				return fmt.Errorf("%s:%d: a concurrency limit needs Envoy to release each request's permits when its stream is done (apply_on_stream_done with the permit token, docs/envoy-apis.md): with that configured, start sluice serve with --stream-done-release; or use sluice proxy, or httplimit in Go", r.File, r.Line)
 			}
 		}
 	}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const permitRulesE2E = `domain: edge
+descriptors:
+  - key: api_key
+    concurrency: {max: 2, ttl: 30s}
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: export
+    concurrency: {max: 1, ttl: 1s}
+`
+
+// TestServeE2EPermits: concurrency limits through sluice serve, on the
+// embedded store and on Redis, with a gRPC client doing what Envoy does: a
+// request admitted holding a permit gets a token in the answer's dynamic
+// metadata; one at the cap is denied and gets none; the stream-done
+// request, the same descriptor with the token in a sluice_permit entry,
+// gives the permit back, and the next request is admitted again. A forged
+// token, a release twice, a token replayed with other entries, a
+// malformed one and the token of an expired permit release nothing
+// another holds. Without --stream-done-release such rules are refused.
+func TestServeE2EPermits(t *testing.T) {
+	beside(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, permitRulesE2E)
+	t.Run("refused without the switch", func(t *testing.T) {
+		p := launch(t, nil, "--config", rules)
+		if code := p.wait(); code != 1 {
+			t.Errorf("exit %d, want 1", code)
+		}
+		if log := p.log(); !strings.Contains(log, "rules.yaml:3") || !strings.Contains(log, "--stream-done-release") {
+			t.Errorf("the refusal does not name the rule and the switch:\n%s", log)
+		}
+	})
+	for store, sargs := range storeArgs(t) {
+		t.Run(store, func(t *testing.T) {
+			p := startSluice(t, nil, append([]string{"--config", rules, "--stream-done-release"}, sargs(t)...)...)
+			permitsE2E(t, p)
+		})
+	}
+}
+
+// tokenOf is the permit token of an answer, "" if none.
+func tokenOf(r *rlsv3.RateLimitResponse) string {
+	return r.GetDynamicMetadata().GetFields()["sluice_permit"].GetStringValue()
+}
+
+func permitsE2E(t *testing.T, p *proc) {
+	admit := func(kv ...string) string {
+		t.Helper()
+		r := p.must("edge", desc(kv...))
+		if codesOf(r) != "OK:OK" || tokenOf(r) == "" {
+			t.Fatalf("%v: %s, token %q; want OK with a token", kv, codesOf(r), tokenOf(r))
+		}
+		return tokenOf(r)
+	}
+	denied := func(kv ...string) {
+		t.Helper()
+		r := p.must("edge", desc(kv...))
+		if codesOf(r) != "OVER_LIMIT:OVER_LIMIT" || r.GetDynamicMetadata() != nil {
+			t.Fatalf("%v: %s, metadata %v; want OVER_LIMIT and no token", kv, codesOf(r), r.GetDynamicMetadata())
+		}
+	}
+	release := func(token string, kv ...string) {
+		t.Helper()
+		r := p.must("edge", desc(append(kv, "sluice_permit", token)...))
+		if codesOf(r) != "OK:OK" || r.GetDynamicMetadata() != nil {
+			t.Fatalf("release of %v: %s, metadata %v; want OK and nothing else", kv, codesOf(r), r.GetDynamicMetadata())
+		}
+	}
+
+	a := admit("api_key", "k1")
+	b := admit("api_key", "k1")
+	denied("api_key", "k1")
+	release(a, "api_key", "k1")
+	c := admit("api_key", "k1")
+	// A forged ID with the real tag, a second release, b replayed with
+	// another key, a malformed token: none frees b's or c's slot.
+	release(a[:9]+strings.Repeat("A", 26), "api_key", "k1")
+	release(a, "api_key", "k1")
+	release(b, "api_key", "k2")
+	release("not-a-token", "api_key", "k1")
+	denied("api_key", "k1")
+	release(b, "api_key", "k1")
+	release(c, "api_key", "k1")
+	admit("api_key", "k1")
+	admit("api_key", "k1")
+	denied("api_key", "k1")
+
+	// An expired permit's token, back after another took the slot.
+	e1 := admit("export", "x")
+	denied("export", "x")
+	var e2 string
+	poll(t, "the export permit expires after its ttl of 1s", func() bool {
+		r := p.must("edge", desc("export", "x"))
+		e2 = tokenOf(r)
+		return codesOf(r) == "OK:OK"
+	})
+	release(e1, "export", "x")
+	denied("export", "x")
+	release(e2, "export", "x")
+	admit("export", "x")
+
+	for event, want := range map[string]float64{"issued": 8, "released": 7, "refused": 2, "failed": 0} {
+		if got := p.metricSum("sluice_permit_tokens_total", `event="`+event+`"`); got != want {
+			t.Errorf("sluice_permit_tokens_total{event=%q} %v, want %v", event, got, want)
+		}
+	}
+
+	// The HTTP JSON API is the same door.
+	type answer struct {
+		OverallCode     string
+		DynamicMetadata map[string]string
+	}
+	post := func(entries string) answer {
+		t.Helper()
+		code, body, _ := p.http("POST", "/json", `{"domain":"edge","descriptors":[{"entries":[`+entries+`]}]}`)
+		var ans answer
+		if err := json.Unmarshal([]byte(body), &ans); code != 200 || err != nil {
+			t.Fatalf("/json: %d %s (%v)", code, body, err)
+		}
+		return ans
+	}
+	tok := post(`{"key":"api_key","value":"j"}`).DynamicMetadata["sluice_permit"]
+	if tok == "" {
+		t.Fatal("/json: no token")
+	}
+	if ans := post(`{"key":"api_key","value":"j"},{"key":"sluice_permit","value":"` + tok + `"}`); ans.OverallCode != "OK" || ans.DynamicMetadata != nil {
+		t.Fatalf("/json release: %+v", ans)
+	}
+	if got := p.metricSum("sluice_permit_tokens_total", `event="released"`); got != 8 {
+		t.Errorf("released after /json: %v, want 8", got)
+	}
+
+	// Two tokens in one descriptor: not something Envoy sends.
+	_, err := p.rl("edge", desc("api_key", "k1", "sluice_permit", a, "sluice_permit", b))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("two tokens in a descriptor: %v, want InvalidArgument", err)
+	}
+}
