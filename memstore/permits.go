@@ -154,7 +154,9 @@ func (s *Store) permitsOf(sh *shard, k uint64, now int64) *permitSet {
 		return nil
 	}
 	b := ps.bytes()
-	ps.drop(now)
+	if n := ps.drop(now); n > 0 {
+		s.permsExpired.Add(int64(n))
+	}
 	if len(ps.ids) == 0 {
 		delete(sh.perms, k)
 		sh.permBytes -= b
@@ -215,7 +217,8 @@ func trimPerms(sh *shard, keep uint64, b int64, evicted *atomic.Int64) {
 }
 
 // sweepPerms drops the expired permits of sh's sets, and the sets left
-// empty; it returns how many permits it dropped.
+// empty; it returns how many permits it dropped (all of them expired:
+// a set is dropped whole once its latest expiry is past).
 func sweepPerms(sh *shard, now int64) int {
 	n := 0
 	for k, ps := range sh.perms {

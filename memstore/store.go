@@ -63,6 +63,8 @@ type Store struct {
 	maxBytes int64
 	sketches sketchSet
 	evicted  atomic.Int64
+	// permsExpired counts the permits dropped on expiry (Stats).
+	permsExpired atomic.Int64
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -217,11 +219,17 @@ type Stats struct {
 	// Evictions is how many live keys the memory cap has evicted since
 	// the store was created.
 	Evictions int64
+	// PermitsExpired is how many permits of Concurrency limits the store
+	// has dropped since it was created because they reached their expiry
+	// unreleased: their holders died, stalled past their Period without
+	// renewing, or never released them. A released permit is not
+	// counted, nor one the memory cap evicted (Evictions).
+	PermitsExpired int64
 }
 
 // Stats returns the store's figures, from one pass over its shards.
 func (s *Store) Stats() Stats {
-	st := Stats{Bytes: s.sketches.bytes.Load(), Evictions: s.evicted.Load()}
+	st := Stats{Bytes: s.sketches.bytes.Load(), Evictions: s.evicted.Load(), PermitsExpired: s.permsExpired.Load()}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

@@ -57,7 +57,10 @@ func (s *Store) Sweep() int {
 				removed++
 			}
 		}
-		removed += sweepPerms(sh, now)
+		if n := sweepPerms(sh, now); n > 0 {
+			removed += n
+			s.permsExpired.Add(int64(n))
+		}
 		if c := capFor(sh.t.n); float64(len(sh.t.slots)) > float64(c)*growth*growth {
 			sh.t.rebuild(c, now)
 		}
