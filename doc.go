@@ -43,7 +43,8 @@
 // do, and proves itself with the storetest package's suite, which every
 // store passes.
 //
-// This package imports only internal/base/algo (the arithmetic) and the
-// standard library; the
-// stores, the rules and the transports import it, never the other way round.
+// This package imports only internal/base/algo (the arithmetic),
+// internal/vocab/permittrace (how a front door of this module is told of
+// permits) and the standard library; the stores, the rules and the
+// transports import it, never the other way round.
 package sluice

@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/vocab/permittrace"
 )
 
 // Permit is what a request holds of its Concurrency limits: one slot of
@@ -20,6 +23,7 @@ type Permit struct {
 	enforce  bool // some permit's limit is not a Shadow limit
 	mu       sync.Mutex
 	released atomic.Bool
+	lost     atomic.Uint64 // bit i: a renewal found hits[i] held no more
 }
 
 // Acquire takes hits together, all or nothing, as Take does, after giving
@@ -27,9 +31,10 @@ type Permit struct {
 // Permit field is overwritten: 128 random bits, made here and never
 // shown). When the request is admitted and holds permits, the Permit
 // returned releases and renews them all; it is nil on a denial and when
-// no hit is a permit. A permit is held until Release, or until it expires
-// a Period after it was acquired or last renewed (Renew), so that a
-// holder that dies leaks nothing longer. A denial's Decision says why
+// none is held (no hit is a permit, or only Shadow limits' that would
+// have denied, which take nothing). A permit is held until Release, or
+// until it expires a Period after it was acquired or last renewed
+// (Renew), so that a holder that dies leaks nothing longer. A denial's Decision says why
 // (for a permit, RetryAfter is the time until the earliest permit held
 // expires: a bound, since a holder may release sooner). An error means the
 // store failed; a permit the store may have taken before failing expires
@@ -56,12 +61,23 @@ func (l *Limiter) Acquire(ctx context.Context, hits []Hit, out []Decision) (*Per
 		out = make([]Decision, len(hits))
 	}
 	d, err := l.Take(ctx, hits, out)
-	if err != nil || !d.Allowed || n == 0 {
+	if err != nil || n == 0 {
 		return nil, d, err
+	}
+	tr := permittrace.From(ctx)
+	if !d.Allowed {
+		if tr != nil && tr.Denied != nil {
+			if k := deniedPermits(hits, out); k > 0 {
+				tr.Denied(k)
+			}
+		}
+		return nil, d, nil
 	}
 	p := &Permit{l: l, hits: make([]Hit, 0, n)}
 	for i := range hits {
-		if h := hits[i]; h.Permit != "" && h.Limit.Algorithm == Concurrency && h.Cost == 1 {
+		// A Shadow limit's permit that would have been denied was not
+		// taken: it is not the Permit's to renew or release.
+		if h := hits[i]; isPermit(&h) && out[i].Allowed {
 			h.Cost = 0
 			p.hits = append(p.hits, h)
 			if p.period == 0 || h.Limit.Period < p.period {
@@ -70,7 +86,31 @@ func (l *Limiter) Acquire(ctx context.Context, hits []Hit, out []Decision) (*Per
 			p.enforce = p.enforce || !h.Limit.Shadow
 		}
 	}
+	if len(p.hits) == 0 {
+		return nil, d, nil
+	}
+	if tr != nil && tr.Acquired != nil {
+		tr.Acquired(len(p.hits))
+	}
 	return p, d, nil
+}
+
+// isPermit reports whether h acquires a permit: a Concurrency hit of
+// cost 1 with its ID.
+func isPermit(h *Hit) bool {
+	return h.Permit != "" && h.Limit != nil && h.Limit.Algorithm == Concurrency && h.Cost == 1
+}
+
+// deniedPermits counts the permits of a denied request refused a slot:
+// its enforced permit hits that denied.
+func deniedPermits(hits []Hit, out []Decision) int {
+	k := 0
+	for i := range hits {
+		if isPermit(&hits[i]) && !out[i].Allowed && !hits[i].Limit.Shadow {
+			k++
+		}
+	}
+	return k
 }
 
 // acquireOne is Acquire for one permit of limit for key.
@@ -99,7 +139,13 @@ func (p *Permit) Release(ctx context.Context) error {
 	if p.released.Load() {
 		return nil
 	}
-	if err := p.l.release(ctx, p.hits); err != nil {
+	err := p.l.release(ctx, p.hits)
+	if tr := permittrace.From(ctx); tr != nil && tr.Released != nil {
+		if n := len(p.hits) - bits.OnesCount64(p.lost.Load()); n > 0 {
+			tr.Released(n, err)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	p.released.Store(true)
@@ -123,12 +169,23 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 	if err := p.l.renew(ctx, p.hits, out[:len(p.hits)]); err != nil {
 		return false, err
 	}
+	renewed, lost := 0, 0
 	for i := range p.hits {
-		if !out[i].Allowed {
-			return false, nil
+		if out[i].Allowed {
+			renewed++
+		} else if bit := uint64(1) << i; p.lost.Or(bit)&bit == 0 {
+			lost++ // newly found lost
 		}
 	}
-	return true, nil
+	if tr := permittrace.From(ctx); tr != nil {
+		if renewed > 0 && tr.Renewed != nil {
+			tr.Renewed(renewed)
+		}
+		if lost > 0 && tr.Lost != nil {
+			tr.Lost(lost)
+		}
+	}
+	return renewed == len(p.hits), nil
 }
 
 // Hold runs fn while it holds a permit of limit, a Concurrency limit, for
@@ -150,8 +207,12 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 // nothing.
 func (l *Limiter) Hold(ctx context.Context, key string, limit *Limit, fn func(context.Context) error) (d Decision, err error) {
 	p, d, err := l.acquireOne(ctx, key, limit)
-	if err != nil || p == nil {
+	if err != nil || !d.Allowed {
 		return d, err
+	}
+	if p == nil {
+		// A Shadow limit that would deny: fn runs, holding nothing.
+		return d, fn(ctx)
 	}
 	fctx, stop := p.Keep(ctx)
 	defer func() {

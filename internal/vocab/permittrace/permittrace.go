@@ -1,0 +1,47 @@
+// Package permittrace lets a front door be told what becomes of the
+// permits of the requests it serves, in the manner of net/http/httptrace:
+// a Trace put in a request's context (With) is called by the root
+// package's Limiter.Acquire, Permit.Release and Permit.Renew (so also by
+// Permit.Keep and Limiter.Hold) made with that context or one derived
+// from it. sluice proxy counts each route's permits this way, without the
+// middleware in between (httplimit) knowing of it.
+//
+// It is internal: a program that embeds the library counts its own calls.
+// This package imports only the standard library.
+package permittrace
+
+import "context"
+
+// Trace is told of permits. Each function is optional and must be fast
+// and safe for concurrent use; n is a number of permits (one a Concurrency
+// hit), never 0 when called.
+type Trace struct {
+	// Acquired: an admitted Acquire took n permits.
+	Acquired func(n int)
+	// Denied: an Acquire was denied, n of its permits for want of a slot
+	// (Shadow limits not included). A request denied by a rate alone
+	// calls nothing.
+	Denied func(n int)
+	// Renewed: a renewal extended n permits still held.
+	Renewed func(n int)
+	// Lost: a renewal found n permits held no more (expired, or lost by
+	// the store); each permit is reported lost once.
+	Lost func(n int)
+	// Released: a Release gave back n permits, those not reported lost,
+	// err its failure (nil: released). A Release that failed and is
+	// called again reports again.
+	Released func(n int, err error)
+}
+
+type key struct{}
+
+// With returns ctx carrying t.
+func With(ctx context.Context, t *Trace) context.Context {
+	return context.WithValue(ctx, key{}, t)
+}
+
+// From returns the Trace ctx carries, or nil.
+func From(ctx context.Context) *Trace {
+	t, _ := ctx.Value(key{}).(*Trace)
+	return t
+}
