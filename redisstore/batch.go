@@ -179,6 +179,9 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 			err = fmt.Errorf("script returned %q for a hit", arr[i])
 		}
 	}
+	if err == nil {
+		s.metrics.countExpired(arr, 6)
+	}
 	for _, r := range batch {
 		if err != nil {
 			r.g.res, r.g.err = nil, err

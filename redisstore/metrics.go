@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,7 @@ type metrics struct {
 	shed                 atomic.Int64
 	fcalls               atomic.Int64 // script calls that decide requests
 	refundFailed         atomic.Int64
+	permitsExpired       atomic.Int64 // permits the script dropped on expiry
 	latency              prometheus.Histogram
 }
 
@@ -24,6 +26,26 @@ func (m *metrics) init() {
 		Help:    "Time of a Redis store call (one script call per slot, in parallel), from when it had a slot among the calls in flight.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	})
+}
+
+// countExpired counts the permits the script dropped on expiry, which it
+// appends to a hit's answer (take.lua) as the field at index at (0 is the
+// first), when there are any. Failed requests' answers ("!...") have none.
+func (m *metrics) countExpired(answers []string, at int) {
+	var n int64
+	for _, a := range answers {
+		if a == "" || a[0] == '!' {
+			continue
+		}
+		if f := field(a, at); f != "" {
+			if v, err := strconv.ParseInt(f, 10, 64); err == nil && v > 0 {
+				n += v
+			}
+		}
+	}
+	if n > 0 {
+		m.permitsExpired.Add(n)
+	}
 }
 
 func (m *metrics) observe(d time.Duration, err error) {
@@ -54,6 +76,7 @@ var (
 		"Cross-slot requests denied in one slot whose consumption in another could not be taken back (it stays consumed).", nil, nil)
 	breakerDesc = prometheus.NewDesc("sluice_redis_breaker_state",
 		"The Redis store's circuit breaker: 0 closed, 1 half-open, 2 open.", nil, nil)
+	permitsExpiredDesc = wheremetric.PermitsExpiredDesc("redis")
 )
 
 // Stats counts the store's calls since it was created, and its state now.
@@ -69,6 +92,15 @@ type Stats struct {
 	Nodes        int   // nodes sharing the limits, as counted from the registry (Store.Nodes)
 	Up           bool  // connected and the circuit breaker closed
 	BreakerState int   // 0 closed, 1 half-open, 2 open
+
+	// PermitsExpired counts the permits of Concurrency limits that this
+	// node's calls dropped because they reached their expiry unreleased
+	// (their holders died, stalled, or never released them). Redis drops
+	// a key's expired permits when a take, renewal or release finds them
+	// there, whichever node made it, so the nodes' counts add up to the
+	// fleet's; a key left untouched for a period after its last permit
+	// expired disappears uncounted.
+	PermitsExpired int64
 }
 
 // Stats returns the store's counters and state.
@@ -86,12 +118,15 @@ func (s *Store) Stats() Stats {
 		Nodes:        s.Nodes(),
 		Up:           s.Health() == nil,
 		BreakerState: int(s.br.State()),
+
+		PermitsExpired: m.permitsExpired.Load(),
 	}
 }
 
 // Collector returns the store's Prometheus metrics, read from Stats: calls
 // by result, call duration, calls in flight and queued, nodes, whether
-// Redis is up, and the circuit breaker's state.
+// Redis is up, the circuit breaker's state, and the permits dropped on
+// expiry (sluice_permits_expired_total{store="redis"}).
 func (s *Store) Collector() prometheus.Collector { return collector{s} }
 
 type collector struct{ s *Store }
@@ -106,6 +141,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- upDesc
 	ch <- breakerDesc
 	ch <- refundDesc
+	ch <- permitsExpiredDesc
 	c.s.metrics.latency.Describe(ch)
 }
 
@@ -124,6 +160,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(decisionsDesc, st.Calls)
 	counter(fcallsDesc, st.ScriptCalls)
 	counter(refundDesc, st.RefundFailed)
+	counter(permitsExpiredDesc, st.PermitsExpired)
 	gauge(inFlightDesc, st.InFlight)
 	gauge(queuedDesc, st.Queued)
 	gauge(nodesDesc, st.Nodes)

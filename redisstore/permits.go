@@ -105,6 +105,14 @@ func (s *Store) runPermits(c *conn, groups []*group) {
 		if err == nil && len(arr) != len(g.idx) {
 			err = fmt.Errorf("script returned %d values for %d permits", len(arr), len(g.idx))
 		}
+		if err == nil {
+			// A release answers "held [dropped]"; a renewal as a take.
+			at := 6
+			if g.args[0][0] == 'x' {
+				at = 1
+			}
+			s.metrics.countExpired(arr, at)
+		}
 		g.res, g.err = arr, err
 	}
 	if len(groups) == 1 {

@@ -94,7 +94,9 @@ const holderEnv = "SLUICE_TEST_PERMIT_HOLDER"
 // renewing) is killed with SIGKILL. Its permit counts until it expires,
 // a TTL at most after the process's last renewal, on Redis's clock: a
 // holder that dies blocks, never over-admits, and its slot is free at
-// that expiry; its key disappears from Redis after it.
+// that expiry, when the request that takes it counts the dead holder's
+// permit as expired; its key lives a TTL more, so that a request in that
+// time finds the expired permit and counts it.
 func TestPermitCrashedHolder(t *testing.T) {
 	const ttl = 2 * time.Second
 	l := concurrency(1, ttl)
@@ -155,9 +157,13 @@ func TestPermitCrashedHolder(t *testing.T) {
 	if expiry.After(killed.Add(ttl)) {
 		t.Fatalf("the permit expires %v after the kill, more than the TTL", expiry.Sub(killed))
 	}
-	// PEXPIRE is in whole milliseconds, rounded up.
-	if pttl, err := srv.Do("PTTL", key); err != nil || pttl.(int64) > ttl.Milliseconds()+1 {
-		t.Fatalf("the key's TTL %v ms (%v), want at most the permit's", pttl, err)
+	// PEXPIRE is in whole milliseconds, rounded up: the permit's expiry
+	// and a TTL.
+	if pttl, err := srv.Do("PTTL", key); err != nil || pttl.(int64) > 2*ttl.Milliseconds()+1 || pttl.(int64) <= 0 {
+		t.Fatalf("the key's TTL %v ms (%v), want the permit's and a TTL more", pttl, err)
+	}
+	if n := s.Stats().PermitsExpired; n != 0 {
+		t.Fatalf("%d permits expired while the dead holder's is held", n)
 	}
 	for {
 		now, err := srv.Time()
@@ -171,6 +177,9 @@ func TestPermitCrashedHolder(t *testing.T) {
 	}
 	if p, d, err := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); p == nil || err != nil {
 		t.Fatalf("at the dead holder's expiry: %+v %v, want the slot free", d, err)
+	}
+	if n := s.Stats().PermitsExpired; n != 1 {
+		t.Fatalf("%d permits counted expired, want the dead holder's", n)
 	}
 }
 
@@ -205,9 +214,9 @@ func TestPermitClockJump(t *testing.T) {
 	}
 }
 
-// TestPermitKeyExpires: a permit's key lives as long as its latest
-// permit, longer after a renewal, and is gone once its last permit is
-// released.
+// TestPermitKeyExpires: a permit's key lives a TTL longer than its
+// latest permit, longer after a renewal, and is gone once its last permit
+// is released.
 func TestPermitKeyExpires(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := newTestStore(t, Config{URL: srv.URL()}, nil)
@@ -227,17 +236,18 @@ func TestPermitKeyExpires(t *testing.T) {
 		return v.(int64)
 	}
 	// The permit lives 10 s from a now that is not a whole millisecond:
-	// its expiry is rounded up, and PEXPIRE's milliseconds too.
+	// its expiry is rounded up, and PEXPIRE's milliseconds too; the key
+	// 10 s more.
 	first := pttl()
-	if first <= 0 || first > 10_001 {
-		t.Fatalf("PTTL %d ms, want at most the permit's 10 s", first)
+	if first <= 19_000 || first > 20_001 {
+		t.Fatalf("PTTL %d ms, want the permit's 10 s and 10 s more", first)
 	}
 	time.Sleep(50 * time.Millisecond)
 	out := make([]sluice.Decision, 1)
 	if err := s.Permits(ctx, hits, out); err != nil || !out[0].Allowed {
 		t.Fatalf("renew: %+v %v", out[0], err)
 	}
-	if ms := pttl(); ms <= 0 || ms > 10_001 || ms < first-10 {
+	if ms := pttl(); ms <= 0 || ms > 20_001 || ms < first-10 {
 		t.Fatalf("PTTL %d ms after a renewal, %d before", ms, first)
 	}
 	if err := s.Permits(ctx, hits, nil); err != nil {
@@ -311,4 +321,99 @@ func TestPermitManyHolders(t *testing.T) {
 		t.Fatalf("%d permits held after every holder released", got)
 	}
 	t.Logf("peak %d holders at once", peak.Load())
+}
+
+// TestPermitsExpiredCounted: the store counts the permits Redis drops on
+// expiry, as its scripts report them: found by a take (alone, or in a
+// batch of concurrent requests), a renewal or a release (a release after
+// the expiry is too late: the permit counts as expired), each once, and
+// never a permit released in time. Run on a standalone server and on a
+// Cluster, where a request's hits on keys of other slots are other calls.
+func TestPermitsExpiredCounted(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		t.Parallel()
+		permitsExpiredCounted(t, Config{URL: redistest.Standalone(t).URL()})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		permitsExpiredCounted(t, Config{Addrs: redistest.Cluster(t, 3, 0).Addrs()})
+	})
+}
+
+func permitsExpiredCounted(t *testing.T, cfg Config) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 123456, time.UTC).UnixNano())
+	s := newTestStore(t, cfg, func() time.Time { return time.Unix(0, now.Load()) })
+	lim := sluice.NewLimiter(s)
+	ctx := context.Background()
+	l := concurrency(8, time.Second)
+	hit := func(key string) sluice.Hit { return sluice.Hit{Key: key, Limit: l, Cost: 1} }
+	acquire := func(hits ...sluice.Hit) *sluice.Permit {
+		t.Helper()
+		p, d, err := lim.Acquire(ctx, hits, nil)
+		if p == nil || err != nil {
+			t.Fatalf("Acquire: %+v %v", d, err)
+		}
+		return p
+	}
+	expired := func(want int64) {
+		t.Helper()
+		if n := s.Stats().PermitsExpired; n != want {
+			t.Fatalf("%d permits counted expired, want %d", n, want)
+		}
+	}
+	// Three on k, one released in time; two on each of k2 and k3 (keys
+	// in other slots on a Cluster, in one request); one on k4, then one
+	// on each of 20 keys.
+	a, _, rel := acquire(hit("k")), acquire(hit("k")), acquire(hit("k"))
+	if err := rel.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acquire(hit("k2"), hit("k3"))
+	acquire(hit("k2"), hit("k3"))
+	late := acquire(hit("k4"))
+	for i := range 20 {
+		acquire(hit("b" + strconv.Itoa(i)))
+	}
+	expired(0)
+	now.Add(int64(time.Second + 2*time.Millisecond)) // past the expiries, whole milliseconds rounded up
+	// A take finds the two unreleased permits of k expired (and takes a
+	// slot); a renewal of one of them finds it lost.
+	acquire(hit("k"))
+	expired(2)
+	if held, err := a.Renew(ctx); held || err != nil {
+		t.Fatalf("renewal of an expired permit: %v %v", held, err)
+	}
+	expired(2)
+	// One request on k2 and k3: each key's expired permits, once.
+	acquire(hit("k2"), hit("k3"), hit("k2"))
+	expired(6)
+	// A release after the expiry.
+	if err := late.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expired(7)
+	// Concurrent requests, which the store batches into calls.
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if _, _, err := lim.Acquire(ctx, []sluice.Hit{hit("b" + strconv.Itoa(i))}, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	expired(27)
+	// A renewal finds the expired permits of its key too.
+	p := acquire(hit("r"))
+	acquire(hit("r"))
+	now.Add(int64(700 * time.Millisecond))
+	if held, err := p.Renew(ctx); !held || err != nil {
+		t.Fatalf("renewal: %v %v", held, err)
+	}
+	now.Add(int64(700 * time.Millisecond))
+	if held, err := p.Renew(ctx); !held || err != nil {
+		t.Fatalf("renewal: %v %v", held, err)
+	}
+	expired(28)
 }

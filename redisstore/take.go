@@ -310,6 +310,9 @@ func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 				err = fmt.Errorf("script returned %q for a hit", arr[i])
 			}
 		}
+		if err == nil {
+			s.metrics.countExpired(arr[:len(g.idx)], 6)
+		}
 		g.res, g.err = arr, err
 	}
 	if len(groups) == 1 {

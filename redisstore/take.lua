@@ -38,8 +38,9 @@
 -- the two window keys; then the block key if the limit has block_for.
 --
 -- Reply: a string per hit, "allowed remaining reset retry left committed"
--- (ns; left: block time left, 0 = not blocked), and in modes "u" and "r"
--- then two undo strings per hit.
+-- (ns; left: block time left, 0 = not blocked), followed for the first
+-- hit on a Concurrency limit's key that dropped expired permits by their
+-- number, and in modes "u" and "r" then two undo strings per hit.
 
 local X = int
 local step, log_step, log_commit = algo.step, algo.log_step, algo.log_commit
@@ -270,16 +271,20 @@ end
 
 -- A Concurrency limit's permits are a sorted set: each permit's ID scored
 -- by its expiry in whole milliseconds (algo.permit_expiry makes them so;
--- a double holds any of them exactly), with a TTL to its latest expiry, so
--- that a key its holders abandoned disappears after it. A permit expired
--- at now is held no more: the request's first hit on a key drops them
--- (nothing the set answers at now or later changes).
+-- a double holds any of them exactly), with a TTL to its latest expiry
+-- and one period more, so that a key its holders abandoned disappears a
+-- period after it, and a hit meanwhile finds the expired permits and
+-- counts them. A permit expired at now is held no more: the request's
+-- first hit on a key drops them (nothing the set answers at now or later
+-- changes), and so do a renewal and a release; the replies say how many
+-- (the store counts them: expired, never released).
 
 local MS = 1000000 -- a millisecond in ns, the scores' unit
 
--- drop_permits drops the permits of key expired at now (exact).
+-- drop_permits drops the permits of key expired at now (exact) and
+-- returns how many it dropped.
 local function drop_permits(key, now)
-  call('ZREMRANGEBYSCORE', key, '-inf', X.str(X.div(now, MS)))
+  return call('ZREMRANGEBYSCORE', key, '-inf', X.str(X.div(now, MS)))
 end
 
 -- permit_of returns the expiry in ns (exact) of id's permit in key, 0 if
@@ -301,12 +306,12 @@ local function read_permits(key)
 end
 
 -- hold_permit holds id's permit in key until exp (ns, exact, whole
--- milliseconds), the key living at least as long as at now, and returns
--- the score it wrote.
-local function hold_permit(key, id, exp, now)
+-- milliseconds), the key living at least a period per (ns) longer, as at
+-- now, and returns the score it wrote.
+local function hold_permit(key, id, exp, per, now)
   local sc = X.str(X.div(exp, MS))
   call('ZADD', key, sc, id)
-  local ttl = ttl_ms_x(exp, now)
+  local ttl = ttl_ms_x(add_sat(exp, per), now)
   if call('PTTL', key) < tonumber(ttl) then call('PEXPIRE', key, ttl) end
   return sc
 end
@@ -1077,7 +1082,7 @@ local function evaluate_permit(ops, o)
   now_x()
   local first = first_hit(ops, o)
   if first == o then
-    drop_permits(o.key, now)
+    o.dropped = drop_permits(o.key, now)
     o.held, o.earliest = read_permits(o.key)
   end
   o.sold = permit_of(o.key, o.id)
@@ -1202,7 +1207,7 @@ end
 -- commit_permit holds an admitted Concurrency hit's permit.
 local function commit_permit(o)
   local before = call('ZSCORE', o.key, o.id)
-  o.undo1, o.undo2 = before or '-', hold_permit(o.key, o.id, o.pexp, now)
+  o.undo1, o.undo2 = before or '-', hold_permit(o.key, o.id, o.pexp, o.p.period, now)
 end
 
 -- start_block starts the block_for penalty of a hit's key.
@@ -1292,7 +1297,9 @@ local function peek(o, first)
 end
 
 -- reply appends the answer of every hit to out, "allowed remaining reset
--- retry left committed", then with undo set two undo strings a hit.
+-- retry left committed", and for the first hit of a request on a
+-- Concurrency limit's key that dropped expired permits, " dropped"; then
+-- with undo set two undo strings a hit.
 local function reply(ops, out, undo)
   for i = 1, #ops do
     local o = ops[i]
@@ -1309,6 +1316,7 @@ local function reply(ops, out, undo)
     else
       out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
     end
+    if o.dropped and o.dropped > 0 then out[#out] = out[#out] .. ' ' .. o.dropped end
   end
   if not undo then return end
   for i = 1, #ops do
@@ -1411,30 +1419,33 @@ end
 
 -- permits releases (mode "x") or renews (mode "n") n permits at now:
 -- KEYS are their keys, ARGV from 2 on two per permit, its limit's spec and
--- its ID. A release removes the permit, held or not, and answers "1" or
--- "0" (it was not held); a renewal drops the key's expired permits, then
--- extends the permit if still held (algo.permit_renew: a lost one is not
--- added back) and answers as a take does, "allowed remaining reset retry
--- 0 committed".
+-- its ID. Each first drops the key's expired permits (a permit released
+-- after its expiry was not released in time: it counts as expired, as
+-- memstore counts it). A release then removes the permit, held or not,
+-- and answers "1" or "0" (it was not held); a renewal extends the permit
+-- if still held (algo.permit_renew: a lost one is not added back) and
+-- answers as a take does, "allowed remaining reset retry 0 committed".
+-- Either answer ends with " dropped" when it dropped expired permits.
 local function permits(KEYS, ARGV, mode, n)
   local out = {}
   now_x()
   for i = 1, n do
     local key, id = KEYS[i], ARGV[2 * i + 1]
+    local dropped = drop_permits(key, now)
     if mode == 'x' then
       out[i] = tostring(call('ZREM', key, id))
     else
       local sp = spec(ARGV[2 * i])
-      drop_permits(key, now)
       local held, earliest = read_permits(key)
       local r, exp = algo.permit_renew(sp.p, {held = held, earliest = earliest, old = permit_of(key, id)}, now)
       local ok, c = 0, 0
       if r.allowed then
         ok, c = 1, 1
-        hold_permit(key, id, exp, now)
+        hold_permit(key, id, exp, sp.p.period, now)
       end
       out[i] = ok .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(r.retry) .. ' 0 ' .. c
     end
+    if dropped > 0 then out[i] = out[i] .. ' ' .. dropped end
   end
   return out
 end

@@ -11,8 +11,9 @@ import (
 
 // permitTrace generates a trace of acquisitions, peeks, renewals and
 // releases of a few IDs on one key's permits, kept in a map as a store
-// keeps them, through algo.PermitStep and algo.PermitRenew, and its
-// expected output (the driver's mode "permit").
+// keeps them (the expired dropped first, as algo.PermitExpired says, and
+// counted: what a store reports as expired), through algo.PermitStep and
+// algo.PermitRenew, and its expected output (the driver's mode "permit").
 func permitTrace(r *rand.Rand) *trace {
 	p := genParams(r, algo.FixedWindow) // a period, realistic or extreme
 	p.Kind, p.Offset = algo.Concurrency, 0
@@ -31,9 +32,11 @@ func permitTrace(r *rand.Rand) *trace {
 		if r.IntN(3) == 0 {
 			op = 1
 		}
+		dropped := 0
 		for k, e := range set {
-			if e <= now {
+			if algo.PermitExpired(e, now) {
 				delete(set, k)
+				dropped++
 			}
 		}
 		s := algo.PermitSet{Old: set[id]}
@@ -69,7 +72,7 @@ func permitTrace(r *rand.Rand) *trace {
 		}
 		fmt.Fprintf(&in, " %d %d %d", now, op, id)
 		now0, s0 := now, s
-		tr.step(fmt.Sprintf("%s %d %d", line, held, earliest), func() string {
+		tr.step(fmt.Sprintf("%s %d %d %d", line, held, earliest, dropped), func() string {
 			return fmt.Sprintf("params %+v set %+v now %d op %d id %d", p, s0, now0, op, id)
 		})
 		now = genNext(r, now, p.Period, max(p.Capacity, 1))

@@ -540,7 +540,7 @@ end
 -- op 0 peeks and 1 acquires (algo.permit_step), 2 renews
 -- (algo.permit_renew), each printing its result and exp; 3 releases,
 -- printing "-"; then every line the permits held and the earliest
--- expiry after it.
+-- expiry after it, and how many expired permits it dropped first.
 function cases.permit(w)
 	local p = params(w)
 	local set = {}
@@ -549,10 +549,11 @@ function cases.permit(w)
 	while w[i] do
 		local now, op, id = w[i], w[i + 1], w[i + 2]
 		i = i + 3
-		local held, earliest = 0, 0
+		local held, earliest, dropped = 0, 0, 0
 		for k, e in pairs(set) do
 			if int.le(e, now) then
 				set[k] = nil
+				dropped = dropped + 1
 			end
 		end
 		for _, e in pairs(set) do
@@ -585,7 +586,7 @@ function cases.permit(w)
 				earliest = e
 			end
 		end
-		lines[#lines + 1] = line .. " " .. f(held) .. " " .. f(earliest)
+		lines[#lines + 1] = line .. " " .. f(held) .. " " .. f(earliest) .. " " .. f(dropped)
 	end
 	return table.concat(lines, "\n")
 end
