@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/base/redact"
 	"github.com/sluicehq/sluice/internal/edges/rlsclient"
+	"github.com/sluicehq/sluice/internal/stores/stack"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/rules"
 )
@@ -105,10 +106,14 @@ func openRemoteDecider(s *storeSettings, r *remoteSettings, initial *rules.Confi
 		local.Close()
 		return nil, err
 	}
+	// The local policy's store holds permits while the service is away.
+	register := func(reg *prometheus.Registry) {
+		reg.MustRegister(client.Collector("sluice"), stack.LocalCollector(local))
+	}
 	return &proxyDecider{
 		Decider:  dec,
 		health:   scrubbed(client.Health),
-		register: func(reg *prometheus.Registry) { reg.MustRegister(client.Collector("sluice")) },
+		register: register,
 		close:    func() { client.Close(); local.Close() },
 	}, nil
 }

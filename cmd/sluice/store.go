@@ -338,4 +338,5 @@ func (s *storeSettings) limitMemory(env lookupEnv, capped int64, log *slog.Logge
 // register adds the store's metrics to reg.
 func (set *storeSet) register(reg *prometheus.Registry) {
 	reg.MustRegister(set.Collectors()...)
+	reg.MustRegister(stack.LocalCollector(set.local))
 }

@@ -3,6 +3,7 @@ package stack
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/base/wheremetric"
 	"github.com/sluicehq/sluice/internal/stores/regions"
 	"github.com/sluicehq/sluice/lease"
 	"github.com/sluicehq/sluice/memstore"
@@ -12,7 +13,8 @@ import (
 // per part, for the caller to register: sluice_store_* (the embedded
 // store), sluice_redis_* (Redis), sluice_local_cache_* (the cache),
 // sluice_lease_* (the leases) and sluice_region_* (the region tier, with a
-// region label).
+// region label), and sluice_permits_expired_total of the store at the
+// bottom (store="memory" or "redis").
 func (s *Stack) Collectors() Collectors {
 	var cs Collectors
 	if s.Mem != nil {
@@ -57,28 +59,50 @@ var (
 		"Estimated memory of the embedded store, which --max-bytes (memstore.Config.MaxBytes) caps.", nil, nil)
 	memEvictionsDesc = prometheus.NewDesc("sluice_store_evictions_total",
 		"Keys evicted to stay within --max-bytes (memstore.Config.MaxBytes).", nil, nil)
+	memExpiredDesc   = wheremetric.PermitsExpiredDesc("memory")
+	localExpiredDesc = wheremetric.PermitsExpiredDesc("local")
 )
 
 // memCollector returns the metrics of the embedded store: sluice_store_keys
-// and sluice_store_bytes (gauges) and sluice_store_evictions_total (a
-// counter), read from one Stats call per scrape. It lives here, not in
-// memstore, so that a program that embeds the store without Prometheus
-// does not link the client.
-func memCollector(m *memstore.Store) prometheus.Collector { return memMetrics{m} }
+// and sluice_store_bytes (gauges), sluice_store_evictions_total and
+// sluice_permits_expired_total{store="memory"} (counters), read from one
+// Stats call per scrape. It lives here, not in memstore, so that a program
+// that embeds the store without Prometheus does not link the client.
+func memCollector(m *memstore.Store) prometheus.Collector { return memMetrics{m: m} }
 
-type memMetrics struct{ m *memstore.Store }
+// LocalCollector returns the metrics of the local failure policy's store
+// (decide.Failover.Local), m: sluice_permits_expired_total{store="local"},
+// the permits it held while the store was down that expired unreleased.
+// Its keys and memory are not exported: they live only while the store
+// is down.
+func LocalCollector(m *memstore.Store) prometheus.Collector { return memMetrics{m: m, local: true} }
+
+type memMetrics struct {
+	m     *memstore.Store
+	local bool // the local failure policy's: its expired permits only
+}
 
 func (c memMetrics) Describe(ch chan<- *prometheus.Desc) {
+	if c.local {
+		ch <- localExpiredDesc
+		return
+	}
 	ch <- memKeysDesc
 	ch <- memBytesDesc
 	ch <- memEvictionsDesc
+	ch <- memExpiredDesc
 }
 
 func (c memMetrics) Collect(ch chan<- prometheus.Metric) {
 	st := c.m.Stats()
+	if c.local {
+		ch <- prometheus.MustNewConstMetric(localExpiredDesc, prometheus.CounterValue, float64(st.PermitsExpired))
+		return
+	}
 	ch <- prometheus.MustNewConstMetric(memKeysDesc, prometheus.GaugeValue, float64(st.Keys))
 	ch <- prometheus.MustNewConstMetric(memBytesDesc, prometheus.GaugeValue, float64(st.Bytes))
 	ch <- prometheus.MustNewConstMetric(memEvictionsDesc, prometheus.CounterValue, float64(st.Evictions))
+	ch <- prometheus.MustNewConstMetric(memExpiredDesc, prometheus.CounterValue, float64(st.PermitsExpired))
 }
 
 // leaseCollector exports a lease store's counters as sluice_lease_*.

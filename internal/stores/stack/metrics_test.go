@@ -31,8 +31,8 @@ func TestMemCollector(t *testing.T) {
 	if st.Keys != keys || st.Bytes <= 0 || st.Evictions != 0 {
 		t.Fatalf("stats after %d keys: %+v", keys, st)
 	}
-	if mfs, err := reg.Gather(); err != nil || len(mfs) != 3 {
-		t.Fatalf("%d metric families (%v), want 3", len(mfs), err)
+	if mfs, err := reg.Gather(); err != nil || len(mfs) != 4 {
+		t.Fatalf("%d metric families (%v), want 4", len(mfs), err)
 	}
 	check := func(name string, want float64) {
 		t.Helper()
@@ -56,6 +56,7 @@ func TestMemCollector(t *testing.T) {
 	check("sluice_store_keys", keys)
 	check("sluice_store_bytes", float64(st.Bytes))
 	check("sluice_store_evictions_total", 0)
+	check("sluice_permits_expired_total", 0)
 
 	// Far more keys than 64 KiB holds: the cap evicts, and the scrape
 	// says so.
