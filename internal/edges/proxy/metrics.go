@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/vocab/permittrace"
 )
 
 // Metrics are the Prometheus metrics of a Proxy, labelled by route name
@@ -28,6 +30,13 @@ import (
 //	                      answer: the decision and, when passed, the
 //	                      upstream's whole response, body included (an
 //	                      upgraded connection counts until it closes)
+//	sluice_permits_acquired_total{route}, …_denied_total, …_renewed_total,
+//	sluice_permits_lost_total, …_released_total, …_release_failures_total
+//	                      the permits of the requests' concurrency rules
+//	                      (permittrace.Trace says when each counts)
+//	sluice_permits_held{route}  permits held by the route's requests in
+//	                      flight: acquired, less those released (or whose
+//	                      release failed) and those found lost
 //
 // The series of a route dropped by SetRoutes are deleted. Make one with
 // NewMetrics and share it by Config.Metrics; a nil *Metrics counts
@@ -37,6 +46,28 @@ type Metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	tokens         *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
+	permits        [numPermitEvents]*prometheus.CounterVec
+	held           *prometheus.GaugeVec
+}
+
+// The permit events counted, each a counter sluice_permits_<name>_total.
+const (
+	permitAcquired = iota
+	permitDenied
+	permitRenewed
+	permitLost
+	permitReleased
+	permitReleaseFailed
+	numPermitEvents
+)
+
+var permitEvents = [numPermitEvents]struct{ name, help string }{
+	{"acquired", "Permits of concurrency rules acquired by admitted requests, by route."},
+	{"denied", "Permits of concurrency rules refused for want of a slot (their requests denied), by route."},
+	{"renewed", "Renewals of permits still held, by route: every ttl/3 while a request runs."},
+	{"lost", "Permits a renewal found held no more, by route: the request ran past the TTL without a renewal, or the store lost the permit; the request is cancelled."},
+	{"released", "Permits released when their requests ended, by route."},
+	{"release_failures", "Permits whose release failed (the store was down), by route: they expire after their TTL."},
 }
 
 // NewMetrics registers the proxy's metrics with reg.
@@ -60,7 +91,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.upstreamErrors, m.tokens, m.duration} {
+	m.held = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_permits_held",
+		Help: "Permits of concurrency rules held by the requests in flight in this process, by route.",
+	}, []string{"route"})
+	cs := []prometheus.Collector{m.requests, m.upstreamErrors, m.tokens, m.duration, m.held}
+	for i, e := range permitEvents {
+		m.permits[i] = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_permits_" + e.name + "_total",
+			Help: e.help,
+		}, []string{"route"})
+		cs = append(cs, m.permits[i])
+	}
+	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -76,6 +119,7 @@ type routeMetrics struct {
 	reserved       prometheus.Counter // tokens
 	spent          prometheus.Counter
 	duration       prometheus.Observer
+	permits        *permittrace.Trace // counts the route's permits; nil without metrics
 }
 
 func (m *Metrics) route(name string) routeMetrics {
@@ -93,6 +137,59 @@ func (m *Metrics) route(name string) routeMetrics {
 	rm.spent = m.tokens.WithLabelValues(name, "spent")
 	rm.duration = m.duration.WithLabelValues(name)
 	return rm
+}
+
+// limitedRoute is route, for a route with limits: its permits counted
+// too.
+func (m *Metrics) limitedRoute(name string) routeMetrics {
+	rm := m.route(name)
+	rm.permits = m.permitTrace(name)
+	return rm
+}
+
+// traced returns r with the route's permit trace in its context, so that
+// the permits of its concurrency rules are counted as the Limiter
+// acquires, renews and releases them with that context (or one made from
+// it); r itself without metrics.
+func (rm *routeMetrics) traced(r *http.Request) *http.Request {
+	if rm.permits == nil {
+		return r
+	}
+	return r.WithContext(permittrace.With(r.Context(), rm.permits))
+}
+
+// permitTrace returns the Trace that counts the permits of route name
+// (nil for a nil m).
+func (m *Metrics) permitTrace(name string) *permittrace.Trace {
+	if m == nil {
+		return nil
+	}
+	var c [numPermitEvents]prometheus.Counter
+	for i := range c {
+		c[i] = m.permits[i].WithLabelValues(name)
+	}
+	held := m.held.WithLabelValues(name)
+	add := func(e int) func(int) { return func(n int) { c[e].Add(float64(n)) } }
+	return &permittrace.Trace{
+		Acquired: func(n int) {
+			c[permitAcquired].Add(float64(n))
+			held.Add(float64(n))
+		},
+		Denied:  add(permitDenied),
+		Renewed: add(permitRenewed),
+		Lost: func(n int) {
+			c[permitLost].Add(float64(n))
+			held.Sub(float64(n))
+		},
+		Released: func(n int, err error) {
+			if err != nil {
+				c[permitReleaseFailed].Add(float64(n))
+			} else {
+				c[permitReleased].Add(float64(n))
+			}
+			held.Sub(float64(n))
+		},
+	}
 }
 
 // settled counts a request's token reservation and what it spent.
@@ -130,6 +227,10 @@ func (m *Metrics) forget(old, next *table) {
 			m.upstreamErrors.Delete(l)
 			m.tokens.DeletePartialMatch(l)
 			m.duration.Delete(l)
+			m.held.Delete(l)
+			for _, c := range m.permits {
+				c.Delete(l)
+			}
 		}
 	}
 }

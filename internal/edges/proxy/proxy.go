@@ -323,7 +323,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, rc.Name, err)
 		}
-		rt := &route{name: rc.Name, t: t, m: p.cfg.Metrics.route(rc.Name)}
+		rt := &route{name: rc.Name, t: t, m: p.cfg.Metrics.limitedRoute(rc.Name)}
 		rt.h = limit(http.HandlerFunc(t.pass))
 		if err := handle(t.mux, rc.Pattern, rt); err != nil {
 			return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, rc.Name, err)
@@ -397,7 +397,7 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Deferred, so that a response cut short (ReverseProxy aborts the
 	// handler with http.ErrAbortHandler when the copy fails) is counted.
 	defer rt.done(rec, start)
-	rt.h.ServeHTTP(rec, r)
+	rt.h.ServeHTTP(rec, rt.m.traced(r))
 }
 
 func (rt *route) done(rec *recorder, start time.Time) {

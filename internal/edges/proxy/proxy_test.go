@@ -163,24 +163,7 @@ func (f *fixture) count(name string, labels ...string) float64 {
 			f.t.Fatalf("requests still in the proxy after %v", wait)
 		}
 	}
-	mfs, err := f.reg.Gather()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matches(m, labels) {
-				if h := m.GetHistogram(); h != nil {
-					return float64(h.GetSampleCount())
-				}
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return f.metric(name, labels...)
 }
 
 func matches(m *dto.Metric, labels []string) bool {

@@ -1,0 +1,163 @@
+package proxy_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// permitRoutes has a concurrency rule on its route: one request in flight
+// per API key, its permit renewed every third of a second.
+const permitRoutes = `domain: api
+http:
+  routes:
+    - pattern: "/"
+      name: api
+      descriptors: [[{key: api_key, api_key: Authorization}]]
+descriptors:
+  - key: api_key
+    concurrency: {max: 1, ttl: 1s}
+`
+
+// metric reads a counter, gauge or histogram (its count) now, requests
+// in flight or not.
+func (f *fixture) metric(name string, labels ...string) float64 {
+	f.t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if matches(m, labels) {
+				switch {
+				case m.GetHistogram() != nil:
+					return float64(m.GetHistogram().GetSampleCount())
+				case m.GetGauge() != nil:
+					return m.GetGauge().GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// waitMetric waits until the metric reads want.
+func (f *fixture) waitMetric(want float64, name string, labels ...string) {
+	f.t.Helper()
+	f.waitUntil(name, labels, func(v float64) bool { return v == want })
+}
+
+// waitUntil waits until the metric's value is ok.
+func (f *fixture) waitUntil(name string, labels []string, ok func(float64) bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(wait)
+	for !ok(f.metric(name, labels...)) {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s%v = %v after %v", name, labels, f.metric(name, labels...), wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestPermitMetrics: the route's permits are counted as the requests of a
+// concurrency rule take, renew and release them: acquired and held while
+// a request runs, denied for a second one of its key, renewed every third
+// of the TTL, released at its end; and, when the store's clock jumps past
+// the TTL under a request, lost at the next renewal (the request is
+// cancelled), no longer held, not released, and counted by the store as
+// expired.
+func TestPermitMetrics(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	store := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }, SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	// The upstream answers key a's request once released, and key b's
+	// never: only its cancellation ends it.
+	arrived := make(chan string, 4)
+	release := make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Authorization")
+		arrived <- key
+		gate := release
+		if key != "Bearer a" {
+			gate = nil
+		}
+		select {
+		case <-gate:
+			w.Write([]byte("ok"))
+		case <-r.Context().Done():
+		}
+	})
+	f := startWith(t, permitRoutes, up, store, nil)
+	route := []string{"route", "api"}
+
+	done := make(chan int, 2)
+	send := func(key string) {
+		go func() {
+			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, f.srv.URL+"/x", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := f.srv.Client().Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+	}
+	send("a")
+	<-arrived
+	if a, h := f.metric("sluice_permits_acquired_total", route...), f.metric("sluice_permits_held", route...); a != 1 || h != 1 {
+		t.Fatalf("one request in flight: acquired %v, held %v", a, h)
+	}
+	if resp, _ := f.get("/x", "Authorization: Bearer a"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a second request of key a: %d", resp.StatusCode)
+	}
+	if d := f.metric("sluice_permits_denied_total", route...); d != 1 {
+		t.Fatalf("denied %v, want 1", d)
+	}
+	f.waitUntil("sluice_permits_renewed_total", route, func(v float64) bool { return v >= 2 }) // every 333 ms
+	close(release)
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("the request in flight: %d", code)
+	}
+	f.waitMetric(1, "sluice_permits_released_total", route...)
+	f.waitMetric(0, "sluice_permits_held", route...)
+
+	// The store's clock jumps past the TTL under a request: its permit
+	// has expired when its holder next renews it.
+	renewed := f.metric("sluice_permits_renewed_total", route...)
+	send("b")
+	<-arrived
+	f.waitMetric(1, "sluice_permits_held", route...)
+	now.Add(int64(2 * time.Second))
+	f.waitMetric(1, "sluice_permits_lost_total", route...)
+	if code := <-done; code == http.StatusOK {
+		t.Fatal("the request whose permit was lost ran to its end")
+	}
+	f.waitMetric(0, "sluice_permits_held", route...)
+	if r := f.metric("sluice_permits_released_total", route...); r != 1 {
+		t.Fatalf("released %v, want 1: a lost permit is not released", r)
+	}
+	if r := f.metric("sluice_permits_renewed_total", route...); r < renewed {
+		t.Fatalf("renewed went from %v to %v", renewed, r)
+	}
+	for _, name := range []string{"sluice_permits_acquired_total", "sluice_permits_denied_total", "sluice_permits_release_failures_total"} {
+		want := map[string]float64{"sluice_permits_acquired_total": 2, "sluice_permits_denied_total": 1}[name]
+		if got := f.metric(name, route...); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if n := store.Stats().PermitsExpired; n != 1 {
+		t.Fatalf("the store counted %d permits expired, want 1", n)
+	}
+}
