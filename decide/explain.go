@@ -88,6 +88,14 @@ type CounterState struct {
 	Remaining  int64  `json:"remaining"`
 	ResetAfter string `json:"reset_after"`
 	RetryAfter string `json:"retry_after,omitempty"`
+
+	// Held is, for a concurrency limit, the permits its key holds now,
+	// across every node that shares the store: requests in flight, out
+	// of Limit (max). ResetAfter is then the time until the earliest of
+	// them expires unless renewed, and RetryAfter, when every slot is
+	// taken, that time too: an upper bound, since a holder may release
+	// sooner. Nil for a rate.
+	Held *int64 `json:"held,omitempty"`
 }
 
 // Explain explains what would apply to descs in domain under the rules and
@@ -201,6 +209,16 @@ func explainLimit(p *rules.Plan, j int, states []sluice.Decision) LimitExplanati
 		le.State = &CounterState{Limit: st.Limit, Remaining: st.Remaining, ResetAfter: st.ResetAfter.String()}
 		if !st.Allowed || st.Remaining < 1 {
 			le.State.RetryAfter = st.RetryAfter.String()
+		}
+		if l.Algorithm == sluice.Concurrency {
+			// A peek at a key's permits: Remaining is max less those
+			// held. A full key frees a slot by its earliest expiry at
+			// the latest.
+			held := max(st.Limit-st.Remaining, 0)
+			le.State.Held = &held
+			if st.Remaining < 1 && held > 0 {
+				le.State.RetryAfter = st.ResetAfter.String()
+			}
 		}
 	}
 	return le

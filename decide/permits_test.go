@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -124,4 +125,58 @@ func ratePeek(t *testing.T, e *localEnv, key, value string) int64 {
 	}
 	t.Fatalf("%s=%s has no rate", key, value)
 	return 0
+}
+
+// TestExplainPermitsHeld: Explain says, for a concurrency rule, how many
+// permits its key holds now out of max (a peek that takes nothing), and
+// when every slot is taken, how long until one frees at the latest; its
+// rate says nothing of permits.
+func TestExplainPermitsHeld(t *testing.T) {
+	ctx := context.Background()
+	e := newLocalEnv(t, permitRules)
+	held := func() (*decide.CounterState, *decide.CounterState) {
+		t.Helper()
+		ex, err := e.d.Explain(ctx, "api", []rules.Descriptor{{Entries: []rules.Entry{{Key: "k", Value: "x"}}, Cost: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conc, rate *decide.CounterState
+		for _, l := range ex.Descriptors[0].Limits {
+			if l.Algorithm == "concurrency" {
+				conc = l.State
+			} else {
+				rate = l.State
+			}
+		}
+		if conc == nil || rate == nil || conc.Held == nil {
+			t.Fatalf("explained: %+v", ex.Descriptors[0].Limits)
+		}
+		if rate.Held != nil {
+			t.Fatalf("a rate's state with held %d", *rate.Held)
+		}
+		return conc, rate
+	}
+	if c, _ := held(); *c.Held != 0 || c.Limit != 2 || c.Remaining != 2 || c.RetryAfter != "" {
+		t.Fatalf("none in flight: %+v held %d", c, *c.Held)
+	}
+	a := e.decide(t, "k", "x")
+	if c, _ := held(); *c.Held != 1 || c.Remaining != 1 || c.RetryAfter != "" {
+		t.Fatalf("one in flight: %+v held %d", c, *c.Held)
+	}
+	b := e.decide(t, "k", "x")
+	c, r := held()
+	if *c.Held != 2 || c.Remaining != 0 || c.RetryAfter != "1m0s" || c.ResetAfter != "1m0s" {
+		t.Fatalf("two of two in flight: %+v held %d", c, *c.Held)
+	}
+	if r.Remaining != 1 { // two of three taken; the explanations took nothing
+		t.Fatalf("the rate: %+v", r)
+	}
+	for _, o := range []*decide.Outcome{a, b} {
+		if err := o.Permit.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, _ := held(); *c.Held != 0 {
+		t.Fatalf("after the releases: held %d", *c.Held)
+	}
 }
