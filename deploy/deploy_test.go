@@ -43,7 +43,7 @@ func run(t *testing.T, dir string, name string, args ...string) string {
 func TestAlertRules(t *testing.T) {
 	p := promtool(t)
 	dir := filepath.Join("prometheus")
-	if out := run(t, dir, p, "check", "rules", "sluice-alerts.yml"); !strings.Contains(out, "SUCCESS: 7 rules found") {
+	if out := run(t, dir, p, "check", "rules", "sluice-alerts.yml"); !strings.Contains(out, "SUCCESS: 8 rules found") {
 		t.Errorf("promtool check rules: %s", out)
 	}
 	if out := run(t, dir, p, "test", "rules", "sluice-alerts_test.yml"); !strings.Contains(out, "SUCCESS") {
