@@ -448,3 +448,35 @@ descriptors:
 		t.Errorf("--at without --config: exit %d, %q", code, errOut)
 	}
 }
+
+// TestNoRulesFilesRefused: a rules directory without a rules file (empty,
+// or holding "rules" without an extension) stops sluice serve before it
+// listens, and sluice check exits 1, naming the files it ignored, as a
+// reload to that state is refused; started as ratelimit, with envoy-rl's
+// RUNTIME_ROOT and RUNTIME_SUBDIRECTORY, likewise.
+func TestNoRulesFilesRefused(t *testing.T) {
+	empty := t.TempDir()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "rl", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeRules(t, filepath.Join(root, "rl", "config", "rules"), "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	named := filepath.Join(root, "rl", "config")
+	for _, dir := range []string{empty, named} {
+		code, out, errOut := runCmd(t, "", "check", "--config", dir)
+		if code != 1 || strings.Contains(out, "OK") || !strings.Contains(errOut, "no rules files") {
+			t.Errorf("check %s: exit %d, stdout %q, stderr %q; want exit 1 and no rules files", dir, code, out, errOut)
+		}
+		code, _, errOut = runCmd(t, "", "serve", "--config", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "")
+		if code != 1 || strings.Contains(errOut, "listening") || !strings.Contains(errOut, "no rules files") {
+			t.Errorf("serve %s: exit %d, stderr:\n%s\nwant exit 1 before listening", dir, code, errOut)
+		}
+	}
+	var stderr bytes.Buffer
+	err := cmdServe(context.Background(), nil, envMap(map[string]string{
+		"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "HOST": "127.0.0.1", "PORT": "0",
+	}), &stderr)
+	if err == nil || !strings.Contains(err.Error(), `"rules" has no .yaml or .yml extension`) || strings.Contains(stderr.String(), "listening") {
+		t.Errorf("ratelimit with RUNTIME_ROOT: %v, log:\n%s\nwant the ignored file named, before listening", err, &stderr)
+	}
+}

@@ -217,7 +217,7 @@ func (s *serveSettings) ruleFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.shadowMode, "shadow-mode", false, "decide and count every limit, but never answer OVER_LIMIT")
 	fs.BoolVar(&s.allOrNothing, "all-or-nothing", false, "decide every limit of a request together, none consumed when one denies (default: each on its own, as envoyproxy/ratelimit; a domain's all_or_nothing: wins)")
 	fs.BoolVar(&s.mergeDomains, "merge-domains", false, "let several rules files define one domain, merging their descriptors (default: one domain per file)")
-	fs.BoolVar(&s.startWithoutConfig, "start-without-config", false, "start when --config does not exist yet, allowing every request, and load the rules when it appears")
+	fs.BoolVar(&s.startWithoutConfig, "start-without-config", false, "start when --config does not exist yet or holds no rules files, allowing every request, and load the rules when they appear")
 	fs.BoolVar(&s.readyNeedsDomain, "ready-needs-domain", false, "report not ready (/readyz, gRPC health) until rules with at least one domain are loaded")
 	fs.BoolVar(&s.quotaMode, "quota-mode", false, "make every descriptor a quota: a request is denied by its descriptors only when all of them are over their limits")
 }

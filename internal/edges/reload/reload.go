@@ -107,10 +107,12 @@ type Watcher struct {
 	print string // fingerprint of the files at the last load attempt
 }
 
-// ErrEmpty is the error of a reload that finds no domain at all while the
-// config in force has some: the directory emptied, for instance, in the
-// middle of files being replaced. It keeps the config in force.
-var ErrEmpty = errors.New("no rules files: keeping the rules in force")
+// ErrEmpty is the error of rules that hold no domain at all: a directory
+// without a rules file (LoadWith names the files it holds that are not
+// rules files), emptied, say, in the middle of files being replaced. At
+// start it fails New unless AllowMissing; on reload it keeps the config
+// in force.
+var ErrEmpty = errors.New("no rules files")
 
 // New loads the rules at cfg.Path and starts watching them. The error of a
 // bad initial config is the one of Load: a *rules.Error lists every
@@ -147,8 +149,8 @@ func New(cfg Config) (*Watcher, error) {
 	w.sync()
 	w.print = w.fingerprint()
 	c, err := LoadWith(cfg.Path, rules.LoadOptions{MergeDomains: cfg.MergeDomains})
-	if err != nil && cfg.AllowMissing && errors.Is(err, os.ErrNotExist) {
-		w.log.Warn("no rules yet: every request is allowed until they appear", "path", cfg.Path)
+	if err != nil && cfg.AllowMissing && (errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrEmpty)) {
+		w.log.Warn("no rules yet: every request is allowed until they appear", "path", cfg.Path, "err", err)
 		c, err = rules.NewConfig()
 	}
 	if err == nil && cfg.Check != nil {
@@ -169,16 +171,71 @@ func Load(path string) (*rules.Config, error) {
 
 // LoadWith loads the rules at path: every rules file of it, in its
 // subdirectories too, if it is a directory (rules.LoadDirWith), else the
-// one file (rules.LoadFile).
+// one file (rules.LoadFile). A directory without a rules file is an error
+// (ErrEmpty) that names the files it ignored, not rules that allow
+// everything.
 func LoadWith(path string, opt rules.LoadOptions) (*rules.Config, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	if info.IsDir() {
-		return rules.LoadDirWith(path, opt)
+	if !info.IsDir() {
+		return rules.LoadFile(path)
 	}
-	return rules.LoadFile(path)
+	files, dirs, err := rules.DirFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%s: %w (*.yaml or *.yml)%s", path, ErrEmpty, ignored(path, dirs))
+	}
+	return rules.LoadDirWith(path, opt)
+}
+
+// maxIgnoredNamed bounds the files an ErrEmpty names.
+const maxIgnoredNamed = 5
+
+// ignored names the files of dirs (under root) that are not rules files,
+// each with why, for the error of a directory without rules files: "";
+// or "; ignored: ..." with at most maxIgnoredNamed of them.
+func ignored(root string, dirs []string) string {
+	var names []string
+	more := 0
+	for _, d := range dirs {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if strings.HasPrefix(name, ".") {
+				continue
+			}
+			if fi, err := os.Stat(filepath.Join(d, name)); err != nil || fi.IsDir() {
+				continue
+			}
+			if len(names) == maxIgnoredNamed {
+				more++
+				continue
+			}
+			rel, err := filepath.Rel(root, filepath.Join(d, name))
+			if err != nil {
+				rel = name
+			}
+			why := "has no .yaml or .yml extension"
+			if ext := filepath.Ext(name); strings.EqualFold(ext, ".yaml") || strings.EqualFold(ext, ".yml") {
+				why = "has its extension in capitals (only .yaml and .yml are read)"
+			}
+			names = append(names, fmt.Sprintf("%q %s", rel, why))
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	if more > 0 {
+		names = append(names, fmt.Sprintf("and %d more", more))
+	}
+	return "; ignored: " + strings.Join(names, ", ")
 }
 
 // Current returns the config in force.

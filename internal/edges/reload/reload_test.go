@@ -462,6 +462,45 @@ func TestEmptiedDirectoryKeepsRules(t *testing.T) {
 	}
 }
 
+// TestNoRulesFilesAtStart: a directory without a rules file (empty, or
+// holding only files sluice does not read: "rules" without an extension,
+// "rules.YAML" in capitals) fails New with ErrEmpty naming each ignored
+// file and why, as a reload to that state is refused, instead of starting
+// with rules that allow everything. With AllowMissing it starts with no
+// rules and loads them when a rules file appears.
+func TestNoRulesFilesAtStart(t *testing.T) {
+	empty := t.TempDir()
+	if _, err := New(Config{Path: empty}); !errors.Is(err, ErrEmpty) || strings.Contains(err.Error(), "ignored") {
+		t.Errorf("an empty directory: %v, want ErrEmpty naming nothing", err)
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "rules"), rulesFor("a", 1))
+	write(t, filepath.Join(dir, "sub", "rules.YAML"), rulesFor("b", 1))
+	write(t, filepath.Join(dir, ".hidden.yaml"), rulesFor("c", 1))
+	_, err := New(Config{Path: dir})
+	if !errors.Is(err, ErrEmpty) {
+		t.Fatalf("a directory of files with other extensions: %v, want ErrEmpty", err)
+	}
+	for _, want := range []string{`"rules" has no .yaml or .yml extension`, `"sub/rules.YAML" has its extension in capitals (only .yaml and .yml are read)`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "hidden") {
+		t.Errorf("error %q names a hidden file", err)
+	}
+	if _, err := LoadWith(dir, rules.LoadOptions{}); !errors.Is(err, ErrEmpty) {
+		t.Errorf("LoadWith: %v, want ErrEmpty", err)
+	}
+
+	h := start(t, dir, func(c *Config) { c.AllowMissing = true })
+	if n := len(h.w.Current().Domains()); n != 0 {
+		t.Fatalf("AllowMissing: %d domains, want none", n)
+	}
+	write(t, filepath.Join(dir, "a.yaml"), rulesFor("a", 2))
+	h.waitLoad(t, rate("a", 2))
+}
+
 func TestSameContentDoesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rules.yaml")
