@@ -7,6 +7,7 @@ package main
 // (docs/migrating.md and docs/reference/serve.md have the table).
 
 import (
+	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -207,11 +208,40 @@ var envoyVars = map[string]envoyVar{
 }
 
 // envTrue reports whether the boolean variable name is set true, as
-// envoy-rl's envconfig reads booleans (strconv.ParseBool).
+// envoy-rl's envconfig reads booleans (strconv.ParseBool). A value it
+// refuses is an error of checkEnvoyBools, before any is read.
 func envTrue(env lookupEnv, name string) bool {
 	v, _ := env(name)
 	on, err := strconv.ParseBool(v)
 	return err == nil && on
+}
+
+// envoyBools are the boolean variables envTrue reads: switches that gate
+// other variables rather than set a flag of their own (those a flag's
+// parser reads strictly already).
+var envoyBools = []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "GRPC_SERVER_USE_TLS", "USE_DOG_STATSD", "USE_PROMETHEUS", "USE_STATSD"}
+
+// checkEnvoyBools refuses a value of a switch among the names of vars that
+// strconv.ParseBool refuses ("yes", "on", " true", ""), as envoy-rl's
+// envconfig does at start: read leniently, GRPC_SERVER_USE_TLS=yes would
+// serve plain text and ignore the certificates.
+func checkEnvoyBools(env lookupEnv, vars map[string]envoyVar) error {
+	read := map[string]bool{}
+	for _, v := range vars {
+		for _, n := range v.names {
+			read[n] = true
+		}
+	}
+	for _, name := range envoyBools {
+		v, ok := env(name)
+		if !ok || !read[name] {
+			continue
+		}
+		if _, err := strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("%s=%q: parse error (want true or false)", name, v)
+		}
+	}
+	return nil
 }
 
 // withTLS maps name when GRPC_SERVER_USE_TLS is true, as envoy-rl reads it.

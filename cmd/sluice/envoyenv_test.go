@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,42 @@ func TestEnvoyBooleans(t *testing.T) {
 	s, err := parseServe([]string{"--config", "r.yaml"}, envMap(map[string]string{"USE_STATSD": "false"}), &bytes.Buffer{})
 	if err != nil || s.statsd.addr != "" {
 		t.Errorf("USE_STATSD=false: --statsd %q, %v", s.statsd.addr, err)
+	}
+	// Anything else is an error naming the variable, as envoy-rl's
+	// envconfig refuses to start: never a silent false (plain text with
+	// GRPC_SERVER_USE_TLS=yes). Every boolean variable, switch or flag.
+	var bools []string
+	for _, v := range envoyVars {
+		for _, n := range v.names {
+			if (strings.HasPrefix(n, "USE_") && n != "USE_DOG_STATSD_MOGRIFIERS") || strings.HasSuffix(n, "_USE_TLS") || n == "REDIS_TLS" || n == "SHADOW_MODE" || n == "MERGE_DOMAIN_CONFIG" ||
+				n == "FORCE_START_WITHOUT_INITIAL_CONFIG" || n == "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED" || n == "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT" ||
+				n == "QUOTA_MODE" || n == "RESPONSE_DYNAMIC_METADATA" || n == "LIMIT_RESPONSE_HEADERS_ENABLED" || n == "TRACING_ENABLED" {
+				bools = append(bools, n)
+			}
+		}
+	}
+	slices.Sort(bools)
+	bools = slices.Compact(bools)
+	for _, name := range envoyBools {
+		if !slices.Contains(bools, name) {
+			t.Errorf("switch %s is not among the variables tested", name)
+		}
+	}
+	if len(bools) < 15 {
+		t.Fatalf("%d boolean variables found: %v", len(bools), bools)
+	}
+	for _, name := range bools {
+		for _, bad := range []string{"yes", "on", " true", "true ", "ture", ""} {
+			env := map[string]string{name: bad, "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "STATSD_PORT": "9"}
+			_, err := parseServe([]string{"--config", "r.yaml"}, envMap(env), &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), name+"=") || !strings.Contains(err.Error(), "parse error") {
+				t.Errorf("%s=%q: %v, want a parse error naming it", name, bad, err)
+			}
+		}
+	}
+	// sluice proxy reads envoy-rl's Redis variables, REDIS_TLS among them.
+	if _, err := parseProxy([]string{"--config", "p.yaml", "--upstream", "http://127.0.0.1:1"}, envMap(map[string]string{"REDIS_TLS": "yes"}), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "parse error") {
+		t.Errorf("sluice proxy with REDIS_TLS=yes: %v, want a parse error", err)
 	}
 }
 

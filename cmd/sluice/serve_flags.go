@@ -406,6 +406,9 @@ func checkLogFormat(format string) []string {
 // variables that envoy maps onto it, and returns "flag from VARIABLE" for
 // each flag so set.
 func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]string, error) {
+	if err := checkEnvoyBools(env, envoy); err != nil {
+		return nil, err
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var sources []string
