@@ -107,7 +107,9 @@ var envoyVars = map[string]envoyVar{
 			if !envTrue(env, "GRPC_SERVER_USE_TLS") {
 				return "", false
 			}
-			if v, ok := env("GRPC_CLIENT_TLS_CACERT"); ok {
+			// An empty variable is an unset one: never a way to turn
+			// mutual TLS off (applyEnv, emptyIsUnset).
+			if v, _ := env("GRPC_CLIENT_TLS_CACERT"); v != "" {
 				return v, true
 			}
 			return env("GRPC_SERVER_TLS_CA_CERT")

@@ -168,6 +168,10 @@ func TestEnvoyGatewayVariables(t *testing.T) {
 		{tlsEnv, "/certs/ca.crt", ""},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "GRPC_CLIENT_TLS_CACERT": "/own.crt"}, "/own.crt", ""},
 		{map[string]string{"GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt"}, "", ""},
+		// An empty variable counts as unset: it never turns mutual TLS off.
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_SERVER_TLS_CA_CERT": "/certs/ca.crt", "GRPC_CLIENT_TLS_CACERT": ""}, "/certs/ca.crt", ""},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "/own.crt", "SLUICE_GRPC_CLIENT_CA": ""}, "/own.crt", ""},
+		{map[string]string{"SLUICE_GRPC_TLS_CERT": "", "SLUICE_GRPC_TLS_KEY": "", "SLUICE_GRPC_CLIENT_CA": "", "GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k", "GRPC_CLIENT_TLS_CACERT": "/own.crt"}, "/own.crt", ""},
 		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001"}, "", ":19001"},
 		{map[string]string{"USE_PROMETHEUS": "true"}, "", ":9090"},
 		{map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001"}, "", ""},

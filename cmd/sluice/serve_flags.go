@@ -401,6 +401,12 @@ func checkLogFormat(format string) []string {
 	return nil
 }
 
+// emptyIsUnset are the flags whose variables count as unset when empty:
+// the gRPC listener's TLS files and client name, so that an empty
+// SLUICE_GRPC_CLIENT_CA or GRPC_CLIENT_TLS_CACERT (a template's blank)
+// never hides the variable after it and turns mutual TLS, or TLS, off.
+var emptyIsUnset = map[string]bool{"grpc-tls-cert": true, "grpc-tls-key": true, "grpc-client-ca": true, "grpc-client-san": true}
+
 // applyEnv sets every flag of fs that the command line did not from its
 // environment variable (envName), else from the envoyproxy/ratelimit
 // variables that envoy maps onto it, and returns "flag from VARIABLE" for
@@ -418,13 +424,13 @@ func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]str
 			return
 		}
 		from, v, ok := envName(f.Name), "", false
-		if v, ok = env(from); !ok {
+		if v, ok = env(from); !ok || (v == "" && emptyIsUnset[f.Name]) {
 			if ev, known := envoy[f.Name]; known {
 				v, ok = ev.value(env)
 				from = strings.Join(ev.names, "+")
 			}
 		}
-		if !ok {
+		if !ok || (v == "" && emptyIsUnset[f.Name]) {
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
