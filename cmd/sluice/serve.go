@@ -291,7 +291,7 @@ func (n *node) openListeners() error {
 // tracing, envoy-rl's statsd interceptor and TLS as the flags say.
 func (n *node) grpcServer() (*grpc.Server, error) {
 	s, log := n.s, n.log
-	tlsCfg, err := s.tls.config()
+	tlsCfg, err := s.tls.config(log, n.reg)
 	if err != nil {
 		return nil, err
 	}

@@ -10,12 +10,15 @@ package main
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // tlsSettings are the gRPC listener's TLS flags.
@@ -48,32 +51,67 @@ func (t *tlsSettings) check() []string {
 }
 
 // config returns the listener's TLS configuration, nil without TLS. The
-// files are read now, so that a bad one fails the start with its name.
-func (t *tlsSettings) config() (*tls.Config, error) {
+// files are read now, so that a bad one fails the start with its name,
+// and again when they change (reloading): the certificate and key, and
+// the CA of client certificates, so that either rotates without a
+// restart. A rotation that leaves a file unreadable keeps what was in
+// force, logs it (WARN) and counts it in
+// sluice_grpc_tls_loads_total{file,result} of reg.
+func (t *tlsSettings) config(log *slog.Logger, reg prometheus.Registerer) (*tls.Config, error) {
 	if t.cert == "" {
 		return nil, nil
 	}
-	kp := &keyPair{cert: t.cert, key: t.key}
-	if _, err := kp.load(); err != nil {
+	loads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_grpc_tls_loads_total",
+		Help: "Loads of the gRPC listener's TLS files after start (file: certificate or client_ca), by result: a failure keeps what was in force.",
+	}, []string{"file", "result"})
+	if reg != nil {
+		reg.MustRegister(loads)
+	}
+	kp := &reloading[*tls.Certificate]{
+		files: []string{t.cert, t.key}, what: "certificate", log: log, loads: loads,
+		parse: func() (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(t.cert, t.key)
+			if err != nil {
+				return nil, fmt.Errorf("--grpc-tls-cert %s, --grpc-tls-key %s: %w", t.cert, t.key, err)
+			}
+			return &c, nil
+		},
+	}
+	if err := kp.load(); err != nil {
 		return nil, err
 	}
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		GetCertificate: kp.get,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return kp.get(), nil },
 		NextProtos:     []string{"h2"},
 	}
-	if t.clientCA != "" {
-		pool, err := readCAs("grpc-client-ca", t.clientCA)
-		if err != nil {
-			return nil, err
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		if t.clientSAN != "" {
-			cfg.VerifyPeerCertificate = requireSAN(t.clientSAN)
-		}
+	if t.clientCA == "" {
+		return cfg, nil
 	}
-	return cfg, nil
+	if t.clientSAN != "" {
+		cfg.VerifyPeerCertificate = requireSAN(t.clientSAN)
+	}
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	// Each handshake takes the configuration of the CAs in force.
+	withCAs := &reloading[*tls.Config]{
+		files: []string{t.clientCA}, what: "client_ca", log: log, loads: loads,
+		parse: func() (*tls.Config, error) {
+			pool, err := readCAs("grpc-client-ca", t.clientCA)
+			if err != nil {
+				return nil, err
+			}
+			c := cfg.Clone()
+			c.ClientCAs = pool
+			return c, nil
+		},
+	}
+	if err := withCAs.load(); err != nil {
+		return nil, err
+	}
+	outer := cfg.Clone()
+	outer.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) { return withCAs.get(), nil }
+	return outer, nil
 }
 
 // readCAs reads a PEM file of CA certificates, given to flag.
@@ -103,24 +141,30 @@ func requireSAN(name string) func([][]byte, [][]*x509.Certificate) error {
 	}
 }
 
-// keyPair serves a certificate from its files, loading them again when
-// either file's modification time or size changes (checked at most once a
-// second), so that a rotated certificate is served to new connections
-// without a restart. A rotation that leaves the files unreadable, or not a
-// pair, keeps the last good certificate.
-type keyPair struct {
-	cert, key string
+// reloading holds what parse makes of files, made again when a file's
+// modification time or size changes (looked at, on use, at most once a
+// second: a symlink swapped by the kubelet changes both), so that new
+// connections get the new files without a restart. A load that fails
+// keeps the last good value; it is logged once (WARN) for each state of
+// the files, and counted.
+type reloading[T any] struct {
+	files []string
+	what  string // the file label of loads
+	parse func() (T, error)
+	log   *slog.Logger
+	loads *prometheus.CounterVec // {file, result}
 
 	mu      sync.Mutex
-	current *tls.Certificate
+	current T
 	stamp   string    // modification times and sizes of the files loaded
+	failed  string    // stamp of the last load that failed, logged
 	checked time.Time // last look at the files
 }
 
 // stampOf identifies the present state of the files.
-func (k *keyPair) stampOf() (string, error) {
+func (r *reloading[T]) stampOf() (string, error) {
 	var s string
-	for _, f := range []string{k.cert, k.key} {
+	for _, f := range r.files {
 		fi, err := os.Stat(f)
 		if err != nil {
 			return "", err
@@ -130,40 +174,47 @@ func (k *keyPair) stampOf() (string, error) {
 	return s, nil
 }
 
-// load reads the pair, making it current.
-func (k *keyPair) load() (*tls.Certificate, error) {
-	stamp, err := k.stampOf()
+// load makes the value at start: an error names the file.
+func (r *reloading[T]) load() error {
+	stamp, err := r.stampOf()
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-cert/--grpc-tls-key: %w", err)
+		return fmt.Errorf("%s: %w", strings.Join(r.files, ", "), err)
 	}
-	c, err := tls.LoadX509KeyPair(k.cert, k.key)
+	v, err := r.parse()
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-cert %s, --grpc-tls-key %s: %w", k.cert, k.key, err)
+		return err
 	}
-	k.mu.Lock()
-	k.current, k.stamp, k.checked = &c, stamp, time.Now()
-	k.mu.Unlock()
-	return &c, nil
+	r.current, r.stamp, r.checked = v, stamp, time.Now()
+	return nil
 }
 
-// get is tls.Config.GetCertificate.
-func (k *keyPair) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	k.mu.Lock()
-	cur, stale := k.current, time.Since(k.checked) >= time.Second
-	if stale {
-		k.checked = time.Now()
+// get returns the value in force, made again first if the files changed.
+func (r *reloading[T]) get() T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if time.Since(r.checked) < time.Second {
+		return r.current
 	}
-	old := k.stamp
-	k.mu.Unlock()
-	if stale {
-		if stamp, err := k.stampOf(); err == nil && stamp != old {
-			if c, err := k.load(); err == nil {
-				return c, nil
-			}
+	r.checked = time.Now()
+	stamp, err := r.stampOf()
+	if err == nil && (stamp == r.stamp || stamp == r.failed) {
+		return r.current
+	}
+	if err == nil {
+		var v T
+		if v, err = r.parse(); err == nil {
+			r.current, r.stamp, r.failed = v, stamp, ""
+			r.loads.WithLabelValues(r.what, "success").Inc()
+			r.log.Info("gRPC TLS file reloaded", "file", r.what, "path", strings.Join(r.files, ", "))
+			return r.current
 		}
+		r.failed = stamp
+	} else if r.failed == "missing" {
+		return r.current
+	} else {
+		r.failed = "missing"
 	}
-	if cur == nil {
-		return nil, errors.New("no server certificate")
-	}
-	return cur, nil
+	r.loads.WithLabelValues(r.what, "failure").Inc()
+	r.log.Warn("gRPC TLS file not reloaded; keeping the one in force", "file", r.what, "path", strings.Join(r.files, ", "), "err", err)
+	return r.current
 }

@@ -5,7 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"net"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +162,163 @@ func TestServeE2ERedisClientCert(t *testing.T) {
 		code, _, _ := bare.http("GET", "/readyz", "")
 		return code == 503
 	})
+}
+
+// mtlsCall makes a ShouldRateLimit call to addr over TLS, trusting
+// serverCA, with a client certificate of clientCA for envoy.mesh (none
+// when clientCA is nil), and returns its error.
+func mtlsCall(t *testing.T, addr string, serverCA, clientCA *testpki.CA) error {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(serverCA.Cert)
+	cfg := &tls.Config{RootCAs: roots}
+	if clientCA != nil {
+		c, k := issue(t, clientCA, 20, false, "envoy.mesh")
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "tls", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "v")}})
+	return err
+}
+
+// tlsFiles writes a server certificate and key of serverCA (serial) and
+// clientCA's PEM into dir, and returns their paths.
+func tlsFiles(t *testing.T, dir string, serverCA, clientCA *testpki.CA, serial int64) (certFile, keyFile, caFile string) {
+	t.Helper()
+	cert, key := issue(t, serverCA, serial, true, "sluice")
+	certFile, keyFile, caFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
+	writeRules(t, certFile, string(cert))
+	writeRules(t, keyFile, string(key))
+	writeRules(t, caFile, string(clientCA.PEM))
+	return certFile, keyFile, caFile
+}
+
+// TestServeE2EEmptyCAVariable: an empty variable of the client CA counts
+// as unset, so the next one in precedence still requires client
+// certificates: GRPC_CLIENT_TLS_CACERT= beside Envoy Gateway's
+// GRPC_SERVER_TLS_CA_CERT, and SLUICE_GRPC_CLIENT_CA= beside
+// GRPC_CLIENT_TLS_CACERT. Real handshakes: a client without a certificate
+// is refused, one with a certificate of the CA answered.
+func TestServeE2EEmptyCAVariable(t *testing.T) {
+	beside(t)
+	dir := t.TempDir()
+	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
+	certFile, keyFile, caFile := tlsFiles(t, dir, serverCA, clientCA, 10)
+	rules := filepath.Join(dir, "rules.yaml")
+	writeRules(t, rules, dayRule("tls", "k", 100))
+	base := []string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + certFile, "GRPC_SERVER_TLS_KEY=" + keyFile}
+	for name, env := range map[string][]string{
+		"GRPC_CLIENT_TLS_CACERT empty": {"GRPC_CLIENT_TLS_CACERT=", "GRPC_SERVER_TLS_CA_CERT=" + caFile},
+		"SLUICE_GRPC_CLIENT_CA empty":  {"SLUICE_GRPC_CLIENT_CA=", "GRPC_CLIENT_TLS_CACERT=" + caFile},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := launch(t, append(slices.Clone(base), env...), "--config", rules)
+			p.waitReady()
+			p.waitLog("gRPC listener speaks TLS", `"mutual":true`)
+			if err := mtlsCall(t, p.grpcAddr, serverCA, nil); err == nil {
+				t.Error("a client without a certificate was answered: mutual TLS is off")
+			}
+			if err := mtlsCall(t, p.grpcAddr, serverCA, clientCA); err != nil {
+				t.Errorf("a client with a certificate of the CA: %v", err)
+			}
+		})
+	}
+}
+
+// TestServeE2EClientCAReload: the CA of client certificates is reloaded as
+// the server certificate is, when its file changes (a kubelet-style swap
+// of the ..data symlink): without a restart the old CA's clients are
+// refused and the new CA's answered. A file swapped in that is not a CA,
+// or a key that does not match, is kept out: the files in force stay, a
+// WARN says so, and sluice_grpc_tls_loads_total counts the failure.
+func TestServeE2EClientCAReload(t *testing.T) {
+	beside(t)
+	dir := t.TempDir()
+	serverCA, oldCA, newCA := newTestCA(t, "server CA"), newTestCA(t, "old client CA"), newTestCA(t, "new client CA")
+	// A ConfigMap-style mount: tls.crt -> ..data/tls.crt, ..data -> ..v1.
+	v1 := filepath.Join(dir, "..v1")
+	if err := os.Mkdir(v1, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tlsFiles(t, v1, serverCA, oldCA, 10)
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap := func(version string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(version, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rules := filepath.Join(dir, "rules.yaml")
+	writeRules(t, rules, dayRule("tls", "k", 100))
+	p := launch(t, nil, "--config", rules, "--grpc-tls-cert", filepath.Join(dir, "tls.crt"), "--grpc-tls-key", filepath.Join(dir, "tls.key"),
+		"--grpc-client-ca", filepath.Join(dir, "ca.crt"))
+	p.waitReady()
+	if err := mtlsCall(t, p.grpcAddr, serverCA, oldCA); err != nil {
+		t.Fatalf("a client of the CA in force: %v", err)
+	}
+	if err := mtlsCall(t, p.grpcAddr, serverCA, newCA); err == nil {
+		t.Fatal("a client of another CA was answered")
+	}
+
+	v2 := filepath.Join(dir, "..v2")
+	if err := os.Mkdir(v2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tlsFiles(t, v2, serverCA, newCA, 11)
+	swap("..v2")
+	poll(t, "the new CA's client answered", func() bool { return mtlsCall(t, p.grpcAddr, serverCA, newCA) == nil })
+	if err := mtlsCall(t, p.grpcAddr, serverCA, oldCA); err == nil {
+		t.Error("after the swap, a client of the old CA was answered")
+	}
+	p.waitLog("gRPC TLS file reloaded", `"file":"client_ca"`)
+
+	// Garbage swapped in: kept out, said, counted.
+	v3 := filepath.Join(dir, "..v3")
+	if err := os.Mkdir(v3, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tlsFiles(t, v3, serverCA, newCA, 12)
+	writeRules(t, filepath.Join(v3, "ca.crt"), "not a certificate\n")
+	_, otherKey := issue(t, serverCA, 13, true, "sluice")
+	writeRules(t, filepath.Join(v3, "tls.key"), string(otherKey))
+	swap("..v3")
+	poll(t, "both failures logged", func() bool {
+		if err := mtlsCall(t, p.grpcAddr, serverCA, newCA); err != nil {
+			t.Fatalf("after a bad swap, the client of the CA in force: %v", err)
+		}
+		log := p.log()
+		return strings.Contains(log, `"file":"client_ca"`) && strings.Contains(log, `"file":"certificate"`) && strings.Count(log, "gRPC TLS file not reloaded") >= 2
+	})
+	if err := mtlsCall(t, p.grpcAddr, serverCA, oldCA); err == nil {
+		t.Error("after a bad swap, a client of the old CA was answered")
+	}
+	for _, file := range []string{"certificate", "client_ca"} {
+		if got := p.metricSum("sluice_grpc_tls_loads_total", `file="`+file+`"`, `result="failure"`); got < 1 {
+			t.Errorf("sluice_grpc_tls_loads_total{file=%q,result=\"failure\"} = %v, want at least 1", file, got)
+		}
+	}
+	if got := p.metricSum("sluice_grpc_tls_loads_total", `file="client_ca"`, `result="success"`); got != 1 {
+		t.Errorf("client_ca successes %v, want 1", got)
+	}
 }
