@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -86,5 +87,86 @@ func TestPromSinkBadMapping(t *testing.T) {
 	}
 	if _, err := newPromSink(filepath.Join(t.TempDir(), "none.yaml"), slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("a missing file: no error")
+	}
+}
+
+// TestPromSinkGuards: a mapping file that would cost too much to load
+// (more than maxMappingBytes, more than maxMappings mappings) or that
+// would make every scrape of the metrics listener fail (a metric named as
+// sluice's own, a label Prometheus reserves) is refused at start, naming
+// the file and the mapping. A templated name that maps a stat onto such a
+// name, or a name mapped as two types, is dropped with one warning: the
+// listener keeps answering.
+func TestPromSinkGuards(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	mapping := func(match, name string, labels ...string) string {
+		s := fmt.Sprintf("  - match: %q\n    name: %q\n", match, name)
+		if len(labels) > 0 {
+			s += "    labels:\n"
+			for _, l := range labels {
+				s += fmt.Sprintf("      %s: \"$1\"\n", l)
+			}
+		}
+		return s
+	}
+	var many strings.Builder
+	many.WriteString("mappings:\n")
+	for i := range maxMappings + 1 {
+		many.WriteString(mapping(fmt.Sprintf("ratelimit.*.s%d", i), fmt.Sprintf("m%d", i), "domain"))
+	}
+	for _, c := range []struct{ file, content, want string }{
+		{"big.yaml", "mappings: []\n" + strings.Repeat("# padding\n", maxMappingBytes/10+1), "more than 262144"},
+		{"many.yaml", many.String(), "501 mappings, more than 500"},
+		{"sluice.yaml", "mappings:\n" + mapping("ratelimit.*.x", "sluice_config_loads_total", "result"), `"sluice_config_loads_total" takes a name of sluice's own metrics`},
+		{"go.yaml", "mappings:\n" + mapping("ratelimit.*.x", "go_goroutines"), "go_*"},
+		{"process.yaml", "mappings:\n" + mapping("ratelimit.*.x", "process_open_fds"), "process_*"},
+		{"promhttp.yaml", "mappings:\n" + mapping("ratelimit.*.x", "promhttp_metric_handler_requests_total"), "promhttp_*"},
+		{"name.yaml", "mappings:\n" + mapping("ratelimit.*.x", "x", "__name__"), `label "__name__"`},
+		{"meta.yaml", "mappings:\n" + mapping("ratelimit.*.x", "x", "__meta_x"), `label "__meta_x"`},
+	} {
+		path := write(c.file, c.content)
+		if _, err := newPromSink(path, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v, want an error naming the file and saying %q", c.file, err, c.want)
+		}
+	}
+
+	var logs bytes.Buffer
+	s, err := newPromSink(write("ok.yaml", "mappings:\n"+
+		mapping("ratelimit.service.*", "ratelimit_$1")+
+		mapping("ratelimit.twice.*", "ratelimit_twice", "domain")+
+		mapping("ratelimit.gauge.*", "ratelimit_twice", "domain")), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped := prometheus.NewRegistry()
+	mapped.MustRegister(s)
+	own := prometheus.NewRegistry()
+	own.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_config_loads_total", Help: "sluice's own"}))
+	s.FlushCounter("ratelimit.service.ok", 1)
+	s.FlushGauge("ratelimit.service.ok", 1) // the name of a counter, as a gauge
+	s.FlushCounter("ratelimit.twice.api", 1)
+	s.FlushGauge("ratelimit.gauge.api", 1)
+	// A template that makes a reserved name: sluice_config_loads_total.
+	s2, err := newPromSink(write("tmpl.yaml", "mappings:\n"+mapping("ratelimit.*.loads_total", "$1_loads_total")), slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped.MustRegister(s2)
+	s2.FlushCounter("ratelimit.sluice_config.loads_total", 1)
+	if _, err := (prometheus.Gatherers{own, mapped}).Gather(); err != nil {
+		t.Errorf("scrape: %v", err)
+	}
+	if n := strings.Count(logs.String(), "a stat not exported"); n != 3 {
+		t.Errorf("%d warnings, want 3 (a gauge of a counter's name twice, a reserved name):\n%s", n, logs.String())
+	}
+	if n, err := testutil.GatherAndCount(mapped, "ratelimit_ok", "ratelimit_twice"); err != nil || n != 2 {
+		t.Errorf("the stats first mapped: %d series, %v; want 2", n, err)
 	}
 }
