@@ -173,6 +173,10 @@ func TestServeSettingsErrors(t *testing.T) {
 		{nil, map[string]string{"GRPC_PORT": "x y"}, `--grpc-addr ":x y"`},
 		{[]string{"--http-addr", "localhost"}, nil, `--http-addr "localhost"`},
 		{nil, map[string]string{"SLUICE_MAX_BYTES": "12 parsecs"}, "not a size in bytes"},
+		{[]string{"--max-bytes", "1"}, nil, "--max-bytes 1 is below 262144 (256KiB)"},
+		{[]string{"--max-bytes", "100"}, nil, "--max-bytes 100 is below"},
+		{nil, map[string]string{"SLUICE_MAX_BYTES": "1KiB"}, "--max-bytes 1024 is below"},
+		{[]string{"--max-bytes", "262143"}, nil, "--max-bytes 262143 is below"},
 	} {
 		_, err := parseServe(append([]string{"--config", "r.yaml"}, c.args...), envMap(c.env), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {

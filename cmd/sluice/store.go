@@ -189,7 +189,7 @@ func (s *storeSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.store, "store", "memory", usage)
 	fs.TextVar(&s.failurePolicy, "failure-policy", rules.FailLocal, "`policy` when the store cannot decide, for domains that set no failure_policy: local (limit on this node alone, each node admitting its share of every limit), fail_closed, or fail_open")
 	fs.IntVar(&s.localNodes, "local-nodes", 0, "the least number of `nodes` sharing the limits: the local failure policy gives each node 1/N of every limit, N the larger of this and the count the nodes learn from each other through Redis (0: that count alone; 1 with another store, or until learnt)")
-	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB; beyond it idle-soonest keys are evicted; 0 means no cap")
+	fs.Var(&s.maxBytes, "max-bytes", "`size`: memory cap of the store, e.g. 512MiB or 2GB, at least 256KiB; beyond it idle-soonest keys are evicted; 0 means no cap")
 }
 
 // check validates the settings.
@@ -209,8 +209,18 @@ func (s *storeSettings) check() []string {
 	if s.store != "memory" && s.maxBytes != 0 {
 		probs = append(probs, "--max-bytes applies to --store memory only (Redis keeps its own state)")
 	}
+	if s.maxBytes > 0 && s.maxBytes < minMaxBytes {
+		probs = append(probs, fmt.Sprintf("--max-bytes %d is below %d (256KiB), the least it takes: the store's empty shards take up to 128 KiB (1,024 shards of 128 bytes), and with no room left every new key evicts another, handing its client a fresh quota; 0 means no cap", int64(s.maxBytes), minMaxBytes))
+	}
 	return probs
 }
+
+// minMaxBytes is the least --max-bytes: twice what the memory store takes
+// empty at its most shards (1,024 of 128 bytes: 16 per CPU from 64 CPUs
+// on), so that at least half of it holds keys, some 4,000 of them (31
+// bytes a key) on any machine. Below it, a cap of a few bytes evicted a
+// key on every new one.
+const minMaxBytes = 256 << 10
 
 // localDecideConfig opens the store of s and returns the configuration of
 // a decision core over it, with no rules yet, whose failure policy is
