@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sluicehq/sluice/internal/edges/httpconf"
+	"github.com/sluicehq/sluice/rules"
 )
 
 var update = flag.Bool("update", false, "rewrite the chart's values table in deploy/helm/sluice/README.md")
@@ -415,6 +419,143 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("helm template --set %v: no error", bad)
 		}
 	}
+}
+
+// TestHelmValuesRefused: values.schema.json refuses, at helm template
+// (and so at lint, install and upgrade), each value that rendered a pod
+// that could not run or did what the user did not ask: replicas that are
+// not a count, negative or textual durations (drainDelaySeconds "5s"
+// rendered --drain-delay=5ss), a newline in a string that lands in the
+// arguments (extra flags injected) or in the image, a password in
+// proxy.upstream (it would show in the pod's spec), a rules file sluice
+// would not read (hidden, or not *.yaml), a misspelled value.
+func TestHelmValuesRefused(t *testing.T) {
+	for _, c := range []struct{ values, want string }{
+		{"replicaCount: -1", "/replicaCount"},
+		{"replicaCount: abc", "/replicaCount"},
+		{"drainDelaySeconds: -40", "/drainDelaySeconds"},
+		{"shutdownTimeoutSeconds: -30", "/shutdownTimeoutSeconds"},
+		{`drainDelaySeconds: "5s"`, "/drainDelaySeconds"},
+		{"proxy: {upstream: \"http://api:8080\\n- --debug-addr=0.0.0.0:6060\"}", "/proxy/upstream"},
+		{"proxy: {upstream: \"http://user:s3cret@api:8080\"}", "/proxy/upstream"},
+		{"proxy: {upstream: \"api:8080\"}", "/proxy/upstream"},
+		{"image: {tag: \"1.0\\n  imagePullPolicy: Always\"}", "/image/tag"},
+		{"image: {repository: \"registry/sluice extra\"}", "/image/repository"},
+		{"extraArgs: [\"--log-level=debug\\n- --debug-addr=0.0.0.0:6060\"]", "/extraArgs/0"},
+		{"autoscaling: {enabled: true, minReplicas: 0}", "/autoscaling/minReplicas"},
+		{"redis: {existingSecret: \"Bad Name\"}", "/redis/existingSecret"},
+		{"rules: {rules.yaml: \"\"}", "/rules/rules.yaml"},
+		{"rules: {\"../x.yaml\": \"domain: d\"}", "'../x.yaml' does not match"},
+		{"rules: {\".hidden.yaml\": \"domain: d\"}", "'.hidden.yaml' does not match"},
+		{"rules: {\"rules\": \"domain: d\"}", "'rules' does not match"},
+		{"replicas: 3", "replicas"},
+	} {
+		file := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(file, []byte(c.values+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := helmRun(t, "template", "sluice", "helm/sluice", "-f", file)
+		if err == nil || !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want the schema to refuse %s\n%s", c.values, err, c.want, out)
+		}
+	}
+	// What the schema takes renders quoted: a string value cannot end a
+	// YAML scalar early.
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte("mode: proxy\nproxy: {upstream: \"https://api.example:8443/v1/x#y\"}\nimage: {tag: \"1.2.3\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := helmRun(t, "template", "sluice", "helm/sluice", "-f", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`- "--upstream=https://api.example:8443/v1/x#y"`, `image: "localhost/sluice:1.2.3"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("rendered without %s:\n%s", want, out)
+		}
+	}
+}
+
+// TestHelmProxyRulesMatchRoutes: in mode proxy, the rules of the chart's
+// ConfigMap (its first file, which the proxy reads) limit what each of
+// the proxy's routes sends: with no http section, the default route's
+// client address (remote_address). A rules file whose keys no route sends
+// limits nothing.
+func TestHelmProxyRulesMatchRoutes(t *testing.T) {
+	for _, set := range [][]string{{"mode=proxy"}, {"mode=proxy", "store=memory"}} {
+		objs := renderChart(t, set...)
+		var args []string
+		var data map[string]string
+		for _, o := range objs {
+			switch v := o.v.(type) {
+			case *appsv1.Deployment:
+				args = v.Spec.Template.Spec.Containers[0].Args
+			case *corev1.ConfigMap:
+				data = v.Data
+			}
+		}
+		var config string
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--config=/etc/sluice/rules/"); ok {
+				config = v
+			}
+		}
+		if data[config] == "" {
+			t.Fatalf("%v: --config names %q, not a file of the ConfigMap (%v)", set, config, slices.Collect(maps.Keys(data)))
+		}
+		if unlimited := proxyRoutesUnlimited(t, data[config]); len(unlimited) > 0 {
+			t.Errorf("%v: the rules limit nothing the proxy's routes send: %v\n%s", set, unlimited, data[config])
+		}
+	}
+	// The check sees a mismatch: the chart's old default, user alone.
+	old := "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 100}\n"
+	if got := proxyRoutesUnlimited(t, old); len(got) != 1 {
+		t.Errorf("rules of user alone: unlimited routes %v, want the default route", got)
+	}
+}
+
+// proxyRoutesUnlimited loads a proxy's rules file as sluice proxy does
+// and returns the routes whose descriptors (the client's address for a
+// route without any) match no limit of the rules.
+func proxyRoutesUnlimited(t *testing.T, file string) []string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, sec, err := httpconf.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sec == nil {
+		sec = httpconf.Default()
+	}
+	domain := cfg.Domains()[0]
+	var unlimited []string
+	for _, r := range sec.Routes {
+		descs := []rules.Descriptor{{Entries: []rules.Entry{{Key: "remote_address", Value: "203.0.113.7"}}, Cost: 1}}
+		if len(r.Descriptors) > 0 {
+			descs = descs[:0]
+			for _, d := range r.Descriptors {
+				var es []rules.Entry
+				for _, e := range d {
+					if e.Key == "" {
+						t.Fatalf("route %s: an entry without a key, which this check cannot name", r.Name)
+					}
+					es = append(es, rules.Entry{Key: e.Key, Value: "v"})
+				}
+				descs = append(descs, rules.Descriptor{Entries: es, Cost: 1})
+			}
+		}
+		var p rules.Plan
+		if err := cfg.Plan(domain, descs, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(p.Matches, func(m rules.Match) bool { return m.Status == rules.Limited }) {
+			unlimited = append(unlimited, r.Name)
+		}
+	}
+	return unlimited
 }
 
 // TestHelmValuesTable: the chart's README documents every value, in a
