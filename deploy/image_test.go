@@ -210,8 +210,8 @@ func TestImage(t *testing.T) {
 		ports = append(ports, p)
 	}
 	slices.Sort(ports)
-	if want := []string{"8080/tcp", "8081/tcp", "8090/tcp", "9090/tcp"}; !slices.Equal(ports, want) {
-		t.Errorf("exposed ports %q, want %q", ports, want)
+	if !slices.Equal(ports, exposedPorts) {
+		t.Errorf("exposed ports %q, want %q", ports, exposedPorts)
 	}
 	if _, ok := c.Volumes["/var/lib/sluice"]; !ok || len(c.Volumes) != 1 {
 		t.Errorf("volumes %v, want /var/lib/sluice", c.Volumes)
@@ -537,6 +537,36 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// exposedPorts are the ports the image declares, sorted: sluice serve's
+// HTTP (8080) and gRPC (8081), sluice proxy's listener (8090) and admin
+// (9090, also envoy-rl's PROMETHEUS_ADDR default), and the metrics port
+// Envoy Gateway's setup gives --metrics-addr (19001, docs/envoy-gateway.md).
+var exposedPorts = []string{"19001/tcp", "8080/tcp", "8081/tcp", "8090/tcp", "9090/tcp"}
+
+// TestContainerfilesExpose: both Containerfiles' EXPOSE lines declare
+// exposedPorts (checked without building; TestImage checks the image).
+func TestContainerfilesExpose(t *testing.T) {
+	for _, path := range []string{"../Containerfile", "image/Containerfile.offline"} {
+		var ports []string
+		for _, l := range finalStage(t, path) {
+			if rest, ok := strings.CutPrefix(l, "EXPOSE "); ok {
+				ports = append(ports, strings.Fields(rest)...)
+			}
+		}
+		slices.Sort(ports)
+		if !slices.Equal(ports, exposedPorts) {
+			t.Errorf("%s exposes %q, want %q", path, ports, exposedPorts)
+		}
+	}
+	guide, err := os.ReadFile("../docs/envoy-gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(guide), "`:19001`") {
+		t.Error("docs/envoy-gateway.md no longer names :19001: update exposedPorts")
+	}
 }
 
 // TestContainerfilesAgree: the Containerfile (a Go builder stage, for
