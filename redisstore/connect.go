@@ -75,6 +75,9 @@ func clientOption(cfg Config) (rueidis.ClientOption, error) {
 	}
 	if opt.Sentinel.MasterSet != "" {
 		opt.Sentinel.Username, opt.Sentinel.Password = opt.Username, opt.Password
+		if cfg.SentinelUsername != "" || cfg.SentinelPassword != "" {
+			opt.Sentinel.Username, opt.Sentinel.Password = cfg.SentinelUsername, cfg.SentinelPassword
+		}
 		opt.Sentinel.TLSConfig = opt.TLSConfig
 	}
 	opt.DisableCache = true // no client-side caching: no CLIENT TRACKING

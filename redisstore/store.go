@@ -54,6 +54,12 @@ type Config struct {
 	Addrs []string
 	// SentinelMaster makes Addrs Sentinels monitoring this master set.
 	SentinelMaster string
+	// SentinelUsername and SentinelPassword authenticate to the
+	// Sentinels, when they have a password of their own
+	// (envoyproxy/ratelimit's REDIS_SENTINEL_AUTH). Both empty: the
+	// Sentinels are sent Username and Password, which a Sentinel without
+	// a password accepts.
+	SentinelUsername, SentinelPassword string
 	// Username and Password authenticate (Redis ACL; Username may be
 	// empty for the default user). They override the URL's.
 	Username, Password string

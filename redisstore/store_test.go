@@ -1198,3 +1198,31 @@ func TestBatchErrorReply(t *testing.T) {
 		}
 	}
 }
+
+// TestSentinelOwnPassword: Sentinels with a password of their own
+// (requirepass) and a master with another, as envoyproxy/ratelimit's
+// REDIS_SENTINEL_AUTH and REDIS_AUTH: with SentinelPassword the store
+// decides on the master; without it the Sentinels are sent the master's
+// password, refuse it, and the store never connects.
+func TestSentinelOwnPassword(t *testing.T) {
+	t.Parallel()
+	ss := redistest.Sentinel(t, redistest.WithPassword("master-pw"), redistest.WithSentinelPassword("sentinel-pw"))
+	s := newTestStore(t, Config{Addrs: ss.Addrs(), SentinelMaster: ss.MasterName, Password: "master-pw", SentinelPassword: "sentinel-pw"}, nil)
+	lim := sluice.NewLimiter(s)
+	l := &sluice.Limit{Rate: 1, Period: time.Hour}
+	d := allowEventually(t, lim, "k", l)
+	if !d.Allowed {
+		t.Fatalf("first request: %+v, want allowed", d)
+	}
+	if d, err := lim.Allow(context.Background(), "k", l); err != nil || d.Allowed {
+		t.Fatalf("second request: %+v, %v; want denied", d, err)
+	}
+	if keys, _ := ss.Master().Cmd("KEYS", "*").([]any); len(keys) == 0 {
+		t.Error("no key on the master: the decisions were not made there")
+	}
+
+	wrong := newTestStore(t, Config{Addrs: ss.Addrs(), SentinelMaster: ss.MasterName, Password: "master-pw", Timeout: time.Second}, nil)
+	if _, err := sluice.NewLimiter(wrong).Allow(context.Background(), "k", l); err == nil {
+		t.Error("the master's password sent to Sentinels with their own: answered")
+	}
+}

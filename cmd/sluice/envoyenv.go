@@ -263,6 +263,34 @@ func whenTrue(on, name string) envoyVar {
 	}
 }
 
+// authPart maps name, a password or user:password as envoy-rl reads
+// REDIS_AUTH, onto the password flag, or with user onto the user flag
+// (when there is a colon).
+func authPart(name string, user bool) envoyVar {
+	if user {
+		return envoyVar{
+			names: []string{name},
+			note:  "the part of " + name + " before the colon, when it is user:password",
+			value: func(env lookupEnv) (string, bool) {
+				v, _ := env(name)
+				u, _, found := strings.Cut(v, ":")
+				return u, found
+			},
+		}
+	}
+	return envoyVar{
+		names: []string{name},
+		note:  name + ", or its part after the colon when it is user:password",
+		value: func(env lookupEnv) (string, bool) {
+			v, ok := env(name)
+			if _, pw, found := strings.Cut(v, ":"); found {
+				return pw, ok
+			}
+			return v, ok
+		},
+	}
+}
+
 func plain(name string) envoyVar {
 	return envoyVar{names: []string{name}, value: func(env lookupEnv) (string, bool) { return env(name) }}
 }
@@ -297,7 +325,6 @@ var envoyUnmapped = []struct{ name, hint string }{
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", "nothing: the Redis client pipelines automatically"},
 	{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "--redis-tls-ca with the server's CA"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "nothing: readiness shows the store's state"},
-	{"REDIS_SENTINEL_AUTH", "sentinels without a password, or a redis:// URL per sentinel"},
 	{"REDIS_STARTUP_INITIAL_INTERVAL", "nothing: sluice starts without Redis and is ready once it answers"},
 	{"REDIS_STARTUP_MAX_INTERVAL", "nothing: sluice starts without Redis and is ready once it answers"},
 	{"REDIS_STARTUP_MAX_ELAPSED_TIME", "nothing: sluice starts without Redis and is ready once it answers"},
@@ -391,31 +418,17 @@ var envoyRedis = map[string]envoyVar{
 			return master, true
 		},
 	},
-	"redis-password": {
-		names: []string{"REDIS_AUTH"},
-		note:  "REDIS_AUTH, or its part after the colon when it is user:password",
-		value: func(env lookupEnv) (string, bool) {
-			v, ok := env("REDIS_AUTH")
-			if _, pw, found := strings.Cut(v, ":"); found {
-				return pw, ok
-			}
-			return v, ok
-		},
-	},
-	"redis-username": {
-		names: []string{"REDIS_AUTH"},
-		note:  "the part of REDIS_AUTH before the colon, when it is user:password",
-		value: func(env lookupEnv) (string, bool) {
-			v, _ := env("REDIS_AUTH")
-			user, _, found := strings.Cut(v, ":")
-			return user, found
-		},
-	},
-	"redis-tls":      plain("REDIS_TLS"),
-	"redis-tls-ca":   plain("REDIS_TLS_CACERT"),
-	"redis-tls-cert": plain("REDIS_TLS_CLIENT_CERT"),
-	"redis-tls-key":  plain("REDIS_TLS_CLIENT_KEY"),
-	"redis-prefix":   plain("CACHE_KEY_PREFIX"),
+	"redis-password": authPart("REDIS_AUTH", false),
+	"redis-username": authPart("REDIS_AUTH", true),
+	// envoy-rl's REDIS_SENTINEL_AUTH authenticates to the Sentinels,
+	// REDIS_AUTH to the master.
+	"redis-sentinel-password": authPart("REDIS_SENTINEL_AUTH", false),
+	"redis-sentinel-username": authPart("REDIS_SENTINEL_AUTH", true),
+	"redis-tls":               plain("REDIS_TLS"),
+	"redis-tls-ca":            plain("REDIS_TLS_CACERT"),
+	"redis-tls-cert":          plain("REDIS_TLS_CLIENT_CERT"),
+	"redis-tls-key":           plain("REDIS_TLS_CLIENT_KEY"),
+	"redis-prefix":            plain("CACHE_KEY_PREFIX"),
 }
 
 func init() {

@@ -1583,3 +1583,33 @@ func TestServeRedisIdleReadiness(t *testing.T) {
 	srv.Restart()
 	waitState("an idle node to report its Redis back", "store: up", "1")
 }
+
+// TestServeE2ESentinelAuth: Sentinels with a password of their own and a
+// master with another, set as envoy-rl sets them (REDIS_TYPE=sentinel,
+// REDIS_URL=master,sentinels, REDIS_AUTH for the master,
+// REDIS_SENTINEL_AUTH for the Sentinels): sluice finds the master through
+// the Sentinels and decides there; neither password shows in the log.
+func TestServeE2ESentinelAuth(t *testing.T) {
+	beside(t)
+	ss := redistest.Sentinel(t, redistest.WithPassword("master-pw-1"), redistest.WithSentinelPassword("sentinel-pw-2"))
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, dayRule("sentinel", "k", 1))
+	p := startSluice(t, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_TYPE=sentinel", "REDIS_URL=" + ss.MasterName + "," + strings.Join(ss.Addrs(), ","),
+		"REDIS_AUTH=master-pw-1", "REDIS_SENTINEL_AUTH=sentinel-pw-2", "CACHE_KEY_PREFIX=" + t.Name() + ":"},
+		"--config", rules, "--local-cache-size", "0")
+	poll(t, "ready with Redis", func() bool {
+		code, _, _ := p.http("GET", "/readyz", "")
+		return code == 200
+	})
+	for i, want := range []string{"OK:OK", "OVER_LIMIT:OVER_LIMIT"} {
+		if got := codesOf(p.must("sentinel", desc("k", "v"))); got != want {
+			t.Errorf("request %d: %s, want %s", i+1, got, want)
+		}
+	}
+	if keys, _ := ss.Master().Cmd("KEYS", t.Name()+":*").([]any); len(keys) == 0 {
+		t.Errorf("no counter on the master under %s:*: the decisions were not made there", t.Name())
+	}
+	if log := p.log(); strings.Contains(log, "master-pw-1") || strings.Contains(log, "sentinel-pw-2") {
+		t.Errorf("a password in the log:\n%s", log)
+	}
+}

@@ -143,6 +143,21 @@ func TestServeSettingsEnvoyRedis(t *testing.T) {
 			t.Errorf("%v: store %q, %+v", c.env, s.store, r)
 		}
 	}
+	// REDIS_SENTINEL_AUTH authenticates to the Sentinels, REDIS_AUTH to
+	// the master, each a password or user:password.
+	for _, c := range []struct{ auth, user, pass string }{{"spw", "", "spw"}, {"sentinel:spw", "sentinel", "spw"}} {
+		env := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,s1:26379", "REDIS_AUTH": "mpw", "REDIS_SENTINEL_AUTH": c.auth}
+		s, err := parseServe([]string{"--config", "x"}, envMap(env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", env, err)
+		}
+		if r := s.redis; r.password != "mpw" || r.sentinelUser != c.user || r.sentinelPass != c.pass || len(s.envoyIgnored) > 0 {
+			t.Errorf("REDIS_SENTINEL_AUTH=%s: sentinel user %q password %q, master password %q, ignored %v", c.auth, r.sentinelUser, r.sentinelPass, r.password, s.envoyIgnored)
+		}
+	}
+	if _, err := parseServe([]string{"--config", "x", "--store", "redis", "--redis-url", "r:6379", "--redis-sentinel-password", "p"}, envMap(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "need --redis-sentinel-master") {
+		t.Errorf("--redis-sentinel-password without a Sentinel: %v", err)
+	}
 }
 
 func TestServeSettingsErrors(t *testing.T) {

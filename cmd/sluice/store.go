@@ -29,6 +29,8 @@ type redisSettings struct {
 	sentinelMaster string
 	username       string
 	password       string
+	sentinelUser   string
+	sentinelPass   string
 	tls            bool
 	tlsCA          string
 	tlsCert        string
@@ -52,6 +54,8 @@ func (r *redisSettings) flags(fs interface {
 	fs.StringVar(&r.sentinelMaster, "redis-sentinel-master", "", "`name` of the master set: --redis-url then lists the Sentinels")
 	fs.StringVar(&r.username, "redis-username", "", "Redis ACL `user` (overrides the URL's)")
 	fs.StringVar(&r.password, "redis-password", "", "Redis `password` (overrides the URL's)")
+	fs.StringVar(&r.sentinelUser, "redis-sentinel-username", "", "ACL `user` of the Sentinels, with --redis-sentinel-password")
+	fs.StringVar(&r.sentinelPass, "redis-sentinel-password", "", "`password` of the Sentinels, when they have their own; unset, they are sent the master's")
 	fs.BoolVar(&r.tls, "redis-tls", false, "connect to Redis with TLS (implied by rediss://)")
 	fs.StringVar(&r.tlsCA, "redis-tls-ca", "", "PEM `file` of the CAs that sign Redis's certificate; empty means the system's")
 	fs.StringVar(&r.tlsCert, "redis-tls-cert", "", "PEM `file` of a client certificate to show Redis (tls-auth-clients), with --redis-tls-key")
@@ -80,6 +84,9 @@ func (r *redisSettings) check(store string) []string {
 		// A list of addresses: each would be dialled, and named in errors.
 		probs = append(probs, fmt.Sprintf("--redis-url %q: a user and password go in a redis:// URL (redis://user:password@host:port), or in --redis-username and --redis-password", redact.Value(r.url)))
 	}
+	if (r.sentinelUser != "" || r.sentinelPass != "") && r.sentinelMaster == "" {
+		probs = append(probs, "--redis-sentinel-username and --redis-sentinel-password need --redis-sentinel-master")
+	}
 	if r.timeout <= 0 {
 		probs = append(probs, fmt.Sprintf("--redis-timeout must be positive, got %s", r.timeout))
 	}
@@ -106,15 +113,17 @@ func (r *redisSettings) check(store string) []string {
 // config turns the settings into a redisstore.Config.
 func (r *redisSettings) config(log *slog.Logger) (redisstore.Config, error) {
 	cfg := redisstore.Config{
-		SentinelMaster: r.sentinelMaster,
-		Username:       r.username,
-		Password:       r.password,
-		Prefix:         r.prefix,
-		Timeout:        r.timeout,
-		MaxInFlight:    r.maxInFlight,
-		MaxQueue:       max(r.maxQueue, 0),
-		HashTag:        rules.HashTag(r.tagMode),
-		Logger:         log,
+		SentinelMaster:   r.sentinelMaster,
+		SentinelUsername: r.sentinelUser,
+		SentinelPassword: r.sentinelPass,
+		Username:         r.username,
+		Password:         r.password,
+		Prefix:           r.prefix,
+		Timeout:          r.timeout,
+		MaxInFlight:      r.maxInFlight,
+		MaxQueue:         max(r.maxQueue, 0),
+		HashTag:          rules.HashTag(r.tagMode),
+		Logger:           log,
 	}
 	if strings.Contains(r.url, "://") {
 		cfg.URL = r.url

@@ -34,7 +34,8 @@ type SentinelSetup struct {
 // master is replaced within a few seconds, and two failovers of one setup
 // must be at least 6 seconds apart. Options apply to the data servers
 // (WithPassword and WithUser: the sentinels authenticate with them); the
-// sentinels themselves need no AUTH, and with WithTLS they serve TLS too.
+// sentinels themselves need no AUTH unless WithSentinelPassword, and with
+// WithTLS they serve TLS too.
 func Sentinel(t testing.TB, opts ...Option) *SentinelSetup {
 	t.Helper()
 	Require(t)
@@ -65,7 +66,7 @@ func Sentinel(t testing.TB, opts ...Option) *SentinelSetup {
 	}
 
 	so := *o
-	so.user, so.password, so.config = "", "", nil
+	so.user, so.password, so.config = "", o.sentinel, nil
 	for i := range sentinelCount {
 		s, err := launch(t, &so, fmt.Sprintf("sentinel %d", i), "redis-sentinel", func(port int, dir string) [][]string {
 			l := [][]string{
@@ -86,6 +87,9 @@ func Sentinel(t testing.TB, opts ...Option) *SentinelSetup {
 			}
 			if o.user != "" {
 				l = append(l, []string{"sentinel", "auth-user", name, o.user})
+			}
+			if o.sentinel != "" {
+				l = append(l, []string{"requirepass", o.sentinel})
 			}
 			return l
 		})

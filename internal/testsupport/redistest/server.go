@@ -45,6 +45,7 @@ type Option func(*options)
 type options struct {
 	user     string
 	password string
+	sentinel string // requirepass of the sentinels
 	tls      bool
 	config   [][]string
 	certs    *certs
@@ -61,6 +62,13 @@ func WithPassword(password string) Option {
 // client must AUTH name password.
 func WithUser(name, password string) Option {
 	return func(o *options) { o.user, o.password = name, password }
+}
+
+// WithSentinelPassword protects the sentinels of Sentinel with
+// requirepass (they use it with each other too), apart from the data
+// servers' WithPassword or WithUser.
+func WithSentinelPassword(password string) Option {
+	return func(o *options) { o.sentinel = password }
 }
 
 // WithTLS serves TLS only (no plain port), with a certificate for 127.0.0.1
