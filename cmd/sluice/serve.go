@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/base/redact"
 	"github.com/sluicehq/sluice/internal/edges/hitters"
 	"github.com/sluicehq/sluice/internal/edges/server"
+	"github.com/sluicehq/sluice/internal/edges/xdsrules"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -323,16 +324,41 @@ func (n *node) grpcServer() (*grpc.Server, error) {
 	return gs, nil
 }
 
+// logReady logs "ready" when the node is ready as /readyz says it: at
+// once, but with rules from xDS (without --start-without-config) once the
+// first rules have arrived, and until then "not ready yet". It gives up
+// when done is closed.
+func (n *node) logReady(done <-chan struct{}) {
+	ready := func(c *rules.Config) { n.log.Info("ready", "domains", c.Domains(), "hash", c.Hash()) }
+	xc, _ := n.source.(*xdsrules.Client)
+	if xc == nil || n.s.startWithoutConfig {
+		ready(n.initial)
+		return
+	}
+	select {
+	case <-xc.First():
+		ready(xc.Current())
+		return
+	default:
+	}
+	n.log.Info("not ready yet: waiting for the first rules from the xDS server", "config_xds", redact.Value(n.s.xds.addr))
+	go func() {
+		select {
+		case <-xc.First():
+			ready(xc.Current())
+		case <-done:
+		}
+	}()
+}
+
 // run listens, serves until ctx ends or a signal stops it, snapshots the
 // store every --snapshot-interval meanwhile, and saves it at the end.
 func (n *node) run(ctx context.Context) error {
 	s, log := n.s, n.log
 	rs := runSettings{
-		endpoints: n.ends,
-		watcher:   n.source,
-		ready: func() {
-			log.Info("ready", "domains", n.initial.Domains(), "hash", n.initial.Hash())
-		},
+		endpoints:       n.ends,
+		watcher:         n.source,
+		ready:           func() { n.logReady(ctx.Done()) },
 		drain:           n.srv.SetDraining,
 		drainDelay:      s.drainDelay,
 		shutdownTimeout: s.shutdownTimeout,

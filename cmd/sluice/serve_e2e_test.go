@@ -158,7 +158,8 @@ func (p *proc) connect() {
 	p.t.Cleanup(func() { conn.Close() })
 }
 
-// waitReady waits until the process has logged "ready".
+// waitReady waits until the process has logged "ready", or that it
+// listens but is "not ready yet" (rules from xDS still to come).
 func (p *proc) waitReady() {
 	p.t.Helper()
 	select {
@@ -260,7 +261,7 @@ func (p *proc) read(r io.Reader) {
 			}
 		}
 		p.mu.Unlock()
-		if rec.Msg == "ready" && !readyClosed {
+		if (rec.Msg == "ready" || strings.HasPrefix(rec.Msg, "not ready yet")) && !readyClosed {
 			close(p.ready)
 			readyClosed = true
 		}

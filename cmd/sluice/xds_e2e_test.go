@@ -44,7 +44,7 @@ func (x *xdsServer) nacked() []*discovery.DiscoveryRequest {
 
 // TestServeE2EXDS: with envoy-rl's CONFIG_TYPE=GRPC_XDS_SOTW, the rules
 // come from a real go-control-plane xDS server: not ready until the first
-// rules arrive; a new snapshot is put in force; an invalid one is refused
+// rules arrive, and its log says so (not ready yet, then ready); a new snapshot is put in force; an invalid one is refused
 // with a NACK naming the problem and the version in force, and the rules
 // in force stay. The server's snapshot cache sends the refused snapshot
 // again in answer to every NACK: sluice logs it once (one ERROR line) and
@@ -56,11 +56,17 @@ func TestServeE2EXDS(t *testing.T) {
 	if code, _, _ := p.http("GET", "/readyz", ""); code != 503 {
 		t.Errorf("/readyz before the first rules: %d, want 503", code)
 	}
+	// The log says what /readyz says: not ready, then ready.
+	p.waitLog("not ready yet: waiting for the first rules from the xDS server")
+	if strings.Contains(p.log(), `"msg":"ready"`) {
+		t.Errorf("logged ready before the first rules:\n%s", p.log())
+	}
 	x.set(t, "1", map[string]uint32{"user": 1}, rlconf.RateLimitUnit_DAY)
 	poll(t, "the first xDS rules", func() bool {
 		code, _, _ := p.http("GET", "/readyz", "")
 		return code == 200
 	})
+	p.waitLog(`"msg":"ready"`, `"domains":["xds"]`)
 	for i, want := range []string{"OK:OK", "OVER_LIMIT:OVER_LIMIT"} {
 		if got := codesOf(p.must("xds", desc("user", "a"))); got != want {
 			t.Errorf("request %d: %s, want %s", i+1, got, want)
