@@ -122,8 +122,10 @@ otherwise (permissions) is an error. docs/operations.md has the details.`
 		note: `Every flag can also be set by its environment variable: SLUICE_ and the
 flag's name in capitals, dashes as underscores (SLUICE_REDIS_URL); a flag
 wins over its variable. Variables of envoyproxy/ratelimit are read after
-the SLUICE_ ones, for the flags that name them; those it has that sluice
-does not honour are named in a warning at start. Beside these, --tracing
+the SLUICE_ ones, for the flags that name them, its booleans as it reads
+them (strconv.ParseBool: another value is an error); an empty variable
+of the gRPC listener's TLS files or client CA counts as unset. Those it
+has that sluice does not honour are named in a warning at start. Beside these, --tracing
 reads the OTEL_EXPORTER_OTLP_* variables (its endpoint),
 --dogstatsd-mogrifiers DOG_STATSD_MOGRIFIER_*, and GOMEMLIMIT, when set,
 wins over the memory limit of the process --max-bytes sets.`,

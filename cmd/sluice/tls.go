@@ -31,7 +31,7 @@ type tlsSettings struct {
 func (t *tlsSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&t.cert, "grpc-tls-cert", "", "`file` of the gRPC listener's TLS certificate (PEM, chain included); with --grpc-tls-key, the listener speaks TLS only. Reloaded when the file changes")
 	fs.StringVar(&t.key, "grpc-tls-key", "", "`file` of the key of --grpc-tls-cert (PEM)")
-	fs.StringVar(&t.clientCA, "grpc-client-ca", "", "`file` of the CAs (PEM) that client certificates must chain to: mutual TLS, a client without such a certificate is refused")
+	fs.StringVar(&t.clientCA, "grpc-client-ca", "", "`file` of the CAs (PEM) that client certificates must chain to: mutual TLS, a client without such a certificate is refused. Reloaded when the file changes")
 	fs.StringVar(&t.clientSAN, "grpc-client-san", "", "`name` a client certificate must be valid for (a DNS name among its SANs), with --grpc-client-ca")
 }
 
