@@ -158,6 +158,9 @@ func TestServeSettingsEnvoyRedis(t *testing.T) {
 	if _, err := parseServe([]string{"--config", "x", "--store", "redis", "--redis-url", "r:6379", "--redis-sentinel-password", "p"}, envMap(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "need --redis-sentinel-master") {
 		t.Errorf("--redis-sentinel-password without a Sentinel: %v", err)
 	}
+	if _, err := parseServe([]string{"--config", "x", "--store", "redis", "--redis-url", "redis://s1:26379?master_set=mymaster", "--redis-sentinel-password", "p"}, envMap(nil), &bytes.Buffer{}); err != nil {
+		t.Errorf("--redis-sentinel-password with master_set= in the URL: %v", err)
+	}
 }
 
 func TestServeSettingsErrors(t *testing.T) {

@@ -84,8 +84,8 @@ func (r *redisSettings) check(store string) []string {
 		// A list of addresses: each would be dialled, and named in errors.
 		probs = append(probs, fmt.Sprintf("--redis-url %q: a user and password go in a redis:// URL (redis://user:password@host:port), or in --redis-username and --redis-password", redact.Value(r.url)))
 	}
-	if (r.sentinelUser != "" || r.sentinelPass != "") && r.sentinelMaster == "" {
-		probs = append(probs, "--redis-sentinel-username and --redis-sentinel-password need --redis-sentinel-master")
+	if (r.sentinelUser != "" || r.sentinelPass != "") && r.sentinelMaster == "" && !strings.Contains(r.url, "master_set=") {
+		probs = append(probs, "--redis-sentinel-username and --redis-sentinel-password need --redis-sentinel-master (or master_set= in --redis-url)")
 	}
 	if r.timeout <= 0 {
 		probs = append(probs, fmt.Sprintf("--redis-timeout must be positive, got %s", r.timeout))
