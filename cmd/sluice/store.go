@@ -256,7 +256,14 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 		}
 	}
 	set := &storeSet{Stack: st, local: memstore.New(memstore.Config{})}
-	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(set.local), Nodes: s.localNodes, Health: st.Health}
+	f := decide.Failover{Default: s.failurePolicy, Local: sluice.NewLimiter(set.local), Nodes: s.localNodes}
+	if st.Regions == nil {
+		// Write back as soon as Redis is up, not at the next request.
+		// Not in a region: there the write-back charges the region tier,
+		// whose grants after a partition TestRegionsE2E measures, and
+		// which was not measured with it (the first request starts it).
+		f.Health = st.Health
+	}
 	if st.Regions != nil {
 		// The local policy spends of a global limit what the region has
 		// left of its allocation, not the whole limit.
