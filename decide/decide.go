@@ -124,6 +124,12 @@ type Request struct {
 	// descriptors): a denied request must hold nothing it will not settle.
 	Reserve bool
 
+	// Token asks for Outcome.PermitToken when the request is admitted
+	// holding permits: for a front door that hands the token to its
+	// caller to release with later (the RLS codec). Others keep the
+	// Permit and build no token.
+	Token bool
+
 	// Release, when not empty, has one string per descriptor: a
 	// descriptor whose string is a permit token (Outcome.PermitToken of
 	// an earlier request) is not decided but releases the permits the
@@ -401,12 +407,12 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 			return err
 		}
 		o.Permit, s.permit = s.permit, nil
-		if o.Permit != nil {
+		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
 		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else {
-		if o.Permit != nil {
+		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(hits, hits, 0)
 		}
 		if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {

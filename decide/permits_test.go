@@ -27,6 +27,9 @@ func TestDecidePermits(t *testing.T) {
 	if !a.Overall.Allowed || !b.Overall.Allowed || a.Permit == nil || b.Permit == nil {
 		t.Fatalf("two of two slots: %+v %+v", a.Overall, b.Overall)
 	}
+	if a.PermitToken != "" {
+		t.Error("a token built for a front door that did not ask for one")
+	}
 	c := e.decide(t, "k", "x")
 	if c.Overall.Allowed || c.Permit != nil {
 		t.Fatalf("a third in flight: %+v", c.Overall)

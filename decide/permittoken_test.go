@@ -17,7 +17,7 @@ import (
 func (e *localEnv) release(t *testing.T, descs []rules.Descriptor, tokens ...string) *decide.Outcome {
 	t.Helper()
 	var o decide.Outcome
-	if err := e.d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: descs, Release: tokens}, &o); err != nil {
+	if err := e.d.Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: descs, Release: tokens, Token: true}, &o); err != nil {
 		t.Fatal(err)
 	}
 	return &o
@@ -41,17 +41,17 @@ func TestPermitTokenRelease(t *testing.T) {
   - key: wide
     concurrency: {max: 4, ttl: 1m}
 `)
-	a, b := e.decide(t, "k", "x"), e.decide(t, "k", "x")
+	a, b := e.ask(t, "k", "x"), e.ask(t, "k", "x")
 	if !a.Overall.Allowed || !b.Overall.Allowed || a.PermitToken == "" || b.PermitToken == "" || a.PermitToken == b.PermitToken {
 		t.Fatalf("two of two slots: %+v %q, %+v %q", a.Overall, a.PermitToken, b.Overall, b.PermitToken)
 	}
 	if !strings.HasPrefix(a.PermitToken, "s") || len(a.PermitToken) != 1+34 {
 		t.Fatalf("token %q: want s and one item of 34 bytes", a.PermitToken)
 	}
-	if c := e.decide(t, "wide", "x"); c.PermitToken == "" {
+	if c := e.ask(t, "wide", "x"); c.PermitToken == "" {
 		t.Fatal("a rule with a concurrency limit and no rate: no token")
 	}
-	if c := e.decide(t, "k", "x"); c.Overall.Allowed || c.PermitToken != "" || c.Permit != nil {
+	if c := e.ask(t, "k", "x"); c.Overall.Allowed || c.PermitToken != "" || c.Permit != nil {
 		t.Fatalf("at the cap: %+v, token %q", c.Overall, c.PermitToken)
 	}
 
@@ -62,7 +62,7 @@ func TestPermitTokenRelease(t *testing.T) {
 	if got := ratePeek(t, e, "k", "x"); got != 98 {
 		t.Fatalf("the release, or the denial, consumed from the rate: %d left, want 98", got)
 	}
-	d := e.decide(t, "k", "x")
+	d := e.ask(t, "k", "x")
 	if !d.Overall.Allowed || d.PermitToken == "" {
 		t.Fatalf("after the release: %+v", d.Overall)
 	}
@@ -79,7 +79,7 @@ func TestPermitTokenRelease(t *testing.T) {
 	if o := e.release(t, one("k", "y"), b.PermitToken); !o.Overall.Allowed || o.Released != 0 || o.ReleaseRefused != 1 {
 		t.Fatalf("a token replayed with other entries: %+v released %d refused %d", o.Overall, o.Released, o.ReleaseRefused)
 	}
-	if c := e.decide(t, "k", "x"); c.Overall.Allowed {
+	if c := e.ask(t, "k", "x"); c.Overall.Allowed {
 		t.Fatalf("the slots of b and d, released by forgeries and replays: %+v", c.Overall)
 	}
 	// Malformed tokens are refused and release nothing.
@@ -90,18 +90,18 @@ func TestPermitTokenRelease(t *testing.T) {
 	}
 	// An expired permit's token: harmless after another took its slot.
 	e.now.Add(int64(2 * time.Minute)) // past the ttl of 1m: b and d expired
-	f := e.decide(t, "k", "x")
+	f := e.ask(t, "k", "x")
 	if !f.Overall.Allowed {
 		t.Fatalf("after the ttl: %+v", f.Overall)
 	}
 	if o := e.release(t, one("k", "x"), b.PermitToken); o.Released != 1 {
 		t.Fatalf("an expired permit's token: released %d", o.Released)
 	}
-	g := e.decide(t, "k", "x")
+	g := e.ask(t, "k", "x")
 	if !g.Overall.Allowed {
 		t.Fatalf("the second slot: %+v", g.Overall)
 	}
-	if h := e.decide(t, "k", "x"); h.Overall.Allowed {
+	if h := e.ask(t, "k", "x"); h.Overall.Allowed {
 		t.Fatalf("f still holds its slot after b's expired token came back: %+v", h.Overall)
 	}
 }
@@ -112,7 +112,7 @@ func TestPermitTokenRelease(t *testing.T) {
 // other descriptors are decided as usual, each outcome in its place.
 func TestPermitTokenMixedRequest(t *testing.T) {
 	e := newLocalEnv(t, permitRules+"  - key: tokens\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
-	a := e.decide(t, "k", "x")
+	a := e.ask(t, "k", "x")
 	if a.PermitToken == "" {
 		t.Fatal("no token")
 	}
@@ -168,18 +168,18 @@ func TestPermitTokenMixedRequest(t *testing.T) {
 // released in the store when it answers again.
 func TestPermitTokenLocalPolicy(t *testing.T) {
 	e := newLocalEnv(t, permitRules)
-	s := e.decide(t, "wide", "x") // in the store
+	s := e.ask(t, "wide", "x") // in the store
 	e.nodes.Store(2)
 	e.store.down.Store(true)
 	var held []string
 	for range 2 {
-		o := e.decide(t, "wide", "x")
+		o := e.ask(t, "wide", "x")
 		if !o.Overall.Allowed || o.Degraded != rules.FailLocal || !strings.HasPrefix(o.PermitToken, "l2.") {
 			t.Fatalf("share of 4 on 2 nodes: %+v %v %q", o.Overall, o.Degraded, o.PermitToken)
 		}
 		held = append(held, o.PermitToken)
 	}
-	if o := e.decide(t, "wide", "x"); o.Overall.Allowed {
+	if o := e.ask(t, "wide", "x"); o.Overall.Allowed {
 		t.Fatalf("a third on a node whose share is 2: %+v", o.Overall)
 	}
 	// The store's permit cannot be released while the store is down.
@@ -192,11 +192,22 @@ func TestPermitTokenLocalPolicy(t *testing.T) {
 		t.Fatalf("a local release: %+v", o)
 	}
 	e.nodes.Store(2)
-	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+	if o := e.ask(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
 		t.Fatalf("the local slot given back: %+v", o.Overall)
 	}
 	e.store.down.Store(false)
 	if o := e.release(t, one("wide", "x"), s.PermitToken); o.Released != 1 || o.ReleaseErr != nil {
 		t.Fatalf("the store's release: %+v", o)
 	}
+}
+
+// ask decides key=value as the RLS codec asks, with the permit token.
+func (e *localEnv) ask(t *testing.T, key, value string) *decide.Outcome {
+	t.Helper()
+	var o decide.Outcome
+	r := decide.Request{Domain: "api", Descriptors: one(key, value), Token: true}
+	if err := e.d.Decide(context.Background(), &r, &o); err != nil {
+		t.Fatal(err)
+	}
+	return &o
 }

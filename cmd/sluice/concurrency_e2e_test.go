@@ -31,15 +31,20 @@ type inFlight struct {
 	since    time.Time
 }
 
-func (f *inFlight) change(via string, d int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := time.Now()
+// advance counts the time since the last change at the count held
+// meanwhile, up to now. f.mu is held.
+func (f *inFlight) advance(now time.Time) {
 	if f.n >= f.capacity {
 		f.atCap += now.Sub(f.last)
 	}
 	f.busy += float64(f.n) * now.Sub(f.last).Seconds()
 	f.last = now
+}
+
+func (f *inFlight) change(via string, d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advance(time.Now())
 	f.n += d
 	f.via[via] += d
 	f.max = max(f.max, f.n)
@@ -52,10 +57,7 @@ func (f *inFlight) phase() (highest int, atCap, use float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	if f.n >= f.capacity {
-		f.atCap += now.Sub(f.last)
-	}
-	f.busy += float64(f.n) * now.Sub(f.last).Seconds()
+	f.advance(now)
 	span := now.Sub(f.since)
 	highest, atCap = f.max, float64(f.atCap)/float64(span)
 	use = f.busy / span.Seconds() / float64(f.capacity)

@@ -68,8 +68,8 @@ func Preference(v string) decide.Preference {
 // Request converts req into r, reusing r's storage: the domain, and each
 // descriptor's entries, cost (its hits_addend if set, else the request's,
 // where 0 means 1), per-request limit and permit token (an entry of
-// PermitKey, at most one, never empty: r.Release). r.Prefer is left as it
-// is. An error wraps sluice.ErrInvalid.
+// PermitKey, at most one, never empty: r.Release); r.Token is set, since
+// the answer carries the permit token. r.Prefer is left as it is. An error wraps sluice.ErrInvalid.
 func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 	if req == nil {
 		return fmt.Errorf("%w: no request", sluice.ErrInvalid)
@@ -80,6 +80,7 @@ func Request(req *rlsv3.RateLimitRequest, r *decide.Request) error {
 	}
 	pds := req.GetDescriptors()
 	r.Domain = req.GetDomain()
+	r.Token = true // the answer carries it, for Envoy's stream-done release
 	descs := r.Descriptors[:0]
 	release, releases := r.Release[:0], false
 	for i, pd := range pds {
