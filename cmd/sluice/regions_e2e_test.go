@@ -455,9 +455,16 @@ descriptors:
 		t.Errorf("window 2 (b cut): the ledger has an allocation of b's, %d, which b could not ask for", ledger[2][1])
 	}
 	// Healed, b asks and is granted again: b, asking more than its
-	// share, admits more than it.
-	if grantedHealed <= grantedCut {
-		t.Errorf("b was granted nothing from its healing until window 4 was 4 s old (%d at the heal, %d then)", grantedCut, grantedHealed)
+	// share, admits more than it. Whether b asked more than its share is
+	// read from what its clients managed to send, not from the demand
+	// they were set: on a machine busy enough (measured in CI: b's eight
+	// clients sent 24 a second of their 200), b asked less than its
+	// share, needed no grant, and the check would test the machine.
+	if asked := offered(per[3], 1); asked > regionShare*12/10 && grantedHealed <= grantedCut {
+		t.Errorf("b asked %d in window 3 (b healed), more than its safe share %d, and was granted nothing from its healing until window 4 was 4 s old (%d at the heal, %d then)",
+			asked, regionShare, grantedCut, grantedHealed)
+	} else if asked <= regionShare*12/10 {
+		t.Logf("b asked %d in window 3 (b healed), within 1.2 times its safe share %d: its grants after healing are not checked at this load", asked, regionShare)
 	}
 	// c dead: the ledger counts it at its safe share; a and b share the
 	// rest, which they use.

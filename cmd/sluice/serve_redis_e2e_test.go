@@ -1203,6 +1203,17 @@ func runOutage(t *testing.T, how outage) {
 		return false
 	}
 	deniedIn := func(target int, k int64) bool { return deniedBy(target, -1, k) }
+	// decidedIn counts the answers to target, admitted or denied, decided
+	// wholly within window k.
+	decidedIn := func(target int, k int64) int {
+		n := 0
+		for _, s := range samples {
+			if sp := s.span(); s.target == target && s.err == nil && sp.lo/P == k && sp.hi/P == k {
+				n++
+			}
+		}
+		return n
+	}
 
 	// The local policy, in the whole windows of the outage: each process
 	// limits alone to limit/distProcs a window; exactly in the windows
@@ -1247,8 +1258,15 @@ func runOutage(t *testing.T, how outage) {
 					t.Errorf("%s, %s, window at %s: %d admitted over all processes, %d due; the failure policy answered %d",
 						dom, when, at(k*P), got, limit, failed[di])
 				}
-				if !deniedIn(di, k) && failed[di] == 0 {
-					t.Errorf("%s, %s, window at %s: no OVER_LIMIT: not limited", dom, when, at(k*P))
+				// Limited: it denied, where more than the limit was
+				// decided wholly within the window. On a machine that
+				// stalled the clients (seen beside a CPU hog, in the
+				// first window after the recovery) fewer were, and
+				// whether it denied tests the machine, not the limiter.
+				if asked := decidedIn(di, k); !deniedIn(di, k) && failed[di] == 0 && asked > limit {
+					t.Errorf("%s, %s, window at %s: %d decided wholly within it, no OVER_LIMIT: not limited", dom, when, at(k*P), asked)
+				} else if asked <= limit {
+					t.Logf("%s, %s, window at %s: only %d decided wholly within it: whether it was limited is not checked", dom, when, at(k*P), asked)
 				}
 			}
 		}

@@ -189,7 +189,11 @@ func streamOnce(c *http.Client, url, id string, rng *rand.Rand) (sent, error) {
 	body := fmt.Sprintf(`{"model":"gpt-test","stream":true,"max_completion_tokens":%d,"messages":[{"role":"user","content":%q}]}`,
 		s.output, strings.Repeat("word ", 4+rng.IntN(37)))
 	s.body = int64(len(body))
-	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
+	// A stream of up to 900 tokens through a -race proxy, one of 64 at
+	// once: in a full suite run one took longer than e2eWait (15 s). How
+	// long a stream takes does not change the bound, which is counted by
+	// admission time; a stream that never ends still fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*e2eWait)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
 	if err != nil {
