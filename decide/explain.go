@@ -96,6 +96,9 @@ type CounterState struct {
 	// taken, that time too: an upper bound, since a holder may release
 	// sooner. Nil for a rate.
 	Held *int64 `json:"held,omitempty"`
+	// Summary says Held in words, for a concurrency limit: "3 of 4
+	// permits held". Empty for a rate.
+	Summary string `json:"summary,omitempty"`
 }
 
 // Explain explains what would apply to descs in domain under the rules and
@@ -216,6 +219,7 @@ func explainLimit(p *rules.Plan, j int, states []sluice.Decision) LimitExplanati
 			// the latest.
 			held := max(st.Limit-st.Remaining, 0)
 			le.State.Held = &held
+			le.State.Summary = fmt.Sprintf("%d of %d permits held", held, st.Limit)
 			if st.Remaining < 1 && held > 0 {
 				le.State.RetryAfter = st.ResetAfter.String()
 			}

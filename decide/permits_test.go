@@ -2,6 +2,7 @@ package decide_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -131,9 +132,9 @@ func ratePeek(t *testing.T, e *localEnv, key, value string) int64 {
 }
 
 // TestExplainPermitsHeld: Explain says, for a concurrency rule, how many
-// permits its key holds now out of max (a peek that takes nothing), and
-// when every slot is taken, how long until one frees at the latest; its
-// rate says nothing of permits.
+// permits its key holds now out of max (a peek that takes nothing), in
+// figures and in words, and when every slot is taken, how long until one
+// frees at the latest; its rate says nothing of permits.
 func TestExplainPermitsHeld(t *testing.T) {
 	ctx := context.Background()
 	e := newLocalEnv(t, permitRules)
@@ -154,8 +155,11 @@ func TestExplainPermitsHeld(t *testing.T) {
 		if conc == nil || rate == nil || conc.Held == nil {
 			t.Fatalf("explained: %+v", ex.Descriptors[0].Limits)
 		}
-		if rate.Held != nil {
-			t.Fatalf("a rate's state with held %d", *rate.Held)
+		if rate.Held != nil || rate.Summary != "" {
+			t.Fatalf("a rate's state with held %v, %q", rate.Held, rate.Summary)
+		}
+		if want := fmt.Sprintf("%d of %d permits held", *conc.Held, conc.Limit); conc.Summary != want {
+			t.Fatalf("summary %q, want %q", conc.Summary, want)
 		}
 		return conc, rate
 	}
@@ -168,7 +172,7 @@ func TestExplainPermitsHeld(t *testing.T) {
 	}
 	b := e.decide(t, "k", "x")
 	c, r := held()
-	if *c.Held != 2 || c.Remaining != 0 || c.RetryAfter != "1m0s" || c.ResetAfter != "1m0s" {
+	if *c.Held != 2 || c.Remaining != 0 || c.RetryAfter != "1m0s" || c.ResetAfter != "1m0s" || c.Summary != "2 of 2 permits held" {
 		t.Fatalf("two of two in flight: %+v held %d", c, *c.Held)
 	}
 	if r.Remaining != 1 { // two of three taken; the explanations took nothing
