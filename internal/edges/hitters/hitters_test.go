@@ -99,13 +99,13 @@ func TestWindows(t *testing.T) {
 		items, total := tr.Top("r", kind, hour, 10)
 		return fmt.Sprint(items, " ", total)
 	}
-	if got := top(Requests, false); got != "[{new 10 10 false}] 10" {
+	if got := top(Requests, false); got != "[{new 10 10 false <nil> 0}] 10" {
 		t.Errorf("minute: %s", got)
 	}
-	if got := top(Requests, true); got != "[{old 100 100 false} {new 10 10 false}] 110" {
+	if got := top(Requests, true); got != "[{old 100 100 false <nil> 0} {new 10 10 false <nil> 0}] 110" {
 		t.Errorf("hour: %s", got)
 	}
-	if got := top(Denials, true); got != "[{old 100 100 false}] 100" {
+	if got := top(Denials, true); got != "[{old 100 100 false <nil> 0}] 100" {
 		t.Errorf("hour's denials: %s", got)
 	}
 	now = now.Add(61 * time.Minute)

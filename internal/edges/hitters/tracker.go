@@ -286,6 +286,14 @@ type Item struct {
 	High      uint64 `json:"count"`
 	Low       uint64 `json:"count_low"`
 	Truncated bool   `json:"truncated,omitempty"` // the key is longer than shown
+
+	// InFlight is, for a key of a rule with a concurrency limit, the
+	// permits it holds now and InFlightMax the most it may: read from
+	// the store when the list is shown (topkeys.InFlight), never counted
+	// here nor shared with other nodes. Nil for a rate's key, and when
+	// the store did not answer.
+	InFlight    *int64 `json:"in_flight,omitempty"`
+	InFlightMax int64  `json:"in_flight_max,omitempty"`
 }
 
 // Top is the k keys of rule with the highest counts in the last minute

@@ -1,9 +1,11 @@
 // Package topkeys feeds the top keys of each rule (package hitters) from
 // the decision core's outcomes: one recording, shared by sluice serve (a
-// decide.Hook) and the proxy (the answer that settled each request).
+// decide.Hook) and the proxy (the answer that settled each request). When
+// a list is shown, it reads for the keys of a concurrency limit the
+// permits they hold (InFlight), through the decision core.
 //
-// It imports hitters, decide and rules; it must not import a transport or
-// a store.
+// It imports hitters, decide, rules and the root package; it must not
+// import a transport or a store.
 package topkeys
 
 import (
