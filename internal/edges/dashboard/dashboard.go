@@ -3,7 +3,8 @@
 // inline, nothing loaded from elsewhere) that polls its data as JSON
 // every two seconds. Per rule: what it allowed, denied and let through in
 // shadow mode in each 10 s of the last 10 minutes, its top offenders and
-// the keys near their limit (from a hitters.Tracker); above them the
+// the keys near their limit (from a hitters.Tracker), and for a rule with
+// a concurrency limit the permits its top askers hold; above them the
 // store's health, the requests by result and where decisions were made
 // (from the Prometheus registry), and, with the region tier, the node's
 // region: its allocation, demand, admissions and calls to the coordinator.
@@ -15,7 +16,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/base/wheremetric"
 	"github.com/sluicehq/sluice/internal/edges/hitters"
+	"github.com/sluicehq/sluice/internal/edges/topkeys"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -33,6 +34,10 @@ var page []byte
 // consuming any (a peek, through the decisions' own matching), for the
 // near-limit lists.
 type Explainer func(ctx context.Context, domain string, descs []rules.Descriptor) (remaining, limit int64, ok bool)
+
+// InFlightReader sets, on the top keys of lists, of rule, the permits the
+// keys of a concurrency limit hold now (topkeys.InFlight).
+type InFlightReader func(ctx context.Context, rule string, lists ...[]hitters.Item)
 
 // Config configures the dashboard; every field may be nil or empty.
 type Config struct {
@@ -55,6 +60,11 @@ type Config struct {
 	// Explain, when set, lists the top askers of each rule with a fifth
 	// or less of their limit left.
 	Explain Explainer
+
+	// InFlight, when set, reads the permits held now by the top keys of
+	// each rule with a concurrency limit: its offenders get an in-flight
+	// column, and its top askers of the last hour a list. Nil: none.
+	InFlight InFlightReader
 
 	// Domains, when set, gives the domains in force, so that a rule (a
 	// stats key, the domain and "." before the rest) whose domain has
@@ -117,6 +127,10 @@ type rule struct {
 	Series    []hitters.Point `json:"series"`
 	Offenders []hitters.Item  `json:"top_offenders"` // by denials, the last minute
 	NearLimit []nearLimit     `json:"near_limit"`    // the top askers with little left
+	// InFlight is, for a rule with a concurrency limit, its top askers
+	// of the last hour with the permits each holds now; empty for other
+	// rules.
+	InFlight []hitters.Item `json:"in_flight"`
 }
 
 // nearLimit is a key that asks much and has little of its limit left.
@@ -186,12 +200,13 @@ func (cfg Config) count(requests, decisions map[string]float64) {
 	}
 }
 
-// topFunc reads the top k keys of a rule by kind.
-type topFunc func(rule string, kind hitters.Kind, k int) []hitters.Item
+// topFunc reads the top k keys of a rule by kind, over the last minute or
+// (hour) the last hour.
+type topFunc func(rule string, kind hitters.Kind, hour bool, k int) []hitters.Item
 
 // rules is every rule of the Tracker (or of the cluster) with its series,
-// its top offenders and, with Explain, its keys near their limit; scope
-// says whose top keys they are.
+// its top offenders, with Explain its keys near their limit and with
+// InFlight its askers' permits held; scope says whose top keys they are.
 func (cfg Config) rules(ctx context.Context) (scope string, out []rule) {
 	scope, names, top := cfg.topKeys(ctx)
 	var domains []string
@@ -200,12 +215,27 @@ func (cfg Config) rules(ctx context.Context) (scope string, out []rule) {
 	}
 	out = []rule{}
 	for _, name := range names {
-		dr := rule{Rule: name, Series: cfg.Tracker.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}}
-		if items := top(name, hitters.Denials, 5); items != nil {
+		dr := rule{Rule: name, Series: cfg.Tracker.Series(name), Offenders: []hitters.Item{}, NearLimit: []nearLimit{}, InFlight: []hitters.Item{}}
+		if items := top(name, hitters.Denials, false, 5); items != nil {
 			dr.Offenders = items
 		}
+		var askers []hitters.Item
 		if cfg.Explain != nil {
-			dr.NearLimit = cfg.nearTheirLimit(ctx, domainOf(name, domains), top(name, hitters.Requests, 10))
+			askers = top(name, hitters.Requests, false, 10)
+		}
+		if cfg.InFlight != nil {
+			// The hour's askers: a stream holds its permit for minutes
+			// after it asked.
+			hourly := top(name, hitters.Requests, true, 10)
+			cfg.InFlight(ctx, name, dr.Offenders, hourly)
+			for _, a := range hourly {
+				if a.InFlight != nil {
+					dr.InFlight = append(dr.InFlight, a)
+				}
+			}
+		}
+		if cfg.Explain != nil {
+			dr.NearLimit = cfg.nearTheirLimit(ctx, topkeys.Domain(name, domains), askers)
 		}
 		out = append(out, dr)
 	}
@@ -218,8 +248,8 @@ func (cfg Config) rules(ctx context.Context) (scope string, out []rule) {
 func (cfg Config) topKeys(ctx context.Context) (scope string, names []string, top topFunc) {
 	t := cfg.Tracker
 	names = t.Rules()
-	top = func(rule string, kind hitters.Kind, k int) []hitters.Item {
-		items, _ := t.Top(rule, kind, false, k)
+	top = func(rule string, kind hitters.Kind, hour bool, k int) []hitters.Item {
+		items, _ := t.Top(rule, kind, hour, k)
 		return items
 	}
 	if cfg.Cluster == nil {
@@ -229,8 +259,8 @@ func (cfg Config) topKeys(ctx context.Context) (scope string, names []string, to
 	if err != nil {
 		return "this node (the cluster's top keys: " + err.Error() + ")", names, top
 	}
-	return fmt.Sprintf("cluster (%d nodes)", len(snaps)), hitters.SnapshotRules(snaps, names...), func(rule string, kind hitters.Kind, k int) []hitters.Item {
-		items, _ := hitters.Merge(snaps, rule, kind, false, k)
+	return fmt.Sprintf("cluster (%d nodes)", len(snaps)), hitters.SnapshotRules(snaps, names...), func(rule string, kind hitters.Kind, hour bool, k int) []hitters.Item {
+		items, _ := hitters.Merge(snaps, rule, kind, hour, k)
 		return items
 	}
 }
@@ -243,7 +273,7 @@ func (cfg Config) nearTheirLimit(ctx context.Context, domain string, askers []hi
 		if a.Truncated { // not the whole key: its counter is not known
 			continue
 		}
-		remaining, limit, ok := cfg.Explain(ctx, domain, []rules.Descriptor{{Entries: ParseKey(a.Key), Cost: 1}})
+		remaining, limit, ok := cfg.Explain(ctx, domain, []rules.Descriptor{{Entries: topkeys.ParseKey(a.Key), Cost: 1}})
 		if ok && limit > 0 && remaining*5 <= limit {
 			near = append(near, nearLimit{Key: a.Key, Requests: a.High, Remaining: remaining, Limit: limit})
 		}
@@ -251,29 +281,12 @@ func (cfg Config) nearTheirLimit(ctx context.Context, domain string, askers []hi
 	return near
 }
 
-// domainOf is the domain of a rule's stats key: the longest of domains
-// that the key starts with, followed by "."; else what comes before its
-// first ".".
-func domainOf(rule string, domains []string) string {
-	best := ""
-	for _, d := range domains {
-		if len(d) > len(best) && len(rule) > len(d) && rule[len(d)] == '.' && rule[:len(d)] == d {
-			best = d
-		}
+// HeldPermits reads, for the dashboard, the permits the top keys of a
+// concurrency limit hold now, from dec's store (topkeys.InFlight).
+func HeldPermits(dec *decide.Decider) InFlightReader {
+	return func(ctx context.Context, rule string, lists ...[]hitters.Item) {
+		topkeys.InFlight(ctx, dec, rule, lists...)
 	}
-	if best == "" {
-		best, _, _ = strings.Cut(rule, ".")
-	}
-	return best
-}
-
-// ParseKey reads a top key back into entries (hitters.Entries).
-func ParseKey(k string) []rules.Entry {
-	var out []rules.Entry
-	for _, kv := range hitters.Entries(k) {
-		out = append(out, rules.Entry{Key: kv[0], Value: kv[1]})
-	}
-	return out
 }
 
 // TightestLimit reads, for the near-limit list, what is left of a

@@ -13,27 +13,6 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// TestParseKey: a top key reads back into the entries it was written
-// from, whatever bytes their keys and values hold: "/" and "=" (a path,
-// a query), "%", and none.
-func TestParseKey(t *testing.T) {
-	for _, entries := range [][]rules.Entry{
-		{{Key: "user", Value: "mallory"}},
-		{{Key: "tenant", Value: "acme"}, {Key: "path", Value: "/v1/users"}},
-		{{Key: "query", Value: "a=b&c=d"}, {Key: "x=y", Value: "p/q"}},
-		{{Key: "discount", Value: "50%"}, {Key: "raw", Value: "%2F%3D"}},
-		{{Key: "empty", Value: ""}, {Key: "", Value: "no key"}},
-	} {
-		var b []byte
-		for i, e := range entries {
-			b = hitters.AppendEntry(b, i, e.Key, e.Value)
-		}
-		if got := ParseKey(string(b)); !slices.Equal(got, entries) {
-			t.Errorf("%q read back as %q, want %q", b, got, entries)
-		}
-	}
-}
-
 // TestNearLimitReadsKeysBack: the near-limit list asks about the entries
 // the tracker was given, a path with its slashes among them; a key the
 // tracker kept cut short is not asked about.

@@ -8,7 +8,7 @@ type Explainer = dashboard.Explainer
 
 // dashboardConfig is the dashboard of the debug listener.
 func (s *Server) dashboardConfig() dashboard.Config {
-	cfg := dashboard.Config{Title: "sluice serve", Tracker: s.hitters, RequestsMetric: "sluice_requests_total", StoreHealth: s.storeHealth, Explain: s.explain, Region: s.region}
+	cfg := dashboard.Config{Title: "sluice serve", Tracker: s.hitters, RequestsMetric: "sluice_requests_total", StoreHealth: s.storeHealth, Explain: s.explain, InFlight: dashboard.HeldPermits(s.dec), Region: s.region}
 	if s.reg != nil {
 		cfg.Gatherer = s.reg
 	}

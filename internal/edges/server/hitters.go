@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/edges/hitters"
+	"github.com/sluicehq/sluice/internal/edges/topkeys"
 )
 
 // hittersReport is what /hitters answers for one rule.
@@ -19,7 +20,9 @@ type hittersReport struct {
 
 // serveHitters answers /hitters: the top keys of every rule, or of
 // ?rule=, by ?kind= (requests or denials, both when absent), over
-// ?window= (minute, the default, or hour), ?k= of them (10).
+// ?window= (minute, the default, or hour), ?k= of them (10). The keys of
+// a rule with a concurrency limit carry the permits each holds now, read
+// from the store (topkeys.InFlight: one peek of the keys listed).
 func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 	if s.hitters == nil {
 		writeError(w, http.StatusNotFound, "heavy hitters are not tracked (--top-keys=false)")
@@ -87,13 +90,16 @@ func (s *Server) serveHitters(w http.ResponseWriter, r *http.Request) {
 	out := []hittersReport{}
 	window := map[bool]string{false: "minute", true: "hour"}[hour]
 	for _, rule := range ruleNames {
+		lists := make([][]hitters.Item, 0, len(kinds))
 		for _, kind := range kinds {
 			top, total := top(rule, kind)
 			if top == nil {
 				top = []hitters.Item{}
 			}
+			lists = append(lists, top)
 			out = append(out, hittersReport{Rule: rule, Kind: map[hitters.Kind]string{hitters.Requests: "requests", hitters.Denials: "denials"}[kind], Window: window, Hits: total, Top: top})
 		}
+		topkeys.InFlight(r.Context(), s.dec, rule, lists...)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(out)
