@@ -68,7 +68,7 @@ type ExplainFunc func(ctx context.Context, domain string, descs []rules.Descript
 
 // AdminConfig configures the admin API.
 type AdminConfig struct {
-	Backend Backend
+	Backend Backend // nil: no overrides kept (sluice proxy): their routes answer 404
 	Tokens  []Token
 	Explain ExplainFunc  // nil: no /v1/explain
 	Logger  *slog.Logger // the audit log; nil: discard
@@ -99,12 +99,20 @@ func NewAdmin(cfg AdminConfig) http.Handler {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/overrides", a.list)
-	mux.HandleFunc("GET /v1/override", a.get)
-	mux.HandleFunc("PUT /v1/override", a.put)
-	mux.HandleFunc("DELETE /v1/override", a.del)
-	mux.HandleFunc("POST /v1/overrides/import", a.importLines)
-	mux.HandleFunc("GET /v1/overrides/export", a.export)
+	if cfg.Backend != nil {
+		mux.HandleFunc("GET /v1/overrides", a.list)
+		mux.HandleFunc("GET /v1/override", a.get)
+		mux.HandleFunc("PUT /v1/override", a.put)
+		mux.HandleFunc("DELETE /v1/override", a.del)
+		mux.HandleFunc("POST /v1/overrides/import", a.importLines)
+		mux.HandleFunc("GET /v1/overrides/export", a.export)
+	} else {
+		for _, p := range []string{"/v1/overrides", "/v1/override", "/v1/overrides/"} {
+			mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+				a.fail(w, http.StatusNotFound, "", errors.New("no runtime overrides are kept here"))
+			})
+		}
+	}
 	mux.HandleFunc("POST /v1/explain", a.explain)
 	return a.auth(mux)
 }

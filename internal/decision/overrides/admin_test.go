@@ -178,3 +178,34 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("%d audit lines, want 8:\n%s", n, audit.String())
 	}
 }
+
+// TestAdminExplainOnly: without a Backend (sluice proxy keeps no
+// overrides), explain is served behind the same tokens, and the
+// overrides' routes answer 404 saying why.
+func TestAdminExplainOnly(t *testing.T) {
+	srv := httptest.NewServer(overrides.NewAdmin(overrides.AdminConfig{
+		Tokens: []overrides.Token{{Name: "ops", Secret: []byte(secret)}},
+		Explain: func(_ context.Context, domain string, descs []rules.Descriptor) (any, error) {
+			return map[string]any{"domain": domain, "n": len(descs)}, nil
+		},
+	}))
+	defer srv.Close()
+	body := `{"domain":"api","descriptors":[[{"key":"user","value":"bob"}]]}`
+	if code, got := call(t, srv, "POST", "/v1/explain", "", body); code != 401 {
+		t.Errorf("explain without a token: %d %s, want 401", code, got)
+	}
+	if code, got := call(t, srv, "POST", "/v1/explain", secret, body); code != 200 || !strings.Contains(got, `"domain":"api","n":1`) {
+		t.Errorf("explain: %d %s", code, got)
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/v1/overrides"}, {"GET", "/v1/override?domain=api&path=user=bob"}, {"PUT", "/v1/override"},
+		{"DELETE", "/v1/override?domain=api&path=user=bob"}, {"POST", "/v1/overrides/import"}, {"GET", "/v1/overrides/export"},
+	} {
+		if code, got := call(t, srv, c.method, c.path, secret, ""); code != 404 || !strings.Contains(got, "no runtime overrides are kept here") {
+			t.Errorf("%s %s: %d %s, want 404 saying no overrides are kept", c.method, c.path, code, got)
+		}
+		if code, _ := call(t, srv, c.method, c.path, "", ""); code != 401 {
+			t.Errorf("%s %s without a token: %d, want 401", c.method, c.path, code)
+		}
+	}
+}
