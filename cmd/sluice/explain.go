@@ -43,8 +43,10 @@ func newExplainFlags(env lookupEnv) *explainFlags {
 	e := &explainFlags{h: newHelp("explain", "explain --domain D [--config PATH | --token-file F] DESCRIPTOR...", `Says which rule would apply to each DESCRIPTOR of a request, and why,
 without deciding anything. With --config, from a rules file alone: the
 rules and their schedules at --at (default now), no server needed. Without
-it, asks a running server's admin API (sluice serve --admin-addr), which
-adds the runtime overrides in force and each counter's state. Each
+it, asks a running server's admin API (sluice serve --admin-addr, or sluice
+proxy --admin-listen with --admin-token-file), which adds the runtime
+overrides in force and each counter's state: for a concurrency limit, the
+permits held now on every node sharing the store. Each
 DESCRIPTOR is key=value pairs joined by /, in order (tenant=acme/user=bob);
 in a key or value, write % as %25 and / as %2F.`)}
 	e.h.env = adminEnv

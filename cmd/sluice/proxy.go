@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/internal/base/redact"
+	"github.com/sluicehq/sluice/internal/decision/overrides"
 	"github.com/sluicehq/sluice/internal/edges/dashboard"
 	"github.com/sluicehq/sluice/internal/edges/hitters"
 	"github.com/sluicehq/sluice/internal/edges/httpconf"
@@ -45,6 +47,7 @@ type proxySettings struct {
 	upstream        string
 	listen          string
 	adminListen     string
+	adminTokenFile  string
 	logLevel        slog.Level
 	logFormat       string
 	shutdownTimeout time.Duration
@@ -64,7 +67,8 @@ func (s *proxySettings) help() *help {
 	h := newHelp("proxy", "proxy --config FILE --upstream URL [flags]", `Runs a rate limiting reverse proxy: every request is limited by the route of
 the rules file's http section it matches, with the file's rules, before the
 upstream sees it; a request that matches no route is proxied unlimited.
-/metrics, /healthz and /readyz are served on --admin-listen.`)
+/metrics, /healthz, /readyz, /dashboard and, with --admin-token-file, the
+admin API's explain are served on --admin-listen.`)
 	h.more = `The file is reloaded when it changes (or on SIGHUP); a bad reload keeps the
 configuration in force. SIGTERM or SIGINT fails readiness, waits
 --drain-delay, finishes in-flight requests and exits 0. docs/proxy.md has
@@ -87,6 +91,7 @@ the process --max-bytes sets.`,
 		fs.StringVar(&s.upstream, "upstream", "", "`URL` of the API behind the proxy: http:// or https:// and a host, optionally a path prefix; required")
 		fs.StringVar(&s.listen, "listen", ":8090", "`address` the proxy serves on (not :8080, so that it runs beside sluice serve)")
 		fs.StringVar(&s.adminListen, "admin-listen", ":9090", "`address` of /metrics, /healthz, /readyz and /dashboard, kept apart from --listen so that no path of the upstream is shadowed")
+		fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "`file` of bearer tokens, one a line, name:secret: serves the admin API's explain (POST /v1/explain, as sluice explain --server asks it) on --admin-listen; empty: not served")
 		fs.BoolVar(&s.dashboardRemote, "dashboard-remote", false, "serve /dashboard to every client of --admin-listen, not only the loopback (it names keys: client addresses, users, API keys)")
 		fs.BoolVar(&s.topKeys, "top-keys", true, "keep the top keys of each rule by requests and denials, over the last minute and hour, in bounded memory, and the series of each rule: the admin listener's live /dashboard")
 	})
@@ -151,6 +156,9 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 	probs := s.storeSettings.check()
 	probs = append(probs, s.remote.check(s.store)...)
 	probs = append(probs, checkLogFormat(s.logFormat)...)
+	if s.adminTokenFile != "" && s.store == "remote" {
+		probs = append(probs, "--admin-token-file serves explain, which reads the store the proxy decides on: with --store remote, ask the sluice serve of --rls-addr (its --admin-addr)")
+	}
 	if info, err := os.Stat(s.config); err == nil && info.IsDir() {
 		probs = append(probs, fmt.Sprintf("--config %s is a directory: the proxy reads one rules file", s.config))
 	}
@@ -190,9 +198,12 @@ type proxyDecider struct {
 	register func(*prometheus.Registry) // the store's collectors
 	close    func()
 
-	// explain peeks at a descriptor's tightest limit for the dashboard;
-	// nil when the proxy does not decide itself (--store remote).
-	explain server.Explainer
+	// explain peeks at a descriptor's tightest limit for the dashboard,
+	// and inFlight at the permits the top keys hold; nil when the proxy
+	// does not decide itself (--store remote): its own store holds only
+	// the failure policy's.
+	explain  server.Explainer
+	inFlight dashboard.InFlightReader
 
 	// redis is the store with --store redis, through which the nodes'
 	// top keys are shared; nil otherwise.
@@ -225,6 +236,7 @@ func openProxyDecider(s *storeSettings, remote *remoteSettings, initial *rules.C
 		register: set.register,
 		close:    set.close,
 		explain:  dashboard.TightestLimit(dec),
+		inFlight: dashboard.HeldPermits(dec),
 		redis:    set.Redis,
 	}, nil
 }
@@ -337,6 +349,10 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		return fmt.Errorf("rules: %w", err)
 	}
 
+	api, err := proxyAdminAPI(s.adminTokenFile, dec.Decider, log)
+	if err != nil {
+		return err
+	}
 	var draining atomic.Bool
 	admin := proxy.AdminHandler(proxy.AdminConfig{
 		StoreHealth:     dec.health,
@@ -347,6 +363,8 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		HittersCluster:  cluster,
 		Domains:         func() []string { return []string{*domainNow.Load()} },
 		Explain:         dec.explain,
+		InFlight:        dec.inFlight,
+		API:             api,
 		DashboardRemote: s.dashboardRemote,
 	})
 
@@ -370,6 +388,26 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 	runErr := rs.serve(ctx)
 	log.Info("stopped")
 	return runErr
+}
+
+// proxyAdminAPI is the proxy's admin API, nil without a token file: explain
+// (POST /v1/explain), behind the file's bearer tokens, as sluice serve's
+// admin API answers it; the proxy keeps no runtime overrides.
+func proxyAdminAPI(tokenFile string, dec *decide.Decider, log *slog.Logger) (http.Handler, error) {
+	if tokenFile == "" {
+		return nil, nil
+	}
+	tokens, err := overrides.LoadTokens(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--admin-token-file: %w", err)
+	}
+	return overrides.NewAdmin(overrides.AdminConfig{
+		Tokens: tokens,
+		Explain: func(ctx context.Context, domain string, descs []rules.Descriptor) (any, error) {
+			return dec.Explain(ctx, domain, descs)
+		},
+		Logger: log.With("component", "admin"),
+	}), nil
 }
 
 // loadProxyConfig loads the rules file with its http section, logging

@@ -58,6 +58,16 @@ type AdminConfig struct {
 	// dashboard's list of keys near their limit.
 	Explain func(ctx context.Context, domain string, descs []rules.Descriptor) (remaining, limit int64, ok bool)
 
+	// InFlight, when set with Hitters, reads the permits the top keys of
+	// a concurrency limit hold now, from the store, for the dashboard
+	// (dashboard.HeldPermits).
+	InFlight func(ctx context.Context, rule string, lists ...[]hitters.Item)
+
+	// API, when set, is served under /v1/: the admin API, which checks
+	// its own bearer tokens (sluice proxy serves explain there, as sluice
+	// serve's --admin-addr does). Nil: no /v1/.
+	API http.Handler
+
 	// DashboardRemote serves the dashboard to clients other than the
 	// loopback too. By default it answers only 127.0.0.1 and ::1 (a
 	// browser on the node, or kubectl port-forward), since the admin
@@ -70,8 +80,8 @@ type AdminConfig struct {
 // apart from the API's own paths: GET /healthz (the process answers),
 // GET /readyz (200 "OK", or 503 "not ready: why" while draining, while
 // the store has never been reached since start, or while it is down and
-// the default policy is fail_closed), GET /metrics, and with Hitters the
-// dashboard at GET /dashboard.
+// the default policy is fail_closed), GET /metrics, with Hitters the
+// dashboard at GET /dashboard, and with API the admin API under /v1/.
 func AdminHandler(cfg AdminConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -105,11 +115,15 @@ func AdminHandler(cfg AdminConfig) http.Handler {
 			RequestsMetric: "sluice_proxy_requests_total",
 			StoreHealth:    cfg.StoreHealth,
 			Explain:        cfg.Explain,
+			InFlight:       cfg.InFlight,
 			Cluster:        cfg.HittersCluster,
 			Domains:        cfg.Domains,
 		})
 		mux.Handle("/dashboard", localOnly(dash, cfg.DashboardRemote))
 		mux.Handle("/dashboard/", localOnly(dash, cfg.DashboardRemote))
+	}
+	if cfg.API != nil {
+		mux.Handle("/v1/", cfg.API)
 	}
 	return mux
 }

@@ -112,3 +112,34 @@ func TestAdminDashboardLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminAPIMounted: the admin API is served under /v1/ when given (it
+// checks its own tokens), and not at all otherwise; the other paths stay
+// the admin handler's.
+func TestAdminAPIMounted(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "api "+r.Method+" "+r.URL.Path) })
+	for _, c := range []struct {
+		api          http.Handler
+		path         string
+		code         int
+		body         string
+		method, name string
+	}{
+		{api, "/v1/explain", 200, "api POST /v1/explain", "POST", "with the API"},
+		{api, "/healthz", 200, "OK\n", "GET", "health beside it"},
+		{nil, "/v1/explain", 404, "404 page not found\n", "POST", "without it"},
+	} {
+		srv := httptest.NewServer(proxy.AdminHandler(proxy.AdminConfig{API: c.api}))
+		req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode != c.code || string(body) != c.body {
+			t.Errorf("%s: %s %s: %d %q, want %d %q", c.name, c.method, c.path, resp.StatusCode, body, c.code, c.body)
+		}
+	}
+}
