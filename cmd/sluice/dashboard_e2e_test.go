@@ -189,21 +189,37 @@ func screenshot(t *testing.T, ctx context.Context, path string) {
 // (one user far over its limit, one near it), the page shows the rule's
 // counts, the offender, the user near the limit, the requests by the
 // proxy's results and the store up; the top key share is on /metrics.
+// With a concurrency rule's slots all held by slow streams and one more
+// denied, its offender and its askers show the permits held, 3 of 3,
+// and 0 of 3 once the streams end.
 func TestProxyE2EDashboard(t *testing.T) {
 	beside(t)
 	browser := chromium(t)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	streams := newHeldUpstream()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			streams.ServeHTTP(w, r)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
 	defer up.Close()
+	defer streams.end()
 	file := filepath.Join(t.TempDir(), "rules.yaml")
 	writeRules(t, file, `domain: shop
 http:
   routes:
+    - pattern: /stream
+      descriptors:
+        - [{key: api_key, header: X-Api-Key}]
     - pattern: /
       descriptors:
         - [{key: user, header: X-User}]
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: api_key
+    concurrency: {max: 3}
 `)
 	p := startProxy(t, "--config", file, "--upstream", up.URL)
 	front, admin := "http://"+p.addrs["proxy"], "http://"+p.addrs["admin"]
@@ -254,7 +270,31 @@ descriptors:
 	if _, _, metrics := fetch(t, "GET", admin+"/metrics"); !strings.Contains(metrics, `sluice_top_key_share{kind="denials",rule="shop.user"} 1`) {
 		t.Errorf("no top key share of 1 for the denials in /metrics:\n%s", grepLines(metrics, "sluice_top_key"))
 	}
+
+	// A concurrency rule: three streams hold its three slots, a fourth
+	// is denied.
+	streams.hold(t, 3, front+"/stream", "acme")
+	if code, _ := getWithKey(t, front+"/stream", "acme"); code != http.StatusTooManyRequests {
+		t.Errorf("a fourth stream: %d, want 429", code)
+	}
+	conc := `section.rule[data-rule="shop.api_key"] `
+	poll(t, "the permits held on the page", func() bool {
+		return strings.Contains(text(conc+"table.in-flight"), "3 of 3") && strings.Contains(text(conc+"table.offenders"), "3 of 3")
+	})
+	if got := text(conc + "table.in-flight"); !strings.Contains(got, "api_key=acme\t4\t3 of 3") {
+		t.Errorf("in flight: %q, want api_key=acme with 4 requests and 3 of 3 held", got)
+	}
+	if got := text(conc + "table.offenders"); !strings.Contains(got, "in flight") || !strings.Contains(got, "api_key=acme\t1\t3 of 3") {
+		t.Errorf("the concurrency rule's offenders: %q, want api_key=acme denied once, 3 of 3 held", got)
+	}
+	if got := text(sec + "table.offenders"); strings.Contains(got, "in flight") {
+		t.Errorf("a rate's offenders with an in-flight column: %q", got)
+	}
 	screenshot(t, ctx, os.Getenv("SLUICE_PROXY_DASHBOARD_SCREENSHOT"))
+	streams.end()
+	poll(t, "no permit held on the page once the streams ended", func() bool {
+		return strings.Contains(text(conc+"table.in-flight"), "0 of 3")
+	})
 }
 
 // TestServeE2ENearLimitDottedDomain: the dashboard lists a key near its
