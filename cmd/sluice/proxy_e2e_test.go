@@ -201,6 +201,8 @@ func TestProxySettings(t *testing.T) {
 		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--rls-addr", "rls:8081"}, nil, "apply to --store remote only"},
 		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "remote", "--rls-addr", "rls:8081", "--max-bytes", "1GB"}, nil, "--max-bytes applies to --store memory only"},
 		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "dynamo"}, nil, "supported: memory, redis, remote"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--store", "remote", "--rls-addr", "rls:8081", "--admin-token-file", "t"}, nil, "--admin-token-file serves explain, which reads the store the proxy decides on"},
+		{[]string{"--config", "r.yaml", "--upstream", "http://api", "--admin-token-file", "t"}, nil, ""},
 	} {
 		s, err := parseProxy(tc.args, envMap(tc.env), &bytes.Buffer{})
 		switch {
