@@ -387,7 +387,7 @@ func isWindow(k sluice.Algorithm) bool {
 func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64, each bool) {
 	e := entry{
 		until:     afterSat(t0, d.RetryAfter),
-		reset:     afterSat(t0, d.ResetAfter),
+		reset:     s.windowEnd(h.Limit, t0, d.ResetAfter),
 		minCost:   h.Cost,
 		limit:     d.Limit,
 		remaining: d.Remaining,
@@ -415,6 +415,41 @@ func (s *Store) learn(id ident, h *sluice.Hit, d *sluice.Decision, t0 int64, eac
 		e.reset = e.until
 	}
 	s.store(id, &e, t0)
+}
+
+// windowEnd returns when the window the store reported to end
+// ResetAfter past its answer ends, on the cache's clock. The store read
+// its clock between t0 and now, so the end lies between lo = t0 +
+// ResetAfter and lo + (now - t0); a fixed window ends on a multiple of
+// its Period past its WindowOffset. When such an instant of this
+// machine's wall clock lies in that interval, it is the end: the cache's
+// answers then count down to the window's end as the store's would
+// (Envoy's duration_until_reset, in whole seconds, is what the store
+// would have said, however slow the store was to answer: seen in a
+// loaded run, 7 s where the store's answer gave 8). Otherwise (a
+// store clock far from this machine's, an answer slower than a period,
+// an injected clock, another algorithm) lo, early by the store's delay.
+func (s *Store) windowEnd(l *sluice.Limit, t0 int64, resetAfter time.Duration) int64 {
+	lo := afterSat(t0, resetAfter)
+	p := int64(l.Period)
+	if l.Algorithm != sluice.FixedWindow || s.now != nil || lo == never || p <= 0 || lo > never/2 {
+		return lo
+	}
+	hi := lo + (s.clock() - t0)
+	if hi-lo >= p {
+		return lo
+	}
+	origin := s.start.UnixNano() // the wall time of the cache's clock 0
+	off := int64(l.WindowOffset)
+	w := origin + lo - off // lo in wall time, from the windows' origin
+	end := (w + p - 1) / p * p
+	if w < 0 {
+		return lo
+	}
+	if at := end + off - origin; at <= hi {
+		return at
+	}
+	return lo
 }
 
 // afterSat returns t + d on the cache's clock: never for sluice.Never,
