@@ -45,6 +45,8 @@
 //
 // This package imports only internal/base/algo (the arithmetic),
 // internal/vocab/permittrace (how a front door of this module is told of
-// permits) and the standard library; the stores, the rules and the
-// transports import it, never the other way round.
+// permits), internal/vocab/permitfunc (how the decision core makes a
+// Permit of permits a remote service holds) and the standard library; the
+// stores, the rules and the transports import it, never the other way
+// round.
 package sluice

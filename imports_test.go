@@ -29,34 +29,35 @@ var (
 // types stay in the codecs at the edge; a package that needs Redis or
 // Prometheus says so here.
 var allowed = map[string][][]string{
-	// The vocabulary: the arithmetic, and the context key through which a
-	// front door of this module is told of permits; nothing else.
-	"": {{"internal/base/algo", "internal/vocab/permittrace"}},
+	// The vocabulary: the arithmetic, the context key through which a
+	// front door of this module is told of permits, and the hook through
+	// which the decision core makes a Permit held elsewhere; nothing else.
+	"": {{"internal/base/algo", "internal/vocab/permittrace", "internal/vocab/permitfunc"}},
 	// Why a store failed: the standard library only.
 	"fault": {},
 	// The stores know nothing of rules or of the ways requests arrive.
-	"memstore":                   {{"", "internal/vocab/permittrace", "internal/base/algo", "internal/vocab/limits"}, xxh3},
-	"redisstore":                 {{"", "internal/vocab/permittrace", "fault", "internal/base/algo", "internal/vocab/limits", "internal/stores/breaker", "internal/base/logsample", "internal/base/redact", "internal/base/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
-	"redisstore/internal/luasrc": {{"", "internal/vocab/permittrace", "internal/base/algo"}},
-	"localcache":                 {{"", "internal/vocab/permittrace", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric", "internal/stores/decorator"}, xxh3, prometheus},
+	"memstore":                   {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "internal/base/algo", "internal/vocab/limits"}, xxh3},
+	"redisstore":                 {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "fault", "internal/base/algo", "internal/vocab/limits", "internal/stores/breaker", "internal/base/logsample", "internal/base/redact", "internal/base/wheremetric", "redisstore/internal/luasrc"}, xxh3, prometheus, {"github.com/redis/rueidis"}},
+	"redisstore/internal/luasrc": {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "internal/base/algo"}},
+	"localcache":                 {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "internal/base/algo", "internal/vocab/limits", "internal/base/wheremetric", "internal/stores/decorator"}, xxh3, prometheus},
 	// Leases wrap any store, and name none.
-	"lease":     {{"", "internal/vocab/permittrace", "fault", "internal/base/algo", "internal/stores/decorator"}, xxh3},
-	"storetest": {{"", "internal/vocab/permittrace", "internal/base/algo", "internal/vocab/limits", "internal/stores/decorator"}},
-	"rules":     {{"", "internal/vocab/permittrace", "internal/base/algo", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar"}, yaml},
+	"lease":     {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "fault", "internal/base/algo", "internal/stores/decorator"}, xxh3},
+	"storetest": {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "internal/base/algo", "internal/vocab/limits", "internal/stores/decorator"}},
+	"rules":     {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "internal/base/algo", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar"}, yaml},
 	// The decision core: plain Go, no protocol, no store.
-	"decide": {{"", "internal/vocab/permittrace", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},
+	"decide": {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules"}, yaml},
 	// The HTTP middleware calls the core directly: no gRPC, no protobuf,
 	// no Envoy types, no Redis client, no Prometheus.
-	"httplimit": {{"", "internal/vocab/permittrace", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "internal/edges/openai", "rules", "decide"}, yaml},
+	"httplimit": {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "internal/edges/openai", "rules", "decide"}, yaml},
 	"httpretry": {{"internal/base/algo"}},
 	// The proxy: the middleware in front of a reverse proxy, its
 	// Prometheus metrics and top keys; no Redis client unless the
 	// command wires one, no gRPC, no Envoy types.
-	"internal/edges/proxy": {{"", "internal/vocab/permittrace", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "internal/edges/openai", "rules", "decide", "httplimit",
+	"internal/edges/proxy": {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "internal/base/logsample", "internal/decision/ratelimitheaders", "internal/edges/openai", "rules", "decide", "httplimit",
 		"internal/edges/dashboard", "internal/edges/hitters", "internal/edges/topkeys", "internal/edges/httpconf", "internal/base/wheremetric", "internal/edges/geoip", "internal/decision/readiness"}, yaml, prometheus, maxmind,
 		{"golang.org/x/net/", "golang.org/x/text/"}}, // the reverse proxy's HTTP/2
 	// The Envoy codec converts; it serves nothing and stores nothing.
-	"internal/edges/rls": {{"", "internal/vocab/permittrace", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules", "decide"}, yaml, envoy},
+	"internal/edges/rls": {{"", "internal/vocab/permittrace", "internal/vocab/permitfunc", "fault", "internal/base/algo", "internal/vocab/bounds", "internal/vocab/limits", "internal/base/entrytext", "internal/base/yamlwalk", "internal/base/calendar", "rules", "decide"}, yaml, envoy},
 	// Top keys: a data structure, fed by the hooks; no Redis client.
 	"internal/edges/hitters": {{"internal/base/entrytext"}},
 	// What takes the secrets out of what is shown: the standard library.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
 	"github.com/sluicehq/sluice/internal/vocab/permittrace"
 )
 
@@ -24,7 +25,27 @@ type Permit struct {
 	mu       sync.Mutex
 	released atomic.Bool
 	lost     atomic.Uint64 // bit i: a renewal found hits[i] held no more
+
+	// elsewhere, when set, gives back permits another service holds
+	// (internal/vocab/permitfunc: a remote sluice serve's, for sluice
+	// proxy --store remote), held of them; hits is then empty.
+	elsewhere func(context.Context) error
+	held      int
 }
+
+func init() { permitfunc.New = newElsewhere }
+
+// newElsewhere is permitfunc.New: a Permit of n permits another service
+// holds, which release gives back.
+func newElsewhere(ctx context.Context, n int, release func(context.Context) error) any {
+	if tr := permittrace.From(ctx); tr != nil && tr.Acquired != nil {
+		tr.Acquired(n)
+	}
+	return &Permit{elsewhere: release, held: n}
+}
+
+// errRenewElsewhere is Renew's error for permits another service holds.
+var errRenewElsewhere = fmt.Errorf("%w: the permits are held by another service, which cannot renew them", errors.ErrUnsupported)
 
 // Acquire takes hits together, all or nothing, as Take does, after giving
 // each hit of a Concurrency limit with cost 1 a fresh permit ID (its
@@ -139,11 +160,15 @@ func (p *Permit) Release(ctx context.Context) error {
 	if p.released.Load() {
 		return nil
 	}
-	err := p.l.release(ctx, p.hits)
-	if tr := permittrace.From(ctx); tr != nil && tr.Released != nil {
-		if n := len(p.hits) - bits.OnesCount64(p.lost.Load()); n > 0 {
-			tr.Released(n, err)
-		}
+	var err error
+	n := len(p.hits) - bits.OnesCount64(p.lost.Load())
+	if p.elsewhere != nil {
+		err, n = p.elsewhere(ctx), p.held
+	} else {
+		err = p.l.release(ctx, p.hits)
+	}
+	if tr := permittrace.From(ctx); tr != nil && tr.Released != nil && n > 0 {
+		tr.Released(n, err)
 	}
 	if err != nil {
 		return err
@@ -157,9 +182,15 @@ func (p *Permit) Release(ctx context.Context) error {
 // Period without renewing) or was released; a lost permit is not taken
 // again, for its slot may be another's now. A holder whose work outlives
 // a Period renews more often than that (Hold renews every third of it).
+// The permits of a request that a remote service decided
+// (decide.Outcome.Permit) cannot be renewed: Renew fails with an error
+// wrapping errors.ErrUnsupported.
 func (p *Permit) Renew(ctx context.Context) (bool, error) {
 	if p.released.Load() {
 		return false, nil
+	}
+	if p.elsewhere != nil {
+		return false, errRenewElsewhere
 	}
 	var buf [4]Decision
 	out := buf[:]
@@ -244,8 +275,13 @@ func renewEvery(period time.Duration) time.Duration {
 // limit's permit cancels nothing. The renewals ignore ctx's cancellation;
 // stop ends them (and cancels the context returned) and waits for a
 // renewal under way; it does not release the permits. Hold is Acquire,
-// Keep, the function, stop and Release.
+// Keep, the function, stop and Release. The permits of a request that a
+// remote service decided (decide.Outcome.Permit) cannot be renewed: Keep
+// renews nothing, and its context ends only with ctx or stop.
 func (p *Permit) Keep(ctx context.Context) (_ context.Context, stop func()) {
+	if p.elsewhere != nil {
+		return context.WithCancel(ctx)
+	}
 	kctx, cancel := context.WithCancelCause(ctx)
 	halt, done := make(chan struct{}), make(chan struct{})
 	go p.keep(context.WithoutCancel(ctx), cancel, halt, done)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
 	"github.com/sluicehq/sluice/internal/vocab/permittrace"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -241,4 +242,58 @@ func TestAcquireShadowRefused(t *testing.T) {
 			t.Fatalf("Hold of a refused shadow permit: ran %v %+v %v", ran, d, err)
 		}
 	})
+}
+
+// TestPermitElsewhere: a Permit of permits another service holds
+// (internal/vocab/permitfunc, what sluice proxy --store remote keeps for
+// a request a remote sluice serve admitted) tells the Trace of its
+// acquisition; its Release calls the release function until one
+// succeeds, then never again, and tells the Trace of each attempt; Keep
+// renews nothing and cancels nothing but by stop; Renew fails.
+func TestPermitElsewhere(t *testing.T) {
+	var c traced
+	ctx := permittrace.With(context.Background(), c.trace())
+	var calls atomic.Int32
+	var fail atomic.Bool
+	fail.Store(true)
+	release := func(context.Context) error {
+		calls.Add(1)
+		if fail.Load() {
+			return errors.New("remote down")
+		}
+		return nil
+	}
+	p := permitfunc.New(ctx, 3, release).(*sluice.Permit)
+	if got := c.counts(); got != [6]int{3, 0, 0, 0, 0, 0} {
+		t.Fatalf("after New: %v, want 3 acquired", got)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		kctx, stop := p.Keep(ctx)
+		time.Sleep(time.Hour)
+		if kctx.Err() != nil {
+			t.Fatal("Keep's context ended by itself")
+		}
+		stop()
+		if kctx.Err() == nil {
+			t.Fatal("stop did not end Keep's context")
+		}
+	})
+	if held, err := p.Renew(ctx); held || !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Renew: %v %v, want false and ErrUnsupported", held, err)
+	}
+	if err := p.Release(ctx); err == nil {
+		t.Fatal("a failing release returned nil")
+	}
+	fail.Store(false)
+	for range 2 {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("release called %d times, want 2 (a failure, then a success, then nothing)", n)
+	}
+	if got := c.counts(); got != [6]int{3, 0, 0, 0, 3, 3} {
+		t.Errorf("counts %v, want 3 acquired, 3 released, 3 failed", got)
+	}
 }
