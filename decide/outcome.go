@@ -104,7 +104,9 @@ type Outcome struct {
 	PermitToken string
 
 	// Released, ReleaseRefused and ReleaseFailed count the release
-	// descriptors of the request (Request.Release), each in one of them:
+	// descriptors of the request (Request.Release), each in one of them
+	// but those whose token is well formed and that have no concurrency
+	// limit (sluice proxy sends its token on every descriptor):
 	// those whose permits were given back (a permit already released,
 	// expired or never held changes nothing, and counts here too: the
 	// store cannot tell), those whose token was malformed or named no

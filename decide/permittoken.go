@@ -138,7 +138,7 @@ type releaseScratch struct {
 	idx    []int              // their indexes in the request
 	descs  []rules.Descriptor // the release descriptors
 	tokens []string           // their tokens
-	where  []int8             // what became of each (refused, inStore, inNode)
+	where  []int8             // what became of each (refused, inStore, inNode, noLimit)
 	store  []sluice.Hit       // the permits to release in the store
 	node   []sluice.Hit       // and in the node's own store
 }
@@ -147,6 +147,7 @@ const (
 	refused int8 = iota
 	inStore
 	inNode
+	noLimit // a well-formed token on a descriptor of no concurrency limit
 )
 
 // decideReleasing decides r, whose Release is set: the release
@@ -206,7 +207,10 @@ func (d *Decider) decideReleasing(ctx context.Context, r *Request, o *Outcome) e
 // own store for the local policy's). It returns how many descriptors had
 // their permits given back, were refused, or failed with relErr; err is
 // what makes the request itself fail: descriptors that are invalid, no
-// rules loaded.
+// rules loaded. A descriptor whose token is well formed but that plans
+// no concurrency limit counts in none: sluice proxy --store remote sends
+// its token on every descriptor of the request, not knowing which hold
+// the permits.
 func (d *Decider) release(ctx context.Context, s *scratch, domain string) (released, refusedN, failed int, relErr, err error) {
 	rs := &s.rel
 	rs.where = rs.where[:0]
@@ -241,13 +245,14 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (relea
 			nodes = v.nodes
 			local = d.failover.localHits(s, nodes)
 		}
-		n := 0
+		n, conc := 0, false
 		m := &p.Matches[j]
 		for i := m.First; ok && i < m.First+m.Count; i++ {
 			h := &p.Hits[i]
 			if h.Limit.Algorithm != sluice.Concurrency {
 				continue
 			}
+			conc = true
 			appendTag(tag[:0], h.Key) // fills tag, whose capacity it is
 			for k := 0; k < len(v.items); k += itemLen {
 				item := v.items[k : k+itemLen]
@@ -265,6 +270,8 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (relea
 			}
 		}
 		switch {
+		case n == 0 && ok && !conc:
+			rs.where = append(rs.where, noLimit)
 		case n == 0:
 			rs.where = append(rs.where, refused)
 		case v.nodes == 0:
@@ -284,6 +291,7 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (relea
 	clear(rs.node)
 	for _, w := range rs.where {
 		switch {
+		case w == noLimit:
 		case w == refused:
 			refusedN++
 		case w == inStore && storeErr != nil, w == inNode && nodeErr != nil:

@@ -150,6 +150,22 @@ func TestPermitTokenMixedRequest(t *testing.T) {
 	if !o.Overall.Allowed || o.ReleaseRefused != 1 || o.Released != 1 || len(o.Limits) != 0 {
 		t.Fatalf("two release descriptors: %+v refused %d released %d", o.Overall, o.ReleaseRefused, o.Released)
 	}
+	// The token on every descriptor of a request, as sluice proxy
+	// --store remote sends it: a descriptor of no concurrency limit (a
+	// rate only, no rule) counts in none, a malformed token on one is
+	// refused.
+	b := e.ask(t, "k", "x")
+	descs = append(descs, rules.Descriptor{Entries: []rules.Entry{{Key: "nothing", Value: "x"}}})
+	o = e.release(t, descs, b.PermitToken, b.PermitToken, b.PermitToken, b.PermitToken)
+	if !o.Overall.Allowed || o.Released != 1 || o.ReleaseRefused+o.ReleaseFailed != 0 || len(o.Limits) != 0 {
+		t.Fatalf("the token on every descriptor: %+v released %d refused %d failed %d", o.Overall, o.Released, o.ReleaseRefused, o.ReleaseFailed)
+	}
+	if got := ratePeek(t, e, "tokens", "x"); got != 3 {
+		t.Fatalf("a release charged the tokens: %d left, want 3", got)
+	}
+	if o = e.release(t, descs[:1], "bad"); o.ReleaseRefused != 1 {
+		t.Fatalf("a malformed token on a descriptor of no concurrency limit: refused %d", o.ReleaseRefused)
+	}
 	// Release and Descriptors must agree; a reservation cannot release.
 	var out decide.Outcome
 	for _, r := range []decide.Request{

@@ -63,7 +63,8 @@
 //	sluice_permit_tokens_total{event}  permit tokens of concurrency limits
 //	                       (rls.PermitKey): issued in answers; release
 //	                       descriptors released, refused (malformed, or
-//	                       naming no permit of theirs) or failed (store)
+//	                       naming no permit of theirs) or failed (store);
+//	                       one of no concurrency limit counts in none
 //
 // and the Go and process collectors.
 //
