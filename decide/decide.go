@@ -155,7 +155,12 @@ const (
 // Remote decides requests on a remote rate limit service (the client of
 // a remote sluice serve, or envoyproxy/ratelimit, is one). Ask fills o, as
 // Decide documents it, from the remote's answer, and must leave o reset on
-// error. An error wrapping sluice.ErrInvalid means the remote refused the request
+// error. When the remote holds permits of concurrency limits for the
+// request (a sluice serve's answer names them in a permit token), Ask
+// puts the token in o.PermitToken, and the Decider makes o.Permit of it,
+// whose Release asks the remote again: r's descriptors, each with the
+// token (Request.Release), as Envoy does when its stream is done. An
+// error wrapping sluice.ErrInvalid means the remote refused the request
 // itself; the end of ctx is returned as it is. Any other error means the
 // remote could not answer: the Decider then answers by the domain's
 // failure policy, on its own rules (without them, by its default policy:
@@ -285,6 +290,9 @@ func (d *Decider) decideAll(ctx context.Context, r *Request, o *Outcome) error {
 	err := d.remote.Ask(ctx, r, o)
 	switch {
 	case err == nil:
+		if o.PermitToken != "" && o.Permit == nil {
+			d.holdRemote(ctx, r, o)
+		}
 		return nil
 	case errors.Is(err, sluice.ErrInvalid) || ctx.Err() != nil:
 		o.Reset()

@@ -92,7 +92,10 @@ type Outcome struct {
 	// was admitted with any (nil otherwise): the front door keeps it while
 	// the request runs (Permit.Keep) and releases it when the response
 	// ends (Permit.Release), whatever the way it ends. Under the local
-	// failure policy it is held in the node's own store.
+	// failure policy it is held in the node's own store. Decided by a
+	// Remote, it is held by the remote: its Release asks the remote to
+	// give the slots back, and nothing renews them (Keep renews nothing),
+	// so they expire a TTL after the remote took them unless released.
 	Permit *sluice.Permit
 
 	// PermitToken names the permits of Permit, for a front door that
@@ -101,6 +104,7 @@ type Outcome struct {
 	// request whose descriptor carries it releases them
 	// (Request.Release). It holds the permits' random IDs and where they
 	// are held, no key and no descriptor value; empty when Permit is nil.
+	// Decided by a Remote, it is the remote's token (Remote).
 	PermitToken string
 
 	// Released, ReleaseRefused and ReleaseFailed count the release

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -325,4 +326,53 @@ func (o *Outcome) spread(idx []int, n int) {
 			o.Limits[i].Descriptor = idx[j]
 		}
 	}
+}
+
+// holdRemote makes o.Permit of the permits that the remote's answer to
+// r names in o.PermitToken. Its Release gives them back as Envoy does
+// when its stream is done: one call to the remote with r's descriptors,
+// each carrying the token (Request.Release), since the answer does not
+// say which descriptors hold the permits (on each, the remote releases
+// the IDs whose tag its own concurrency limits carry). The call is
+// bounded by the remote's own timeout and not by the context Release is
+// given, so that a client that hangs up gives its slots back; its answer
+// is not read. A token that is not one (parseToken) is dropped, and its
+// permits expire by their TTL.
+func (d *Decider) holdRemote(ctx context.Context, r *Request, o *Outcome) {
+	v, ok := parseToken(o.PermitToken)
+	if !ok {
+		o.PermitToken = ""
+		return
+	}
+	rel := &Request{Domain: r.Domain, Descriptors: copyDescriptors(r.Descriptors), Release: make([]string, len(r.Descriptors))}
+	for i := range rel.Release {
+		rel.Release[i] = o.PermitToken
+	}
+	remote := d.remote
+	release := func(ctx context.Context) error {
+		var ro Outcome
+		return remote.Ask(context.WithoutCancel(ctx), rel, &ro)
+	}
+	o.Permit = permitfunc.New(ctx, len(v.items)/itemLen, release).(*sluice.Permit)
+}
+
+// copyDescriptors is a copy of descs that shares nothing with them but
+// the strings.
+func copyDescriptors(descs []rules.Descriptor) []rules.Descriptor {
+	n := 0
+	for i := range descs {
+		n += len(descs[i].Entries)
+	}
+	out := make([]rules.Descriptor, len(descs))
+	entries := make([]rules.Entry, 0, n)
+	for i, d := range descs {
+		k := len(entries)
+		entries = append(entries, d.Entries...)
+		out[i] = rules.Descriptor{Entries: entries[k:len(entries):len(entries)], Cost: d.Cost}
+		if d.Override != nil {
+			ov := *d.Override
+			out[i].Override = &ov
+		}
+	}
+	return out
 }

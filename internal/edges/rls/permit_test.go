@@ -28,7 +28,8 @@ func entries(kv ...string) *rlv3.RateLimitDescriptor {
 // back for a remote; a request without one has no Release; two in one
 // descriptor, or an empty one, are refused. A token in an outcome goes
 // into the answer's dynamic metadata, and envoyproxy/ratelimit's metadata
-// never repeats the token a descriptor carried.
+// never repeats the token a descriptor carried; PermitToken reads it
+// back from either.
 func TestPermitEntry(t *testing.T) {
 	var r decide.Request
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*rlv3.RateLimitDescriptor{
@@ -64,7 +65,7 @@ func TestPermitEntry(t *testing.T) {
 	}
 
 	o := &decide.Outcome{Overall: sluice.Decision{Allowed: true}, Descriptors: []decide.DescriptorOutcome{{}, {Release: true}}, PermitToken: "sTOKEN"}
-	if got := rls.Response(o, false).GetDynamicMetadata().GetFields()[rls.PermitKey].GetStringValue(); got != "sTOKEN" {
+	if got := rls.PermitToken(rls.Response(o, false)); got != "sTOKEN" {
 		t.Errorf("the answer's token: %q", got)
 	}
 	md := rls.DynamicMetadata(req, o)
@@ -74,7 +75,10 @@ func TestPermitEntry(t *testing.T) {
 	if s := md.GetFields()["descriptors"].String(); strings.Contains(s, "TOKEN") || !strings.Contains(s, "user=b") {
 		t.Errorf("the descriptors of the metadata: %s", s)
 	}
-	if o.PermitToken = ""; rls.Response(o, false).GetDynamicMetadata() != nil {
+	if got := rls.PermitToken(&rlsv3.RateLimitResponse{DynamicMetadata: md}); got != "sTOKEN" {
+		t.Errorf("the token of an answer with envoyproxy/ratelimit's metadata: %q", got)
+	}
+	if o.PermitToken = ""; rls.Response(o, false).GetDynamicMetadata() != nil || rls.PermitToken(rls.Response(o, false)) != "" {
 		t.Error("an answer without a token has dynamic metadata")
 	}
 }

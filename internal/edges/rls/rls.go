@@ -244,6 +244,15 @@ func Response(o *decide.Outcome, exact bool) *rlsv3.RateLimitResponse {
 	return resp
 }
 
+// PermitToken is the permit token that resp, Response's answer, carries
+// in its dynamic metadata (o.PermitToken), "" if none: what a client of a
+// remote sluice serve gives back with PermitKey entries
+// (decide.Request.Release) when the request ends. DynamicMetadata puts
+// it in the same field.
+func PermitToken(resp *rlsv3.RateLimitResponse) string {
+	return resp.GetDynamicMetadata().GetFields()[PermitKey].GetStringValue()
+}
+
 // headerValues are hs as Envoy's header values: their strings in one
 // allocation, the values and their pointers in two more; nil for none.
 func headerValues(hs []decide.Header) []*corev3.HeaderValue {

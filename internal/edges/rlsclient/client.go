@@ -300,8 +300,11 @@ func (c *Client) Ask(ctx context.Context, r *decide.Request, o *decide.Outcome) 
 // of each result) and returns cause, for the failure policy.
 func (c *Client) failed(r *decide.Request, res result, cause error) error {
 	if n, ok := c.logs[res].Allow(time.Now()); ok {
-		c.log.Warn("remote rate limit service failed; the failure policy answers",
-			"target", redact.Value(c.target), "result", resultNames[res], "domain", r.Domain, "err", cause, "not_logged", n)
+		msg := "remote rate limit service failed; the failure policy answers"
+		if len(r.Release) > 0 {
+			msg = "remote rate limit service failed to release permits; they expire by their ttl"
+		}
+		c.log.Warn(msg, "target", redact.Value(c.target), "result", resultNames[res], "domain", r.Domain, "err", cause, "not_logged", n)
 	}
 	return cause
 }

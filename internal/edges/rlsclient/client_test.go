@@ -62,17 +62,24 @@ type remote struct {
 	cfg   *rules.Config
 	clock *storetest.Clock
 	addr  string
+	reg   *prometheus.Registry // the service's metrics
 
 	mu sync.Mutex
 	g  *grpc.Server
 }
 
-func startRemote(t testing.TB, yaml string) *remote {
+// startRemote starts a remote of the rules yaml; opts change the
+// server's configuration.
+func startRemote(t testing.TB, yaml string, opts ...func(*server.Config)) *remote {
 	t.Helper()
-	r := &remote{t: t, clock: storetest.NewClock(epoch)}
+	r := &remote{t: t, clock: storetest.NewClock(epoch), reg: prometheus.NewRegistry()}
 	store := memstore.New(memstore.Config{Now: r.clock.Now, SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	srv, err := server.New(server.Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store)}, Registry: prometheus.NewRegistry()})
+	cfg := server.Config{Decide: decide.Config{Limiter: sluice.NewLimiter(store)}, Registry: r.reg}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

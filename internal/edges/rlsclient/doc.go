@@ -24,6 +24,21 @@
 // remaining, as a local decision would. The remote does not say which
 // rule matched, so StatKey and Rule are empty.
 //
+// # Permits
+//
+// A sluice serve started with --stream-done-release answers a request
+// admitted holding permits of its concurrency limits with a permit token
+// in the answer's dynamic metadata (rls.PermitToken). Ask puts it in
+// Outcome.PermitToken, and the Decider makes Outcome.Permit of it
+// (decide.Remote): the front door keeps that Permit as it keeps a local
+// one, and its Release is one more Ask, of the request's descriptors
+// each with the token in a sluice_permit entry (Envoy's stream-done
+// descriptor), whose answer is not read; an error counts as a failed
+// release, and the permits then expire by their TTL. Nothing renews them
+// (RLS cannot): a permit lives its rule's TTL from the remote's decision
+// unless released, so the TTL must exceed the requests' duration. A
+// remote that denies says not why, so no permit is counted denied.
+//
 // # Failures
 //
 // Every call is bounded by Config.Timeout within the caller's own

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
+	"github.com/sluicehq/sluice/internal/edges/rls"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -57,6 +58,7 @@ func (c *Client) fill(r *decide.Request, resp *rlsv3.RateLimitResponse, o *decid
 		j++
 	}
 	o.Overall = overall(resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT, o.Limits)
+	o.PermitToken = rls.PermitToken(resp)
 	return nil
 }
 
