@@ -7,14 +7,21 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/sluicehq/sluice/decide"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/edges/rls"
 	"github.com/sluicehq/sluice/internal/edges/rlsclient"
 	"github.com/sluicehq/sluice/internal/edges/server"
 	"github.com/sluicehq/sluice/internal/vocab/permittrace"
@@ -217,5 +224,91 @@ func TestHTTPLimitRemotePermits(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// tokenService answers every request OK with the token it is given in
+// its dynamic metadata, and keeps the requests it gets.
+type tokenService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	token string
+	mu    sync.Mutex
+	got   []*rlsv3.RateLimitRequest
+}
+
+func (s *tokenService) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	s.mu.Lock()
+	s.got = append(s.got, r)
+	s.mu.Unlock()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for range r.Descriptors {
+		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK})
+	}
+	resp.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{rls.PermitKey: structpb.NewStringValue(s.token)}}
+	return resp, nil
+}
+
+func (s *tokenService) requests() []*rlsv3.RateLimitRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
+}
+
+// TestPermitTokenFromService: what a service (hostile, or another
+// version) puts under sluice_permit is taken only when it is a token as
+// sluice serve writes them: anything else (a wrong format, more than 64
+// permits, a number) is dropped, and no Permit is made. A token that is
+// one, forged or not, is sent back once, when the Permit is released:
+// every descriptor of the request, entries, cost and per-request limit
+// as asked, with the token in a sluice_permit entry added last.
+func TestPermitTokenFromService(t *testing.T) {
+	item := "0123abcd" + strings.Repeat("A", 26)
+	descs := []rules.Descriptor{
+		{Entries: []rules.Entry{{Key: "user", Value: "u"}, {Key: "path", Value: "/x"}}, Cost: 3},
+		{Entries: []rules.Entry{{Key: "slot", Value: "a"}}, Cost: 1, Override: &rules.Override{RequestsPerUnit: 5, Unit: rules.Minute, UnitMultiplier: 1}},
+	}
+	for _, bad := range []string{"", "x", "s", "s" + item + "0", "S" + item, "s" + strings.Repeat(item, 65), "l0." + item} {
+		svc := &tokenService{token: bad}
+		c := newClient(t, rlsclient.Config{Target: serveRLS(t, svc), Timeout: 5 * time.Second})
+		var o decide.Outcome
+		if err := viaRemote(t, c, nil, decide.Failover{}).Decide(context.Background(), &decide.Request{Domain: "api", Descriptors: descs}, &o); err != nil {
+			t.Fatal(err)
+		}
+		if !o.Overall.Allowed || o.Permit != nil || o.PermitToken != "" {
+			t.Errorf("token %.40q: %+v, permit %v, token %.40q; want allowed, holding nothing", bad, o.Overall, o.Permit, o.PermitToken)
+		}
+	}
+
+	token := "l3." + item + "89abcdef" + strings.Repeat("B", 26)
+	svc := &tokenService{token: token}
+	c := newClient(t, rlsclient.Config{Target: serveRLS(t, svc), Timeout: 5 * time.Second})
+	var pc permitCounts
+	var o decide.Outcome
+	if err := viaRemote(t, c, nil, decide.Failover{}).Decide(pc.context(), &decide.Request{Domain: "api", Descriptors: descs}, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Permit == nil || o.PermitToken != token || pc.acquired.Load() != 2 {
+		t.Fatalf("a token of 2 permits: permit %v, token %q, %d acquired", o.Permit, o.PermitToken, pc.acquired.Load())
+	}
+	descs[0].Entries[0].Value = "changed after the decision"
+	for range 2 {
+		if err := o.Permit.Release(pc.context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := svc.requests()
+	if len(got) != 2 || pc.released.Load() != 2 {
+		t.Fatalf("%d calls, %d permits released; want 2 (the decision, one release) and 2", len(got), pc.released.Load())
+	}
+	want, err := rls.RateLimitRequest(&decide.Request{Domain: "api", Descriptors: descs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Descriptors[0].Entries[0].Value = "u"
+	for _, pd := range want.Descriptors {
+		pd.Entries = append(pd.Entries, &rlv3.RateLimitDescriptor_Entry{Key: rls.PermitKey, Value: token})
+	}
+	if !proto.Equal(got[1], want) {
+		t.Errorf("the release:\n%v\nwant\n%v", got[1], want)
 	}
 }
