@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/base/redact"
 )
 
 // envoyVar maps variables of envoyproxy/ratelimit onto a flag's value.
@@ -19,6 +22,8 @@ type envoyVar struct {
 	names []string
 	value func(env lookupEnv) (string, bool)
 	note  string // how the value is made from names, unless it is one's value
+	// check, when set, refuses the variables' values when value is used.
+	check func(env lookupEnv) error
 }
 
 // envoyVars are the envoyproxy/ratelimit variables that map cleanly onto a
@@ -211,7 +216,7 @@ var envoyVars = map[string]envoyVar{
 
 // envTrue reports whether the boolean variable name is set true, as
 // envoy-rl's envconfig reads booleans (strconv.ParseBool). A value it
-// refuses is an error of checkEnvoyBools, before any is read.
+// refuses is an error of checkEnvoyValues, before any is read.
 func envTrue(env lookupEnv, name string) bool {
 	v, _ := env(name)
 	on, err := strconv.ParseBool(v)
@@ -223,11 +228,27 @@ func envTrue(env lookupEnv, name string) bool {
 // parser reads strictly already).
 var envoyBools = []string{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "GRPC_SERVER_USE_TLS", "USE_DOG_STATSD", "USE_PROMETHEUS", "USE_STATSD"}
 
-// checkEnvoyBools refuses a value of a switch among the names of vars that
-// strconv.ParseBool refuses ("yes", "on", " true", ""), as envoy-rl's
-// envconfig does at start: read leniently, GRPC_SERVER_USE_TLS=yes would
-// serve plain text and ignore the certificates.
-func checkEnvoyBools(env lookupEnv, vars map[string]envoyVar) error {
+// envoyChoices are the variables that take one of a few values, in any
+// case, as envoy-rl reads them (it refuses to start on another). Its
+// REDIS_SOCKET_TYPE is a network of Go's net.Dial: tcp4 and tcp6 are tcp
+// here.
+var envoyChoices = []struct {
+	name   string
+	values []string
+}{
+	{"CONFIG_TYPE", []string{"FILE", "GRPC_XDS_SOTW"}},
+	{"REDIS_TYPE", []string{"single", "sentinel", "cluster"}},
+	{"REDIS_SOCKET_TYPE", []string{"tcp", "unix", "tcp4", "tcp6"}},
+}
+
+// checkEnvoyValues refuses, among the variables of vars, a value of a
+// switch that strconv.ParseBool refuses ("yes", "on", " true", ""), as
+// envoy-rl's envconfig does at start (read leniently,
+// GRPC_SERVER_USE_TLS=yes would serve plain text and ignore the
+// certificates), and a value of envoyChoices not among its values (an
+// unknown REDIS_TYPE would be read as single, an unknown CONFIG_TYPE as
+// FILE).
+func checkEnvoyValues(env lookupEnv, vars map[string]envoyVar) error {
 	read := map[string]bool{}
 	for _, v := range vars {
 		for _, n := range v.names {
@@ -243,7 +264,63 @@ func checkEnvoyBools(env lookupEnv, vars map[string]envoyVar) error {
 			return fmt.Errorf("%s=%q: parse error (want true or false)", name, v)
 		}
 	}
+	for _, c := range envoyChoices {
+		v, ok := env(c.name)
+		if !ok || !read[c.name] {
+			continue
+		}
+		if !slices.ContainsFunc(c.values, func(w string) bool { return strings.EqualFold(v, w) }) {
+			return fmt.Errorf("%s=%q: not one of %s", c.name, v, strings.Join(c.values, ", "))
+		}
+	}
 	return nil
+}
+
+// checkEnvoyTLS refuses GRPC_SERVER_USE_TLS=true without the certificate
+// and key the gRPC listener would need (from any of their sources, t):
+// envoy-rl does not start so, and serving plain text would leave Envoy's
+// TLS, and the clients' certificates, unchecked.
+func checkEnvoyTLS(env lookupEnv, t *tlsSettings) []string {
+	if !envTrue(env, "GRPC_SERVER_USE_TLS") {
+		return nil
+	}
+	var vars, flags []string
+	if t.cert == "" {
+		vars, flags = append(vars, "GRPC_SERVER_TLS_CERT"), append(flags, "--grpc-tls-cert")
+	}
+	if t.key == "" {
+		vars, flags = append(vars, "GRPC_SERVER_TLS_KEY"), append(flags, "--grpc-tls-key")
+	}
+	if len(vars) == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("GRPC_SERVER_USE_TLS=true needs %s (or %s): without them the gRPC listener would serve plain text; set them, or GRPC_SERVER_USE_TLS=false",
+		strings.Join(vars, " and "), strings.Join(flags, " and "))}
+}
+
+// checkUnixURL refuses REDIS_URL as a Unix socket (REDIS_SOCKET_TYPE unix,
+// or unset: envoy-rl's default) when it is not a path: host:port there
+// needs REDIS_SOCKET_TYPE=tcp. The URL is shown with its userinfo masked.
+func checkUnixURL(env lookupEnv) error {
+	u, _ := env("REDIS_URL")
+	st, set := env("REDIS_SOCKET_TYPE")
+	if set && !strings.EqualFold(st, "unix") {
+		return nil
+	}
+	if typ, _ := env("REDIS_TYPE"); strings.EqualFold(typ, "sentinel") {
+		if _, addrs, ok := strings.Cut(u, ","); ok {
+			u = addrs
+		}
+	}
+	if strings.HasPrefix(u, "/") {
+		return nil
+	}
+	socket := "REDIS_SOCKET_TYPE unset (unix, envoyproxy/ratelimit's default)"
+	if set {
+		socket = fmt.Sprintf("REDIS_SOCKET_TYPE=%q", st)
+	}
+	v, _ := env("REDIS_URL")
+	return fmt.Errorf("REDIS_URL=%q with %s: a Unix socket's absolute path is wanted; for host:port, set REDIS_SOCKET_TYPE=tcp", redact.Value(v), socket)
 }
 
 // withTLS maps name when GRPC_SERVER_USE_TLS is true, as envoy-rl reads it.
@@ -387,6 +464,7 @@ var envoyRedis = map[string]envoyVar{
 	"redis-url": {
 		names: []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE"},
 		note:  "REDIS_URL, without the master's name before the first comma with REDIS_TYPE=sentinel, and prefixed with unix:// unless REDIS_SOCKET_TYPE is tcp (its default there is unix)",
+		check: checkUnixURL,
 		value: func(env lookupEnv) (string, bool) {
 			u, ok := env("REDIS_URL")
 			if !ok {

@@ -241,3 +241,60 @@ func TestEnvoyGatewayVariants(t *testing.T) {
 		t.Errorf("tracing: %+v", s.tracing)
 	}
 }
+
+// TestEnvoyValuesRefused: values envoy-rl refuses at start are refused
+// here too, each naming its variable and what it takes, where they were
+// read another way before: GRPC_SERVER_USE_TLS=true without a
+// certificate and key (plain text), an unknown REDIS_TYPE (single) or
+// CONFIG_TYPE (FILE), a REDIS_URL that is not a socket's path with
+// REDIS_SOCKET_TYPE unix or unset, REDIS_TIMEOUT without its unit. A
+// password in REDIS_URL is not shown. The values envoy-rl takes still
+// load, in any case.
+func TestEnvoyValuesRefused(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want []string
+	}{
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, []string{"GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY", "plain text"}},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c"}, []string{"needs GRPC_SERVER_TLS_KEY (or --grpc-tls-key)"}},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_CLIENT_TLS_CACERT": "ca"}, []string{"needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"}},
+		{map[string]string{"REDIS_TYPE": "bogus", "REDIS_URL": "h:1", "REDIS_SOCKET_TYPE": "tcp"}, []string{`REDIS_TYPE="bogus": not one of single, sentinel, cluster`}},
+		{map[string]string{"CONFIG_TYPE": "bogus"}, []string{`CONFIG_TYPE="bogus": not one of FILE, GRPC_XDS_SOTW`}},
+		{map[string]string{"REDIS_SOCKET_TYPE": "udp", "REDIS_URL": "h:1"}, []string{`REDIS_SOCKET_TYPE="udp": not one of tcp, unix`}},
+		{map[string]string{"REDIS_URL": "127.0.0.1:6390"}, []string{`REDIS_URL="127.0.0.1:6390" with REDIS_SOCKET_TYPE unset`, "REDIS_SOCKET_TYPE=tcp"}},
+		{map[string]string{"REDIS_URL": "garbage", "REDIS_SOCKET_TYPE": "unix"}, []string{`REDIS_URL="garbage" with REDIS_SOCKET_TYPE="unix"`, "REDIS_SOCKET_TYPE=tcp"}},
+		{map[string]string{"REDIS_URL": "redis://u:s3cretpassw0rd@h:1"}, []string{`REDIS_URL="redis://xxxxx@h:1"`}},
+		{map[string]string{"REDIS_URL": "h:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TIMEOUT": "5"}, []string{`REDIS_TIMEOUT="5"`, "want a duration with its unit: 5s"}},
+	} {
+		_, err := parseServe([]string{"--config", "r.yaml"}, envMap(c.env), &bytes.Buffer{})
+		if err == nil {
+			t.Errorf("%v: started", c.env)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v, want %q", c.env, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "s3cretpassw0rd") {
+			t.Errorf("%v: the password shown: %v", c.env, err)
+		}
+	}
+	// sluice proxy reads the Redis ones.
+	if _, err := parseProxy([]string{"--config", "p.yaml", "--upstream", "http://127.0.0.1:1"}, envMap(map[string]string{"REDIS_TYPE": "clustr", "REDIS_URL": "h:1"}), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `REDIS_TYPE="clustr"`) {
+		t.Errorf("sluice proxy with REDIS_TYPE=clustr: %v", err)
+	}
+	for _, env := range []map[string]string{
+		{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "c", "GRPC_SERVER_TLS_KEY": "k"},
+		{"GRPC_SERVER_USE_TLS": "true", "SLUICE_GRPC_TLS_CERT": "c", "SLUICE_GRPC_TLS_KEY": "k"},
+		{"GRPC_SERVER_USE_TLS": "false"},
+		{"REDIS_TYPE": "SINGLE", "REDIS_URL": "/run/redis.sock"},
+		{"REDIS_TYPE": "cluster", "REDIS_URL": "h:1,h:2", "REDIS_SOCKET_TYPE": "TCP"},
+		{"REDIS_TYPE": "sentinel", "REDIS_URL": "mymaster,h:1", "REDIS_SOCKET_TYPE": "tcp4"},
+		{"CONFIG_TYPE": "FILE", "REDIS_URL": "h:1", "REDIS_SOCKET_TYPE": "tcp", "REDIS_TIMEOUT": "5s"},
+	} {
+		if _, err := parseServe([]string{"--config", "r.yaml"}, envMap(env), &bytes.Buffer{}); err != nil {
+			t.Errorf("%v: %v", env, err)
+		}
+	}
+}

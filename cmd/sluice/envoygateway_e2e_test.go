@@ -180,13 +180,7 @@ func startAsEnvoyGateway(t *testing.T) *egRun {
 		t.Fatalf("Envoy Gateway runs %q %q; this test runs /bin/ratelimit with no arguments", c.Command, c.Args)
 	}
 	dir := t.TempDir()
-	ratelimit := filepath.Join(dir, "bin", "ratelimit")
-	if err := os.MkdirAll(filepath.Dir(ratelimit), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(bin, ratelimit); err != nil {
-		t.Fatal(err)
-	}
+	ratelimit := binAsRatelimit(t, bin, dir)
 
 	certs, eg := egCertificates(t, dir)
 	x := startXDS(t, grpc.Creds(credentials.NewTLS(&tls.Config{
@@ -252,6 +246,20 @@ func startAsEnvoyGateway(t *testing.T) *egRun {
 	})
 
 	return &egRun{p: p, x: x, pool: eg.pool, envoyCert: eg.envoyCert, envoyKey: eg.envoyKey, httpAddr: httpAddr, grpcAddr: grpcAddr, metricsAddr: metricsAddr}
+}
+
+// binAsRatelimit links bin as dir/bin/ratelimit, the image's
+// /bin/ratelimit, and returns the link's path.
+func binAsRatelimit(t *testing.T, bin, dir string) string {
+	t.Helper()
+	ratelimit := filepath.Join(dir, "bin", "ratelimit")
+	if err := os.MkdirAll(filepath.Dir(ratelimit), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, ratelimit); err != nil {
+		t.Fatal(err)
+	}
+	return ratelimit
 }
 
 // egCerts are the certificates of Envoy Gateway's world, from one CA.

@@ -123,7 +123,9 @@ otherwise (permissions) is an error. docs/operations.md has the details.`
 flag's name in capitals, dashes as underscores (SLUICE_REDIS_URL); a flag
 wins over its variable. Variables of envoyproxy/ratelimit are read after
 the SLUICE_ ones, for the flags that name them, its booleans as it reads
-them (strconv.ParseBool: another value is an error); an empty variable
+them (strconv.ParseBool: another value is an error), CONFIG_TYPE,
+REDIS_TYPE and REDIS_SOCKET_TYPE only with the values it takes, and
+GRPC_SERVER_USE_TLS=true only with a certificate and key; an empty variable
 of the gRPC listener's TLS files or client CA counts as unset. Those it
 has that sluice does not honour are named in a warning at start. Beside these, --tracing
 reads the OTEL_EXPORTER_OTLP_* variables (its endpoint),
@@ -265,6 +267,7 @@ func (s *serveSettings) rlqsFlags(fs *flag.FlagSet) {
 func (s *serveSettings) check(env lookupEnv) []string {
 	probs := s.storeSettings.check()
 	probs = append(probs, s.tls.check()...)
+	probs = append(probs, checkEnvoyTLS(env, &s.tls)...)
 	probs = append(probs, s.statsd.check(env)...)
 	probs = append(probs, s.tracing.check()...)
 	probs = append(probs, s.xds.check()...)
@@ -403,6 +406,27 @@ func checkLogFormat(format string) []string {
 	return nil
 }
 
+// wantedForm says what form a flag of v's kind takes, for the error of a
+// variable that does not parse (the flag package says only "parse
+// error").
+func wantedForm(v flag.Value) string {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return " (want a duration with its unit: 5s, 500ms, 1m)"
+	case bool:
+		return " (want true or false)"
+	case int, int64, uint, uint64:
+		return " (want a whole number)"
+	case float64:
+		return " (want a number)"
+	}
+	return ""
+}
+
 // emptyIsUnset are the flags whose variables count as unset when empty:
 // the gRPC listener's TLS files and client name, so that an empty
 // SLUICE_GRPC_CLIENT_CA or GRPC_CLIENT_TLS_CACERT (a template's blank)
@@ -414,7 +438,7 @@ var emptyIsUnset = map[string]bool{"grpc-tls-cert": true, "grpc-tls-key": true, 
 // variables that envoy maps onto it, and returns "flag from VARIABLE" for
 // each flag so set.
 func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]string, error) {
-	if err := checkEnvoyBools(env, envoy); err != nil {
+	if err := checkEnvoyValues(env, envoy); err != nil {
 		return nil, err
 	}
 	set := map[string]bool{}
@@ -426,17 +450,23 @@ func applyEnv(fs *flag.FlagSet, env lookupEnv, envoy map[string]envoyVar) ([]str
 			return
 		}
 		from, v, ok := envName(f.Name), "", false
+		var check func(lookupEnv) error
 		if v, ok = env(from); !ok || (v == "" && emptyIsUnset[f.Name]) {
 			if ev, known := envoy[f.Name]; known {
 				v, ok = ev.value(env)
-				from = strings.Join(ev.names, "+")
+				from, check = strings.Join(ev.names, "+"), ev.check
 			}
 		}
 		if !ok || (v == "" && emptyIsUnset[f.Name]) {
 			return
 		}
+		if check != nil {
+			if err = check(env); err != nil {
+				return
+			}
+		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("%s=%q: %v", from, shownValue(f.Name, v), e)
+			err = fmt.Errorf("%s=%q: %v%s", from, shownValue(f.Name, v), e, wantedForm(f.Value))
 			return
 		}
 		sources = append(sources, f.Name+" from "+from)
