@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,7 +33,7 @@ func (t *tlsSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&t.cert, "grpc-tls-cert", "", "`file` of the gRPC listener's TLS certificate (PEM, chain included); with --grpc-tls-key, the listener speaks TLS only. Reloaded when the file changes")
 	fs.StringVar(&t.key, "grpc-tls-key", "", "`file` of the key of --grpc-tls-cert (PEM)")
 	fs.StringVar(&t.clientCA, "grpc-client-ca", "", "`file` of the CAs (PEM) that client certificates must chain to: mutual TLS, a client without such a certificate is refused. Reloaded when the file changes")
-	fs.StringVar(&t.clientSAN, "grpc-client-san", "", "`name` a client certificate must be valid for (a DNS name among its SANs), with --grpc-client-ca")
+	fs.StringVar(&t.clientSAN, "grpc-client-san", "", "`name` a client certificate must carry among its DNS SANs, with --grpc-client-ca: compared exactly but for case and a trailing dot, so a wildcard SAN (*.internal) does not match")
 }
 
 // check reports what is wrong with the flags together.
@@ -127,19 +128,26 @@ func readCAs(flag, file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// requireSAN returns a check that the verified client certificate is valid
-// for name (one of its DNS SANs matches it), as envoyproxy/ratelimit's
-// GRPC_CLIENT_TLS_SAN requires.
+// requireSAN returns a check that the verified client certificate
+// carries name among its DNS SANs, compared exactly but for case and a
+// trailing dot. A wildcard there (*.internal) does not match: it names
+// whoever holds a certificate for any name under it, where name is one
+// client. (envoyproxy/ratelimit's GRPC_CLIENT_TLS_SAN takes the
+// wildcards of x509's VerifyHostname.)
 func requireSAN(name string) func([][]byte, [][]*x509.Certificate) error {
+	want := dnsKey(name)
 	return func(_ [][]byte, chains [][]*x509.Certificate) error {
 		for _, chain := range chains {
-			if len(chain) > 0 && chain[0].VerifyHostname(name) == nil {
+			if len(chain) > 0 && slices.ContainsFunc(chain[0].DNSNames, func(n string) bool { return dnsKey(n) == want }) {
 				return nil
 			}
 		}
-		return fmt.Errorf("client certificate is not valid for %q", name)
+		return fmt.Errorf("client certificate does not carry the DNS name %q", name)
 	}
 }
+
+// dnsKey is a DNS name as requireSAN compares it.
+func dnsKey(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }
 
 // reloading holds what parse makes of files, made again when a file's
 // modification time or size changes (looked at, on use, at most once a

@@ -51,9 +51,11 @@ func issue(t *testing.T, ca *testpki.CA, serial int64, server bool, dns string) 
 // TestServeE2ETLS: the gRPC listener with TLS and mutual TLS, set by
 // envoyproxy/ratelimit's variables, tested with real TLS clients: a client
 // that trusts the server's CA and shows a certificate for the required
-// name is answered; a client without a certificate, with one of another
-// CA, with one for another name, or without TLS at all, is refused. A
-// rotated server certificate is served to new connections.
+// name (in any case, with or without a trailing dot) is answered; a
+// client without a certificate, with one of another CA, with one for
+// another name or for a wildcard that covers the name (*.mesh), or
+// without TLS at all, is refused. A rotated server certificate is served
+// to new connections.
 func TestServeE2ETLS(t *testing.T) {
 	beside(t)
 	dir := t.TempDir()
@@ -97,13 +99,16 @@ func TestServeE2ETLS(t *testing.T) {
 		}
 		return credentials.NewTLS(&tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}})
 	}
-	if err := call(client(clientCA, "envoy.mesh")); err != nil {
-		t.Fatalf("a client with a certificate for envoy.mesh: %v", err)
+	for _, name := range []string{"envoy.mesh", "Envoy.MESH."} {
+		if err := call(client(clientCA, name)); err != nil {
+			t.Errorf("a client with a certificate for %s: %v", name, err)
+		}
 	}
 	for what, creds := range map[string]credentials.TransportCredentials{
 		"no client certificate":     credentials.NewTLS(&tls.Config{RootCAs: roots}),
 		"a certificate of other CA": client(otherCA, "envoy.mesh"),
 		"a certificate for another": client(clientCA, "stranger.mesh"),
+		"a wildcard certificate":    client(clientCA, "*.mesh"),
 		"plain text":                insecure.NewCredentials(),
 	} {
 		if err := call(creds); err == nil {
