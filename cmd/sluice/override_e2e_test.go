@@ -382,3 +382,32 @@ func adminCLI(t *testing.T, p *proc, tokenFile string, args ...string) (int, str
 	all := append(append(append([]string{}, args[:n]...), "--server", "http://"+p.addr("admin"), "--token-file", tokenFile), args[n:]...)
 	return runCmd(t, "", all...)
 }
+
+// TestAdminTokenFileRefused: sluice serve and sluice proxy refuse to
+// start (exit 1) on an admin token file with a line that is not
+// name:secret: a bare secret (it was taken under the name "admin") or a
+// secret with no name (it answered 401, and nothing said why). The error
+// names the file and the line, never the secret.
+func TestAdminTokenFileRefused(t *testing.T) {
+	beside(t)
+	rules := writeFile(t, "rules.yaml", dayRule("api", "tenant", 10))
+	overridesFile := filepath.Join(t.TempDir(), "overrides.jsonl")
+	for _, c := range []struct{ content, want string }{
+		{"ops:0123456789abcdef0123456789abcdef\ntokvalNOCOLONxxxxxxxxxxxxxxxx\n", "line 2: not name:secret"},
+		{":tokvalEMPTYNAMExxxxxxxxxxxxx\n", "line 1: a token with no name"},
+	} {
+		tokens := writeFile(t, "tokens", c.content)
+		for _, p := range []*proc{
+			launch(t, nil, "--config", rules, "--overrides-file", overridesFile, "--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens),
+			launchCommand(t, "proxy", []string{"listen", "admin-listen"}, nil, "--config", rules, "--upstream", "http://127.0.0.1:1", "--admin-token-file", tokens),
+		} {
+			if code := p.wait(); code != 1 {
+				t.Errorf("%q: exit status %d, want 1", c.content, code)
+			}
+			log := p.log()
+			if !strings.Contains(log, tokens+", "+c.want) || strings.Contains(log, "tokval") {
+				t.Errorf("%q: want %q, naming the file and never the secret:\n%s", c.content, c.want, log)
+			}
+		}
+	}
+}

@@ -34,9 +34,13 @@ type Token struct {
 	Secret []byte
 }
 
-// LoadTokens reads a token file: one token a line, "name:secret" or a
-// bare secret (named "admin"); blank lines and lines starting with # are
-// skipped. Secrets shorter than 16 bytes are refused.
+// LoadTokens reads a token file: one token a line, "name:secret" (the
+// name is what the audit log shows; the secret runs to the end of the
+// line); blank lines and lines starting with # are skipped. A line with
+// no colon or no name, or a secret shorter than 16 bytes, is refused
+// with its line number, never its text: one line that does not say what
+// it means fails the file, rather than a token that answers 401 or one
+// under a name nobody gave it.
 func LoadTokens(path string) ([]Token, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -49,8 +53,11 @@ func LoadTokens(path string) ([]Token, error) {
 			continue
 		}
 		name, secret, ok := strings.Cut(line, ":")
-		if !ok {
-			name, secret = "admin", line
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%s, line %d: not name:secret (no colon)", path, i+1)
+		case strings.TrimSpace(name) == "":
+			return nil, fmt.Errorf("%s, line %d: a token with no name before its colon (name:secret)", path, i+1)
 		}
 		if len(secret) < 16 {
 			return nil, fmt.Errorf("%s, line %d: a token of %d bytes: at least 16", path, i+1, len(secret))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,6 +207,44 @@ func TestAdminExplainOnly(t *testing.T) {
 		}
 		if code, _ := call(t, srv, c.method, c.path, "", ""); code != 401 {
 			t.Errorf("%s %s without a token: %d, want 401", c.method, c.path, code)
+		}
+	}
+}
+
+// TestLoadTokens: a token file is name:secret lines (the secret may hold
+// colons), with blank lines and # comments. A line with no colon, with
+// no name before it, or with a secret under 16 bytes fails the file with
+// its line number, and the error never holds the line's text.
+func TestLoadTokens(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) string {
+		path := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	tokens, err := overrides.LoadTokens(write("# ops team\nops:" + secret + "\n\n  ci:a:b:c:0123456789abcdef  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != 2 || tokens[0].Name != "ops" || string(tokens[0].Secret) != secret || tokens[1].Name != "ci" || string(tokens[1].Secret) != "a:b:c:0123456789abcdef" {
+		t.Errorf("tokens %+v", tokens)
+	}
+	for _, c := range []struct{ content, want string }{
+		{"ops:" + secret + "\ntokvalNOCOLONxxxxxxxxxxxxxxxx\n", "line 2: not name:secret (no colon)"},
+		{"# x\n:tokvalEMPTYNAMExxxxxxxxxxxxx\n", "line 2: a token with no name"},
+		{"  :tokvalEMPTYNAMExxxxxxxxxxxxx\n", "line 1: a token with no name"},
+		{"ops:tokvalSHORT\n", "line 1: a token of 11 bytes: at least 16"},
+		{"# nothing\n", "no token"},
+	} {
+		_, err := overrides.LoadTokens(write(c.content))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.content, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "tokval") {
+			t.Errorf("%q: the error shows the secret: %v", c.content, err)
 		}
 	}
 }
