@@ -34,12 +34,15 @@ type promSink struct {
 	log    *slog.Logger
 	store  gostats.Store // flushed at each scrape; set once made
 
+	// The vectors are by metric name and label names: one metric may
+	// have series of other label names, as statsd_exporter serves them
+	// (a series of each), but only one type.
 	mu       sync.Mutex
 	counters map[string]*prometheus.CounterVec
 	gauges   map[string]*prometheus.GaugeVec
 	hists    map[string]*prometheus.HistogramVec
-	labels   map[string]string // each metric's type and label names, fixed by its first stat
-	refused  map[string]bool   // names logged once as not exportable
+	types    map[string]mapper.MetricType // each metric's, fixed by its first stat
+	refused  map[string]bool              // names logged once as not exportable
 }
 
 // timerType is the older name of observer_type, which Envoy Gateway's
@@ -89,20 +92,24 @@ func badExport(name string, keys []string) string {
 	return ""
 }
 
-// checkMappings refuses a mapping file that would cost too much to load
-// or that names a metric badExport refuses (a name with $ is a template,
-// checked as each stat is mapped).
+// mappingEntry is what checkMappings reads of one mapping.
+type mappingEntry struct {
+	Match      string            `yaml:"match"`
+	Name       string            `yaml:"name"`
+	Action     string            `yaml:"action"`
+	MetricType string            `yaml:"match_metric_type"`
+	Labels     map[string]string `yaml:"labels"`
+}
+
+// checkMappings refuses a mapping file that would cost too much to load,
+// that names a metric badExport refuses (a name with $ is a template,
+// checked as each stat is mapped), or two of whose mappings collide.
 func checkMappings(data []byte) error {
 	if len(data) > maxMappingBytes {
 		return fmt.Errorf("%d bytes, more than %d: a mapping of envoyproxy/ratelimit's stats needs a few dozen", len(data), maxMappingBytes)
 	}
 	var f struct {
-		Mappings []struct {
-			Match  string            `yaml:"match"`
-			Name   string            `yaml:"name"`
-			Action string            `yaml:"action"`
-			Labels map[string]string `yaml:"labels"`
-		} `yaml:"mappings"`
+		Mappings []mappingEntry `yaml:"mappings"`
 	}
 	if err := yaml.Unmarshal(data, &f); err != nil {
 		return err
@@ -110,7 +117,7 @@ func checkMappings(data []byte) error {
 	if len(f.Mappings) > maxMappings {
 		return fmt.Errorf("%d mappings, more than %d: the mapper's cost grows with their square", len(f.Mappings), maxMappings)
 	}
-	for _, m := range f.Mappings {
+	for i, m := range f.Mappings {
 		if m.Action == string(mapper.ActionTypeDrop) {
 			continue
 		}
@@ -122,8 +129,41 @@ func checkMappings(data []byte) error {
 		if why := badExport(name, keys); why != "" {
 			return fmt.Errorf("mapping of %q: %s", m.Match, why)
 		}
+		for j, o := range f.Mappings[:i] {
+			if why := collide(o, m); why != "" {
+				return fmt.Errorf("mappings %d (%q) and %d (%q): %s", j+1, o.Match, i+1, m.Match, why)
+			}
+		}
 	}
 	return nil
+}
+
+// collide says why mappings a and b cannot both be served ("" if they
+// can): they name one metric (not a template) as two types, or with the
+// same labels, none of which tells their series apart (each is a
+// template in one of them, or has one value in both), so that a stat of
+// each would add into one series. One metric with other label names is
+// served as statsd_exporter serves it: a series of each (Envoy Gateway's
+// mapping names ratelimit_service_rate_limit_over_limit with domain and
+// key1, and with domain, key1 and key2).
+func collide(a, b mappingEntry) string {
+	if a.Name != b.Name || strings.Contains(a.Name, "$") || a.Action == string(mapper.ActionTypeDrop) {
+		return ""
+	}
+	if a.MetricType != "" && b.MetricType != "" && a.MetricType != b.MetricType {
+		return fmt.Sprintf("both name %s, as a %s and as a %s: one of them could never be served", a.Name, a.MetricType, b.MetricType)
+	}
+	keys := slices.Sorted(maps.Keys(a.Labels))
+	if !slices.Equal(keys, slices.Sorted(maps.Keys(b.Labels))) {
+		return ""
+	}
+	for _, k := range keys {
+		va, vb := a.Labels[k], b.Labels[k]
+		if !strings.Contains(va, "$") && !strings.Contains(vb, "$") && va != vb {
+			return "" // a label of one value in each tells them apart
+		}
+	}
+	return fmt.Sprintf("both name %s%v with no label that tells their series apart: a stat of each would add into one series; give them other names, or a label of another value in each", a.Name, keys)
 }
 
 // newPromSink reads the mapping file.
@@ -142,7 +182,7 @@ func newPromSink(file string, log *slog.Logger) (*promSink, error) {
 		return nil, fmt.Errorf("--metrics-mapping %s: %v", file, err)
 	}
 	return &promSink{mapper: m, log: log, counters: map[string]*prometheus.CounterVec{}, gauges: map[string]*prometheus.GaugeVec{},
-		hists: map[string]*prometheus.HistogramVec{}, labels: map[string]string{}, refused: map[string]bool{}}, nil
+		hists: map[string]*prometheus.HistogramVec{}, types: map[string]mapper.MetricType{}, refused: map[string]bool{}}, nil
 }
 
 func (s *promSink) FlushCounter(name string, value uint64) {
@@ -180,10 +220,9 @@ func (s *promSink) add(stat string, typ mapper.MetricType, v float64) {
 	sort.Strings(keys)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	shape := fmt.Sprintf("%s %v", typ, keys)
-	have, ok := s.labels[name]
-	if ok && have != shape {
-		s.refuse(name, fmt.Sprintf("a %s, where the metric is a %s", shape, have))
+	have, ok := s.types[name]
+	if ok && have != typ {
+		s.refuse(name, fmt.Sprintf("a %s, where the metric is a %s", typ, have))
 		return
 	}
 	if !ok {
@@ -192,28 +231,29 @@ func (s *promSink) add(stat string, typ mapper.MetricType, v float64) {
 			s.refuse(name, why)
 			return
 		}
+		s.types[name] = typ
 	}
-	s.labels[name] = shape
+	vec := name + "\x00" + strings.Join(keys, "\x00")
 	switch typ {
 	case mapper.MetricTypeCounter:
-		c := s.counters[name]
+		c := s.counters[vec]
 		if c == nil {
 			c = prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: "envoyproxy/ratelimit's stat, by --metrics-mapping"}, keys)
-			s.counters[name] = c
+			s.counters[vec] = c
 		}
 		c.With(labels).Add(v)
 	case mapper.MetricTypeGauge:
-		g := s.gauges[name]
+		g := s.gauges[vec]
 		if g == nil {
 			g = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: "envoyproxy/ratelimit's stat, by --metrics-mapping"}, keys)
-			s.gauges[name] = g
+			s.gauges[vec] = g
 		}
 		g.With(labels).Set(v)
 	default:
-		h := s.hists[name]
+		h := s.hists[vec]
 		if h == nil {
 			h = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: "envoyproxy/ratelimit's stat, by --metrics-mapping"}, keys)
-			s.hists[name] = h
+			s.hists[vec] = h
 		}
 		h.With(labels).Observe(v)
 	}

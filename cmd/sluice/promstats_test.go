@@ -16,8 +16,11 @@ import (
 // TestPromSink: Envoy Gateway's mapping (timer_type, its older spelling,
 // included) names envoy-rl's stats; a tag suffix is dropped; an unmapped
 // stat is exported under its name with _ for what Prometheus does not
-// allow; a stat whose labels differ from its metric's first is dropped
-// with one warning; timers in milliseconds are observed in seconds.
+// allow; timers in milliseconds are observed in seconds. A stat whose
+// label names differ from those of its metric's first is served as a
+// series of its own, as statsd_exporter serves it: Envoy Gateway's
+// mapping names over_limit with domain and key1 for a descriptor of one
+// entry, and with key2 too for one of more.
 func TestPromSink(t *testing.T) {
 	var logs bytes.Buffer
 	s, err := newPromSink("testdata/envoygateway/statsd_conf.yaml", slog.New(slog.NewTextHandler(&logs, nil)))
@@ -61,17 +64,25 @@ some_other_stat 4
 			}
 		}
 	}
-	// The same name with other labels: dropped, one warning.
 	if logs.Len() > 0 {
 		t.Errorf("the mapper's own warnings are shown:\n%s", logs.String())
 	}
+	// The same name with other labels: a series of each.
+	s.FlushCounter("ratelimit.service.rate_limit.api.route_r.rule_0.user.over_limit", 4)
 	s.FlushCounter("ratelimit_service_rate_limit_over_limit", 1)
 	s.FlushCounter("ratelimit_service_rate_limit_over_limit", 1)
-	if n := strings.Count(logs.String(), "a stat not exported"); n != 1 {
-		t.Errorf("%d warnings for a stat with other labels, want 1:\n%s", n, logs.String())
+	if logs.Len() > 0 {
+		t.Errorf("warnings for stats with other labels:\n%s", logs.String())
 	}
+	want = `
+# HELP ratelimit_service_rate_limit_over_limit envoyproxy/ratelimit's stat, by --metrics-mapping
+# TYPE ratelimit_service_rate_limit_over_limit counter
+ratelimit_service_rate_limit_over_limit 2
+ratelimit_service_rate_limit_over_limit{domain="api",key1="user_a"} 3
+ratelimit_service_rate_limit_over_limit{domain="api",key1="route_r",key2="rule_0"} 4
+`
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_rate_limit_over_limit"); err != nil {
-		t.Errorf("after a stat with other labels: %v", err)
+		t.Errorf("stats with other labels: %v", err)
 	}
 }
 
@@ -94,9 +105,13 @@ func TestPromSinkBadMapping(t *testing.T) {
 // (more than maxMappingBytes, more than maxMappings mappings) or that
 // would make every scrape of the metrics listener fail (a metric named as
 // sluice's own, a label Prometheus reserves) is refused at start, naming
-// the file and the mapping. A templated name that maps a stat onto such a
-// name, or a name mapped as two types, is dropped with one warning: the
-// listener keeps answering.
+// the file and the mapping; so are two mappings that name one metric as
+// two types (match_metric_type), or with labels none of which tells
+// their series apart (a stat of each would add into one series, which
+// statsd_exporter serves silently), naming both mappings. A templated
+// name that maps a stat onto a reserved name, or a name mapped as two
+// types at run time, is dropped with one warning: the listener keeps
+// answering.
 func TestPromSinkGuards(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -130,6 +145,12 @@ func TestPromSinkGuards(t *testing.T) {
 		{"promhttp.yaml", "mappings:\n" + mapping("ratelimit.*.x", "promhttp_metric_handler_requests_total"), "promhttp_*"},
 		{"name.yaml", "mappings:\n" + mapping("ratelimit.*.x", "x", "__name__"), `label "__name__"`},
 		{"meta.yaml", "mappings:\n" + mapping("ratelimit.*.x", "x", "__meta_x"), `label "__meta_x"`},
+		{"sum.yaml", "mappings:\n" + mapping("ratelimit.*.hits", "hits", "domain") + mapping("ratelimit.*.x", "other") +
+			mapping("ratelimit.*.within", "hits", "domain") + "    timer_type: histogram\n",
+			`mappings 1 ("ratelimit.*.hits") and 3 ("ratelimit.*.within"): both name hits[domain] with no label that tells their series apart`},
+		{"const.yaml", "mappings:\n  - {match: a.x, name: n, labels: {kind: one}}\n  - {match: b.x, name: n, labels: {kind: one}}\n", "both name n[kind]"},
+		{"types.yaml", "mappings:\n  - {match: a.*, name: n, match_metric_type: counter, labels: {dom: $1}}\n  - {match: b.*, name: n, match_metric_type: gauge, labels: {env: $1}}\n",
+			`mappings 1 ("a.*") and 2 ("b.*"): both name n, as a counter and as a gauge`},
 	} {
 		path := write(c.file, c.content)
 		if _, err := newPromSink(path, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), path) {
@@ -138,10 +159,13 @@ func TestPromSinkGuards(t *testing.T) {
 	}
 
 	var logs bytes.Buffer
+	// One name with other label names, or with a label of another value
+	// in each, loads: their series are apart.
 	s, err := newPromSink(write("ok.yaml", "mappings:\n"+
 		mapping("ratelimit.service.*", "ratelimit_$1")+
 		mapping("ratelimit.twice.*", "ratelimit_twice", "domain")+
-		mapping("ratelimit.gauge.*", "ratelimit_twice", "domain")), slog.New(slog.NewTextHandler(&logs, nil)))
+		mapping("ratelimit.gauge.*", "ratelimit_twice", "region")+
+		"  - {match: a.*, name: n, labels: {dom: $1, stat: a}}\n  - {match: b.*, name: n, labels: {dom: $1, stat: b}}\n"), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +177,8 @@ func TestPromSinkGuards(t *testing.T) {
 	s.FlushGauge("ratelimit.service.ok", 1) // the name of a counter, as a gauge
 	s.FlushCounter("ratelimit.twice.api", 1)
 	s.FlushGauge("ratelimit.gauge.api", 1)
+	s.FlushCounter("a.x", 1)
+	s.FlushCounter("b.x", 1)
 	// A template that makes a reserved name: sluice_config_loads_total.
 	s2, err := newPromSink(write("tmpl.yaml", "mappings:\n"+mapping("ratelimit.*.loads_total", "$1_loads_total")), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
@@ -166,7 +192,7 @@ func TestPromSinkGuards(t *testing.T) {
 	if n := strings.Count(logs.String(), "a stat not exported"); n != 3 {
 		t.Errorf("%d warnings, want 3 (a gauge of a counter's name twice, a reserved name):\n%s", n, logs.String())
 	}
-	if n, err := testutil.GatherAndCount(mapped, "ratelimit_ok", "ratelimit_twice"); err != nil || n != 2 {
-		t.Errorf("the stats first mapped: %d series, %v; want 2", n, err)
+	if n, err := testutil.GatherAndCount(mapped, "ratelimit_ok", "ratelimit_twice", "n"); err != nil || n != 4 {
+		t.Errorf("the stats first mapped, and n's of two stats: %d series, %v; want 4", n, err)
 	}
 }

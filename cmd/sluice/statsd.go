@@ -39,7 +39,7 @@ func (s *statsdSettings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.mogrifiers, "dogstatsd-mogrifiers", "", "`names` (k,k) of the mogrifiers that rewrite DogStatsD names into tags, each defined by DOG_STATSD_MOGRIFIER_<NAME>_PATTERN, _NAME and _TAGS as in envoy-rl")
 	fs.DurationVar(&s.interval, "statsd-flush-interval", 10*time.Second, "how often the stats are sent to --statsd")
 	fs.StringVar(&s.tags, "statsd-tags", "", "`tags` added to every stat, as k:v,k:v (envoy-rl's EXTRA_TAGS)")
-	fs.StringVar(&s.mapping, "metrics-mapping", "", "statsd_exporter mapping `file` (envoy-rl's PROMETHEUS_MAPPER_YAML): envoyproxy/ratelimit's stats, named by it, are served on --metrics-addr beside sluice's metrics. At most 256 KiB and 500 mappings; a mapping that names a metric sluice_*, go_*, process_* or promhttp_*, or a label starting with __, is refused")
+	fs.StringVar(&s.mapping, "metrics-mapping", "", "statsd_exporter mapping `file` (envoy-rl's PROMETHEUS_MAPPER_YAML): envoyproxy/ratelimit's stats, named by it, are served on --metrics-addr beside sluice's metrics. At most 256 KiB and 500 mappings; a mapping that names a metric sluice_*, go_*, process_* or promhttp_*, or a label starting with __, is refused, and so are two that name one metric as two types or with no label that tells their series apart. One metric with other label names in two mappings is served as statsd_exporter serves it, a series of each")
 }
 
 // check reports what is wrong with the flags, reading the mogrifiers'
