@@ -31,7 +31,9 @@ type checkFlags struct {
 func (c *checkFlags) help() *help {
 	h := newHelp("check", "check --config PATH [--merge-domains]", `Validates rules (and a file's http section, for sluice proxy) as sluice
 serve and sluice proxy read them, and prints every problem with its line,
-then every warning. Exits 1 on any problem.`)
+then every warning: among them each concurrency limit, which sluice proxy
+takes and sluice serve only with --stream-done-release. Exits 1 on any
+problem; warnings alone exit 0.`)
 	h.fs.StringVar(&c.config, "config", "", "rules `path`: a file, or a directory of files (one domain each)")
 	h.fs.BoolVar(&c.merge, "merge-domains", false, "let several rules files define one domain, as sluice serve --merge-domains (envoy-rl's MERGE_DOMAIN_CONFIG)")
 	return h
@@ -68,9 +70,23 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	printWarnings(stderr, cfg.Warnings())
+	printWarnings(stderr, append(cfg.Warnings(), concurrencyWarnings(cfg)...))
 	fmt.Fprintf(stdout, "%s: OK (%d domain(s): %v)\n", c.config, len(cfg.Domains()), cfg.Domains())
 	return nil
+}
+
+// concurrencyWarnings are the warnings of the rules of c with a
+// concurrency limit: sluice proxy and httplimit enforce them, but sluice
+// serve refuses them unless Envoy gives each request's permits back
+// (--stream-done-release), so that rules that check cleanly may not
+// serve.
+func concurrencyWarnings(c *rules.Config) []rules.Problem {
+	var out []rules.Problem
+	for _, r := range concurrencyRules(c) {
+		out = append(out, rules.Problem{File: r.File, Line: r.Line, Column: r.Column, Msg: fmt.Sprintf(
+			"rule %s has a concurrency limit: sluice serve refuses it unless started with --stream-done-release, with Envoy releasing each request's permits when its stream is done (docs/envoy-apis.md); sluice proxy and httplimit enforce it as it is", r.StatKey)})
+	}
+	return out
 }
 
 // printWarnings prints the warnings of rules, one a line.

@@ -327,6 +327,32 @@ descriptors:
 	}
 }
 
+// TestCheckConcurrency: a rule with a concurrency limit checks OK (exit
+// 0: sluice proxy takes it) with a warning naming the rule and the switch
+// sluice serve needs for it, --stream-done-release, without which serve
+// refuses the same file.
+func TestCheckConcurrency(t *testing.T) {
+	file := writeFile(t, "conc.yaml", `domain: llm
+descriptors:
+  - key: api_key
+    concurrency: {max: 4}
+    rate_limit: {unit: minute, requests_per_unit: 600}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 60}
+`)
+	code, out, errOut := runCmd(t, "", "check", "--config", file)
+	if code != 0 || !strings.Contains(out, "OK") {
+		t.Errorf("exit %d, %q", code, out)
+	}
+	if !strings.Contains(errOut, "warning: "+file+":3:") || !strings.Contains(errOut, "rule llm.api_key has a concurrency limit") ||
+		!strings.Contains(errOut, "--stream-done-release") || strings.Count(errOut, "warning:") != 1 {
+		t.Errorf("stderr:\n%s\nwant one warning naming line 3, llm.api_key and --stream-done-release", errOut)
+	}
+	if code, _, errOut := runCmd(t, "", "serve", "--config", file, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"); code != 1 || !strings.Contains(errOut, "--stream-done-release") {
+		t.Errorf("sluice serve without --stream-done-release: exit %d, %q", code, errOut)
+	}
+}
+
 // TestMissingConfigFailsBeforeStarting: serve and proxy stop on a
 // --config that does not exist before they log that they start, and say
 // which.

@@ -254,14 +254,24 @@ func (s *serveSettings) checkRules(c *rules.Config) error {
 // those in flight, which denies far more than the rule says. sluice
 // cannot see Envoy's configuration, so the operator states it.
 func refuseConcurrency(c *rules.Config) error {
+	if rs := concurrencyRules(c); len(rs) > 0 {
+		return fmt.Errorf("%s:%d: a concurrency limit needs Envoy to release each request's permits when its stream is done (apply_on_stream_done with the permit token, docs/envoy-apis.md): with that configured, start sluice serve with --stream-done-release; or use sluice proxy, or httplimit in Go", rs[0].File, rs[0].Line)
+	}
+	return nil
+}
+
+// concurrencyRules are the rules of c with a concurrency limit, in the
+// order of c's domains and their rules.
+func concurrencyRules(c *rules.Config) []*rules.Rule {
+	var out []*rules.Rule
 	for _, name := range c.Domains() {
 		for _, r := range c.Domain(name).Rules {
 			if r.Concurrency != nil {
-				return fmt.Errorf("%s:%d: a concurrency limit needs Envoy to release each request's permits when its stream is done (apply_on_stream_done with the permit token, docs/envoy-apis.md): with that configured, start sluice serve with --stream-done-release; or use sluice proxy, or httplimit in Go", r.File, r.Line)
+				out = append(out, r)
 			}
 		}
 	}
-	return nil
+	return out
 }
 
 // explainRegions adds to e's global limits this region's allocation of
