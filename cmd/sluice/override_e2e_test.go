@@ -411,3 +411,24 @@ func TestAdminTokenFileRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestServeE2EOverridesWrongPassword: sluice serve with overrides in a
+// real redis-server that refuses its password logs the lost subscription
+// of the overrides once in 3 s, where it logged it 5 times a second.
+func TestServeE2EOverridesWrongPassword(t *testing.T) {
+	beside(t)
+	srv := redistest.Standalone(t, redistest.WithPassword("the-right-password-0123456789"))
+	rules := writeFile(t, "rules.yaml", dayRule("api", "tenant", 10))
+	tokens := writeFile(t, "tokens", "ops:0123456789abcdef0123456789abcdef\n")
+	p := launch(t, nil, "--config", rules, "--store", "redis", "--redis-url", "redis://:a-wrong-password-0123@"+srv.Addr(),
+		"--admin-addr", "127.0.0.1:0", "--admin-token-file", tokens)
+	p.waitLog("listening", "admin")
+	time.Sleep(3 * time.Second)
+	log := p.log()
+	if n := strings.Count(log, "subscription to Redis lost"); n != 1 {
+		t.Errorf("%d lines of a lost subscription in 3 s, want 1:\n%s", n, grepLines(log, "subscription"))
+	}
+	if strings.Contains(log, "a-wrong-password") {
+		t.Error("the password is in the log")
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/internal/base/logsample"
 )
 
 // changeLua applies the steps of one change to the overrides hash,
@@ -135,10 +137,25 @@ func (s *RedisStore) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// The waits between tries to subscribe double from retryMin to retryMax,
+// and start again from retryMin after a subscription that held
+// retryMax or more; a run of failures is logged at once, then at most
+// once per retryLogEvery with the count of failures since the last
+// line. A Redis that refuses every try (a wrong password) so costs a try
+// every 5 s and a log line a minute, not 5 of each a second.
+const (
+	retryMin      = 200 * time.Millisecond
+	retryMax      = 5 * time.Second
+	retryLogEvery = time.Minute
+)
+
 // subscribe receives the changes, reading the hash again before each
 // (re)subscription.
 func (s *RedisStore) subscribe(ctx context.Context) {
+	delay := retryMin
+	failures := logsample.Sampler{Interval: retryLogEvery}
 	for ctx.Err() == nil {
+		start := time.Now()
 		c, err := s.client()
 		if err == nil {
 			err = s.resync(ctx)
@@ -149,14 +166,21 @@ func (s *RedisStore) subscribe(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if time.Since(start) >= retryMax {
+			// It held: its loss starts a new run of failures.
+			delay, failures = retryMin, logsample.Sampler{Interval: retryLogEvery}
+		}
 		if err != nil {
-			s.log.Warn("overrides: subscription to Redis lost; retrying", "err", err)
+			if dropped, ok := failures.Allow(time.Now()); ok {
+				s.log.Warn("overrides: subscription to Redis lost; retrying", "err", err, "retry_in", delay, "failures_not_logged", dropped)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, retryMax)
 	}
 }
 

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/internal/decision/overrides"
+	"github.com/sluicehq/sluice/internal/testsupport/logtest"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 )
 
@@ -152,4 +155,71 @@ func newRedis(t *testing.T) (rueidis.Client, string) {
 	}
 	t.Cleanup(c.Close)
 	return c, fmt.Sprintf("ov-%d:", time.Now().UnixNano())
+}
+
+// TestRedisStoreRefusedBacksOff: a real redis-server that refuses the
+// store's password. The store tries to subscribe again after 200 ms,
+// then twice as long each time up to 5 s, not every 200 ms, and logs the
+// failures once, not at each try. Given the right password, it catches up
+// (an override put meanwhile is in its index) within the longest wait.
+func TestRedisStoreRefusedBacksOff(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.WithPassword("the-right-password-0123456789"))
+	var mu sync.Mutex
+	password, tries := "a-wrong-password-0123456789", 0
+	var client rueidis.Client
+	connect := func() (rueidis.Client, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if client != nil {
+			return client, nil
+		}
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: password, DisableCache: true})
+		if err == nil {
+			client = c
+			t.Cleanup(c.Close)
+		}
+		return c, err
+	}
+	var logs logtest.Buffer
+	idx := overrides.NewIndex(nil)
+	prefix := fmt.Sprintf("ov-%d:", time.Now().UnixNano())
+	s := overrides.NewRedisStore(connect, prefix, idx, nil, logs.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+
+	time.Sleep(3 * time.Second)
+	lost := strings.Count(logs.String(), "subscription to Redis lost")
+	mu.Lock()
+	n := tries
+	mu.Unlock()
+	t.Logf("in 3 s: %d tries (the subscription's and the poll's), %d lines", n, lost)
+	// The subscription tries at 0, 0.2, 0.6, 1.4 and 3 s; the poll asks
+	// for a client every 0.5 s (6 times), and logs nothing.
+	if n > 13 || lost != 1 {
+		t.Errorf("in 3 s: %d tries, %d lines of a lost subscription; want at most 13 and 1:\n%s", n, lost, logs.String())
+	}
+
+	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, Password: "the-right-password-0123456789", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	other := overrides.NewRedisStore(func() (rueidis.Client, error) { return admin, nil }, prefix, overrides.NewIndex(nil), nil, nil)
+	p, _ := overrides.ParsePath("tenant=acme")
+	if _, err := other.Put(&overrides.Override{Domain: "api", Path: p, Limit: json.RawMessage(`{"blocked":true}`)}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	password = "the-right-password-0123456789"
+	mu.Unlock()
+	start := time.Now()
+	for idx.Lookup("api", entries("tenant=acme")) == nil {
+		if time.Since(start) > 7*time.Second {
+			t.Fatalf("not caught up 7 s after the password was right:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("caught up %v after the password was right", time.Since(start).Round(time.Millisecond))
 }
