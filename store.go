@@ -18,7 +18,10 @@ import "context"
 //     request, a hit that would have allowed reports its Remaining as it
 //     stands, since nothing was consumed.
 //   - Hits of cost 0 consume nothing.
-//   - Different limits given the same key string keep separate state.
+//   - Different limits given the same key string keep separate state,
+//     but for Concurrency limits: the permits of a key are one set
+//     whatever the limit's Rate and Period (each permit carries its own
+//     expiry), so that the permits held stay counted when they change.
 //   - Hits on the same key are applied in order, each seeing the previous.
 //   - The store owns the clock: memstore reads its Now field, redisstore
 //     asks Redis.

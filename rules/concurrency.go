@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"fmt"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -77,9 +76,15 @@ func (p *parser) concurrency(r *Rule, n *yaml.Node) {
 		r.Concurrency = nil
 		return
 	}
-	r.concurrencyTag = fmt.Sprintf("#c/%d", int64(ttl))
 	r.limited = true
 }
+
+// concurrencyTag is the key tag of a rule's permits: the permits of a
+// descriptor value are one set whatever the rule's max and ttl say, so
+// that a reload that changes them keeps counting the permits held (each
+// carries its own expiry; the store's identity of a Concurrency limit
+// leaves N and the TTL out too: algo.Params.IdentityCounts).
+const concurrencyTag = "#c"
 
 // permitCost is the cost of a descriptor's permit hit: one permit a
 // request, whatever its hits_addend; none for a peek (cost 0).

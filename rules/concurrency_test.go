@@ -95,3 +95,28 @@ func TestConcurrencyRuleErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyKeyOutlivesEdits: the key of a value's permits is the
+// same whatever the rule's max and ttl say, so that a reload that changes
+// them keeps counting the permits held; the path to the rule and the
+// value still tell keys apart.
+func TestConcurrencyKeyOutlivesEdits(t *testing.T) {
+	key := func(block string) string {
+		c := rulestest.Config(t, "domain: llm\ndescriptors:\n  - key: api_key\n    concurrency: "+block+"\n  - key: team\n    concurrency: "+block+"\n")
+		p := plan(t, c, "llm", desc("api_key=a"))
+		if len(p.Hits) != 1 {
+			t.Fatalf("%s: %d hits", block, len(p.Hits))
+		}
+		return p.Hits[0].Key
+	}
+	k := key("{max: 4, ttl: 15s}")
+	for _, b := range []string{"{max: 4, ttl: 16s}", "{max: 5, ttl: 15s}", "{max: 1}", "{max: 0, ttl: 1h}"} {
+		if got := key(b); got != k {
+			t.Errorf("%s: key %q, want %q as with {max: 4, ttl: 15s}", b, got, k)
+		}
+	}
+	c := rulestest.Config(t, "domain: llm\ndescriptors:\n  - key: team\n    concurrency: {max: 4}\n")
+	if p := plan(t, c, "llm", desc("team=a")); p.Hits[0].Key == k {
+		t.Errorf("another descriptor's permits share the key %q", k)
+	}
+}

@@ -280,7 +280,7 @@ func (p *Plan) permitHit(d *Domain, desc *Descriptor, m *Match) error {
 	}
 	lv := p.levels[m.lv : m.lv+len(desc.Entries)]
 	start := len(p.buf)
-	p.buf = appendRuleKey(p.buf, d.Name, r, r.concurrencyTag, desc.Entries, lv)
+	p.buf = appendRuleKey(p.buf, d.Name, r, concurrencyTag, desc.Entries, lv)
 	if err := p.addHit(start, r.Concurrency, permitCost(desc.Cost)); err != nil {
 		return err
 	}

@@ -115,16 +115,15 @@ type Rule struct {
 	File         string
 	Line, Column int
 
-	composite      string            // key, or key_value: Envoy's map key
-	children       map[string]*Rule  // by composite
-	wildcards      []*Rule           // wildcard children, in file order
-	glob           glob              // the pattern of a wildcard rule, else nil
-	limited        bool              // has a rate_limit block (limits or unlimited) or a concurrency
-	concurrencyTag string            // the key tag of Concurrency
-	depth          int               // 1 at the top level
-	ident          string            // length-prefixed path, part of counter keys
-	windows        []calendar.Window // of Schedules, in order
-	set            limitSet          // what it enforces, outside its schedules' windows
+	composite string            // key, or key_value: Envoy's map key
+	children  map[string]*Rule  // by composite
+	wildcards []*Rule           // wildcard children, in file order
+	glob      glob              // the pattern of a wildcard rule, else nil
+	limited   bool              // has a rate_limit block (limits or unlimited) or a concurrency
+	depth     int               // 1 at the top level
+	ident     string            // length-prefixed path, part of counter keys
+	windows   []calendar.Window // of Schedules, in order
+	set       limitSet          // what it enforces, outside its schedules' windows
 }
 
 // limitSet is what a rule, or a window of its schedules, enforces: its

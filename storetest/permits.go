@@ -19,7 +19,8 @@ import (
 // and no more, all or nothing with rates (on the same key, and on other
 // keys: other Cluster slots), retries, shadow limits, several permits in
 // one request, release, renewal, loss and expiry on the store's clock,
-// and many holders at once. A store without Permits must still
+// a key's permits counted as one set whatever the limit's N and TTL, and
+// many holders at once. A store without Permits must still
 // decide the hits, and Limiter.Acquire must refuse it.
 func (s suite) permits(t *testing.T) {
 	for _, c := range []struct {
@@ -33,6 +34,7 @@ func (s suite) permits(t *testing.T) {
 		{"SeveralInOneRequest", permitsSeveral},
 		{"ReleaseAndRenew", permitsReleaseRenew},
 		{"Expiry", permitsExpiry},
+		{"OneSetWhateverTheLimit", permitsOneSet},
 		{"ManyHolders", permitsMany},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -88,7 +90,7 @@ func permitsUpToTheLimit(t *testing.T, e *env) {
 	wantPermits(t, "after the retry", d, false, 0, 8*time.Second, 8*time.Second)
 	// An ID of the 64 bytes allowed, and one with spaces, are IDs like any.
 	zero := concurrencyLimit(0, time.Second)
-	d, _ = e.take(permitHit("k", zero, "a b"))
+	d, _ = e.take(permitHit("z", zero, "a b"))
 	wantPermits(t, "a zero limit", d, false, 0, 0, sluice.Never)
 	e.clock.Advance(9 * time.Second)
 	d, _ = e.take(permitHit("k", l, "p 4 "+string(make([]byte, 58))))
@@ -234,10 +236,43 @@ func permitsExpiry(t *testing.T, e *env) {
 	// A permit of a period that is not whole milliseconds lives to the
 	// next whole one.
 	odd := concurrencyLimit(1, 1500*time.Microsecond)
-	e.take(permitHit("k", odd, "x"))
+	e.take(permitHit("odd", odd, "x"))
 	e.clock.Advance(1500 * time.Microsecond)
-	d, _ = e.take(permitHit("k", odd, "y"))
+	d, _ = e.take(permitHit("odd", odd, "y"))
 	wantPermits(t, "rounded up", d, false, 0, 500*time.Microsecond, 500*time.Microsecond)
+}
+
+// permitsOneSet: the permits of a key are one set whatever the limit's N
+// and TTL say (a rules reload that changes them): those held under one
+// count under another, keep their own expiries, and are renewed and
+// released under any; a new TTL applies to the permits acquired or
+// renewed under it. After N is lowered below the permits held, they stay
+// held and new ones are refused until fewer are held than the new N.
+func permitsOneSet(t *testing.T, e *env) {
+	a := concurrencyLimit(2, 10*time.Second)
+	e.take(permitHit("k", a, "p0"))
+	e.take(permitHit("k", a, "p1"))
+	b := concurrencyLimit(3, 20*time.Second) // max and ttl raised
+	wantPermits(t, "the permits held under another limit", e.allow("k", b, 0), true, 1, 10*time.Second, 0)
+	d, _ := e.take(permitHit("k", b, "p2"))
+	wantPermits(t, "one more under the new one", d, true, 0, 10*time.Second, 0)
+	d, _ = e.take(permitHit("k", a, "p3"))
+	wantPermits(t, "the old limit counts the new permit", d, false, 0, 10*time.Second, 10*time.Second)
+	c := concurrencyLimit(1, 5*time.Second) // max and ttl lowered below what is held
+	d, _ = e.take(permitHit("k", c, "p3"))
+	wantPermits(t, "lowered: refused", d, false, 0, 10*time.Second, 10*time.Second)
+	e.clock.Advance(time.Second)
+	out := e.renew(permitHit("k", c, "p0"), permitHit("k", b, "p1"))
+	wantPermits(t, "p0 renewed under c: never shortened", out[0], true, 0, 10*time.Second-time.Second, 0)
+	wantPermits(t, "p1 renewed under b", out[1], true, 0, 9*time.Second, 0)
+	if err := e.release(permitHit("k", b, "p0")); err != nil {
+		t.Fatal(err)
+	}
+	d, _ = e.take(permitHit("k", c, "p3"))
+	wantPermits(t, "two held of one: still refused", d, false, 0, 19*time.Second, 19*time.Second)
+	e.clock.Advance(20 * time.Second) // p2 expires at 20 s, p1 (renewed under b) at 21 s
+	d, _ = e.take(permitHit("k", c, "p3"))
+	wantPermits(t, "below the new N", d, true, 0, 5*time.Second, 0)
 }
 
 // permitsMany: 256 goroutines each hold a permit of a limit of 8 on one

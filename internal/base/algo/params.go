@@ -126,7 +126,8 @@ type Params struct {
 // with the kind, period and interval: a Concurrency limit's count none
 // (zeros), so that its permits are one set whatever its N: holders stay
 // counted when N changes (a rules reload, the local failure policy's
-// share of the slots on one of n nodes).
+// share of the slots on one of n nodes). Its period counts none either
+// (IdentityPeriod).
 func (p *Params) IdentityCounts() (rate, capacity int64) {
 	if p.Kind == Concurrency {
 		return 0, 0
@@ -137,9 +138,12 @@ func (p *Params) IdentityCounts() (rate, capacity int64) {
 // IdentityPeriod is the period that names a state in a store, with the
 // kind, rate, capacity and interval: an offset window's (a calendar
 // period's) changes length from period to period and keeps its state, so
-// it counts as none.
+// it counts as none; so does a Concurrency limit's, its permits' TTL:
+// each permit carries its own expiry, so the permits of a key are one set
+// whatever the TTL, and a new TTL applies to the permits acquired or
+// renewed with it while those held stay counted.
 func (p *Params) IdentityPeriod() int64 {
-	if p.Offset != 0 {
+	if p.Offset != 0 || p.Kind == Concurrency {
 		return 0
 	}
 	return p.Period
