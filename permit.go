@@ -177,15 +177,21 @@ func (p *Permit) Release(ctx context.Context) error {
 	return nil
 }
 
-// Renew extends each of the permits to a Period from the store's now. It
-// reports false when one is held no more: it expired (its holder ran a
-// Period without renewing) or was released; a lost permit is not taken
-// again, for its slot may be another's now. A holder whose work outlives
-// a Period renews more often than that (Hold renews every third of it).
-// The permits of a request that a remote service decided
-// (decide.Outcome.Permit) cannot be renewed: Renew fails with an error
-// wrapping errors.ErrUnsupported.
+// Renew extends each of the permits to a Period from the store's now. A
+// permit the store holds no more (it expired: its holder ran a Period
+// without renewing; or the store lost it: a Redis restarted empty) is
+// acquired again if its key has room, fewer than its limit held, and
+// is lost otherwise, for its slot may be another's now: Renew then
+// reports false. After Release it reports false and does nothing. A
+// holder whose work outlives a Period renews more often than that (Hold
+// renews every third of it). The permits of a request that a remote
+// service decided (decide.Outcome.Permit) cannot be renewed: Renew fails
+// with an error wrapping errors.ErrUnsupported.
 func (p *Permit) Renew(ctx context.Context) (bool, error) {
+	// Under mu, as Release: a renewal never acquires again a permit
+	// released meanwhile.
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.released.Load() {
 		return false, nil
 	}
@@ -228,8 +234,9 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 // the release's if that failed (the permit then expires a Period after
 // its last renewal).
 //
-// If a renewal finds the permit lost (fn outlived its Period while the
-// store could not be reached, or the store lost it), fn's context is
+// If a renewal finds the permit lost (the store held it no more, and
+// another had taken its slot: fn outlived its Period while the store
+// could not be reached, or the store lost it), fn's context is
 // cancelled, with a cause (context.Cause) that says so: another may hold
 // the slot by then, and fn, if it heeds its context, stops rather than
 // run beyond the limit. A renewal that fails (the store is down) cancels
@@ -257,7 +264,7 @@ func (l *Limiter) Hold(ctx context.Context, key string, limit *Limit, fn func(co
 
 // errPermitLost is the cause with which Hold cancels fn's context when
 // its permit is lost.
-var errPermitLost = errors.New("sluice: the permit was lost (it expired, or the store lost it): another may hold its slot")
+var errPermitLost = errors.New("sluice: the permit was lost: the store held it no more (it expired, or the store lost it) and others hold every slot")
 
 // renewEvery is how often Hold renews a permit of period: a third of it,
 // and at least a millisecond.
@@ -267,7 +274,7 @@ func renewEvery(period time.Duration) time.Duration {
 
 // Keep renews the permits every third of the shortest Period among them
 // until stop is called, and returns a context derived from ctx that is
-// cancelled when a renewal finds a permit lost, with a cause
+// cancelled when a renewal finds a permit lost (Renew), with a cause
 // (context.Cause) that says so: another may hold its slot by then, and
 // work that heeds the context stops rather than run beyond the limit. A
 // renewal that fails (the store is down) cancels nothing: the permits may

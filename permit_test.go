@@ -217,17 +217,32 @@ func TestAcquire(t *testing.T) {
 	if held, err := p2.Renew(ctx); !held || err != nil {
 		t.Fatalf("renew: %v %v", held, err)
 	}
+	// At 14s p3 has expired: its renewal finds room and holds it again,
+	// to 24s.
 	now = now.Add(5 * time.Second)
-	if held, err := p3.Renew(ctx); held || err != nil {
-		t.Fatalf("renewing an expired permit: %v %v, want lost", held, err)
+	if held, err := p3.Renew(ctx); !held || err != nil {
+		t.Fatalf("renewing an expired permit with room: %v %v, want held again", held, err)
 	}
-	if d, _ := lim.AllowN(ctx, "k", l, 0); d.Remaining != 1 {
-		t.Fatalf("after p3 expired: %+v, want 1 left (the lost permit not added back)", d)
+	if d, _ := lim.AllowN(ctx, "k", l, 0); d.Remaining != 0 {
+		t.Fatalf("after p3 was held again: %+v, want none left", d)
 	}
-	if err := p3.Release(ctx); err != nil {
+	// At 20s p2 has expired and another takes its slot: p2's renewal
+	// finds no room, and it is lost.
+	now = now.Add(6 * time.Second)
+	p4, _, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil)
+	if p4 == nil {
+		t.Fatal("no permit after p2 expired")
+	}
+	if held, err := p2.Renew(ctx); held || err != nil {
+		t.Fatalf("renewing an expired permit of a full key: %v %v, want lost", held, err)
+	}
+	if d, _ := lim.AllowN(ctx, "k", l, 0); d.Remaining != 0 {
+		t.Fatalf("after p2 was lost: %+v, want none left (p3, p4; p2 not added back)", d)
+	}
+	if err := p2.Release(ctx); err != nil {
 		t.Fatalf("releasing an expired permit: %v", err)
 	}
-	now = now.Add(5 * time.Second)
+	now = now.Add(10 * time.Second)
 	if d, _ := lim.AllowN(ctx, "k", l, 0); d.Remaining != 2 {
 		t.Fatalf("after every permit expired: %+v", d)
 	}
@@ -327,8 +342,10 @@ func TestHold(t *testing.T) {
 
 // TestHoldRenews: Hold renews every third of the period, so that fn may
 // run many periods; when the store's clock jumps past the permit's
-// expiry, the next renewal finds it lost and cancels fn's context with a
-// cause, and the permit's slot is free again.
+// expiry, the next renewal finds it gone and holds it again while the
+// key has room; when another took the slot meanwhile, the renewal finds
+// it lost and cancels fn's context with a cause, and the other holds the
+// slot alone.
 func TestHoldRenews(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var jump atomic.Int64
@@ -346,6 +363,18 @@ func TestHoldRenews(t *testing.T) {
 				t.Error("the slot was free while held")
 			}
 			jump.Store(int64(4 * time.Second)) // the store's clock jumps past the expiry
+			time.Sleep(2 * time.Second)        // a renewal holds it again
+			if ctx.Err() != nil {
+				t.Error("cancelled while the key had room")
+			}
+			if _, d, _ := lim.Acquire(ctx, []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); d.Allowed {
+				t.Error("the slot was free after the renewal held it again")
+			}
+			jump.Store(int64(8 * time.Second)) // past the expiry again, and another takes the slot
+			other, d, _ := lim.Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil)
+			if !d.Allowed {
+				t.Error("the expired permit's slot is not free")
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Minute):
@@ -354,8 +383,11 @@ func TestHoldRenews(t *testing.T) {
 			if c := context.Cause(ctx); c == nil || !strings.Contains(c.Error(), "permit was lost") {
 				t.Errorf("cause %v", c)
 			}
-			if _, d, _ := lim.Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); !d.Allowed {
-				t.Error("the lost permit's slot is not free")
+			if _, d, _ := lim.Acquire(context.Background(), []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, nil); d.Allowed {
+				t.Error("the lost permit was added back beside the slot's new holder")
+			}
+			if other != nil {
+				other.Release(context.Background())
 			}
 			return ctx.Err()
 		})

@@ -110,12 +110,14 @@ func TestPermitTrace(t *testing.T) {
 	}
 	want([6]int{4, 1, 1, 0, 0, 0})
 	now.Add(int64(2 * time.Second)) // p2 and p3 expired, p1 held
+	p4 := acquire(hit("k", l))      // p2's slot taken: its renewal finds no room
+	want([6]int{5, 1, 1, 0, 0, 0})
 	for range 2 {
 		if held, err := p2.Renew(ctx); held || err != nil {
 			t.Fatalf("renew of an expired permit: %v %v", held, err)
 		}
 	}
-	want([6]int{4, 1, 1, 1, 0, 0}) // lost once
+	want([6]int{5, 1, 1, 1, 0, 0}) // lost once
 	if n := ms.Stats().PermitsExpired; n != 1 {
 		t.Fatalf("the store dropped %d permits on expiry, want 1 (p2's)", n)
 	}
@@ -125,19 +127,22 @@ func TestPermitTrace(t *testing.T) {
 	if err := p2.Release(ctx); err != nil { // nothing to release: it was lost
 		t.Fatal(err)
 	}
-	want([6]int{4, 1, 1, 1, 1, 0})
+	if err := p4.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want([6]int{5, 1, 1, 1, 2, 0})
 	s.down.Store(true)
 	if err := p3.Release(ctx); err == nil {
 		t.Fatal("a release through a store that is down")
 	}
-	want([6]int{4, 1, 1, 1, 1, 2})
+	want([6]int{5, 1, 1, 1, 2, 2})
 	s.down.Store(false)
 	// Released after their expiry: too late, the store counts them as
 	// expired; the Trace, as released by their holder.
 	if err := p3.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want([6]int{4, 1, 1, 1, 3, 2})
+	want([6]int{5, 1, 1, 1, 4, 2})
 	if n := ms.Stats().PermitsExpired; n != 3 {
 		t.Fatalf("the store dropped %d permits on expiry, want 3", n)
 	}
@@ -152,7 +157,7 @@ func TestPermitTrace(t *testing.T) {
 	if n := ms.Stats().PermitsExpired; n != 3 {
 		t.Fatalf("the store dropped %d permits on expiry after a release, want 3", n)
 	}
-	want([6]int{5, 1, 1, 1, 3, 2})
+	want([6]int{6, 1, 1, 1, 4, 2})
 	// A permit never released expires, counted by the sweep.
 	acquire(hit("w", l))
 	now.Add(int64(time.Hour))

@@ -100,11 +100,14 @@ type oneTaker interface {
 //   - Renew (out not nil) extends each hit's permit, if its key still holds it at the
 //     store's now, to an expiry of now + Period (never shortening it),
 //     and writes a Decision to out[i] (len(out) >= len(hits)) as a
-//     Concurrency hit's, allowed. A permit no longer held (expired or
-//     released) is lost: it is NOT added again, since its holder may have
-//     run past its expiry while another took the slot, and adding it
-//     back would push the permits held past Rate; its decision is
-//     denied, with RetryAfter Never.
+//     Concurrency hit's, allowed. A permit no longer held (expired,
+//     released, or lost by the store) is acquired again, in the same
+//     atomic step as an acquisition checks the capacity, when fewer than
+//     Rate permits are held: it is held with a fresh expiry and its
+//     decision is allowed, so a store that lost its permits counts their
+//     holders again. Without room it is lost, and NOT added (its holder
+//     may have run past its expiry while another took the slot): its
+//     decision is denied, with RetryAfter Never.
 //   - Renew drops the expired permits of the keys it touches first, as
 //     Take does; the store owns the clock, as for Take. The hits need
 //     not share a key and are applied in order, each on its own (not

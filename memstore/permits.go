@@ -351,9 +351,9 @@ func (s *Store) release(_ context.Context, hits []sluice.Hit) error {
 }
 
 // renew extends the permit of each hit, if still held, to a Period from
-// now, and writes its decision to out (Permits): a permit
-// no longer held is lost, denied, and not added again. It never waits,
-// and ignores ctx.
+// now, and writes its decision to out (Permits): a permit no longer held
+// is held again if its key has room (algo.PermitRenew), else lost and
+// denied. It never waits, and ignores ctx.
 func (s *Store) renew(_ context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	now := s.now()
 	for i := range hits {

@@ -32,9 +32,10 @@ func (s *Store) release(ctx context.Context, hits []sluice.Hit) error {
 }
 
 // renew extends the permit of each hit, if still held, to a Period from
-// Redis's now, and writes its decision to out (Permits): a
-// permit no longer held is lost, denied, and not added again. One script
-// call ("n") per Cluster slot, as release.
+// Redis's now, and writes its decision to out (Permits): a permit no
+// longer held is held again if its key has room (algo.permit_renew),
+// else lost and denied. One script call ("n") per Cluster slot, as
+// release.
 func (s *Store) renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	if len(out) < len(hits) {
 		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))

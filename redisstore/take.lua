@@ -1423,8 +1423,9 @@ end
 -- after its expiry was not released in time: it counts as expired, as
 -- memstore counts it). A release then removes the permit, held or not,
 -- and answers "1" or "0" (it was not held); a renewal extends the permit
--- if still held (algo.permit_renew: a lost one is not added back) and
--- answers as a take does, "allowed remaining reset retry 0 committed".
+-- if still held, or adds it back if the key has room (algo.permit_renew:
+-- without room it is lost) and answers as a take does, "allowed
+-- remaining reset retry 0 committed".
 -- Either answer ends with " dropped" when it dropped expired permits.
 local function permits(KEYS, ARGV, mode, n)
   local out = {}

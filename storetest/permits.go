@@ -196,8 +196,9 @@ func permitsSeveral(t *testing.T, e *env) {
 }
 
 // permitsReleaseRenew: release frees a slot, twice or unknown harmlessly;
-// renewal extends a held permit; a lost permit's renewal says so and
-// does not add it back.
+// renewal extends a held permit; the renewal of a permit no longer held
+// acquires it again when its key has room, and otherwise says it is lost
+// and does not add it back.
 func permitsReleaseRenew(t *testing.T, e *env) {
 	l := concurrencyLimit(2, 10*time.Second)
 	e.take(permitHit("k", l, "a"))
@@ -216,10 +217,13 @@ func permitsReleaseRenew(t *testing.T, e *env) {
 	wantPermits(t, "renewed a, released", out[1], false, 0, 2*time.Second, sluice.Never)
 	e.clock.Advance(3 * time.Second) // c expires; b lives 7 s more
 	out = e.renew(permitHit("k", l, "c"))
-	wantPermits(t, "c, expired", out[0], false, 1, 7*time.Second, sluice.Never)
-	wantPermits(t, "c is not back", e.allow("k", l, 0), true, 1, 7*time.Second, 0)
+	wantPermits(t, "c, expired, with room: held again", out[0], true, 0, 7*time.Second, 0)
+	wantPermits(t, "c is back", e.allow("k", l, 0), true, 0, 7*time.Second, 0)
+	out = e.renew(permitHit("k", l, "a"))
+	wantPermits(t, "a, full: lost", out[0], false, 0, 7*time.Second, sluice.Never)
+	wantPermits(t, "a is not back", e.allow("k", l, 0), true, 0, 7*time.Second, 0)
 	e.clock.Advance(7 * time.Second)
-	wantPermits(t, "b expired in its turn", e.allow("k", l, 0), true, 2, 0, 0)
+	wantPermits(t, "b expired in its turn", e.allow("k", l, 0), true, 1, 3*time.Second, 0)
 }
 
 // permitsExpiry: a holder that never releases blocks until its permit

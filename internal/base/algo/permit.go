@@ -86,17 +86,24 @@ func PermitStep(p *Params, s PermitSet, now, n int64) (r Result, exp int64) {
 
 // PermitRenew renews, at now, the permit whose expiry s.Old says: a
 // permit still held gets exp = PermitExpiry, and an allowed result as
-// PermitStep's. One no longer held (expired, released, never acquired:
-// s.Old is 0) is lost, and is not added again, whatever room the set has:
-// its holder may have run past its expiry while another took its place,
-// and a renewal that added it back would not be checked against the
-// capacity as an acquisition is. Its result is denied, with RetryAfter
+// PermitStep's, whatever room the set has (after Capacity is lowered
+// below the permits held, they stay held). One no longer held (expired,
+// released, lost by the store: s.Old is 0) is acquired again when the
+// set has room, as PermitStep acquires it: fewer than Capacity held
+// (then exp is a fresh PermitExpiry, and the result is allowed); that is
+// an acquisition, checked against the capacity as any, so a store that
+// lost its permits (a Redis restarted empty) counts their holders again
+// at their next renewal instead of having them cancelled. Without room
+// it is lost: its holder may have run past its expiry while another
+// took its place. A lost permit's result is denied, with RetryAfter
 // Never (renewing it again never helps), exp 0, and the set's Remaining
-// and ResetAfter.
+// and ResetAfter. A zero limit (Rate or Capacity 0) acquires nothing
+// again.
 func PermitRenew(p *Params, s PermitSet, now int64) (r Result, exp int64) {
 	now = clampNow(now)
 	s = s.at(now)
-	if s.Old == 0 || p.Period <= 0 {
+	room := s.Held < p.Capacity && p.Rate > 0
+	if s.Old == 0 && !room || p.Period <= 0 {
 		r = permitResult(p, s, now, false)
 		r.RetryAfter = Never
 		return r, 0

@@ -46,22 +46,34 @@ func TestPermitStep(t *testing.T) {
 	}
 }
 
-// TestPermitRenew: a held permit is extended; a lost one is not added
-// back, even with room.
+// TestPermitRenew: a held permit is extended, even over capacity; one
+// no longer held is acquired again when the set has room, and lost
+// otherwise.
 func TestPermitRenew(t *testing.T) {
 	p := Params{Kind: Concurrency, Rate: 3, Period: 10e9, Capacity: 3}
 	const t0 = int64(1_700_000_000_000_000_000)
-	r, exp := PermitRenew(&p, PermitSet{Held: 2, Earliest: t0 + 1e9, Old: t0 + 1e9}, t0)
-	if want := (Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}); r != want || exp != t0+10e9 {
-		t.Errorf("renew: %+v exp %d, want %+v exp %d", r, exp, want, t0+10e9)
-	}
-	r, exp = PermitRenew(&p, PermitSet{Held: 1, Earliest: t0 + 1e9}, t0)
-	if want := (Result{Remaining: 2, ResetAfter: 1e9, RetryAfter: Never}); r != want || exp != 0 {
-		t.Errorf("lost with room: %+v exp %d, want %+v exp 0", r, exp, want)
-	}
-	r, exp = PermitRenew(&p, PermitSet{Held: 1, Earliest: t0, Old: t0}, t0)
-	if r.Allowed || exp != 0 {
-		t.Errorf("expired at now: %+v exp %d, want lost", r, exp)
+	for _, c := range []struct {
+		name string
+		p    Params
+		s    PermitSet
+		want Result
+		exp  int64
+	}{
+		{"held", p, PermitSet{Held: 2, Earliest: t0 + 1e9, Old: t0 + 1e9}, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
+		{"held over capacity", p, PermitSet{Held: 5, Earliest: t0 + 1e9, Old: t0 + 2e9}, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
+		{"never shortened", p, PermitSet{Held: 1, Earliest: t0 + 20e9, Old: t0 + 20e9}, Result{Allowed: true, Remaining: 2, ResetAfter: 20e9}, t0 + 20e9},
+		{"gone, with room: acquired again", p, PermitSet{Held: 1, Earliest: t0 + 1e9}, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
+		{"gone from an empty set", p, PermitSet{}, Result{Allowed: true, Remaining: 2, ResetAfter: 10e9}, t0 + 10e9},
+		{"gone, full: lost", p, PermitSet{Held: 3, Earliest: t0 + 1e9}, Result{ResetAfter: 1e9, RetryAfter: Never}, 0},
+		{"gone, over capacity: lost", p, PermitSet{Held: 4, Earliest: t0 + 1e9}, Result{ResetAfter: 1e9, RetryAfter: Never}, 0},
+		{"expired at now, full: lost", p, PermitSet{Held: 3, Earliest: t0, Old: t0}, Result{RetryAfter: Never}, 0},
+		{"a zero limit acquires nothing again", Params{Kind: Concurrency, Period: 10e9}, PermitSet{}, Result{RetryAfter: Never}, 0},
+		{"a zero limit renews a held one", Params{Kind: Concurrency, Period: 10e9}, PermitSet{Held: 1, Earliest: t0 + 1e9, Old: t0 + 1e9}, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
+	} {
+		r, exp := PermitRenew(&c.p, c.s, t0)
+		if r != c.want || exp != c.exp {
+			t.Errorf("%s: %+v exp %d, want %+v exp %d", c.name, r, exp, c.want, c.exp)
+		}
 	}
 }
 
@@ -106,9 +118,10 @@ func (m naivePermits) set(id uint8) PermitSet {
 // FuzzPermits runs traces of acquisitions, peeks, renewals and releases on
 // one key through PermitStep and PermitRenew, kept in a map as a store
 // keeps them, and checks them against what the semantics say: never more
-// than Capacity held, a retry counts once, a denial only when full, a lost
-// permit never comes back by a renewal, expiries whole milliseconds and a
-// period on, and the durations reported.
+// than Capacity held, a retry counts once, a denial only when full, a
+// renewal of a permit no longer held acquires it again only when not
+// full, expiries whole milliseconds and a period on, and the durations
+// reported.
 func FuzzPermits(f *testing.F) {
 	f.Add(uint8(2), int64(10e9), []byte{1, 0, 1, 1, 1, 2, 0, 3, 3, 1, 9, 1})
 	f.Add(uint8(1), int64(1), []byte{1, 0, 200, 1, 1, 3})
@@ -136,9 +149,9 @@ func FuzzPermits(f *testing.F) {
 				if op == 1 && r.Allowed == full {
 					t.Fatalf("acquire %d on %+v (cap %d): %+v", id, s, capacity, r)
 				}
-			case 2: // renew
+			case 2: // renew, or acquire again with room
 				r, exp = PermitRenew(&p, s, now)
-				if r.Allowed != (s.Old != 0) {
+				if r.Allowed != (s.Old != 0 || s.Held < p.Capacity) {
 					t.Fatalf("renew %d on %+v: %+v", id, s, r)
 				}
 			case 3: // release

@@ -65,7 +65,7 @@ var permitEvents = [numPermitEvents]struct{ name, help string }{
 	{"acquired", "Permits of concurrency rules acquired by admitted requests, by route."},
 	{"denied", "Permits of concurrency rules refused for want of a slot (their requests denied), by route."},
 	{"renewed", "Renewals of permits still held, by route: every ttl/3 while a request runs."},
-	{"lost", "Permits a renewal found held no more, by route: the request ran past the TTL without a renewal, or the store lost the permit; the request is cancelled."},
+	{"lost", "Permits a renewal found held no more, and their slots taken, by route: the request ran past the TTL without a renewal, or the store lost the permit, and others hold every slot; the request is cancelled."},
 	{"released", "Permits released when their requests ended, by route."},
 	{"release_failures", "Permits whose release failed (the store was down), by route: they expire after their TTL."},
 }

@@ -71,10 +71,11 @@ func (f *fixture) waitUntil(name string, labels []string, ok func(float64) bool)
 // TestPermitMetrics: the route's permits are counted as the requests of a
 // concurrency rule take, renew and release them: acquired and held while
 // a request runs, denied for a second one of its key, renewed every third
-// of the TTL, released at its end; and, when the store's clock jumps past
-// the TTL under a request, lost at the next renewal (the request is
-// cancelled), no longer held, not released, and counted by the store as
-// expired.
+// of the TTL, released at its end; when the store's clock jumps past the
+// TTL under a request, held again at the next renewal while the key has
+// room; and when another request took the slot first, lost at the next
+// renewal (the request is cancelled), no longer held, not released, and
+// counted by the store as expired.
 func TestPermitMetrics(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
@@ -101,9 +102,9 @@ func TestPermitMetrics(t *testing.T) {
 	route := []string{"route", "api"}
 
 	done := make(chan int, 2)
-	send := func(key string) {
+	sendCtx := func(ctx context.Context, key string) {
 		go func() {
-			req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, f.srv.URL+"/x", nil)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/x", nil)
 			req.Header.Set("Authorization", "Bearer "+key)
 			resp, err := f.srv.Client().Do(req)
 			if err != nil {
@@ -114,6 +115,7 @@ func TestPermitMetrics(t *testing.T) {
 			done <- resp.StatusCode
 		}()
 	}
+	send := func(key string) { sendCtx(context.Background(), key) }
 	send("a")
 	<-arrived
 	if a, h := f.metric("sluice_permits_acquired_total", route...), f.metric("sluice_permits_held", route...); a != 1 || h != 1 {
@@ -134,30 +136,57 @@ func TestPermitMetrics(t *testing.T) {
 	f.waitMetric(0, "sluice_permits_held", route...)
 
 	// The store's clock jumps past the TTL under a request: its permit
-	// has expired when its holder next renews it.
-	renewed := f.metric("sluice_permits_renewed_total", route...)
+	// has expired when its holder next renews it, and the key has room:
+	// the renewal holds it again.
 	send("b")
 	<-arrived
 	f.waitMetric(1, "sluice_permits_held", route...)
+	renewed := f.metric("sluice_permits_renewed_total", route...)
 	now.Add(int64(2 * time.Second))
+	f.waitUntil("sluice_permits_renewed_total", route, func(v float64) bool { return v >= renewed+2 })
+	if l, h := f.metric("sluice_permits_lost_total", route...), f.metric("sluice_permits_held", route...); l != 0 || h != 1 {
+		t.Fatalf("after a renewal found the permit gone, with room: lost %v, held %v; want 0 and 1", l, h)
+	}
+	// Again, and another request of key b takes the slot before the
+	// renewal (tried again if the renewal came first): the renewal finds
+	// no room, the permit is lost and its request cancelled.
+	other, cancelOther := context.WithCancel(context.Background())
+	defer cancelOther()
+	tries := 0 // the renewals that came first: each holds b's permit again
+	for ; ; tries++ {
+		now.Add(int64(2 * time.Second))
+		sendCtx(other, "b")
+		select {
+		case <-arrived:
+		case code := <-done:
+			if code != http.StatusTooManyRequests || tries == 20 {
+				t.Fatalf("another request of key b after the expiry: %d", code)
+			}
+			continue
+		}
+		break
+	}
 	f.waitMetric(1, "sluice_permits_lost_total", route...)
 	if code := <-done; code == http.StatusOK {
 		t.Fatal("the request whose permit was lost ran to its end")
 	}
+	f.waitMetric(1, "sluice_permits_held", route...) // the other's
+	cancelOther()
+	<-done
 	f.waitMetric(0, "sluice_permits_held", route...)
-	if r := f.metric("sluice_permits_released_total", route...); r != 1 {
-		t.Fatalf("released %v, want 1: a lost permit is not released", r)
+	if r := f.metric("sluice_permits_released_total", route...); r != 2 {
+		t.Fatalf("released %v, want 2 (a's and the other's): a lost permit is not released", r)
 	}
 	if r := f.metric("sluice_permits_renewed_total", route...); r < renewed {
 		t.Fatalf("renewed went from %v to %v", renewed, r)
 	}
 	for _, name := range []string{"sluice_permits_acquired_total", "sluice_permits_denied_total", "sluice_permits_release_failures_total"} {
-		want := map[string]float64{"sluice_permits_acquired_total": 2, "sluice_permits_denied_total": 1}[name]
+		want := map[string]float64{"sluice_permits_acquired_total": 3, "sluice_permits_denied_total": float64(1 + tries)}[name]
 		if got := f.metric(name, route...); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if n := store.Stats().PermitsExpired; n != 1 {
-		t.Fatalf("the store counted %d permits expired, want 1", n)
+	if n := store.Stats().PermitsExpired; n != int64(2+tries) {
+		t.Fatalf("the store counted %d permits expired, want %d (b's, at each jump)", n, 2+tries)
 	}
 }

@@ -22,10 +22,11 @@ type Trace struct {
 	// (Shadow limits not included). A request denied by a rate alone
 	// calls nothing.
 	Denied func(n int)
-	// Renewed: a renewal extended n permits still held.
+	// Renewed: a renewal extended n permits still held, or held again
+	// those the store held no more while their keys had room.
 	Renewed func(n int)
 	// Lost: a renewal found n permits held no more (expired, or lost by
-	// the store); each permit is reported lost once.
+	// the store) and their keys full; each permit is reported lost once.
 	Lost func(n int)
 	// Released: a Release gave back n permits, those not reported lost,
 	// err its failure (nil: released). A Release that failed and is

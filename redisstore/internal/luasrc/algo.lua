@@ -1004,11 +1004,13 @@ do
 	end
 
 	-- algo.permit_renew is PermitRenew: the hit's permit renewed at now
-	-- if still held (s.old), else lost.
+	-- if still held (s.old), else acquired again if the set has room,
+	-- else lost.
 	function algo.permit_renew(p, s, now)
 		now = clamp_now(now)
 		s = permit_at(s, now)
-		if eq(s.old, 0) or eq(p.period, 0) then
+		local room = lt(s.held, p.cap) and not eq(p.rate, 0)
+		if eq(s.old, 0) and not room or eq(p.period, 0) then
 			local r = permit_result(p, s, now, false)
 			r.retry = NEVER
 			return r, 0
