@@ -165,7 +165,7 @@ func (p *Permit) Release(ctx context.Context) error {
 	if p.elsewhere != nil {
 		err, n = p.elsewhere(ctx), p.held
 	} else {
-		err = p.l.release(ctx, p.hits)
+		err = p.l.release(ctx, p.hits, nil)
 	}
 	if tr := permittrace.From(ctx); tr != nil && tr.Released != nil && n > 0 {
 		tr.Released(n, err)
@@ -331,20 +331,27 @@ func (p *Permit) keep(ctx context.Context, cancel context.CancelCauseFunc, stop 
 // Release does, for a caller that kept only the IDs, such as a server
 // asked to release a request's permits by a later request. It is
 // idempotent: a permit released, expired or never held is no error and
-// changes nothing. Costs are ignored.
-func (l *Limiter) Release(ctx context.Context, hits []Hit) error {
-	return l.release(ctx, hits)
+// changes nothing. Costs are ignored. out, when not nil, gets a Decision
+// per hit that says whether the store held its permit and removed it
+// (allowed) or held none by that ID (denied: a release repeated, a
+// permit expired or never acquired); they report no count.
+func (l *Limiter) Release(ctx context.Context, hits []Hit, out []Decision) error {
+	return l.release(ctx, hits, out)
 }
 
-// release validates the permits of hits and has the store release them.
-func (l *Limiter) release(ctx context.Context, hits []Hit) error {
+// release validates the permits of hits and has the store release them,
+// writing their decisions to out if it is not nil.
+func (l *Limiter) release(ctx context.Context, hits []Hit, out []Decision) error {
 	if err := validatePermits(hits); err != nil {
 		return err
+	}
+	if out != nil && len(out) < len(hits) {
+		return fmt.Errorf("sluice: %d decisions for %d hits", len(out), len(hits))
 	}
 	if l.permits == nil {
 		return errNoPermits
 	}
-	return l.permits.Permits(ctx, hits, nil)
+	return l.permits.Permits(ctx, hits, out, true)
 }
 
 // renew validates the permits of hits and has the store renew them,
@@ -359,7 +366,7 @@ func (l *Limiter) renew(ctx context.Context, hits []Hit, out []Decision) error {
 	if l.permits == nil {
 		return errNoPermits
 	}
-	return l.permits.Permits(ctx, hits, out)
+	return l.permits.Permits(ctx, hits, out, false)
 }
 
 // validatePermits checks hits to release or renew: Concurrency hits, with

@@ -149,11 +149,18 @@ func TestAcquireAllOrNothing(t *testing.T) {
 	if err != nil || !d.Allowed || p == nil || h[0].Permit == "" {
 		t.Fatalf("slot: %v %+v %v %q", p, d, err, h[0].Permit)
 	}
-	if err := lim.Release(ctx, h); err != nil {
-		t.Fatal(err)
+	out := make([]sluice.Decision, 1)
+	if err := lim.Release(ctx, h, out); err != nil || !out[0].Allowed {
+		t.Fatalf("Release by ID: %+v %v, want the permit removed", out[0], err)
 	}
 	if d, _ := lim.AllowN(ctx, "c", slots, 0); d.Remaining != 1 {
 		t.Fatalf("Release by ID left %d free, want 1", d.Remaining)
+	}
+	if err := lim.Release(ctx, h, out); err != nil || out[0].Allowed {
+		t.Fatalf("Release by ID again: %+v %v, want nothing removed", out[0], err)
+	}
+	if err := lim.Release(ctx, h, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -280,7 +287,7 @@ func TestConcurrencyAllOrNothing(t *testing.T) {
 		t.Fatalf("rate: %+v, want spent by the two admitted", d)
 	}
 	// Release a; then a request the rate denies takes no permit.
-	if err := s.Permits(ctx, []sluice.Hit{{Key: "k", Limit: c, Permit: "a"}}, nil); err != nil {
+	if err := s.Permits(ctx, []sluice.Hit{{Key: "k", Limit: c, Permit: "a"}}, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := take("c"); d.Allowed || d.Index != 0 {

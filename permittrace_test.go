@@ -57,11 +57,11 @@ type failingPermits struct {
 	down atomic.Bool
 }
 
-func (s *failingPermits) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+func (s *failingPermits) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error {
 	if s.down.Load() {
 		return errors.New("down")
 	}
-	return s.Store.Permits(ctx, hits, out)
+	return s.Store.Permits(ctx, hits, out, release)
 }
 
 // TestPermitTrace: a Trace in the context is told of each permit taken,

@@ -87,16 +87,19 @@ type oneTaker interface {
 }
 
 // permitStore is an optional method set of a Store, Permits(ctx, hits,
-// out): with out nil it releases the permits of hits, otherwise it renews
+// out, release): it releases the permits of hits (release true) or renews
 // them, for the permits of Concurrency hits (Limiter.Acquire, Permit). A store
 // without it cannot give permits back, and Limiter.Acquire refuses to
 // take them from it. The contract, which storetest checks for every store
 // that has it:
 //
-//   - Release (out nil) removes each hit's permit, named by its Key, its Limit and
+//   - Release removes each hit's permit, named by its Key, its Limit and
 //     its Permit ID, whatever its Cost. It is idempotent: releasing a
 //     permit twice, an expired one or one never acquired is harmless,
-//     not an error.
+//     not an error. When out is not nil (len(out) >= len(hits)), out[i]
+//     says whether it removed one: allowed when the key held the permit
+//     at the store's now, denied (RetryAfter Never) when it held none by
+//     that ID; Remaining and ResetAfter are not reported (0).
 //   - Renew (out not nil) extends each hit's permit, if its key still holds it at the
 //     store's now, to an expiry of now + Period (never shortening it),
 //     and writes a Decision to out[i] (len(out) >= len(hits)) as a
@@ -108,8 +111,8 @@ type oneTaker interface {
 //     holders again. Without room it is lost, and NOT added (its holder
 //     may have run past its expiry while another took the slot): its
 //     decision is denied, with RetryAfter Never.
-//   - Renew drops the expired permits of the keys it touches first, as
-//     Take does; the store owns the clock, as for Take. The hits need
+//   - Both drop the expired permits of the keys they touch first, as
+//     Take does (a permit released after its expiry was not held); the store owns the clock, as for Take. The hits need
 //     not share a key and are applied in order, each on its own (not
 //     all or nothing).
 //
@@ -117,7 +120,7 @@ type oneTaker interface {
 // Callers validate hits first (Limiter does): Concurrency limits, with a
 // non-empty Permit.
 type permitStore interface {
-	Permits(ctx context.Context, hits []Hit, out []Decision) error
+	Permits(ctx context.Context, hits []Hit, out []Decision, release bool) error
 }
 
 // A Store may say whether it is currently able to decide, for readiness

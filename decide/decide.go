@@ -137,8 +137,8 @@ type Request struct {
 	// its entries would hold; one whose string is empty is decided as
 	// usual. A release consumes nothing and is answered OK; a token that
 	// is malformed or names no permit of the descriptor releases nothing.
-	// Outcome.Released, ReleaseRefused and ReleaseFailed count what became
-	// of them (permittoken.go).
+	// Outcome.Released, ReleaseStale, ReleaseRefused and ReleaseFailed
+	// count what became of them (permittoken.go).
 	Release []string
 }
 

@@ -44,8 +44,8 @@ func (s *downStore) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluic
 	return s.call(func() error { return s.inner.TakeEach(ctx, hits, out) })
 }
 
-func (s *downStore) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	return s.call(func() error { return s.inner.Permits(ctx, hits, out) })
+func (s *downStore) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error {
+	return s.call(func() error { return s.inner.Permits(ctx, hits, out, release) })
 }
 
 func (s *downStore) call(f func() error) error {

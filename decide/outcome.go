@@ -107,18 +107,19 @@ type Outcome struct {
 	// Decided by a Remote, it is the remote's token (Remote).
 	PermitToken string
 
-	// Released, ReleaseRefused and ReleaseFailed count the release
-	// descriptors of the request (Request.Release), each in one of them
-	// but those whose token is well formed and that have no concurrency
-	// limit (sluice proxy sends its token on every descriptor):
-	// those whose permits were given back (a permit already released,
-	// expired or never held changes nothing, and counts here too: the
-	// store cannot tell), those whose token was malformed or named no
-	// permit of the descriptor's concurrency limits (nothing released),
-	// and those the store failed to give back (the permits expire by
-	// their TTL), with its error in ReleaseErr.
-	Released, ReleaseRefused, ReleaseFailed int
-	ReleaseErr                              error
+	// Released, ReleaseStale, ReleaseRefused and ReleaseFailed count
+	// the release descriptors of the request (Request.Release), each in
+	// one of them but those whose token is well formed and that have no
+	// concurrency limit (sluice proxy sends its token on every
+	// descriptor): those whose permits were given back (the store held
+	// one at least, and removed it), those whose permits the store no
+	// longer held (released before: a release repeated or replayed;
+	// expired; never acquired), those whose token was malformed or named
+	// no permit of the descriptor's concurrency limits (nothing
+	// released), and those the store failed to give back (the permits
+	// expire by their TTL), with its error in ReleaseErr.
+	Released, ReleaseStale, ReleaseRefused, ReleaseFailed int
+	ReleaseErr                                            error
 
 	// ShadowDenied reports a request that the limits denied and global
 	// shadow mode let through (GlobalShadow): Overall is then allowed.

@@ -140,8 +140,11 @@ type releaseScratch struct {
 	descs  []rules.Descriptor // the release descriptors
 	tokens []string           // their tokens
 	where  []int8             // what became of each (refused, inStore, inNode, noLimit)
+	gone   []bool             // whether the store removed one of its permits
 	store  []sluice.Hit       // the permits to release in the store
 	node   []sluice.Hit       // and in the node's own store
+	owner  [2][]int           // the descriptor that named each of store, node first
+	out    [2][]sluice.Decision
 }
 
 const (
@@ -179,7 +182,7 @@ func (d *Decider) decideReleasing(ctx context.Context, r *Request, o *Outcome) e
 		rs.descs = append(rs.descs, r.Descriptors[i])
 		rs.tokens = append(rs.tokens, r.Release[i])
 	}
-	released, refusedN, failed, relErr, err := d.release(ctx, s, r.Domain)
+	rc, err := d.release(ctx, s, r.Domain)
 	clear(rs.descs)
 	clear(rs.tokens)
 	if err != nil {
@@ -198,40 +201,50 @@ func (d *Decider) decideReleasing(ctx context.Context, r *Request, o *Outcome) e
 		o.Overall = sluice.Decision{Allowed: true, Index: -1}
 	}
 	o.spread(rs.idx, len(r.Descriptors))
-	o.Released, o.ReleaseRefused, o.ReleaseFailed, o.ReleaseErr = released, refusedN, failed, relErr
+	o.Released, o.ReleaseStale, o.ReleaseRefused, o.ReleaseFailed, o.ReleaseErr = rc.released, rc.stale, rc.refused, rc.failed, rc.err
 	return nil
+}
+
+// releaseCounts counts what became of a request's release descriptors
+// (Outcome.Released and the rest), err the store's failure.
+type releaseCounts struct {
+	released, stale, refused, failed int
+	err                              error
 }
 
 // release gives back the permits that each release descriptor of s.rel
 // names with its token on its own concurrency limits, at most
 // sluice.MaxHits in all, in one call to the store (and one to the node's
-// own store for the local policy's). It returns how many descriptors had
-// their permits given back, were refused, or failed with relErr; err is
-// what makes the request itself fail: descriptors that are invalid, no
-// rules loaded. A descriptor whose token is well formed but that plans
-// no concurrency limit counts in none: sluice proxy --store remote sends
-// its token on every descriptor of the request, not knowing which hold
-// the permits.
-func (d *Decider) release(ctx context.Context, s *scratch, domain string) (released, refusedN, failed int, relErr, err error) {
+// own store for the local policy's). It counts the descriptors whose
+// permits were given back (the store removed one at least: a permit
+// named by several descriptors counts for the first), those whose permits
+// the store no longer held (stale: released before, replayed, expired),
+// those refused, and those that failed; err is what makes the request
+// itself fail: descriptors that are invalid, no rules loaded. A
+// descriptor whose token is well formed but that plans no concurrency
+// limit counts in none: sluice proxy --store remote sends its token on
+// every descriptor of the request, not knowing which hold the permits.
+func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c releaseCounts, err error) {
 	rs := &s.rel
-	rs.where = rs.where[:0]
+	rs.where, rs.gone = rs.where[:0], rs.gone[:0]
 	// A descriptor with no entry but its token plans nothing.
 	descs, tokens := rs.descs[:0], rs.tokens[:0]
 	for i := range rs.descs {
 		if len(rs.descs[i].Entries) == 0 {
-			refusedN++
+			c.refused++
 			continue
 		}
 		descs, tokens = append(descs, rs.descs[i]), append(tokens, rs.tokens[i])
 	}
 	if len(descs) == 0 {
-		return 0, refusedN, 0, nil, nil
+		return c, nil
 	}
 	if err := d.plan(s, domain, descs); err != nil {
-		return 0, 0, 0, nil, err
+		return releaseCounts{}, err
 	}
 	p := &s.plan
 	rs.store, rs.node = rs.store[:0], rs.node[:0]
+	rs.owner[0], rs.owner[1] = rs.owner[0][:0], rs.owner[1][:0]
 	var local []sluice.Hit // the plan's hits as the local policy holds them
 	var nodes int64
 	var tag [tagLen]byte
@@ -260,13 +273,18 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (relea
 				if item[:tagLen] != string(tag[:]) {
 					continue
 				}
-				rh, list := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}, &rs.store
+				rh, w := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}, 0
 				if v.nodes != 0 {
-					rh.Key, rh.Limit, list = local[i].Key, local[i].Limit, &rs.node
+					rh.Key, rh.Limit, w = local[i].Key, local[i].Limit, 1
+				}
+				list := &rs.store
+				if w == 1 {
+					list = &rs.node
 				}
 				n++
 				if !slices.Contains(*list, rh) && len(rs.store)+len(rs.node) < sluice.MaxHits {
 					*list = append(*list, rh)
+					rs.owner[w] = append(rs.owner[w], j)
 				}
 			}
 		}
@@ -280,28 +298,41 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (relea
 		default:
 			rs.where = append(rs.where, inNode)
 		}
+		rs.gone = append(rs.gone, false)
 	}
 	var storeErr, nodeErr error
 	if len(rs.store) > 0 {
-		storeErr = d.limiter.Release(ctx, rs.store)
+		rs.out[0] = slices.Grow(rs.out[0][:0], len(rs.store))[:len(rs.store)]
+		storeErr = d.limiter.Release(ctx, rs.store, rs.out[0])
 	}
 	if len(rs.node) > 0 {
-		nodeErr = d.failover.Local.Release(ctx, rs.node)
+		rs.out[1] = slices.Grow(rs.out[1][:0], len(rs.node))[:len(rs.node)]
+		nodeErr = d.failover.Local.Release(ctx, rs.node, rs.out[1])
+	}
+	for w, failed := range [2]bool{storeErr != nil, nodeErr != nil} {
+		for k, j := range rs.owner[w] {
+			if !failed && rs.out[w][k].Allowed {
+				rs.gone[j] = true
+			}
+		}
 	}
 	clear(rs.store)
 	clear(rs.node)
-	for _, w := range rs.where {
+	for j, w := range rs.where {
 		switch {
 		case w == noLimit:
 		case w == refused:
-			refusedN++
+			c.refused++
 		case w == inStore && storeErr != nil, w == inNode && nodeErr != nil:
-			failed++
+			c.failed++
+		case rs.gone[j]:
+			c.released++
 		default:
-			released++
+			c.stale++
 		}
 	}
-	return released, refusedN, failed, errors.Join(storeErr, nodeErr), nil
+	c.err = errors.Join(storeErr, nodeErr)
+	return c, nil
 }
 
 // spread puts the outcomes of o, those of the descriptors decided, in

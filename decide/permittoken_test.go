@@ -56,7 +56,7 @@ func TestPermitTokenRelease(t *testing.T) {
 	}
 
 	o := e.release(t, one("k", "x"), a.PermitToken)
-	if !o.Overall.Allowed || len(o.Descriptors) != 1 || !o.Descriptors[0].Release || o.Descriptors[0].Limited || o.Released != 1 || o.ReleaseRefused+o.ReleaseFailed != 0 || o.PermitToken != "" {
+	if !o.Overall.Allowed || len(o.Descriptors) != 1 || !o.Descriptors[0].Release || o.Descriptors[0].Limited || o.Released != 1 || o.ReleaseStale+o.ReleaseRefused+o.ReleaseFailed != 0 || o.PermitToken != "" {
 		t.Fatalf("release: %+v %+v released %d refused %d failed %d", o.Overall, o.Descriptors, o.Released, o.ReleaseRefused, o.ReleaseFailed)
 	}
 	if got := ratePeek(t, e, "k", "x"); got != 98 {
@@ -66,14 +66,15 @@ func TestPermitTokenRelease(t *testing.T) {
 	if !d.Overall.Allowed || d.PermitToken == "" {
 		t.Fatalf("after the release: %+v", d.Overall)
 	}
-	// Twice: harmless, the slot d took stays taken.
-	if o := e.release(t, one("k", "x"), a.PermitToken); !o.Overall.Allowed || o.Released != 1 {
-		t.Fatalf("a second release: %+v released %d", o.Overall, o.Released)
+	// Twice: harmless, the slot d took stays taken, and it counts as
+	// stale, not released: the store held none of its permits.
+	if o := e.release(t, one("k", "x"), a.PermitToken); !o.Overall.Allowed || o.Released != 0 || o.ReleaseStale != 1 {
+		t.Fatalf("a second release: %+v released %d stale %d", o.Overall, o.Released, o.ReleaseStale)
 	}
 	// A forged token, well formed: nothing another holds is released.
 	forged := "s" + a.PermitToken[1:9] + strings.Repeat("A", 26)
-	if o := e.release(t, one("k", "x"), forged); !o.Overall.Allowed || o.Released != 1 {
-		t.Fatalf("a forged token: %+v released %d", o.Overall, o.Released)
+	if o := e.release(t, one("k", "x"), forged); !o.Overall.Allowed || o.Released != 0 || o.ReleaseStale != 1 {
+		t.Fatalf("a forged token: %+v released %d stale %d", o.Overall, o.Released, o.ReleaseStale)
 	}
 	// The real token of b, replayed with other entries: another key's tag.
 	if o := e.release(t, one("k", "y"), b.PermitToken); !o.Overall.Allowed || o.Released != 0 || o.ReleaseRefused != 1 {
@@ -94,8 +95,8 @@ func TestPermitTokenRelease(t *testing.T) {
 	if !f.Overall.Allowed {
 		t.Fatalf("after the ttl: %+v", f.Overall)
 	}
-	if o := e.release(t, one("k", "x"), b.PermitToken); o.Released != 1 {
-		t.Fatalf("an expired permit's token: released %d", o.Released)
+	if o := e.release(t, one("k", "x"), b.PermitToken); o.Released != 0 || o.ReleaseStale != 1 {
+		t.Fatalf("an expired permit's token: released %d stale %d", o.Released, o.ReleaseStale)
 	}
 	g := e.ask(t, "k", "x")
 	if !g.Overall.Allowed {
@@ -145,10 +146,11 @@ func TestPermitTokenMixedRequest(t *testing.T) {
 	if got := ratePeek(t, e, "k", "x"); got != 2 {
 		t.Fatalf("the release charged the rate: %d left, want 2", got)
 	}
-	// Only release descriptors, one of no other entry: OK, one refused.
+	// Only release descriptors, one of no other entry: OK, one refused,
+	// the other stale (a's permit was released above).
 	o = e.release(t, []rules.Descriptor{{Cost: 1}, {Entries: []rules.Entry{{Key: "k", Value: "x"}}}}, a.PermitToken, a.PermitToken)
-	if !o.Overall.Allowed || o.ReleaseRefused != 1 || o.Released != 1 || len(o.Limits) != 0 {
-		t.Fatalf("two release descriptors: %+v refused %d released %d", o.Overall, o.ReleaseRefused, o.Released)
+	if !o.Overall.Allowed || o.ReleaseRefused != 1 || o.ReleaseStale != 1 || o.Released != 0 || len(o.Limits) != 0 {
+		t.Fatalf("two release descriptors: %+v refused %d stale %d released %d", o.Overall, o.ReleaseRefused, o.ReleaseStale, o.Released)
 	}
 	// The token on every descriptor of a request, as sluice proxy
 	// --store remote sends it: a descriptor of no concurrency limit (a

@@ -33,14 +33,14 @@ func TestPermitsNotCached(t *testing.T) {
 	if d := take("b"); d.Allowed || d.RetryAfter != time.Hour {
 		t.Fatalf("second: %+v, want denied for an hour", d)
 	}
-	if err := c.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "a"}}, nil); err != nil {
+	if err := c.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "a"}}, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if d := take("b"); !d.Allowed {
 		t.Fatalf("after a release: %+v, want the freed slot, not a cached denial", d)
 	}
 	out := make([]sluice.Decision, 1)
-	if err := c.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "b"}}, out); err != nil || !out[0].Allowed {
+	if err := c.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "b"}}, out, false); err != nil || !out[0].Allowed {
 		t.Fatalf("renew through the cache: %+v %v", out[0], err)
 	}
 	p, _, err := sluice.NewLimiter(c).Acquire(ctx, []sluice.Hit{{Key: "k2", Limit: l, Cost: 1}}, nil)

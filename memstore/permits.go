@@ -312,20 +312,21 @@ func peekPermit(hits []sluice.Hit, ops []op, i int, now int64) algo.Result {
 	return r
 }
 
-// Permits releases the permits of hits when out is nil, and otherwise
-// renews them and writes their decisions to out (the permits of
-// Concurrency limits: see sluice.Store). It never waits, and ignores ctx.
-func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	if out == nil {
-		return s.release(ctx, hits)
+// Permits releases the permits of hits (release true) or renews them,
+// and writes their decisions to out, which may be nil for a release (the
+// permits of Concurrency limits: see sluice.Store). It never waits, and
+// ignores ctx.
+func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error {
+	if release {
+		return s.release(ctx, hits, out)
 	}
 	return s.renew(ctx, hits, out)
 }
 
-// release removes the permit of each hit (Permits with out nil): its
-// Key, Limit and Permit. Releasing a permit not held does nothing. It
-// never waits, and ignores ctx.
-func (s *Store) release(_ context.Context, hits []sluice.Hit) error {
+// release removes the permit of each hit: its Key, Limit and Permit, and
+// writes to out (if not nil) whether it was held (Permits). Releasing a
+// permit not held does nothing. It never waits, and ignores ctx.
+func (s *Store) release(_ context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	now := s.now()
 	for i := range hits {
 		h := &hits[i]
@@ -333,8 +334,9 @@ func (s *Store) release(_ context.Context, hits []sluice.Hit) error {
 		k := s.keyHash(h.Key, &p)
 		sh := &s.shards[s.shardOf(k)]
 		sh.mu.Lock()
+		held := false
 		if ps := s.permitsOf(sh, k, now); ps != nil {
-			if _, ok := ps.ids[h.Permit]; ok {
+			if _, held = ps.ids[h.Permit]; held {
 				b := ps.bytes()
 				ps.del(h.Permit)
 				if len(ps.ids) == 0 {
@@ -346,6 +348,9 @@ func (s *Store) release(_ context.Context, hits []sluice.Hit) error {
 			}
 		}
 		sh.mu.Unlock()
+		if out != nil {
+			out[i] = limits.Released(h.Limit, &p, held)
+		}
 	}
 	return nil
 }

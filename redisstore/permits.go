@@ -10,25 +10,25 @@ import (
 	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
-// Permits releases the permits of hits when out is nil, and otherwise
-// renews them and writes their decisions to out (the permits of
-// Concurrency limits: see sluice.Store). One script call per Cluster slot.
-// Errors are *fault.StoreError.
-func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	if out == nil {
-		return s.release(ctx, hits)
+// Permits releases the permits of hits (release true) or renews them,
+// and writes their decisions to out, which may be nil for a release (the
+// permits of Concurrency limits: see sluice.Store). One script call per
+// Cluster slot. Errors are *fault.StoreError.
+func (s *Store) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error {
+	if release {
+		return s.release(ctx, hits, out)
 	}
 	return s.renew(ctx, hits, out)
 }
 
-// release removes the permit of each hit (Permits with out nil: its
-// Key, Limit and Permit), held or not, in one script call ("x") per
-// Cluster slot (one on a standalone or Sentinel server), through the
-// store's gate and breaker as a Take. ctx bounds only the wait for a
-// slot among the calls in flight (see Take). Errors are
-// *fault.StoreError.
-func (s *Store) release(ctx context.Context, hits []sluice.Hit) error {
-	return s.permits(ctx, hits, nil, "x")
+// release removes the permit of each hit (its Key, Limit and Permit),
+// held or not, and writes to out (if not nil) whether it was held, what
+// ZREM counted (Permits), in one script call ("x") per Cluster slot (one
+// on a standalone or Sentinel server), through the store's gate and
+// breaker as a Take. ctx bounds only the wait for a slot among the calls
+// in flight (see Take). Errors are *fault.StoreError.
+func (s *Store) release(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+	return s.permits(ctx, hits, out, "x")
 }
 
 // renew extends the permit of each hit, if still held, to a Period from
@@ -43,8 +43,8 @@ func (s *Store) renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decis
 	return s.permits(ctx, hits, out, "n")
 }
 
-// permits releases (mode "x") or renews (mode "n", writing decisions to
-// out) the permits of hits.
+// permits releases (mode "x") or renews (mode "n") the permits of hits,
+// writing their decisions to out (for a release, if not nil).
 func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, mode string) error {
 	if err := ctx.Err(); err != nil && mode == "n" {
 		return err
@@ -82,7 +82,14 @@ func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 			if g.err != nil {
 				return g.err
 			}
-			if mode != "n" {
+			if out == nil {
+				continue
+			}
+			if mode == "x" {
+				// "held [dropped]": held is what ZREM removed, 1 or 0.
+				for j, i := range g.idx {
+					out[i] = limits.Released(hits[i].Limit, &ops[i].p, g.res[j] != "" && g.res[j][0] == '1')
+				}
 				continue
 			}
 			for j, i := range g.idx {

@@ -52,14 +52,14 @@ func BenchmarkPermit(b *testing.B) {
 			if d, err := lim.Take(ctx, hits, out); err != nil || !d.Allowed {
 				b.Fatalf("take %d: %+v %v", i, d, err)
 			}
-			if err := s.Permits(ctx, hits[1:], nil); err != nil {
+			if err := s.Permits(ctx, hits[1:], nil, true); err != nil {
 				b.Fatal(err)
 			}
 		}, false},
 		{"renew", func(i int) {
 			h := []sluice.Hit{{Key: "held" + strconv.Itoa(i%keys), Limit: conc, Cost: 1, Permit: "p"}}
 			out := make([]sluice.Decision, 1)
-			if err := s.Permits(ctx, h, out); err != nil || !out[0].Allowed {
+			if err := s.Permits(ctx, h, out, false); err != nil || !out[0].Allowed {
 				b.Fatalf("renew %d: %+v %v", i, out[0], err)
 			}
 		}, false},

@@ -55,16 +55,22 @@ func TestPermitReleaseByID(t *testing.T) {
 		t.Fatalf("Acquire: %v %v", p, err)
 	}
 	take("x")
-	if err := s.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "x"}}, nil); err != nil {
-		t.Fatal(err)
+	rel := make([]sluice.Decision, 3)
+	if err := s.Permits(ctx, []sluice.Hit{{Key: "k", Limit: l, Permit: "x"}}, rel, true); err != nil || !rel[0].Allowed {
+		t.Fatalf("release of x: %+v %v, want it removed", rel[0], err)
 	}
 	take("y") // x's slot, taken again
 	forged := []sluice.Hit{{Key: "k", Limit: l, Permit: "x"}, {Key: "k", Limit: l, Permit: rand.Text()}, {Key: "k", Limit: l, Permit: "k"}}
-	if err := s.Permits(ctx, forged, nil); err != nil {
+	if err := s.Permits(ctx, forged, rel, true); err != nil {
 		t.Fatal(err)
 	}
+	for i, d := range rel {
+		if d.Allowed || d.RetryAfter != sluice.Never {
+			t.Errorf("release of %q, not held: %+v, want none removed", forged[i].Permit, d)
+		}
+	}
 	out := make([]sluice.Decision, len(forged))
-	if err := s.Permits(ctx, forged, out); err != nil {
+	if err := s.Permits(ctx, forged, out, false); err != nil {
 		t.Fatal(err)
 	}
 	for i, d := range out {
@@ -244,13 +250,13 @@ func TestPermitKeyExpires(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	out := make([]sluice.Decision, 1)
-	if err := s.Permits(ctx, hits, out); err != nil || !out[0].Allowed {
+	if err := s.Permits(ctx, hits, out, false); err != nil || !out[0].Allowed {
 		t.Fatalf("renew: %+v %v", out[0], err)
 	}
 	if ms := pttl(); ms <= 0 || ms > 20_001 || ms < first-10 {
 		t.Fatalf("PTTL %d ms after a renewal, %d before", ms, first)
 	}
-	if err := s.Permits(ctx, hits, nil); err != nil {
+	if err := s.Permits(ctx, hits, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if ms := pttl(); ms != -2 {

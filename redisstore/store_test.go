@@ -476,8 +476,9 @@ func differential(t *testing.T, cfg Config, seed uint64, each bool) {
 	}
 }
 
-// differentialPermits releases (or renews, comparing the decisions) the
-// permits of the Concurrency hits of hits in memstore and Redis.
+// differentialPermits releases or renews the permits of the Concurrency
+// hits of hits in memstore and Redis, comparing the decisions (a
+// release's: whether the permit was held).
 func differentialPermits(t *testing.T, i int, ms *memstore.Store, rs *Store, hits []sluice.Hit, release bool) {
 	t.Helper()
 	var ph []sluice.Hit
@@ -487,26 +488,18 @@ func differentialPermits(t *testing.T, i int, ms *memstore.Store, rs *Store, hit
 		}
 	}
 	ctx := context.Background()
-	if release {
-		if err := ms.Permits(ctx, ph, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := rs.Permits(ctx, ph, nil); err != nil {
-			t.Fatalf("request %d: release: %v", i, err)
-		}
-		return
-	}
+	what := map[bool]string{true: "release", false: "renew"}[release]
 	want := make([]sluice.Decision, len(ph))
 	got := make([]sluice.Decision, len(ph))
-	if err := ms.Permits(ctx, ph, want); err != nil {
+	if err := ms.Permits(ctx, ph, want, release); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.Permits(ctx, ph, got); err != nil {
-		t.Fatalf("request %d: renew: %v", i, err)
+	if err := rs.Permits(ctx, ph, got, release); err != nil {
+		t.Fatalf("request %d: %s: %v", i, what, err)
 	}
 	for j := range ph {
 		if got[j] != want[j] {
-			t.Fatalf("request %d: renew of %s %q:\nredis    %+v\nmemstore %+v", i, ph[j].Key[:1], ph[j].Permit, got[j], want[j])
+			t.Fatalf("request %d: %s of %s %q:\nredis    %+v\nmemstore %+v", i, what, ph[j].Key[:1], ph[j].Permit, got[j], want[j])
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -144,8 +145,8 @@ func permitsEach(t *testing.T, e *env) {
 		t.Fatalf("second: %+v %+v, want the permit denied, not overdrawn", d, per)
 	}
 	wantPermits(t, "the permits after", e.allow("k", l, 0), true, 0, time.Minute, 0)
-	if err := e.release(permitHit("k", l, "a")); err != nil {
-		t.Fatal(err)
+	if got := e.release(permitHit("k", l, "a")); got != "1" {
+		t.Fatalf("released %s, want 1", got)
 	}
 	d, per = e.each(hit("k", rate, 1), permitHit("k", l, "c"))
 	if d.Allowed || !per[1].Allowed {
@@ -170,8 +171,8 @@ func permitsShadowAndPeek(t *testing.T, e *env) {
 	}
 	want(t, "the rate", e.allow("k", rate, 0), true, 3)
 	wantPermits(t, "a peek", e.allow("k", l, 0), true, 0, time.Minute, 0)
-	if err := e.release(permitHit("k", l, "b")); err != nil {
-		t.Fatal(err)
+	if got := e.release(permitHit("k", l, "b")); got != "0" {
+		t.Fatalf("released %s of a permit never taken, want 0", got)
 	}
 	wantPermits(t, "b was never held", e.allow("k", l, 0), true, 0, time.Minute, 0)
 }
@@ -204,9 +205,9 @@ func permitsReleaseRenew(t *testing.T, e *env) {
 	e.take(permitHit("k", l, "a"))
 	e.clock.Advance(time.Second)
 	e.take(permitHit("k", l, "b"))
-	for range 2 {
-		if err := e.release(permitHit("k", l, "a"), permitHit("k", l, "never")); err != nil {
-			t.Fatalf("release: %v", err)
+	for i, want := range []string{"10", "00"} {
+		if got := e.release(permitHit("k", l, "a"), permitHit("k", l, "never")); got != want {
+			t.Fatalf("release %d: removed %s, want %s (a held, then not; never, never)", i, got, want)
 		}
 	}
 	wantPermits(t, "after a release", e.allow("k", l, 0), true, 1, 10*time.Second, 0)
@@ -269,8 +270,8 @@ func permitsOneSet(t *testing.T, e *env) {
 	out := e.renew(permitHit("k", c, "p0"), permitHit("k", b, "p1"))
 	wantPermits(t, "p0 renewed under c: never shortened", out[0], true, 0, 10*time.Second-time.Second, 0)
 	wantPermits(t, "p1 renewed under b", out[1], true, 0, 9*time.Second, 0)
-	if err := e.release(permitHit("k", b, "p0")); err != nil {
-		t.Fatal(err)
+	if got := e.release(permitHit("k", b, "p0")); got != "1" {
+		t.Fatalf("released %s under another limit, want 1", got)
 	}
 	d, _ = e.take(permitHit("k", c, "p3"))
 	wantPermits(t, "two held of one: still refused", d, false, 0, 19*time.Second, 19*time.Second)
@@ -329,16 +330,45 @@ func permitsMany(t *testing.T, e *env) {
 	wantPermits(t, "after all released", e.allow("hot", l, 0), true, maxHeld, 0, 0)
 }
 
-// release releases the permits of hits.
-func (e *env) release(hits ...sluice.Hit) error {
-	return e.store.(decorator.Permitter).Permits(context.Background(), hits, nil)
+// release releases the permits of hits and returns what each release
+// reports, "1" for a permit the store held and removed, "0" for one it
+// did not hold, checking the decisions' other fields; then releases them
+// again with out nil, which finds nothing and must not fail.
+func (e *env) release(hits ...sluice.Hit) string {
+	e.t.Helper()
+	out := make([]sluice.Decision, len(hits))
+	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, out, true); err != nil {
+		e.t.Fatalf("Release: %v", err)
+	}
+	var b strings.Builder
+	for i, d := range out {
+		wantRetry := time.Duration(0)
+		if !d.Allowed {
+			wantRetry = sluice.Never
+		}
+		if d.Limit != hits[i].Limit.Rate || d.Remaining != 0 || d.ResetAfter != 0 || d.RetryAfter != wantRetry {
+			e.t.Fatalf("release of %s: %+v, want Limit %d and no count", hits[i].Permit, d, hits[i].Limit.Rate)
+		}
+		b.WriteByte("01"[boolInt(d.Allowed)])
+	}
+	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, nil, true); err != nil {
+		e.t.Fatalf("Release, out nil: %v", err)
+	}
+	return b.String()
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // renew renews the permits of hits and returns their decisions.
 func (e *env) renew(hits ...sluice.Hit) []sluice.Decision {
 	e.t.Helper()
 	out := make([]sluice.Decision, len(hits))
-	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, out); err != nil {
+	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, out, false); err != nil {
 		e.t.Fatalf("Renew: %v", err)
 	}
 	return out

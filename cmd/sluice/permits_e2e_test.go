@@ -28,7 +28,10 @@ descriptors:
 // gives the permit back, and the next request is admitted again. A forged
 // token, a release twice, a token replayed with other entries, a
 // malformed one and the token of an expired permit release nothing
-// another holds. Without --stream-done-release such rules are refused.
+// another holds, and are counted apart: only a release whose permits the
+// store held counts as released (sluice_permit_tokens_total), one it no
+// longer held (a replay, an expired permit) as stale. Without
+// --stream-done-release such rules are refused.
 func TestServeE2EPermits(t *testing.T) {
 	beside(t)
 	rules := filepath.Join(t.TempDir(), "rules.yaml")
@@ -111,7 +114,8 @@ func permitsE2E(t *testing.T, p *proc) {
 	release(e2, "export", "x")
 	admit("export", "x")
 
-	for event, want := range map[string]float64{"issued": 8, "released": 7, "refused": 2, "failed": 0} {
+	// Released: a, b, c, e2; stale: the forged ID, a again, e1 (expired).
+	for event, want := range map[string]float64{"issued": 8, "released": 4, "stale": 3, "refused": 2, "failed": 0} {
 		if got := p.metricSum("sluice_permit_tokens_total", `event="`+event+`"`); got != want {
 			t.Errorf("sluice_permit_tokens_total{event=%q} %v, want %v", event, got, want)
 		}
@@ -138,8 +142,14 @@ func permitsE2E(t *testing.T, p *proc) {
 	if ans := post(`{"key":"api_key","value":"j"},{"key":"sluice_permit","value":"` + tok + `"}`); ans.OverallCode != "OK" || ans.DynamicMetadata != nil {
 		t.Fatalf("/json release: %+v", ans)
 	}
-	if got := p.metricSum("sluice_permit_tokens_total", `event="released"`); got != 8 {
-		t.Errorf("released after /json: %v, want 8", got)
+	if got := p.metricSum("sluice_permit_tokens_total", `event="released"`); got != 5 {
+		t.Errorf("released after /json: %v, want 5", got)
+	}
+	for range 3 { // replayed: stale each time, never released again
+		post(`{"key":"api_key","value":"j"},{"key":"sluice_permit","value":"` + tok + `"}`)
+	}
+	if r, s := p.metricSum("sluice_permit_tokens_total", `event="released"`), p.metricSum("sluice_permit_tokens_total", `event="stale"`); r != 5 || s != 6 {
+		t.Errorf("after three replays: released %v stale %v, want 5 and 6", r, s)
 	}
 
 	// Two tokens in one descriptor: not something Envoy sends.

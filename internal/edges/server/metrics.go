@@ -127,7 +127,7 @@ func newMetrics(reg *prometheus.Registry, maxLabels int, nearRatio float64, stor
 
 	permits := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_permit_tokens_total",
-		Help: "Permit tokens of concurrency limits: issued in answers, and release descriptors by result (released; refused: malformed, or naming no permit of the descriptor, one of no concurrency limit not counted; failed: the store failed, the permits expire by their ttl). Issued minus released is what Envoy did not give back.",
+		Help: "Permit tokens of concurrency limits: issued in answers, and release descriptors by result (released: the store removed their permits; stale: it held none of them any more, released before or expired; refused: malformed, or naming no permit of the descriptor, one of no concurrency limit not counted; failed: the store failed, the permits expire by their ttl). Issued minus released is what Envoy did not give back while it was held.",
 	}, []string{"event"})
 	for e := range numPermitEvents {
 		m.permits[e] = permits.WithLabelValues(permitEventNames[e])

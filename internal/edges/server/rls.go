@@ -51,13 +51,14 @@ type permitEvent uint8
 
 const (
 	permitIssued   permitEvent = iota // an answer carried a token
-	permitReleased                    // a release descriptor gave its permits back
+	permitReleased                    // a release descriptor gave its permits back: the store held one at least
+	permitStale                       // the store held none of them any more: released before (a replay), or expired
 	permitRefused                     // a release descriptor's token was malformed or named none of its permits
 	permitFailed                      // the store failed to give them back
 	numPermitEvents
 )
 
-var permitEventNames = [numPermitEvents]string{"issued", "released", "refused", "failed"}
+var permitEventNames = [numPermitEvents]string{"issued", "released", "stale", "refused", "failed"}
 
 // RegisterGRPC registers the Envoy rate limit service
 // (envoy.service.ratelimit.v3.RateLimitService) and the gRPC health service
@@ -166,10 +167,11 @@ func (s *Server) countPermits(o *decide.Outcome, via transport) {
 	if o.PermitToken != "" {
 		m[permitIssued].Inc()
 	}
-	if o.Released+o.ReleaseRefused+o.ReleaseFailed == 0 {
+	if o.Released+o.ReleaseStale+o.ReleaseRefused+o.ReleaseFailed == 0 {
 		return
 	}
 	m[permitReleased].Add(float64(o.Released))
+	m[permitStale].Add(float64(o.ReleaseStale))
 	m[permitRefused].Add(float64(o.ReleaseRefused))
 	m[permitFailed].Add(float64(o.ReleaseFailed))
 	if o.ReleaseFailed > 0 {

@@ -62,9 +62,12 @@
 //	sluice_config_load_timestamp_seconds  when it was loaded
 //	sluice_permit_tokens_total{event}  permit tokens of concurrency limits
 //	                       (rls.PermitKey): issued in answers; release
-//	                       descriptors released, refused (malformed, or
-//	                       naming no permit of theirs) or failed (store);
-//	                       one of no concurrency limit counts in none
+//	                       descriptors released (the store removed
+//	                       their permits), stale (it held none any
+//	                       more: a release replayed, or after the
+//	                       expiry), refused (malformed, or naming no
+//	                       permit of theirs) or failed (store); one of
+//	                       no concurrency limit counts in none
 //
 // and the Go and process collectors.
 //

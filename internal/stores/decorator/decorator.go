@@ -46,10 +46,10 @@ type Settler interface {
 	Settle(ctx context.Context, st *sluice.Settlement) (int64, error)
 }
 
-// Permitter is a store that releases (out nil) and renews the permits of
+// Permitter is a store that releases and renews the permits of
 // Concurrency limits (see sluice.Store's Permits).
 type Permitter interface {
-	Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error
+	Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error
 }
 
 // Healther is a store that says whether it can decide now (see sluice.Store).
@@ -114,12 +114,12 @@ func (b *Base) SettleBelow(ctx context.Context, st *sluice.Settlement) (int64, e
 	return b.Settler.Settle(ctx, st)
 }
 
-// Permits releases (out nil) or renews the permits of hits in the store
-// below (sluice.Store's Permits), and fails with an error wrapping
+// Permits releases or renews the permits of hits in the store below
+// (sluice.Store's Permits), and fails with an error wrapping
 // errors.ErrUnsupported when it has no such method.
-func (b *Base) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
+func (b *Base) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error {
 	if b.Permitter == nil {
 		return fmt.Errorf("%w: the store under %s cannot release or renew permits", errors.ErrUnsupported, b.what)
 	}
-	return b.Permitter.Permits(ctx, hits, out)
+	return b.Permitter.Permits(ctx, hits, out, release)
 }

@@ -41,6 +41,19 @@ func Decision(l *sluice.Limit, r algo.Result, p *algo.Params) sluice.Decision {
 	}
 }
 
+// Released is the decision of the release of a permit of limit l
+// (parameters p): allowed when the store held it and removed it; denied,
+// with RetryAfter Never, when it held none by that ID (released before,
+// expired, never acquired). It reports no count: Remaining and ResetAfter
+// are 0.
+func Released(l *sluice.Limit, p *algo.Params, held bool) sluice.Decision {
+	r := algo.Result{Allowed: held}
+	if !held {
+		r.RetryAfter = algo.Never
+	}
+	return Decision(l, r, p)
+}
+
 // Blocked returns d as the decision of a key serving a block_for penalty
 // that ends in left: denied, nothing remaining, and RetryAfter and
 // ResetAfter no earlier than the end of the block.
