@@ -264,7 +264,7 @@ func (l *Limiter) Hold(ctx context.Context, key string, limit *Limit, fn func(co
 
 // errPermitLost is the cause with which Hold cancels fn's context when
 // its permit is lost.
-var errPermitLost = errors.New("sluice: the permit was lost: the store held it no more (it expired, or the store lost it) and others hold every slot")
+var errPermitLost = permittrace.ErrLost
 
 // renewEvery is how often Hold renews a permit of period: a third of it,
 // and at least a millisecond.

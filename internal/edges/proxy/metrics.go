@@ -18,7 +18,9 @@ import (
 //	                      httplimit.Result (allowed, delayed, denied,
 //	                      shadow, too_concurrent, unlimited, invalid,
 //	                      error, canceled); the requests that match no
-//	                      route are unlimited
+//	                      route are unlimited; one admitted, then
+//	                      cancelled because its concurrency permit was
+//	                      lost, is an error
 //	sluice_proxy_upstream_errors_total{route}  requests the upstream did
 //	                      not answer (answered 502), client cancellations
 //	                      not included
@@ -75,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_requests_total",
-			Help: "Requests through the proxy, by route and result (allowed, delayed, denied, shadow, too_concurrent, unlimited, invalid, error, canceled).",
+			Help: "Requests through the proxy, by route and result (allowed, delayed, denied, shadow, too_concurrent, unlimited, invalid, error, canceled; error includes a request cancelled because its concurrency permit was lost).",
 		}, []string{"route", "result"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_upstream_errors_total",

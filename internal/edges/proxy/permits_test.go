@@ -2,7 +2,9 @@ package proxy_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,8 +76,9 @@ func (f *fixture) waitUntil(name string, labels []string, ok func(float64) bool)
 // of the TTL, released at its end; when the store's clock jumps past the
 // TTL under a request, held again at the next renewal while the key has
 // room; and when another request took the slot first, lost at the next
-// renewal (the request is cancelled), no longer held, not released, and
-// counted by the store as expired.
+// renewal (the request is cancelled: answered 503, logged once and
+// counted as an error, not an upstream error), no longer held, not
+// released, and counted by the store as expired.
 func TestPermitMetrics(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
@@ -167,8 +170,15 @@ func TestPermitMetrics(t *testing.T) {
 		break
 	}
 	f.waitMetric(1, "sluice_permits_lost_total", route...)
-	if code := <-done; code == http.StatusOK {
-		t.Fatal("the request whose permit was lost ran to its end")
+	if code := <-done; code != http.StatusServiceUnavailable {
+		t.Fatalf("the request whose permit was lost: %d, want 503", code)
+	}
+	f.waitMetric(1, "sluice_proxy_requests_total", "route", "api", "result", "error")
+	if n := f.metric("sluice_proxy_upstream_errors_total", route...); n != 0 {
+		t.Errorf("upstream errors %v: the upstream did nothing wrong", n)
+	}
+	if n := strings.Count(f.logs.String(), "concurrency permit was lost"); n != 1 {
+		t.Errorf("%d log lines of the lost permit, want 1:\n%s", n, f.logs.String())
 	}
 	f.waitMetric(1, "sluice_permits_held", route...) // the other's
 	cancelOther()
@@ -188,5 +198,60 @@ func TestPermitMetrics(t *testing.T) {
 	}
 	if n := store.Stats().PermitsExpired; n != int64(2+tries) {
 		t.Fatalf("the store counted %d permits expired, want %d (b's, at each jump)", n, 2+tries)
+	}
+}
+
+// TestPermitLostMidStream: a request whose permit is lost after its
+// answer began (a stream's first event) can no longer be answered 503: it
+// is cut short, and logged and counted as an error all the same.
+func TestPermitLostMidStream(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	store := memstore.New(memstore.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }, SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: 1\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	f := startWith(t, permitRoutes, up, store, nil)
+	open := func(ctx context.Context) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/events", nil)
+		req.Header.Set("Authorization", "Bearer s")
+		resp, err := f.srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	first := open(context.Background())
+	defer first.Body.Close()
+	if first.StatusCode != http.StatusOK {
+		t.Fatalf("the stream: %d", first.StatusCode)
+	}
+	// Past the TTL, another request of the key takes the slot before the
+	// stream's renewal (tried again if the renewal came first).
+	other, cancelOther := context.WithCancel(context.Background())
+	defer cancelOther()
+	for tries := 0; ; tries++ {
+		now.Add(int64(2 * time.Second))
+		resp := open(other)
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if resp.StatusCode != http.StatusTooManyRequests || tries == 20 {
+			t.Fatalf("another request after the expiry: %d", resp.StatusCode)
+		}
+	}
+	body, err := io.ReadAll(first.Body)
+	if err == nil || string(body) != "data: 1\n\n" {
+		t.Fatalf("the stream whose permit was lost: %q %v, want its first event and an error", body, err)
+	}
+	f.waitMetric(1, "sluice_proxy_requests_total", "route", "api", "result", "error")
+	if n := strings.Count(f.logs.String(), "concurrency permit was lost"); n != 1 {
+		t.Errorf("%d log lines of the lost permit, want 1:\n%s", n, f.logs.String())
 	}
 }

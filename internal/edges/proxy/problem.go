@@ -12,6 +12,14 @@ import (
 // The body names no cause; the cause goes to Config.Logger.
 const ProblemBadGateway = "https://pkg.go.dev/github.com/sluicehq/sluice/proxy#ProblemBadGateway"
 
+// ProblemPermitLost is the problem type of the 503 answer to a request
+// cancelled while it ran because its concurrency permit was lost: a
+// renewal found that the store no longer held it (a Redis restarted
+// empty, a failover, a stall past the rule's ttl) and that other requests
+// held every slot of its key. Sent only when the upstream's answer had
+// not started; otherwise the answer is cut short.
+const ProblemPermitLost = "https://pkg.go.dev/github.com/sluicehq/sluice/proxy#ProblemPermitLost"
+
 // writeProblem writes an application/problem+json body with status.
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string) {
 	body, _ := json.Marshal(struct {

@@ -65,7 +65,13 @@
 // is answered 502 with an RFC 9457 application/problem+json body
 // ([ProblemBadGateway]) that says nothing of the cause, which is logged.
 // Denials, invalid requests and decisions that fail are answered by the
-// middleware (429, 400, 503; see httplimit).
+// middleware (429, 400, 503; see httplimit). A request cancelled while
+// it runs because its concurrency permit was lost (a renewal found the
+// store no longer held it, and other requests held every slot) is
+// answered 503 ([ProblemPermitLost]) if its answer had not started, cut
+// short otherwise; either way it is logged (at most a line a second)
+// and counted as result "error", not as an upstream error: the proxy,
+// not the upstream, failed it, and a 502 would blame the upstream.
 //
 // # Country and ASN
 //
@@ -178,9 +184,10 @@ type Proxy struct {
 	log       *slog.Logger
 	table     atomic.Pointer[table]
 
-	mu       sync.Mutex // serializes SetRoutes
-	lastLog  atomic.Int64
-	recorder sync.Pool // *recorder
+	mu       sync.Mutex   // serializes SetRoutes
+	lastLog  atomic.Int64 // upstream errors: at most one line a second
+	lostLog  atomic.Int64 // requests cancelled for a lost permit: likewise
+	recorder sync.Pool    // *recorder
 }
 
 // ErrConfig is wrapped by the errors of New and SetRoutes.
@@ -370,6 +377,7 @@ type recorder struct {
 	http.ResponseWriter
 	result      httplimit.Result // 0 until the middleware says
 	upstreamErr bool
+	permitLost  bool // cancelled for a lost permit (pass)
 	settled     bool // a token budget's settlement, below
 	reserved    int64
 	spent       int64
@@ -396,14 +404,24 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Deferred, so that a response cut short (ReverseProxy aborts the
 	// handler with http.ErrAbortHandler when the copy fails) is counted.
-	defer rt.done(rec, start)
+	defer rt.done(rec, r, start)
 	rt.h.ServeHTTP(rec, rt.m.traced(r))
 }
 
-func (rt *route) done(rec *recorder, start time.Time) {
+// done counts the request rec recorded, and logs one cancelled for a
+// lost permit (at most one such line a second): it counts as an error,
+// whatever the middleware reported when it let it through.
+func (rt *route) done(rec *recorder, r *http.Request, start time.Time) {
 	res := rec.result
 	if res == 0 { // cannot happen: the middleware reports every request
 		res = httplimit.Error
+	}
+	if rec.permitLost {
+		res = httplimit.Error
+		if p := rt.t.p; due(&p.lostLog) {
+			p.log.Warn("request cancelled: its concurrency permit was lost (the store no longer held it, and other requests hold every slot)",
+				"route", rt.name, "method", r.Method, "path", r.URL.Path)
+		}
 	}
 	rt.m.observe(res, rec.upstreamErr, time.Since(start))
 	if rec.settled {
@@ -442,11 +460,6 @@ func recorderOf(w http.ResponseWriter) *recorder {
 			return nil
 		}
 	}
-}
-
-// pass sends an admitted request upstream.
-func (t *table) pass(w http.ResponseWriter, r *http.Request) {
-	t.rp.ServeHTTP(w, r)
 }
 
 // endedBody is the body of a request to the upstream that, once it has
@@ -568,31 +581,4 @@ func peerAddr(s string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return a.WithZone("").Unmap(), true
-}
-
-// upstreamError answers a request the upstream did not answer.
-func (t *table) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	p := t.p
-	gone := r.Context().Err() != nil // the client left: not the upstream's fault
-	if rec := recorderOf(w); rec != nil && !gone {
-		rec.upstreamErr = true
-	}
-	if !gone && due(&p.lastLog) {
-		p.log.Warn("upstream error", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
-	if p.cfg.ErrorHandler != nil {
-		p.cfg.ErrorHandler(w, r, err)
-		return
-	}
-	writeProblem(w, http.StatusBadGateway, ProblemBadGateway, "Bad gateway",
-		"The upstream server could not be reached or failed to answer.")
-}
-
-// due reports whether a log line may be written now, at most one a second:
-// a dead upstream fails every request, and the log must not grow with the
-// request rate.
-func due(last *atomic.Int64) bool {
-	now := time.Now().UnixNano()
-	prev := last.Load()
-	return now-prev >= int64(time.Second) && last.CompareAndSwap(prev, now)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicehq/sluice/internal/edges/hitters"
 	"github.com/sluicehq/sluice/internal/edges/httpconf"
 	"github.com/sluicehq/sluice/internal/edges/proxy"
+	"github.com/sluicehq/sluice/internal/testsupport/logtest"
 	"github.com/sluicehq/sluice/internal/testsupport/loopback"
 	"github.com/sluicehq/sluice/internal/testsupport/rulestest"
 	"github.com/sluicehq/sluice/memstore"
@@ -75,6 +76,7 @@ type fixture struct {
 	reg   *prometheus.Registry
 	dec   *decide.Decider
 	store sluice.Store
+	logs  *logtest.Buffer // the proxy's log
 
 	inflight atomic.Int64 // requests in the proxy's handler
 }
@@ -101,11 +103,12 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store, top *
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(up.URL)
-	p, err := proxy.New(proxy.Config{Upstream: u, Decider: dec, Domain: "api", HTTP: section, Metrics: m, Hitters: top})
+	logs := new(logtest.Buffer)
+	p, err := proxy.New(proxy.Config{Upstream: u, Decider: dec, Domain: "api", HTTP: section, Metrics: m, Hitters: top, Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, up: up, p: p, reg: reg, dec: dec, store: store}
+	f := &fixture{t: t, up: up, p: p, reg: reg, dec: dec, store: store, logs: logs}
 	// The proxy counts a request when its handler returns, after the
 	// client may have its answer: count waits for the handlers to return.
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

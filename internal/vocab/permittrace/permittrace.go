@@ -4,13 +4,23 @@
 // package's Limiter.Acquire, Permit.Release and Permit.Renew (so also by
 // Permit.Keep and Limiter.Hold) made with that context or one derived
 // from it. sluice proxy counts each route's permits this way, without the
-// middleware in between (httplimit) knowing of it.
+// middleware in between (httplimit) knowing of it, and tells a request
+// cancelled for a lost permit (ErrLost) from one its client gave up.
 //
 // It is internal: a program that embeds the library counts its own calls.
 // This package imports only the standard library.
 package permittrace
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrLost is the cause (context.Cause) with which Permit.Keep, and so
+// Hold, cancel the context they return when a renewal finds a permit
+// lost: the store held it no more and others held every slot of its
+// key.
+var ErrLost = errors.New("sluice: the permit was lost: the store held it no more (it expired, or the store lost it) and others hold every slot")
 
 // Trace is told of permits. Each function is optional and must be fast
 // and safe for concurrent use; n is a number of permits (one a Concurrency
