@@ -435,6 +435,12 @@ func (p *proc) metricSum(name string, labels ...string) float64 {
 	if code != 200 {
 		p.t.Fatalf("/metrics: %d", code)
 	}
+	return sumSeries(p.t, body, name, labels...)
+}
+
+// sumSeries is metricSum over the exposition body.
+func sumSeries(t *testing.T, body, name string, labels ...string) float64 {
+	t.Helper()
 	sum := 0.0
 lines:
 	for _, line := range strings.Split(body, "\n") {
@@ -454,7 +460,7 @@ lines:
 		}
 		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
 		if err != nil {
-			p.t.Fatalf("metric %s: %q", line, value)
+			t.Fatalf("metric %s: %q", line, value)
 		}
 		sum += v
 	}
