@@ -166,35 +166,47 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 		keys = append(keys, r.g.keys...)
 	}
 	s.metrics.fcalls.Add(1)
-	arr, err := s.fcall(s.ctx, c, fnName, keys, args).AsStrSlice()
-	want := 0
-	for _, r := range batch {
-		want += len(r.g.idx)
-	}
-	if err == nil && len(arr) != want {
-		err = fmt.Errorf("script returned %d values for %d hits in %d requests", len(arr), want, len(batch))
-	}
-	for i := 0; err == nil && i < len(arr); i++ {
-		if len(arr[i]) < 2 {
-			err = fmt.Errorf("script returned %q for a hit", arr[i])
-		}
-	}
-	if err == nil {
-		s.metrics.countExpired(arr, 6)
-	}
-	for _, r := range batch {
-		if err != nil {
+	msgs, err := s.fcall(s.ctx, c, fnName, keys, args).ToArray()
+	if err != nil {
+		for _, r := range batch {
 			r.g.res, r.g.err = nil, err
-			continue
 		}
+		return
+	}
+	// The answers, a request after another; a request that failed in
+	// Redis (an error reply on one of its keys) is answered "!error"
+	// for each of its hits, the others of the batch were decided.
+	nhits := 0
+	for _, r := range batch {
+		nhits += len(r.g.idx)
+	}
+	all := make([]answer, 0, nhits)
+	for _, r := range batch {
 		n := len(r.g.idx)
-		r.g.res, r.g.err = arr[:n:n], nil
-		if n > 0 && arr[0][0] == '!' {
-			// This request failed in Redis (an error reply on one of
-			// its keys), the others of the batch were decided.
-			r.g.res, r.g.err = nil, &requestError{arr[0][1:]}
+		res := all[len(all) : len(all)+n : len(all)+n]
+		all = all[:len(all)+n]
+		used, err := readAnswers(msgs, n, res)
+		if _, failed := err.(*requestError); err != nil && !failed {
+			for _, r := range batch {
+				r.g.res, r.g.err = nil, err
+			}
+			return
 		}
-		arr = arr[n:]
+		msgs = msgs[used:]
+		r.g.res, r.g.err = res, err
+		if err != nil {
+			r.g.res = nil
+		}
+	}
+	if len(msgs) != 0 {
+		err := fmt.Errorf("script returned %d values more than %d requests take", len(msgs), len(batch))
+		for _, r := range batch {
+			r.g.res, r.g.err = nil, err
+		}
+		return
+	}
+	for _, r := range batch {
+		s.metrics.countExpired(r.g.res)
 	}
 }
 

@@ -39,13 +39,7 @@ func BenchmarkTake(b *testing.B) {
 		{"two_limits", []*sluice.Limit{fw, gcra}, false},
 		{"two_limits/each", []*sluice.Limit{fw, gcra}, true},
 	}
-	srv := redistest.Standalone(b)
-	s := newTestStore(b, Config{URL: srv.URL(), Heartbeat: -1}, nil)
-	info, err := srv.Dial()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { info.Close() })
+	s, info := benchStore(b)
 	ctx := context.Background()
 	const keys = 10000
 	for _, c := range cases {
@@ -81,6 +75,19 @@ func BenchmarkTake(b *testing.B) {
 			b.ReportMetric((redisCPU(b, info)-cpu)*1e9/float64(b.N), "redis-cpu-ns/op")
 		})
 	}
+}
+
+// benchStore returns a store on a redis-server of its own, and a
+// connection to read the server's counters.
+func benchStore(b *testing.B) (*Store, *redistest.Conn) {
+	srv := redistest.Standalone(b)
+	s := newTestStore(b, Config{URL: srv.URL(), Heartbeat: -1}, nil)
+	info, err := srv.Dial()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { info.Close() })
+	return s, info
 }
 
 // redisCPU returns the CPU seconds the server of c has used.

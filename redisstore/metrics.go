@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -29,19 +28,11 @@ func (m *metrics) init() {
 }
 
 // countExpired counts the permits the script dropped on expiry, which it
-// appends to a hit's answer (take.lua) as the field at index at (0 is the
-// first), when there are any. Failed requests' answers ("!...") have none.
-func (m *metrics) countExpired(answers []string, at int) {
+// reports with a hit's answer (take.lua).
+func (m *metrics) countExpired(answers []answer) {
 	var n int64
-	for _, a := range answers {
-		if a == "" || a[0] == '!' {
-			continue
-		}
-		if f := field(a, at); f != "" {
-			if v, err := strconv.ParseInt(f, 10, 64); err == nil && v > 0 {
-				n += v
-			}
-		}
+	for i := range answers {
+		n += answers[i].dropped
 	}
 	if n > 0 {
 		m.permitsExpired.Add(n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/sluicehq/sluice"
@@ -93,11 +94,7 @@ func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 				continue
 			}
 			for j, i := range g.idx {
-				d, err := decision(&hits[i], &ops[i].p, g.res[j])
-				if err != nil {
-					return err
-				}
-				out[i] = d
+				out[i] = decision(&hits[i], &ops[i].p, g.res[j])
 			}
 		}
 		return nil
@@ -105,7 +102,9 @@ func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 }
 
 // runPermits makes the calls of groups, in parallel when there are
-// several; each gets its answer, one string a hit, or its error.
+// several; each gets its answer, one a hit (a renewal's as a take's; a
+// release's is "held [dropped]", of which only dropped is kept), or its
+// error.
 func (s *Store) runPermits(c *conn, groups []*group) {
 	exec := func(g *group) {
 		s.metrics.fcalls.Add(1)
@@ -113,15 +112,23 @@ func (s *Store) runPermits(c *conn, groups []*group) {
 		if err == nil && len(arr) != len(g.idx) {
 			err = fmt.Errorf("script returned %d values for %d permits", len(arr), len(g.idx))
 		}
-		if err == nil {
-			// A release answers "held [dropped]"; a renewal as a take.
-			at := 6
-			if g.args[0][0] == 'x' {
-				at = 1
+		res := make([]answer, len(arr))
+		for i := 0; err == nil && i < len(arr); i++ {
+			if g.args[0][0] != 'x' {
+				res[i], err = parseAnswer(arr[i])
+				continue
 			}
-			s.metrics.countExpired(arr, at)
+			_, d, _ := strings.Cut(arr[i], " ")
+			if d != "" {
+				res[i].dropped, err = strconv.ParseInt(d, 10, 64)
+			}
 		}
-		g.res, g.err = arr, err
+		if err == nil {
+			s.metrics.countExpired(res)
+		} else {
+			res = nil
+		}
+		g.res, g.err = res, err
 	}
 	if len(groups) == 1 {
 		exec(groups[0])

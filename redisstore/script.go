@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/base/algo"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
@@ -76,39 +78,93 @@ func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []stri
 	g.args = append(g.args, undo...)
 }
 
-// decision turns the script's answer for one hit, "allowed remaining
-// reset retry left committed" (ns; left: block time left), into a
-// Decision, as memstore does.
-func decision(h *sluice.Hit, p *algo.Params, f string) (sluice.Decision, error) {
-	var n [5]int64
-	rest := f
-	if len(rest) < 2 || rest[1] != ' ' {
-		return sluice.Decision{}, fmt.Errorf("script returned %q", f)
-	}
-	allowed := rest[0] == '1'
-	rest = rest[2:]
-	for i := range n {
-		tok, tail, _ := strings.Cut(rest, " ")
-		v, err := strconv.ParseInt(tok, 10, 64)
-		if err != nil {
-			return sluice.Decision{}, fmt.Errorf("script returned %q: %w", f, err)
-		}
-		n[i], rest = v, tail
-	}
-	// A hit denied yet committed was overdrawn (mode "e").
-	r := algo.Result{Allowed: allowed, Remaining: n[0], ResetAfter: n[1], RetryAfter: n[2], Overdrawn: !allowed && n[4] == 1}
-	d := limits.Decision(h.Limit, r, p)
-	if left := time.Duration(n[3]); left > 0 {
-		d = limits.Blocked(d, left)
-	}
-	return d, nil
+// answer is the script's answer for one hit: allowed (0 or 1), remaining,
+// reset, retry, left (ns; left: block time left) and committed (0 or 1),
+// and the permits a Concurrency hit dropped on expiry. take.lua sends it
+// as six integers, or, when a number is not plain in Lua (2^53 and above,
+// or int.NEVER), as one string "allowed remaining reset retry left
+// committed [dropped]".
+type answer struct {
+	v       [6]int64
+	dropped int64
 }
 
-// field returns the i-th space-separated field of a hit's answer.
-func field(f string, i int) string {
-	for ; i > 0; i-- {
-		_, f, _ = strings.Cut(f, " ")
+// parseAnswer reads an answer sent as a string.
+func parseAnswer(f string) (answer, error) {
+	var a answer
+	rest := f
+	for i := range 7 {
+		tok, tail, _ := strings.Cut(rest, " ")
+		if i == 6 && tok == "" {
+			break
+		}
+		v, err := strconv.ParseInt(tok, 10, 64)
+		if err != nil || i == 0 && v != 0 && v != 1 {
+			return answer{}, fmt.Errorf("script returned %q", f)
+		}
+		if i < 6 {
+			a.v[i] = v
+		} else {
+			a.dropped = v
+		}
+		rest = tail
 	}
-	tok, _, _ := strings.Cut(f, " ")
-	return tok
+	return a, nil
+}
+
+// readAnswers reads the answers of n hits from the front of msgs into dst
+// and returns how many messages they took. A request of a batch that
+// failed in Redis is answered "!error" for each of its hits: that is a
+// *requestError.
+func readAnswers(msgs []rueidis.RedisMessage, n int, dst []answer) (int, error) {
+	i := 0
+	for j := range n {
+		if i >= len(msgs) {
+			return i, fmt.Errorf("script returned too few values for %d hits", n)
+		}
+		m := &msgs[i]
+		if m.IsInt64() {
+			if i+6 > len(msgs) {
+				return i, fmt.Errorf("script returned too few values for %d hits", n)
+			}
+			for k := range 6 {
+				v, err := msgs[i+k].AsInt64()
+				if err != nil {
+					return i, fmt.Errorf("script returned a malformed answer: %w", err)
+				}
+				dst[j].v[k] = v
+			}
+			dst[j].dropped = 0
+			if a := dst[j].v[0]; a != 0 && a != 1 {
+				return i, fmt.Errorf("script returned allowed = %d", a)
+			}
+			i += 6
+			continue
+		}
+		f, err := m.ToString()
+		if err != nil {
+			return i, fmt.Errorf("script returned a malformed answer: %w", err)
+		}
+		if f != "" && f[0] == '!' {
+			return i + n - j, &requestError{f[1:]}
+		}
+		if dst[j], err = parseAnswer(f); err != nil {
+			return i, err
+		}
+		i++
+	}
+	return i, nil
+}
+
+// decision turns the script's answer for one hit into a Decision, as
+// memstore does.
+func decision(h *sluice.Hit, p *algo.Params, a answer) sluice.Decision {
+	// A hit denied yet committed was overdrawn (mode "e").
+	allowed := a.v[0] == 1
+	r := algo.Result{Allowed: allowed, Remaining: a.v[1], ResetAfter: a.v[2], RetryAfter: a.v[3], Overdrawn: !allowed && a.v[5] == 1}
+	d := limits.Decision(h.Limit, r, p)
+	if left := time.Duration(a.v[4]); left > 0 {
+		d = limits.Blocked(d, left)
+	}
+	return d
 }

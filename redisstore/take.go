@@ -151,7 +151,8 @@ type group struct {
 	idx  []int // indexes into hits
 	keys []string
 	args []string
-	res  []string
+	res  []answer // a hit each
+	undo []string // modes "u" and "r": two a hit
 	err  error
 }
 
@@ -197,11 +198,7 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 	}
 	for _, g := range groups {
 		for j, i := range g.idx {
-			d, err := decision(&hits[i], &ops[i].p, g.res[j])
-			if err != nil {
-				return err
-			}
-			out[i] = d
+			out[i] = decision(&hits[i], &ops[i].p, g.res[j])
 		}
 	}
 	return nil
@@ -241,7 +238,7 @@ func verdict(hits []sluice.Hit, groups []*group) (failed error, allowed bool) {
 			continue
 		}
 		for j, i := range g.idx {
-			if g.res[j][0] != '1' && !hits[i].Limit.Shadow {
+			if g.res[j].v[0] != 1 && !hits[i].Limit.Shadow {
 				allowed = false
 			}
 		}
@@ -253,18 +250,17 @@ func verdict(hits []sluice.Hit, groups []*group) (failed error, allowed bool) {
 // denied, or failed, and has their hits report peeks.
 func (s *Store) refund(ctx context.Context, c *conn, hits []sluice.Hit, ops []op, groups []*group, nowArg string) {
 	var refunds []*group
-	var taken [][]string
+	var taken [][]answer
 	for _, g := range groups {
 		if g.err != nil {
 			continue
 		}
-		n := len(g.idx)
 		committed := false
 		for j := range g.idx {
-			committed = committed || field(g.res[j], 5) == "1"
+			committed = committed || g.res[j].v[5] == 1
 		}
 		if committed {
-			g.build(hits, ops, nowArg, "r", g.res[n:3*n])
+			g.build(hits, ops, nowArg, "r", g.undo)
 			refunds = append(refunds, g)
 			taken = append(taken, g.res)
 		}
@@ -284,7 +280,7 @@ func (s *Store) refund(ctx context.Context, c *conn, hits []sluice.Hit, ops []op
 		// report them, the others (denying shadow limits, peeks)
 		// keep their answers.
 		for j, i := range g.idx {
-			if taken[k][j][0] != '1' || hits[i].Cost == 0 {
+			if taken[k][j].v[0] != 1 || hits[i].Cost == 0 {
 				g.res[j] = taken[k][j]
 			}
 		}
@@ -295,25 +291,38 @@ func (s *Store) refund(ctx context.Context, c *conn, hits []sluice.Hit, ops []op
 // several.
 func (s *Store) run(ctx context.Context, c *conn, groups []*group) {
 	exec := func(g *group) {
-		g.res, g.err = nil, nil
+		g.res, g.undo, g.err = nil, nil, nil
 		s.metrics.fcalls.Add(1)
-		arr, err := s.fcall(ctx, c, fnName, g.keys, g.args).AsStrSlice()
-		want := len(g.idx)
-		if m := g.args[0][0]; m == 'u' || m == 'r' {
-			want *= 3 // and two undo strings a hit
+		msgs, err := s.fcall(ctx, c, fnName, g.keys, g.args).ToArray()
+		n := len(g.idx)
+		res := make([]answer, n)
+		if err == nil {
+			var used int
+			used, err = readAnswers(msgs, n, res)
+			msgs = msgs[min(used, len(msgs)):]
 		}
-		if err == nil && len(arr) != want {
-			err = fmt.Errorf("script returned %d values for %d hits", len(arr), len(g.idx))
-		}
-		for i := 0; err == nil && i < len(g.idx); i++ {
-			if len(arr[i]) < 2 {
-				err = fmt.Errorf("script returned %q for a hit", arr[i])
+		if m := g.args[0][0]; err == nil && (m == 'u' || m == 'r') {
+			// and two undo strings a hit
+			g.undo = make([]string, 0, 2*n)
+			for i := 0; err == nil && i < len(msgs); i++ {
+				var u string
+				u, err = msgs[i].ToString()
+				g.undo = append(g.undo, u)
+			}
+			msgs = nil
+			if err == nil && len(g.undo) != 2*n {
+				err = fmt.Errorf("script returned %d undo strings for %d hits", len(g.undo), n)
 			}
 		}
-		if err == nil {
-			s.metrics.countExpired(arr[:len(g.idx)], 6)
+		if err == nil && len(msgs) != 0 {
+			err = fmt.Errorf("script returned %d values more than %d hits take", len(msgs), n)
 		}
-		g.res, g.err = arr, err
+		if err == nil {
+			s.metrics.countExpired(res)
+		} else {
+			res = nil
+		}
+		g.res, g.err = res, err
 	}
 	if len(groups) == 1 {
 		exec(groups[0])

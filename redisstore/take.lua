@@ -37,10 +37,12 @@
 -- set for a Concurrency limit's permits), or for a sketch its meta key and
 -- the two window keys; then the block key if the limit has block_for.
 --
--- Reply: a string per hit, "allowed remaining reset retry left committed"
--- (ns; left: block time left, 0 = not blocked), followed for the first
--- hit on a Concurrency limit's key that dropped expired permits by their
--- number, and in modes "u" and "r" then two undo strings per hit.
+-- Reply: per hit, "allowed remaining reset retry left committed" (ns;
+-- left: block time left, 0 = not blocked) as six integers when all are
+-- plain numbers (below 2^53), which costs Redis far less than formatting
+-- them; otherwise as one string of the six, followed for the first hit on
+-- a Concurrency limit's key that dropped expired permits by their number.
+-- In modes "u" and "r" then two undo strings per hit.
 
 local X = int
 local step, log_step, log_commit = algo.step, algo.log_step, algo.log_commit
@@ -516,11 +518,12 @@ local scratch = {allowed = false, remaining = 0, reset = 0, retry = 0}
 
 -- reply1 appends to out the answer of a lean path's hit, which is never
 -- blocked: allowed ok (0 or 1), the result r (plain numbers but retry,
--- which may be int.NEVER), committed c (0 or 1).
+-- which may be int.NEVER), committed c (0 or 1). See answer.
 local function reply1(out, ok, r, c)
   local rty = r.retry
   if rty + 0 == rty then
-    out[#out + 1] = format('%d %d %d %d 0 %d', ok, r.remaining, r.reset, rty, c)
+    local n = #out
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = ok, r.remaining, r.reset, rty, 0, c
   else
     out[#out + 1] = ok .. ' ' .. str(r.remaining) .. ' ' .. str(r.reset) .. ' ' .. str(rty) .. ' 0 ' .. c
   end
@@ -531,7 +534,7 @@ end
 -- bookkeeping: most requests are such. It returns false when it cannot,
 -- having changed nothing.
 local function decide1(KEYS, k, ARGV, a, out, each)
-  local sp = spec(ARGV[a])
+  local sp = specs[ARGV[a]] or spec(ARGV[a])
   local fn = sp.fast
   if not fn or sp.block then return false end
   local rq = reqs[ARGV[a + 1]]
@@ -1297,9 +1300,10 @@ local function peek(o, first)
 end
 
 -- reply appends the answer of every hit to out, "allowed remaining reset
--- retry left committed", and for the first hit of a request on a
--- Concurrency limit's key that dropped expired permits, " dropped"; then
--- with undo set two undo strings a hit.
+-- retry left committed" as six integers, or as a string (see the top of
+-- this file) with, for the first hit of a request on a Concurrency
+-- limit's key that dropped expired permits, " dropped"; then with undo
+-- set two undo strings a hit.
 local function reply(ops, out, undo)
   for i = 1, #ops do
     local o = ops[i]
@@ -1311,12 +1315,14 @@ local function reply(ops, out, undo)
     local c = 0
     if o.committed then c = 1 end
     local rem, rst, rty = r.remaining, r.reset, r.retry
-    if rem + 0 == rem and rst + 0 == rst and rty + 0 == rty and left + 0 == left then
-      out[#out + 1] = format('%d %d %d %d %d %d', ok, rem, rst, rty, left, c)
+    local dropped = o.dropped and o.dropped > 0
+    if not dropped and rem + 0 == rem and rst + 0 == rst and rty + 0 == rty and left + 0 == left then
+      local n = #out
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = ok, rem, rst, rty, left, c
     else
       out[#out + 1] = ok .. ' ' .. str(rem) .. ' ' .. str(rst) .. ' ' .. str(rty) .. ' ' .. str(left) .. ' ' .. c
+      if dropped then out[#out] = out[#out] .. ' ' .. o.dropped end
     end
-    if o.dropped and o.dropped > 0 then out[#out] = out[#out] .. ' ' .. o.dropped end
   end
   if not undo then return end
   for i = 1, #ops do
@@ -1451,6 +1457,39 @@ local function permits(KEYS, ARGV, mode, n)
   return out
 end
 
+-- heads caches the parsed headers of calls, "mode n [now]", and of a
+-- batch's requests, "[e]hits keys args [now]" (see take), without a clock
+-- of their own: a few strings ("b 9", "1 1 2") make almost every call,
+-- and parsing one costs more than a table lookup. The two forms differ
+-- (a call's starts with a letter other than e, a request's with e or a
+-- digit), so they share the cache.
+local heads, nheads = {}, 0
+
+-- read_head parses a request's header into {mode, hits, keys, args, now}
+-- (now: its own clock, '' for none), or with call set a call's into
+-- {mode, n, nil, nil, now}, cached in heads when it has no clock.
+local function read_head(h, call)
+  local hd
+  if call then
+    local mode, n, given = match(h, '^(%a) (%d+) ?(%d*)$')
+    if not mode then error('take: header ' .. h) end
+    hd = {mode, tonumber(n), nil, nil, given}
+  else
+    local one, nhits, nk, na, own = match(h, '^(e?)(%d+) (%d+) (%d+) ?(%d*)$')
+    if not one then error('take: request header ' .. h) end
+    local m = 't'
+    if one == 'e' then m = 'e' end
+    hd = {m, tonumber(nhits), tonumber(nk), tonumber(na), own}
+  end
+  local own = hd[5]
+  if own == '' then
+    if nheads >= 1024 then heads, nheads = {}, 0 end
+    heads[h] = hd
+    nheads = nheads + 1
+  end
+  return hd
+end
+
 -- take decides the requests of one call: ARGV[1] is "mode hits [now]" for
 -- one request, or "b requests [now]" for a batch of independent requests
 -- (each all-or-nothing on its own, in mode "t", or "e"), each of which
@@ -1460,9 +1499,8 @@ end
 -- one of its keys) is answered with "!error" for each of its hits; the
 -- others are decided as if it were not there.
 local function take(KEYS, ARGV)
-  local head = ARGV[1]
-  local mode, n, given = match(head, '^(%a) (%d+) ?(%d*)$')
-  n = tonumber(n)
+  local hd = heads[ARGV[1]] or read_head(ARGV[1], true)
+  local mode, n, given = hd[1], hd[2], hd[5]
   local out = {}
   if mode == 's' then
     clock(given)
@@ -1480,16 +1518,14 @@ local function take(KEYS, ARGV)
   local k, a = 1, 2
   local timed = false
   for _ = 1, n do
-    local one, nhits, nk, na, own = match(ARGV[a], '^(e?)(%d+) (%d+) (%d+) ?(%d*)$')
-    nhits = tonumber(nhits)
+    local hd = heads[ARGV[a]] or read_head(ARGV[a])
+    local m, nhits, nk, na, own = hd[1], hd[2], hd[3], hd[4], hd[5]
     if own ~= '' then
       clock(own)
     elseif not timed then
       clock('')
       timed = true
     end
-    local m = 't'
-    if one == 'e' then m = 'e' end
     local before = #out
     local ok, err = pcall(decide, KEYS, k, ARGV, a + 1, m, nhits, out)
     if not ok then
@@ -1498,7 +1534,7 @@ local function take(KEYS, ARGV)
       local reply = '!' .. tostring(err or 'error')
       for _ = 1, nhits do out[#out + 1] = reply end
     end
-    k, a = k + tonumber(nk), a + 1 + tonumber(na)
+    k, a = k + nk, a + 1 + na
   end
   return out
 end

@@ -152,13 +152,36 @@ do
 		return nil
 	end
 
+	-- window returns the time e elapsed in the epoch-aligned window of the
+	-- spec's period that holds now (see into), and the decimal ns time of
+	-- now + e2 − e followed by a space: for e2 = sp.per, the window's end,
+	-- the prefix of the states that fast.fixed writes in it; for 2·sp.per,
+	-- the next window's end, fast.sliding's. Both are kept in sp for the
+	-- now they were made for: the hits of a script call share one now, and
+	-- a state of the window of now is then recognised by comparing its
+	-- prefix (Lua compares strings by identity), not parsed.
+	local function window(sp, S, F, e2)
+		if sp.wS == S and sp.wF == F and sp.we2 == e2 then
+			return sp.we, sp.wend
+		end
+		local e = into(sp.wk, sp.wn, S, F)
+		if not e then
+			return nil
+		end
+		local q, f = dm(F + e2 - e, E9)
+		local wend = format("%d%09d ", S + q, f)
+		sp.wS, sp.wF, sp.we2, sp.we, sp.wend = S, F, e2, e, wend
+		return e, wend
+	end
+
 	-- ab splits a stored "A B" state: A − now (nil when A is not a time
 	-- of the domain) and B (a string), or nothing when v is no such state.
+	-- A time of the domain has 19 digits; one of more is beyond it.
 	local function ab(v, S, F)
 		if not v then
 			return false
 		end
-		local as, af, b = match(v, "^(%d+)(%d%d%d%d%d%d%d%d%d) (%d+)$")
+		local as, af, b = match(v, "^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d) (%d+)$")
 		if not as then
 			if match(v, "^%d+ %d+$") then
 				return nil -- a time before 2001
@@ -184,13 +207,23 @@ do
 	-- fixed is algo.step for a fixed window (fixedWindow): sp.wk or sp.wn,
 	-- sp.per, sp.rate, sp.cap.
 	function fast.fixed(sp, v, S, F, n, rt)
-		local e = into(sp.wk, sp.wn, S, F)
+		local e, wend = window(sp, S, F, sp.per)
 		if not e then
 			return nil
 		end
 		local reset = sp.per - e
 		local count = 0
-		local d, b = ab(v, S, F)
+		local d, b
+		if v and sub(v, 1, #wend) == wend then
+			-- A state of the window of now, as ab would find it.
+			b = match(v, "^%d+$", #wend + 1)
+			if b then
+				d = reset
+			end
+		end
+		if not d then
+			d, b = ab(v, S, F)
+		end
 		if d == nil then
 			return nil
 		end
@@ -230,12 +263,10 @@ do
 			return r
 		end
 		local after = count + n
-		local q, f = dm(F + reset, E9)
 		if count > 0 then
 			reset = nil -- the stored state's window: its time to live stands
 		end
-		return res(rt, true, cap - after, reset or sp.per - e, 0),
-			format("%d%09d %d", S + q, f, after), reset
+		return res(rt, true, cap - after, reset or sp.per - e, 0), wend .. format("%d", after), reset
 	end
 
 	-- bucket_left is bucketLeft scaled: the whole tokens left, floor((tolp
@@ -435,23 +466,38 @@ do
 	-- with the state's window that of now or the one before: sp.wk or
 	-- sp.wn, sp.per, sp.c, sp.us, sp.rate.
 	function fast.sliding(sp, v, S, F, n, rt)
-		local e = into(sp.wk, sp.wn, S, F)
+		local per = sp.per
+		local e, wend = window(sp, S, F, per + per)
 		if not e then
 			return nil
 		end
-		local per = sp.per
 		local prev, curr = 0, 0
 		if v then
-			local as, af, pv, cu = match(v, "^(%d+)(%d%d%d%d%d%d%d%d%d) (%d+) (%d+)$")
-			if not as and match(v, "^%d+ %d+ %d+$") then
-				return nil -- a time before 2001
+			local as, af, pv, cu, d
+			if sub(v, 1, #wend) == wend then
+				-- A state written in the window of now, as the match
+				-- below would find it.
+				pv, cu = match(v, "^(%d+) (%d+)$", #wend + 1)
+				if pv then
+					as, d = pv, per + per - e
+				end
 			end
-			if as then
-				local d = tonumber(as) - S
+			if not as then
+				-- A time of the domain has 19 digits; one of more is
+				-- beyond it.
+				as, af, pv, cu = match(v, "^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d) (%d+) (%d+)$")
+				if not as and match(v, "^%d+ %d+ %d+$") then
+					return nil -- a time before 2001, or after the domain
+				end
+			end
+			if as and not d then
+				d = tonumber(as) - S
 				if d > SPAN or d < -SPAN then
 					return nil
 				end
 				d = d * E9 + (tonumber(af) - F)
+			end
+			if as then
 				if d > 0 then
 					local p2, c2 = small(pv), small(cu)
 					local delta = d + e -- A − ws: the state's idle-at time is its window's end plus a period
@@ -476,13 +522,11 @@ do
 		if not fits or n == 0 then
 			return r
 		end
-		local idle = per + per - e
-		local qs, f = dm(F + idle, E9)
-		local ttl = idle
+		local ttl = per + per - e
 		if curr > 0 then
 			ttl = nil -- the stored state's window: its time to live stands
 		end
-		return r, format("%d%09d %d %d", S + qs, f, prev, curr + n), ttl
+		return r, wend .. format("%d %d", prev, curr + n), ttl
 	end
 
 	-- sketch_window is algo.sketch_window relative to now: the time e
