@@ -81,9 +81,10 @@ func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []stri
 // answer is the script's answer for one hit: allowed (0 or 1), remaining,
 // reset, retry, left (ns; left: block time left) and committed (0 or 1),
 // and the permits a Concurrency hit dropped on expiry. take.lua sends it
-// as six integers, or, when a number is not plain in Lua (2^53 and above,
-// or int.NEVER), as one string "allowed remaining reset retry left
-// committed [dropped]".
+// as six integers; for a hit allowed and committed with retry and left 0
+// as two, -1 - remaining and reset; or, when a number is not plain in Lua
+// (2^53 and above, or int.NEVER), as one string "allowed remaining reset
+// retry left committed [dropped]".
 type answer struct {
 	v       [6]int64
 	dropped int64
@@ -123,6 +124,19 @@ func readAnswers(msgs []rueidis.RedisMessage, n int, dst []answer) (int, error) 
 			return i, fmt.Errorf("script returned too few values for %d hits", n)
 		}
 		m := &msgs[i]
+		if v, err := m.AsInt64(); err == nil && m.IsInt64() && v < 0 {
+			// Allowed and committed: -1 - remaining, reset.
+			if i+2 > len(msgs) {
+				return i, fmt.Errorf("script returned too few values for %d hits", n)
+			}
+			reset, err := msgs[i+1].AsInt64()
+			if err != nil || !msgs[i+1].IsInt64() {
+				return i, fmt.Errorf("script returned a malformed answer: %v", msgs[i+1])
+			}
+			dst[j] = answer{v: [6]int64{1, -1 - v, reset, 0, 0, 1}}
+			i += 2
+			continue
+		}
 		if m.IsInt64() {
 			if i+6 > len(msgs) {
 				return i, fmt.Errorf("script returned too few values for %d hits", n)

@@ -40,9 +40,11 @@
 -- Reply: per hit, "allowed remaining reset retry left committed" (ns;
 -- left: block time left, 0 = not blocked) as six integers when all are
 -- plain numbers (below 2^53), which costs Redis far less than formatting
--- them; otherwise as one string of the six, followed for the first hit on
--- a Concurrency limit's key that dropped expired permits by their number.
--- In modes "u" and "r" then two undo strings per hit.
+-- them, or, for a hit allowed and committed with retry and left 0, as two,
+-- -1 - remaining and reset; otherwise as one string of the six, followed
+-- for the first hit on a Concurrency limit's key that dropped expired
+-- permits by their number. In modes "u" and "r" then two undo strings per
+-- hit.
 
 local X = int
 local step, log_step, log_commit = algo.step, algo.log_step, algo.log_commit
@@ -521,7 +523,11 @@ local scratch = {allowed = false, remaining = 0, reset = 0, retry = 0}
 -- which may be int.NEVER), committed c (0 or 1). See answer.
 local function reply1(out, ok, r, c)
   local rty = r.retry
-  if rty + 0 == rty then
+  if c == 1 and rty == 0 then
+    -- Allowed and committed, the most common answer: two integers.
+    local n = #out
+    out[n + 1], out[n + 2] = -1 - r.remaining, r.reset
+  elseif rty + 0 == rty then
     local n = #out
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] = ok, r.remaining, r.reset, rty, 0, c
   else
@@ -1490,6 +1496,37 @@ local function read_head(h, call)
   return hd
 end
 
+-- The batch in progress (take, run_batch): its KEYS, ARGV and answers,
+-- the index bi of the next request of bn, where its keys and arguments
+-- start (bk, ba), whether Redis TIME was read; and of the request being
+-- decided, its hits, keys and arguments, and the answers before it.
+local bK, bA, bout, bi, bn, bk, ba, btimed, bhits, bnk, bna, bbefore
+
+-- run_batch decides the batch's requests from bi on, in order, until one
+-- fails (an error reply on one of its keys: it raises the error, and take
+-- answers that request's hits with it and calls run_batch again for the
+-- rest) or none is left. One protected call for the batch, rather than
+-- one a request, unless requests fail.
+local function run_batch()
+  local KEYS, ARGV, out = bK, bA, bout
+  while bi <= bn do
+    bhits = nil
+    local hd = heads[ARGV[ba]] or read_head(ARGV[ba])
+    local m, nhits, own = hd[1], hd[2], hd[5]
+    bhits, bnk, bna, bbefore = nhits, hd[3], hd[4], #out
+    if own ~= '' then
+      clock(own)
+    elseif not btimed then
+      clock('')
+      btimed = true
+    end
+    if not (nhits == 1 and m == 't' and S and decide1(KEYS, bk, ARGV, ba + 1, out, false)) then
+      decide(KEYS, bk, ARGV, ba + 1, m, nhits, out)
+    end
+    bk, ba, bi = bk + bnk, ba + 1 + bna, bi + 1
+  end
+end
+
 -- take decides the requests of one call: ARGV[1] is "mode hits [now]" for
 -- one request, or "b requests [now]" for a batch of independent requests
 -- (each all-or-nothing on its own, in mode "t", or "e"), each of which
@@ -1515,26 +1552,20 @@ local function take(KEYS, ARGV)
     decide(KEYS, 1, ARGV, 2, mode, n, out)
     return out
   end
-  local k, a = 1, 2
-  local timed = false
-  for _ = 1, n do
-    local hd = heads[ARGV[a]] or read_head(ARGV[a])
-    local m, nhits, nk, na, own = hd[1], hd[2], hd[3], hd[4], hd[5]
-    if own ~= '' then
-      clock(own)
-    elseif not timed then
-      clock('')
-      timed = true
+  bK, bA, bout, bi, bn, bk, ba, btimed = KEYS, ARGV, out, 1, n, 1, 2, false
+  while true do
+    local ok, err = pcall(run_batch)
+    if ok then break end
+    if not bhits then
+      bK, bA, bout = nil, nil, nil
+      error(err) -- a malformed header: the call fails
     end
-    local before = #out
-    local ok, err = pcall(decide, KEYS, k, ARGV, a + 1, m, nhits, out)
-    if not ok then
-      for i = #out, before + 1, -1 do out[i] = nil end
-      if type(err) == 'table' then err = err.err end
-      local reply = '!' .. tostring(err or 'error')
-      for _ = 1, nhits do out[#out + 1] = reply end
-    end
-    k, a = k + nk, a + 1 + na
+    for i = #out, bbefore + 1, -1 do out[i] = nil end
+    if type(err) == 'table' then err = err.err end
+    local reply = '!' .. tostring(err or 'error')
+    for _ = 1, bhits do out[#out + 1] = reply end
+    bk, ba, bi = bk + bnk, ba + 1 + bna, bi + 1
   end
+  bK, bA, bout = nil, nil, nil
   return out
 end

@@ -55,7 +55,7 @@
 -- docs/internals/redis-fast-path.md).
 local fast = {}
 do
-	local floor, tonumber, sub, match, format = math.floor, tonumber, string.sub, string.match, string.format
+	local floor, tonumber, sub, byte, match, format = math.floor, tonumber, string.sub, string.byte, string.match, string.format
 	local NEVER = int.NEVER
 	local E9 = 1000000000
 	local P52 = 4503599627370496 -- every plain quantity stays below 2^52
@@ -152,6 +152,37 @@ do
 		return nil
 	end
 
+	-- nums memoises counts: a digit string of at most 15 digits to its
+	-- number, and such a number to its decimal string. The counts of
+	-- many keys are the same few numbers, and a table lookup costs Redis
+	-- less than validating and parsing a count, or formatting one. Emptied
+	-- when it holds 4096 entries.
+	local nums, nnums = {}, 0
+
+	-- memo records the digit string b of count x (at most 15 digits, no
+	-- leading zero).
+	local function memo(b, x)
+		if nnums >= 4096 then
+			nums, nnums = {}, 0
+		end
+		nums[b], nums[x] = x, b
+		nnums = nnums + 2
+	end
+
+	-- decimal returns the decimal string of a count x below 2^52.
+	local function decimal(x)
+		local b = nums[x]
+		if not b then
+			b = format("%d", x)
+			memo(b, x)
+		end
+		return b
+	end
+
+	-- The seconds of the last time ab parsed, and their number: the
+	-- states read in one second mostly share them.
+	local last_s, last_sn
+
 	-- window returns the time e elapsed in the epoch-aligned window of the
 	-- spec's period that holds now (see into), and the decimal ns time of
 	-- now + e2 − e followed by a space: for e2 = sp.per, the window's end,
@@ -188,7 +219,10 @@ do
 			end
 			return false
 		end
-		local ds = tonumber(as) - S
+		if as ~= last_s then
+			last_s, last_sn = as, tonumber(as)
+		end
+		local ds = last_sn - S
 		if ds > SPAN or ds < -SPAN then
 			return nil
 		end
@@ -213,11 +247,12 @@ do
 		end
 		local reset = sp.per - e
 		local count = 0
-		local d, b
+		local d, b, x
 		if v and sub(v, 1, #wend) == wend then
 			-- A state of the window of now, as ab would find it.
-			b = match(v, "^%d+$", #wend + 1)
-			if b then
+			b = sub(v, #wend + 1)
+			x = nums[b]
+			if x or match(b, "^%d+$") then
 				d = reset
 			end
 		end
@@ -229,9 +264,12 @@ do
 		end
 		if d then
 			if d > 0 then
-				count = small(b)
+				count = x or small(b)
 				if d > reset or not count then
 					return nil -- a later window (time went backwards)
+				end
+				if not x and (#b == 1 or byte(b) ~= 48) then
+					memo(b, count) -- canonical: no leading zero
 				end
 			end
 		end
@@ -266,7 +304,7 @@ do
 		if count > 0 then
 			reset = nil -- the stored state's window: its time to live stands
 		end
-		return res(rt, true, cap - after, reset or sp.per - e, 0), wend .. format("%d", after), reset
+		return res(rt, true, cap - after, reset or sp.per - e, 0), wend .. decimal(after), reset
 	end
 
 	-- bucket_left is bucketLeft scaled: the whole tokens left, floor((tolp

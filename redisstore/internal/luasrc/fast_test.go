@@ -255,3 +255,30 @@ func TestFastLog(t *testing.T) {
 		t.Errorf("only %d of %d steps took the fast path", fast, steps)
 	}
 }
+
+// TestFastCounts holds fast.fixed's reading of a state of the window of
+// now (recognised by its prefix, its count memoised) to what algo.lua and
+// Go read: a count with leading zeros is its number, and the state written
+// after it canonical; a count that is no number is no state (a fresh
+// window); and a count read once reads the same again.
+func TestFastCounts(t *testing.T) {
+	t.Parallel()
+	d := newDriver(t)
+	p := algo.Params{Kind: algo.FixedWindow, Rate: 100, Period: 60 * e9, Capacity: 100}
+	spec := luasrc.Spec(&p, false, 0)
+	now := int64(1_800_000_030) * e9 // 30 s into a minute
+	end := fmt.Sprint(now + 30*e9)
+	for _, c := range []struct{ state, want string }{
+		{end + " 007", "f 1 92 30000000000 0 " + end + " 8"},
+		{end + " 7", "f 1 92 30000000000 0 " + end + " 8"},
+		{end + " 7", "f 1 92 30000000000 0 " + end + " 8"}, // memoised
+		{end + " 1e3", "f 1 99 30000000000 0 " + end + " 1"},
+		{end + " 0x10", "f 1 99 30000000000 0 " + end + " 1"},
+		{end + " 100", "f 0 0 30000000000 30000000000 " + end + " 100"},
+	} {
+		got := d.run("fstep", []string{spec + "|" + c.state + "|" + ints(now, 1)})[0]
+		if got != c.want {
+			t.Errorf("state %q: got %q, want %q", c.state, got, c.want)
+		}
+	}
+}
