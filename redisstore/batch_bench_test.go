@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
+	"github.com/sluicehq/sluice/internal/vocab/limits"
 )
 
 // BenchmarkBatch measures what Redis spends on a decision inside one
@@ -57,16 +58,8 @@ func BenchmarkBatch(b *testing.B) {
 					batch := make([]*batchReq, n)
 					i := 0
 					next := func() {
-						for j := range batch {
-							h := hits[i%keys]
-							i++
-							ops := make([]op, 1)
-							k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
-							s.encode(&k, &h[0], &ops[0])
-							g := groupBySlot(c, ops)[0]
-							g.build(h, ops, "", "t", nil)
-							batch[j] = &batchReq{g: g}
-						}
+						s.batchOf(c, hits, i, batch)
+						i += n
 					}
 					cmd0 := fcallUsec(b, info)
 					cpu := redisCPU(b, info)
@@ -93,6 +86,22 @@ func BenchmarkBatch(b *testing.B) {
 	}
 }
 
+// batchOf fills batch with requests as take builds them, one a hit of
+// hits from hits[from] on (wrapping around).
+func (s *Store) batchOf(c *conn, hits [][]sluice.Hit, from int, batch []*batchReq) {
+	for j := range batch {
+		h := hits[(from+j)%len(hits)]
+		ops := make([]op, len(h))
+		k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+		for i := range h {
+			s.encode(&k, &h[i], &ops[i])
+		}
+		g := groupBySlot(c, ops)[0]
+		g.build(h, ops, "", "t", nil)
+		batch[j] = &batchReq{g: g}
+	}
+}
+
 // fcallUsec returns the microseconds commandstats counts in FCALL.
 func fcallUsec(b *testing.B, c *redistest.Conn) float64 {
 	v, err := c.Do("INFO", "commandstats")
@@ -108,4 +117,92 @@ func fcallUsec(b *testing.B, c *redistest.Conn) float64 {
 		b.Fatalf("INFO commandstats: %q: %v", u, err)
 	}
 	return x
+}
+
+// floorLib is the least a script can do for a decision of a state kept
+// as a string: read it, write it back keeping its TTL, answer two
+// integers. BenchmarkFloor holds the store's script to it.
+const floorLib = `#!lua name=sluice_floor
+redis.register_function('sluice_floor', function(keys, args)
+  local out = {}
+  for i = 1, #keys do
+    local v = redis.call('GET', keys[i])
+    redis.call('SET', keys[i], v, 'KEEPTTL')
+    out[2 * i - 1], out[2 * i] = -1, 0
+  end
+  return out
+end)
+`
+
+// BenchmarkFloor compares, on one redis-server and 10k keys within their
+// limits, what Redis spends on a decision (redis-cpu-ns/decision, INFO
+// cpu, the round trips included): the store's fixed window in batches of
+// n requests ("sluice"); floorLib's GET and SET on the same keys in calls
+// of n ("floor"); and envoyproxy/ratelimit's way, INCRBY and EXPIRE sent
+// together, a round trip a decision ("envoy").
+func BenchmarkFloor(b *testing.B) {
+	s, info := benchStore(b)
+	c := s.client.Load()
+	ctx := context.Background()
+	if _, err := info.Do("FUNCTION", "LOAD", "REPLACE", floorLib); err != nil {
+		b.Fatal(err)
+	}
+	l := &sluice.Limit{Name: "fw", Rate: 1e9, Period: 24 * time.Hour}
+	const keys = 10000
+	hits := make([][]sluice.Hit, keys)
+	states := make([]string, keys)
+	for i := range hits {
+		hits[i] = []sluice.Hit{{Key: "k" + strconv.Itoa(i), Limit: l, Cost: 1}}
+		if err := s.Take(ctx, hits[i], make([]sluice.Decision, 1)); err != nil {
+			b.Fatal(err)
+		}
+		k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+		p := limits.Params(l)
+		states[i] = k.stateKey(&hits[i][0], &p)
+	}
+	measure := func(b *testing.B, n int, call func(i int)) {
+		cpu := redisCPU(b, info)
+		i := 0
+		for b.Loop() {
+			call(i)
+			i += n
+		}
+		b.ReportMetric((redisCPU(b, info)-cpu)*1e9/float64(i), "redis-cpu-ns/decision")
+		b.ReportMetric(0, "ns/op")
+	}
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("sluice/n=%d", n), func(b *testing.B) {
+			batch := make([]*batchReq, n)
+			measure(b, n, func(i int) {
+				b.StopTimer()
+				s.batchOf(c, hits, i, batch)
+				b.StartTimer()
+				s.call(c, batch)
+				if err := batch[0].g.err; err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("floor/n=%d", n), func(b *testing.B) {
+			ks := make([]string, n)
+			measure(b, n, func(i int) {
+				for j := range ks {
+					ks[j] = states[(i+j)%keys]
+				}
+				if err := c.c.Do(ctx, c.c.B().Fcall().Function("sluice_floor").Numkeys(int64(n)).Key(ks...).Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+	}
+	b.Run("envoy", func(b *testing.B) {
+		measure(b, 1, func(i int) {
+			k := "envoy:" + strconv.Itoa(i%keys)
+			for _, r := range c.c.DoMulti(ctx, c.c.B().Incrby().Key(k).Increment(1).Build(), c.c.B().Expire().Key(k).Seconds(86400).Build()) {
+				if err := r.Error(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
 }
