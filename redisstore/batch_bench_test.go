@@ -58,7 +58,7 @@ func BenchmarkBatch(b *testing.B) {
 					batch := make([]*batchReq, n)
 					i := 0
 					next := func() {
-						s.batchOf(c, hits, i, batch)
+						s.batchOf(c, hits, i, "t", batch)
 						i += n
 					}
 					cmd0 := fcallUsec(b, info)
@@ -88,7 +88,7 @@ func BenchmarkBatch(b *testing.B) {
 
 // batchOf fills batch with requests as take builds them, one a hit of
 // hits from hits[from] on (wrapping around).
-func (s *Store) batchOf(c *conn, hits [][]sluice.Hit, from int, batch []*batchReq) {
+func (s *Store) batchOf(c *conn, hits [][]sluice.Hit, from int, mode string, batch []*batchReq) {
 	for j := range batch {
 		h := hits[(from+j)%len(hits)]
 		ops := make([]op, len(h))
@@ -97,7 +97,7 @@ func (s *Store) batchOf(c *conn, hits [][]sluice.Hit, from int, batch []*batchRe
 			s.encode(&k, &h[i], &ops[i])
 		}
 		g := groupBySlot(c, ops)[0]
-		g.build(h, ops, "", "t", nil)
+		g.build(h, ops, "", mode, nil)
 		batch[j] = &batchReq{g: g}
 	}
 }
@@ -137,7 +137,8 @@ end)
 // BenchmarkFloor compares, on one redis-server and 10k keys within their
 // limits, what Redis spends on a decision (redis-cpu-ns/decision, INFO
 // cpu, the round trips included): the store's fixed window in batches of
-// n requests ("sluice"); floorLib's GET and SET on the same keys in calls
+// n requests ("sluice-t", and "sluice-e" one by one, as the RLS server
+// decides); floorLib's GET and SET on the same keys in calls
 // of n ("floor"); and envoyproxy/ratelimit's way, INCRBY and EXPIRE sent
 // together, a round trip a decision ("envoy").
 func BenchmarkFloor(b *testing.B) {
@@ -171,18 +172,21 @@ func BenchmarkFloor(b *testing.B) {
 		b.ReportMetric(0, "ns/op")
 	}
 	for _, n := range []int{1, 10} {
-		b.Run(fmt.Sprintf("sluice/n=%d", n), func(b *testing.B) {
-			batch := make([]*batchReq, n)
-			measure(b, n, func(i int) {
-				b.StopTimer()
-				s.batchOf(c, hits, i, batch)
-				b.StartTimer()
-				s.call(c, batch)
-				if err := batch[0].g.err; err != nil {
-					b.Fatal(err)
-				}
+		// "t" as Take decides, "e" as the RLS server does (TakeEach).
+		for _, mode := range []string{"t", "e"} {
+			b.Run(fmt.Sprintf("sluice-%s/n=%d", mode, n), func(b *testing.B) {
+				batch := make([]*batchReq, n)
+				measure(b, n, func(i int) {
+					b.StopTimer()
+					s.batchOf(c, hits, i, mode, batch)
+					b.StartTimer()
+					s.call(c, batch)
+					if err := batch[0].g.err; err != nil {
+						b.Fatal(err)
+					}
+				})
 			})
-		})
+		}
 		b.Run(fmt.Sprintf("floor/n=%d", n), func(b *testing.B) {
 			ks := make([]string, n)
 			measure(b, n, func(i int) {

@@ -1520,7 +1520,7 @@ local function run_batch()
       clock('')
       btimed = true
     end
-    if not (nhits == 1 and m == 't' and S and decide1(KEYS, bk, ARGV, ba + 1, out, false)) then
+    if not (nhits == 1 and S and decide1(KEYS, bk, ARGV, ba + 1, out, m == 'e')) then
       decide(KEYS, bk, ARGV, ba + 1, m, nhits, out)
     end
     bk, ba, bi = bk + bnk, ba + 1 + bna, bi + 1
