@@ -60,7 +60,9 @@ func paramBytes(b []byte, p *algo.Params) []byte {
 func (k *keyer) appendTag(b []byte, t string) []byte {
 	b = append(b, k.prefix...)
 	b = append(b, '{')
-	b = hex.AppendEncode(b, binary.BigEndian.AppendUint64(nil, xxh3.HashString(t)))
+	var h [8]byte
+	binary.BigEndian.PutUint64(h[:], xxh3.HashString(t))
+	b = hex.AppendEncode(b, h[:])
 	return append(b, '}')
 }
 
@@ -77,7 +79,8 @@ func (k *keyer) stateKey(h *sluice.Hit, p *algo.Params) string {
 // an older version (entries without a header) is another key, never read
 // as this one's.
 func (k *keyer) appendID(b []byte, key string, p *algo.Params) []byte {
-	id := paramBytes(make([]byte, 0, 64+len(key)), p)
+	var buf [128]byte // most keys fit: no allocation
+	id := paramBytes(buf[:0], p)
 	if p.Kind == algo.SlidingLog {
 		id = append(id, logFormat...)
 	}
@@ -157,6 +160,7 @@ var crc16Table = func() (t [256]uint16) {
 // sketchHash is the 64-bit hash that places key in the counters of a sketch
 // with parameters p. It is unseeded: every node must place a key alike.
 func sketchHash(key string, p *algo.Params) uint64 {
-	id := paramBytes(make([]byte, 0, 64+len(key)), p)
+	var buf [128]byte // most keys fit: no allocation
+	id := paramBytes(buf[:0], p)
 	return xxh3.Hash(append(id, key...))
 }

@@ -17,15 +17,14 @@ import (
 // (encode), the arguments of a group's call (build), and the Decision of a
 // hit's answer (decision).
 
-// encode fills o with the keys of hit h and its spec; its cost, and for a
-// sketch its counters, go in req (prev, which depends on the group, is
-// added by build, and a Concurrency hit's permit ID after it). A
-// Concurrency limit's permits are a sorted set at its state key.
+// encode fills o with the keys of hit h and its spec, and for a sketch its
+// counters; build writes the hit's "cost prev [counters]" (prev depends on
+// the group) and a Concurrency hit's permit ID after it. A Concurrency
+// limit's permits are a sorted set at its state key.
 func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 	o.p = limits.Params(h.Limit)
 	p := &o.p
 	o.spec = specOf(h.Limit, p)
-	o.req = strconv.AppendInt(o.req[:0], h.Cost, 10)
 	if p.Kind == algo.Sketch {
 		meta, k0, k1, block := k.sketchKeys(h, p)
 		o.state = meta
@@ -48,9 +47,14 @@ func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 // strings of a refund.
 func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []string) {
 	g.keys = g.keys[:0]
-	head := mode + " " + strconv.Itoa(len(g.idx))
-	if now != "" {
-		head += " " + now
+	var head string
+	if n := len(g.idx); now == "" && n < len(heads) && len(mode) == 1 && mode[0] >= 'a' && mode[0] <= 'z' {
+		head = heads[n][mode[0]-'a']
+	} else {
+		head = mode + " " + strconv.Itoa(n)
+		if now != "" {
+			head += " " + now
+		}
 	}
 	g.args = append(g.args[:0], head)
 	for j, i := range g.idx {
@@ -63,13 +67,20 @@ func (g *group) build(hits []sluice.Hit, ops []op, now, mode string, undo []stri
 				break
 			}
 		}
-		req := append(o.req, ' ')
-		req = strconv.AppendInt(req, int64(prev), 10)
-		for _, c := range o.cells {
-			req = append(req, ' ')
-			req = strconv.AppendUint(req, uint64(c), 10)
+		var req string
+		if c := hits[i].Cost; prev == 0 && len(o.cells) == 0 && c >= 0 && c < int64(len(costs)) {
+			req = costs[c] // "cost 0", made once
+		} else {
+			b := strconv.AppendInt(o.req[:0], hits[i].Cost, 10)
+			b = append(b, ' ')
+			b = strconv.AppendInt(b, int64(prev), 10)
+			for _, c := range o.cells {
+				b = append(b, ' ')
+				b = strconv.AppendUint(b, uint64(c), 10)
+			}
+			o.req, req = b, string(b)
 		}
-		g.args = append(g.args, o.spec, string(req))
+		g.args = append(g.args, o.spec, req)
 		if o.p.Kind == algo.Concurrency {
 			g.args = append(g.args, hits[i].Permit)
 		}
@@ -169,6 +180,21 @@ func readAnswers(msgs []rueidis.RedisMessage, n int, dst []answer) (int, error) 
 	}
 	return i, nil
 }
+
+// heads[n][m-'a'] is the header "m n" of a call of n hits in mode m, and
+// costs[c] a hit's "c 0" (cost c, no hit before it on its state): the
+// common arguments, made once rather than on every request.
+var heads, costs = func() ([16][26]string, [16]string) {
+	var h [16][26]string
+	var c [16]string
+	for n := range h {
+		for m := range h[n] {
+			h[n][m] = string(rune('a'+m)) + " " + strconv.Itoa(n)
+		}
+		c[n] = strconv.Itoa(n) + " 0"
+	}
+	return h, c
+}()
 
 // decision turns the script's answer for one hit into a Decision, as
 // memstore does.

@@ -141,7 +141,7 @@ type op struct {
 	slot  uint16 // on a Cluster
 	state string // the state key, or a sketch's meta key
 	spec  string // the limit's spec (spec.go)
-	req   []byte // the cost
+	req   []byte // build's scratch for "cost prev [counters]"
 	cells []uint32
 	keys  []string
 }
@@ -162,7 +162,8 @@ type group struct {
 // consumption is taken back.
 func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	ops := make([]op, len(hits))
-	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+	var kb [128]byte // the keys are built here, then copied: most fit
+	k := keyer{prefix: s.cfg.Prefix, tag: s.tag, buf: kb[:0]}
 	for i := range hits {
 		s.encode(&k, &hits[i], &ops[i])
 		if c.cluster {
@@ -208,11 +209,19 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 // one a slot.
 func groupBySlot(c *conn, ops []op) []*group {
 	if !c.cluster {
-		g := &group{idx: make([]int, len(ops))}
+		// One allocation for the group, its list and (for a few hits)
+		// its indexes.
+		one := &struct {
+			g   group
+			gs  [1]*group
+			idx [4]int
+		}{}
+		one.g.idx = one.idx[:0]
 		for i := range ops {
-			g.idx[i] = i
+			one.g.idx = append(one.g.idx, i)
 		}
-		return []*group{g}
+		one.gs[0] = &one.g
+		return one.gs[:]
 	}
 	var groups []*group
 	bySlot := make(map[uint16]*group, 1)
