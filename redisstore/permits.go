@@ -89,7 +89,7 @@ func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 			if mode == "x" {
 				// "held [dropped]": held is what ZREM removed, 1 or 0.
 				for j, i := range g.idx {
-					out[i] = limits.Released(hits[i].Limit, &ops[i].p, g.res[j] != "" && g.res[j][0] == '1')
+					out[i] = limits.Released(hits[i].Limit, &ops[i].p, g.res[j].v[0] == 1)
 				}
 				continue
 			}
@@ -103,7 +103,7 @@ func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 
 // runPermits makes the calls of groups, in parallel when there are
 // several; each gets its answer, one a hit (a renewal's as a take's; a
-// release's is "held [dropped]", of which only dropped is kept), or its
+// release's is "held [dropped]": held in v[0], and dropped), or its
 // error.
 func (s *Store) runPermits(c *conn, groups []*group) {
 	exec := func(g *group) {
@@ -118,7 +118,11 @@ func (s *Store) runPermits(c *conn, groups []*group) {
 				res[i], err = parseAnswer(arr[i])
 				continue
 			}
-			_, d, _ := strings.Cut(arr[i], " ")
+			// "held [dropped]": held (1 or 0) is kept in v[0].
+			h, d, _ := strings.Cut(arr[i], " ")
+			if h == "1" {
+				res[i].v[0] = 1
+			}
 			if d != "" {
 				res[i].dropped, err = strconv.ParseInt(d, 10, 64)
 			}
