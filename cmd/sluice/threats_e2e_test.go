@@ -1101,6 +1101,20 @@ func TestServeE2ERLQSHostile(t *testing.T) {
 		return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: bucket},
 			NumRequestsAllowed: allowed, NumRequestsDenied: denied, TimeElapsed: durationpb.New(interval)}
 	}
+	// honestUsage is what an Envoy asked at twice the limit reports: the
+	// requests of the time since its last report (the server measures
+	// that time itself, so on a loaded machine a fixed count would be a
+	// smaller demand than the test means).
+	lastHonest := time.Now()
+	honestUsage := func() *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+		now := time.Now()
+		elapsed := now.Sub(lastHonest)
+		lastHonest = now
+		n := uint64(limit * elapsed.Seconds())
+		u := usage(acme, n, n)
+		u.TimeElapsed = durationpb.New(elapsed)
+		return u
+	}
 	wide := map[string]string{}
 	for i := range 65 {
 		wide[fmt.Sprint("k", i)] = "v"
@@ -1140,7 +1154,7 @@ func TestServeE2ERLQSHostile(t *testing.T) {
 	honestRate := 0.0
 	for round := range 20 {
 		time.Sleep(interval)
-		if got, ok := exchange(honest, usage(acme, uint64(limit*interval.Seconds()), uint64(limit*interval.Seconds())))[acmeName].(float64); ok {
+		if got, ok := exchange(honest, honestUsage())[acmeName].(float64); ok {
 			honestRate = got
 		}
 		if got, ok := exchange(liar, usage(acme, 1<<63, 1<<62))[acmeName].(float64); ok {
