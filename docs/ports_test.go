@@ -218,11 +218,14 @@ func holdPort(t *testing.T, port, status int) *holder {
 			h.note("UDP packet")
 		}
 	}()
-	t.Cleanup(func() {
-		h.srv.Close()
-		pc.Close()
-	})
+	t.Cleanup(h.close)
 	return h
+}
+
+// close frees the port.
+func (h *holder) close() {
+	h.srv.Close()
+	h.udp.Close()
 }
 
 func (h *holder) note(what string) {
@@ -325,15 +328,27 @@ func TestShellPortTaken(t *testing.T) {
 		n++
 		t.Run(strings.TrimSuffix(filepath.Base(s.doc), ".md")+"/"+s.name, func(t *testing.T) {
 			t.Parallel()
-			r := moveToFreePorts(t, s)
+			var r *onFreePorts
 			var strangers []*holder
-			for _, doc := range slices.Sorted(maps.Keys(r.ports)) {
-				// It answers 200 OK, as any server's /readyz.
-				h := holdPort(t, r.ports[doc], http.StatusOK)
-				if h == nil {
-					t.Fatalf("the port %d (for %d) was taken before the test could hold it", r.ports[doc], doc)
+			// A free port can be taken by another test's process before
+			// this one holds it: then on other free ports.
+			for attempt := 1; strangers == nil; attempt++ {
+				r = moveToFreePorts(t, s)
+				for _, doc := range slices.Sorted(maps.Keys(r.ports)) {
+					// It answers 200 OK, as any server's /readyz.
+					h := holdPort(t, r.ports[doc], http.StatusOK)
+					if h == nil {
+						if attempt == 5 {
+							t.Fatalf("the port %d (for %d) was taken before the test could hold it, five times", r.ports[doc], doc)
+						}
+						for _, h := range strangers {
+							h.close()
+						}
+						strangers = nil
+						break
+					}
+					strangers = append(strangers, h)
 				}
-				strangers = append(strangers, h)
 			}
 			err := runScript(t, bash, bin, repo, s, r, 0)
 			if err == nil || !errPortTaken.MatchString(err.Error()) {

@@ -39,7 +39,9 @@ func TestTornReads(t *testing.T) {
 		})
 	}
 	deadline := time.Now().Add(200 * time.Millisecond)
-	for v := int64(1); time.Now().Before(deadline); v++ {
+	// At least 256 rounds: on a loaded machine 200 ms may hold too few to
+	// evict.
+	for v := int64(1); time.Now().Before(deadline) || v <= 256; v++ {
 		s.store(hot, &entry{until: v, reset: v, minCost: v, limit: v, remaining: v}, 0)
 		other := ident{hi: uint64(v)*0x9e3779b97f4a7c15 | 1, lo: uint64(v) * 0xc2b2ae3d27d4eb4f}
 		s.store(other, &entry{until: never, reset: never, minCost: 1, limit: 1}, 0)

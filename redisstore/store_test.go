@@ -279,7 +279,11 @@ func TestIdleKeysExpire(t *testing.T) {
 			continue
 		}
 		// Windows end within a period (sliding: two), buckets refill
-		// within a period, sketches live two periods, blocks 3s.
+		// within a period, sketches live two periods, blocks 3s. -2: it
+		// expired between KEYS and PTTL (a loaded machine), as it should.
+		if ttl == -2 {
+			continue
+		}
 		if ttl <= 0 || ttl > 4000 {
 			t.Errorf("key %q has PTTL %d ms, want a TTL in (0, 4000]", k, ttl)
 		}
