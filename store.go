@@ -110,7 +110,11 @@ type oneTaker interface {
 //     decision is allowed, so a store that lost its permits counts their
 //     holders again. Without room it is lost, and NOT added (its holder
 //     may have run past its expiry while another took the slot): its
-//     decision is denied, with RetryAfter Never.
+//     decision is denied, with RetryAfter Never. A hit of Cost 1 is a
+//     hand-over (the local failure policy's permit given to the store
+//     when it answers again: its holder was admitted within the nodes'
+//     shares): held, renewed or added, whatever the room; only a zero
+//     Period loses it.
 //   - Both drop the expired permits of the keys they touch first, as
 //     Take does (a permit released after its expiry was not held); the store owns the clock, as for Take. The hits need
 //     not share a key and are applied in order, each on its own (not

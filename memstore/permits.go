@@ -372,7 +372,7 @@ func (s *Store) renew(_ context.Context, hits []sluice.Hit, out []sluice.Decisio
 		if ps != nil {
 			v = ps.view(h.Permit)
 		}
-		r, exp := algo.PermitRenew(&p, v, now)
+		r, exp := algo.PermitRenew(&p, v, now, h.Cost == 1)
 		if exp > 0 {
 			s.holdPermit(sh, k, h.Permit, exp)
 		}

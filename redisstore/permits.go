@@ -35,19 +35,56 @@ func (s *Store) release(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 // renew extends the permit of each hit, if still held, to a Period from
 // Redis's now, and writes its decision to out (Permits): a permit no
 // longer held is held again if its key has room (algo.permit_renew),
-// else lost and denied. One script call ("n") per Cluster slot, as
-// release.
+// else lost and denied; a hit of Cost 1 is handed over, held whatever
+// the room. One script call ("n", or "h" for the hand-overs) per Cluster
+// slot, as release; the hand-overs first when a call mixes both.
 func (s *Store) renew(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
 	if len(out) < len(hits) {
 		return fmt.Errorf("redisstore: %d decisions for %d hits", len(out), len(hits))
 	}
-	return s.permits(ctx, hits, out, "n")
+	hand := 0
+	for i := range hits {
+		if hits[i].Cost == 1 {
+			hand++
+		}
+	}
+	switch hand {
+	case 0:
+		return s.permits(ctx, hits, out, "n")
+	case len(hits):
+		return s.permits(ctx, hits, out, "h")
+	}
+	// Mixed (no caller of this package's makes such a call): each kind
+	// in its own call, the decisions put back in the hits' order.
+	var sets [2][]int
+	for i := range hits {
+		k := 0
+		if hits[i].Cost == 1 {
+			k = 1
+		}
+		sets[k] = append(sets[k], i)
+	}
+	for k, mode := range [2]string{"h", "n"} {
+		idx := sets[1-k]
+		sub, subOut := make([]sluice.Hit, len(idx)), make([]sluice.Decision, len(idx))
+		for j, i := range idx {
+			sub[j] = hits[i]
+		}
+		if err := s.permits(ctx, sub, subOut, mode); err != nil {
+			return err
+		}
+		for j, i := range idx {
+			out[i] = subOut[j]
+		}
+	}
+	return nil
 }
 
-// permits releases (mode "x") or renews (mode "n") the permits of hits,
-// writing their decisions to out (for a release, if not nil).
+// permits releases (mode "x"), renews (mode "n") or hands over (mode
+// "h") the permits of hits, writing their decisions to out (for a
+// release, if not nil).
 func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, mode string) error {
-	if err := ctx.Err(); err != nil && mode == "n" {
+	if err := ctx.Err(); err != nil && mode != "x" {
 		return err
 	}
 	if len(hits) == 0 {

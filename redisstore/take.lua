@@ -1429,7 +1429,9 @@ local function settle(KEYS, ARGV)
   return str(charged)
 end
 
--- permits releases (mode "x") or renews (mode "n") n permits at now:
+-- permits releases (mode "x"), renews (mode "n") or hands over (mode
+-- "h": renewals that add a permit not held whatever the room, the local
+-- failure policy's permits given to the store) n permits at now:
 -- KEYS are their keys, ARGV from 2 on two per permit, its limit's spec and
 -- its ID. Each first drops the key's expired permits (a permit released
 -- after its expiry was not released in time: it counts as expired, as
@@ -1450,7 +1452,7 @@ local function permits(KEYS, ARGV, mode, n)
     else
       local sp = spec(ARGV[2 * i])
       local held, earliest = read_permits(key)
-      local r, exp = algo.permit_renew(sp.p, {held = held, earliest = earliest, old = permit_of(key, id)}, now)
+      local r, exp = algo.permit_renew(sp.p, {held = held, earliest = earliest, old = permit_of(key, id)}, now, mode == 'h')
       local ok, c = 0, 0
       if r.allowed then
         ok, c = 1, 1
@@ -1543,7 +1545,7 @@ local function take(KEYS, ARGV)
     clock(given)
     return settle(KEYS, ARGV)
   end
-  if mode == 'x' or mode == 'n' then
+  if mode == 'x' or mode == 'n' or mode == 'h' then
     clock(given)
     return permits(KEYS, ARGV, mode, n)
   end

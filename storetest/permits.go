@@ -34,6 +34,7 @@ func (s suite) permits(t *testing.T) {
 		{"ShadowAndPeek", permitsShadowAndPeek},
 		{"SeveralInOneRequest", permitsSeveral},
 		{"ReleaseAndRenew", permitsReleaseRenew},
+		{"HandOver", permitsHandOver},
 		{"Expiry", permitsExpiry},
 		{"OneSetWhateverTheLimit", permitsOneSet},
 		{"ManyHolders", permitsMany},
@@ -227,6 +228,39 @@ func permitsReleaseRenew(t *testing.T, e *env) {
 	wantPermits(t, "b expired in its turn", e.allow("k", l, 0), true, 1, 3*time.Second, 0)
 }
 
+// permitsHandOver: a renewal of Cost 1 hands a permit over: held whatever
+// the room (added to a full set, renewed if held), then renewed,
+// released and counted as any; a newcomer waits until the set is below
+// its N; in a call mixed with plain renewals, each is what its Cost says.
+func permitsHandOver(t *testing.T, e *env) {
+	l := concurrencyLimit(2, 10*time.Second)
+	e.take(permitHit("k", l, "a"))
+	e.take(permitHit("k", l, "b"))
+	out := e.handOver(permitHit("k", l, "h"))
+	wantPermits(t, "handed over to a full set", out[0], true, 0, 10*time.Second, 0)
+	d, _ := e.take(permitHit("k", l, "new"))
+	wantPermits(t, "a newcomer over N", d, false, 0, 10*time.Second, 10*time.Second)
+	e.clock.Advance(4 * time.Second)
+	out = e.handOver(permitHit("k", l, "h"), permitHit("k", l, "x"))
+	wantPermits(t, "handed over again: renewed", out[0], true, 0, 6*time.Second, 0)
+	wantPermits(t, "another handed over", out[1], true, 0, 6*time.Second, 0)
+	if got := e.release(permitHit("k", l, "a"), permitHit("k", l, "x")); got != "11" {
+		t.Fatalf("released %s, want 11", got)
+	}
+	d, _ = e.take(permitHit("k", l, "new"))
+	wantPermits(t, "b and h held of 2", d, false, 0, 6*time.Second, 6*time.Second)
+	mixed := []sluice.Hit{permitHit("k", l, "y"), permitHit("k", l, "z")}
+	mixed[1].Cost = 0
+	out = make([]sluice.Decision, 2)
+	if err := e.store.(decorator.Permitter).Permits(context.Background(), mixed, out, false); err != nil {
+		t.Fatal(err)
+	}
+	wantPermits(t, "mixed: the hand-over", out[0], true, 0, 6*time.Second, 0)
+	wantPermits(t, "mixed: the renewal of one not held, full", out[1], false, 0, 6*time.Second, sluice.Never)
+	e.clock.Advance(6 * time.Second) // b expires
+	wantPermits(t, "h and y held", e.allow("k", l, 0), true, 0, 4*time.Second, 0)
+}
+
 // permitsExpiry: a holder that never releases blocks until its permit
 // expires, on the store's clock, not a moment longer or shorter.
 func permitsExpiry(t *testing.T, e *env) {
@@ -367,9 +401,22 @@ func boolInt(b bool) int {
 // renew renews the permits of hits and returns their decisions.
 func (e *env) renew(hits ...sluice.Hit) []sluice.Decision {
 	e.t.Helper()
+	for i := range hits {
+		hits[i].Cost = 0 // a renewal (Cost 1 hands over)
+	}
 	out := make([]sluice.Decision, len(hits))
 	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, out, false); err != nil {
 		e.t.Fatalf("Renew: %v", err)
+	}
+	return out
+}
+
+// handOver renews hits as hand-overs (Cost 1).
+func (e *env) handOver(hits ...sluice.Hit) []sluice.Decision {
+	e.t.Helper()
+	out := make([]sluice.Decision, len(hits))
+	if err := e.store.(decorator.Permitter).Permits(context.Background(), hits, out, false); err != nil {
+		e.t.Fatalf("Renew (hand-over): %v", err)
 	}
 	return out
 }

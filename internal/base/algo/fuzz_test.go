@@ -251,7 +251,7 @@ func FuzzStepBounds(f *testing.F) {
 			s := PermitSet{Held: min(max(n, 0), p.Capacity), Earliest: a, Old: b}
 			r, _ := PermitStep(&p, s, now, n)
 			checkBounds(t, &p, State{}, State{}, now, n, r)
-			r, _ = PermitRenew(&p, s, now)
+			r, _ = PermitRenew(&p, s, now, n > 1)
 			if r.Allowed != (r.RetryAfter == 0) || r.Remaining < 0 || r.ResetAfter < 0 {
 				t.Fatalf("renew: %+v", r)
 			}

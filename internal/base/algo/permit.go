@@ -99,10 +99,17 @@ func PermitStep(p *Params, s PermitSet, now, n int64) (r Result, exp int64) {
 // Never (renewing it again never helps), exp 0, and the set's Remaining
 // and ResetAfter. A zero limit (Rate or Capacity 0) acquires nothing
 // again.
-func PermitRenew(p *Params, s PermitSet, now int64) (r Result, exp int64) {
+//
+// A hand-over (handOver true) adds a permit not held whatever the room:
+// the permit of a holder that the local failure policy admitted, within
+// the nodes' shares, while the store could not decide, given to the
+// store when it answers again so that the store counts it and admits no
+// newcomer to its slot. Its result is allowed (Remaining then counts the
+// set over Capacity as none left). Only a zero Period loses it.
+func PermitRenew(p *Params, s PermitSet, now int64, handOver bool) (r Result, exp int64) {
 	now = clampNow(now)
 	s = s.at(now)
-	room := s.Held < p.Capacity && p.Rate > 0
+	room := handOver || s.Held < p.Capacity && p.Rate > 0
 	if s.Old == 0 && !room || p.Period <= 0 {
 		r = permitResult(p, s, now, false)
 		r.RetryAfter = Never

@@ -48,7 +48,7 @@ func TestPermitStep(t *testing.T) {
 
 // TestPermitRenew: a held permit is extended, even over capacity; one
 // no longer held is acquired again when the set has room, and lost
-// otherwise.
+// otherwise; a hand-over adds it whatever the room.
 func TestPermitRenew(t *testing.T) {
 	p := Params{Kind: Concurrency, Rate: 3, Period: 10e9, Capacity: 3}
 	const t0 = int64(1_700_000_000_000_000_000)
@@ -56,21 +56,27 @@ func TestPermitRenew(t *testing.T) {
 		name string
 		p    Params
 		s    PermitSet
+		hand bool
 		want Result
 		exp  int64
 	}{
-		{"held", p, PermitSet{Held: 2, Earliest: t0 + 1e9, Old: t0 + 1e9}, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
-		{"held over capacity", p, PermitSet{Held: 5, Earliest: t0 + 1e9, Old: t0 + 2e9}, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
-		{"never shortened", p, PermitSet{Held: 1, Earliest: t0 + 20e9, Old: t0 + 20e9}, Result{Allowed: true, Remaining: 2, ResetAfter: 20e9}, t0 + 20e9},
-		{"gone, with room: acquired again", p, PermitSet{Held: 1, Earliest: t0 + 1e9}, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
-		{"gone from an empty set", p, PermitSet{}, Result{Allowed: true, Remaining: 2, ResetAfter: 10e9}, t0 + 10e9},
-		{"gone, full: lost", p, PermitSet{Held: 3, Earliest: t0 + 1e9}, Result{ResetAfter: 1e9, RetryAfter: Never}, 0},
-		{"gone, over capacity: lost", p, PermitSet{Held: 4, Earliest: t0 + 1e9}, Result{ResetAfter: 1e9, RetryAfter: Never}, 0},
-		{"expired at now, full: lost", p, PermitSet{Held: 3, Earliest: t0, Old: t0}, Result{RetryAfter: Never}, 0},
-		{"a zero limit acquires nothing again", Params{Kind: Concurrency, Period: 10e9}, PermitSet{}, Result{RetryAfter: Never}, 0},
-		{"a zero limit renews a held one", Params{Kind: Concurrency, Period: 10e9}, PermitSet{Held: 1, Earliest: t0 + 1e9, Old: t0 + 1e9}, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
+		{"held", p, PermitSet{Held: 2, Earliest: t0 + 1e9, Old: t0 + 1e9}, false, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
+		{"held over capacity", p, PermitSet{Held: 5, Earliest: t0 + 1e9, Old: t0 + 2e9}, false, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
+		{"never shortened", p, PermitSet{Held: 1, Earliest: t0 + 20e9, Old: t0 + 20e9}, false, Result{Allowed: true, Remaining: 2, ResetAfter: 20e9}, t0 + 20e9},
+		{"gone, with room: acquired again", p, PermitSet{Held: 1, Earliest: t0 + 1e9}, false, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
+		{"gone from an empty set", p, PermitSet{}, false, Result{Allowed: true, Remaining: 2, ResetAfter: 10e9}, t0 + 10e9},
+		{"gone, full: lost", p, PermitSet{Held: 3, Earliest: t0 + 1e9}, false, Result{ResetAfter: 1e9, RetryAfter: Never}, 0},
+		{"gone, over capacity: lost", p, PermitSet{Held: 4, Earliest: t0 + 1e9}, false, Result{ResetAfter: 1e9, RetryAfter: Never}, 0},
+		{"expired at now, full: lost", p, PermitSet{Held: 3, Earliest: t0, Old: t0}, false, Result{RetryAfter: Never}, 0},
+		{"a zero limit acquires nothing again", Params{Kind: Concurrency, Period: 10e9}, PermitSet{}, false, Result{RetryAfter: Never}, 0},
+		{"a zero limit renews a held one", Params{Kind: Concurrency, Period: 10e9}, PermitSet{Held: 1, Earliest: t0 + 1e9, Old: t0 + 1e9}, false, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
+		{"hand-over, full: held over capacity", p, PermitSet{Held: 3, Earliest: t0 + 1e9}, true, Result{Allowed: true, ResetAfter: 1e9}, t0 + 10e9},
+		{"hand-over, held: renewed", p, PermitSet{Held: 2, Earliest: t0 + 1e9, Old: t0 + 1e9}, true, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
+		{"hand-over, room: added", p, PermitSet{Held: 1, Earliest: t0 + 1e9}, true, Result{Allowed: true, Remaining: 1, ResetAfter: 1e9}, t0 + 10e9},
+		{"hand-over on a zero limit: added", Params{Kind: Concurrency, Period: 10e9}, PermitSet{}, true, Result{Allowed: true, ResetAfter: 10e9}, t0 + 10e9},
+		{"hand-over of a zero period: lost", Params{Kind: Concurrency, Rate: 3, Capacity: 3}, PermitSet{}, true, Result{Remaining: 3, RetryAfter: Never}, 0},
 	} {
-		r, exp := PermitRenew(&c.p, c.s, t0)
+		r, exp := PermitRenew(&c.p, c.s, t0, c.hand)
 		if r != c.want || exp != c.exp {
 			t.Errorf("%s: %+v exp %d, want %+v exp %d", c.name, r, exp, c.want, c.exp)
 		}
@@ -150,7 +156,7 @@ func FuzzPermits(f *testing.F) {
 					t.Fatalf("acquire %d on %+v (cap %d): %+v", id, s, capacity, r)
 				}
 			case 2: // renew, or acquire again with room
-				r, exp = PermitRenew(&p, s, now)
+				r, exp = PermitRenew(&p, s, now, false)
 				if r.Allowed != (s.Old != 0 || s.Held < p.Capacity) {
 					t.Fatalf("renew %d on %+v: %+v", id, s, r)
 				}

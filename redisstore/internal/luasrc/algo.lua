@@ -25,7 +25,7 @@
 --     refunded                                        kinds 0-4 (Settle)
 --   algo.settles(p) -> bool                                   (Settles)
 --   algo.permit_step(p, s, now, n) -> r, exp                (PermitStep)
---   algo.permit_renew(p, s, now) -> r, exp                 (PermitRenew)
+--   algo.permit_renew(p, s, now, hand_over) -> r, exp      (PermitRenew)
 --     s = {held=, earliest=, old=} as algo.PermitSet; exp 0 for none
 --   algo.permit_expiry(p, now, old) -> exp               (PermitExpiry)
 --   algo.add_sat(a, b), algo.align_down(t, per), algo.clamp_now(now),
@@ -1004,12 +1004,12 @@ do
 	end
 
 	-- algo.permit_renew is PermitRenew: the hit's permit renewed at now
-	-- if still held (s.old), else acquired again if the set has room,
-	-- else lost.
-	function algo.permit_renew(p, s, now)
+	-- if still held (s.old), else acquired again if the set has room (or
+	-- whatever the room on a hand-over), else lost.
+	function algo.permit_renew(p, s, now, hand_over)
 		now = clamp_now(now)
 		s = permit_at(s, now)
-		local room = lt(s.held, p.cap) and not eq(p.rate, 0)
+		local room = hand_over or lt(s.held, p.cap) and not eq(p.rate, 0)
 		if eq(s.old, 0) and not room or eq(p.period, 0) then
 			local r = permit_result(p, s, now, false)
 			r.retry = NEVER

@@ -13,7 +13,8 @@ import (
 // releases of a few IDs on one key's permits, kept in a map as a store
 // keeps them (the expired dropped first, as algo.PermitExpired says, and
 // counted: what a store reports as expired), through algo.PermitStep and
-// algo.PermitRenew, and its expected output (the driver's mode "permit").
+// algo.PermitRenew (op 2 a renewal, op 4 a hand-over), and its expected
+// output (the driver's mode "permit").
 func permitTrace(r *rand.Rand) *trace {
 	p := genParams(r, algo.FixedWindow) // a period, realistic or extreme
 	p.Kind, p.Offset = algo.Concurrency, 0
@@ -28,7 +29,7 @@ func permitTrace(r *rand.Rand) *trace {
 	fmt.Fprintf(&in, "%s", fmtParams(p))
 	tr := &trace{}
 	for range between(r, stepsLo, stepsHi) {
-		op, id := int64(r.IntN(4)), int64(r.IntN(4))
+		op, id := int64(r.IntN(5)), int64(r.IntN(4))
 		if r.IntN(3) == 0 {
 			op = 1
 		}
@@ -53,8 +54,8 @@ func permitTrace(r *rand.Rand) *trace {
 		default:
 			var res algo.Result
 			var exp int64
-			if op == 2 {
-				res, exp = algo.PermitRenew(&p, s, now)
+			if op == 2 || op == 4 {
+				res, exp = algo.PermitRenew(&p, s, now, op == 4)
 			} else {
 				res, exp = algo.PermitStep(&p, s, now, op)
 			}

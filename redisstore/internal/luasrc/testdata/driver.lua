@@ -537,8 +537,8 @@ end
 
 -- permit: "kind rate period cap x (now op id)..." -> one line an op on
 -- a set kept in a table as a store keeps it (the expired dropped first):
--- op 0 peeks and 1 acquires (algo.permit_step), 2 renews
--- (algo.permit_renew), each printing its result and exp; 3 releases,
+-- op 0 peeks and 1 acquires (algo.permit_step), 2 renews and 4 hands
+-- over (algo.permit_renew), each printing its result and exp; 3 releases,
 -- printing "-"; then every line the permits held and the earliest
 -- expiry after it, and how many expired permits it dropped first.
 function cases.permit(w)
@@ -569,8 +569,8 @@ function cases.permit(w)
 			line = "-"
 		else
 			local r, exp
-			if op == 2 then
-				r, exp = algo.permit_renew(p, st, now)
+			if op == 2 or op == 4 then
+				r, exp = algo.permit_renew(p, st, now, op == 4)
 			else
 				r, exp = algo.permit_step(p, st, now, op)
 			end
