@@ -26,6 +26,13 @@ type Permit struct {
 	released atomic.Bool
 	lost     atomic.Uint64 // bit i: a renewal found hits[i] held no more
 
+	// node and nodeHits, once the local failure policy's permits were
+	// handed to the store (handOver), are where they were held: the node's
+	// own store, where they are renewed and released too, so that the
+	// node's share counts them as long as they run.
+	node     *Limiter
+	nodeHits []Hit
+
 	// elsewhere, when set, gives back permits another service holds
 	// (internal/vocab/permitfunc: a remote sluice serve's, for sluice
 	// proxy --store remote), held of them; hits is then empty.
@@ -33,7 +40,56 @@ type Permit struct {
 	held      int
 }
 
-func init() { permitfunc.New = newElsewhere }
+func init() {
+	permitfunc.New = newElsewhere
+	permitfunc.HandOver = handOver
+	permitfunc.Released = func(p any) bool { return p.(*Permit).released.Load() }
+}
+
+// handOver is permitfunc.HandOver: it moves the permits of pa, a *Permit,
+// to the store of la, a *Limiter.
+func handOver(ctx context.Context, pa, la any, keys []string, limits []any) (bool, error) {
+	p, l := pa.(*Permit), la.(*Limiter)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released.Load() || p.elsewhere != nil || p.l == l {
+		return false, nil
+	}
+	if len(keys) != len(p.hits) || len(limits) != len(p.hits) {
+		return false, fmt.Errorf("sluice: handing over %d permits with %d keys and %d limits", len(p.hits), len(keys), len(limits))
+	}
+	if l.permits == nil {
+		return false, errNoPermits
+	}
+	hits := make([]Hit, len(p.hits))
+	for i := range p.hits {
+		lim, ok := limits[i].(*Limit)
+		if !ok || lim == nil {
+			return false, fmt.Errorf("%w: handing over a permit without its limit", ErrInvalid)
+		}
+		// Cost 1: a hand-over, held whatever the room (permitStore).
+		hits[i] = Hit{Key: keys[i], Limit: lim, Cost: 1, Permit: p.hits[i].Permit}
+	}
+	out := make([]Decision, len(hits))
+	if err := l.renew(ctx, hits, out); err != nil {
+		return false, err
+	}
+	// The node's copies stay, renewed and released with the store's: the
+	// node's share counts them while they run, so that the policy admits
+	// no one to their slots while the store still fails some calls (a
+	// half-open breaker turns all but its probe away).
+	p.node, p.nodeHits = p.l, p.hits
+	for i := range hits {
+		hits[i].Cost = 0
+		if !out[i].Allowed {
+			p.lost.Or(uint64(1) << i) // a zero Period: nothing to hold
+		}
+	}
+	// p.period stays: a share has its limit's Period (Keep reads it
+	// without the lock).
+	p.l, p.hits = l, hits
+	return true, nil
+}
 
 // newElsewhere is permitfunc.New: a Permit of n permits another service
 // holds, which release gives back.
@@ -167,6 +223,11 @@ func (p *Permit) Release(ctx context.Context) error {
 	} else {
 		err = p.l.release(ctx, p.hits, nil)
 	}
+	if p.node != nil {
+		// The node's copies of permits handed over (in process: no
+		// failure but a bad hit, which the store's release reported).
+		_ = p.node.release(ctx, p.nodeHits, nil)
+	}
 	if tr := permittrace.From(ctx); tr != nil && tr.Released != nil && n > 0 {
 		tr.Released(n, err)
 	}
@@ -205,6 +266,16 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 	}
 	if err := p.l.renew(ctx, p.hits, out[:len(p.hits)]); err != nil {
 		return false, err
+	}
+	if p.node != nil {
+		// The node's copies, as Release; their decisions are not the
+		// Permit's.
+		var nbuf [4]Decision
+		nout := nbuf[:]
+		if len(p.nodeHits) > len(nbuf) {
+			nout = make([]Decision, len(p.nodeHits))
+		}
+		_ = p.node.renew(ctx, p.nodeHits, nout[:len(p.nodeHits)])
 	}
 	renewed, lost := 0, 0
 	for i := range p.hits {

@@ -200,6 +200,7 @@ type Decider struct {
 	plans    sync.Pool
 
 	spent    ledger       // what the local failure policy admitted, to write back
+	held     handOvers    // the permits it holds, to hand over
 	clock    func() int64 // the write-back's clock (tests); nil: time.Now
 	budgetMu sync.Mutex   // the local policy's budget charges (budget)
 }
@@ -394,6 +395,10 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		// before it decides them (writeback.go).
 		err = d.writeBackFirst(ctx, hits, d.now())
 	}
+	if cause == nil && err == nil && permits && d.held.n.Load() > 0 {
+		// And the holders of their slots it admitted (handover.go).
+		err = d.handOverFirst(ctx, hits)
+	}
 	switch {
 	case err != nil:
 		// It could not: the failure policy answers.
@@ -418,14 +423,18 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
 		}
+		if o.Permit != nil && policy == rules.FailLocal && cause == nil {
+			d.held.record(o.Permit, p.Hits, s.local, out, r.Token)
+		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else {
 		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(hits, hits, 0)
 		}
-		if cause == nil && len(hits) > 0 && (d.spent.pending.Load() || d.spent.written.Load() > 0) {
+		if cause == nil && len(hits) > 0 && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0) {
 			// The store answers again: charge it what the local policy
-			// admitted meanwhile (and log what requests wrote back first).
+			// admitted meanwhile (and log what requests wrote back or
+			// handed over first).
 			d.startWriteBack()
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/decide"
@@ -185,5 +186,137 @@ func TestExplainPermitsHeld(t *testing.T) {
 	}
 	if c, _ := held(); *c.Held != 0 {
 		t.Fatalf("after the releases: held %d", *c.Held)
+	}
+}
+
+// storeHeld returns the permits key=value's concurrency limit holds in
+// the store now (a peek).
+func storeHeld(t *testing.T, e *localEnv, key, value string) int64 {
+	t.Helper()
+	ex, err := e.d.Explain(context.Background(), "api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}, Cost: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ex.Descriptors[0].Limits {
+		if l.Algorithm == "concurrency" && l.State != nil && l.State.Held != nil {
+			return *l.State.Held
+		}
+	}
+	t.Fatalf("%s=%s: no permits explained: %+v", key, value, ex.Descriptors[0].Limits)
+	return 0
+}
+
+// TestLocalPolicyPermitsHandOver: the permits the local policy holds are
+// handed to the store when it answers again, before the store decides
+// their key: the store counts their holders, whatever its room, and
+// admits no newcomer to their slots; a Permit handed over renews and
+// releases in the store from then on, and holds nothing in the node's
+// own store.
+func TestLocalPolicyPermitsHandOver(t *testing.T) {
+	ctx := context.Background()
+	e := newLocalEnv(t, permitRules)
+	e.nodes.Store(2)
+	var old []*decide.Outcome // admitted by the store before the outage
+	for range 2 {
+		o := e.decide(t, "wide", "x")
+		if !o.Overall.Allowed || o.Degraded != rules.FailDefault {
+			t.Fatalf("the store's: %+v %v", o.Overall, o.Degraded)
+		}
+		old = append(old, o)
+	}
+	e.store.down.Store(true)
+	var mine []*decide.Outcome // the node's share, floor(4/2)
+	for range 2 {
+		o := e.decide(t, "wide", "x")
+		if !o.Overall.Allowed || o.Degraded != rules.FailLocal || o.Permit == nil {
+			t.Fatalf("the local share: %+v %v", o.Overall, o.Degraded)
+		}
+		mine = append(mine, o)
+	}
+	e.store.down.Store(false)
+	// The store held 2 of 4; it counts the node's 2 before it decides.
+	if o := e.decide(t, "wide", "x"); o.Overall.Allowed {
+		t.Fatalf("a newcomer admitted to a slot the local policy's holder has: %+v", o.Overall)
+	}
+	if n := storeHeld(t, e, "wide", "x"); n != 4 {
+		t.Fatalf("the store holds %d, want 4 (2 of its own, 2 handed over)", n)
+	}
+	// Renewed in the store: its clock moves past the first expiry, the
+	// handed-over permits renewed, the store's own not.
+	e.now.Add(int64(40 * time.Second))
+	for _, o := range mine {
+		if held, err := o.Permit.Renew(ctx); err != nil || !held {
+			t.Fatalf("renewing a permit handed over: %v %v", held, err)
+		}
+	}
+	e.now.Add(int64(30 * time.Second)) // 70 s on: the store's own expired
+	if n := storeHeld(t, e, "wide", "x"); n != 2 {
+		t.Fatalf("the store holds %d, want the 2 handed over and renewed", n)
+	}
+	// Released in the store.
+	if err := mine[0].Permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := storeHeld(t, e, "wide", "x"); n != 1 {
+		t.Fatalf("after a release: %d held, want 1", n)
+	}
+	// The node's own store keeps the copies of those still held,
+	// renewed and released with the store's: with the store down again,
+	// the one still running counts against the node's share of 2.
+	e.store.down.Store(true)
+	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("the share after the hand-over: %+v %v", o.Overall, o.Degraded)
+	}
+	if o := e.decide(t, "wide", "x"); o.Overall.Allowed {
+		t.Fatalf("the share after the hand-over, a holder handed over still running: %+v", o.Overall)
+	}
+	if err := mine[1].Permit.Release(ctx); err != nil {
+		t.Log(err) // the store is down: released in the node's store
+	}
+	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("the share once the holders handed over ended: %+v %v", o.Overall, o.Degraded)
+	}
+	_ = old
+}
+
+// TestLocalPolicyPermitsHandOverIdle: a node that gets no request after
+// the store returns hands over its policy's permits as soon as
+// Failover.Health says the store is up; those released meanwhile are not
+// handed over.
+func TestLocalPolicyPermitsHandOverIdle(t *testing.T) {
+	ctx := context.Background()
+	e := newLocalEnvWith(t, permitRules, func(f *decide.Failover, e *localEnv) {
+		f.Health = func() error {
+			if e.store.down.Load() {
+				return errStoreDown
+			}
+			return nil
+		}
+	})
+	e.store.down.Store(true)
+	var mine []*decide.Outcome
+	for range 3 {
+		o := e.decide(t, "wide", "y")
+		if !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+			t.Fatalf("the local policy: %+v %v", o.Overall, o.Degraded)
+		}
+		mine = append(mine, o)
+	}
+	if err := mine[2].Permit.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.store.down.Store(false)
+	waitFor(t, "the idle node's hand-over", func() bool { return storeHeld(t, e, "wide", "y") == 2 })
+	time.Sleep(3 * 100 * time.Millisecond)
+	if n := storeHeld(t, e, "wide", "y"); n != 2 {
+		t.Fatalf("the store holds %d, want the 2 not released", n)
+	}
+	for _, o := range mine[:2] {
+		if err := o.Permit.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := storeHeld(t, e, "wide", "y"); n != 0 {
+		t.Fatalf("after the releases: %d held", n)
 	}
 }

@@ -275,6 +275,14 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 				}
 				rh, w := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}, 0
 				if v.nodes != 0 {
+					// The local policy's: not to be handed over now,
+					// and, if it was, released in the store too
+					// (handover.go).
+					d.held.forget(rh.Permit)
+					if d.held.ever.Load() && !slices.Contains(rs.store, rh) && len(rs.store)+len(rs.node) < sluice.MaxHits {
+						rs.store = append(rs.store, rh)
+						rs.owner[0] = append(rs.owner[0], j)
+					}
 					rh.Key, rh.Limit, w = local[i].Key, local[i].Limit, 1
 				}
 				list := &rs.store

@@ -229,3 +229,35 @@ func (e *localEnv) ask(t *testing.T, key, value string) *decide.Outcome {
 	}
 	return &o
 }
+
+// TestPermitTokenLocalPolicyHandOver: a token's permits that the local
+// policy holds (sluice serve keeps no Permit) are handed to the store when
+// it answers again, unless released by token before; a token release
+// after the hand-over gives them back in the store.
+func TestPermitTokenLocalPolicyHandOver(t *testing.T) {
+	e := newLocalEnv(t, permitRules)
+	e.store.down.Store(true)
+	a, b := e.ask(t, "wide", "z"), e.ask(t, "wide", "z")
+	for _, o := range []*decide.Outcome{a, b} {
+		if !o.Overall.Allowed || o.Degraded != rules.FailLocal || !strings.HasPrefix(o.PermitToken, "l1.") {
+			t.Fatalf("the local policy's: %+v %v %q", o.Overall, o.Degraded, o.PermitToken)
+		}
+	}
+	if o := e.release(t, one("wide", "z"), a.PermitToken); o.Released != 1 {
+		t.Fatalf("released by token during the outage: %+v released %d stale %d failed %d", o.Overall, o.Released, o.ReleaseStale, o.ReleaseFailed)
+	}
+	e.store.down.Store(false)
+	if o := e.ask(t, "wide", "z"); !o.Overall.Allowed || o.Degraded != rules.FailDefault {
+		t.Fatalf("the store back: %+v %v", o.Overall, o.Degraded)
+	}
+	// b handed over, a not: with the newcomer, 2.
+	if n := storeHeld(t, e, "wide", "z"); n != 2 {
+		t.Fatalf("the store holds %d, want 2 (b handed over, the newcomer)", n)
+	}
+	if o := e.release(t, one("wide", "z"), b.PermitToken); o.Released != 1 || o.ReleaseFailed != 0 {
+		t.Fatalf("b released by token after the hand-over: released %d stale %d failed %d %v", o.Released, o.ReleaseStale, o.ReleaseFailed, o.ReleaseErr)
+	}
+	if n := storeHeld(t, e, "wide", "z"); n != 1 {
+		t.Fatalf("after b's release: %d held, want the newcomer's 1", n)
+	}
+}

@@ -394,10 +394,10 @@ func (d *Decider) watchWriteBack() {
 		t := time.NewTicker(writeBackPoll)
 		defer t.Stop()
 		for range t.C {
-			if !g.pending.Load() {
+			if !d.owed() {
 				g.watching.Store(false)
-				// A record made since pending was read keeps the loop.
-				if !g.pending.Load() || !g.watching.CompareAndSwap(false, true) {
+				// A record made since owed was read keeps the loop.
+				if !d.owed() || !g.watching.CompareAndSwap(false, true) {
 					return
 				}
 				continue
@@ -409,7 +409,12 @@ func (d *Decider) watchWriteBack() {
 	}()
 }
 
-// startWriteBack starts a write-back of d's ledger, unless one runs.
+// owed reports whether the local policy admitted what the store does not
+// count yet: hits not written back, permits not handed over.
+func (d *Decider) owed() bool { return d.spent.pending.Load() || d.held.n.Load() > 0 }
+
+// startWriteBack starts a write-back of d's ledger, and a hand-over of
+// the local policy's permits, unless one runs.
 func (d *Decider) startWriteBack() {
 	log := d.log
 	g := &d.spent
@@ -422,20 +427,25 @@ func (d *Decider) startWriteBack() {
 		ctx, cancel := context.WithTimeout(context.Background(), writeBackTimeout)
 		defer cancel()
 		keys, hits, err := g.writeBack(ctx, d.limiter, now)
+		if err == nil {
+			err = d.held.handOver(ctx, d.limiter, nil)
+		}
 		if err != nil {
 			g.retryAt.Store(d.now() + int64(writeBackRetry))
 		}
+		moved := d.held.moved.Swap(0)
 		keys += int(g.written.Swap(0))
 		hits += g.hits.Swap(0)
 		if log == nil {
 			return
 		}
 		if err != nil {
-			log.Warn("local failure policy: writing back what it admitted failed; will retry", "keys", keys, "hits", hits, "err", err)
+			log.Warn("local failure policy: writing back what it admitted failed; will retry", "keys", keys, "hits", hits, "permits", moved, "err", err)
 			return
 		}
-		if keys > 0 {
-			log.Info("local failure policy: wrote back to the store what it admitted", "keys", keys, "hits", hits, "not_recorded", g.dropped.Load())
+		if keys > 0 || moved > 0 {
+			log.Info("local failure policy: wrote back to the store what it admitted", "keys", keys, "hits", hits, "not_recorded", g.dropped.Load(),
+				"permits", moved, "permits_not_recorded", d.held.dropped.Load())
 		}
 	}()
 }

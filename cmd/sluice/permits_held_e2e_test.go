@@ -195,6 +195,33 @@ func (hs *holders) refused(url, what string) {
 	}
 }
 
+// flood starts n clients that send requests of kind to urls in turn,
+// each until one is held, 20 ms apart; stop ends those still trying and
+// waits for them.
+func (hs *holders) flood(urls []string, n int, kind string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, held, _ := hs.try(urls[i%len(urls)], kind); held {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
 // answers returns the statuses the callers of kind got, by status (0:
 // still waiting).
 func (hs *holders) answers(kind string) map[int]int {
@@ -394,23 +421,7 @@ func TestProxyE2EPermitsRedisRestart(t *testing.T) {
 	srv.Restart()
 	restarted = time.Now()
 	g.mark()
-	stop := make(chan struct{})
-	var flood sync.WaitGroup
-	for i := range 2 * capacity {
-		flood.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, held, _ := hs.try(urls[i%2], "new"); held {
-					return
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
-	}
+	stopFlood := hs.flood(urls, 2*capacity, "new")
 	// By ttl/3 after the store answers again, every old holder has
 	// renewed: held again, or lost and cancelled. (Newcomers are in
 	// first but for a very slow machine, where the old holders may take
@@ -419,8 +430,7 @@ func TestProxyE2EPermitsRedisRestart(t *testing.T) {
 		return g.count("") <= capacity && (g.count("new") > 0 || time.Since(restarted) > 3*ttl)
 	})
 	window := g.mark()
-	close(stop)
-	flood.Wait()
+	stopFlood()
 	time.Sleep(ttl) // every holder renews at least twice more: nothing changes
 	after := g.mark()
 	old, cancelled := g.count("roomy")+g.count("old"), 0

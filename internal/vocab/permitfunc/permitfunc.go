@@ -5,7 +5,10 @@
 // front doors keep the one handle they keep for every request's permits,
 // decide.Outcome.Permit, and know nothing of where the permits are.
 //
-// The root package sets New when it is initialised (it cannot be
+// It also lets the decision core hand the local failure policy's permits
+// to the store when the store answers again (HandOver, Released).
+//
+// The root package sets the functions when it is initialised (it cannot be
 // imported from here: it imports this package), so that nothing is
 // exported for it (the API is at its cap). It is internal, as
 // internal/vocab/permittrace is. This package imports only the standard
@@ -22,3 +25,19 @@ import "context"
 // never cancels; its Renew fails (nothing can renew such permits: they
 // expire a TTL after they were taken unless released). n is at least 1.
 var New func(ctx context.Context, n int, release func(context.Context) error) any
+
+// HandOver, set by the root package, moves the permits of p, a
+// *sluice.Permit acquired in the node's own store by the local failure
+// policy, to the store of to, a *sluice.Limiter: each is renewed there as
+// a hand-over (held whatever the room: its holder was admitted within the
+// nodes' shares), its permit i (in the order in which p holds them: the
+// acquiring hits that were allowed) under keys[i] and limits[i] (a
+// *sluice.Limit); then released in the node's store; and from then on p
+// renews and releases them in to. It reports false, changing nothing,
+// when p was released, or is not a Permit of its own store. An error is
+// to's store's: p then stays as it was.
+var HandOver func(ctx context.Context, p, to any, keys []string, limits []any) (moved bool, err error)
+
+// Released, set by the root package, reports whether p, a
+// *sluice.Permit, was released.
+var Released func(p any) bool

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProxyE2EPermitsHandOver: two proxies on one Redis, failure_policy
+// local, N = 4. Redis is killed; requests are held through each proxy up
+// to its share of the slots (floor(4/2)). Redis is restarted empty and
+// newcomers press on both proxies while the policy's holders stay in
+// flight: each proxy hands its holders' permits to Redis before Redis
+// decides their key for it, so Redis counts them and admits newcomers only
+// to slots no holder has. Before the hand-over Redis admitted N newcomers
+// beside the policy's N holders (2N in flight); now at most N plus the
+// share of the proxy that reaches Redis last, and none once both have
+// (docs/internals/concurrency.md). The handed-over permits are renewed in
+// Redis past their TTL, and released there.
+func TestProxyE2EPermitsHandOver(t *testing.T) {
+	beside(t)
+	const capacity, ttl = 4, 3 * time.Second
+	s := startHeld(t, capacity, ttl.String())
+	srv, g, a, b, urls, hs := s.srv, s.g, s.a, s.b, s.urls, s.hs
+	writeRules(t, s.file, strings.Replace(heldRulesWith(capacity, ttl.String()), "failure_policy: fail_closed", "failure_policy: local", 1))
+	waitReloads(t, 2, a, b)
+	for _, p := range []*proc{a, b} {
+		poll(t, "each proxy counts 2 nodes", func() bool {
+			return strings.Contains(p.log(), `"msg":"redis: nodes sharing the limits","component":"redis","nodes":2`)
+		})
+	}
+
+	srv.Kill()
+	shares := make([]int, 2)
+	for i, u := range urls {
+		for shares[i] < capacity {
+			if _, held, _ := hs.try(u, "local"); !held {
+				break
+			}
+			shares[i]++
+		}
+	}
+	local := shares[0] + shares[1]
+	if local > capacity || shares[0] == 0 || shares[1] == 0 {
+		t.Fatalf("the local policy's shares with Redis down: %v, want at most %d together and some on each", shares, capacity)
+	}
+	srv.Restart()
+	g.mark()
+	stopFlood := hs.flood(urls, 2*capacity, "new")
+	// Both proxies reach Redis (a breaker's cooldown is at most 5 s) and
+	// hand over; then the policy's holders, still in flight, are renewed
+	// in Redis past their TTL, and no newcomer gets a slot they hold.
+	handed := func() bool {
+		for _, p := range []*proc{a, b} {
+			if !strings.Contains(p.log(), `"msg":"local failure policy: wrote back to the store what it admitted"`) || strings.Contains(p.log(), `"permits":0`) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(e2eWait); !handed() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	window := g.mark()
+	if !handed() {
+		t.Errorf("no log line of each proxy's hand-over within %s", e2eWait)
+	}
+	newcomers := g.count("new")
+	time.Sleep(2 * ttl)
+	after := g.mark()
+	stopFlood()
+	t.Logf("shares %v with Redis down; Redis restarted empty, %d newcomers pressing: at most %d in flight (%d newcomers) until both proxies handed over (bound N + the last share = %d; 2N = %d before hand-overs), then at most %d for 2 TTLs",
+		shares, 2*capacity, window, newcomers, capacity+max(shares[0], shares[1]), 2*capacity, after)
+	if n := g.count("local"); n != local {
+		t.Errorf("%d of the policy's %d holders in flight after the hand-over, want all (%v)", n, local, hs.answers("local"))
+	}
+	if window > capacity+max(shares[0], shares[1]) {
+		t.Errorf("%d in flight after Redis returned, beyond N + the last proxy's share", window)
+	}
+	if after > window || g.count("new") != newcomers {
+		t.Errorf("after the hand-overs, %d in flight (%d before) and %d newcomers (%d before): a slot handed out twice", after, window, g.count("new"), newcomers)
+	}
+	// Released in Redis: the slots return.
+	g.letAll()
+	hs.wg.Wait()
+	hs.hold(urls[0], "last")
+	g.letAll()
+}

@@ -1,0 +1,229 @@
+package decide
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
+)
+
+// The permits the local failure policy holds are handed to the store when
+// it answers again, so that it counts their holders, admitted within the
+// nodes' shares while it could not decide, and admits no newcomer to
+// their slots: none is handed out twice (docs/internals/concurrency.md).
+//
+// The policy records each Permit it acquires for a request, with the
+// store's keys and limits of its permits. The first request the store
+// decides after that starts one hand-over in the background, as the
+// write-back of its rates (and Failover.Health starts it with no request);
+// a request that holds permits, before the store decides it, hands over
+// first the recorded permits of its own keys, so that the store never
+// decides a key before it counts this node's holders of it. A hand-over
+// renews each permit in the store as held whatever the room (a Permit
+// handed over renews and releases there from then on) and releases it in
+// the node's own store. Released permits are not handed over; permits
+// that a front door releases by token (sluice serve) are forgotten when
+// it does. A hand-over that fails leaves the permits where they are for
+// the next one.
+//
+// At most maxLedger Permits are recorded; those beyond are not handed
+// over (handOvers.dropped counts them) and run on beside the store's
+// until they end, as before hand-overs were made.
+type handOvers struct {
+	mu      sync.Mutex
+	list    []*handed
+	ids     map[string]*handed // a token's permits by ID (sluice serve)
+	pruned  int                // len(list) after the last prune
+	n       atomic.Int64       // len(list)
+	busy    sync.Mutex         // one hand-over at a time
+	dropped atomic.Int64
+	moved   atomic.Int64 // Permits handed over, not logged yet
+	ever    atomic.Bool  // some token's Permit was handed over
+}
+
+// handed is a Permit of the local policy, to hand over.
+type handed struct {
+	p      *sluice.Permit
+	keys   []string // the store's keys of its permits, in its order
+	limits []any    // and their limits (*sluice.Limit)
+	ids    []string // its permit IDs, for a token's
+	token  bool     // a front door releases it by token, not by p
+}
+
+// record adds p, acquired by the local policy for hits (the plan's)
+// as local (the node's keys and shares, with their permit IDs, and out
+// their decisions). token: the front door releases by token.
+func (h *handOvers) record(p *sluice.Permit, hits, local []sluice.Hit, out []sluice.Decision, token bool) {
+	e := &handed{p: p, token: token}
+	for i := range local {
+		l := &local[i]
+		// The hits whose permits p holds, in its order (sluice.Acquire).
+		if l.Permit == "" || l.Cost != 1 || l.Limit.Algorithm != sluice.Concurrency || !out[i].Allowed {
+			continue
+		}
+		e.keys = append(e.keys, strings.Clone(hits[i].Key))
+		e.limits = append(e.limits, hits[i].Limit)
+		e.ids = append(e.ids, l.Permit)
+	}
+	if len(e.keys) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.list) >= 2*h.pruned+64 {
+		h.pruneLocked()
+	}
+	if len(h.list) >= maxLedger {
+		h.dropped.Add(1)
+		return
+	}
+	h.list = append(h.list, e)
+	if token {
+		if h.ids == nil {
+			h.ids = make(map[string]*handed)
+		}
+		for _, id := range e.ids {
+			h.ids[id] = e
+		}
+	}
+	h.n.Store(int64(len(h.list)))
+}
+
+// pruneLocked drops the Permits released. h.mu is held.
+func (h *handOvers) pruneLocked() {
+	keep := h.list[:0]
+	for _, e := range h.list {
+		if !e.token && permitfunc.Released(e.p) {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(h.list[len(keep):])
+	h.list, h.pruned = keep, len(keep)
+	h.n.Store(int64(len(h.list)))
+}
+
+// forget drops the Permit whose permits a token release gives back, id
+// one of them, unless it was handed over. It waits for a hand-over under
+// way, so that the release that follows finds the permit where it is.
+func (h *handOvers) forget(id string) {
+	if h.n.Load() == 0 {
+		return
+	}
+	h.busy.Lock()
+	defer h.busy.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.ids[id]
+	if e == nil {
+		return
+	}
+	for _, id := range e.ids {
+		delete(h.ids, id)
+	}
+	if i := indexOf(h.list, e); i >= 0 {
+		h.list = append(h.list[:i], h.list[i+1:]...)
+		h.list = h.list[:len(h.list):len(h.list)]
+		h.n.Store(int64(len(h.list)))
+	}
+}
+
+func indexOf(list []*handed, e *handed) int {
+	for i := range list {
+		if list[i] == e {
+			return i
+		}
+	}
+	return -1
+}
+
+// take removes and returns the recorded Permits with a permit on one of
+// keys (all when keys is nil). h.busy is held.
+func (h *handOvers) take(keys []string) []*handed {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var mine []*handed
+	keep := h.list[:0]
+	for _, e := range h.list {
+		if keys == nil || touches(e, keys) {
+			mine = append(mine, e)
+			continue
+		}
+		keep = append(keep, e)
+	}
+	clear(h.list[len(keep):])
+	h.list = keep
+	h.n.Store(int64(len(h.list)))
+	return mine
+}
+
+func touches(e *handed, keys []string) bool {
+	for _, k := range e.keys {
+		for _, want := range keys {
+			if k == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// putBack returns Permits not handed over.
+func (h *handOvers) putBack(list []*handed) {
+	if len(list) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.list = append(h.list, list...)
+	h.n.Store(int64(len(h.list)))
+}
+
+// handOver hands the recorded Permits with a permit on one of keys (all
+// when keys is nil) to the store of lim. Those it could not hand over,
+// on an error, stay recorded; the error is the store's.
+func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []string) error {
+	h.busy.Lock()
+	defer h.busy.Unlock()
+	list := h.take(keys)
+	for i, e := range list {
+		moved, err := permitfunc.HandOver(ctx, e.p, lim, e.keys, e.limits)
+		if err != nil {
+			h.putBack(list[i:])
+			return err
+		}
+		if e.token {
+			if moved {
+				h.ever.Store(true)
+			}
+			h.mu.Lock()
+			for _, id := range e.ids {
+				delete(h.ids, id)
+			}
+			h.mu.Unlock()
+		}
+		if moved {
+			h.moved.Add(1)
+		}
+	}
+	return nil
+}
+
+// handOverFirst hands over, before the store decides hits, the local
+// policy's Permits with a permit on their keys of concurrency limits.
+func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
+	var buf [8]string
+	keys := buf[:0]
+	for i := range hits {
+		if hits[i].Limit.Algorithm == sluice.Concurrency {
+			keys = append(keys, hits[i].Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	return d.held.handOver(ctx, d.limiter, keys)
+}
