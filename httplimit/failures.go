@@ -44,6 +44,12 @@ import (
 // request goes on and is not charged again, whatever its status (the error
 // is one failure too many counted, never too few).
 //
+// A concurrency limit (`concurrency:`) on a rule that a failure
+// descriptor reaches caps nothing: a failure is counted as its response
+// is written, with nothing left in flight. Put it on Config.Descriptors'
+// rules instead (sluice proxy refuses such a file). Any permit a failure
+// decision takes anyway is given back before the decision returns.
+//
 // When Config.Descriptors is empty and Failures is set, the request has no
 // other descriptors (the default remote_address descriptor applies only
 // when both are unset), and the rate limit headers describe the failure

@@ -435,10 +435,22 @@ func (m *middleware) decide(ctx context.Context, s *scratch) error {
 	return err
 }
 
-// decideDescs decides descs, of the middleware's domain, into s.out.
+// decideDescs decides descs, of the middleware's domain, into s.out: the
+// failure limits' decisions, made before the request's own or after its
+// response. None of them holds a permit: a concurrency limit that the
+// rules put on a failure descriptor (sluice proxy refuses that at load,
+// but a Decider's rules may change, or be a remote service's) caps
+// nothing in flight there, and a permit taken would be held by no
+// request, until its ttl. Any permit the decision took is given back at
+// once.
 func (m *middleware) decideDescs(ctx context.Context, s *scratch, descs []rules.Descriptor) error {
 	s.req = decide.Request{Domain: m.domain, Descriptors: descs}
-	return m.dec(ctx, &s.req, &s.out)
+	err := m.dec(ctx, &s.req, &s.out)
+	if pm := s.out.Permit; pm != nil {
+		s.out.Permit = nil
+		m.releasePermit(ctx, pm)
+	}
+	return err
 }
 
 // applyShadow lets o through when the global shadow mode is on: the hook

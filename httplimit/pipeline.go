@@ -158,7 +158,7 @@ func (p *pipeline) run(m *middleware, f *flow, next http.Handler) {
 		// it runs, released when it ends, however it ends (an answer, a
 		// client gone, an upstream error or timeout, a panic).
 		o.Permit = nil
-		defer m.releasePermit(f.r, pm)
+		defer m.releasePermit(f.r.Context(), pm)
 		if !denied {
 			ctx, stop := pm.Keep(f.r.Context())
 			defer stop()
@@ -182,8 +182,8 @@ func (p *pipeline) run(m *middleware, f *flow, next http.Handler) {
 // releasePermit gives back the slots a request held, whatever its own
 // context says by then; a failure is logged (the slots expire on their
 // own a TTL after their last renewal).
-func (m *middleware) releasePermit(r *http.Request, p *sluice.Permit) {
-	if err := p.Release(context.WithoutCancel(r.Context())); err != nil {
+func (m *middleware) releasePermit(ctx context.Context, p *sluice.Permit) {
+	if err := p.Release(context.WithoutCancel(ctx)); err != nil {
 		if n, ok := m.permitLog.Allow(time.Now()); ok {
 			m.log.Warn("could not release a request's concurrency permits; they expire on their own", "domain", m.domain, "err", err, "not_logged", n)
 		}

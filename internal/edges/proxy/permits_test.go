@@ -255,3 +255,52 @@ func TestPermitLostMidStream(t *testing.T) {
 		t.Errorf("%d log lines of the lost permit, want 1:\n%s", n, f.logs.String())
 	}
 }
+
+// failurePermitRoutes give the route's failure descriptor a rule with a
+// concurrency limit: a file sluice proxy refuses at load
+// (httpconf.LoadFile), taken here as the rules a Decider may still come
+// to hold (a remote service's).
+const failurePermitRoutes = `domain: api
+http:
+  routes:
+    - pattern: "POST /login"
+      name: login
+      descriptors: [[{key: remote_address}]]
+      failures:
+        statuses: [401]
+        descriptors: [[{key: failed_login, source: remote_address}]]
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: failed_login
+    concurrency: {max: 10, ttl: 1h}
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+// TestFailurePermitsNotHeld: the permits the failures stage's decisions
+// take are given back at once: once the failed logins have ended, the
+// route holds none (each would stay held for the ttl, an hour), every
+// one acquired was released, and the failures were counted: the fourth
+// attempt is denied.
+func TestFailurePermitsNotHeld(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusUnauthorized) })
+	f := start(t, failurePermitRoutes, up)
+	route := []string{"route", "login"}
+	for i := range 3 {
+		if resp, _ := f.do(f.srv.Client(), "POST", "/login"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d, want 401", i, resp.StatusCode)
+		}
+	}
+	if resp, _ := f.do(f.srv.Client(), "POST", "/login"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the fourth attempt: %d, want 429 (3 failures counted)", resp.StatusCode)
+	}
+	if h := f.count("sluice_permits_held", route...); h != 0 { // once every handler has returned
+		t.Errorf("%v permits held after every request ended, want 0", h)
+	}
+	if a, r := f.metric("sluice_permits_acquired_total", route...), f.metric("sluice_permits_released_total", route...); a != r {
+		t.Errorf("acquired %v, released %v: a permit acquired was never released", a, r)
+	}
+	if up.hits.Load() != 3 {
+		t.Errorf("the upstream saw %d attempts, want 3", up.hits.Load())
+	}
+}
