@@ -353,6 +353,25 @@ descriptors:
 	}
 }
 
+// TestCheckFailureConcurrency: a route whose failure descriptor reaches a
+// rule with a concurrency limit is a problem of the file (exit 1) for
+// sluice check, at the descriptor's line, naming the route, the
+// descriptor and the rule; and sluice proxy refuses to start on it.
+func TestCheckFailureConcurrency(t *testing.T) {
+	file := writeFile(t, "login.yaml", strings.Replace(failureRoutes, "RULES", failureConcurrency, 1))
+	want := []string{file + ":8:23:", `route "login": failures.descriptors[0] {failed_login: <request>} can reach rule api.failed_login (line 10), which has a concurrency limit`}
+	code, _, errOut := runCmd(t, "", "check", "--config", file)
+	for _, w := range want {
+		if code != 1 || !strings.Contains(errOut, w) {
+			t.Errorf("sluice check: exit %d, stderr:\n%s\nwant exit 1 and %q", code, errOut, w)
+		}
+	}
+	code, _, errOut = runCmd(t, "", "proxy", "--config", file, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, want[1]) {
+		t.Errorf("sluice proxy: exit %d, stderr:\n%s\nwant exit 1 and %q", code, errOut, want[1])
+	}
+}
+
 // TestMissingConfigFailsBeforeStarting: serve and proxy stop on a
 // --config that does not exist before they log that they start, and say
 // which.

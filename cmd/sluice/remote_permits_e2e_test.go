@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +152,75 @@ func TestProxyE2ERemotePermits(t *testing.T) {
 		if got := serve.metricSum("sluice_permit_tokens_total", `event="`+event+`"`); got != want {
 			t.Errorf("the serve's sluice_permit_tokens_total{event=%q}: %v, want %v", event, got, want)
 		}
+	}
+}
+
+// failureRoutes is the http section of the failure permit tests: failed
+// logins (401) counted per client address by the descriptor
+// failed_login; RULES is replaced by the rules.
+const failureRoutes = `domain: api
+http:
+  routes:
+    - pattern: "POST /login"
+      name: login
+      failures:
+        statuses: [401]
+        descriptors: [[{key: failed_login, source: remote_address}]]
+descriptors:
+  - key: failed_login
+RULES    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+// failureConcurrency is a concurrency limit on failed_login.
+const failureConcurrency = "    concurrency: {max: 10, ttl: 60s}\n"
+
+// TestProxyE2ERemoteFailurePermits: sluice proxy --store remote, whose
+// own rules put no concurrency limit on its failure descriptor, decides
+// on a sluice serve --stream-done-release whose rules do. Each failure
+// the proxy charges takes a permit on the serve; the proxy gives it back
+// at once: after 3 failed logins (the 4th attempt denied: each failure
+// counted) the proxy holds no permit and released every one it
+// acquired, and the serve released every token it issued, long before
+// the ttl (60s). A reload of the proxy's file that puts the concurrency
+// limit in its own rules is refused, naming the route and the
+// descriptor, and the configuration in force stays.
+func TestProxyE2ERemoteFailurePermits(t *testing.T) {
+	beside(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	serveFile, proxyFile := filepath.Join(dir, "serve.yaml"), filepath.Join(dir, "proxy.yaml")
+	writeRules(t, serveFile, strings.Replace(failureRoutes, "RULES", failureConcurrency, 1))
+	writeRules(t, proxyFile, strings.Replace(failureRoutes, "RULES", "", 1))
+	serve := startSluice(t, nil, "--config", serveFile, "--stream-done-release")
+	p := startProxy(t, "--config", proxyFile, "--upstream", up.URL, "--store", "remote", "--rls-addr", serve.grpcAddr)
+	url := "http://" + p.addrs["proxy"] + "/login"
+
+	for i, want := range []int{401, 401, 401, 429} {
+		if code, _, body := fetch(t, "POST", url); code != want {
+			t.Fatalf("attempt %d: %d %q, want %d", i, code, body, want)
+		}
+	}
+	admin := &proc{t: t, httpAddr: p.addrs["admin"]}
+	route := `route="login"`
+	poll(t, "the proxy's failure permits released", func() bool {
+		a := admin.metricSum("sluice_permits_acquired_total", route)
+		return a > 0 && admin.metricSum("sluice_permits_released_total", route) == a
+	})
+	if h := admin.metricSum("sluice_permits_held", route); h != 0 {
+		t.Errorf("the proxy holds %v permits after every request ended, want 0", h)
+	}
+	issued := serve.metricSum("sluice_permit_tokens_total", `event="issued"`)
+	if r := serve.metricSum("sluice_permit_tokens_total", `event="released"`); issued == 0 || r != issued {
+		t.Errorf("the serve issued %v permit tokens and released %v, want as many (and some)", issued, r)
+	}
+
+	writeRules(t, proxyFile, strings.Replace(failureRoutes, "RULES", failureConcurrency, 1))
+	p.waitLog("configuration problem", `route \"login\"`, "failures.descriptors[0]", "concurrency")
+	p.waitLog("keeping the rules in force")
+	if n := strings.Count(p.log(), "configuration loaded"); n != 0 {
+		t.Errorf("the refused file was loaded (%d loads):\n%s", n, p.log())
 	}
 }

@@ -11,17 +11,19 @@ import (
 	"github.com/sluicehq/sluice/rules"
 )
 
-// descriptors reads a list of descriptors, each a list of entries.
-func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
+// descriptors reads a list of descriptors, each a list of entries, and
+// what the rules will match of each (shapes, in the same order).
+func (p *parser) descriptors(n *yaml.Node) ([]httplimit.Descriptor, []shape) {
 	items, ok := p.List(n, "descriptors", httplimit.MaxDescriptors)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	if len(items) == 0 {
 		p.Errorf(p.node(n), "descriptors is empty (leave it out for the client address)")
-		return nil
+		return nil, nil
 	}
 	out := make([]httplimit.Descriptor, 0, len(items))
+	shapes := make([]shape, 0, len(items))
 	for _, item := range items {
 		entries, ok := p.List(item, "a descriptor (a list of entries)", httplimit.MaxEntries)
 		if !ok {
@@ -32,23 +34,28 @@ func (p *parser) descriptors(n *yaml.Node) []httplimit.Descriptor {
 			continue
 		}
 		d := make(httplimit.Descriptor, 0, len(entries))
+		sh := shape{line: p.node(item).Line, column: p.node(item).Column}
 		for _, e := range entries {
-			if en, ok := p.entry(e); ok {
+			if en, ef, ok := p.entry(e); ok {
 				d = append(d, en)
+				sh.entries = append(sh.entries, ef)
 			}
 		}
 		out = append(out, d)
+		shapes = append(shapes, sh)
 	}
-	return out
+	return out, shapes
 }
 
-// entry reads one descriptor entry: a key and exactly one source.
-func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
+// entry reads one descriptor entry: a key and exactly one source; and
+// what the rules will match of it: its key (the source's default when it
+// names none, as httplimit documents each), and its value when fixed.
+func (p *parser) entry(n *yaml.Node) (httplimit.Entry, entryShape, bool) {
 	er := entryReader{p: p, ok: true}
 	before := len(p.Errs)
 	isMap := p.fields(n, "an entry", entryKeys, er.field)
 	if !isMap || len(p.Errs) > before {
-		return er.e, false
+		return er.e, er.shape, false
 	}
 	if er.e.Key == "" {
 		er.e.Key = er.geoKey
@@ -56,11 +63,14 @@ func (p *parser) entry(n *yaml.Node) (httplimit.Entry, bool) {
 	if er.src == nil && er.ok {
 		if er.e.Key != "remote_address" {
 			p.Errorf(p.node(n), "an entry needs a source: source (remote_address, method, path, country, asn), header, api_key, country or value; only key remote_address implies its source")
-			return er.e, false
+			return er.e, er.shape, false
 		}
 		er.e.Source = httplimit.RemoteAddress()
 	}
-	return er.e, er.ok
+	if er.e.Key != "" {
+		er.shape.key = er.e.Key
+	}
+	return er.e, er.shape, er.ok
 }
 
 // entryReader reads the fields of one descriptor entry.
@@ -69,6 +79,8 @@ type entryReader struct {
 	e   httplimit.Entry
 	src *yaml.Node // the source key, once one is read
 	ok  bool
+
+	shape entryShape // its key is the source's default key until a key is read
 
 	geoKey string // the default key of a geoip source
 }
@@ -90,14 +102,17 @@ func (er *entryReader) field(key string, k, v *yaml.Node) {
 	case "header":
 		if h, hok := er.header(v, "header"); hok {
 			er.setSource(k, httplimit.Header(h))
+			er.shape.key = h
 		}
 	case "api_key":
 		if h, hok := er.header(v, "api_key"); hok {
 			er.setSource(k, httplimit.APIKey(h))
+			er.shape.key = "api_key"
 		}
 	case "country":
 		if h, hok := er.header(v, "country"); hok {
 			er.setSource(k, httplimit.Country(h))
+			er.shape.key = "country"
 		}
 	case "value":
 		s, vok := p.str(v, "value")
@@ -107,6 +122,7 @@ func (er *entryReader) field(key string, k, v *yaml.Node) {
 		}
 		if vok {
 			er.setSource(k, httplimit.Const(s))
+			er.shape = entryShape{key: "generic_key", value: s, fixed: true}
 		}
 		er.ok = er.ok && vok
 	}
@@ -116,6 +132,7 @@ func (er *entryReader) field(key string, k, v *yaml.Node) {
 // database of the geoip block (country, asn).
 func (er *entryReader) source(k, v *yaml.Node) {
 	s, sok := er.p.str(v, "source")
+	er.shape.key = s
 	switch s {
 	case "remote_address":
 		er.setSource(k, httplimit.RemoteAddress())

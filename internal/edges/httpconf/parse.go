@@ -41,7 +41,7 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 		return nil, nil, err
 	}
 	d, rerr := rules.Parse(path, data)
-	s, herr := Parse(path, data)
+	s, p, herr := parse(path, data)
 	var probs, warns []rules.Problem
 	seen := map[rules.Problem]bool{}
 	for _, err := range []error{rerr, herr} {
@@ -62,6 +62,9 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 		}
 		return nil, nil, &rules.Error{Problems: probs, Warnings: warns}
 	}
+	if probs := p.checkFailureRules(s, d); len(probs) > 0 {
+		return nil, nil, &rules.Error{Problems: probs, Warnings: append(warns, d.Warnings...)}
+	}
 	c, err := rules.NewConfig(d)
 	if err != nil {
 		return nil, nil, err
@@ -76,10 +79,18 @@ func LoadFile(path string) (*rules.Config, *Section, error) {
 // taken from the directory of name): a file whose rules are invalid, or
 // that is not a mapping, has a valid section as long as the section is.
 func Parse(name string, data []byte) (*Section, error) {
+	s, _, err := parse(name, data)
+	return s, err
+}
+
+// parse is Parse, with the parser that read the section (nil when there
+// is none): what it learnt of the descriptors, for LoadFile's checks
+// against the rules.
+func parse(name string, data []byte) (*Section, *parser, error) {
 	doc, err := yamlwalk.Load(data)
 	if err != nil {
 		line, msg := yamlwalk.SyntaxMessage(err)
-		return nil, &rules.Error{Problems: []rules.Problem{{File: name, Line: line, Msg: msg}}}
+		return nil, nil, &rules.Error{Problems: []rules.Problem{{File: name, Line: line, Msg: msg}}}
 	}
 	root := doc.Root
 	var section *yaml.Node
@@ -91,15 +102,15 @@ func Parse(name string, data []byte) (*Section, error) {
 		}
 	}
 	if section == nil {
-		return Default(), nil
+		return Default(), &parser{file: name}, nil
 	}
-	p := &parser{Walker: yamlwalk.New(yamlwalk.DefaultBudget), file: name}
+	p := &parser{Walker: yamlwalk.New(yamlwalk.DefaultBudget), file: name, failureShapes: map[*httplimit.Failures][]shape{}}
 	p.Describe = kind
 	s := p.section(section)
 	if p.Failed() {
-		return nil, &rules.Error{Problems: p.problems()}
+		return nil, nil, &rules.Error{Problems: p.problems()}
 	}
-	return s, nil
+	return s, p, nil
 }
 
 // parser reads the section with the walker rules files are read with
@@ -110,6 +121,8 @@ type parser struct {
 	file     string
 	geo      GeoIP       // the databases of the geoip block, once opened
 	geoNamed geoip.Field // the fields the geoip block names, opened or not
+
+	failureShapes map[*httplimit.Failures][]shape // of each route's failures descriptors
 }
 
 // problems gives the walk's problems as the file's.

@@ -40,7 +40,7 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 				nameNode = p.node(v)
 				r.Name, _ = p.str(v, "name")
 			case "descriptors":
-				r.Descriptors = p.descriptors(v)
+				r.Descriptors, _ = p.descriptors(v)
 			case "shaping":
 				r.Shaping = p.shaping(v)
 			case "failures":
@@ -122,7 +122,9 @@ func (p *parser) failures(n *yaml.Node) *httplimit.Failures {
 		switch key {
 		case "descriptors":
 			descs = true
-			f.Descriptors = p.descriptors(v)
+			var shapes []shape
+			f.Descriptors, shapes = p.descriptors(v)
+			p.failureShapes[f] = shapes
 		case "statuses":
 			statuses = true
 			items, ok := p.List(v, "statuses", 100)

@@ -154,7 +154,7 @@ func (p *parser) entries(n *yaml.Node, what, empty string) httplimit.Descriptor 
 	}
 	var d httplimit.Descriptor
 	for _, e := range items {
-		if en, ok := p.entry(e); ok {
+		if en, _, ok := p.entry(e); ok {
 			d = append(d, en)
 		}
 	}
