@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func runCmd(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
@@ -366,8 +368,12 @@ func TestCheckFailureConcurrency(t *testing.T) {
 			t.Errorf("sluice check: exit %d, stderr:\n%s\nwant exit 1 and %q", code, errOut, w)
 		}
 	}
-	code, _, errOut = runCmd(t, "", "proxy", "--config", file, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
-	if code != 1 || !strings.Contains(errOut, want[1]) {
+	// A proxy that started would run until its context ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	code = run(ctx, []string{"proxy", "--config", file, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, strings.NewReader(""), io.Discard, &stderr)
+	if errOut = stderr.String(); code != 1 || !strings.Contains(errOut, want[1]) {
 		t.Errorf("sluice proxy: exit %d, stderr:\n%s\nwant exit 1 and %q", code, errOut, want[1])
 	}
 }
