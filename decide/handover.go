@@ -37,7 +37,8 @@ type handOvers struct {
 	list    []*handed
 	ids     map[string]*handed // a token's permits by ID (sluice serve)
 	pruned  int                // len(list) after the last prune
-	n       atomic.Int64       // len(list)
+	flying  int                // Permits taken from list by a hand-over under way
+	n       atomic.Int64       // len(list) + flying: a request waits for them
 	busy    sync.Mutex         // one hand-over at a time
 	dropped atomic.Int64
 	moved   atomic.Int64 // Permits handed over, not logged yet
@@ -89,7 +90,7 @@ func (h *handOvers) record(p *sluice.Permit, hits, local []sluice.Hit, out []slu
 			h.ids[id] = e
 		}
 	}
-	h.n.Store(int64(len(h.list)))
+	h.count()
 }
 
 // pruneLocked drops the Permits released. h.mu is held.
@@ -103,8 +104,11 @@ func (h *handOvers) pruneLocked() {
 	}
 	clear(h.list[len(keep):])
 	h.list, h.pruned = keep, len(keep)
-	h.n.Store(int64(len(h.list)))
+	h.count()
 }
+
+// count sets n. h.mu is held.
+func (h *handOvers) count() { h.n.Store(int64(len(h.list) + h.flying)) }
 
 // forget drops the Permit whose permits a token release gives back, id
 // one of them, unless it was handed over. It waits for a hand-over under
@@ -127,7 +131,7 @@ func (h *handOvers) forget(id string) {
 	if i := indexOf(h.list, e); i >= 0 {
 		h.list = append(h.list[:i], h.list[i+1:]...)
 		h.list = h.list[:len(h.list):len(h.list)]
-		h.n.Store(int64(len(h.list)))
+		h.count()
 	}
 }
 
@@ -141,7 +145,8 @@ func indexOf(list []*handed, e *handed) int {
 }
 
 // take removes and returns the recorded Permits with a permit on one of
-// keys (all when keys is nil). h.busy is held.
+// keys (all when keys is nil), counted as flying until land. h.busy is
+// held.
 func (h *handOvers) take(keys []string) []*handed {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -156,7 +161,8 @@ func (h *handOvers) take(keys []string) []*handed {
 	}
 	clear(h.list[len(keep):])
 	h.list = keep
-	h.n.Store(int64(len(h.list)))
+	h.flying += len(mine)
+	h.count()
 	return mine
 }
 
@@ -171,15 +177,14 @@ func touches(e *handed, keys []string) bool {
 	return false
 }
 
-// putBack returns Permits not handed over.
-func (h *handOvers) putBack(list []*handed) {
-	if len(list) == 0 {
-		return
-	}
+// land ends the flight of taken Permits: those of rest, not handed over,
+// go back to the records.
+func (h *handOvers) land(taken int, rest []*handed) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.list = append(h.list, list...)
-	h.n.Store(int64(len(h.list)))
+	h.flying -= taken
+	h.list = append(h.list, rest...)
+	h.count()
 }
 
 // handOver hands the recorded Permits with a permit on one of keys (all
@@ -192,7 +197,7 @@ func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []st
 	for i, e := range list {
 		moved, err := permitfunc.HandOver(ctx, e.p, lim, e.keys, e.limits)
 		if err != nil {
-			h.putBack(list[i:])
+			h.land(len(list), list[i:])
 			return err
 		}
 		if e.token {
@@ -209,12 +214,23 @@ func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []st
 			h.moved.Add(1)
 		}
 	}
+	// Landed only now: until then, requests on other keys wait too (n).
+	h.land(len(list), nil)
 	return nil
 }
 
 // handOverFirst hands over, before the store decides hits, the local
 // policy's Permits with a permit on their keys of concurrency limits.
+// While Failover.Health says the store is down, it tries nothing and
+// returns that: the policy answers at once, rather than each request
+// waiting in turn for a store call that times out (the store's own
+// probe tells when it is back).
 func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
+	if h := d.failover.Health; h != nil {
+		if err := h(); err != nil {
+			return err
+		}
+	}
 	var buf [8]string
 	keys := buf[:0]
 	for i := range hits {
