@@ -424,7 +424,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
 		}
 		if o.Permit != nil && policy == rules.FailLocal && cause == nil {
-			d.held.record(o.Permit, p.Hits, s.local, out, r.Token)
+			d.held.record(o.Permit, p.Hits, s.local, out, r.Token, d.now())
 		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else {

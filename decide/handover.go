@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,13 +53,14 @@ type handed struct {
 	limits []any    // and their limits (*sluice.Limit)
 	ids    []string // its permit IDs, for a token's
 	token  bool     // a front door releases it by token, not by p
+	until  int64    // a token's: when its permits expire (none renews them), Unix ns
 }
 
-// record adds p, acquired by the local policy for hits (the plan's)
-// as local (the node's keys and shares, with their permit IDs, and out
-// their decisions). token: the front door releases by token.
-func (h *handOvers) record(p *sluice.Permit, hits, local []sluice.Hit, out []sluice.Decision, token bool) {
-	e := &handed{p: p, token: token}
+// record adds p, acquired by the local policy at now for hits (the
+// plan's) as local (the node's keys and shares, with their permit IDs,
+// and out their decisions). token: the front door releases by token.
+func (h *handOvers) record(p *sluice.Permit, hits, local []sluice.Hit, out []sluice.Decision, token bool, now int64) {
+	e := &handed{p: p, token: token, until: math.MaxInt64}
 	for i := range local {
 		l := &local[i]
 		// The hits whose permits p holds, in its order (sluice.Acquire).
@@ -68,6 +70,9 @@ func (h *handOvers) record(p *sluice.Permit, hits, local []sluice.Hit, out []slu
 		e.keys = append(e.keys, strings.Clone(hits[i].Key))
 		e.limits = append(e.limits, hits[i].Limit)
 		e.ids = append(e.ids, l.Permit)
+		if token {
+			e.until = min(e.until, satAdd(now, int64(l.Limit.Period)))
+		}
 	}
 	if len(e.keys) == 0 {
 		return
@@ -177,6 +182,18 @@ func touches(e *handed, keys []string) bool {
 	return false
 }
 
+// dropIDs forgets the IDs of a token's Permit, handed over or dropped.
+func (h *handOvers) dropIDs(e *handed) {
+	if !e.token {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range e.ids {
+		delete(h.ids, id)
+	}
+}
+
 // land ends the flight of taken Permits: those of rest, not handed over,
 // go back to the records.
 func (h *handOvers) land(taken int, rest []*handed) {
@@ -188,28 +205,27 @@ func (h *handOvers) land(taken int, rest []*handed) {
 }
 
 // handOver hands the recorded Permits with a permit on one of keys (all
-// when keys is nil) to the store of lim. Those it could not hand over,
-// on an error, stay recorded; the error is the store's.
-func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []string) error {
+// when keys is nil) to the store of lim, at now. Those it could not hand
+// over, on an error, stay recorded; the error is the store's. A token's
+// Permit whose permits expired (nothing renews them) is dropped.
+func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []string, now int64) error {
 	h.busy.Lock()
 	defer h.busy.Unlock()
 	list := h.take(keys)
 	for i, e := range list {
+		if e.until <= now {
+			h.dropIDs(e)
+			continue
+		}
 		moved, err := permitfunc.HandOver(ctx, e.p, lim, e.keys, e.limits)
 		if err != nil {
 			h.land(len(list), list[i:])
 			return err
 		}
-		if e.token {
-			if moved {
-				h.ever.Store(true)
-			}
-			h.mu.Lock()
-			for _, id := range e.ids {
-				delete(h.ids, id)
-			}
-			h.mu.Unlock()
+		if e.token && moved {
+			h.ever.Store(true)
 		}
+		h.dropIDs(e)
 		if moved {
 			h.moved.Add(1)
 		}
@@ -241,5 +257,5 @@ func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	return d.held.handOver(ctx, d.limiter, keys)
+	return d.held.handOver(ctx, d.limiter, keys, d.now())
 }

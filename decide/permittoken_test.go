@@ -261,3 +261,22 @@ func TestPermitTokenLocalPolicyHandOver(t *testing.T) {
 		t.Fatalf("after b's release: %d held, want the newcomer's 1", n)
 	}
 }
+
+// TestPermitTokenLocalPolicyExpired: a token's permit that the local
+// policy holds and that expired before the store returned (nothing
+// renews a token's permits) is not handed over.
+func TestPermitTokenLocalPolicyExpired(t *testing.T) {
+	e := newLocalEnv(t, permitRules)
+	e.store.down.Store(true)
+	if o := e.ask(t, "wide", "z"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("the local policy's: %+v %v", o.Overall, o.Degraded)
+	}
+	e.now.Add(int64(61 * time.Second)) // past its ttl of 1m
+	e.store.down.Store(false)
+	if o := e.ask(t, "wide", "z"); !o.Overall.Allowed || o.Degraded != rules.FailDefault {
+		t.Fatalf("the store back: %+v %v", o.Overall, o.Degraded)
+	}
+	if n := storeHeld(t, e, "wide", "z"); n != 1 {
+		t.Fatalf("the store holds %d, want the newcomer's 1 (the expired one not handed over)", n)
+	}
+}

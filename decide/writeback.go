@@ -428,7 +428,7 @@ func (d *Decider) startWriteBack() {
 		defer cancel()
 		keys, hits, err := g.writeBack(ctx, d.limiter, now)
 		if err == nil {
-			err = d.held.handOver(ctx, d.limiter, nil)
+			err = d.held.handOver(ctx, d.limiter, nil, d.now())
 		}
 		if err != nil {
 			g.retryAt.Store(d.now() + int64(writeBackRetry))
