@@ -80,15 +80,36 @@ type regionAnswer struct {
 	region     int
 	send, recv int64 // Unix ns
 	ok         bool  // OK; else OVER_LIMIT (err nil) or failed
+	reset      int64 // an OK answer's duration_until_reset, ns (whole seconds, rounded up); 0: none
 	err        error
 }
 
 // windowsOf returns the first and last window index (Unix ns / period)
 // the answer's decision may lie in: the decision was taken by a region
-// Redis's clock, this machine's, between send and receive.
+// Redis's clock, this machine's, between send and receive. An admission
+// sent in one window and answered in the next (a loaded machine: answers
+// took up to 3.4 s) is placed by its reset: its window ends within
+// (send + reset - 1s, recv + reset], which holds one window end when the
+// answer took less than a period less a second.
 func (a regionAnswer) windowsOf() (int64, int64) {
-	p := int64(regionPeriod)
-	return (a.send - int64(timingSlack)) / p, (a.recv + int64(timingSlack)) / p
+	p, slack := int64(regionPeriod), int64(timingSlack)
+	lo, hi := (a.send-slack)/p, (a.recv+slack)/p
+	if lo == hi || !a.ok || a.reset <= 0 {
+		return lo, hi
+	}
+	found := int64(-1)
+	for w := lo; w <= hi; w++ {
+		if end := (w + 1) * p; end > a.send+a.reset-int64(time.Second)-slack && end <= a.recv+a.reset+slack {
+			if found >= 0 {
+				return lo, hi
+			}
+			found = w
+		}
+	}
+	if found < 0 {
+		return lo, hi
+	}
+	return found, found
 }
 
 // coordinatorProxy starts a toxiproxy proxy on a loopback port in front
@@ -242,6 +263,9 @@ descriptors:
 					a := regionAnswer{region: r, send: send.UnixNano(), recv: recv.UnixNano(), err: err}
 					if err == nil {
 						a.ok = resp.GetOverallCode() == rlsv3.RateLimitResponse_OK
+						if st := resp.GetStatuses(); len(st) == 1 && st[0].GetDurationUntilReset() != nil {
+							a.reset = st[0].GetDurationUntilReset().AsDuration().Nanoseconds()
+						}
 					}
 					mine = append(mine, a)
 					next = next.Add(time.Duration(n / regionDemand(r, w) * 1e9))

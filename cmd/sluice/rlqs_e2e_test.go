@@ -213,15 +213,28 @@ descriptors:
 	// Steady: shares converge to max-min fair within a few reports
 	// (demand is smoothed over reports, shares within 10% are kept, and
 	// beside a CPU hog the demand measured wobbles: within 15%, and 2% of
-	// the limit).
+	// the limit). On a machine loaded past that (a full run beside other
+	// work), a report late by a second is a demand measured low for a
+	// while: the shares are checked at 6 s, then until they are fair, for
+	// 6 s more at most.
+	fair := func(rates []float64) bool {
+		for i, want := range []float64{500, 300, 150, 50} {
+			if math.Abs(rates[i]-want) > 0.15*want+0.02*limit {
+				return false
+			}
+		}
+		return true
+	}
 	watch(6*time.Second, nil)
 	rates, _ := sample()
-	for i, want := range []float64{500, 300, 150, 50} {
-		if math.Abs(rates[i]-want) > 0.15*want+0.02*limit {
-			t.Errorf("steady: %s enforces %.0f a second, want %.0f (max-min fair by demand): all %v", envoys[i].name, rates[i], want, rates)
-		}
+	for deadline := time.Now().Add(6 * time.Second); !fair(rates) && time.Now().Before(deadline); {
+		watch(100*time.Millisecond, nil)
+		rates, _ = sample()
 	}
-	t.Logf("steady: the Envoys enforce %v a second", rates)
+	if !fair(rates) {
+		t.Errorf("steady: the Envoys enforce %.0f a second, want 500, 300, 150 and 50 within 15%% and 2%% of the limit (max-min fair by demand)", rates)
+	}
+	t.Logf("steady after %s: the Envoys enforce %.0f a second", time.Since(start).Round(time.Second), rates)
 
 	// Kill envoy0's stream. It keeps what it was assigned until that
 	// expires; its record in Redis lives TTL+grace after its last report,
