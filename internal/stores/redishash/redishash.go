@@ -7,9 +7,16 @@ package redishash
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/rueidis"
 )
+
+// callTimeout bounds each call, whatever its caller's context says: the
+// client retries a read on a lost connection until its context ends, and
+// a page or an endpoint that reads the hash (the dashboard's cluster-wide
+// top keys) must answer, saying what failed, while Redis is down.
+const callTimeout = 2 * time.Second
 
 // Hash is the Redis hash at one key.
 type Hash struct {
@@ -23,12 +30,16 @@ func New(client func() (rueidis.Client, error), key string) *Hash {
 	return &Hash{client: client, key: key}
 }
 
+// Each call is bounded by callTimeout as well as by its context.
+
 // Set sets field to value (HSET).
 func (h *Hash) Set(ctx context.Context, field, value string) error {
 	c, err := h.client()
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	return c.Do(ctx, c.B().Hset().Key(h.key).FieldValue().FieldValue(field, value).Build().Pin()).Error()
 }
 
@@ -38,6 +49,8 @@ func (h *Hash) All(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	return c.Do(ctx, c.B().Hgetall().Key(h.key).Build().Pin()).AsStrMap()
 }
 
@@ -47,5 +60,7 @@ func (h *Hash) Delete(ctx context.Context, field string) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	return c.Do(ctx, c.B().Hdel().Key(h.key).Field(field).Build().Pin()).Error()
 }
