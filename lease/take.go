@@ -38,10 +38,23 @@ type held struct {
 	d sluice.Decision // the hit's decision, read under the shard's lock
 }
 
-// take is Take, or TakeEach when each is set: the hits that leases serve
+// take is Take, or TakeEach when each is set: a request without a hit
+// that a lease may serve goes to the store as it is; otherwise takeLeased.
+func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
+	for i := range hits {
+		if leasable(&hits[i]) {
+			return s.takeLeased(ctx, hits, out, each)
+		}
+	}
+	// Not through takeLeased, whose frame (its reservations) is 1 KB of
+	// the goroutine's stack under the store's call.
+	return s.decide(ctx, hits, out, each)
+}
+
+// takeLeased is take for a request with hits that leases may serve: they
 // are reserved from them (reserveAll), the others decided by the store
 // (decideRest).
-func (s *Store) take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
+func (s *Store) takeLeased(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, each bool) error {
 	var stack [8]held
 	res, answered, err := s.reserveAll(ctx, hits, out, each, stack[:0])
 	if answered || err != nil {
