@@ -20,6 +20,14 @@ import (
 // maxBatch). A lone request is a call of its own, as before; under load,
 // calls carry many.
 //
+// A lone request makes its call on its own goroutine. The calls of the
+// requests that waited are made by the batcher's runner, one goroutine
+// for as long as the store is open, which keeps making them while
+// requests wait: a request's goroutine (a gRPC handler's, say) starts on a
+// small stack, and the call, deep under the request's own frames, grew it
+// on most calls (the copy of every frame was about a tenth of the server's
+// CPU under load); the runner's stack has grown once.
+//
 // Only requests decided by one call are batched (all of them on a
 // standalone or Sentinel server; on a Cluster, whose calls must keep to
 // one slot, none are).
@@ -51,51 +59,93 @@ type batcher struct {
 	mu    sync.Mutex
 	queue []*batchReq
 	calls int // calls in flight
+
+	// next hands the runner the batch to call next, and the connection
+	// to call it on; the runner ends when the store's stop is closed.
+	next chan handOff
+}
+
+// handOff is a batch for the runner.
+type handOff struct {
+	c     *conn
+	batch []*batchReq
 }
 
 // batchReq is one request waiting to go.
 type batchReq struct {
-	g    *group
-	now  string        // the caller's clock, "" for Redis TIME
-	ch   chan struct{} // signalled once: the request has its answer, or leads
-	lead []*batchReq   // set before the signal: the batch this request leads
+	g   *group
+	now string        // the caller's clock, "" for Redis TIME
+	ch  chan struct{} // signalled once: the request has its answer
 }
 
 var batchReqs = sync.Pool{New: func() any { return &batchReq{ch: make(chan struct{}, 1)} }}
+
+func newBatcher(s *Store) *batcher {
+	b := &batcher{s: s, next: make(chan handOff)}
+	go b.runner()
+	return b
+}
 
 // do decides the request of group g, built in mode "t" or "e", with
 // others: its answer is in g.res, or its error in g.err.
 func (b *batcher) do(c *conn, g *group, now string) {
 	r := batchReqs.Get().(*batchReq)
-	r.g, r.now, r.lead = g, now, nil
+	r.g, r.now = g, now
 	b.mu.Lock()
 	if b.calls < maxCalls {
 		b.calls++
 		b.mu.Unlock()
-		b.run(c, []*batchReq{r})
+		if next := b.run(c, []*batchReq{r}, 1); next != nil {
+			b.handOff(c, next)
+		}
 	} else {
 		b.queue = append(b.queue, r)
 		b.mu.Unlock()
 		<-r.ch
-		if r.lead != nil {
-			b.run(c, r.lead)
-		}
 	}
-	r.g, r.lead = nil, nil
+	r.g = nil
 	batchReqs.Put(r)
 }
 
-// run makes one call for batch, whose first request is the caller's; then,
-// if requests wait, it takes them out of the queue (up to maxBatch) and
-// hands them to the first of them to lead, as the next call; then it
-// signals the other requests of batch that they have their answers. Every
-// request is signalled exactly once.
+// handOff gives the runner batch, the requests that waited behind a call
+// of their caller's; once the store is closed (the runner ended), the
+// caller makes the calls itself.
+func (b *batcher) handOff(c *conn, batch []*batchReq) {
+	select {
+	case b.next <- handOff{c, batch}:
+	case <-b.s.stop:
+		for batch != nil {
+			batch = b.run(c, batch, 0)
+		}
+	}
+}
+
+// runner makes the calls it is handed, and those of the requests that
+// waited behind them, until the store is closed.
+func (b *batcher) runner() {
+	for {
+		select {
+		case h := <-b.next:
+			for batch := h.batch; batch != nil; {
+				batch = b.run(h.c, batch, 0)
+			}
+		case <-b.s.stop:
+			return
+		}
+	}
+}
+
+// run makes one call for batch; then, if requests wait, it takes them out
+// of the queue (up to maxBatch) and returns them, the next call, for its
+// caller to make; then it signals the requests of batch from index wake
+// on (1 when the first is the caller's own) that they have their answers.
+// Every request is signalled exactly once.
 //
 // When the call found Redis silent or unreachable, every request waiting
 // then fails with it instead: each waited for that call, sent before it
 // came, so it is answered within the time Redis takes to be found silent
 // (about twice Config.Timeout), never after that and a call of its own.
-func (b *batcher) run(c *conn, batch []*batchReq) {
+func (b *batcher) run(c *conn, batch []*batchReq, wake int) (next []*batchReq) {
 	if b.s.br.State() == breaker.Open {
 		for _, r := range batch {
 			r.g.res, r.g.err = nil, errOpenWhileQueued
@@ -110,7 +160,7 @@ func (b *batcher) run(c *conn, batch []*batchReq) {
 		}
 	}
 	b.mu.Lock()
-	var next, dropped []*batchReq
+	var dropped []*batchReq
 	if n := min(len(b.queue), maxBatch); n > 0 && failed == nil {
 		next = make([]*batchReq, n)
 		copy(next, b.queue)
@@ -122,17 +172,14 @@ func (b *batcher) run(c *conn, batch []*batchReq) {
 		b.calls--
 	}
 	b.mu.Unlock()
-	if next != nil {
-		next[0].lead = next
-		next[0].ch <- struct{}{}
-	}
 	for _, r := range dropped {
 		r.g.res, r.g.err = nil, failed
 		r.ch <- struct{}{}
 	}
-	for _, r := range batch[1:] {
+	for _, r := range batch[wake:] {
 		r.ch <- struct{}{}
 	}
+	return next
 }
 
 // call decides batch in one script call: one request alone as it is, more

@@ -196,7 +196,6 @@ func New(cfg Config) (*Store, error) {
 		queue = DefaultMaxQueue
 	}
 	s.gate = newGate(inFlight, queue)
-	s.batch = &batcher{s: s}
 	if s.tag == nil {
 		s.tag = wholeKey
 	}
@@ -221,6 +220,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s.opt = opt
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.batch = newBatcher(s) // its runner ends with stop
 	s.nodeID = nodeID()
 	s.hbDone = make(chan struct{})
 	if cfg.Client != nil {
