@@ -201,12 +201,21 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 	for _, r := range batch {
 		// A request's own header, "[e]hits keys args [now]" (e: decided
 		// one by one; the KEYS and further ARGV it takes), then its hits.
-		h := strconv.Itoa(len(r.g.idx)) + " " + strconv.Itoa(len(r.g.keys)) + " " + strconv.Itoa(len(r.g.args)-1)
+		n, k, a, e := len(r.g.idx), len(r.g.keys), len(r.g.args)-1, 0
 		if r.g.args[0][0] == 'e' {
-			h = "e" + h
+			e = 1
 		}
-		if r.now != "" {
-			h += " " + r.now
+		var h string
+		if n < len(batchHeads[e]) && k < len(batchHeads[e][n]) && a < len(batchHeads[e][n][k]) && r.now == "" {
+			h = batchHeads[e][n][k][a]
+		} else {
+			h = strconv.Itoa(n) + " " + strconv.Itoa(k) + " " + strconv.Itoa(a)
+			if e == 1 {
+				h = "e" + h
+			}
+			if r.now != "" {
+				h += " " + r.now
+			}
 		}
 		args = append(args, h)
 		args = append(args, r.g.args[1:]...)
@@ -256,6 +265,25 @@ func (s *Store) call(c *conn, batch []*batchReq) {
 		s.metrics.countExpired(r.g.res)
 	}
 }
+
+// batchHeads[e][n][k][a] is the header of a request of n hits, k keys and
+// a further arguments in a batch, "n k a", or with e = 1 "en k a": the
+// common ones, made once rather than on every request.
+var batchHeads = func() (h [2][4][4][8]string) {
+	for e := range h {
+		for n := range h[e] {
+			for k := range h[e][n] {
+				for a := range h[e][n][k] {
+					h[e][n][k][a] = strconv.Itoa(n) + " " + strconv.Itoa(k) + " " + strconv.Itoa(a)
+					if e == 1 {
+						h[e][n][k][a] = "e" + h[e][n][k][a]
+					}
+				}
+			}
+		}
+	}
+	return h
+}()
 
 // requestError is an error reply to one request of a batch: Redis is
 // there, and refused that request.

@@ -43,7 +43,11 @@ const logFormat = "log2"
 type keyer struct {
 	prefix string
 	tag    HashTag
-	buf    []byte
+	// buf is where a key is built before it is copied into its string:
+	// best an array on the caller's stack. It is never written back (a
+	// key too long for it is built in a new array), which is what lets
+	// the array stay on the stack.
+	buf []byte
 }
 
 // paramBytes appends the parameters that make a key's state distinct.
@@ -70,7 +74,6 @@ func (k *keyer) appendTag(b []byte, t string) []byte {
 func (k *keyer) stateKey(h *sluice.Hit, p *algo.Params) string {
 	b := k.appendTag(k.buf[:0], k.tag(h.Key))
 	b = k.appendID(b, h.Key, p)
-	k.buf = b
 	return string(b)
 }
 
@@ -106,7 +109,6 @@ func (k *keyer) sketchKeys(h *sluice.Hit, p *algo.Params) (meta, k0, k1, block s
 		b = k.appendID(b[:base], h.Key, p)
 		block = string(append(b, ":b"...))
 	}
-	k.buf = b
 	return meta, k0, k1, block
 }
 

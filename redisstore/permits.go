@@ -92,7 +92,8 @@ func (s *Store) permits(ctx context.Context, hits []sluice.Hit, out []sluice.Dec
 	}
 	return s.guarded(ctx, func(c *conn) error {
 		ops := make([]op, len(hits))
-		k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+		var kb [128]byte
+		k := keyer{prefix: s.cfg.Prefix, tag: s.tag, buf: kb[:0]}
 		for i := range hits {
 			o := &ops[i]
 			o.p = limits.Params(hits[i].Limit)

@@ -25,6 +25,7 @@ func (s *Store) encode(k *keyer, h *sluice.Hit, o *op) {
 	o.p = limits.Params(h.Limit)
 	p := &o.p
 	o.spec = specOf(h.Limit, p)
+	o.keys = o.key2[:0]
 	if p.Kind == algo.Sketch {
 		meta, k0, k1, block := k.sketchKeys(h, p)
 		o.state = meta

@@ -36,7 +36,8 @@ func (s *Store) Settle(ctx context.Context, st *sluice.Settlement) (int64, error
 	if !algo.Settles(&p) || st.Spent == h.Cost {
 		return 0, nil
 	}
-	k := keyer{prefix: s.cfg.Prefix, tag: s.tag}
+	var kb [128]byte
+	k := keyer{prefix: s.cfg.Prefix, tag: s.tag, buf: kb[:0]}
 	key := k.stateKey(h, &p)
 	keys := []string{key, key + ":s" + strconv.FormatUint(st.ID, 16)}
 	args := settleArgs(st, &p, specOf(h.Limit, &p), s.now)

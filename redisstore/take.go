@@ -144,6 +144,7 @@ type op struct {
 	req   []byte // build's scratch for "cost prev [counters]"
 	cells []uint32
 	keys  []string
+	key2  [2]string // keys' array for a state and its block key
 }
 
 // group is the hits of one script call.
@@ -210,13 +211,15 @@ func (s *Store) take(ctx context.Context, c *conn, hits []sluice.Hit, out []slui
 func groupBySlot(c *conn, ops []op) []*group {
 	if !c.cluster {
 		// One allocation for the group, its list and (for a few hits)
-		// its indexes.
+		// its indexes, keys and arguments.
 		one := &struct {
-			g   group
-			gs  [1]*group
-			idx [4]int
+			g    group
+			gs   [1]*group
+			idx  [4]int
+			keys [4]string
+			args [8]string
 		}{}
-		one.g.idx = one.idx[:0]
+		one.g.idx, one.g.keys, one.g.args = one.idx[:0], one.keys[:0], one.args[:0]
 		for i := range ops {
 			one.g.idx = append(one.g.idx, i)
 		}
