@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -38,25 +39,27 @@ var errMalformed = fmt.Errorf("%w: malformed RateLimitRequest", sluice.ErrInvali
 // and answers a malformed request InvalidArgument (gRPC's own decoding
 // would answer Internal). The Rate Limit Quota Service (package rlqs)
 // needs the same codec. Messages of every other service are decoded as
-// usual. It also keeps streamWorkers goroutines to run the streams'
-// handlers (see streamWorkers).
+// usual. It also keeps goroutines to run the streams' handlers
+// (streamWorkers).
 func GRPCServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpcraw.ServerOption(), grpc.NumStreamWorkers(streamWorkers)}
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpcraw.ServerOption(), grpc.NumStreamWorkers(streamWorkers())}
 }
 
 // streamWorkers is how many goroutines a gRPC server of GRPCServerOptions
-// keeps to run its streams' handlers, each a stream after another. A
-// handler on a goroutine of its own (gRPC's default) starts on a small
-// stack and grows it, copying every frame, once its calls go deeper than
-// the stack it was given: on the Redis store's path (a request parks in the
-// store's batcher some 7 KB deep, and the call goes deeper) that copy was
-// about a sixth of the server's CPU. A worker keeps the stack it grew. A
-// stream that finds every worker busy runs on a goroutine of its own, as
-// without them, so the count bounds nothing: it covers the requests in
-// flight of a busy node (a Redis round trip's worth), and idle workers
-// cost a small stack each. A long-lived stream (RLQS) holds its worker
-// while it lasts.
-const streamWorkers = 256
+// keeps to run its streams' handlers, each a stream after another: 16 a
+// core. A handler on a goroutine of its own (gRPC's default) starts on a
+// small stack and grows it, copying every frame, once its calls go deeper
+// than the stack it was given: on the Redis store's path (a request parks
+// in the store's batcher some 7 KB deep) that copy was about a sixth of
+// the server's CPU. A worker keeps the stack it grew, but only while it
+// is busy: gRPC hands streams to its workers in turn, and the collector
+// shrinks the stack of one that waits, so more workers than the requests
+// in flight grow stacks again (256 on this 2-core machine cost more CPU a
+// request than 32, on memstore and on Redis alike). A stream that finds
+// every worker busy runs on a goroutine of its own, as without them. The
+// requests in flight grow with a node's throughput, hence with its cores.
+// A long-lived stream (RLQS) holds its worker while it lasts.
+func streamWorkers() uint32 { return uint32(16 * runtime.GOMAXPROCS(0)) }
 
 // rlsServiceDesc is Envoy's RateLimitService with its one method decoded
 // by shouldRateLimit rather than by gRPC.
