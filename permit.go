@@ -43,7 +43,52 @@ type Permit struct {
 func init() {
 	permitfunc.New = newElsewhere
 	permitfunc.HandOver = handOver
+	permitfunc.Mirror = mirror
 	permitfunc.Released = func(p any) bool { return p.(*Permit).released.Load() }
+}
+
+// mirror is permitfunc.Mirror: copies of pa's permits, a *Permit, held in
+// the store of na, a *Limiter.
+func mirror(ctx context.Context, pa, na any, keys []string, limits []any) error {
+	p, node := pa.(*Permit), na.(*Limiter)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released.Load() || p.elsewhere != nil || p.node != nil {
+		return nil
+	}
+	hits, err := handOverHits(p, keys, limits)
+	if err != nil {
+		return err
+	}
+	if node.permits == nil {
+		return errNoPermits
+	}
+	out := make([]Decision, len(hits))
+	if err := node.renew(ctx, hits, out); err != nil {
+		return err
+	}
+	for i := range hits {
+		hits[i].Cost = 0
+	}
+	p.node, p.nodeHits = node, hits
+	return nil
+}
+
+// handOverHits returns p's permits as hits of keys and limits, of cost 1
+// (a hand-over: held whatever the room). p.mu is held.
+func handOverHits(p *Permit, keys []string, limits []any) ([]Hit, error) {
+	if len(keys) != len(p.hits) || len(limits) != len(p.hits) {
+		return nil, fmt.Errorf("sluice: %d permits with %d keys and %d limits", len(p.hits), len(keys), len(limits))
+	}
+	hits := make([]Hit, len(p.hits))
+	for i := range p.hits {
+		lim, ok := limits[i].(*Limit)
+		if !ok || lim == nil {
+			return nil, fmt.Errorf("%w: a permit without its limit", ErrInvalid)
+		}
+		hits[i] = Hit{Key: keys[i], Limit: lim, Cost: 1, Permit: p.hits[i].Permit}
+	}
+	return hits, nil
 }
 
 // handOver is permitfunc.HandOver: it moves the permits of pa, a *Permit,
@@ -55,20 +100,13 @@ func handOver(ctx context.Context, pa, la any, keys []string, limits []any) (boo
 	if p.released.Load() || p.elsewhere != nil || p.l == l {
 		return false, nil
 	}
-	if len(keys) != len(p.hits) || len(limits) != len(p.hits) {
-		return false, fmt.Errorf("sluice: handing over %d permits with %d keys and %d limits", len(p.hits), len(keys), len(limits))
-	}
 	if l.permits == nil {
 		return false, errNoPermits
 	}
-	hits := make([]Hit, len(p.hits))
-	for i := range p.hits {
-		lim, ok := limits[i].(*Limit)
-		if !ok || lim == nil {
-			return false, fmt.Errorf("%w: handing over a permit without its limit", ErrInvalid)
-		}
-		// Cost 1: a hand-over, held whatever the room (permitStore).
-		hits[i] = Hit{Key: keys[i], Limit: lim, Cost: 1, Permit: p.hits[i].Permit}
+	// Cost 1: a hand-over, held whatever the room (permitStore).
+	hits, err := handOverHits(p, keys, limits)
+	if err != nil {
+		return false, err
 	}
 	out := make([]Decision, len(hits))
 	if err := l.renew(ctx, hits, out); err != nil {

@@ -404,6 +404,9 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		// It could not: the failure policy answers.
 	case cause == nil && permits:
 		o.Permit, overall, err = d.limiter.Acquire(ctx, hits, out)
+		if err == nil && o.Permit != nil && !r.Token {
+			d.mirror(ctx, s, o.Permit, out)
+		}
 	case cause == nil && each:
 		overall, err = d.limiter.TakeEach(ctx, hits, out)
 	case cause == nil:

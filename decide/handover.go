@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
+	"github.com/sluicehq/sluice/rules"
 )
 
 // The permits the local failure policy holds are handed to the store when
@@ -258,4 +259,35 @@ func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
 		return nil
 	}
 	return d.held.handOver(ctx, d.limiter, keys, d.now())
+}
+
+// mirror holds copies of the permits the store granted p in the node's
+// own store, when the request's domain falls back on the local policy:
+// the node's share counts them, so that if the store fails while their
+// holders run, the policy admits beside them only what the share leaves
+// (without them, every outage started at up to 2N in flight). A front
+// door that releases by token (sluice serve) keeps no Permit to renew
+// them: not mirrored. A copy that fails is not made (the node's store
+// is in process: only a bad hit fails it).
+func (d *Decider) mirror(ctx context.Context, s *scratch, p *sluice.Permit, out []sluice.Decision) {
+	f := &d.failover
+	if f.Local == nil || d.policyOf(s.plan.Domain) != rules.FailLocal {
+		return
+	}
+	hits := s.plan.Hits
+	local := f.localHits(s, f.nodes())
+	var kb [4]string
+	var lb [4]any
+	keys, limits := kb[:0], lb[:0]
+	for i := range hits {
+		h := &hits[i]
+		if h.Permit == "" || h.Cost != 1 || h.Limit.Algorithm != sluice.Concurrency || !out[i].Allowed {
+			continue
+		}
+		keys = append(keys, strings.Clone(local[i].Key))
+		limits = append(limits, local[i].Limit)
+	}
+	if len(keys) > 0 {
+		_ = permitfunc.Mirror(ctx, p, f.Local, keys, limits)
+	}
 }

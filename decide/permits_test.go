@@ -216,13 +216,16 @@ func TestLocalPolicyPermitsHandOver(t *testing.T) {
 	ctx := context.Background()
 	e := newLocalEnv(t, permitRules)
 	e.nodes.Store(2)
-	var old []*decide.Outcome // admitted by the store before the outage
+	// Another node's holders, admitted by the store before the outage.
+	var p rules.Plan
+	if err := e.d.Rules().Plan("api", one("wide", "x"), &p); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
-		o := e.decide(t, "wide", "x")
-		if !o.Overall.Allowed || o.Degraded != rules.FailDefault {
-			t.Fatalf("the store's: %+v %v", o.Overall, o.Degraded)
+		_, d, err := sluice.NewLimiter(e.store).Acquire(ctx, []sluice.Hit{{Key: p.Hits[0].Key, Limit: p.Hits[0].Limit, Cost: 1}}, nil)
+		if err != nil || !d.Allowed {
+			t.Fatalf("the other node's: %+v %v", d, err)
 		}
-		old = append(old, o)
 	}
 	e.store.down.Store(true)
 	var mine []*decide.Outcome // the node's share, floor(4/2)
@@ -276,7 +279,41 @@ func TestLocalPolicyPermitsHandOver(t *testing.T) {
 	if o := e.decide(t, "wide", "x"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
 		t.Fatalf("the share once the holders handed over ended: %+v %v", o.Overall, o.Degraded)
 	}
-	_ = old
+}
+
+// TestLocalPolicyCountsStoreHolders: the holders the store admitted
+// through a node count against the node's share when the store fails
+// while they run (copies in its own store, renewed and released with
+// them): the policy admits beside them only what the share leaves.
+func TestLocalPolicyCountsStoreHolders(t *testing.T) {
+	ctx := context.Background()
+	e := newLocalEnv(t, permitRules)
+	e.nodes.Store(2)
+	var mine []*decide.Outcome
+	for range 2 {
+		o := e.decide(t, "wide", "v")
+		if !o.Overall.Allowed || o.Degraded != rules.FailDefault || o.Permit == nil {
+			t.Fatalf("the store's: %+v %v", o.Overall, o.Degraded)
+		}
+		mine = append(mine, o)
+	}
+	e.now.Add(int64(50 * time.Second))
+	for _, o := range mine {
+		if held, err := o.Permit.Renew(ctx); err != nil || !held {
+			t.Fatalf("renew: %v %v", held, err)
+		}
+	}
+	e.now.Add(int64(20 * time.Second)) // past the first expiry: the copies were renewed too
+	e.store.down.Store(true)
+	if o := e.decide(t, "wide", "v"); o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("a share of 2 with 2 of the node's holders running: %+v %v", o.Overall, o.Degraded)
+	}
+	if err := mine[0].Permit.Release(ctx); err == nil {
+		t.Fatal("released in a store that is down")
+	}
+	if o := e.decide(t, "wide", "v"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+		t.Fatalf("one of the node's holders ended: %+v %v", o.Overall, o.Degraded)
+	}
 }
 
 // TestLocalPolicyPermitsHandOverIdle: a node that gets no request after

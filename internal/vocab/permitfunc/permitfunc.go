@@ -41,3 +41,12 @@ var HandOver func(ctx context.Context, p, to any, keys []string, limits []any) (
 // Released, set by the root package, reports whether p, a
 // *sluice.Permit, was released.
 var Released func(p any) bool
+
+// Mirror, set by the root package, holds copies of the permits of p, a
+// *sluice.Permit its store granted, in node, a *sluice.Limiter (the
+// local failure policy's): its permit i under keys[i] and limits[i] (a
+// *sluice.Limit), whatever the room there, renewed and released with p's
+// from then on, so that the node's share counts the holders the store
+// admitted if the store fails while they run. It does nothing when p was
+// released or holds copies already.
+var Mirror func(ctx context.Context, p, node any, keys []string, limits []any) error
