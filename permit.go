@@ -26,10 +26,12 @@ type Permit struct {
 	released atomic.Bool
 	lost     atomic.Uint64 // bit i: a renewal found hits[i] held no more
 
-	// node and nodeHits, once the local failure policy's permits were
-	// handed to the store (handOver), are where they were held: the node's
-	// own store, where they are renewed and released too, so that the
-	// node's share counts them as long as they run.
+	// node and nodeHits are copies of the permits in the node's own store
+	// (the local failure policy's), renewed and released with them, so
+	// that the node's share counts their holders as long as they run:
+	// where the policy's permits were held before they were handed to
+	// the store (handOver), or copies of permits the store granted
+	// (mirror).
 	node     *Limiter
 	nodeHits []Hit
 
@@ -302,18 +304,19 @@ func (p *Permit) Renew(ctx context.Context) (bool, error) {
 	if len(p.hits) > len(buf) {
 		out = make([]Decision, len(p.hits))
 	}
-	if err := p.l.renew(ctx, p.hits, out[:len(p.hits)]); err != nil {
-		return false, err
-	}
 	if p.node != nil {
-		// The node's copies, as Release; their decisions are not the
-		// Permit's.
+		// The node's copies, as Release, and whether the store answers
+		// or not (the store down, they are what the node's share
+		// counts); their decisions are not the Permit's.
 		var nbuf [4]Decision
 		nout := nbuf[:]
 		if len(p.nodeHits) > len(nbuf) {
 			nout = make([]Decision, len(p.nodeHits))
 		}
 		_ = p.node.renew(ctx, p.nodeHits, nout[:len(p.nodeHits)])
+	}
+	if err := p.l.renew(ctx, p.hits, out[:len(p.hits)]); err != nil {
+		return false, err
 	}
 	renewed, lost := 0, 0
 	for i := range p.hits {

@@ -308,6 +308,17 @@ func TestLocalPolicyCountsStoreHolders(t *testing.T) {
 	if o := e.decide(t, "wide", "v"); o.Overall.Allowed || o.Degraded != rules.FailLocal {
 		t.Fatalf("a share of 2 with 2 of the node's holders running: %+v %v", o.Overall, o.Degraded)
 	}
+	// Renewals that fail in the store renew the copies: past the last
+	// renewal's expiry (50 s + 1m), the holders still count.
+	for _, o := range mine {
+		if _, err := o.Permit.Renew(ctx); err == nil {
+			t.Fatal("renewed in a store that is down")
+		}
+	}
+	e.now.Add(int64(45 * time.Second))
+	if o := e.decide(t, "wide", "v"); o.Overall.Allowed {
+		t.Fatalf("the holders' copies expired while they renewed: %+v", o.Overall)
+	}
 	if err := mine[0].Permit.Release(ctx); err == nil {
 		t.Fatal("released in a store that is down")
 	}
