@@ -24,9 +24,12 @@ import (
 // a request that holds permits, before the store decides it, hands over
 // first the recorded permits of its own keys, so that the store never
 // decides a key before it counts this node's holders of it. A hand-over
-// renews each permit in the store as held whatever the room (a Permit
-// handed over renews and releases there from then on) and releases it in
-// the node's own store. Released permits are not handed over; permits
+// renews each permit in the store as held whatever the room; a Permit
+// handed over renews and releases there from then on, and keeps its
+// permits in the node's own store as copies, renewed and released with
+// it, so that the node's share counts its holders while they run (as
+// mirror does for the permits the store grants). Released permits are
+// not handed over; permits
 // that a front door releases by token (sluice serve) are forgotten when
 // it does. A hand-over that fails leaves the permits where they are for
 // the next one.
