@@ -403,7 +403,11 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	case err != nil:
 		// It could not: the failure policy answers.
 	case cause == nil && permits:
-		o.Permit, overall, err = d.limiter.Acquire(ctx, hits, out)
+		acq := d.reserving(s, hits)
+		o.Permit, overall, err = d.limiter.Acquire(ctx, acq, out)
+		for i := range acq {
+			hits[i].Permit = acq[i].Permit // the IDs Acquire gave a copy
+		}
 		if err == nil && o.Permit != nil && !r.Token {
 			d.mirror(ctx, s, o.Permit, out)
 		}
@@ -426,13 +430,19 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
 		}
-		if o.Permit != nil && policy == rules.FailLocal && cause == nil {
-			d.held.record(o.Permit, p.Hits, s.local, out, r.Token, d.now())
+		if policy == rules.FailLocal && cause == nil {
+			d.held.sawDown.Store(true)
+			if o.Permit != nil {
+				d.held.record(o.Permit, p.Hits, s.local, out, r.Token, d.now())
+			}
 		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else {
 		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(hits, hits, 0)
+		}
+		if cause == nil && d.held.sawDown.Load() && d.held.sawDown.CompareAndSwap(true, false) {
+			d.held.backAt.Store(d.now()) // the store is back for this node (reserving)
 		}
 		if cause == nil && len(hits) > 0 && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0) {
 			// The store answers again: charge it what the local policy
@@ -594,4 +604,6 @@ type scratch struct {
 	nodes     int64
 
 	rel releaseScratch // a request's release descriptors (permittoken.go)
+
+	reserved []sluice.Hit // the hits with the other nodes' shares reserved (reserving)
 }

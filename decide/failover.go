@@ -375,12 +375,26 @@ func (f *Failover) share(l *sluice.Limit, n int64) *sluice.Limit {
 	if n <= 1 {
 		return l
 	}
-	k := shareKey{l, n}
+	return f.limitOf(shareKey{l, n, false})
+}
+
+// reserve returns l, a Concurrency limit of N slots, less the shares of
+// the other nodes of n: N − (n−1)·floor(N/n) slots (reserving).
+func (f *Failover) reserve(l *sluice.Limit, n int64) *sluice.Limit {
+	return f.limitOf(shareKey{l, n, true})
+}
+
+// limitOf makes, or finds made, the limit k says.
+func (f *Failover) limitOf(k shareKey) *sluice.Limit {
 	if v, ok := f.shares.Load(k); ok {
 		return v.(*sluice.Limit)
 	}
+	l, n := k.l, k.n
 	s := *l
 	s.Rate = l.Rate / n
+	if k.reserve {
+		s.Rate = l.Rate - (n-1)*(l.Rate/n)
+	}
 	if f.shareCount.Add(1) > shareCacheMax {
 		f.shares.Clear()
 		f.shareCount.Store(1)
@@ -389,10 +403,12 @@ func (f *Failover) share(l *sluice.Limit, n int64) *sluice.Limit {
 	return v.(*sluice.Limit)
 }
 
-// shareKey names a local share: the configured limit and the node count.
+// shareKey names a local share: the configured limit and the node count;
+// or, reserve set, what a node leaves to the others.
 type shareKey struct {
-	l *sluice.Limit
-	n int64
+	l       *sluice.Limit
+	n       int64
+	reserve bool
 }
 
 // shareCacheMax bounds the shares kept: rule reloads make new limits.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
@@ -48,6 +49,8 @@ type handOvers struct {
 	dropped atomic.Int64
 	moved   atomic.Int64 // Permits handed over, not logged yet
 	ever    atomic.Bool  // some token's Permit was handed over
+	sawDown atomic.Bool  // the local policy answered since the store last did
+	backAt  atomic.Int64 // when the store answered again after that, Unix ns (reserving)
 }
 
 // handed is a Permit of the local policy, to hand over.
@@ -293,4 +296,37 @@ func (d *Decider) mirror(ctx context.Context, s *scratch, p *sluice.Permit, out 
 	if len(keys) > 0 {
 		_ = permitfunc.Mirror(ctx, p, f.Local, keys, limits)
 	}
+}
+
+// reserveFor is how long, after the store answers a node again once its
+// local policy has answered, the node leaves to the other nodes their
+// shares of each concurrency limit: long enough for each of them to reach
+// the store and hand over its policy's holders (the Redis store's breaker
+// lets a probe through within its cooldown, 5 s at most by default, and
+// an idle node polls Failover.Health every writeBackPoll).
+const reserveFor = 6 * time.Second
+
+// reserving returns hits, or, from the local policy's first answer until
+// reserveFor after the store answered this node again, a copy whose
+// permits of concurrency limits of N slots are
+// decided against N − (n−1)·floor(N/n): the other n−1 nodes may each
+// still hold a share under their local policy that the store does not
+// count yet, and a newcomer admitted here must not take their slots (the
+// window of docs/internals/concurrency.md). It narrows admissions only.
+func (d *Decider) reserving(s *scratch, hits []sluice.Hit) []sluice.Hit {
+	if back := d.held.backAt.Load(); !d.held.sawDown.Load() && (back == 0 || d.now()-back >= int64(reserveFor)) {
+		return hits
+	}
+	f := &d.failover
+	n := f.nodes()
+	if n <= 1 {
+		return hits
+	}
+	s.reserved = append(s.reserved[:0], hits...)
+	for i := range s.reserved {
+		if h := &s.reserved[i]; h.Limit.Algorithm == sluice.Concurrency && h.Cost == 1 {
+			h.Limit = f.reserve(h.Limit, n)
+		}
+	}
+	return s.reserved
 }

@@ -368,3 +368,31 @@ func TestLocalPolicyPermitsHandOverIdle(t *testing.T) {
 		t.Fatalf("after the releases: %d held", n)
 	}
 }
+
+// TestLocalPolicyReservesOthersShares: for a while after the store
+// answers a node again once its local policy has answered, the node
+// leaves the other nodes' shares of a concurrency limit to them (they may
+// still hold them under their policy, not yet handed over): with 2
+// nodes and N = 4, the store holding this node's 2 handed over, a
+// newcomer waits; after the reserve, it is admitted.
+func TestLocalPolicyReservesOthersShares(t *testing.T) {
+	e := newLocalEnv(t, permitRules)
+	e.nodes.Store(2)
+	e.store.down.Store(true)
+	for range 2 {
+		if o := e.decide(t, "wide", "r"); !o.Overall.Allowed || o.Degraded != rules.FailLocal {
+			t.Fatalf("the local share: %+v %v", o.Overall, o.Degraded)
+		}
+	}
+	e.store.down.Store(false)
+	if o := e.decide(t, "wide", "r"); o.Overall.Allowed || o.Degraded != rules.FailDefault || o.Overall.Limit != 2 {
+		t.Fatalf("a newcomer while the other node's share is reserved: %+v %v, want denied against 4 − 2", o.Overall, o.Degraded)
+	}
+	if n := storeHeld(t, e, "wide", "r"); n != 2 {
+		t.Fatalf("the store holds %d, want the 2 handed over", n)
+	}
+	e.now.Add(int64(6*time.Second + time.Millisecond))
+	if o := e.decide(t, "wide", "r"); !o.Overall.Allowed || o.Overall.Limit != 4 {
+		t.Fatalf("a newcomer after the reserve: %+v", o.Overall)
+	}
+}
