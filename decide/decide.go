@@ -403,14 +403,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	case err != nil:
 		// It could not: the failure policy answers.
 	case cause == nil && permits:
-		acq := d.reserving(s, hits)
-		o.Permit, overall, err = d.limiter.Acquire(ctx, acq, out)
-		for i := range acq {
-			hits[i].Permit = acq[i].Permit // the IDs Acquire gave a copy
-		}
-		if err == nil && o.Permit != nil && !r.Token {
-			d.mirror(ctx, s, o.Permit, out)
-		}
+		o.Permit, overall, err = d.acquire(ctx, s, hits, out, r.Token)
 	case cause == nil && each:
 		overall, err = d.limiter.TakeEach(ctx, hits, out)
 	case cause == nil:
@@ -431,10 +424,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
 		}
 		if policy == rules.FailLocal && cause == nil {
-			d.held.sawDown.Store(true)
-			if o.Permit != nil {
-				d.held.record(o.Permit, p.Hits, s.local, out, r.Token, d.now())
-			}
+			d.policyAnswered(s, o.Permit, out, r.Token)
 		}
 		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else {
@@ -442,7 +432,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 			o.PermitToken = permitToken(hits, hits, 0)
 		}
 		if cause == nil && d.held.sawDown.Load() && d.held.sawDown.CompareAndSwap(true, false) {
-			d.held.backAt.Store(d.now()) // the store is back for this node (reserving)
+			d.held.backAt.Store(d.now()) // back for this node (reserving)
 		}
 		if cause == nil && len(hits) > 0 && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0) {
 			// The store answers again: charge it what the local policy

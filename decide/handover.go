@@ -330,3 +330,28 @@ func (d *Decider) reserving(s *scratch, hits []sluice.Hit) []sluice.Hit {
 	}
 	return s.reserved
 }
+
+// acquire has the store decide hits, a request's that holds permits:
+// against the limits reserving says, the permit IDs given back to hits,
+// and with the Permit's copies in the node's store (mirror) unless a
+// front door releases by token.
+func (d *Decider) acquire(ctx context.Context, s *scratch, hits []sluice.Hit, out []sluice.Decision, token bool) (*sluice.Permit, sluice.Decision, error) {
+	acq := d.reserving(s, hits)
+	p, overall, err := d.limiter.Acquire(ctx, acq, out)
+	for i := range acq {
+		hits[i].Permit = acq[i].Permit // the IDs Acquire gave a copy
+	}
+	if err == nil && p != nil && !token {
+		d.mirror(ctx, s, p, out)
+	}
+	return p, overall, err
+}
+
+// policyAnswered notes that the local policy answered a request the store
+// failed (reserving), and records its Permit p, if any, to hand over.
+func (d *Decider) policyAnswered(s *scratch, p *sluice.Permit, out []sluice.Decision, token bool) {
+	d.held.sawDown.Store(true)
+	if p != nil {
+		d.held.record(p, s.plan.Hits, s.local, out, token, d.now())
+	}
+}
