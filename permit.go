@@ -65,8 +65,12 @@ func mirror(ctx context.Context, pa, na any, keys []string, limits []any) error 
 	if node.permits == nil {
 		return errNoPermits
 	}
-	out := make([]Decision, len(hits))
-	if err := node.renew(ctx, hits, out); err != nil {
+	var buf [4]Decision
+	out := buf[:]
+	if len(hits) > len(buf) {
+		out = make([]Decision, len(hits))
+	}
+	if err := node.renew(ctx, hits, out[:len(hits)]); err != nil {
 		return err
 	}
 	for i := range hits {

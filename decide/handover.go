@@ -338,8 +338,10 @@ func (d *Decider) reserving(s *scratch, hits []sluice.Hit) []sluice.Hit {
 func (d *Decider) acquire(ctx context.Context, s *scratch, hits []sluice.Hit, out []sluice.Decision, token bool) (*sluice.Permit, sluice.Decision, error) {
 	acq := d.reserving(s, hits)
 	p, overall, err := d.limiter.Acquire(ctx, acq, out)
-	for i := range acq {
-		hits[i].Permit = acq[i].Permit // the IDs Acquire gave a copy
+	if len(acq) > 0 && &acq[0] != &hits[0] {
+		for i := range acq {
+			hits[i].Permit = acq[i].Permit // the IDs Acquire gave the copy
+		}
 	}
 	if err == nil && p != nil && !token {
 		d.mirror(ctx, s, p, out)
