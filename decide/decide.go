@@ -239,6 +239,7 @@ func New(cfg Config) (*Decider, error) {
 	}
 	d.rules.Store(cfg.Rules)
 	d.plans.New = func() any { return new(scratch) }
+	d.watchStore()
 	return d, nil
 }
 

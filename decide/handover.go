@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/vocab/permitfunc"
@@ -49,7 +50,7 @@ type handOvers struct {
 	dropped atomic.Int64
 	moved   atomic.Int64 // Permits handed over, not logged yet
 	ever    atomic.Bool  // some token's Permit was handed over
-	sawDown atomic.Bool  // the local policy answered since the store last did
+	sawDown atomic.Bool  // the store was seen down (policy answered, Health) since it last answered
 	backAt  atomic.Int64 // when the store answered again after that, Unix ns (reserving)
 }
 
@@ -306,20 +307,22 @@ func (d *Decider) mirror(ctx context.Context, s *scratch, p *sluice.Permit, out 
 // an idle node polls Failover.Health every writeBackPoll).
 const reserveFor = 6 * time.Second
 
-// reserving returns hits, or, from the local policy's first answer until
-// reserveFor after the store answered this node again, a copy whose
-// permits of concurrency limits of N slots are
-// decided against N − (n−1)·floor(N/n): the other n−1 nodes may each
-// still hold a share under their local policy that the store does not
-// count yet, and a newcomer admitted here must not take their slots (the
-// window of docs/internals/concurrency.md). It narrows admissions only.
+// reserving returns hits, or, for a domain that falls back on the local
+// policy, from the moment this node saw the store down (its policy
+// answered, or Failover.Health said so) until reserveFor after the store
+// answered it again, a copy whose permits of concurrency limits of N
+// slots are decided against N − (n−1)·floor(N/n): the other n−1 nodes
+// may each still hold a share under their local policy that the store
+// does not count yet, and a newcomer admitted here must not take their
+// slots (the window of docs/internals/concurrency.md), whether or not
+// this node's policy admitted any. It narrows admissions only.
 func (d *Decider) reserving(s *scratch, hits []sluice.Hit) []sluice.Hit {
 	if back := d.held.backAt.Load(); !d.held.sawDown.Load() && (back == 0 || d.now()-back >= int64(reserveFor)) {
 		return hits
 	}
 	f := &d.failover
 	n := f.nodes()
-	if n <= 1 {
+	if n <= 1 || d.policyOf(s.plan.Domain) != rules.FailLocal {
 		return hits
 	}
 	s.reserved = append(s.reserved[:0], hits...)
@@ -355,5 +358,47 @@ func (d *Decider) policyAnswered(s *scratch, p *sluice.Permit, out []sluice.Deci
 	d.held.sawDown.Store(true)
 	if p != nil {
 		d.held.record(p, s.plan.Hits, s.local, out, token, d.now())
+	}
+}
+
+// watchStore starts the loop that tells reserving of the store's
+// outages that no request of this node meets: a node idle while the
+// store is down (or deciding other domains only) has no policy answer to
+// note it, yet when the store returns, the other nodes' policy holders
+// are not counted until they hand them over, and a newcomer this node
+// admits must not take their slots. Every writeBackPoll it asks
+// Failover.Health: down, the store was seen down; up after that, it
+// answers again (backAt), unless a request saw it first. The loop holds
+// the Decider weakly and ends when it is collected (a Decider has no
+// Close). Without Health it does nothing: an outage shorter than a poll,
+// or one that Health does not report, goes unseen by an idle node.
+func (d *Decider) watchStore() {
+	health := d.failover.Health
+	if health == nil {
+		return
+	}
+	go watchStore(weak.Make(d), health)
+}
+
+func watchStore(wd weak.Pointer[Decider], health func() error) {
+	t := time.NewTicker(writeBackPoll)
+	defer t.Stop()
+	for range t.C {
+		d := wd.Value()
+		if d == nil {
+			return
+		}
+		d.sawHealth(health())
+	}
+}
+
+// sawHealth notes what Failover.Health said of the store (watchStore).
+func (d *Decider) sawHealth(err error) {
+	h := &d.held
+	switch {
+	case err != nil:
+		h.sawDown.Store(true)
+	case h.sawDown.Load() && h.sawDown.CompareAndSwap(true, false):
+		h.backAt.Store(d.now())
 	}
 }

@@ -3,6 +3,7 @@ package decide_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,5 +395,62 @@ func TestLocalPolicyReservesOthersShares(t *testing.T) {
 	e.now.Add(int64(6*time.Second + time.Millisecond))
 	if o := e.decide(t, "wide", "r"); !o.Overall.Allowed || o.Overall.Limit != 4 {
 		t.Fatalf("a newcomer after the reserve: %+v", o.Overall)
+	}
+}
+
+// TestLocalPolicyReservesIdle: a node that decided nothing while the
+// store was down (its policy answered nothing) still leaves the other
+// nodes' shares to them when the store returns, having seen the outage
+// through Failover.Health: with 2 nodes and N = 4, 2 newcomers, not 4,
+// until the reserve ends. Without an outage, all 4.
+func TestLocalPolicyReservesIdle(t *testing.T) {
+	var down, up atomic.Int64 // Health's calls while down, and up
+	e := newLocalEnvWith(t, permitRules, func(f *decide.Failover, e *localEnv) {
+		f.Health = func() error {
+			if e.store.down.Load() {
+				down.Add(1)
+				return errStoreDown
+			}
+			up.Add(1)
+			return nil
+		}
+	})
+	e.nodes.Store(2)
+	var held []*decide.Outcome
+	admitted := func(value string) int {
+		n := 0
+		for range 5 {
+			o := e.decide(t, "wide", value)
+			if o.Degraded != rules.FailDefault {
+				t.Fatalf("decided by %v, not the store", o.Degraded)
+			}
+			if !o.Overall.Allowed {
+				break
+			}
+			held = append(held, o)
+			n++
+		}
+		return n
+	}
+	if n := admitted("before"); n != 4 {
+		t.Fatalf("no outage: %d admitted, want 4", n)
+	}
+	e.store.down.Store(true)
+	d := down.Load()
+	waitFor(t, "Health asked while the store is down", func() bool { return down.Load() >= d+2 })
+	e.store.down.Store(false)
+	u := up.Load()
+	waitFor(t, "Health asked once the store is up", func() bool { return up.Load() >= u+2 })
+	if n := admitted("after"); n != 2 {
+		t.Fatalf("after an outage this node only watched: %d admitted, want 4 − 2", n)
+	}
+	e.now.Add(int64(6*time.Second + time.Millisecond))
+	if n := admitted("after"); n != 2 {
+		t.Fatalf("after the reserve: %d more admitted, want the other 2", n)
+	}
+	for _, o := range held {
+		if err := o.Permit.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
