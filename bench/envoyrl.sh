@@ -7,7 +7,8 @@
 #   RATELIMIT_BIN=/work/peers/bin/ratelimit RATELIMIT_COMMIT=<commit> bench/envoyrl.sh
 #                         # ROUNDS=5 DURATION=10s WARMUP=2s CONNECTIONS=2
 #                         # CONCURRENCY=32 SCENARIOS="10k admitted" NODES=4
-#                         # STREAMS=64 HOG=0 ALGORITHMS="fixed_window
+#                         # STREAMS=64 HOG=0 TP_NODES=1 REDIS_WRAP=
+#                         # ALGORITHMS="fixed_window
 #                         # token_bucket leaky_bucket gcra sliding_window
 #                         # sliding_log sketch"
 #   bench/envoyrl.sh summary bench/results/DATE-envoyrl.jsonl   # the tables again
@@ -67,7 +68,9 @@
 #             cpu as a cross-check), the server process's CPU per request
 #             (/proc/PID/stat) and the load generator's (/usr/bin/time),
 #             Redis's commands (INFO commandstats, script-inner commands
-#             included) and socket reads per decision. Redis's own idle
+#             included) and their microseconds inside the command
+#             (redis_cmd_us_per_decision: a script's own includes its
+#             inner commands'), socket reads per decision. Redis's own idle
 #             work (serverCron, some 2 ms a second) is not subtracted.
 #             hot, hot10 and 1m (bench/serve.sh's, without pre-filling for
 #             1m) are accepted too; "hot" is the key limited to 500 an hour.
@@ -85,6 +88,12 @@
 #             more every 7.2 s of the run (the bound recorded). HOG=1 runs
 #             two busy loops (sh -c 'while :; do :; done') beside the
 #             admitted runs, to keep both cores busy.
+#
+# TP_NODES (default 1) runs that many throughput nodes of each system on
+# the one Redis, each with a load generator of its own (so that Redis is
+# kept busier, as when many nodes share it; NODES is the admitted
+# scenario's). REDIS_WRAP is a command that starts redis-server and must
+# exec it (its pid is measured), e.g. "taskset -c 0".
 #
 # Writes bench/results/DATE-NAME.jsonl (one line per run; NAME defaults to
 # envoyrl), DATE-NAME-machine.txt (machine, versions, envoy-rl's binary and
@@ -194,6 +203,8 @@ ratelimit_commit=${RATELIMIT_COMMIT:-}
 ratelimit_env=${RATELIMIT_ENV:-}
 ratelimit_stats=${RATELIMIT_STATS:-prometheus}
 sluice_serve_flags=${SLUICE_SERVE_FLAGS:-}
+tp_nodes=${TP_NODES:-1}
+redis_wrap=${REDIS_WRAP:-}
 hot_limit=500
 
 if [ ! -x "$ratelimit_bin" ]; then
@@ -277,7 +288,8 @@ cp "$work/sluice-rules/fixed_window.yaml" "$work/rl/ratelimit/config/"
 
 redis_port=
 pick_port redis_port
-redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
+# shellcheck disable=SC2086 # REDIS_WRAP is a command and its arguments
+$redis_wrap redis-server --bind 127.0.0.1 --port "$redis_port" --save "" --appendonly no \
 	--dir "$work" --logfile "$work/redis.log" &
 redis_pid=$!
 pids+=("$redis_pid")
@@ -341,30 +353,37 @@ alive() { # pid label: fails loudly when the server has gone
 	}
 }
 
-# The throughput nodes, one of each system, running the whole time.
+# The throughput nodes, TP_NODES of each system (one by default), running
+# the whole time; tp_pid, tp_grpc and tp_http hold each system's list.
 declare -A tp_pid tp_grpc tp_http
 for s in envoy-rl sluice; do
-	start_server "$s" "tp-$s"
-	tp_pid[$s]=$server_pid
-	tp_grpc[$s]=$server_grpc
-	tp_http[$s]=$server_http
-	ready "$server_ready" "$work/tp-$s.log" "$work/redis.log"
+	for i in $(seq "$tp_nodes"); do
+		label=tp-$s
+		if [ "$i" != 1 ]; then label=tp-$s-$i; fi
+		start_server "$s" "$label"
+		tp_pid[$s]=${tp_pid[$s]:+${tp_pid[$s]} }$server_pid
+		tp_grpc[$s]=${tp_grpc[$s]:+${tp_grpc[$s]} }$server_grpc
+		tp_http[$s]=${tp_http[$s]:+${tp_http[$s]} }$server_http
+		ready "$server_ready" "$work/$label.log" "$work/redis.log"
+	done
 done
 
 rss() { # label
-	local s
+	local s p
 	for s in envoy-rl sluice; do
-		echo "$1: $s (throughput node) VmRSS $(awk '/VmRSS/ {print $2, $3}' "/proc/${tp_pid[$s]}/status")"
+		for p in ${tp_pid[$s]}; do
+			echo "$1: $s (throughput node) VmRSS $(awk '/VmRSS/ {print $2, $3}' "/proc/$p/status")"
+		done
 	done
 	echo "$1: redis-server VmRSS $(awk '/VmRSS/ {print $2, $3}' "/proc/$redis_pid/status"), used_memory $(rcli info memory | awk -F: '/^used_memory:/ {print $2}' | tr -d '\r') B, keys $(rcli dbsize)"
 }
 settings() {
-	echo "load: sluice bench over gRPC; throughput: $connections connection(s), $concurrency in flight, warm-up $warmup (untimed, a run of its own, not in the CPU figures), duration $duration; admitted: $nodes nodes, $streams streams ($((streams / nodes)) per node, 1 connection each), $hot_duration, limit $hot_limit an hour, CPU hog: $([ "$hog" = 1 ] && echo "yes, 2 busy loops" || echo no); $rounds rounds"
+	echo "load: sluice bench over gRPC; throughput: $([ "$tp_nodes" != 1 ] && echo "$tp_nodes nodes of each system, a load generator each with ")$connections connection(s), $concurrency in flight, warm-up $warmup (untimed, a run of its own, not in the CPU figures), duration $duration; admitted: $nodes nodes, $streams streams ($((streams / nodes)) per node, 1 connection each), $hot_duration, limit $hot_limit an hour, CPU hog: $([ "$hog" = 1 ] && echo "yes, 2 busy loops" || echo no); $rounds rounds"
 	echo "scenarios: $scenarios; sluice algorithms: $algorithms"
 	echo "envoy-rl: $ratelimit_bin, commit ${ratelimit_commit:-unknown (RATELIMIT_COMMIT not set)}, $(go version "$ratelimit_bin" 2>/dev/null | cut -d' ' -f2- || echo "?")"
 	echo "envoy-rl environment: REDIS_URL=127.0.0.1:PORT REDIS_SOCKET_TYPE=tcp USE_STATSD=false LOG_LEVEL=warn RUNTIME_WATCH_ROOT=false, stats sink: $ratelimit_stats${ratelimit_env:+, RATELIMIT_ENV: $ratelimit_env} (defaults otherwise: no local cache, REDIS_TIMEOUT 10s, REDIS_POOL_SIZE 10, REDIS_PIPELINE_WINDOW 0 (no write buffering; a request's INCRBY and EXPIRE go as one pipeline), STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false)"
 	echo "sluice serve: --store redis --redis-url redis://127.0.0.1:PORT${sluice_serve_flags:+ $sluice_serve_flags} (defaults otherwise)"
-	echo "$(redis-server --version | cut -d' ' -f1-3), no persistence, pid $redis_pid"
+	echo "$(redis-server --version | cut -d' ' -f1-3), no persistence, pid $redis_pid${redis_wrap:+, started under: $redis_wrap}"
 }
 {
 	machine_facts
@@ -382,7 +401,7 @@ counters() { # [sluice HTTP address...]
 	info=$(rcli info everything | tr -d '\r')
 	{
 		awk -F'[:,=]' '/^used_cpu_(user|sys):/ {print $1, $2}
-			/^cmdstat_/ {sub(/^cmdstat_/, "", $1); print "cmd_" $1, $3}
+			/^cmdstat_/ {sub(/^cmdstat_/, "", $1); print "cmd_" $1, $3; print "usec_" $1, $5}
 			/^total_reads_processed:/ {print "reads", $2}' <<<"$info"
 		echo "redis_ticks $(cpu_ticks "$redis_pid")"
 		for a in "$@"; do
@@ -404,57 +423,102 @@ redis_figures='(($a | with_entries(.value -= ($b[.key] // 0))) as $d |
 	 redis_reads_per_decision: ($d.reads / $n),
 	 redis_cmds: ($d | with_entries(select((.key | startswith("cmd_")) and .key != "cmd_info" and .value > 0)
 		| .key |= ltrimstr("cmd_"))),
+	 redis_cmd_us_per_decision: ($d | with_entries(select((.key | startswith("usec_")) and .key != "usec_info" and .value > 0)
+		| .key |= ltrimstr("usec_") | .value /= $n)),
 	 store_calls: ($d | with_entries(select(.key | startswith("calls_"))) | if length > 0 then . else null end),
 	 store_errors: ($d | with_entries(select((.key | startswith("calls_")) and .key != "calls_ok")) | if length > 0 then (map(.) | add) else null end)})'
 
 # throughput SYSTEM ALGORITHM SCENARIO ROUND: one run on the throughput
-# node, printed as a jsonl line.
+# node(s), printed as a jsonl line. With TP_NODES above 1, every node of
+# the system has a load generator of its own (CONNECTIONS x CONCURRENCY
+# each), all run at once: the line sums their requests, rates and counts,
+# and has the median of their p50s and the worst of their p99s (and
+# tp_nodes, rps_per_node); CPU figures are of all the nodes together.
 throughput() {
-	local sys=$1 alg=$2 scenario=$3 round=$4 pid b a ticks load1 metrics=()
-	pid=${tp_pid[$sys]}
+	local sys=$1 alg=$2 scenario=$3 round=$4 b a ticks=0 load1 i p label
+	local metrics=() npid=() ngrpc=() gpid=()
+	read -r -a npid <<<"${tp_pid[$sys]}"
+	read -r -a ngrpc <<<"${tp_grpc[$sys]}"
 	if [ "$sys" = sluice ]; then
-		metrics=("${tp_http[sluice]}")
+		read -r -a metrics <<<"${tp_http[sluice]}"
 	fi
 	rcli flushall sync >/dev/null
 	case "$scenario" in
 	log500 | log10k)
 		# Fill every key with that many hits first, each at a time of
 		# its own: a sliding log of that many entries (a fixed window,
-		# one count). This is the warm-up.
+		# one count). This is the warm-up, through the first node.
 		local per=500 keys=100
 		if [ "$scenario" = log10k ]; then per=10000 keys=10; fi
 		# shellcheck disable=SC2046
-		"$bin" bench --target "${tp_grpc[$sys]}" --domain "$alg" --connections "$connections" \
+		"$bin" bench --target "${ngrpc[0]}" --domain "$alg" --connections "$connections" \
 			--concurrency "$concurrency" $(rls_flags "$scenario") --warmup 0 --duration 0 \
 			--requests $((per * keys)) >"$work/warmup.txt"
 		;;
 	*)
 		if [[ ! "$warmup" =~ ^0+[a-z]*$ ]]; then
-		# shellcheck disable=SC2046
-		"$bin" bench --target "${tp_grpc[$sys]}" --domain "$alg" --connections "$connections" \
-			--concurrency "$concurrency" $(rls_flags "$scenario") --warmup 0 --duration "$warmup" >"$work/warmup.txt"
+			for i in "${!ngrpc[@]}"; do
+				# shellcheck disable=SC2046
+				"$bin" bench --target "${ngrpc[i]}" --domain "$alg" --connections "$connections" \
+					--concurrency "$concurrency" $(rls_flags "$scenario") --warmup 0 --duration "$warmup" \
+					>"$work/warmup-$i.txt" &
+				gpid+=("$!")
+				pids+=("$!")
+			done
+			for p in "${gpid[@]}"; do wait "$p"; done
+			forget "${gpid[@]}"
+			gpid=()
 		fi
 		;;
 	esac
 	load1=$(cut -d' ' -f1 /proc/loadavg)
 	b=$(counters "${metrics[@]}")
-	ticks=$(cpu_ticks "$pid")
-	# shellcheck disable=SC2046
-	/usr/bin/time -f '%U %S' -o "$work/gen.time" \
-		"$bin" bench --json --target "${tp_grpc[$sys]}" --domain "$alg" --connections "$connections" \
-		--concurrency "$concurrency" $(rls_flags "$scenario") --warmup 0 --duration "$duration" >"$work/run.json"
-	ticks=$(($(cpu_ticks "$pid") - ticks))
+	for p in "${npid[@]}"; do ticks=$((ticks - $(cpu_ticks "$p"))); done
+	for i in "${!ngrpc[@]}"; do
+		# shellcheck disable=SC2046
+		/usr/bin/time -f '%U %S' -o "$work/gen-$i.time" \
+			"$bin" bench --json --target "${ngrpc[i]}" --domain "$alg" --connections "$connections" \
+			--concurrency "$concurrency" $(rls_flags "$scenario") --warmup 0 --duration "$duration" \
+			>"$work/run-$i.json" 2>"$work/run-$i.err" &
+		gpid+=("$!")
+		pids+=("$!")
+	done
+	for i in "${!gpid[@]}"; do
+		wait "${gpid[i]}" || {
+			echo "envoyrl.sh: sluice bench against $sys node $((i + 1)) failed" >&2
+			cat "$work/run-$i.err" >&2
+			exit 1
+		}
+	done
+	forget "${gpid[@]}"
+	for p in "${npid[@]}"; do ticks=$((ticks + $(cpu_ticks "$p"))); done
 	a=$(counters "${metrics[@]}")
-	alive "$pid" "tp-$sys"
-	jq -c --arg scenario "$scenario" --arg sys "$sys" --arg alg "$alg" --argjson round "$round" \
-		--argjson load1 "$load1" --argjson ticks "$ticks" --argjson hz "$hz" \
-		--argjson gen "$(awk '{print $1 + $2}' "$work/gen.time")" \
-		--argjson b "$b" --argjson a "$a" \
-		'(.requests + .warmup_requests) as $n |
+	for i in "${!npid[@]}"; do
+		label=tp-$sys
+		if [ "$i" != 0 ]; then label=tp-$sys-$((i + 1)); fi
+		alive "${npid[i]}" "$label"
+	done
+	for i in "${!ngrpc[@]}"; do cat "$work/run-$i.json"; done |
+		jq -s -c 'def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+		def sum(f): map(f) | add;
+		if length == 1 then .[0] else
+			.[0] + {target: (map(.target) | join(" ")), seconds: (map(.seconds) | max),
+			 requests: sum(.requests), warmup_requests: sum(.warmup_requests), rps: sum(.rps),
+			 ok: sum(.ok), over_limit: sum(.over_limit), unknown: sum(.unknown), errors: sum(.errors),
+			 min_us: (map(.min_us) | min), mean_us: (sum(.mean_us * .requests) / sum(.requests)),
+			 p50_us: (map(.p50_us) | median), p90_us: (map(.p90_us) | max), p99_us: (map(.p99_us) | max),
+			 p999_us: (map(.p999_us) | max), max_us: (map(.max_us) | max),
+			 tp_nodes: length, rps_per_node: map(.rps)} end' |
+		jq -c --arg scenario "$scenario" --arg sys "$sys" --arg alg "$alg" --argjson round "$round" \
+			--argjson load1 "$load1" --argjson ticks "$ticks" --argjson hz "$hz" \
+			--argjson gen "$(cat "$work"/gen-*.time | awk '{s += $1 + $2} END {print s}')" \
+			--argjson b "$b" --argjson a "$a" \
+			'(.requests + .warmup_requests) as $n |
 		 {scenario: $scenario, system: $sys, algorithm: $alg, round: $round, load1: $load1} + . +
 		 {decisions: $n, warmup_in_cpu: false,
 		  server_cpu_us_per_req: ($ticks / $hz * 1e6 / $n),
-		  gen_cpu_us_per_req: ($gen * 1e6 / $n)} + '"$redis_figures" "$work/run.json"
+		  gen_cpu_us_per_req: ($gen * 1e6 / $n)} + '"$redis_figures"
+	rm -f "$work"/gen-*.time
 }
 
 # admitted SYSTEM ALGORITHM ROUND: one run of NODES fresh nodes on the hot
