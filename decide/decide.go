@@ -404,7 +404,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	case err != nil:
 		// It could not: the failure policy answers.
 	case cause == nil && permits:
-		o.Permit, overall, err = d.acquire(ctx, s, hits, out, r.Token)
+		o.Permit, overall, err = d.acquire(ctx, s, hits, out)
 	case cause == nil && each:
 		overall, err = d.limiter.TakeEach(ctx, hits, out)
 	case cause == nil:

@@ -273,9 +273,10 @@ func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
 // the node's share counts them, so that if the store fails while their
 // holders run, the policy admits beside them only what the share leaves
 // (without them, every outage started at up to 2N in flight). A front
-// door that releases by token (sluice serve) keeps no Permit to renew
-// them: not mirrored. A copy that fails is not made (the node's store
-// is in process: only a bad hit fails it).
+// door that releases by token (sluice serve) keeps no Permit: nothing
+// renews the copies, as nothing renews the store's permits, and the
+// token's release gives both back (releaseCopies). A copy that fails is
+// not made (the node's store is in process: only a bad hit fails it).
 func (d *Decider) mirror(ctx context.Context, s *scratch, p *sluice.Permit, out []sluice.Decision) {
 	f := &d.failover
 	if f.Local == nil || d.policyOf(s.plan.Domain) != rules.FailLocal {
@@ -336,9 +337,8 @@ func (d *Decider) reserving(s *scratch, hits []sluice.Hit) []sluice.Hit {
 
 // acquire has the store decide hits, a request's that holds permits:
 // against the limits reserving says, the permit IDs given back to hits,
-// and with the Permit's copies in the node's store (mirror) unless a
-// front door releases by token.
-func (d *Decider) acquire(ctx context.Context, s *scratch, hits []sluice.Hit, out []sluice.Decision, token bool) (*sluice.Permit, sluice.Decision, error) {
+// and with the Permit's copies in the node's store (mirror).
+func (d *Decider) acquire(ctx context.Context, s *scratch, hits []sluice.Hit, out []sluice.Decision) (*sluice.Permit, sluice.Decision, error) {
 	acq := d.reserving(s, hits)
 	p, overall, err := d.limiter.Acquire(ctx, acq, out)
 	if len(acq) > 0 && &acq[0] != &hits[0] {
@@ -346,7 +346,7 @@ func (d *Decider) acquire(ctx context.Context, s *scratch, hits []sluice.Hit, ou
 			hits[i].Permit = acq[i].Permit // the IDs Acquire gave the copy
 		}
 	}
-	if err == nil && p != nil && !token {
+	if err == nil && p != nil {
 		d.mirror(ctx, s, p, out)
 	}
 	return p, overall, err

@@ -145,6 +145,14 @@ type releaseScratch struct {
 	node   []sluice.Hit       // and in the node's own store
 	owner  [2][]int           // the descriptor that named each of store, node first
 	out    [2][]sluice.Decision
+	copies []copyRef // the store's permits whose copies the node holds (mirror)
+}
+
+// copyRef is a permit the store granted, by its hit in the plan and its
+// ID, whose copy in the node's own store a token release gives back.
+type copyRef struct {
+	hit int
+	id  string
 }
 
 const (
@@ -243,7 +251,8 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 		return releaseCounts{}, err
 	}
 	p := &s.plan
-	rs.store, rs.node = rs.store[:0], rs.node[:0]
+	rs.store, rs.node, rs.copies = rs.store[:0], rs.node[:0], rs.copies[:0]
+	mirrored := d.failover.Local != nil && d.policyOf(p.Domain) == rules.FailLocal
 	rs.owner[0], rs.owner[1] = rs.owner[0][:0], rs.owner[1][:0]
 	var local []sluice.Hit // the plan's hits as the local policy holds them
 	var nodes int64
@@ -284,6 +293,8 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 						rs.owner[0] = append(rs.owner[0], j)
 					}
 					rh.Key, rh.Limit, w = local[i].Key, local[i].Limit, 1
+				} else if mirrored && len(rs.copies) < sluice.MaxHits {
+					rs.copies = append(rs.copies, copyRef{hit: i, id: rh.Permit})
 				}
 				list := &rs.store
 				if w == 1 {
@@ -316,6 +327,9 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 	if len(rs.node) > 0 {
 		rs.out[1] = slices.Grow(rs.out[1][:0], len(rs.node))[:len(rs.node)]
 		nodeErr = d.failover.Local.Release(ctx, rs.node, rs.out[1])
+	}
+	if len(rs.copies) > 0 {
+		d.releaseCopies(ctx, s, local)
 	}
 	for w, failed := range [2]bool{storeErr != nil, nodeErr != nil} {
 		for k, j := range rs.owner[w] {
@@ -414,4 +428,24 @@ func copyDescriptors(descs []rules.Descriptor) []rules.Descriptor {
 		}
 	}
 	return out
+}
+
+// releaseCopies gives back the copies in the node's own store (mirror)
+// of the store's permits that s.rel.copies names, so that the node's
+// share no longer counts their holders, whether or not the store could
+// release them: the holder has ended. local is the plan's hits as the
+// node's store holds them, or nil. A copy not held (none was made, it
+// expired) is nothing to give back, and a failure leaves it to expire
+// by its TTL, as the store's permit does: neither is counted.
+func (d *Decider) releaseCopies(ctx context.Context, s *scratch, local []sluice.Hit) {
+	rs, f := &s.rel, &d.failover
+	if local == nil {
+		local = f.localHits(s, f.nodes()) // a copy's key and identity do not depend on n
+	}
+	hits := make([]sluice.Hit, len(rs.copies))
+	for k, c := range rs.copies {
+		hits[k] = sluice.Hit{Key: local[c.hit].Key, Limit: local[c.hit].Limit, Permit: c.id}
+	}
+	_ = f.Local.Release(ctx, hits, make([]sluice.Decision, len(hits)))
+	clear(rs.copies)
 }
