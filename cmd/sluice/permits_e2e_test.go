@@ -9,6 +9,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 )
 
 const permitRulesE2E = `domain: edge
@@ -156,5 +158,42 @@ func permitsE2E(t *testing.T, p *proc) {
 	_, err := p.rl("edge", desc("api_key", "k1", "sluice_permit", a, "sluice_permit", b))
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("two tokens in a descriptor: %v, want InvalidArgument", err)
+	}
+}
+
+// TestServeE2EPermitsOutageStart: sluice serve on Redis, failure_policy
+// local, N = 2 on one node. Two holders admitted by Redis run when Redis
+// dies: the node's share (floor(2/1)) counts them, so the local policy
+// admits nobody beside them (before, it admitted 2 more: 2N in flight).
+// A holder's stream-done release, which Redis cannot take, still frees
+// its place in the share, and the policy admits one in its stead.
+func TestServeE2EPermitsOutageStart(t *testing.T) {
+	beside(t)
+	srv := redistest.Standalone(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, strings.Replace(permitRulesE2E, "domain: edge\n", "domain: edge\nfailure_policy: local\n", 1))
+	p := startSluice(t, nil, "--config", rules, "--stream-done-release", "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name()+":")
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		return p.must("edge", desc("api_key", "k"))
+	}
+	var tokens []string
+	for range 2 {
+		r := ask()
+		if codesOf(r) != "OK:OK" || tokenOf(r) == "" {
+			t.Fatalf("from Redis: %s, token %q", codesOf(r), tokenOf(r))
+		}
+		tokens = append(tokens, tokenOf(r))
+	}
+	srv.Kill()
+	if r := ask(); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
+		t.Fatalf("Redis down, its 2 holders running, a share of 2: %s, want OVER_LIMIT", codesOf(r))
+	}
+	p.must("edge", desc("api_key", "k", "sluice_permit", tokens[0]))
+	if r := ask(); codesOf(r) != "OK:OK" || !strings.HasPrefix(tokenOf(r), "l1.") {
+		t.Fatalf("a holder ended: %s, token %q, want OK from the local policy", codesOf(r), tokenOf(r))
+	}
+	if r := ask(); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
+		t.Fatalf("the share full again: %s, want OVER_LIMIT", codesOf(r))
 	}
 }
