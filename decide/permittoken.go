@@ -250,13 +250,11 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 	if err := d.plan(s, domain, descs); err != nil {
 		return releaseCounts{}, err
 	}
-	p := &s.plan
 	rs.store, rs.node, rs.copies = rs.store[:0], rs.node[:0], rs.copies[:0]
-	mirrored := d.failover.Local != nil && d.policyOf(p.Domain) == rules.FailLocal
 	rs.owner[0], rs.owner[1] = rs.owner[0][:0], rs.owner[1][:0]
+	mirrored := d.failover.Local != nil && d.policyOf(s.plan.Domain) == rules.FailLocal
 	var local []sluice.Hit // the plan's hits as the local policy holds them
 	var nodes int64
-	var tag [tagLen]byte
 	for j := range descs {
 		v, ok := parseToken(tokens[j])
 		switch {
@@ -268,57 +266,86 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 			nodes = v.nodes
 			local = d.failover.localHits(s, nodes)
 		}
-		n, conc := 0, false
-		m := &p.Matches[j]
-		for i := m.First; ok && i < m.First+m.Count; i++ {
-			h := &p.Hits[i]
-			if h.Limit.Algorithm != sluice.Concurrency {
-				continue
-			}
-			conc = true
-			appendTag(tag[:0], h.Key) // fills tag, whose capacity it is
-			for k := 0; k < len(v.items); k += itemLen {
-				item := v.items[k : k+itemLen]
-				if item[:tagLen] != string(tag[:]) {
-					continue
-				}
-				rh, w := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}, 0
-				if v.nodes != 0 {
-					// The local policy's: not to be handed over now,
-					// and, if it was, released in the store too
-					// (handover.go).
-					d.held.forget(rh.Permit)
-					if d.held.ever.Load() && !slices.Contains(rs.store, rh) && len(rs.store)+len(rs.node) < sluice.MaxHits {
-						rs.store = append(rs.store, rh)
-						rs.owner[0] = append(rs.owner[0], j)
-					}
-					rh.Key, rh.Limit, w = local[i].Key, local[i].Limit, 1
-				} else if mirrored && len(rs.copies) < sluice.MaxHits {
-					rs.copies = append(rs.copies, copyRef{hit: i, id: rh.Permit})
-				}
-				list := &rs.store
-				if w == 1 {
-					list = &rs.node
-				}
-				n++
-				if !slices.Contains(*list, rh) && len(rs.store)+len(rs.node) < sluice.MaxHits {
-					*list = append(*list, rh)
-					rs.owner[w] = append(rs.owner[w], j)
-				}
-			}
+		w := refused
+		if ok {
+			w = d.collect(s, j, &v, local, mirrored)
 		}
-		switch {
-		case n == 0 && ok && !conc:
-			rs.where = append(rs.where, noLimit)
-		case n == 0:
-			rs.where = append(rs.where, refused)
-		case v.nodes == 0:
-			rs.where = append(rs.where, inStore)
-		default:
-			rs.where = append(rs.where, inNode)
-		}
+		rs.where = append(rs.where, w)
 		rs.gone = append(rs.gone, false)
 	}
+	return d.giveBack(ctx, s, local, c), nil
+}
+
+// collect adds to s.rel the permits that descriptor j's token v names on
+// its concurrency limits (the local policy's as local holds them), and
+// says where they are: noLimit when j plans no concurrency limit,
+// refused when the token names none of its limits.
+func (d *Decider) collect(s *scratch, j int, v *token, local []sluice.Hit, mirrored bool) int8 {
+	rs, p := &s.rel, &s.plan
+	var tag [tagLen]byte
+	n, conc := 0, false
+	m := &p.Matches[j]
+	for i := m.First; i < m.First+m.Count; i++ {
+		h := &p.Hits[i]
+		if h.Limit.Algorithm != sluice.Concurrency {
+			continue
+		}
+		conc = true
+		appendTag(tag[:0], h.Key) // fills tag, whose capacity it is
+		for k := 0; k < len(v.items); k += itemLen {
+			item := v.items[k : k+itemLen]
+			if item[:tagLen] != string(tag[:]) {
+				continue
+			}
+			n++
+			rh := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}
+			if v.nodes == 0 {
+				if mirrored && len(rs.copies) < sluice.MaxHits {
+					rs.copies = append(rs.copies, copyRef{hit: i, id: rh.Permit})
+				}
+				rs.add(rh, 0, j)
+				continue
+			}
+			// The local policy's: not to be handed over now, and, if it
+			// was, released in the store too (handover.go).
+			d.held.forget(rh.Permit)
+			if d.held.ever.Load() {
+				rs.add(rh, 0, j)
+			}
+			rh.Key, rh.Limit = local[i].Key, local[i].Limit
+			rs.add(rh, 1, j)
+		}
+	}
+	switch {
+	case n == 0 && !conc:
+		return noLimit
+	case n == 0:
+		return refused
+	case v.nodes == 0:
+		return inStore
+	}
+	return inNode
+}
+
+// add puts rh, named by descriptor j, on the list of the store (w 0) or
+// of the node's own store (w 1), once, while both hold fewer than
+// sluice.MaxHits.
+func (rs *releaseScratch) add(rh sluice.Hit, w, j int) {
+	list := &rs.store
+	if w == 1 {
+		list = &rs.node
+	}
+	if !slices.Contains(*list, rh) && len(rs.store)+len(rs.node) < sluice.MaxHits {
+		*list = append(*list, rh)
+		rs.owner[w] = append(rs.owner[w], j)
+	}
+}
+
+// giveBack releases what collect put in s.rel, in one call to the store
+// and one to the node's own store, and adds to c what became of each
+// descriptor.
+func (d *Decider) giveBack(ctx context.Context, s *scratch, local []sluice.Hit, c releaseCounts) releaseCounts {
+	rs := &s.rel
 	var storeErr, nodeErr error
 	if len(rs.store) > 0 {
 		rs.out[0] = slices.Grow(rs.out[0][:0], len(rs.store))[:len(rs.store)]
@@ -354,7 +381,7 @@ func (d *Decider) release(ctx context.Context, s *scratch, domain string) (c rel
 		}
 	}
 	c.err = errors.Join(storeErr, nodeErr)
-	return c, nil
+	return c
 }
 
 // spread puts the outcomes of o, those of the descriptors decided, in
