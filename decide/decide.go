@@ -391,14 +391,8 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	if r.Reserve {
 		at = d.earliest()
 	}
-	if cause == nil && d.spent.pending.Load() {
-		// The store counts what the local policy admitted of these keys
-		// before it decides them (writeback.go).
-		err = d.writeBackFirst(ctx, hits, d.now())
-	}
-	if cause == nil && err == nil && permits && d.held.n.Load() > 0 {
-		// And the holders of their slots it admitted (handover.go).
-		err = d.handOverFirst(ctx, hits)
+	if cause == nil {
+		err = d.countedFirst(ctx, hits, permits)
 	}
 	switch {
 	case err != nil:
@@ -415,31 +409,15 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	if err != nil {
 		// The store failed: the domain's failure policy answers, with
 		// hits whose limits are those it enforced.
-		storeErr := err
-		var policy rules.FailurePolicy
-		if hits, overall, policy, err = d.fail(ctx, s, out, storeErr, cause == nil); err != nil {
+		if hits, overall, err = d.byPolicy(ctx, s, r, o, err, cause == nil); err != nil {
 			return err
 		}
-		o.Permit, s.permit = s.permit, nil
-		if o.Permit != nil && r.Token {
-			o.PermitToken = permitToken(p.Hits, s.local, s.nodes)
-		}
-		if policy == rules.FailLocal && cause == nil {
-			d.policyAnswered(s, o.Permit, out, r.Token)
-		}
-		o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
 	} else {
 		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(hits, hits, 0)
 		}
-		if cause == nil && d.held.sawDown.Load() && d.held.sawDown.CompareAndSwap(true, false) {
-			d.held.backAt.Store(d.now()) // back for this node (reserving)
-		}
-		if cause == nil && len(hits) > 0 && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0) {
-			// The store answers again: charge it what the local policy
-			// admitted meanwhile (and log what requests wrote back or
-			// handed over first).
-			d.startWriteBack()
+		if cause == nil {
+			d.storeAnswered(len(hits) > 0)
 		}
 	}
 	if r.Reserve {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/base/algo"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/fault"
 	"github.com/sluicehq/sluice/rules"
 )
 
@@ -423,4 +424,25 @@ func hasPermits(hits []sluice.Hit) bool {
 		}
 	}
 	return false
+}
+
+// byPolicy answers r into o by its domain's failure policy, the store
+// having failed it with storeErr (recorded: the store, not a remote, was
+// asked), and returns the hits the policy decided, with the limits it
+// enforced, and its overall decision.
+func (d *Decider) byPolicy(ctx context.Context, s *scratch, r *Request, o *Outcome, storeErr error, recorded bool) ([]sluice.Hit, sluice.Decision, error) {
+	out := s.out[:len(s.plan.Hits)]
+	hits, overall, policy, err := d.fail(ctx, s, out, storeErr, recorded)
+	if err != nil {
+		return hits, overall, err
+	}
+	o.Permit, s.permit = s.permit, nil
+	if o.Permit != nil && r.Token {
+		o.PermitToken = permitToken(s.plan.Hits, s.local, s.nodes)
+	}
+	if policy == rules.FailLocal && recorded {
+		d.policyAnswered(s, o.Permit, out, r.Token)
+	}
+	o.Degraded, o.StoreErr, o.Reason = policy, storeErr, fault.ReasonOf(storeErr)
+	return hits, overall, nil
 }

@@ -457,3 +457,33 @@ func (d *Decider) now() int64 {
 	}
 	return time.Now().UnixNano()
 }
+
+// countedFirst has the store count what the local policy admitted of
+// hits' keys before it decides them: the hits it admitted (written back)
+// and, for a request that holds permits, the holders of their slots
+// (handed over). An error means it could not: the failure policy answers.
+func (d *Decider) countedFirst(ctx context.Context, hits []sluice.Hit, permits bool) error {
+	if d.spent.pending.Load() {
+		if err := d.writeBackFirst(ctx, hits, d.now()); err != nil {
+			return err
+		}
+	}
+	if permits && d.held.n.Load() > 0 {
+		return d.handOverFirst(ctx, hits)
+	}
+	return nil
+}
+
+// storeAnswered notes that the store decided a request (decided: it had
+// hits): the store is back for this node (reserving), and, if the local
+// policy admitted what the store does not count yet, it is charged that
+// meanwhile (and what requests wrote back or handed over first is
+// logged).
+func (d *Decider) storeAnswered(decided bool) {
+	if d.held.sawDown.Load() && d.held.sawDown.CompareAndSwap(true, false) {
+		d.held.backAt.Store(d.now())
+	}
+	if decided && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0) {
+		d.startWriteBack()
+	}
+}
