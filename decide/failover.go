@@ -100,6 +100,13 @@ type Failover struct {
 	// with the first request the store decides.
 	Health func() error
 
+	// Errors, when set with Health, counts the store's calls that failed
+	// (a Redis store's probe PINGs an idle Redis): a rise tells a node
+	// that the store failed it, as a request answered by the local
+	// policy does, though no request met the failure and Health, whose
+	// breaker opens after several, never said down (reserving).
+	Errors func() int64
+
 	shares     *sync.Map // shareKey -> *sluice.Limit (share)
 	shareCount *atomic.Int64
 }

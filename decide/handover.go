@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"sync"
@@ -367,30 +368,48 @@ func (d *Decider) policyAnswered(s *scratch, p *sluice.Permit, out []sluice.Deci
 // note it, yet when the store returns, the other nodes' policy holders
 // are not counted until they hand them over, and a newcomer this node
 // admits must not take their slots. Every writeBackPoll it asks
-// Failover.Health: down, the store was seen down; up after that, it
+// Failover.Health, and Failover.Errors if set: down, or a call failed
+// since the last poll, the store was seen down; up after that, it
 // answers again (backAt), unless a request saw it first. The loop holds
 // the Decider weakly and ends when it is collected (a Decider has no
-// Close). Without Health it does nothing: an outage shorter than a poll,
-// or one that Health does not report, goes unseen by an idle node.
+// Close). Without Health it does nothing: an outage that neither a call
+// of this node nor Health met goes unseen by an idle node.
 func (d *Decider) watchStore() {
-	health := d.failover.Health
+	health, errs := d.failover.Health, d.failover.Errors
 	if health == nil {
 		return
 	}
-	go watchStore(weak.Make(d), health)
+	go watchStore(weak.Make(d), health, errs)
 }
 
-func watchStore(wd weak.Pointer[Decider], health func() error) {
+func watchStore(wd weak.Pointer[Decider], health func() error, errs func() int64) {
 	t := time.NewTicker(writeBackPoll)
 	defer t.Stop()
+	var seen int64
+	if errs != nil {
+		seen = errs()
+	}
 	for range t.C {
 		d := wd.Value()
 		if d == nil {
 			return
 		}
-		d.sawHealth(health())
+		err := health()
+		if errs != nil {
+			if n := errs(); n != seen {
+				seen = n
+				if err == nil {
+					err = errFailedSincePoll
+				}
+			}
+		}
+		d.sawHealth(err)
 	}
 }
+
+// errFailedSincePoll says that a call of the store failed since the last
+// poll (Failover.Errors).
+var errFailedSincePoll = errors.New("decide: a store call failed")
 
 // sawHealth notes what Failover.Health said of the store (watchStore).
 func (d *Decider) sawHealth(err error) {

@@ -454,3 +454,45 @@ func TestLocalPolicyReservesIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalPolicyReservesIdleFailure: an outage too short to open the
+// store's breaker (Health said up throughout) but that failed a call of
+// this idle node (a probe's PING: Failover.Errors rose) starts the
+// reserve too.
+func TestLocalPolicyReservesIdleFailure(t *testing.T) {
+	var polls, failed atomic.Int64
+	e := newLocalEnvWith(t, permitRules, func(f *decide.Failover, e *localEnv) {
+		f.Health = func() error { polls.Add(1); return nil }
+		f.Errors = failed.Load
+	})
+	e.nodes.Store(2)
+	var held []*decide.Outcome
+	admitted := func(value string) int {
+		n := 0
+		for range 5 {
+			o := e.decide(t, "wide", value)
+			if !o.Overall.Allowed {
+				break
+			}
+			held = append(held, o)
+			n++
+		}
+		return n
+	}
+	p := polls.Load()
+	waitFor(t, "Health asked", func() bool { return polls.Load() >= p+2 })
+	if n := admitted("before"); n != 4 {
+		t.Fatalf("no failure: %d admitted, want 4", n)
+	}
+	failed.Add(1)
+	p = polls.Load()
+	waitFor(t, "Health asked after the failure", func() bool { return polls.Load() >= p+3 })
+	if n := admitted("after"); n != 2 {
+		t.Fatalf("after a failed call of this idle node: %d admitted, want 4 − 2", n)
+	}
+	for _, o := range held {
+		if err := o.Permit.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

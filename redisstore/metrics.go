@@ -12,6 +12,7 @@ import (
 // metrics counts the store's calls; Collector exports them.
 type metrics struct {
 	ok, failed, rejected atomic.Int64
+	probeFailed          atomic.Int64 // the probe's PINGs that failed
 	shed                 atomic.Int64
 	fcalls               atomic.Int64 // script calls that decide requests
 	refundFailed         atomic.Int64
@@ -83,6 +84,7 @@ type Stats struct {
 	Nodes        int   // nodes sharing the limits, as counted from the registry (Store.Nodes)
 	Up           bool  // connected and the circuit breaker closed
 	BreakerState int   // 0 closed, 1 half-open, 2 open
+	ProbeErrors  int64 // PINGs of an idle node's probe that failed: outages no call met (not in Errors)
 
 	// PermitsExpired counts the permits of Concurrency limits that this
 	// node's calls dropped because they reached their expiry unreleased
@@ -109,6 +111,7 @@ func (s *Store) Stats() Stats {
 		Nodes:        s.Nodes(),
 		Up:           s.Health() == nil,
 		BreakerState: int(s.br.State()),
+		ProbeErrors:  m.probeFailed.Load(),
 
 		PermitsExpired: m.permitsExpired.Load(),
 	}

@@ -57,5 +57,8 @@ func (s *Store) ping() error {
 		return nil // closed under the PING: that says nothing of Redis
 	}
 	s.br.Done(err)
+	if err != nil {
+		s.metrics.probeFailed.Add(1)
+	}
 	return err
 }

@@ -22,8 +22,14 @@ func TestIdleHealth(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	redistest.WaitFor(t, "the store up", func() bool { return s.Health() == nil })
 
+	if n := s.Stats().ProbeErrors; n != 0 {
+		t.Fatalf("%d failed PINGs with Redis up", n)
+	}
 	srv.Kill()
 	redistest.WaitFor(t, "an idle store to see its Redis gone", func() bool { return s.Health() != nil })
+	if s.Stats().ProbeErrors == 0 {
+		t.Fatal("the PINGs that opened the breaker are not counted in ProbeErrors")
+	}
 
 	srv.Restart()
 	redistest.WaitFor(t, "an idle store to see its Redis back", func() bool { return s.Health() == nil })

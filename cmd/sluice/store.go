@@ -263,6 +263,10 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 		// whose grants after a partition TestRegionsE2E measures, and
 		// which was not measured with it (the first request starts it).
 		f.Health = st.Health
+		if r := st.Redis; r != nil {
+			// And an idle node's failed PINGs (reserving).
+			f.Errors = func() int64 { st := r.Stats(); return st.Errors + st.ProbeErrors }
+		}
 	}
 	if st.Regions != nil {
 		// The local policy spends of a global limit what the region has
