@@ -417,21 +417,7 @@ func TestLocalPolicyReservesIdle(t *testing.T) {
 	})
 	e.nodes.Store(2)
 	var held []*decide.Outcome
-	admitted := func(value string) int {
-		n := 0
-		for range 5 {
-			o := e.decide(t, "wide", value)
-			if o.Degraded != rules.FailDefault {
-				t.Fatalf("decided by %v, not the store", o.Degraded)
-			}
-			if !o.Overall.Allowed {
-				break
-			}
-			held = append(held, o)
-			n++
-		}
-		return n
-	}
+	admitted := func(value string) int { return e.fromStore(t, "wide", value, &held) }
 	if n := admitted("before"); n != 4 {
 		t.Fatalf("no outage: %d admitted, want 4", n)
 	}
@@ -467,18 +453,7 @@ func TestLocalPolicyReservesIdleFailure(t *testing.T) {
 	})
 	e.nodes.Store(2)
 	var held []*decide.Outcome
-	admitted := func(value string) int {
-		n := 0
-		for range 5 {
-			o := e.decide(t, "wide", value)
-			if !o.Overall.Allowed {
-				break
-			}
-			held = append(held, o)
-			n++
-		}
-		return n
-	}
+	admitted := func(value string) int { return e.fromStore(t, "wide", value, &held) }
 	p := polls.Load()
 	waitFor(t, "Health asked", func() bool { return polls.Load() >= p+2 })
 	if n := admitted("before"); n != 4 {
@@ -495,4 +470,23 @@ func TestLocalPolicyReservesIdleFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// fromStore decides key=value, each by the store, until a denial (5 at
+// most), adds the Outcomes admitted to held, and returns how many.
+func (e *localEnv) fromStore(t *testing.T, key, value string, held *[]*decide.Outcome) int {
+	t.Helper()
+	n := 0
+	for range 5 {
+		o := e.decide(t, key, value)
+		if o.Degraded != rules.FailDefault {
+			t.Fatalf("decided by %v, not the store", o.Degraded)
+		}
+		if !o.Overall.Allowed {
+			break
+		}
+		*held = append(*held, o)
+		n++
+	}
+	return n
 }
