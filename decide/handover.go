@@ -311,7 +311,7 @@ const reserveFor = 6 * time.Second
 
 // reserving returns hits, or, for a domain that falls back on the local
 // policy, from the moment this node saw the store down (its policy
-// answered, or Failover.Health said so) until reserveFor after the store
+// answered, or watchStore saw it) until reserveFor after the store
 // answered it again, a copy whose permits of concurrency limits of N
 // slots are decided against N − (n−1)·floor(N/n): the other n−1 nodes
 // may each still hold a share under their local policy that the store
