@@ -2,7 +2,6 @@ package decide
 
 import (
 	"context"
-	"errors"
 	"math"
 	"strings"
 	"sync"
@@ -394,28 +393,22 @@ func watchStore(wd weak.Pointer[Decider], health func() error, errs func() int64
 		if d == nil {
 			return
 		}
-		err := health()
+		down := health() != nil
 		if errs != nil {
-			if n := errs(); n != seen {
-				seen = n
-				if err == nil {
-					err = errFailedSincePoll
-				}
-			}
+			n := errs()
+			down = down || n != seen
+			seen = n
 		}
-		d.sawHealth(err)
+		d.sawHealth(down)
 	}
 }
 
-// errFailedSincePoll says that a call of the store failed since the last
-// poll (Failover.Errors).
-var errFailedSincePoll = errors.New("decide: a store call failed")
-
-// sawHealth notes what Failover.Health said of the store (watchStore).
-func (d *Decider) sawHealth(err error) {
+// sawHealth notes what watchStore saw of the store: down (Health said
+// so, or a call failed since the last poll), or up.
+func (d *Decider) sawHealth(down bool) {
 	h := &d.held
 	switch {
-	case err != nil:
+	case down:
 		h.sawDown.Store(true)
 	case h.sawDown.Load() && h.sawDown.CompareAndSwap(true, false):
 		h.backAt.Store(d.now())
