@@ -145,7 +145,9 @@ type releaseScratch struct {
 	node   []sluice.Hit       // and in the node's own store
 	owner  [2][]int           // the descriptor that named each of store, node first
 	out    [2][]sluice.Decision
-	copies []copyRef // the store's permits whose copies the node holds (mirror)
+	copies []copyRef    // the store's permits whose copies the node holds (mirror)
+	copied []sluice.Hit // those copies (releaseCopies)
+	cout   []sluice.Decision
 }
 
 // copyRef is a permit the store granted, by its hit in the plan and its
@@ -469,10 +471,12 @@ func (d *Decider) releaseCopies(ctx context.Context, s *scratch, local []sluice.
 	if local == nil {
 		local = f.localHits(s, f.nodes()) // a copy's key and identity do not depend on n
 	}
-	hits := make([]sluice.Hit, len(rs.copies))
-	for k, c := range rs.copies {
-		hits[k] = sluice.Hit{Key: local[c.hit].Key, Limit: local[c.hit].Limit, Permit: c.id}
+	rs.copied = rs.copied[:0]
+	for _, c := range rs.copies {
+		rs.copied = append(rs.copied, sluice.Hit{Key: local[c.hit].Key, Limit: local[c.hit].Limit, Permit: c.id})
 	}
-	_ = f.Local.Release(ctx, hits, make([]sluice.Decision, len(hits)))
+	rs.cout = slices.Grow(rs.cout[:0], len(rs.copied))[:len(rs.copied)]
+	_ = f.Local.Release(ctx, rs.copied, rs.cout)
 	clear(rs.copies)
+	clear(rs.copied)
 }
