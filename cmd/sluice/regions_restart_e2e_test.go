@@ -123,9 +123,15 @@ descriptors:
 	tally := &restartTally{admitted: map[int64]map[string]int{}}
 	p := int64(restartPeriod)
 
-	// nextWindow waits for the next window's start and returns its index.
+	// A store that started within a few seconds of a window's start (its
+	// start is read to the second) has the region charge that window's
+	// whole limit (regions' startSlack): the first window asked must
+	// begin well after the Redis servers started.
+	settled := time.Now().Add(4 * time.Second)
+	// nextWindow waits for the next window's start after settled and
+	// returns its index.
 	nextWindow := func() int64 {
-		w := time.Now().UnixNano()/p + 1
+		w := max(time.Now().UnixNano(), settled.UnixNano())/p + 1
 		time.Sleep(time.Until(time.Unix(0, w*p).Add(100 * time.Millisecond)))
 		return w
 	}
