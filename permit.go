@@ -46,6 +46,7 @@ func init() {
 	permitfunc.New = newElsewhere
 	permitfunc.HandOver = handOver
 	permitfunc.Mirror = mirror
+	permitfunc.Rehold = rehold
 	permitfunc.Released = func(p any) bool { return p.(*Permit).released.Load() }
 }
 
@@ -133,6 +134,45 @@ func handOver(ctx context.Context, pa, la any, keys []string, limits []any) (boo
 	// without the lock).
 	p.l, p.hits = l, hits
 	return true, nil
+}
+
+// rehold is permitfunc.Rehold: the permits of each ps[i], a *Permit,
+// held again in its store until left[i] from now, whatever the room, in
+// calls of at most MaxHits permits to one store.
+func rehold(ctx context.Context, ps []any, left []time.Duration) error {
+	var l *Limiter
+	var hits []Hit
+	flush := func() error {
+		if len(hits) == 0 {
+			return nil
+		}
+		err := l.renew(ctx, hits, make([]Decision, len(hits)))
+		hits = hits[:0]
+		return err
+	}
+	for i, pa := range ps {
+		p := pa.(*Permit)
+		p.mu.Lock()
+		if p.released.Load() || p.elsewhere != nil || left[i] <= 0 {
+			p.mu.Unlock()
+			continue
+		}
+		if p.l != l || len(hits)+len(p.hits) > MaxHits {
+			if err := flush(); err != nil {
+				p.mu.Unlock()
+				return err
+			}
+			l = p.l
+		}
+		for _, h := range p.hits {
+			lim := *h.Limit // the permit's time left as its Period
+			lim.Period = left[i]
+			h.Limit, h.Cost = &lim, 1
+			hits = append(hits, h)
+		}
+		p.mu.Unlock()
+	}
+	return flush()
 }
 
 // newElsewhere is permitfunc.New: a Permit of n permits another service

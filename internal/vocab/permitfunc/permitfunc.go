@@ -15,7 +15,10 @@
 // library.
 package permitfunc
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // New, set by the root package, returns a *sluice.Permit (as an any: this
 // package cannot name it) of n permits held elsewhere, after telling the
@@ -50,3 +53,13 @@ var Released func(p any) bool
 // admitted if the store fails while they run. It does nothing when p was
 // released or holds copies already.
 var Mirror func(ctx context.Context, p, node any, keys []string, limits []any) error
+
+// Rehold, set by the root package, holds the permits of each ps[i], a
+// *sluice.Permit of the store of its Limiter (granted there, or handed
+// over to it), in that store again, whatever the room, until left[i] from
+// now: a store that restarted empty had forgotten them, and one that did
+// not keeps them that long. It is for the permits that a front door
+// releases by token (sluice serve), which nothing else renews. Permits
+// released, or held elsewhere, are passed over. An error is the store's;
+// the permits of the calls before it are held.
+var Rehold func(ctx context.Context, ps []any, left []time.Duration) error
