@@ -415,6 +415,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	} else {
 		if o.Permit != nil && r.Token {
 			o.PermitToken = permitToken(hits, hits, 0)
+			d.granted(o.Permit, hits, out)
 		}
 		if cause == nil {
 			d.storeAnswered(len(hits) > 0)

@@ -20,7 +20,9 @@ import (
 // every call, one by one ones included, to its memstore. Failing from the
 // inside is tested end to end with Redis; the Decider sees only an error.
 type downStore struct {
-	inner     *memstore.Store
+	mu        sync.Mutex
+	inner     *memstore.Store // mem reads it; forget replaces it
+	fresh     func() *memstore.Store
 	down      atomic.Bool
 	failEach  atomic.Bool // fail the calls decided one by one (the write-back's)
 	eachCalls atomic.Int64
@@ -30,7 +32,7 @@ type downStore struct {
 var errStoreDown = errors.New("connection refused")
 
 func (s *downStore) Take(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
-	return s.call(func() error { return s.inner.Take(ctx, hits, out) })
+	return s.call(func() error { return s.mem().Take(ctx, hits, out) })
 }
 
 func (s *downStore) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluice.Decision) error {
@@ -41,11 +43,26 @@ func (s *downStore) TakeEach(ctx context.Context, hits []sluice.Hit, out []sluic
 	if s.failEach.Load() {
 		return errStoreDown
 	}
-	return s.call(func() error { return s.inner.TakeEach(ctx, hits, out) })
+	return s.call(func() error { return s.mem().TakeEach(ctx, hits, out) })
 }
 
 func (s *downStore) Permits(ctx context.Context, hits []sluice.Hit, out []sluice.Decision, release bool) error {
-	return s.call(func() error { return s.inner.Permits(ctx, hits, out, release) })
+	return s.call(func() error { return s.mem().Permits(ctx, hits, out, release) })
+}
+
+// mem is the store's memstore.
+func (s *downStore) mem() *memstore.Store {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inner
+}
+
+// forget replaces the memstore with an empty one, as a Redis restarted
+// without persistence.
+func (s *downStore) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inner = s.fresh()
 }
 
 func (s *downStore) call(f func() error) error {
@@ -93,7 +110,11 @@ func newLocalEnvWith(t *testing.T, yaml string, with func(*decide.Failover, *loc
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.store = &downStore{inner: mem}
+	e.store = &downStore{inner: mem, fresh: func() *memstore.Store {
+		m := memstore.New(memstore.Config{Now: clock, SweepInterval: -1})
+		t.Cleanup(func() { m.Close() })
+		return m
+	}}
 	e.nodes.Store(1)
 	f := decide.Failover{Default: rules.FailLocal, Local: sluice.NewLimiter(local), NodeCount: func() int { return int(e.nodes.Load()) }}
 	with(&f, e)
@@ -294,7 +315,7 @@ func (e *localEnv) storePeek(t *testing.T, key, value string) int64 {
 	if err := e.d.Rules().Plan("api", []rules.Descriptor{{Entries: []rules.Entry{{Key: key, Value: value}}}}, &p); err != nil || len(p.Hits) != 1 {
 		t.Fatalf("plan of %s=%s: %d hits, %v", key, value, len(p.Hits), err)
 	}
-	d, err := sluice.NewLimiter(e.store.inner).AllowN(context.Background(), p.Hits[0].Key, p.Hits[0].Limit, 0)
+	d, err := sluice.NewLimiter(e.store.mem()).AllowN(context.Background(), p.Hits[0].Key, p.Hits[0].Limit, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

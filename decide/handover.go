@@ -52,6 +52,7 @@ type handOvers struct {
 	ever    atomic.Bool  // some token's Permit was handed over
 	sawDown atomic.Bool  // the store was seen down (policy answered, Health) since it last answered
 	backAt  atomic.Int64 // when the store answered again after that, Unix ns (reserving)
+	tokens  grants       // the token permits the store holds, to hold again (regrant.go)
 }
 
 // handed is a Permit of the local policy, to hand over.
@@ -232,6 +233,7 @@ func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []st
 		}
 		if e.token && moved {
 			h.ever.Store(true)
+			h.tokens.addHanded(e, now)
 		}
 		h.dropIDs(e)
 		if moved {
@@ -243,13 +245,14 @@ func (h *handOvers) handOver(ctx context.Context, lim *sluice.Limiter, keys []st
 	return nil
 }
 
-// handOverFirst hands over, before the store decides hits, the local
-// policy's Permits with a permit on their keys of concurrency limits.
-// While Failover.Health says the store is down, it tries nothing and
-// returns that: the policy answers at once, rather than each request
-// waiting in turn for a store call that times out (the store's own
-// probe tells when it is back).
-func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
+// heldFirst hands over, before the store decides hits, the local
+// policy's Permits with a permit on their keys of concurrency limits, and
+// holds again the due token permits on them (regrant.go). While
+// Failover.Health says the store is down, it tries nothing and returns
+// that: the policy answers at once, rather than each request waiting in
+// turn for a store call that times out (the store's own probe tells when
+// it is back).
+func (d *Decider) heldFirst(ctx context.Context, hits []sluice.Hit) error {
 	if h := d.failover.Health; h != nil {
 		if err := h(); err != nil {
 			return err
@@ -265,7 +268,15 @@ func (d *Decider) handOverFirst(ctx context.Context, hits []sluice.Hit) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	return d.held.handOver(ctx, d.limiter, keys, d.now())
+	if d.held.n.Load() > 0 {
+		if err := d.held.handOver(ctx, d.limiter, keys, d.now()); err != nil {
+			return err
+		}
+	}
+	if d.held.tokens.due() {
+		return d.held.tokens.regrant(ctx, keys, d.now())
+	}
+	return nil
 }
 
 // mirror holds copies of the permits the store granted p in the node's
@@ -356,6 +367,7 @@ func (d *Decider) acquire(ctx context.Context, s *scratch, hits []sluice.Hit, ou
 // failed (reserving), and records its Permit p, if any, to hand over.
 func (d *Decider) policyAnswered(s *scratch, p *sluice.Permit, out []sluice.Decision, token bool) {
 	d.held.sawDown.Store(true)
+	d.held.tokens.sawDown()
 	if p != nil {
 		d.held.record(p, s.plan.Hits, s.local, out, token, d.now())
 	}
@@ -410,7 +422,12 @@ func (d *Decider) sawHealth(down bool) {
 	switch {
 	case down:
 		h.sawDown.Store(true)
+		h.tokens.sawDown()
+		return
 	case h.sawDown.Load() && h.sawDown.CompareAndSwap(true, false):
 		h.backAt.Store(d.now())
+	}
+	if h.tokens.due() && h.tokens.dueAll(d.now()) {
+		d.startWriteBack() // an idle node's token permits, held again
 	}
 }

@@ -122,7 +122,7 @@ func ratePeek(t *testing.T, e *localEnv, key, value string) int64 {
 	}
 	for _, h := range p.Hits {
 		if h.Limit.Algorithm != sluice.Concurrency {
-			d, err := sluice.NewLimiter(e.store.inner).AllowN(context.Background(), h.Key, h.Limit, 0)
+			d, err := sluice.NewLimiter(e.store.mem()).AllowN(context.Background(), h.Key, h.Limit, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

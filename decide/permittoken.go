@@ -73,11 +73,7 @@ func permitToken(keys, held []sluice.Hit, nodes int64) string {
 // appendTag appends the tag of key: its FNV-1a hash, 32 bits, in 8 lower
 // case hex digits.
 func appendTag(b []byte, key string) []byte {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
-	}
+	h := keyTag(key)
 	const hex = "0123456789abcdef"
 	for shift := 28; shift >= 0; shift -= 4 {
 		b = append(b, hex[h>>uint(shift)&0xf])
@@ -301,6 +297,7 @@ func (d *Decider) collect(s *scratch, j int, v *token, local []sluice.Hit, mirro
 			}
 			n++
 			rh := sluice.Hit{Key: h.Key, Limit: h.Limit, Permit: item[tagLen:]}
+			d.held.tokens.forget(rh.Permit) // not to be held again (regrant.go)
 			if v.nodes == 0 {
 				if mirrored && len(rs.copies) < sluice.MaxHits {
 					rs.copies = append(rs.copies, copyRef{hit: i, id: rh.Permit})

@@ -430,10 +430,13 @@ func (d *Decider) startWriteBack() {
 		if err == nil {
 			err = d.held.handOver(ctx, d.limiter, nil, d.now())
 		}
+		if err == nil {
+			err = d.held.tokens.regrant(ctx, nil, d.now())
+		}
 		if err != nil {
 			g.retryAt.Store(d.now() + int64(writeBackRetry))
 		}
-		moved := d.held.moved.Swap(0)
+		moved, again := d.held.moved.Swap(0), d.held.tokens.moved.Swap(0)
 		keys += int(g.written.Swap(0))
 		hits += g.hits.Swap(0)
 		if log == nil {
@@ -446,6 +449,9 @@ func (d *Decider) startWriteBack() {
 		if keys > 0 || moved > 0 {
 			log.Info("local failure policy: wrote back to the store what it admitted", "keys", keys, "hits", hits, "not_recorded", g.dropped.Load(),
 				"permits", moved, "permits_not_recorded", d.held.dropped.Load())
+		}
+		if again > 0 {
+			log.Info("permit tokens: the store holds again what it granted before it was seen down", "permits", again, "not_recorded", d.held.tokens.dropped.Load())
 		}
 	}()
 }
@@ -468,8 +474,8 @@ func (d *Decider) countedFirst(ctx context.Context, hits []sluice.Hit, permits b
 			return err
 		}
 	}
-	if permits && d.held.n.Load() > 0 {
-		return d.handOverFirst(ctx, hits)
+	if permits && (d.held.n.Load() > 0 || d.held.tokens.due()) {
+		return d.heldFirst(ctx, hits)
 	}
 	return nil
 }
@@ -483,7 +489,7 @@ func (d *Decider) storeAnswered(decided bool) {
 	if d.held.sawDown.Load() && d.held.sawDown.CompareAndSwap(true, false) {
 		d.held.backAt.Store(d.now())
 	}
-	if decided && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0) {
+	if decided && (d.owed() || d.spent.written.Load() > 0 || d.held.moved.Load() > 0 || d.held.tokens.dueAll(d.now())) {
 		d.startWriteBack()
 	}
 }
