@@ -177,14 +177,7 @@ func TestServeE2EPermitsOutageStart(t *testing.T) {
 		t.Helper()
 		return p.must("edge", desc("api_key", "k"))
 	}
-	var tokens []string
-	for range 2 {
-		r := ask()
-		if codesOf(r) != "OK:OK" || tokenOf(r) == "" {
-			t.Fatalf("from Redis: %s, token %q", codesOf(r), tokenOf(r))
-		}
-		tokens = append(tokens, tokenOf(r))
-	}
+	tokens := fillFromRedis(t, ask)
 	srv.Kill()
 	if r := ask(); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
 		t.Fatalf("Redis down, its 2 holders running, a share of 2: %s, want OVER_LIMIT", codesOf(r))
@@ -196,4 +189,61 @@ func TestServeE2EPermitsOutageStart(t *testing.T) {
 	if r := ask(); codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
 		t.Fatalf("the share full again: %s, want OVER_LIMIT", codesOf(r))
 	}
+}
+
+// TestServeE2EPermitsRedisRestart: the permits that sluice serve's tokens
+// hold in Redis are held there again when Redis comes back empty after an
+// outage the node saw (nothing renews a token's permits over RLS): the
+// newcomers are refused beside the 2 holders, and the holders' releases
+// free their slots. Fails on the code before: 2 more admitted until the
+// permits' TTL.
+func TestServeE2EPermitsRedisRestart(t *testing.T) {
+	beside(t)
+	srv := redistest.Standalone(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, permitRulesE2E)
+	p := startSluice(t, nil, "--config", rules, "--stream-done-release", "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name()+":")
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		return p.must("edge", desc("api_key", "k"))
+	}
+	tokens := fillFromRedis(t, ask)
+	storeIs := func(state string) func() bool {
+		return func() bool {
+			_, body, _ := p.http("GET", "/readyz", "")
+			return strings.Contains(body, "store: "+state)
+		}
+	}
+	srv.Kill()
+	poll(t, "the node sees Redis down", storeIs("down"))
+	srv.Restart() // empty: no persistence
+	poll(t, "the node sees Redis up", storeIs("up"))
+	for i := range 2 {
+		if r := ask(); codesOf(r) != "OVER_LIMIT:OK" && codesOf(r) != "OVER_LIMIT:OVER_LIMIT" {
+			t.Fatalf("newcomer %d beside the 2 holders after Redis restarted empty: %s, want OVER_LIMIT", i, codesOf(r))
+		}
+	}
+	p.must("edge", desc("api_key", "k", "sluice_permit", tokens[0]))
+	if r := ask(); codesOf(r) != "OK:OK" {
+		t.Fatalf("a holder ended: %s, want OK", codesOf(r))
+	}
+	if r := ask(); codesOf(r) == "OK:OK" {
+		t.Fatalf("the 2 slots full again: %s, want OVER_LIMIT", codesOf(r))
+	}
+	p.waitLog("the store holds again what it granted")
+}
+
+// fillFromRedis has ask take api_key=k's 2 slots from Redis, and returns
+// their tokens.
+func fillFromRedis(t *testing.T, ask func() *rlsv3.RateLimitResponse) []string {
+	t.Helper()
+	var tokens []string
+	for range 2 {
+		r := ask()
+		if codesOf(r) != "OK:OK" || tokenOf(r) == "" {
+			t.Fatalf("from Redis: %s, token %q", codesOf(r), tokenOf(r))
+		}
+		tokens = append(tokens, tokenOf(r))
+	}
+	return tokens
 }
