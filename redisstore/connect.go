@@ -141,7 +141,7 @@ func (s *Store) connect() error {
 	// Load the library now, so that the first request does not wait for
 	// it; if this fails, the first call loads it.
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Dialer.Timeout)
-	if err := loadLibrary(ctx, cn); err != nil {
+	if err := s.load(ctx, cn); err != nil {
 		s.log.Warn("redis: could not load the function library; the first request will try again", "err", err)
 	}
 	cancel()

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -61,17 +62,50 @@ func (s *Store) fcall(ctx context.Context, c *conn, fn string, keys, args []stri
 	}
 	res := call()
 	if err := res.Error(); err != nil && strings.Contains(err.Error(), "Function not found") {
-		// One load at a time: the calls that met the same restart wait
-		// for it, and their own loads then find the library there.
-		s.loadMu.Lock()
-		err := loadLibrary(ctx, c)
-		s.loadMu.Unlock()
-		if err != nil {
+		if s.loaded.Load() {
+			s.forgot()
+		}
+		if s.load(ctx, c) != nil {
 			return res
 		}
 		res = call()
 	}
 	return res
+}
+
+// load loads the library, one load at a time: the calls that met the
+// same restart wait for it, and their own loads then find it there.
+func (s *Store) load(ctx context.Context, c *conn) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	err := loadLibrary(ctx, c)
+	if err == nil {
+		s.loaded.Store(true)
+	}
+	return err
+}
+
+// forgot counts a Redis found without the library this node had loaded,
+// and logs it (once a minute at most).
+func (s *Store) forgot() {
+	s.metrics.forgot.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.forgotLog.Load(); now-last >= int64(time.Minute) && s.forgotLog.CompareAndSwap(last, now) {
+		s.log.Warn("redis: the function library is gone: Redis restarted empty, was flushed, or failed over to a replica without it; the counters and permits it held are lost, and the library is loaded again")
+	}
+}
+
+// forgotten reports whether Redis answers that it has no library of this
+// version, after this node loaded it: an idle node's probe asks, since no
+// call would find out. An error (an ACL without FUNCTION LIST, say) says
+// nothing; nor is a Cluster asked (the question would reach one node,
+// perhaps a replica still syncing): there the calls find out.
+func (s *Store) forgotten(ctx context.Context, c *conn) bool {
+	if !s.loaded.Load() || c.cluster {
+		return false
+	}
+	libs, err := c.c.Do(ctx, c.c.B().FunctionList().Libraryname("sluice_"+libHash).Build().Pin()).ToArray()
+	return err == nil && len(libs) == 0
 }
 
 // loadLibrary loads the function library on every node that takes writes:

@@ -13,6 +13,7 @@ import (
 type metrics struct {
 	ok, failed, rejected atomic.Int64
 	probeFailed          atomic.Int64 // the probe's PINGs that failed
+	forgot               atomic.Int64 // Redis found without the library once loaded
 	shed                 atomic.Int64
 	fcalls               atomic.Int64 // script calls that decide requests
 	refundFailed         atomic.Int64
@@ -85,6 +86,13 @@ type Stats struct {
 	Up           bool  // connected and the circuit breaker closed
 	BreakerState int   // 0 closed, 1 half-open, 2 open
 	ProbeErrors  int64 // PINGs of an idle node's probe that failed: outages no call met (not in Errors)
+	// Forgot counts the times this node found Redis without the function
+	// library after it had loaded it there: a call that had to load it
+	// again, or an idle node's probe that found it gone. Redis then
+	// restarted empty, was flushed, or failed over to a replica that never
+	// had it: its counters and permits are gone (a restart too quick for
+	// any call or PING to fail shows here only).
+	Forgot int64
 
 	// PermitsExpired counts the permits of Concurrency limits that this
 	// node's calls dropped because they reached their expiry unreleased
@@ -112,6 +120,7 @@ func (s *Store) Stats() Stats {
 		Up:           s.Health() == nil,
 		BreakerState: int(s.br.State()),
 		ProbeErrors:  m.probeFailed.Load(),
+		Forgot:       m.forgot.Load(),
 
 		PermitsExpired: m.permitsExpired.Load(),
 	}

@@ -14,7 +14,10 @@ import (
 // would: a failure counts towards opening it (and the next PING follows
 // soon, so that a dead Redis is seen within BreakerFailures quick
 // PINGs), and when the breaker is open, the PING is its half-open probe.
-// A node that decides requests sends none: its calls say as much.
+// A PING answered is followed by a question: has Redis still the function
+// library? A Redis restarted between two PINGs answers them all, but has
+// lost it (Stats.Forgot). A node that decides requests sends none: its
+// calls say as much.
 func (s *Store) probe(every time.Duration) {
 	defer close(s.probeDone)
 	t := time.NewTimer(every)
@@ -51,14 +54,21 @@ func (s *Store) ping() error {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.timeout)
+	defer cancel()
 	err := c.c.Do(ctx, c.c.B().Ping().Build().Pin()).Error()
-	cancel()
 	if s.ctx.Err() != nil {
 		return nil // closed under the PING: that says nothing of Redis
 	}
 	s.br.Done(err)
 	if err != nil {
 		s.metrics.probeFailed.Add(1)
+		return err
 	}
-	return err
+	// A Redis restarted between two PINGs answers them all: the library
+	// it lost tells (Stats.Forgot), and is loaded again.
+	if s.forgotten(ctx, c) {
+		s.forgot()
+		_ = s.load(ctx, c)
+	}
+	return nil
 }

@@ -153,8 +153,11 @@ type Store struct {
 	probeDone chan struct{} // closed when probe has returned
 
 	lastErr atomic.Pointer[error]
-	loadMu  sync.Mutex // serializes reloads of the function library
-	metrics metrics
+	loadMu  sync.Mutex  // serializes reloads of the function library
+	loaded  atomic.Bool // the library was loaded (or found) once
+	// forgotLog is when forgot last logged, Unix ns.
+	forgotLog atomic.Int64
+	metrics   metrics
 
 	// now, when set (tests only), replaces Redis TIME.
 	now func() time.Time

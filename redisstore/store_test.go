@@ -329,7 +329,7 @@ func TestAuthAndTLS(t *testing.T) {
 // aclRules are the ACL rules docs/redis.md gives a user of its own for
 // sluice: the key prefix, FCALL, FUNCTION LOAD and every command the
 // library calls.
-const aclRules = "~sluice:* +fcall +function|load +time +get +set +del +pexpire +lrange +lset +lrem +ltrim +rpush +bitfield +bitfield_ro +zadd +zrem +zremrangebyscore +zcard +zscore +zrange"
+const aclRules = "~sluice:* +fcall +function|load +function|list +time +get +set +del +pexpire +lrange +lset +lrem +ltrim +rpush +bitfield +bitfield_ro +zadd +zrem +zremrangebyscore +zcard +zscore +zrange"
 
 // TestACLUser runs every algorithm, with block_for, on a standalone
 // server as a user with only aclRules, and the node registry:
