@@ -247,3 +247,32 @@ func fillFromRedis(t *testing.T, ask func() *rlsv3.RateLimitResponse) []string {
 	}
 	return tokens
 }
+
+// TestServeE2EPermitsRedisFlushed: Redis flushed (FLUSHALL, FUNCTION
+// FLUSH: what a restart no call or PING met leaves) while 2 of 2 slots
+// are held by tokens: the idle node finds the library gone, and holds its
+// tokens' permits there again before newcomers come. Fails without the
+// library check: nothing failed, so nothing was held again.
+func TestServeE2EPermitsRedisFlushed(t *testing.T) {
+	beside(t)
+	srv := redistest.Standalone(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, permitRulesE2E)
+	p := startSluice(t, nil, "--config", rules, "--stream-done-release", "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name()+":")
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		return p.must("edge", desc("api_key", "k"))
+	}
+	tokens := fillFromRedis(t, ask)
+	srv.Cmd("FLUSHALL")
+	srv.Cmd("FUNCTION", "FLUSH")
+	p.waitLog("the function library is gone")
+	p.waitLog("the store holds again what it granted")
+	if r := ask(); codesOf(r) == "OK:OK" {
+		t.Fatalf("a newcomer beside the 2 holders after Redis was flushed: %s, want OVER_LIMIT", codesOf(r))
+	}
+	p.must("edge", desc("api_key", "k", "sluice_permit", tokens[1]))
+	if r := ask(); codesOf(r) != "OK:OK" {
+		t.Fatalf("a holder ended: %s, want OK", codesOf(r))
+	}
+}

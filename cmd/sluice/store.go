@@ -264,8 +264,9 @@ func localDecideConfig(s *storeSettings, log *slog.Logger) (decide.Config, *stor
 		// which was not measured with it (the first request starts it).
 		f.Health = st.Health
 		if r := st.Redis; r != nil {
-			// And an idle node's failed PINGs (reserving).
-			f.Errors = func() int64 { st := r.Stats(); return st.Errors + st.ProbeErrors }
+			// And an idle node's failed PINGs, and a Redis found to
+			// have lost the library (reserving, regrants).
+			f.Errors = func() int64 { st := r.Stats(); return st.Errors + st.ProbeErrors + st.Forgot }
 		}
 	}
 	if st.Regions != nil {
