@@ -101,10 +101,12 @@ type Failover struct {
 	Health func() error
 
 	// Errors, when set with Health, counts the store's calls that failed
-	// (a Redis store's probe PINGs an idle Redis): a rise tells a node
-	// that the store failed it, as a request answered by the local
-	// policy does, though no request met the failure and Health, whose
-	// breaker opens after several, never said down (reserving).
+	// (a Redis store's probe PINGs an idle Redis), and the times the store
+	// was found to have lost its state (a Redis restarted empty): a rise
+	// tells a node that the store failed it, as a request answered by the
+	// local policy does, though no request met the failure and Health,
+	// whose breaker opens after several, never said down (reserving, and
+	// the token permits held again).
 	Errors func() int64
 
 	shares     *sync.Map // shareKey -> *sluice.Limit (share)

@@ -199,15 +199,7 @@ func TestServeE2EPermitsOutageStart(t *testing.T) {
 // permits' TTL.
 func TestServeE2EPermitsRedisRestart(t *testing.T) {
 	beside(t)
-	srv := redistest.Standalone(t)
-	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	writeRules(t, rules, permitRulesE2E)
-	p := startSluice(t, nil, "--config", rules, "--stream-done-release", "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name()+":")
-	ask := func() *rlsv3.RateLimitResponse {
-		t.Helper()
-		return p.must("edge", desc("api_key", "k"))
-	}
-	tokens := fillFromRedis(t, ask)
+	srv, p, ask, tokens := serveHoldingFromRedis(t)
 	storeIs := func(state string) func() bool {
 		return func() bool {
 			_, body, _ := p.http("GET", "/readyz", "")
@@ -233,6 +225,22 @@ func TestServeE2EPermitsRedisRestart(t *testing.T) {
 	p.waitLog("the store holds again what it granted")
 }
 
+// serveHoldingFromRedis starts a Redis and a sluice serve on it whose
+// api_key=k's 2 slots are held by tokens: it returns them, a request of
+// api_key=k and the tokens.
+func serveHoldingFromRedis(t *testing.T) (*redistest.Server, *proc, func() *rlsv3.RateLimitResponse, []string) {
+	t.Helper()
+	srv := redistest.Standalone(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeRules(t, rules, permitRulesE2E)
+	p := startSluice(t, nil, "--config", rules, "--stream-done-release", "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name()+":")
+	ask := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		return p.must("edge", desc("api_key", "k"))
+	}
+	return srv, p, ask, fillFromRedis(t, ask)
+}
+
 // fillFromRedis has ask take api_key=k's 2 slots from Redis, and returns
 // their tokens.
 func fillFromRedis(t *testing.T, ask func() *rlsv3.RateLimitResponse) []string {
@@ -255,15 +263,7 @@ func fillFromRedis(t *testing.T, ask func() *rlsv3.RateLimitResponse) []string {
 // library check: nothing failed, so nothing was held again.
 func TestServeE2EPermitsRedisFlushed(t *testing.T) {
 	beside(t)
-	srv := redistest.Standalone(t)
-	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	writeRules(t, rules, permitRulesE2E)
-	p := startSluice(t, nil, "--config", rules, "--stream-done-release", "--store", "redis", "--redis-url", srv.URL(), "--redis-prefix", t.Name()+":")
-	ask := func() *rlsv3.RateLimitResponse {
-		t.Helper()
-		return p.must("edge", desc("api_key", "k"))
-	}
-	tokens := fillFromRedis(t, ask)
+	srv, p, ask, tokens := serveHoldingFromRedis(t)
 	srv.Cmd("FLUSHALL")
 	srv.Cmd("FUNCTION", "FLUSH")
 	p.waitLog("the function library is gone")
