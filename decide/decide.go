@@ -427,9 +427,9 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 	o.fill(p, hits, out, r.Descriptors, overall)
 	for i := range o.Descriptors {
 		do := &o.Descriptors[i]
-		do.Quota = quota && do.Limited && (d.quota || do.Rule != nil && do.Rule.QuotaMode)
+		do.Quota = quota && !permits && do.Limited && (d.quota || do.Rule != nil && do.Rule.QuotaMode)
 	}
-	if quota {
+	if quota && !permits { // a request with permits: all or nothing
 		o.quotaOverall(p.Capacity)
 	}
 	return nil
