@@ -314,6 +314,10 @@ func (p *Plan) reset() {
 	p.replacing = p.replacing[:0]
 }
 
+// noRates is the limits of a rule whose rates another limit replaces:
+// none (its concurrency limit, if any, stays).
+var noRates limitSet
+
 // match matches every descriptor of descs in d into p.Matches, and marks
 // Replaced the matched limits whose name another matched limit replaces,
 // as Envoy drops them.
@@ -363,6 +367,10 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 			m := &p.Matches[i]
 			if m.Status == Limited && m.Runtime == "" && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
 				m.Status = Replaced
+				if m.Rule.Concurrency != nil {
+					// replaces names a rate: the slots stay.
+					m.Status, m.set = Limited, &noRates
+				}
 			}
 		}
 	}
