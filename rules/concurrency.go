@@ -79,6 +79,24 @@ func (p *parser) concurrency(r *Rule, n *yaml.Node) {
 	r.limited = true
 }
 
+// debits reports whether a limit of r, or of a window of its schedules,
+// is a debit rate (charged after the answer).
+func debits(r *Rule) bool {
+	for _, l := range r.set.limits {
+		if l.Debit {
+			return true
+		}
+	}
+	for _, s := range r.Schedules {
+		for _, l := range s.Limits {
+			if l.Debit {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // concurrencyTag is the key tag of a rule's permits: the permits of a
 // descriptor value are one set whatever the rule's max and ttl say, so
 // that a reload that changes them keeps counting the permits held (each

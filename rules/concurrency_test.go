@@ -87,6 +87,10 @@ func TestConcurrencyRuleErrors(t *testing.T) {
 		{"{max: 2, consistency: lease}", "consistency does not apply to concurrency"},
 		{"{max: 2, limit: 3}", `unknown key "limit" in concurrency`},
 		{"4", "concurrency must be a mapping"},
+		// A debit rate beside it (Envoy's stream-done charges would take
+		// permits never given back), and in a window of its schedules.
+		{"{max: 2}\n    rate_limit: {unit: minute, requests_per_unit: 100, debit: true}", "concurrency cannot share a descriptor with a debit rate"},
+		{"{max: 2}\n    rate_limit: {unit: minute, requests_per_unit: 100}\n    schedules: [{from: \"09:00\", to: \"17:00\", tz: UTC, rate_limit: {unit: minute, requests_per_unit: 10, debit: true}}]", "concurrency cannot share a descriptor with a debit rate"},
 	} {
 		src := "domain: d\ndescriptors:\n  - key: k\n    concurrency: " + tc.block + "\n"
 		_, err := rules.Parse("c.yaml", []byte(src))
