@@ -425,13 +425,7 @@ func (d *Decider) local(ctx context.Context, r *Request, o *Outcome, cause error
 		o.note(hits, out, each, overall.Allowed, at, o.Degraded)
 	}
 	o.fill(p, hits, out, r.Descriptors, overall)
-	for i := range o.Descriptors {
-		do := &o.Descriptors[i]
-		do.Quota = quota && !permits && do.Limited && (d.quota || do.Rule != nil && do.Rule.QuotaMode)
-	}
-	if quota && !permits { // a request with permits: all or nothing
-		o.quotaOverall(p.Capacity)
-	}
+	d.markQuotas(o, p.Capacity, quota && !permits) // with permits: all or nothing
 	return nil
 }
 

@@ -176,6 +176,19 @@ func (d *Decider) hasQuota(p *rules.Plan) bool {
 	return false
 }
 
+// markQuotas marks o's quota descriptors, when quota (a request with quota
+// descriptors and no permits), and decides the request as
+// envoyproxy/ratelimit does one with quotas (quotaOverall).
+func (d *Decider) markQuotas(o *Outcome, capacity int, quota bool) {
+	for i := range o.Descriptors {
+		do := &o.Descriptors[i]
+		do.Quota = quota && do.Limited && (d.quota || do.Rule != nil && do.Rule.QuotaMode)
+	}
+	if quota {
+		o.quotaOverall(capacity)
+	}
+}
+
 // quotaOverall sets o.Overall as envoyproxy/ratelimit decides a request
 // with quota descriptors: denied when a descriptor that is not a quota is
 // over its limit (or the domain capacity, the hit at index capacity of

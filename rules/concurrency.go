@@ -79,6 +79,16 @@ func (p *parser) concurrency(r *Rule, n *yaml.Node) {
 	r.limited = true
 }
 
+// checkDebits refuses a concurrency limit of r (its block n) beside a
+// debit rate, r's or a window's of its schedules: a debit is charged after
+// the answer (Envoy's stream-done hits_addend), where a permit would be
+// taken and never given back.
+func (p *parser) checkDebits(r *Rule, n *yaml.Node) {
+	if r.Concurrency != nil && debits(r) {
+		p.Errorf(n, "concurrency cannot share a descriptor with a debit rate: a debit is charged after the answer (Envoy's stream-done hits_addend), where a permit would be taken and never given back; put the concurrency limit on a descriptor of its own")
+	}
+}
+
 // debits reports whether a limit of r, or of a window of its schedules,
 // is a debit rate (charged after the answer).
 func debits(r *Rule) bool {

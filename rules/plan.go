@@ -363,15 +363,22 @@ func (p *Plan) match(d *Domain, descs []Descriptor) {
 		p.replacing = append(p.replacing, r.Replaces...)
 	}
 	if len(p.replacing) > 0 {
-		for i := range p.Matches {
-			m := &p.Matches[i]
-			if m.Status == Limited && m.Runtime == "" && m.Rule.Name != "" && contains(p.replacing, m.Rule.Name) {
-				m.Status = Replaced
-				if m.Rule.Concurrency != nil {
-					// replaces names a rate: the slots stay.
-					m.Status, m.set = Limited, &noRates
-				}
-			}
+		p.replace()
+	}
+}
+
+// replace marks Replaced the matched rules whose name another matched
+// limit replaces; a rule with a concurrency limit keeps it (replaces
+// names a rate: the slots stay), and loses its rates.
+func (p *Plan) replace() {
+	for i := range p.Matches {
+		m := &p.Matches[i]
+		if m.Status != Limited || m.Runtime != "" || m.Rule.Name == "" || !contains(p.replacing, m.Rule.Name) {
+			continue
+		}
+		m.Status = Replaced
+		if m.Rule.Concurrency != nil {
+			m.Status, m.set = Limited, &noRates
 		}
 	}
 }

@@ -316,9 +316,7 @@ func (p *parser) descriptor(parent *Rule, n *yaml.Node) {
 		p.schedules(r, f.schedules)
 		p.checkSchedules(r, f.schedules)
 	}
-	if f.conc != nil && r.Concurrency != nil && debits(r) {
-		p.Errorf(f.conc, "concurrency cannot share a descriptor with a debit rate: a debit is charged after the answer (Envoy's stream-done hits_addend), where a permit would be taken and never given back; put the concurrency limit on a descriptor of its own")
-	}
+	p.checkDebits(r, f.conc)
 	if children != nil {
 		p.descriptors(r, children)
 	}
