@@ -22,6 +22,11 @@ import (
 // Max per key. A request counts from before its limits are decided
 // (shaping included: a request waiting in the queue holds its slot) until
 // its handler returns.
+//
+// A middleware made again for a new configuration (a reload) counts
+// afresh unless its Concurrency inherits the old one's counts (Inherit):
+// otherwise the requests the old middleware still runs do not count
+// against the new one's Max, and each reload lets Max more in flight.
 type Concurrency struct {
 	// Max is the most requests in flight per key. Required (at least 1).
 	Max int
@@ -31,13 +36,40 @@ type Concurrency struct {
 	// client address (RemoteAddress). A request for which it is absent
 	// (a header not sent) is not capped.
 	Descriptor Descriptor
+
+	// Inherit, when set, is the Concurrency of a middleware this one
+	// replaces, such as the configuration before a reload: the new
+	// middleware keeps its counts, so that the requests the old one
+	// admitted count against the new Max until they end, and their end
+	// is counted where their start was. Each middleware admits a request
+	// only while fewer than its own Max of its key are in flight through
+	// all that share the counts: a Max lowered admits no one until the
+	// count falls below it. The counts are by key: under another
+	// Descriptor, the old requests count against the keys their values
+	// made. New records a middleware's counts in the
+	// Concurrency it was made with (the last one made, when given it
+	// twice), for a later one to inherit; it keeps no reference to
+	// Inherit. Nil: the counts start at zero.
+	Inherit *Concurrency
+
+	counts *concCounts // recorded by New, under countsMu
 }
 
-// concurrency is a validated Concurrency: in-flight counts per key in
-// shards.
+// countsMu guards the counts recorded in every Concurrency: New may be
+// called with the same one, or one that inherits it, at once.
+var countsMu sync.Mutex
+
+// concurrency is a validated Concurrency: its Max, its key, and the
+// in-flight counts per key it shares with the middlewares that inherit
+// them.
 type concurrency struct {
-	max    int32
-	ents   []entry
+	max  int32
+	ents []entry
+	*concCounts
+}
+
+// concCounts are in-flight counts per key in shards.
+type concCounts struct {
 	seed   maphash.Seed
 	shards [64]concShard
 }
@@ -68,11 +100,27 @@ func (m *middleware) newConcurrency(cfg *Concurrency) (*concurrency, error) {
 	for _, e := range key {
 		m.needIP = m.needIP || e.needsClient()
 	}
-	c := &concurrency{max: int32(cfg.Max), ents: key, seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		c.shards[i].n = make(map[string]*int32)
+	var counts *concCounts
+	if cfg.Inherit != nil {
+		countsMu.Lock()
+		counts = cfg.Inherit.counts
+		countsMu.Unlock()
 	}
-	return c, nil
+	if counts == nil {
+		counts = &concCounts{seed: maphash.MakeSeed()}
+		for i := range counts.shards {
+			counts.shards[i].n = make(map[string]*int32)
+		}
+	}
+	return &concurrency{max: int32(cfg.Max), ents: key, concCounts: counts}, nil
+}
+
+// record keeps the counts of a middleware made in cfg, its Concurrency,
+// for a later one to inherit.
+func (c *concurrency) record(cfg *Concurrency) {
+	countsMu.Lock()
+	defer countsMu.Unlock()
+	cfg.counts = c.concCounts
 }
 
 // key returns the concurrency key of r, with ok false when it is absent.
@@ -99,7 +147,7 @@ func (c *concurrency) key(s *scratch, r *http.Request) (key string, ok bool, err
 	return string(b), true, nil
 }
 
-func (c *concurrency) shard(key string) *concShard {
+func (c *concCounts) shard(key string) *concShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
@@ -120,8 +168,10 @@ func (c *concurrency) acquire(key string) bool {
 	return true
 }
 
-// release gives back a slot of key taken by acquire.
-func (c *concurrency) release(key string) {
+// release gives back a slot of key taken by acquire: the count it
+// decrements is the one acquire incremented, whatever middleware has
+// inherited it since.
+func (c *concCounts) release(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

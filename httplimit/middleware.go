@@ -238,6 +238,9 @@ func newMiddleware(cfg Config, dec func(context.Context, *decide.Request, *decid
 		return nil, err
 	}
 	m.scratch.New = func() any { return m.newScratch() }
+	if m.conc != nil {
+		m.conc.record(cfg.Concurrency)
+	}
 	return m, nil
 }
 

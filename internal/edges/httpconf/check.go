@@ -35,6 +35,11 @@ func (p *parser) check(s *Section) {
 			continue
 		}
 		lines[r.Pattern] = r.Line
+		conc := r.Concurrency
+		if conc != nil {
+			c := *conc // New records its counts in it: not in s
+			conc = &c
+		}
 		_, err := httplimit.New(httplimit.Config{
 			Decider:     new(decide.Decider), // never asked: the middleware is only checked
 			Domain:      "check",
@@ -43,7 +48,7 @@ func (p *parser) check(s *Section) {
 			Headers:     s.Headers,
 			Shaping:     r.Shaping,
 			Failures:    r.Failures,
-			Concurrency: r.Concurrency,
+			Concurrency: conc,
 		})
 		if err != nil {
 			p.Errs = append(p.Errs, yamlwalk.Note{Line: r.Line, Msg: err.Error()})
