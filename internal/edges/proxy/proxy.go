@@ -16,7 +16,11 @@
 // matches no route is proxied unlimited (result "unlimited" in the
 // metrics): a route "/" catches everything. [Proxy.SetRoutes] builds a new
 // table of routes and swaps it in atomically; a request in flight finishes
-// with the table it started with.
+// with the table it started with. A route's concurrency counts carry over
+// to the route of the same name in the new table
+// (httplimit.Concurrency.Inherit), so that the requests in flight still
+// count against its max; a route renamed or removed leaves its requests
+// counted by its old middleware alone.
 //
 // # Forwarding headers
 //
@@ -282,13 +286,17 @@ type table struct {
 	rp        *httputil.ReverseProxy
 	routes    []*route
 	unmatched *route
+	// conc holds the Concurrency each route's middleware was made with,
+	// by route name, for the next table's to inherit its counts.
+	conc map[string]*httplimit.Concurrency
 }
 
 func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 	if len(s.Routes) == 0 {
 		return nil, fmt.Errorf("%w: no routes", ErrConfig)
 	}
-	t := &table{p: p, trusted: append([]netip.Prefix(nil), s.ClientIP.TrustedProxies...), mux: http.NewServeMux()}
+	t := &table{p: p, trusted: append([]netip.Prefix(nil), s.ClientIP.TrustedProxies...), mux: http.NewServeMux(),
+		conc: map[string]*httplimit.Concurrency{}}
 	t.rp = &httputil.ReverseProxy{
 		Rewrite:        t.rewrite,
 		Transport:      p.transport,
@@ -310,6 +318,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			return nil, fmt.Errorf("%w: route name %q repeated or reserved", ErrConfig, rc.Name)
 		}
 		names[rc.Name] = true
+		conc := p.inherit(rc)
 		limit, err := httplimit.New(httplimit.Config{
 			Decider:     p.cfg.Decider,
 			Domain:      domain,
@@ -318,7 +327,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			Headers:     s.Headers,
 			Shaping:     rc.Shaping,
 			Failures:    rc.Failures,
-			Concurrency: rc.Concurrency,
+			Concurrency: conc,
 			Tokens:      rc.Tokens,
 			ShadowMode:  s.ShadowMode,
 			OnResult:    t.onResult,
@@ -328,6 +337,10 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, rc.Name, err)
+		}
+		if conc != nil {
+			conc.Inherit = nil // New took its counts: no chain of tables
+			t.conc[rc.Name] = conc
 		}
 		rt := &route{name: rc.Name, t: t, m: p.cfg.Metrics.limitedRoute(rc.Name)}
 		rt.h = limit(http.HandlerFunc(t.pass))
@@ -339,6 +352,20 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 	t.unmatched = &route{name: unmatchedRoute, t: t, m: p.cfg.Metrics.route(unmatchedRoute), unlimited: true}
 	t.unmatched.h = http.HandlerFunc(t.pass)
 	return t, nil
+}
+
+// inherit returns a copy of rc's Concurrency (nil without one) that
+// inherits the counts of the route of its name in force (p.mu held), so
+// that the requests it runs count against the new max until they end.
+func (p *Proxy) inherit(rc httpconf.Route) *httplimit.Concurrency {
+	if rc.Concurrency == nil {
+		return nil
+	}
+	c := *rc.Concurrency
+	if old := p.table.Load(); old != nil {
+		c.Inherit = old.conc[rc.Name]
+	}
+	return &c
 }
 
 // handle registers h on mux, returning ServeMux's panic over an invalid or
