@@ -70,10 +70,11 @@
 // that client a fresh quota (and ends a block_for penalty early): the cap
 // trades exactness for bounded memory, so size it for the keys you expect
 // and watch Stats().Keys. Sketches are never evicted; their memory is fixed
-// per sketch limit. A key's permits are evicted together, the set whose
-// permits all expire first among 8 sampled: their holders' renewals then
-// find them lost, and the key admits as many holders again, so a cap too
-// small for the permits in flight over-admits.
+// per sketch limit. Permits held are never evicted: their holders still
+// run. They take from a shard's share first (its table is what they leave),
+// and when they alone fill it a new permit is refused as if its key were at
+// its limit, so a cap too small for the permits in flight denies, never
+// over-admits.
 //
 // # Snapshots
 //

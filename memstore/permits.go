@@ -3,7 +3,7 @@ package memstore
 import (
 	"context"
 	"slices"
-	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/base/algo"
@@ -167,7 +167,7 @@ func (s *Store) permitsOf(sh *shard, k uint64, now int64) *permitSet {
 }
 
 // holdPermit holds id with expiry exp in the set of key k in sh, creating
-// it, and keeps sh within its share of the memory cap.
+// it. Permits held are never evicted for memory (permitsFull).
 func (s *Store) holdPermit(sh *shard, k uint64, id string, exp int64) {
 	ps := sh.perms[k]
 	if ps == nil {
@@ -181,39 +181,17 @@ func (s *Store) holdPermit(sh *shard, k uint64, id string, exp int64) {
 	b := ps.bytes()
 	ps.hold(id, exp)
 	sh.permBytes += ps.bytes() - b
-	if bud := s.budget(); bud > 0 {
-		trimPerms(sh, k, bud, &s.evicted)
-	}
 }
 
-// trimPerms evicts permit sets of sh other than keep while sh holds more
-// than b bytes: each time, among evictSample sets, the one whose permits
-// all expire first. An evicted set's holders lose their permits, and its
-// key takes as many again: the memory cap trades exactness for memory,
-// here as for the rates.
-func trimPerms(sh *shard, keep uint64, b int64, evicted *atomic.Int64) {
-	for sh.bytes() > b {
-		var victim uint64
-		var victimLast int64
-		seen := 0
-		for k, ps := range sh.perms {
-			if k == keep {
-				continue
-			}
-			if seen == 0 || ps.last < victimLast {
-				victim, victimLast = k, ps.last
-			}
-			if seen++; seen == evictSample {
-				break
-			}
-		}
-		if seen == 0 {
-			return
-		}
-		sh.permBytes -= sh.perms[victim].bytes()
-		delete(sh.perms, victim)
-		evicted.Add(1)
-	}
+// permitsFull reports whether the permits held in sh take its whole share
+// of the memory cap. A new permit is then refused as if its key were at
+// its limit: evicting other keys' permits would free slots their holders
+// still use, and a flood of keys would let another key's holders be
+// doubled (the rates' entries are evicted first: the table's room is what
+// the permits leave, makeRoom).
+func (s *Store) permitsFull(sh *shard) bool {
+	bud := s.budget()
+	return bud > 0 && sh.permBytes >= bud
 }
 
 // sweepPerms drops the expired permits of sh's sets, and the sets left
@@ -247,6 +225,12 @@ func (s *Store) evaluatePermit(hits []sluice.Hit, ops []op, i int, now int64) {
 		o.perms = chainHead(ops, i).perms
 	}
 	o.pset = permitView(hits, ops, i, o.perms)
+	if o.pset.Old == 0 && h.Cost == 1 && s.permitsFull(&s.shards[s.shardOf(o.k)]) {
+		o.pset.Held = max(o.pset.Held, o.p.Capacity)
+		if o.pset.Earliest == 0 {
+			o.pset.Earliest = now + int64(time.Second) // a bound to retry after
+		}
+	}
 	o.r, o.pexp = algo.PermitStep(&o.p, o.pset, now, h.Cost)
 }
 

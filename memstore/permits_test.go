@@ -44,18 +44,77 @@ func TestPermitsMemory(t *testing.T) {
 		t.Fatalf("after the sweep: %d keys, %d bytes, want 0 and %d", s.Stats().Keys, s.Stats().Bytes, empty)
 	}
 
+	// Under a cap the permits held are never evicted: once they fill it,
+	// new ones are refused.
 	capped := memstore.New(memstore.Config{Shards: 1, SweepInterval: -1, MaxBytes: 4096, Now: func() time.Time { return now }})
 	defer capped.Close()
+	admitted := 0
 	for k := range 100 {
 		out := make([]sluice.Decision, 1)
 		if err := capped.Take(ctx, []sluice.Hit{{Key: fmt.Sprint("k", k), Limit: l, Cost: 1, Permit: "p"}}, out); err != nil {
 			t.Fatal(err)
 		}
+		if out[0].Allowed {
+			admitted++
+		} else if out[0].RetryAfter <= 0 {
+			t.Fatalf("key %d refused for memory without a RetryAfter: %+v", k, out[0])
+		}
 	}
-	if b := capped.Stats().Bytes; b > 4096 {
-		t.Errorf("Bytes %d over the cap", b)
+	st := capped.Stats()
+	if admitted == 0 || admitted == 100 || st.Keys != admitted || st.Evictions != 0 {
+		t.Errorf("%d of 100 admitted, %d keys, %d evictions: want some refused, the admitted all kept", admitted, st.Keys, st.Evictions)
 	}
-	if capped.Stats().Evictions == 0 || capped.Stats().Keys >= 100 {
-		t.Errorf("%d evictions, %d keys", capped.Stats().Evictions, capped.Stats().Keys)
+	if st.Bytes > 4096+256 {
+		t.Errorf("Bytes %d over the cap by more than a permit's set", st.Bytes)
+	}
+}
+
+// TestPermitsNotEvicted: a flood of other keys under the memory cap
+// evicts the rates' entries, never a key's permits held: its holders
+// still count, and a newcomer is refused. Before, the flood evicted the
+// set and the key admitted its limit again (an attack: 6 in flight for 3).
+func TestPermitsNotEvicted(t *testing.T) {
+	s := memstore.New(memstore.Config{Shards: 1, SweepInterval: -1, MaxBytes: 64 << 10})
+	defer s.Close()
+	conc := &sluice.Limit{Algorithm: sluice.Concurrency, Rate: 3, Period: time.Minute}
+	rate := &sluice.Limit{Rate: 100, Period: time.Hour}
+	acquire := func(id string) bool {
+		t.Helper()
+		out := make([]sluice.Decision, 1)
+		if err := s.Take(ctx, []sluice.Hit{{Key: "victim", Limit: conc, Cost: 1, Permit: id}}, out); err != nil {
+			t.Fatal(err)
+		}
+		return out[0].Allowed
+	}
+	for i := range 3 {
+		if !acquire(fmt.Sprint("held-", i)) {
+			t.Fatalf("holder %d refused", i)
+		}
+	}
+	// Requests of other keys, 500 at a time in flight, each with a rate
+	// and a permit it gives back when the 500 end.
+	for b := range 40 {
+		var flight []sluice.Hit
+		for k := range 500 {
+			key := fmt.Sprint("flood-", b, "-", k)
+			out := make([]sluice.Decision, 2)
+			if err := s.Take(ctx, []sluice.Hit{{Key: key + "/rate", Limit: rate, Cost: 1}, {Key: key, Limit: conc, Cost: 1, Permit: "p"}}, out); err != nil {
+				t.Fatal(err)
+			}
+			if out[1].Allowed {
+				flight = append(flight, sluice.Hit{Key: key, Limit: conc, Permit: "p"})
+			}
+		}
+		for _, h := range flight {
+			if err := s.Permits(ctx, []sluice.Hit{h}, nil, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if s.Stats().Evictions == 0 {
+		t.Fatal("the flood evicted nothing: the cap was not reached")
+	}
+	if acquire("newcomer") {
+		t.Fatal("a newcomer admitted beside the 3 holders after a flood of keys: their permits were evicted")
 	}
 }
