@@ -288,9 +288,12 @@ func (d *Decider) heldFirst(ctx context.Context, hits []sluice.Hit) error {
 // renews the copies, as nothing renews the store's permits, and the
 // token's release gives both back (releaseCopies). A copy that fails is
 // not made (the node's store is in process: only a bad hit fails it).
+// Nor is one made while maxLedger tokens' Permits are recorded (grants):
+// tokens never released would otherwise grow the node's memory with
+// their copies until their TTL, without a bound.
 func (d *Decider) mirror(ctx context.Context, s *scratch, p *sluice.Permit, out []sluice.Decision) {
 	f := &d.failover
-	if f.Local == nil || d.policyOf(s.plan.Domain) != rules.FailLocal {
+	if f.Local == nil || d.policyOf(s.plan.Domain) != rules.FailLocal || d.held.tokens.live.Load() >= maxLedger {
 		return
 	}
 	hits := s.plan.Hits

@@ -33,17 +33,20 @@ import (
 // regrant held it after the release. At most maxLedger Permits are
 // recorded; those beyond are not (grants.dropped) and are as before.
 type grants struct {
-	mu      sync.Mutex
-	list    []*grant
-	byID    map[string]*grant
-	pruned  int          // len(list) after the last prune
-	n       atomic.Int64 // len(list)
-	epoch   atomic.Int64 // outages seen: a grant of an older epoch is due
-	full    atomic.Int64 // every grant was held again in this epoch
-	fullAt  atomic.Int64 // when the last regrant of them all began, Unix ns
-	moved   atomic.Int64 // permits held again, not logged yet
-	busy    sync.Mutex   // one regrant at a time
-	dropped atomic.Int64
+	mu       sync.Mutex
+	list     []*grant
+	byID     map[string]*grant
+	pruned   int          // len(list) after the last prune
+	gone     int          // grants in list released since the last prune
+	prunedAt int64        // when, Unix ns
+	n        atomic.Int64 // len(list)
+	live     atomic.Int64 // len(list) - gone: the tokens not released
+	epoch    atomic.Int64 // outages seen: a grant of an older epoch is due
+	full     atomic.Int64 // every grant was held again in this epoch
+	fullAt   atomic.Int64 // when the last regrant of them all began, Unix ns
+	moved    atomic.Int64 // permits held again, not logged yet
+	busy     sync.Mutex   // one regrant at a time
+	dropped  atomic.Int64
 }
 
 // grant is a token's Permit that the store holds.
@@ -98,7 +101,9 @@ func (g *grants) addHanded(e *handed, now int64) {
 func (g *grants) put(e *grant, now int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.list) >= 2*g.pruned+64 {
+	// Full, it prunes when an eighth was released, or once a second for
+	// those expired.
+	if len(g.list) >= 2*g.pruned+64 || len(g.list) >= maxLedger && (g.gone >= maxLedger/8 || now-g.prunedAt >= int64(time.Second)) {
 		g.pruneLocked(now)
 	}
 	if len(g.list) >= maxLedger {
@@ -112,7 +117,13 @@ func (g *grants) put(e *grant, now int64) {
 		g.byID[id] = e
 	}
 	g.list = append(g.list, e)
+	g.count()
+}
+
+// count sets n and live. g.mu is held.
+func (g *grants) count() {
 	g.n.Store(int64(len(g.list)))
+	g.live.Store(int64(len(g.list) - g.gone))
 }
 
 // pruneLocked drops the grants released or expired at now. g.mu is held.
@@ -130,8 +141,8 @@ func (g *grants) pruneLocked(now int64) {
 		keep = append(keep, e)
 	}
 	clear(g.list[len(keep):])
-	g.list, g.pruned = keep, len(keep)
-	g.n.Store(int64(len(g.list)))
+	g.list, g.pruned, g.gone, g.prunedAt = keep, len(keep), 0, now
+	g.count()
 }
 
 // forget notes that a token released the permit id.
@@ -143,6 +154,8 @@ func (g *grants) forget(id string) {
 	defer g.mu.Unlock()
 	if e := g.byID[id]; e != nil {
 		e.gone = true
+		g.gone++
+		g.count()
 		for _, id := range e.ids {
 			delete(g.byID, id)
 		}

@@ -1,6 +1,7 @@
 package decide_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/decide"
@@ -59,5 +60,34 @@ func TestPermitTokenRegrant(t *testing.T) {
 	}
 	if n := storeHeld(t, e, "wide", "x"); n != 1 {
 		t.Fatalf("after the 3 releases the store holds %d, want the newcomer's 1", n)
+	}
+}
+
+// TestPermitTokenGrantsBounded: the token Permits a node records to hold
+// again are at most maxLedger, whatever the tokens never released (their
+// copies in the node's store likewise): past it they are counted, not
+// kept; a release makes room again.
+func TestPermitTokenGrantsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("70,000 decisions")
+	}
+	e := newLocalEnvWith(t, permitRules, func(f *decide.Failover, e *localEnv) {
+		f.Health = func() error { return nil }
+	})
+	_, _, most := decide.TokenGrants(e.d)
+	var last string
+	for i := range most + 4000 {
+		o := e.ask(t, "wide", strconv.Itoa(i))
+		if !o.Overall.Allowed || o.PermitToken == "" {
+			t.Fatalf("request %d: %+v", i, o.Overall)
+		}
+		last = o.PermitToken
+	}
+	live, dropped, _ := decide.TokenGrants(e.d)
+	if live > int64(most) || dropped == 0 {
+		t.Fatalf("%d recorded, %d not, want at most %d recorded and the rest counted", live, dropped, most)
+	}
+	if o := e.release(t, one("wide", strconv.Itoa(most+3999)), last); o.Released != 1 {
+		t.Fatalf("the last token's release: %+v", o)
 	}
 }
