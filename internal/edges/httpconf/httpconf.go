@@ -61,8 +61,9 @@
 // httplimit settings. It imports rules (for its Problem and Error types
 // and to load the rules of the same file), httplimit, rls (the Decider's
 // signature, to check routes with httplimit.New), geoip (to open the
-// databases the section names), go.yaml.in/yaml/v3 and x/net's httpguts;
-// it must not import stores, transports or the proxy.
+// databases the section names), go.yaml.in/yaml/v3 and x/net's httpguts
+// and idna (which httpguts imports already); it must not import stores,
+// transports or the proxy.
 package httpconf
 
 import (
@@ -99,6 +100,8 @@ type Route struct {
 	// Pattern is a net/http.ServeMux pattern ("POST /login",
 	// "/api/{id}", "example.com/", "/"), matched as ServeMux matches it:
 	// the most specific pattern wins, whatever the order of the routes.
+	// Its host is written as Host writes it (Parse does so), and so must
+	// be the Host of the requests it is matched with.
 	Pattern string
 
 	// Name names the route in metrics and logs; by default the pattern.

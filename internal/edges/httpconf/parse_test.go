@@ -161,6 +161,14 @@ func TestErrors(t *testing.T) {
 		{"bad pattern", head + "  routes:\n    - pattern: /a/{x\n", []string{`test.yaml:4: pattern "/a/{x": parsing "/a/{x": at offset 3: bad wildcard segment`}},
 		{"no slash", head + "  routes:\n    - pattern: GET\n", []string{`test.yaml:4: pattern "GET": parsing "GET": at offset 0: host/path missing /`}},
 		{"lower method", head + "  routes:\n    - pattern: get /x\n", []string{`4:16: pattern "get /x": the method must be upper case, as requests send it ("GET")`}},
+		{"lower method, tab", head + "  routes:\n    - pattern: \"get\\t/x\"\n", []string{`pattern "get\t/x": the method must be upper case`}},
+		{"host escape", head + "  routes:\n    - pattern: api%2Eexample.com/\n", []string{`4:16: pattern "api%2Eexample.com/": the host: a name with a percent escape`}},
+		{"host empty label", head + "  routes:\n    - pattern: GET api..example.com/\n", []string{`4:16: pattern "GET api..example.com/": the host: a name with an empty label`}},
+		{"host IDNA", head + "  routes:\n    - pattern: bü_cher.example/\n", []string{`the host: a name that is not valid IDNA`}},
+		{"host port", head + "  routes:\n    - pattern: api.example.com:8090/\n", []string{`4:16: pattern "api.example.com:8090/": a pattern's host has no port`}},
+		{"host IPv6", head + "  routes:\n    - pattern: \"[::1]/\"\n", []string{`4:16: pattern "[::1]/": an IPv6 address cannot be a pattern's host`}},
+		{"host spellings", head + "  routes:\n    - pattern: api.example.com/\n    - {pattern: API.Example.com./, name: again}\n", []string{
+			`test.yaml:5: pattern "api.example.com/" conflicts with the pattern "api.example.com/" of the route at line 4`}},
 		{"space in path", head + "  routes:\n    - pattern: GET /a b\n", []string{`4:16: pattern "GET /a b": a pattern is [METHOD ][HOST]/PATH`}},
 		{"same pattern", head + "  routes:\n    - pattern: /\n    - pattern: /a\n    - {pattern: /, name: root}\n", []string{
 			`test.yaml:6: pattern "/" conflicts with the pattern "/" of the route at line 4`}},
@@ -230,6 +238,33 @@ func TestErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A pattern's host is written as requests' hosts are matched (Host): in
+// lower case, without a trailing dot, in its IDNA form; the method and
+// path are left as they are, and the route is named by the pattern so
+// written.
+func TestPatternHosts(t *testing.T) {
+	s, err := httpconf.Parse("test.yaml", []byte(`domain: api
+http:
+  routes:
+    - pattern: "API.Example.COM./V1/{Name}"
+    - pattern: "POST\tAdmin.Example.com/Login"
+    - {pattern: "Bücher.example/", name: books}
+    - pattern: "/Other/"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range s.Routes {
+		got = append(got, r.Pattern+" = "+r.Name)
+	}
+	want := []string{"api.example.com/V1/{Name} = api.example.com/V1/{Name}", "POST\tadmin.example.com/Login = POST\tadmin.example.com/Login",
+		"xn--bcher-kva.example/ = books", "/Other/ = /Other/"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("patterns %q, want %q", got, want)
 	}
 }
 

@@ -33,8 +33,8 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 			switch key {
 			case "pattern":
 				patternSeen = true
-				if pat, ok := p.str(v, "pattern"); ok && p.pattern(v, pat) {
-					r.Pattern = pat
+				if pat, ok := p.str(v, "pattern"); ok {
+					r.Pattern = p.pattern(v, pat)
 				}
 			case "name":
 				nameNode = p.node(v)
@@ -73,24 +73,44 @@ func (p *parser) routes(s *Section, n *yaml.Node) {
 	}
 }
 
-// pattern reports a pattern that ServeMux takes but that can match no
-// request as written: a method in lower case, or a space in the host or
-// path.
-func (p *parser) pattern(n *yaml.Node, pat string) bool {
-	method, rest, found := strings.Cut(pat, " ")
-	if !found {
-		return true
+// pattern returns pat with its host as requests are matched (Host). It
+// reports, and returns "" for, a pattern that ServeMux takes but that can
+// match no request as written, or that a request could miss by spelling
+// its host otherwise: a method in lower case, a space in the host or
+// path, a host Host refuses, a port (a request's host is matched without
+// its port), an IPv6 address (ServeMux matches "[::1]" and "[::1]:80"
+// apart). The method and host are split from the path as ServeMux splits
+// them.
+func (p *parser) pattern(n *yaml.Node, pat string) string {
+	rest := pat
+	if i := strings.IndexAny(pat, " \t"); i >= 0 {
+		method := pat[:i]
+		rest = strings.TrimLeft(pat[i+1:], " \t")
+		switch {
+		case !httpguts.ValidHeaderFieldName(method) || strings.ToUpper(method) != method:
+			p.Errorf(p.node(n), "pattern %q: the method must be upper case, as requests send it (%q)", pat, strings.ToUpper(method))
+			return ""
+		case strings.ContainsAny(rest, " \t"):
+			p.Errorf(p.node(n), "pattern %q: a pattern is [METHOD ][HOST]/PATH, without spaces in the host or path", pat)
+			return ""
+		}
 	}
-	rest = strings.TrimLeft(rest, " \t")
+	slash := strings.IndexByte(rest, '/')
+	if slash <= 0 { // no host, or no path: ServeMux judges it
+		return pat
+	}
+	host, err := Host(rest[:slash])
 	switch {
-	case !httpguts.ValidHeaderFieldName(method) || strings.ToUpper(method) != method:
-		p.Errorf(p.node(n), "pattern %q: the method must be upper case, as requests send it (%q)", pat, strings.ToUpper(method))
-		return false
-	case strings.ContainsAny(rest, " \t"):
-		p.Errorf(p.node(n), "pattern %q: a pattern is [METHOD ][HOST]/PATH, without spaces in the host or path", pat)
-		return false
+	case err != nil:
+		p.Errorf(p.node(n), "pattern %q: the host: %v", pat, err)
+	case strings.HasPrefix(host, "["):
+		p.Errorf(p.node(n), "pattern %q: an IPv6 address cannot be a pattern's host (ServeMux matches [::1] and [::1]:PORT apart)", pat)
+	case strings.IndexByte(host, ':') >= 0:
+		p.Errorf(p.node(n), "pattern %q: a pattern's host has no port (a request's host is matched without its port)", pat)
+	default:
+		return pat[:len(pat)-len(rest)] + host + rest[slash:]
 	}
-	return true
+	return ""
 }
 
 // shaping reads a route's shaping: max_delay (a Go duration, required)
