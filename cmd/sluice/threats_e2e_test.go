@@ -598,7 +598,7 @@ func TestServeE2EHostileRulesFile(t *testing.T) {
 
 // hostileProxyRules: client addresses from X-Forwarded-For of 127.0.0.1
 // alone, IPv6 grouped by /64; routes keyed by the address, an API key, the
-// path; one capped at 2 in flight per client, one shaped.
+// path; one capped at 2 in flight per client, one shaped, one by its host.
 const hostileProxyRules = `domain: api
 http:
   client_ip: {trusted_proxies: [127.0.0.1], ipv6_prefix: 64}
@@ -615,6 +615,8 @@ http:
     - pattern: /shaped
       descriptors: [[{key: shaped, source: remote_address}]]
       shaping: {max_delay: 5s, max_queue: 2}
+    - pattern: "Api.Example.COM./host"
+      descriptors: [[{key: vhost, value: api}]]
 descriptors:
   - key: remote_address
     rate_limit: {unit: hour, requests_per_unit: 3}
@@ -624,6 +626,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100}
   - key: shaped
     rate_limit: {algorithm: leaky_bucket, unit: second, unit_multiplier: 2, requests_per_unit: 1, burst: 1}
+  - key: vhost
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: sliding_log}
 `
 
 // rawStatus sends raw, a whole HTTP/1.1 request, to addr and returns the
@@ -663,6 +667,9 @@ func rawStatus(t *testing.T, addr, raw string) int {
 //   - a client sends 8 requests at once to a shaped route of 1 every 2 s
 //     with a queue of 2: the upstream sees the one the bucket holds and
 //     the two queued, the 5 others are denied at once.
+//   - a client spells a route's host otherwise (in capitals, with a
+//     trailing dot, a port, in an absolute URI): held to the route's limit
+//     of 1; a percent-escaped Host and CONNECT are refused.
 func TestProxyE2EHostileClient(t *testing.T) {
 	beside(t)
 	release := make(chan struct{})
@@ -779,6 +786,25 @@ func TestProxyE2EHostileClient(t *testing.T) {
 		// No key was charged: the victim's key has its whole limit.
 		if code, h := get(http.DefaultClient, "/key", http.Header{"X-Api-Key": {"victim"}}); code != 200 || h.Get("X-RateLimit-Remaining") != "2" {
 			t.Errorf("the victim's key after the bad requests: %d, %s left, want 200 and 2", code, h.Get("X-RateLimit-Remaining"))
+		}
+	})
+	t.Run("host spelling", func(t *testing.T) {
+		addr := p.addrs["proxy"]
+		req := func(target, host string) string { return "GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n" }
+		var got []string
+		for _, raw := range []string{
+			req("/host", "api.example.com"),
+			req("/host", "API.Example.com"),
+			req("/host", "api.example.com."),
+			req("/host", "API.EXAMPLE.COM.:8090"),
+			req("http://API.EXAMPLE.COM./host", "elsewhere.example"),
+			req("/host", "api%2Eexample.com"),
+			"CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n",
+		} {
+			got = append(got, strconv.Itoa(rawStatus(t, addr, raw)))
+		}
+		if want := "200,429,429,429,429,400,400"; strings.Join(got, ",") != want {
+			t.Errorf("one host in 5 spellings, then a Host escaped and a CONNECT: %s, want %s", strings.Join(got, ","), want)
 		}
 	})
 	t.Run("concurrency", func(t *testing.T) {

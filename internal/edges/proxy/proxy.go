@@ -12,8 +12,11 @@
 // matches it (the most specific pattern wins); the mux's redirects (a path
 // that is not clean, "/api" when only "/api/" is a route) are answered by
 // the proxy as ServeMux answers them, so that no request reaches the
-// upstream under a path its route was not chosen by. A request that
-// matches no route is proxied unlimited (result "unlimited" in the
+// upstream under a path its route was not chosen by. Hosts are matched
+// in lower case and without a trailing dot (httpconf.Host), paths as
+// sent (case matters); a path with an encoded separator, a Host that
+// cannot be read and CONNECT are refused 400 (see routable). A request
+// that matches no route is proxied unlimited (result "unlimited" in the
 // metrics): a route "/" catches everything. [Proxy.SetRoutes] builds a new
 // table of routes and swaps it in atomically; a request in flight finishes
 // with the table it started with. A route's concurrency counts carry over
@@ -33,7 +36,8 @@
 //     the upstream, so that the upstream can read the header as the
 //     proxy does.
 //   - X-Forwarded-Host and X-Forwarded-Proto: a trusted peer's are passed
-//     on; otherwise the request's Host, and "https" or "http" as the
+//     on; otherwise the request's Host as its route was chosen by (in
+//     lower case, without a trailing dot), and "https" or "http" as the
 //     request came over TLS or not.
 //   - Forwarded (RFC 7239): a trusted peer's is passed on with an element
 //     for this hop appended; anyone else's is removed. X-Real-IP: a
@@ -264,9 +268,9 @@ func (p *Proxy) SetRoutes(domain string, s *httpconf.Section) error {
 // ServeHTTP limits r by its route and passes it to the upstream if it is
 // admitted.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if escapedSeparator(r.URL.EscapedPath()) { // path.go
-		writeProblem(w, http.StatusBadRequest, httplimit.ProblemInvalidRequest, "Bad Request",
-			"an encoded / or \\ (%2F, %5C) in the path: refused, since the upstream may read it as a separator that the routes did not")
+	r, why := routable(r) // spelling.go
+	if why != "" {
+		writeProblem(w, http.StatusBadRequest, httplimit.ProblemInvalidRequest, "Bad Request", why)
 		return
 	}
 	t := p.table.Load()
