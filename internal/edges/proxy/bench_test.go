@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -50,7 +51,10 @@ descriptors:
 //     from the one client 127.0.0.1, one key;
 //   - sluice/10k-clients: 10,000 client addresses, given by
 //     X-Forwarded-For from the trusted peer 127.0.0.1, so 10,000 keys;
-//     plain/10k-clients gets the same requests.
+//     plain/10k-clients gets the same requests;
+//   - sluice-no-timeouts/1-client: sluice/1-client without the write
+//     idle timeout (the others have sluice proxy's default), for its
+//     cost.
 //
 // Each reports req/s besides ns/op; the client's and the upstream's work
 // is in both, so the ratio of the req/s understates the proxy's own cost.
@@ -89,13 +93,22 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	limited, err := proxy.New(proxy.Config{
+	cfg := proxy.Config{
 		Upstream: upURL,
 		Decider:  mustDecider(sluice.NewLimiter(store), rulestest.Config(b, benchRules)),
 		Domain:   "api",
 		HTTP:     section,
 		Metrics:  m, // as sluice proxy runs it
-	})
+	}
+	untimed, err := proxy.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.WriteIdleTimeout = time.Minute
+	if cfg.Metrics, err = proxy.NewMetrics(prometheus.NewRegistry()); err != nil {
+		b.Fatal(err)
+	}
+	limited, err := proxy.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,6 +120,7 @@ func BenchmarkProxy(b *testing.B) {
 	}{
 		{"plain/1-client", plain, 0},
 		{"sluice/1-client", limited, 0},
+		{"sluice-no-timeouts/1-client", untimed, 0},
 		{"plain/10k-clients", plain, 10_000},
 		{"sluice/10k-clients", limited, 10_000},
 	} {

@@ -24,6 +24,9 @@ import (
 //	sluice_proxy_upstream_errors_total{route}  requests the upstream did
 //	                      not answer (answered 502), client cancellations
 //	                      not included
+//	sluice_proxy_timeouts_total{route,timeout}  requests aborted by a
+//	                      timeout: write_idle (Config.WriteIdleTimeout:
+//	                      the client read nothing of its answer)
 //	sluice_proxy_tokens_total{route,kind}  the tokens of a route's token
 //	                      budget: reserved at admission, and spent as
 //	                      the answers settled them
@@ -46,6 +49,7 @@ import (
 type Metrics struct {
 	requests       *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
+	timeouts       *prometheus.CounterVec
 	tokens         *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	permits        [numPermitEvents]*prometheus.CounterVec
@@ -83,6 +87,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_proxy_upstream_errors_total",
 			Help: "Requests the upstream did not answer (answered 502), by route.",
 		}, []string{"route"}),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_proxy_timeouts_total",
+			Help: "Requests ended by a timeout, by route and timeout: write_idle (the client read nothing of its answer for the write idle timeout: the request was aborted, its permits released).",
+		}, []string{"route", "timeout"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_tokens_total",
 			Help: "Tokens of the routes' token budgets, by route and kind: reserved at admission, spent as the answers settled them.",
@@ -97,7 +105,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "sluice_permits_held",
 		Help: "Permits of concurrency rules held by the requests in flight in this process, by route.",
 	}, []string{"route"})
-	cs := []prometheus.Collector{m.requests, m.upstreamErrors, m.tokens, m.duration, m.held}
+	cs := []prometheus.Collector{m.requests, m.upstreamErrors, m.timeouts, m.tokens, m.duration, m.held}
 	for i, e := range permitEvents {
 		m.permits[i] = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_permits_" + e.name + "_total",
@@ -118,6 +126,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type routeMetrics struct {
 	results        []prometheus.Counter // by httplimit.Result
 	upstreamErrors prometheus.Counter
+	writeIdle      prometheus.Counter // timeouts
 	reserved       prometheus.Counter // tokens
 	spent          prometheus.Counter
 	duration       prometheus.Observer
@@ -135,6 +144,7 @@ func (m *Metrics) route(name string) routeMetrics {
 		rm.results = append(rm.results, m.requests.WithLabelValues(name, r.String()))
 	}
 	rm.upstreamErrors = m.upstreamErrors.WithLabelValues(name)
+	rm.writeIdle = m.timeouts.WithLabelValues(name, "write_idle")
 	rm.reserved = m.tokens.WithLabelValues(name, "reserved")
 	rm.spent = m.tokens.WithLabelValues(name, "spent")
 	rm.duration = m.duration.WithLabelValues(name)
@@ -216,6 +226,17 @@ func (rm *routeMetrics) observe(r httplimit.Result, upstreamErr bool, d time.Dur
 	rm.duration.Observe(d.Seconds())
 }
 
+// timedOut counts a request aborted for a client that stopped reading
+// (writeIdle).
+func (rm *routeMetrics) timedOut(writeIdle bool) {
+	if rm.writeIdle == nil {
+		return
+	}
+	if writeIdle {
+		rm.writeIdle.Inc()
+	}
+}
+
 // forget deletes the series of the routes of old that next does not have.
 func (m *Metrics) forget(old, next *table) {
 	keep := map[string]bool{}
@@ -227,6 +248,7 @@ func (m *Metrics) forget(old, next *table) {
 			l := prometheus.Labels{"route": rt.name}
 			m.requests.DeletePartialMatch(l)
 			m.upstreamErrors.Delete(l)
+			m.timeouts.DeletePartialMatch(l)
 			m.tokens.DeletePartialMatch(l)
 			m.duration.Delete(l)
 			m.held.Delete(l)

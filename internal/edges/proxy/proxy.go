@@ -67,6 +67,15 @@
 // answer begins: net/http's server drains and closes what is left of a
 // request body when the response's header goes out (see endedBody).
 //
+// # Timeouts
+//
+// Config.WriteIdleTimeout lets go of a client that stops reading its
+// answer (each write to it must be done within the timeout): it ends the
+// request, so that its concurrency permits, renewed while it runs, are
+// released. It cuts no stream that flows, however long, nor one that
+// pauses. An upgraded connection is bounded by it too (each write to its
+// client).
+//
 // # Errors
 //
 // An upstream that cannot be reached or fails before its response starts
@@ -151,6 +160,17 @@ type Config struct {
 	// (see Streaming in the package documentation).
 	FlushInterval time.Duration
 
+	// WriteIdleTimeout bounds a client that stops reading its answer:
+	// each write of the answer to the client (at most 32 KB of the
+	// upstream's body, then a flush; a write to an upgraded connection)
+	// must be done within it. Past it the request is aborted: its
+	// connection closed, its upstream request cancelled, its permits
+	// released, a token budget's reservation settled as cut off; logged
+	// and counted (sluice_proxy_timeouts_total{timeout="write_idle"}).
+	// A stream that keeps flowing, or pauses with nothing to write, is
+	// never cut. Zero means no bound.
+	WriteIdleTimeout time.Duration
+
 	// Logger receives upstream errors, at most one line per second. Nil
 	// discards them.
 	Logger *slog.Logger
@@ -193,7 +213,10 @@ type Proxy struct {
 	mu       sync.Mutex   // serializes SetRoutes
 	lastLog  atomic.Int64 // upstream errors: at most one line a second
 	lostLog  atomic.Int64 // requests cancelled for a lost permit: likewise
+	stallLog atomic.Int64 // requests aborted for a client that stopped reading: likewise
 	recorder sync.Pool    // *recorder
+
+	writeIdle time.Duration // Config.WriteIdleTimeout
 }
 
 // ErrConfig is wrapped by the errors of New and SetRoutes.
@@ -211,6 +234,8 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("%w: upstream %q has no host", ErrConfig, u.Redacted())
 	case cfg.Decider == nil:
 		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
+	case cfg.WriteIdleTimeout < 0:
+		return nil, fmt.Errorf("%w: a negative WriteIdleTimeout", ErrConfig)
 	}
 	p := &Proxy{
 		cfg:       cfg,
@@ -218,6 +243,8 @@ func New(cfg Config) (*Proxy, error) {
 		transport: cfg.Transport,
 		flush:     cfg.FlushInterval,
 		log:       cfg.Logger,
+
+		writeIdle: cfg.WriteIdleTimeout,
 	}
 	*p.upstream = *u
 	if p.transport == nil {
@@ -267,6 +294,9 @@ func (p *Proxy) SetRoutes(domain string, s *httpconf.Section) error {
 // ServeHTTP limits r by its route and passes it to the upstream if it is
 // admitted.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.writeIdle > 0 {
+		clearWriteDeadline(w) // recorder.go
+	}
 	r, why := routable(r) // spelling.go
 	if why != "" {
 		writeProblem(w, http.StatusBadRequest, httplimit.ProblemInvalidRequest, "Bad Request", why)

@@ -79,6 +79,7 @@ type fixture struct {
 	logs  *logtest.Buffer // the proxy's log
 
 	inflight atomic.Int64 // requests in the proxy's handler
+	closed   sync.Map     // the clients' addresses of the connections the server closed
 }
 
 // start runs a proxy whose rules and http section are src, in front of up,
@@ -92,6 +93,13 @@ func start(t *testing.T, src string, up *upstream) *fixture {
 
 func startWith(t *testing.T, src string, up *upstream, store sluice.Store, top *hitters.Tracker) *fixture {
 	t.Helper()
+	return startEdited(t, src, up, store, top, nil)
+}
+
+// startEdited is startWith, with the proxy's Config changed by edit
+// (when not nil) before the proxy is made.
+func startEdited(t *testing.T, src string, up *upstream, store sluice.Store, top *hitters.Tracker, edit func(*proxy.Config)) *fixture {
+	t.Helper()
 	section, err := httpconf.Parse("test.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +112,11 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store, top *
 	}
 	u, _ := url.Parse(up.URL)
 	logs := new(logtest.Buffer)
-	p, err := proxy.New(proxy.Config{Upstream: u, Decider: dec, Domain: "api", HTTP: section, Metrics: m, Hitters: top, Logger: logs.Logger()})
+	cfg := proxy.Config{Upstream: u, Decider: dec, Domain: "api", HTTP: section, Metrics: m, Hitters: top, Logger: logs.Logger()}
+	if edit != nil {
+		edit(&cfg)
+	}
+	p, err := proxy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +129,11 @@ func startWith(t *testing.T, src string, up *upstream, store sluice.Store, top *
 		p.ServeHTTP(w, r)
 	}))
 	f.srv.Config.MaxHeaderBytes = 2 << 20 // room for a 1 MB X-Forwarded-For
+	f.srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			f.closed.Store(c.RemoteAddr().String(), true)
+		}
+	}
 	f.srv.Start()
 	t.Cleanup(f.srv.Close)
 	return f
