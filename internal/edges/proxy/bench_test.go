@@ -53,8 +53,8 @@ descriptors:
 //     X-Forwarded-For from the trusted peer 127.0.0.1, so 10,000 keys;
 //     plain/10k-clients gets the same requests;
 //   - sluice-no-timeouts/1-client: sluice/1-client without the write
-//     idle timeout (the others have sluice proxy's default), for its
-//     cost.
+//     idle and upstream timeouts (the others have sluice proxy's
+//     defaults), for their cost.
 //
 // Each reports req/s besides ns/op; the client's and the upstream's work
 // is in both, so the ratio of the req/s understates the proxy's own cost.
@@ -104,7 +104,7 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg.WriteIdleTimeout = time.Minute
+	cfg.WriteIdleTimeout, cfg.UpstreamTimeout = time.Minute, 10*time.Minute
 	if cfg.Metrics, err = proxy.NewMetrics(prometheus.NewRegistry()); err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -32,8 +33,9 @@ func lostPermit(r *http.Request) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), permittrace.ErrLost)
 }
 
-// upstreamError answers a request the upstream did not answer: 502, or
-// 503 when the proxy cancelled it for a lost permit.
+// upstreamError answers a request the upstream did not answer: 502, 504
+// when it sent no response headers within Config.UpstreamTimeout, or 503
+// when the proxy cancelled it for a lost permit.
 func (t *table) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	p := t.p
 	if lostPermit(r) {
@@ -44,18 +46,49 @@ func (t *table) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	gone := r.Context().Err() != nil // the client left: not the upstream's fault
-	if rec := recorderOf(w); rec != nil && !gone {
+	timedOut := !gone && p.upstreamTimeout > 0 && headerTimeout(err)
+	rec := recorderOf(w)
+	if rec != nil && !gone {
 		rec.upstreamErr = true
+		rec.upstreamTO = timedOut
+		if timedOut && rec.cancel != nil {
+			// The upstream may have spent tokens on it: cancelled, as a
+			// client that hangs up, its token budget charges it whole.
+			rec.cancel(errUpstreamTimeout)
+		}
 	}
-	if !gone && due(&p.lastLog) {
+	switch {
+	case timedOut:
+		if due(&p.lastLog) {
+			p.log.Warn("upstream timeout: no response headers within the upstream timeout; answered 504", "method", r.Method, "path", r.URL.Path, "upstream_timeout", p.upstreamTimeout)
+		}
+	case !gone && due(&p.lastLog):
 		p.log.Warn("upstream error", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	if p.cfg.ErrorHandler != nil {
 		p.cfg.ErrorHandler(w, r, err)
 		return
 	}
+	if timedOut {
+		writeProblem(w, http.StatusGatewayTimeout, ProblemGatewayTimeout, "Gateway Timeout",
+			"The upstream server did not start its answer in time.")
+		return
+	}
 	writeProblem(w, http.StatusBadGateway, ProblemBadGateway, "Bad gateway",
 		"The upstream server could not be reached or failed to answer.")
+}
+
+// errUpstreamTimeout is the cause of a token route's request cancelled
+// for an upstream timeout.
+var errUpstreamTimeout = errors.New("proxy: no response headers from the upstream within the upstream timeout")
+
+// headerTimeout reports whether err is the transport's
+// ResponseHeaderTimeout: a timeout (it is context.DeadlineExceeded, as
+// net/http's says, though no context of the proxy's has a deadline) that
+// is not the dial's (a *net.OpError, answered 502 as before).
+func headerTimeout(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &op)
 }
 
 // due reports whether a log line may be written now, at most one a second:

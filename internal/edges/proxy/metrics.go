@@ -22,11 +22,13 @@ import (
 //	                      cancelled because its concurrency permit was
 //	                      lost, is an error
 //	sluice_proxy_upstream_errors_total{route}  requests the upstream did
-//	                      not answer (answered 502), client cancellations
-//	                      not included
+//	                      not answer (answered 502, or 504 for an
+//	                      upstream timeout), client cancellations not
+//	                      included
 //	sluice_proxy_timeouts_total{route,timeout}  requests aborted by a
 //	                      timeout: write_idle (Config.WriteIdleTimeout:
-//	                      the client read nothing of its answer)
+//	                      the client read nothing of its answer) or
+//	                      upstream (Config.UpstreamTimeout: answered 504)
 //	sluice_proxy_tokens_total{route,kind}  the tokens of a route's token
 //	                      budget: reserved at admission, and spent as
 //	                      the answers settled them
@@ -85,11 +87,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"route", "result"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_upstream_errors_total",
-			Help: "Requests the upstream did not answer (answered 502), by route.",
+			Help: "Requests the upstream did not answer (answered 502, or 504 for an upstream timeout), by route.",
 		}, []string{"route"}),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_timeouts_total",
-			Help: "Requests ended by a timeout, by route and timeout: write_idle (the client read nothing of its answer for the write idle timeout: the request was aborted, its permits released).",
+			Help: "Requests ended by a timeout, by route and timeout: write_idle (the client read nothing of its answer for the write idle timeout: the request was aborted, its permits released) or upstream (no response headers within the upstream timeout: answered 504).",
 		}, []string{"route", "timeout"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_tokens_total",
@@ -127,6 +129,7 @@ type routeMetrics struct {
 	results        []prometheus.Counter // by httplimit.Result
 	upstreamErrors prometheus.Counter
 	writeIdle      prometheus.Counter // timeouts
+	upstream       prometheus.Counter
 	reserved       prometheus.Counter // tokens
 	spent          prometheus.Counter
 	duration       prometheus.Observer
@@ -145,6 +148,7 @@ func (m *Metrics) route(name string) routeMetrics {
 	}
 	rm.upstreamErrors = m.upstreamErrors.WithLabelValues(name)
 	rm.writeIdle = m.timeouts.WithLabelValues(name, "write_idle")
+	rm.upstream = m.timeouts.WithLabelValues(name, "upstream")
 	rm.reserved = m.tokens.WithLabelValues(name, "reserved")
 	rm.spent = m.tokens.WithLabelValues(name, "spent")
 	rm.duration = m.duration.WithLabelValues(name)
@@ -227,13 +231,16 @@ func (rm *routeMetrics) observe(r httplimit.Result, upstreamErr bool, d time.Dur
 }
 
 // timedOut counts a request aborted for a client that stopped reading
-// (writeIdle).
-func (rm *routeMetrics) timedOut(writeIdle bool) {
+// (writeIdle), or answered 504 for an upstream timeout.
+func (rm *routeMetrics) timedOut(writeIdle, upstream bool) {
 	if rm.writeIdle == nil {
 		return
 	}
 	if writeIdle {
 		rm.writeIdle.Inc()
+	}
+	if upstream {
+		rm.upstream.Inc()
 	}
 }
 

@@ -12,6 +12,11 @@ import (
 // The body names no cause; the cause goes to Config.Logger.
 const ProblemBadGateway = "https://pkg.go.dev/github.com/sluicehq/sluice/proxy#ProblemBadGateway"
 
+// ProblemGatewayTimeout is the problem type of the 504 answer to a
+// request whose upstream sent no response headers within
+// Config.UpstreamTimeout once the request had been sent to it.
+const ProblemGatewayTimeout = "https://pkg.go.dev/github.com/sluicehq/sluice/proxy#ProblemGatewayTimeout"
+
 // ProblemPermitLost is the problem type of the 503 answer to a request
 // cancelled while it ran because its concurrency permit was lost: a
 // renewal found that the store no longer held it (a Redis restarted

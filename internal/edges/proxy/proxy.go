@@ -70,17 +70,20 @@
 // # Timeouts
 //
 // Config.WriteIdleTimeout lets go of a client that stops reading its
-// answer (each write to it must be done within the timeout): it ends the
-// request, so that its concurrency permits, renewed while it runs, are
-// released. It cuts no stream that flows, however long, nor one that
-// pauses. An upgraded connection is bounded by it too (each write to its
-// client).
+// answer (each write to it must be done within the timeout), and
+// Config.UpstreamTimeout of an upstream that sends no response headers
+// (504); both end the request, so that its concurrency permits, renewed
+// while it runs, are released. Neither cuts a stream that flows, however
+// long, nor one that pauses. An upgraded connection is bounded by the
+// first (each write to its client) and its 101 by the second.
 //
 // # Errors
 //
 // An upstream that cannot be reached or fails before its response starts
 // is answered 502 with an RFC 9457 application/problem+json body
-// ([ProblemBadGateway]) that says nothing of the cause, which is logged.
+// ([ProblemBadGateway]) that says nothing of the cause, which is logged;
+// one that sends no response headers within Config.UpstreamTimeout, 504
+// ([ProblemGatewayTimeout]).
 // Denials, invalid requests and decisions that fail are answered by the
 // middleware (429, 400, 503; see httplimit). A request cancelled while
 // it runs because its concurrency permit was lost (a renewal found the
@@ -171,6 +174,17 @@ type Config struct {
 	// never cut. Zero means no bound.
 	WriteIdleTimeout time.Duration
 
+	// UpstreamTimeout bounds the wait for the upstream's response
+	// headers once the request (its body included) has been sent to
+	// it: past it the request is answered 504 ([ProblemGatewayTimeout]),
+	// its upstream request cancelled, logged and counted
+	// (sluice_proxy_timeouts_total{timeout="upstream"}, and as an
+	// upstream error); a token budget settles it as cut off. The body
+	// that follows the headers is not bounded by it. It is the default
+	// transport's ResponseHeaderTimeout: with a Transport, set that
+	// transport's own (New refuses both). Zero means no bound.
+	UpstreamTimeout time.Duration
+
 	// Logger receives upstream errors, at most one line per second. Nil
 	// discards them.
 	Logger *slog.Logger
@@ -216,7 +230,8 @@ type Proxy struct {
 	stallLog atomic.Int64 // requests aborted for a client that stopped reading: likewise
 	recorder sync.Pool    // *recorder
 
-	writeIdle time.Duration // Config.WriteIdleTimeout
+	writeIdle       time.Duration // Config.WriteIdleTimeout
+	upstreamTimeout time.Duration // Config.UpstreamTimeout
 }
 
 // ErrConfig is wrapped by the errors of New and SetRoutes.
@@ -234,8 +249,10 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("%w: upstream %q has no host", ErrConfig, u.Redacted())
 	case cfg.Decider == nil:
 		return nil, fmt.Errorf("%w: Decider is required", ErrConfig)
-	case cfg.WriteIdleTimeout < 0:
-		return nil, fmt.Errorf("%w: a negative WriteIdleTimeout", ErrConfig)
+	case cfg.WriteIdleTimeout < 0 || cfg.UpstreamTimeout < 0:
+		return nil, fmt.Errorf("%w: a negative WriteIdleTimeout or UpstreamTimeout", ErrConfig)
+	case cfg.UpstreamTimeout > 0 && cfg.Transport != nil:
+		return nil, fmt.Errorf("%w: UpstreamTimeout with a Transport: set the transport's own ResponseHeaderTimeout", ErrConfig)
 	}
 	p := &Proxy{
 		cfg:       cfg,
@@ -244,12 +261,14 @@ func New(cfg Config) (*Proxy, error) {
 		flush:     cfg.FlushInterval,
 		log:       cfg.Logger,
 
-		writeIdle: cfg.WriteIdleTimeout,
+		writeIdle:       cfg.WriteIdleTimeout,
+		upstreamTimeout: cfg.UpstreamTimeout,
 	}
 	*p.upstream = *u
 	if p.transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 100
+		t.ResponseHeaderTimeout = cfg.UpstreamTimeout
 		p.transport = t
 	}
 	if p.flush == 0 {
@@ -375,7 +394,7 @@ func (p *Proxy) build(domain string, s *httpconf.Section) (*table, error) {
 			conc.Inherit = nil // New took its counts: no chain of tables
 			t.conc[rc.Name] = conc
 		}
-		rt := &route{name: rc.Name, t: t, m: p.cfg.Metrics.limitedRoute(rc.Name)}
+		rt := &route{name: rc.Name, t: t, m: p.cfg.Metrics.limitedRoute(rc.Name), tokens: rc.Tokens != nil}
 		rt.h = limit(http.HandlerFunc(t.pass))
 		if err := handle(t.mux, rc.Pattern, rt); err != nil {
 			return nil, fmt.Errorf("%w: route %q: %v", ErrConfig, rc.Name, err)
@@ -424,6 +443,7 @@ type route struct {
 	h         http.Handler // the middleware, or pass for unmatched
 	m         routeMetrics
 	unlimited bool
+	tokens    bool // a token budget's route
 }
 
 // onResult records what the middleware did with a request, for the

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -24,10 +25,12 @@ type recorder struct {
 	idle        time.Duration    // Config.WriteIdleTimeout; 0: none
 	result      httplimit.Result // 0 until the middleware says
 	upstreamErr bool
+	upstreamTO  bool // no response headers within Config.UpstreamTimeout (upstreamError)
 	permitLost  bool // cancelled for a lost permit (pass)
 	stalled     bool // a write to the client made no progress for idle
 	upgraded    *idleConn
-	settled     bool // a token budget's settlement, below
+	cancel      context.CancelCauseFunc // a token route's, for an upstream timeout; nil otherwise
+	settled     bool                    // a token budget's settlement, below
 	reserved    int64
 	spent       int64
 }
@@ -147,7 +150,15 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Deferred, so that a response cut short (ReverseProxy aborts the
 	// handler with http.ErrAbortHandler when the copy fails) is counted.
 	defer rt.done(rec, r, start)
-	rt.h.ServeHTTP(rec, rt.m.traced(r))
+	r = rt.m.traced(r)
+	if rt.tokens && p.upstreamTimeout > 0 {
+		// An upstream timeout cancels the request, so that its token
+		// budget settles it as cut off (upstreamError).
+		ctx, cancel := context.WithCancelCause(r.Context())
+		rec.cancel = cancel
+		r = r.WithContext(ctx)
+	}
+	rt.h.ServeHTTP(rec, r)
 }
 
 // done counts the request rec recorded, and logs one cancelled for a
@@ -156,6 +167,9 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // error, whatever the middleware reported when it let it through.
 func (rt *route) done(rec *recorder, r *http.Request, start time.Time) {
 	p := rt.t.p
+	if rec.cancel != nil {
+		rec.cancel(nil)
+	}
 	res := rec.result
 	if res == 0 { // cannot happen: the middleware reports every request
 		res = httplimit.Error
@@ -173,7 +187,7 @@ func (rt *route) done(rec *recorder, r *http.Request, start time.Time) {
 			"route", rt.name, "method", r.Method, "path", r.URL.Path, "write_idle_timeout", p.writeIdle)
 	}
 	rt.m.observe(res, rec.upstreamErr, time.Since(start))
-	rt.m.timedOut(stalled)
+	rt.m.timedOut(stalled, rec.upstreamTO)
 	if rec.settled {
 		rt.m.settled(rec.reserved, rec.spent)
 	}

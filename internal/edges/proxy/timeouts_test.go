@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -310,7 +311,64 @@ func TestWriteIdleTimeoutUpgrade(t *testing.T) {
 	f.waitMetric(1, "sluice_proxy_timeouts_total", "route", "api", "timeout", "write_idle")
 }
 
-// TestTimeoutsConfig: a negative timeout is refused.
+// TestUpstreamTimeout: an upstream that sends no response headers within
+// the upstream timeout is answered 504 (problem+json), not before it,
+// and its request cancelled, its permit released, logged and counted
+// (timeout="upstream", an upstream error); on a token budget's route the
+// reservation is charged whole (the upstream may have spent it). Headers
+// in time and a body slower than the timeout pass.
+func TestUpstreamTimeout(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	ended := make(chan string, 4)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow-body" {
+			w.WriteHeader(http.StatusOK)
+			http.NewResponseController(w).Flush()
+			time.Sleep(3 * timeout)
+			io.WriteString(w, "late body")
+			return
+		}
+		defer func() { ended <- r.URL.Path }()
+		<-r.Context().Done() // never answers
+	})
+	f := startTimeouts(t, up, func(c *proxy.Config) { c.UpstreamTimeout = timeout })
+	client := &http.Client{Timeout: wait}
+
+	for _, c := range []struct{ route, method, path string }{
+		{"api", http.MethodGet, "/hang"},
+		{"chat", http.MethodPost, "/v1/chat/completions"},
+	} {
+		start := time.Now()
+		resp, body := f.do(client, c.method, c.path, "Authorization: Bearer u")
+		took := time.Since(start)
+		var problem struct{ Type string }
+		json.Unmarshal([]byte(body), &problem)
+		if resp.StatusCode != http.StatusGatewayTimeout || problem.Type != proxy.ProblemGatewayTimeout {
+			t.Errorf("%s: %d %q, want 504 %s", c.path, resp.StatusCode, body, proxy.ProblemGatewayTimeout)
+		}
+		if took < timeout {
+			t.Errorf("%s: answered after %v, before the upstream timeout %v", c.path, took, timeout)
+		}
+		waitEnded(t, ended, c.path)
+		f.waitMetric(0, "sluice_permits_held", "route", c.route)
+		f.waitMetric(1, "sluice_proxy_timeouts_total", "route", c.route, "timeout", "upstream")
+		if n := f.metric("sluice_proxy_upstream_errors_total", "route", c.route); n != 1 {
+			t.Errorf("%s: %v upstream errors, want 1", c.path, n)
+		}
+	}
+	if r, s := f.metric("sluice_proxy_tokens_total", "route", "chat", "kind", "reserved"), f.metric("sluice_proxy_tokens_total", "route", "chat", "kind", "spent"); r == 0 || s != r {
+		t.Errorf("the chat timed out: tokens reserved %v, spent %v; want the whole reservation spent", r, s)
+	}
+	if !strings.Contains(f.logs.String(), "upstream timeout") {
+		t.Errorf("no log line of the upstream timeout:\n%s", f.logs.String())
+	}
+	if resp, body := f.do(client, http.MethodGet, "/slow-body", "Authorization: Bearer b"); resp.StatusCode != http.StatusOK || body != "late body" {
+		t.Errorf("headers at once, the body after %v: %d %q, want 200 and the body", 3*timeout, resp.StatusCode, body)
+	}
+}
+
+// TestTimeoutsConfig: negative timeouts are refused, and an upstream
+// timeout with a Transport of the caller's (which has its own).
 func TestTimeoutsConfig(t *testing.T) {
 	u, _ := url.Parse("http://127.0.0.1:1")
 	store := memstore.New(memstore.Config{})
@@ -318,10 +376,12 @@ func TestTimeoutsConfig(t *testing.T) {
 	dec := mustDecider(sluice.NewLimiter(store), rulestest.Config(t, perIP))
 	for _, c := range []proxy.Config{
 		{WriteIdleTimeout: -time.Second},
+		{UpstreamTimeout: -time.Second},
+		{UpstreamTimeout: time.Second, Transport: http.DefaultTransport},
 	} {
 		c.Upstream, c.Decider, c.Domain = u, dec, "api"
 		if _, err := proxy.New(c); !errors.Is(err, proxy.ErrConfig) {
-			t.Errorf("write idle %v: %v, want ErrConfig", c.WriteIdleTimeout, err)
+			t.Errorf("write idle %v, upstream %v, transport %v: %v, want ErrConfig", c.WriteIdleTimeout, c.UpstreamTimeout, c.Transport != nil, err)
 		}
 	}
 }
