@@ -53,6 +53,8 @@ type proxySettings struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	bodyTimeout     time.Duration
+	writeIdle       time.Duration // --write-idle-timeout
+	upstreamTimeout time.Duration
 	topKeys         bool
 	dashboardRemote bool
 	storeSettings
@@ -100,7 +102,11 @@ the process --max-bytes sets.`,
 		fs.StringVar(&s.logFormat, "log-format", "text", "`format` of the logs: text or json")
 		fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on shutdown")
 		fs.DurationVar(&s.drainDelay, "drain-delay", 0, "on shutdown, how long to fail readiness and keep serving before closing the listeners")
+	})
+	h.group("Timeouts", func(fs *flag.FlagSet) {
 		fs.DurationVar(&s.bodyTimeout, "body-timeout", defaultBodyTimeout, bodyTimeoutUsage)
+		fs.DurationVar(&s.writeIdle, "write-idle-timeout", defaultWriteIdleTimeout, writeIdleTimeoutUsage)
+		fs.DurationVar(&s.upstreamTimeout, "upstream-timeout", defaultUpstreamTimeout, upstreamTimeoutUsage)
 	})
 	s.storeSettings.remoteOK = true
 	h.group("Store", s.storeSettings.flags)
@@ -119,6 +125,11 @@ the process --max-bytes sets.`,
 			{"redis-url", "with --store redis: redis://[user:pass@]host:port"},
 			{"redis-password", "password (overrides the URL's)"},
 			{"rls-addr", "with --store remote: the sluice serve that decides"},
+		}},
+		{"Timeouts", []briefFlag{
+			{"body-timeout", "let go of a client that stops sending"},
+			{"write-idle-timeout", "let go of a client that stops reading"},
+			{"upstream-timeout", "504 if the upstream does not answer"},
 		}},
 		{"Logs", []briefFlag{
 			{"log-level", "debug, info, warn or error"},
@@ -177,13 +188,29 @@ func parseProxy(args []string, env lookupEnv, stderr io.Writer) (*proxySettings,
 		probs = append(probs, fmt.Sprintf("--upstream %q: want http:// or https:// and a host", u.Redacted()))
 	}
 	s.upstreamURL = u
-	probs = append(probs, checkDurations(map[string]time.Duration{"shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay, "body-timeout": s.bodyTimeout})...)
+	probs = append(probs, checkDurations(map[string]time.Duration{"shutdown-timeout": s.shutdownTimeout, "drain-delay": s.drainDelay, "body-timeout": s.bodyTimeout,
+		"write-idle-timeout": s.writeIdle, "upstream-timeout": s.upstreamTimeout})...)
 	probs = append(probs, checkAddrs(map[string]string{"listen": s.listen, "admin-listen": s.adminListen})...)
 	if len(probs) > 0 {
 		return nil, errors.New(strings.Join(probs, "; "))
 	}
 	return s, nil
 }
+
+// defaultWriteIdleTimeout is the default of --write-idle-timeout: the
+// longest a write of an answer may wait for a client that reads nothing,
+// as nginx's send_timeout.
+const defaultWriteIdleTimeout = time.Minute
+
+const writeIdleTimeoutUsage = "the longest a write of an answer to a client may wait while the client reads nothing of it (each write: at most 32 KB of the upstream's body, or a write to an upgraded connection); then the request is aborted: its connection closed, its upstream request cancelled, its concurrency permits released. It bounds a client that stops reading, not a long stream that flows or pauses; 0 disables it"
+
+// defaultUpstreamTimeout is the default of --upstream-timeout: as long as
+// the OpenAI and Anthropic SDKs wait for an answer, so that no slow LLM
+// answer that is not streamed is cut while its client still waits
+// (docs/internals/proxy-notes.md).
+const defaultUpstreamTimeout = 10 * time.Minute
+
+const upstreamTimeoutUsage = "the longest the upstream may take to send its response headers once it has the request; then the request is answered 504, its upstream request cancelled and its concurrency permits released. The body that follows is not bounded by it. Long enough for a slow LLM answer that is not streamed; 0 disables it"
 
 // proxyDecider is what the proxy decides with, built from the store flags
 // by openProxyDecider.
@@ -308,6 +335,9 @@ func cmdProxy(ctx context.Context, args []string, env lookupEnv, stderr io.Write
 		Logger:   log.With("component", "proxy"),
 		Metrics:  metrics,
 		Hitters:  top,
+
+		WriteIdleTimeout: s.writeIdle,
+		UpstreamTimeout:  s.upstreamTimeout,
 	})
 	if err != nil {
 		return err
