@@ -32,7 +32,8 @@ descriptors:
 // than 2 are in flight, raised to 4 admits up to 4; when every request
 // has ended, exactly 4 are admitted: the requests admitted under the old
 // files were counted out where they were counted in, none twice and none
-// lost. The route renamed counts afresh, as documented.
+// lost. The route renamed counts afresh, as documented; renamed back, it
+// counts its own requests again.
 func TestProxyE2EConcurrencyAcrossReloads(t *testing.T) {
 	beside(t)
 	entered := make(chan struct{}, 64)
@@ -143,6 +144,11 @@ func TestProxyE2EConcurrencyAcrossReloads(t *testing.T) {
 	reload(strings.NewReplacer("MAX", "2", "name: local", "name: renamed").Replace(reloadConcRules))
 	if n := fill(); n != 2 {
 		t.Fatalf("route renamed, 4 in flight under its old name: %d admitted, want 2", n)
+	}
+	// Renamed back, it counts its 4 again (before, afresh: 4 more).
+	reload(strings.Replace(reloadConcRules, "MAX", "4", 1))
+	if n := fill(); n != 0 {
+		t.Fatalf("route renamed back, 4 in flight under its name: %d admitted, want 0", n)
 	}
 }
 
