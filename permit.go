@@ -151,28 +151,38 @@ func rehold(ctx context.Context, ps []any, left []time.Duration) error {
 		return err
 	}
 	for i, pa := range ps {
-		p := pa.(*Permit)
-		p.mu.Lock()
-		if p.released.Load() || p.elsewhere != nil || left[i] <= 0 {
-			p.mu.Unlock()
+		pl, own := pa.(*Permit).reholdHits(left[i])
+		if len(own) == 0 {
 			continue
 		}
-		if p.l != l || len(hits)+len(p.hits) > MaxHits {
+		if pl != l || len(hits)+len(own) > MaxHits {
 			if err := flush(); err != nil {
-				p.mu.Unlock()
 				return err
 			}
-			l = p.l
+			l = pl
 		}
-		for _, h := range p.hits {
-			lim := *h.Limit // the permit's time left as its Period
-			lim.Period = left[i]
-			h.Limit, h.Cost = &lim, 1
-			hits = append(hits, h)
-		}
-		p.mu.Unlock()
+		hits = append(hits, own...)
 	}
 	return flush()
+}
+
+// reholdHits returns p's store and its permits as hand-over hits (cost 1)
+// whose Period is left, or none when p was released or is held elsewhere.
+// The store is called without p's lock.
+func (p *Permit) reholdHits(left time.Duration) (*Limiter, []Hit) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released.Load() || p.elsewhere != nil || left <= 0 {
+		return nil, nil
+	}
+	hits := make([]Hit, len(p.hits))
+	for j, h := range p.hits {
+		lim := *h.Limit // the permit's time left as its Period
+		lim.Period = left
+		h.Limit, h.Cost = &lim, 1
+		hits[j] = h
+	}
+	return p.l, hits
 }
 
 // newElsewhere is permitfunc.New: a Permit of n permits another service
