@@ -2,6 +2,7 @@ package decide
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,7 +74,7 @@ func keyTag(key string) uint32 {
 // add records p, whose permits are those of hits that out allowed (the
 // store's hits, with their IDs), acquired at now.
 func (g *grants) add(p *sluice.Permit, hits []sluice.Hit, out []sluice.Decision, now int64) {
-	e := &grant{p: p, until: now + int64(365*24*time.Hour), epoch: g.epoch.Load()}
+	e := &grant{p: p, until: math.MaxInt64, epoch: g.epoch.Load()}
 	for i := range hits {
 		h := &hits[i]
 		if h.Permit == "" || h.Limit == nil || h.Limit.Algorithm != sluice.Concurrency || out != nil && !out[i].Allowed {
