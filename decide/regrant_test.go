@@ -64,9 +64,9 @@ func TestPermitTokenRegrant(t *testing.T) {
 }
 
 // TestPermitTokenGrantsBounded: the token Permits a node records to hold
-// again are at most maxLedger, whatever the tokens never released (their
-// copies in the node's store likewise): past it they are counted, not
-// kept; a release makes room again.
+// again are at most maxLedger, whatever the tokens never released: past
+// it they are counted, not kept, and a token's release still works. (The
+// copies mirror stops making at the same count are not checked here.)
 func TestPermitTokenGrantsBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("70,000 decisions")
