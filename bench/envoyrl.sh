@@ -89,6 +89,16 @@
 #             two busy loops (sh -c 'while :; do :; done') beside the
 #             admitted runs, to keep both cores busy.
 #
+# OTHERS (default none) adds, to the throughput scenarios, runs of other
+# servers on the fixed_window rules, each a node of its own running the
+# whole time: "null" (sluice nullserver: answers OK at once, decides
+# nothing: the cost of the RLS protocol and the load generator alone),
+# "memory" (sluice serve --store memory), "lease" (sluice serve --store
+# redis on the same Redis with every limit consistency: lease,
+# max_overshoot: 1%, docs/leases.md). The tables then also give every
+# system's requests a second over the null server's (OTHERS="null memory
+# lease" makes the table of docs/benchmarks.md).
+#
 # TP_NODES (default 1) runs that many throughput nodes of each system on
 # the one Redis, each with a load generator of its own (so that Redis is
 # kept busier, as when many nodes share it; NODES is the admitted
@@ -112,8 +122,10 @@ summarize() { # file.jsonl
 	def r(n): if . == null then "–" else . * n | round / n end;
 	def med(f): map(f) | median;
 	def algs: ["fixed_window", "token_bucket", "leaky_bucket", "gcra", "sliding_window", "sliding_log", "sketch"];
-	def ord: if .system == "envoy-rl" then -1 else (.algorithm as $a | algs | index($a)) end;
-	def name: if .system == "envoy-rl" then "envoy-rl" else "sluice \(.algorithm)" end;
+	def others: ["null", "memory", "lease"];
+	def ord: if .system == "envoy-rl" then -1 elif .system == "sluice" then (.algorithm as $a | algs | index($a)) else (.system as $s | others | index($s) + 100) end;
+	def name: if .system == "envoy-rl" then "envoy-rl" elif .system == "sluice" then "sluice \(.algorithm)" else {null: "sluice nullserver", memory: "sluice serve, memory store", lease: "sluice serve, leases"}[.system] end;
+	def redis: .system == "sluice" or .system == "lease";
 	def ratio($a; $b): if $a == null or $b == null or $b == 0 then null else $a / $b end;
 	def cmds: (map(.redis_cmds | keys) | add // [] | unique) as $k |
 		[$k[] as $c | {c: $c, n: med((.redis_cmds[$c] // 0) / .decisions)} | select(.n >= 0.005)] |
@@ -132,25 +144,38 @@ summarize() { # file.jsonl
 		 rows: (sort_by(ord) | group_by(ord) | map(row)),
 		 rounds: (group_by(.round) | map(
 			(map(select(.system == "envoy-rl"))[0]) as $e |
-			map(. + {rps_ratio: ratio(.rps; $e.rps), rcpu_ratio: ratio(.redis_cpu_ms_per_1k; $e.redis_cpu_ms_per_1k)})) | flatten)}
+			(map(select(.system == "null"))[0]) as $z |
+			map(. + {rps_ratio: ratio(.rps; $e.rps), rcpu_ratio: ratio(.redis_cpu_ms_per_1k; $e.redis_cpu_ms_per_1k),
+				null_ratio: ratio(.rps; $z.rps)})) | flatten)}
 		| .rounds as $rr
 		| .rows |= map(. as $row | . + {
-			rps_ratio_rounds: ($rr | map(select(.system == "sluice" and .algorithm == $row.algorithm)) | med(.rps_ratio)),
-			rcpu_ratio_rounds: ($rr | map(select(.system == "sluice" and .algorithm == $row.algorithm)) | med(.rcpu_ratio))})
+			rps_ratio_rounds: ($rr | map(select(.system == $row.system and .algorithm == $row.algorithm)) | med(.rps_ratio)),
+			rcpu_ratio_rounds: ($rr | map(select(.system == $row.system and .algorithm == $row.algorithm)) | med(.rcpu_ratio)),
+			null_ratio_rounds: ($rr | map(select(.system == $row.system and .algorithm == $row.algorithm)) | med(.null_ratio))})
 		| (.rows | map(select(.system == "envoy-rl"))[0]) as $e
-		| .rows |= map(. + {rps_ratio: ratio(.rps; $e.rps), rcpu_ratio: ratio(.rcpu; $e.rcpu), scpu_ratio: ratio(.scpu; $e.scpu)}))) as $t |
+		| (.rows | map(select(.system == "null"))[0]) as $z
+		| .rows |= map(. + {rps_ratio: ratio(.rps; $e.rps), rcpu_ratio: ratio(.rcpu; $e.rcpu), scpu_ratio: ratio(.scpu; $e.scpu),
+			null_ratio: ratio(.rps; $z.rps)}))) as $t |
 	(if ($t | length) > 0 then
 	 ["## Throughput: medians across rounds", "",
 	  "| scenario | system | rounds | req/s | p50 µs | p99 µs | Redis CPU ms per 1k decisions (/proc) | same from INFO cpu | server CPU µs/req | generator CPU µs/req | Redis commands per decision | Redis socket reads per decision | errors | store errors |",
 	  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"] +
 	 ($t | map(.scenario as $s | .rows[] |
-		"| \($s) | \(.label) | \(.rounds) | \(.rps | round) | \(.p50 | r(1)) | \(.p99 | r(1)) | \(.rcpu | r(100)) | \(.rinfo | r(100)) | \(.scpu | r(10)) | \(.gen | r(10)) | \(.cmds) | \(.reads | r(1000)) | \(.errors) | \(if .system == "sluice" then .store_errors else "–" end) |")) +
+		"| \($s) | \(.label) | \(.rounds) | \(.rps | round) | \(.p50 | r(1)) | \(.p99 | r(1)) | \(.rcpu | r(100)) | \(.rinfo | r(100)) | \(.scpu | r(10)) | \(.gen | r(10)) | \(.cmds) | \(.reads | r(1000)) | \(.errors) | \(if redis then .store_errors else "–" end) |")) +
 	 ["", "## sluice over envoy-rl", "",
 	  "Ratio of the medians above, and in brackets the median of the ratios within each round (the envoy-rl run of the same round).", "",
 	  "| scenario | sluice algorithm | req/s | Redis CPU per 1k decisions | server CPU per request |",
 	  "|---|---|---:|---:|---:|"] +
-	 ($t | map(.scenario as $s | .rows[] | select(.system == "sluice") |
-		"| \($s) | \(.algorithm) | \(.rps_ratio | r(100)) (\(.rps_ratio_rounds | r(100))) | \(.rcpu_ratio | r(100)) (\(.rcpu_ratio_rounds | r(100))) | \(.scpu_ratio | r(100)) |")) +
+	 ($t | map(.scenario as $s | .rows[] | select(.system != "envoy-rl") |
+		"| \($s) | \(if .system == "sluice" then .algorithm else .label end) | \(.rps_ratio | r(100)) (\(.rps_ratio_rounds | r(100))) | \(if redis then "\(.rcpu_ratio | r(100)) (\(.rcpu_ratio_rounds | r(100)))" else "–" end) | \(.scpu_ratio | r(100)) |")) +
+	 (if ($tp | map(select(.system == "null")) | length) > 0 then
+	  ["", "## Over the null server", "",
+	   "Requests a second of each system over sluice nullserver'"'"'s (which answers OK at once and decides nothing): the ratio of the medians, and in brackets the median of the ratios within each round.", "",
+	   "| scenario | system | req/s over null |",
+	   "|---|---|---:|"] +
+	  ($t | map(.scenario as $s | .rows[] | select(.system != "null") |
+		"| \($s) | \(.label) | \(.null_ratio | r(100)) (\(.null_ratio_rounds | r(100))) |"))
+	  else [] end) +
 	 ["", "## The long sliding logs", "",
 	  "Scenarios log500 and log10k: every key filled with 500 (100 keys) or 10,000 (10 keys) hits first, one entry each; the run adds more. Redis CPU per decision of sluice_log over sluice fixed_window on the same keys (ratio of the medians, and the median of the ratios within each round).", "",
 	  "| scenario | sliding_log Redis CPU ms per 1k | fixed_window | ratio |",
@@ -166,7 +191,7 @@ summarize() { # file.jsonl
 	  "| scenario | round | system | load average (1 min) | req/s | p99 µs | Redis CPU ms per 1k decisions | server CPU µs/req | sluice/envoy-rl req/s | sluice/envoy-rl Redis CPU |",
 	  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"] +
 	 ($t | map(.rounds | sort_by(.round, ord)[] |
-		"| \(.scenario) | \(.round) | \(name) | \(.load1) | \(.rps | round) | \(.p99_us | r(1)) | \(.redis_cpu_ms_per_1k | r(100)) | \(.server_cpu_us_per_req | r(10)) | \(if .system == "sluice" then (.rps_ratio | r(100)) else "" end) | \(if .system == "sluice" then (.rcpu_ratio | r(100)) else "" end) |"))
+		"| \(.scenario) | \(.round) | \(name) | \(.load1) | \(.rps | round) | \(.p99_us | r(1)) | \(.redis_cpu_ms_per_1k | r(100)) | \(.server_cpu_us_per_req | r(10)) | \(if .system != "envoy-rl" then (.rps_ratio | r(100)) else "" end) | \(if redis then (.rcpu_ratio | r(100)) else "" end) |"))
 	 else [] end) +
 	(if ($ad | length) > 0 then
 	 ["", "## Admitted: \($ad[0].nodes) nodes, one hot key, \($ad[0].limit) an hour, \($ad[0].streams) streams, \($ad[0].duration) per run", "",
@@ -204,6 +229,7 @@ ratelimit_env=${RATELIMIT_ENV:-}
 ratelimit_stats=${RATELIMIT_STATS:-prometheus}
 sluice_serve_flags=${SLUICE_SERVE_FLAGS:-}
 tp_nodes=${TP_NODES:-1}
+others=${OTHERS:-}
 redis_wrap=${REDIS_WRAP:-}
 hot_limit=500
 
@@ -234,6 +260,15 @@ for a in $algorithms; do
 	*" $a "*) ;;
 	*)
 		echo "envoyrl.sh: unknown algorithm $a (known: $all_algorithms)" >&2
+		exit 2
+		;;
+	esac
+done
+for o in $others; do
+	case "$o" in
+	null | memory | lease) ;;
+	*)
+		echo "envoyrl.sh: OTHERS are null, memory or lease, not $o" >&2
 		exit 2
 		;;
 	esac
@@ -285,6 +320,10 @@ EOF
 done
 cp "$work/sluice-rules/fixed_window.yaml" "$work/rl/ratelimit/config/"
 "$bin" check --config "$work/sluice-rules" >/dev/null
+# OTHERS=lease: the fixed_window rules, every limit leased.
+mkdir -p "$work/lease-rules"
+sed 's/^domain: .*/&\nconsistency: lease\nmax_overshoot: 1%/' "$work/sluice-rules/fixed_window.yaml" >"$work/lease-rules/fixed_window.yaml"
+"$bin" check --config "$work/lease-rules" >/dev/null
 
 redis_port=
 pick_port redis_port
@@ -333,12 +372,24 @@ start_server() { # system label
 		"${env[@]}" "$ratelimit_bin" >"$work/$2.log" 2>&1 &
 		server_ready=http://$server_http/healthcheck
 		;;
-	sluice)
+	sluice | lease)
+		local rules=$work/sluice-rules
+		if [ "$1" = lease ]; then rules=$work/lease-rules; fi
 		# shellcheck disable=SC2086 # SLUICE_SERVE_FLAGS is a list of flags
-		"$bin" serve --config "$work/sluice-rules" --store redis --redis-url "redis://127.0.0.1:$redis_port" \
+		"$bin" serve --config "$rules" --store redis --redis-url "redis://127.0.0.1:$redis_port" \
 			--grpc-addr "$server_grpc" --http-addr "$server_http" --debug-addr "127.0.0.1:$debug" \
 			--log-format json $sluice_serve_flags 2>"$work/$2.log" &
 		server_ready=http://$server_http/readyz
+		;;
+	memory)
+		"$bin" serve --config "$work/sluice-rules" --store memory \
+			--grpc-addr "$server_grpc" --http-addr "$server_http" --debug-addr "127.0.0.1:$debug" \
+			--log-format json 2>"$work/$2.log" &
+		server_ready=http://$server_http/readyz
+		;;
+	null)
+		"$bin" nullserver --grpc-addr "$server_grpc" --http-addr "" 2>"$work/$2.log" &
+		server_ready=tcp:$grpc
 		;;
 	esac
 	server_pid=$!
@@ -353,10 +404,28 @@ alive() { # pid label: fails loudly when the server has gone
 	}
 }
 
+# up URL LOG...: ready, or for tcp:PORT a listener on that port.
+up() {
+	local url=$1 _
+	case "$url" in
+	tcp:*)
+		for _ in $(seq 100); do
+			(: </dev/tcp/127.0.0.1/"${url#tcp:}") 2>/dev/null && return 0
+			sleep 0.1
+		done
+		echo "port ${url#tcp:} not listening" >&2
+		shift
+		cat "$@" >&2
+		return 1
+		;;
+	*) ready "$@" ;;
+	esac
+}
+
 # The throughput nodes, TP_NODES of each system (one by default), running
 # the whole time; tp_pid, tp_grpc and tp_http hold each system's list.
 declare -A tp_pid tp_grpc tp_http
-for s in envoy-rl sluice; do
+for s in envoy-rl sluice $others; do
 	for i in $(seq "$tp_nodes"); do
 		label=tp-$s
 		if [ "$i" != 1 ]; then label=tp-$s-$i; fi
@@ -364,13 +433,13 @@ for s in envoy-rl sluice; do
 		tp_pid[$s]=${tp_pid[$s]:+${tp_pid[$s]} }$server_pid
 		tp_grpc[$s]=${tp_grpc[$s]:+${tp_grpc[$s]} }$server_grpc
 		tp_http[$s]=${tp_http[$s]:+${tp_http[$s]} }$server_http
-		ready "$server_ready" "$work/$label.log" "$work/redis.log"
+		up "$server_ready" "$work/$label.log" "$work/redis.log"
 	done
 done
 
 rss() { # label
 	local s p
-	for s in envoy-rl sluice; do
+	for s in envoy-rl sluice $others; do
 		for p in ${tp_pid[$s]}; do
 			echo "$1: $s (throughput node) VmRSS $(awk '/VmRSS/ {print $2, $3}' "/proc/$p/status")"
 		done
@@ -383,6 +452,9 @@ settings() {
 	echo "envoy-rl: $ratelimit_bin, commit ${ratelimit_commit:-unknown (RATELIMIT_COMMIT not set)}, $(go version "$ratelimit_bin" 2>/dev/null | cut -d' ' -f2- || echo "?")"
 	echo "envoy-rl environment: REDIS_URL=127.0.0.1:PORT REDIS_SOCKET_TYPE=tcp USE_STATSD=false LOG_LEVEL=warn RUNTIME_WATCH_ROOT=false, stats sink: $ratelimit_stats${ratelimit_env:+, RATELIMIT_ENV: $ratelimit_env} (defaults otherwise: no local cache, REDIS_TIMEOUT 10s, REDIS_POOL_SIZE 10, REDIS_PIPELINE_WINDOW 0 (no write buffering; a request's INCRBY and EXPIRE go as one pipeline), STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false)"
 	echo "sluice serve: --store redis --redis-url redis://127.0.0.1:PORT${sluice_serve_flags:+ $sluice_serve_flags} (defaults otherwise)"
+	if [ -n "$others" ]; then
+		echo "others, on the fixed_window rules: $others (null: sluice nullserver; memory: sluice serve --store memory; lease: as sluice serve above, every limit consistency: lease, max_overshoot: 1%)"
+	fi
 	echo "$(redis-server --version | cut -d' ' -f1-3), no persistence, pid $redis_pid${redis_wrap:+, started under: $redis_wrap}"
 }
 {
@@ -439,8 +511,8 @@ throughput() {
 	local metrics=() npid=() ngrpc=() gpid=()
 	read -r -a npid <<<"${tp_pid[$sys]}"
 	read -r -a ngrpc <<<"${tp_grpc[$sys]}"
-	if [ "$sys" = sluice ]; then
-		read -r -a metrics <<<"${tp_http[sluice]}"
+	if [ "$sys" = sluice ] || [ "$sys" = lease ]; then
+		read -r -a metrics <<<"${tp_http[$sys]}"
 	fi
 	rcli flushall sync >/dev/null
 	case "$scenario" in
@@ -589,7 +661,7 @@ admitted() {
 }
 
 line() { # the one-line summary of a jsonl line
-	jq -r '"\(.scenario) round \(.round) \(if .system == "envoy-rl" then "envoy-rl" else "sluice \(.algorithm)" end) (load \(.load1)): " +
+	jq -r '"\(.scenario) round \(.round) \(if .system == "envoy-rl" then "envoy-rl" elif .system == "sluice" then "sluice \(.algorithm)" else .system end) (load \(.load1)): " +
 		if .scenario == "admitted" then
 			"admitted \(.ok) of limit \(.limit) (bound \(.bound)\(if .crossed_hour then ", crossed the hour" else "" end); per node \(.ok_per_node | join("+"))) over \(.over_limit) errors \(.errors)\(if .store_errors != null then " store errors \(.store_errors)" else "" end), \(.rps | floor) req/s, Redis \(.redis_cpu_ms_per_1k * 100 | round / 100) ms/1k"
 		else
@@ -599,11 +671,15 @@ line() { # the one-line summary of a jsonl line
 
 # order ROUND prints the runs of a round, system:algorithm, envoy-rl first
 # in odd rounds and last in even ones (sluice's algorithms reversed, so
-# that fixed_window is next to envoy-rl).
+# that fixed_window is next to envoy-rl), OTHERS after sluice's.
 order() { # round scenario
 	local list=(envoy-rl:fixed_window) a i
 	for a in $algorithms; do list+=("sluice:$a"); done
-	case "$2" in log500 | log10k) list=(sluice:fixed_window sluice:sliding_log) ;; esac
+	case "$2" in
+	log500 | log10k) list=(sluice:fixed_window sluice:sliding_log) ;;
+	admitted) ;;
+	*) for a in $others; do list+=("$a:fixed_window"); done ;;
+	esac
 	if [ $(($1 % 2)) = 1 ]; then
 		printf '%s\n' "${list[@]}"
 	else
