@@ -81,11 +81,15 @@ func (s *Store) grant(ctx context.Context, h *sluice.Hit, k lkey, led *ledger, s
 		return s.install(h, k, led, size, sent, &out[0]), true, nil, nil
 	}
 	s.stats.Refused.Add(1)
+	// The store decides the key's hits for a while, a grant of exactly
+	// the hit's cost refused too: otherwise every hit on a key out of
+	// room made a grant, one at a time behind the one in flight, and
+	// then (TakeEach) a call of its own.
+	s.refusedGrant(k, led, sent, &out)
 	if size == h.Cost && !out[0].Allowed {
 		d := out[0]
 		return held{}, false, &d, nil
 	}
-	s.refusedGrant(k, led, sent, &out)
 	return held{}, false, nil, nil
 }
 

@@ -126,6 +126,46 @@ func TestHotKeyFewCalls(t *testing.T) {
 	}
 }
 
+// TestHotKeyDeniedEach: on a key out of room, decided one by one
+// (TakeEach, as the RLS server asks), a refused grant of the hit's own
+// cost holds off the next grant as any refused grant does: the store
+// decides the denials about one call each, not a grant and a call each.
+func TestHotKeyDeniedEach(t *testing.T) {
+	c := newCluster(t, 1)
+	l := &sluice.Limit{Name: "hot", Rate: 1_000, Period: time.Minute, LeaseOvershoot: 200}
+	c.clock.Set(epoch.Truncate(time.Minute))
+	each := func() sluice.Decision {
+		var out [1]sluice.Decision
+		if err := c.nodes[0].TakeEach(context.Background(), []sluice.Hit{{Key: "k", Limit: l, Cost: 1}}, out[:]); err != nil {
+			t.Fatal(err)
+		}
+		return out[0]
+	}
+	admitted := 0
+	for range 2_000 {
+		c.clock.Advance(time.Millisecond)
+		if each().Allowed {
+			admitted++
+		}
+	}
+	if admitted > 1_000 {
+		t.Fatalf("%d admitted, limit 1,000", admitted)
+	}
+	calls, grants := c.calls.calls, c.nodes[0].Stats().Grants
+	const denials = 10_000
+	for range denials {
+		c.clock.Advance(time.Millisecond / 4)
+		if each().Allowed {
+			t.Fatal("a hit admitted after the window ran out")
+		}
+	}
+	calls, grants = c.calls.calls-calls, c.nodes[0].Stats().Grants-grants
+	t.Logf("%d denials: %d calls, %d of them grants", denials, calls, grants)
+	if float64(calls) > 1.1*denials {
+		t.Errorf("%d calls for %d denials (%d grants), want at most 1.1 a denial", calls, denials, grants)
+	}
+}
+
 // demand is a random trace of hits over n nodes: at each step, a node
 // (chosen unevenly: node 0 most often) asks for a hit of cost 1 or 2.
 type demand struct {
