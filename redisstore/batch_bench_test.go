@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/testsupport/redistest"
 	"github.com/sluicehq/sluice/internal/vocab/limits"
@@ -134,19 +135,38 @@ redis.register_function('sluice_floor', function(keys, args)
 end)
 `
 
+// incrLib is the least a script can do for a decision of a state kept
+// as a bare integer, as envoyproxy/ratelimit keeps its counters: one
+// INCRBY a key, two integers answered. It is below any exact decision (it
+// never reads a limit, never refuses, never sets a time to live).
+const incrLib = `#!lua name=sluice_incr
+redis.register_function('sluice_incr', function(keys, args)
+  local out = {}
+  for i = 1, #keys do
+    out[2 * i - 1], out[2 * i] = -1 - redis.call('INCRBY', keys[i], 1), 0
+  end
+  return out
+end)
+`
+
 // BenchmarkFloor compares, on one redis-server and 10k keys within their
 // limits, what Redis spends on a decision (redis-cpu-ns/decision, INFO
 // cpu, the round trips included): the store's fixed window in batches of
 // n requests ("sluice-t", and "sluice-e" one by one, as the RLS server
 // decides); floorLib's GET and SET on the same keys in calls
-// of n ("floor"); and envoyproxy/ratelimit's way, INCRBY and EXPIRE sent
+// of n ("floor"); incrLib's INCRBY in calls of n ("incr"); n INCRBY
+// commands pipelined in one round trip, no script ("pipe": a decision's
+// share of a round trip plus one command, the least any design that asks
+// Redis can spend); and envoyproxy/ratelimit's way, INCRBY and EXPIRE sent
 // together, a round trip a decision ("envoy").
 func BenchmarkFloor(b *testing.B) {
 	s, info := benchStore(b)
 	c := s.client.Load()
 	ctx := context.Background()
-	if _, err := info.Do("FUNCTION", "LOAD", "REPLACE", floorLib); err != nil {
-		b.Fatal(err)
+	for _, lib := range []string{floorLib, incrLib} {
+		if _, err := info.Do("FUNCTION", "LOAD", "REPLACE", lib); err != nil {
+			b.Fatal(err)
+		}
 	}
 	l := &sluice.Limit{Name: "fw", Rate: 1e9, Period: 24 * time.Hour}
 	const keys = 10000
@@ -195,6 +215,32 @@ func BenchmarkFloor(b *testing.B) {
 				}
 				if err := c.c.Do(ctx, c.c.B().Fcall().Function("sluice_floor").Numkeys(int64(n)).Key(ks...).Build()).Error(); err != nil {
 					b.Fatal(err)
+				}
+			})
+		})
+	}
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("incr/n=%d", n), func(b *testing.B) {
+			ks := make([]string, n)
+			measure(b, n, func(i int) {
+				for j := range ks {
+					ks[j] = "incr:" + strconv.Itoa((i+j)%keys)
+				}
+				if err := c.c.Do(ctx, c.c.B().Fcall().Function("sluice_incr").Numkeys(int64(n)).Key(ks...).Build()).Error(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("pipe/n=%d", n), func(b *testing.B) {
+			cmds := make(rueidis.Commands, n)
+			measure(b, n, func(i int) {
+				for j := range cmds {
+					cmds[j] = c.c.B().Incrby().Key("pipe:" + strconv.Itoa((i+j)%keys)).Increment(1).Build()
+				}
+				for _, r := range c.c.DoMulti(ctx, cmds...) {
+					if err := r.Error(); err != nil {
+						b.Fatal(err)
+					}
 				}
 			})
 		})
