@@ -96,6 +96,21 @@ type Config struct {
 // DefaultMaxLeases is the bound on leases when Config.MaxLeases is 0.
 const DefaultMaxLeases = 100_000
 
+// sweepEvery is the least time between two sweeps of a full Store: a
+// sweep reads every lease (a few ms for 100,000), so a flood of new keys
+// costs one a second, not one a hit; leases expired meanwhile wait for
+// the next.
+const sweepEvery = time.Second
+
+// sweepDue reports whether a sweep may begin at now, and if so claims it.
+func (s *Store) sweepDue(now time.Duration) bool {
+	last := s.swept.Load()
+	if last != 0 && now-time.Duration(last-1) < sweepEvery {
+		return false
+	}
+	return s.swept.CompareAndSwap(last, int64(now)+1)
+}
+
 // Store is a sluice.Store that decides the hits of leasing limits from
 // local leases, and every other hit through the store it wraps. It is safe
 // for concurrent use.
@@ -112,6 +127,8 @@ type Store struct {
 
 	shards [numShards]shard
 	count  atomic.Int64 // leases held
+	swept  atomic.Int64 // when the last sweep began (clock), +1; 0: never
+	sweeps atomic.Int64 // sweeps made
 
 	ledgers sync.Map // *sluice.Limit -> *ledger
 
@@ -232,6 +249,7 @@ func (s *Store) shardOf(k lkey) *shard {
 
 // sweep drops the leases that expired (their unspent units with them).
 func (s *Store) sweep(now time.Duration) {
+	s.sweeps.Add(1)
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

@@ -166,6 +166,48 @@ func TestHotKeyDeniedEach(t *testing.T) {
 	}
 }
 
+// TestFullSweepsBounded: a node whose leases are all held (MaxLeases),
+// none expired, under a flood of new keys decides them in the store and
+// looks for expired leases at most once a second, not on every hit (a
+// hostile client spraying keys made every decision walk the whole table);
+// once leases have expired, new keys lease again.
+func TestFullSweepsBounded(t *testing.T) {
+	c := &cluster{clock: storetest.NewClock(epoch.Truncate(time.Hour))}
+	c.mem = memstore.New(memstore.Config{Now: c.clock.Now, SweepInterval: -1})
+	t.Cleanup(func() { c.mem.Close() })
+	c.calls = &countingStore{next: c.mem}
+	node := lease.New(c.calls, lease.Config{Now: func() time.Duration { return c.clock.Now().Sub(epoch) }, Go: inline, MaxLeases: 100})
+	c.nodes = []*lease.Store{node}
+	l := &sluice.Limit{Name: "w", Rate: 100_000, Period: time.Hour, LeaseOvershoot: 1000}
+	for i := range 100 {
+		c.take(t, 0, sluice.Hit{Key: fmt.Sprint("held", i), Limit: l, Cost: 1})
+	}
+	calls := c.calls.calls
+	const flood = 10_000
+	for i := range flood {
+		c.clock.Advance(time.Millisecond) // 10 s
+		if !c.take(t, 0, sluice.Hit{Key: fmt.Sprint("new", i), Limit: l, Cost: 1}).Allowed {
+			t.Fatal("a hit denied far below the limit")
+		}
+	}
+	if n := c.calls.calls - calls; n != flood {
+		t.Errorf("%d store calls for %d hits of new keys on a full node, want one each", n, flood)
+	}
+	if n := node.Sweeps(); n > 11 {
+		t.Errorf("%d sweeps over 10 s of hits on a full node, want at most 11 (one a second)", n)
+	}
+	if g := node.Stats().Grants; g != 100 {
+		t.Errorf("%d grants, want the 100 of the held keys alone", g)
+	}
+	// The window ends: the leases expire, a sweep frees them, and a new
+	// key is granted a lease again.
+	c.clock.Set(epoch.Truncate(time.Hour).Add(time.Hour + time.Second))
+	c.take(t, 0, sluice.Hit{Key: "after", Limit: l, Cost: 1})
+	if g := node.Stats().Grants; g != 101 {
+		t.Errorf("%d grants after the leases expired, want 101: no lease for a new key", g)
+	}
+}
+
 // demand is a random trace of hits over n nodes: at each step, a node
 // (chosen unevenly: node 0 most often) asks for a hit of cost 1 or 2.
 type demand struct {

@@ -57,7 +57,14 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 		}
 		if l == nil {
 			if s.count.Load() >= s.max {
+				// Full: the store decides, and the expired leases go
+				// at most once every sweepEvery (a sweep reads every
+				// lease: on every hit it made each decision as slow as
+				// a walk of MaxLeases).
 				sh.mu.Unlock()
+				if !s.sweepDue(now) {
+					return held{}, false, nil, nil
+				}
 				s.sweep(now)
 				if s.count.Load() >= s.max {
 					return held{}, false, nil, nil
