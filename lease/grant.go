@@ -153,13 +153,12 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 		sh.m[k] = l
 		s.count.Add(1)
 	}
-	// What the last grant left (too little for the hit that asked) goes:
-	// every unit must die within its own grant's life, and the lease has
-	// one deadline.
-	s.stats.Expired.Add(l.units)
+	// What the last grant left (too little for the hit that asked) goes,
+	// or stays on a window (keep).
+	kept := l.keep(s.clock(), windowed(h.Limit.Algorithm), &s.stats)
 	l.deadline = sent + life
 	l.since = sent
-	l.units = size - h.Cost
+	l.units = kept + size - h.Cost
 	l.spent = h.Cost
 	l.size = size
 	l.limit = d.Limit

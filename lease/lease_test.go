@@ -345,6 +345,51 @@ func TestWindowNeverOver(t *testing.T) {
 	}
 }
 
+// TestWindowCostsKeepRemainders: hits that cost more than one on a
+// window (costs of 100, and of 1 to 400, over three nodes) lose no more
+// than ⌈U/4⌉ a node of the window's limit: what a lease has left too
+// small for a hit goes into the next grant, not away (each grant dropped
+// it: about 11% of the limit was never admitted).
+func TestWindowCostsKeepRemainders(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		min, max int64
+	}{{"cost 100", 100, 100}, {"costs 1 to 400", 1, 400}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const limit, u, nodes = 100_000, 1000, 3
+			l := &sluice.Limit{Name: "w", Rate: limit, Period: time.Hour, LeaseOvershoot: u}
+			c := newCluster(t, nodes)
+			c.clock.Set(epoch.Truncate(time.Hour))
+			rng := rand.New(rand.NewPCG(3, uint64(tc.max)))
+			var admitted int64
+			denied := 0
+			for i := 0; denied < 1000; i++ {
+				c.clock.Advance(time.Millisecond)
+				cost := tc.min + rng.Int64N(tc.max-tc.min+1)
+				if c.take(t, i%nodes, sluice.Hit{Key: "k", Limit: l, Cost: cost}).Allowed {
+					admitted += cost
+				} else if cost == tc.min {
+					denied++ // the smallest hit denied: the window is spent
+				}
+			}
+			var expired int64
+			for _, n := range c.nodes {
+				expired += n.Stats().Expired
+			}
+			b := int64((u + 3) / 4)
+			t.Logf("%d of %d admitted, %d expired in leases", admitted, limit, expired)
+			if admitted > limit {
+				t.Errorf("%d admitted, over the limit of %d", admitted, limit)
+			}
+			// Left in leases at most b a node, plus what a node's last
+			// hits could not use of it (less than a hit each).
+			if admitted < limit-nodes*(b+tc.max) {
+				t.Errorf("%d admitted of %d: more lost than ⌈U/4⌉ = %d a node (and a hit's cost)", admitted, limit, b)
+			}
+		})
+	}
+}
+
 // TestAllOrNothing: a request whose leased hit is covered but whose other
 // hit the store denies consumes neither: the lease keeps its units.
 func TestAllOrNothing(t *testing.T) {
