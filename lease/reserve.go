@@ -45,9 +45,9 @@ func (s *Store) reserve(ctx context.Context, h *sluice.Hit, led *ledger) (held, 
 			// One grant in flight per key and node: wait for it, then
 			// look again. (So a node holds one lease per key, and
 			// what a grant drops of the last one, on a bucket, is
-			// less than the hit that asked.) If it found the store down, so would
-			// a call of this hit's own, after as long again: the
-			// hit fails with it.
+			// less than the hit that asked.) If it found the store
+			// down, so would a call of this hit's own, after as long
+			// again: the hit fails with it.
 			f := l.pending
 			sh.mu.Unlock()
 			if again, err := s.await(ctx, f); !again {
@@ -163,17 +163,18 @@ func (l *lease) promote(now time.Duration, st *counters, window bool) {
 	l.spare = 0
 }
 
-// keep returns the units of lease l that the grant replacing it keeps,
-// and counts the others expired. A bucket's go: every unit must die within
-// its own grant's life, and the lease has one deadline. A window's alive
-// stay: both grants are of the window that is now (the new one was
-// decided before now, the old one's deadline, before its window's end,
-// is after now), and each grant's deadline is before that window's end,
-// so they die in the window that counted them whichever deadline they
-// take. Dropped, a remainder too small for a hit's cost was quota counted
-// and never spent: hits of cost 100 on a lease of 250 left 50 each time,
-// about 11% of a window's limit (a black-box attack, 2026-12-03), against
-// the ⌈U/4⌉ a node documented.
+// keep returns the units of lease l that the grant replacing it (a new
+// grant, or the renewal taking over) keeps, and counts the others
+// expired. A bucket's go: every unit must die within its own grant's
+// life, and the lease has one deadline. A window's stay while l is alive:
+// both grants are of the window that is now (the new one was sent after
+// l was granted and answered before now; l's deadline, before the end of
+// its window, is after now), and each grant's deadline is before that
+// window's end, so its units die in the window that counted them
+// whichever deadline they take. Dropped, such a remainder (too small for
+// the hit that asked) was quota counted and never spent: hits of cost 100
+// on leases of 250 lost about 11% of a window's limit, against the
+// ⌈U/4⌉ a node that leases.md promises.
 func (l *lease) keep(now time.Duration, window bool, st *counters) int64 {
 	if window && now < l.deadline {
 		return l.units
