@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -90,7 +91,13 @@ var handedOut struct {
 }
 
 // freePorts returns n distinct loopback ports free for TCP and UDP now,
-// none returned before in this process.
+// none returned before in this process. They are above the kernel's
+// ephemeral range when it leaves room (aboveEphemeral): the kernel gives
+// ports of that range to every outgoing connection and every listener on
+// port 0, of any program, so one handed out from it could be taken before
+// the script that got it binds it (a loaded suite saw "address already in
+// use" once). Below it are redistest's servers and their cluster buses
+// (10000 to 32767), and the ports the docs name.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var held []func()
@@ -99,9 +106,17 @@ func freePorts(t *testing.T, n int) []int {
 			c()
 		}
 	}()
+	lo, hi := aboveEphemeral()
 	var ports []int
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if hi-lo >= 1000 && tries < 10_000 {
+			addr = "127.0.0.1:" + strconv.Itoa(lo+rand.IntN(hi-lo))
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil && addr != "127.0.0.1:0" {
+			continue // taken: another
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,6 +141,26 @@ func freePorts(t *testing.T, n int) []int {
 		}
 	}
 	return ports
+}
+
+// aboveEphemeral returns the ports [lo, hi) that freePorts picks from:
+// from the end of the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range) to 65535; empty when that is
+// unknown.
+func aboveEphemeral() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	end, err := strconv.Atoi(f[1])
+	if err != nil || end >= 65535 {
+		return 0, 0
+	}
+	return end + 1, 65536
 }
 
 // onFreePorts is script s as its test runs it: every port of docPorts
