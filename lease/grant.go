@@ -155,7 +155,8 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 	}
 	// What the last grant left (too little for the hit that asked) goes,
 	// or stays on a window (keep).
-	kept := l.keep(s.clock(), windowed(h.Limit.Algorithm), &s.stats)
+	now := s.clock()
+	kept := l.keep(now, windowed(h.Limit.Algorithm), &s.stats)
 	l.deadline = sent + life
 	l.since = sent
 	l.units = kept + size - h.Cost
@@ -164,7 +165,7 @@ func (s *Store) install(h *sluice.Hit, k lkey, led *ledger, size int64, sent tim
 	l.limit = d.Limit
 	l.left = d.Remaining
 	l.resetAt = sent + d.ResetAfter
-	return held{l: l, k: k, d: decisionOf(l, s.clock())}
+	return held{l: l, k: k, d: decisionOf(l, now)}
 }
 
 // refused makes the next grant of k's lease ask for no more than room (at
