@@ -66,3 +66,28 @@ func BenchmarkTake(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSweepFull measures a sweep of a Store holding DefaultMaxLeases
+// leases of which none has expired: the walk that a full Store makes at
+// most once a second (sweepEvery) when hits of new keys come.
+func BenchmarkSweepFull(b *testing.B) {
+	ctx := context.Background()
+	m := memstore.New(memstore.Config{SweepInterval: -1})
+	defer m.Close()
+	var now time.Duration
+	s := lease.New(m, lease.Config{Now: func() time.Duration { return now }, Go: func(f func()) { f() }})
+	l := &sluice.Limit{Name: "w", Rate: 1 << 40, Period: time.Hour, LeaseOvershoot: 4000}
+	out := make([]sluice.Decision, 1)
+	for i := range lease.DefaultMaxLeases {
+		if err := s.Take(ctx, []sluice.Hit{{Key: fmt.Sprint("k", i), Limit: l, Cost: 1}}, out); err != nil || !out[0].Allowed {
+			b.Fatalf("Take: %v, %+v", err, out[0])
+		}
+	}
+	if g := s.Stats().Grants; g != lease.DefaultMaxLeases {
+		b.Fatalf("%d grants, want %d leases", g, lease.DefaultMaxLeases)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Sweep(now)
+	}
+}

@@ -97,9 +97,9 @@ type Config struct {
 const DefaultMaxLeases = 100_000
 
 // sweepEvery is the least time between two sweeps of a full Store: a
-// sweep reads every lease (a few ms for 100,000), so a flood of new keys
-// costs one a second, not one a hit; leases expired meanwhile wait for
-// the next.
+// sweep reads every lease (1.8 ms for 100,000, BenchmarkSweepFull), so a
+// flood of new keys costs one a second, not one a hit; leases expired
+// meanwhile wait for the next.
 const sweepEvery = time.Second
 
 // sweepDue reports whether a sweep may begin at now, and if so claims it.
