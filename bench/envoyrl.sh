@@ -321,9 +321,13 @@ done
 cp "$work/sluice-rules/fixed_window.yaml" "$work/rl/ratelimit/config/"
 "$bin" check --config "$work/sluice-rules" >/dev/null
 # OTHERS=lease: the fixed_window rules, every limit leased.
-mkdir -p "$work/lease-rules"
-sed 's/^domain: .*/&\nconsistency: lease\nmax_overshoot: 1%/' "$work/sluice-rules/fixed_window.yaml" >"$work/lease-rules/fixed_window.yaml"
-"$bin" check --config "$work/lease-rules" >/dev/null
+case " $others " in
+*" lease "*)
+	mkdir -p "$work/lease-rules"
+	sed 's/^domain: .*/&\nconsistency: lease\nmax_overshoot: 1%/' "$work/sluice-rules/fixed_window.yaml" >"$work/lease-rules/fixed_window.yaml"
+	"$bin" check --config "$work/lease-rules" >/dev/null
+	;;
+esac
 
 redis_port=
 pick_port redis_port
